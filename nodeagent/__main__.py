@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from nodeagent.cli import main
+
+main()
