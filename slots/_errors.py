@@ -1,0 +1,151 @@
+"""Errors raised by the slot model.
+
+Every error leaves the model exactly as it was before the call that raised it.
+Each carries a stable ``code`` (part of the API contract), an ``http_status`` hint
+for the shell, and, where HTCondor defines one, its numeric ``condor_code``::
+
+    SlotsError
+    ├── InvalidRequest            422 request.invalid
+    ├── IllegalTransition         409 slot.illegal_transition
+    ├── NoSuchClaim               404 claim.no_such_claim
+    ├── ClaimNotActive            409 claim.not_active
+    ├── NotAccepting              409 machine.not_accepting
+    ├── ResourcesInsufficient     409 resources.insufficient
+    ├── TransactionPending        409 drain.transaction_pending
+    └── DrainError
+        ├── DrainInProgress       409 drain.in_progress        (10001)
+        ├── NoSuchRequest         404 drain.no_such_request    (10002)
+        ├── CheckFailed           412 drain.check_failed       (10003)
+        ├── TransactionExpired    410 drain.transaction_expired
+        └── NotPending            409 drain.not_pending
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "CheckFailed",
+    "ClaimNotActive",
+    "DrainError",
+    "DrainInProgress",
+    "IllegalTransition",
+    "InvalidRequest",
+    "NoSuchClaim",
+    "NoSuchRequest",
+    "NotAccepting",
+    "NotPending",
+    "ResourcesInsufficient",
+    "SlotsError",
+    "TransactionExpired",
+    "TransactionPending",
+]
+
+
+class SlotsError(Exception):
+    """Base of every error the model raises; the model is unchanged after one."""
+
+    code: ClassVar[str] = "slots.error"
+    http_status: ClassVar[int] = 400
+    condor_code: ClassVar[int | None] = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(SlotsError):
+    """The request is malformed (a bad expression, a negative duration, …)."""
+
+    code = "request.invalid"
+    http_status = 422
+
+
+class IllegalTransition(SlotsError):
+    """A (state, activity) move that the transition table does not allow."""
+
+    code = "slot.illegal_transition"
+    http_status = 409
+
+
+class NoSuchClaim(SlotsError):
+    """No dynamic slot has this claim id."""
+
+    code = "claim.no_such_claim"
+    http_status = 404
+
+
+class ClaimNotActive(SlotsError):
+    """The claim's job is not in a state that allows the operation."""
+
+    code = "claim.not_active"
+    http_status = 409
+
+
+class NotAccepting(SlotsError):
+    """``Start`` is false: the machine accepts no new claims (draining, or START)."""
+
+    code = "machine.not_accepting"
+    http_status = 409
+
+
+class ResourcesInsufficient(SlotsError):
+    """The partitionable slot has not enough free resources for the claim."""
+
+    code = "resources.insufficient"
+    http_status = 409
+
+
+class TransactionPending(SlotsError):
+    """A drain transaction is pending; state changes must wait until it ends.
+
+    The shell waits for the transaction to end before calling a state-changing
+    method, so seeing this error means the shell forgot to wait.
+    """
+
+    code = "drain.transaction_pending"
+    http_status = 409
+
+
+class DrainError(SlotsError):
+    """Base of the drain request errors."""
+
+    code = "drain.error"
+
+
+class DrainInProgress(DrainError):
+    """A drain request already exists (pending, draining or drained)."""
+
+    code = "drain.in_progress"
+    http_status = 409
+    condor_code = 10001
+
+
+class NoSuchRequest(DrainError):
+    """No drain request has this id (or none exists at all)."""
+
+    code = "drain.no_such_request"
+    http_status = 404
+    condor_code = 10002
+
+
+class CheckFailed(DrainError):
+    """A one-shot drain's check expression was not true against the machine ad."""
+
+    code = "drain.check_failed"
+    http_status = 412
+    condor_code = 10003
+
+
+class TransactionExpired(DrainError):
+    """The pending transaction passed its ``expires_at``; it has been cancelled."""
+
+    code = "drain.transaction_expired"
+    http_status = 410
+
+
+class NotPending(DrainError):
+    """Commit of a request that is not pending (already committed)."""
+
+    code = "drain.not_pending"
+    http_status = 409

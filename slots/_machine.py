@@ -1,0 +1,1176 @@
+"""The machine: one partitionable slot, dynamic slots per claim, and the drain request.
+
+A sans-IO state machine. The shell feeds it events (a claim request, a job's exit,
+an HTTP drain request, a timer firing) with the current wall-clock time ``now``;
+each mutating method returns the :data:`~slots.Action` list the shell must carry
+out, in order. :meth:`Machine.next_wakeup` says when :meth:`Machine.tick` is due.
+Every method that raises leaves the machine exactly as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slots import _classad
+from slots._ads import drain_estimates
+from slots._drain import (
+    Action,
+    Blocker,
+    CompletionAction,
+    DrainEstimate,
+    DrainRequest,
+    DrainState,
+    OnCompletion,
+    Publish,
+    SignalJob,
+)
+from slots._errors import (
+    CheckFailed,
+    ClaimNotActive,
+    DrainInProgress,
+    InvalidRequest,
+    NoSuchClaim,
+    NoSuchRequest,
+    NotAccepting,
+    NotPending,
+    ResourcesInsufficient,
+    TransactionExpired,
+    TransactionPending,
+)
+from slots._estimates import (
+    Eviction,
+    JobTiming,
+    Phase,
+    Schedule,
+    SuspendPolicy,
+    clamp,
+    effective_retirement,
+    plan_evictions,
+    retirement_remaining,
+    vacate_time,
+)
+from slots._resources import Resources
+from slots._states import ACTIVE, Activity, State, check_move
+
+__all__ = ["ClaimInfo", "JobSpec", "Machine", "MachinePolicy"]
+
+_SIGNALS = frozenset(
+    {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGKILL", "SIGALRM"}
+)
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+
+
+def _require_duration(name: str, value: object, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be a whole number of seconds, not {value!r}")
+    if value < 0:
+        raise InvalidRequest(f"{name} must not be negative, not {value}")
+
+
+def _require_text(name: str, value: str, *, limit: int = 256) -> None:
+    if len(value) > limit or not _PRINTABLE.match(value):
+        raise InvalidRequest(f"{name} must be printable text of at most {limit} characters")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MachinePolicy:
+    """The machine's draining policy (HTCondor knobs; whole seconds)."""
+
+    max_job_retirement_time: int = 0
+    machine_max_vacate_time: int = 600
+    start: str = "true"
+    suspend_policy: SuspendPolicy = SuspendPolicy.KEEP
+    transaction_ttl: float = 30.0
+
+    def __post_init__(self) -> None:
+        _require_duration("MaxJobRetirementTime", self.max_job_retirement_time)
+        _require_duration("MachineMaxVacateTime", self.machine_max_vacate_time)
+        _classad.validate_expression(self.start)
+        if not self.transaction_ttl > 0:
+            raise InvalidRequest("the transaction time-to-live must be positive")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """What a claim's job promises: its owner, retirement, vacate time and soft-kill signal."""
+
+    job_id: str | None = None
+    owner: str = "nobody"
+    max_job_retirement_time: int | None = None
+    job_max_vacate_time: int | None = None
+    kill_signal: str = "SIGTERM"
+
+    def __post_init__(self) -> None:
+        if self.job_id is not None:
+            _require_text("job_id", self.job_id)
+        _require_text("owner", self.owner)
+        _require_duration("MaxJobRetirementTime", self.max_job_retirement_time, optional=True)
+        _require_duration("JobMaxVacateTime", self.job_max_vacate_time, optional=True)
+        if self.kill_signal not in _SIGNALS:
+            raise InvalidRequest(f"unknown kill signal {self.kill_signal!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimInfo:
+    """A read-only view of one claim (dynamic slot and its job)."""
+
+    claim_id: str
+    slot: str
+    resources: Resources
+    spec: JobSpec
+    job_id: str
+    state: State
+    activity: Activity
+    started_at: float
+    run: float
+    suspended: float
+    accepted_while_draining: bool
+    evicted_at: float | None
+    hard_kill_at: float | None
+
+
+@dataclass(kw_only=True, slots=True)
+class _Claim:
+    """Mutable state of one dynamic slot; owned by :class:`Machine` only."""
+
+    number: int
+    resources: Resources
+    spec: JobSpec
+    state: State
+    activity: Activity
+    entered_state: float
+    entered_activity: float
+    started_at: float
+    run_base: float
+    running_since: float | None
+    suspend_base: float = 0.0
+    suspended_since: float | None = None
+    accepted_in: str | None = None
+    evicted_at: float | None = None
+    hard_kill_at: float | None = None
+    drain_eviction: bool = False
+    cpu_usage: float = 0.0
+    memory_usage: int = 0
+
+    @property
+    def claim_id(self) -> str:
+        return str(self.number)
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id if self.spec.job_id is not None else self.claim_id
+
+    def pair(self) -> tuple[State, Activity]:
+        return (self.state, self.activity)
+
+    def run(self, now: float) -> float:
+        if self.running_since is None:
+            return self.run_base
+        return self.run_base + max(0.0, now - self.running_since)
+
+    def suspended(self, now: float) -> float:
+        if self.suspended_since is None:
+            return self.suspend_base
+        return self.suspend_base + max(0.0, now - self.suspended_since)
+
+    def phase(self) -> Phase:
+        if self.activity is Activity.KILLING:
+            return Phase.KILLING
+        if self.activity is Activity.VACATING:
+            return Phase.VACATING
+        if self.activity is Activity.SUSPENDED:
+            return Phase.SUSPENDED
+        return Phase.RUNNING
+
+
+class Machine:
+    """A node's slots and its drain request; see the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        total: Resources,
+        policy: MachinePolicy,
+        now: float,
+        address: str = "",
+    ) -> None:
+        _require_text("host", host)
+        self.host = host
+        self.address = address
+        self.total = total
+        self.policy = policy
+        self.daemon_start_time = now
+        self._claims: dict[int, _Claim] = {}
+        self._next_slot = 1
+        self._next_request = 1
+        self._request: DrainRequest | None = None
+        self._last_request: DrainRequest | None = None
+        self._pslot: tuple[State, Activity] = (State.UNCLAIMED, Activity.IDLE)
+        self._pslot_entered_state = now
+        self._pslot_entered_activity = now
+        self._total_badput = 0.0
+        self._total_unclaimed = 0.0
+        self._accounted_at = now
+        self._idle_since: float | None = None
+        self._last_drain_start: float | None = None
+        self._last_drain_stop: float | None = None
+        self.maintenance_mode: str | None = None
+        self.unavailability: dict[str, int] | None = None
+        self._settle_pslot(now)
+        self._refresh_idle(now)
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def request(self) -> DrainRequest | None:
+        """The drain request in force (pending, draining or drained), if any."""
+        return self._request
+
+    @property
+    def last_request(self) -> DrainRequest | None:
+        """The most recent request that ended (cancelled or completed), if any."""
+        return self._last_request
+
+    @property
+    def drain_state(self) -> DrainState:
+        return DrainState.NONE if self._request is None else self._request.state
+
+    @property
+    def transaction_pending(self) -> bool:
+        """True while phase 1 is done and the requester has not committed or cancelled."""
+        return self.drain_state is DrainState.PENDING
+
+    @property
+    def next_slot_number(self) -> int:
+        return self._next_slot
+
+    @property
+    def next_request_id(self) -> int:
+        return self._next_request
+
+    @property
+    def total_badput(self) -> float:
+        return self._total_badput
+
+    def total_unclaimed(self, now: float) -> float:
+        """TotalMachineDrainingUnclaimedTime as of ``now`` (cpu-seconds)."""
+        return self._total_unclaimed + self._unclaimed_since_accounting(now)
+
+    def free(self) -> Resources:
+        """What the partitionable slot still owns."""
+        used = Resources()
+        for claim in self._claims.values():
+            used = used + claim.resources
+        return self.total - used
+
+    def accepting(self) -> bool:
+        """Whether new claims can be admitted at all (``Start`` in the ad)."""
+        if self._request is not None:
+            return self._admits_latecomers()
+        return _classad.evaluate(self.policy.start, self._start_scope()) is not False
+
+    def claims(self, now: float) -> list[ClaimInfo]:
+        return [self._info(c, now) for c in sorted(self._claims.values(), key=lambda c: c.number)]
+
+    def claim_info(self, claim_id: str, now: float) -> ClaimInfo:
+        return self._info(self._claim(claim_id), now)
+
+    def drain_estimate(
+        self, now: float, schedule: Schedule, *, deadline: float | None = None
+    ) -> DrainEstimate:
+        """A drain's estimate at whole-second resolution, with its blockers.
+
+        ``deadline`` (seconds from now) applies to a drain that is not yet running;
+        for the drain in force, its own deadline applies.
+        """
+        if self._draining():
+            assert self._request is not None
+            deadline_at = self._request.deadline_at
+        else:
+            deadline_at = None if deadline is None else math.floor(now) + deadline
+        whole = math.floor(now)
+        claims = self._active_claims()
+        timings = [self._timing(c, now, integer=True) for c in claims]
+        plans = plan_evictions(
+            timings,
+            schedule=schedule,
+            now=whole,
+            machine_max_vacate_time=self.policy.machine_max_vacate_time,
+            suspend_policy=self.policy.suspend_policy,
+            deadline_at=deadline_at,
+        )
+        if plans:
+            completion = clamp(max(p.hard_kill_at for p in plans))
+        else:
+            completion = clamp(self._idle_value(now))
+        blockers = sorted(
+            (self._blocker(c, t, p) for c, t, p in zip(claims, timings, plans, strict=True)),
+            key=lambda b: (-b.gone_by, int(b.claim_id)),
+        )
+        return DrainEstimate(
+            schedule=schedule,
+            now=whole,
+            completion=completion,
+            badput=clamp(sum(p.badput for p in plans)),
+            blockers=tuple(blockers),
+        )
+
+    def next_wakeup(self) -> float | None:
+        """The earliest instant at which :meth:`tick` has something to do, if any.
+
+        The shell sets its timer to this after every call into the model.
+        """
+        instants: list[float] = []
+        if self._request is not None and self._request.state is DrainState.PENDING:
+            assert self._request.expires_at is not None
+            instants.append(self._request.expires_at)
+        for claim in self._claims.values():
+            if claim.activity is Activity.VACATING and claim.hard_kill_at is not None:
+                instants.append(claim.hard_kill_at)
+        if self._draining():
+            for claim, plan in self._due_plans(self._accounted_at):
+                if claim.state is State.CLAIMED and plan.soft_kill_at is not None and plan.firm:
+                    instants.append(plan.soft_kill_at)
+        return min(instants) if instants else None
+
+    # ------------------------------------------------------------------ claims
+
+    def claim(
+        self,
+        now: float,
+        *,
+        resources: Resources,
+        spec: JobSpec,
+        started_at: float | None = None,
+    ) -> tuple[ClaimInfo, list[Action]]:
+        """Carve a dynamic slot for a job that starts (or started) at ``started_at``.
+
+        Raises :class:`TransactionPending` while a transaction is pending,
+        :class:`NotAccepting` when Start is false for this job, and
+        :class:`ResourcesInsufficient` when the partitionable slot cannot fit it.
+        """
+        self._no_pending()
+        if resources.cpus < 1:
+            raise InvalidRequest("a claim needs at least one cpu")
+        if started_at is not None and started_at > now:
+            raise InvalidRequest("a job cannot start in the future")
+        job_ad = self._job_ad(resources, spec)
+        accepted_in: str | None = None
+        if self._request is not None:
+            if not (self._admits_latecomers() and self._start_matches(self._request.start, job_ad)):
+                raise NotAccepting(
+                    f"{self.host} is draining (request {self._request.id}); Start is false"
+                )
+            accepted_in = self._request.id
+        elif not self._start_matches(self.policy.start, job_ad):
+            raise NotAccepting(f"{self.host}: START is not true for this job")
+        free = self.free()
+        if not resources.fits_in(free):
+            missing = ", ".join(f"{k} {v}" for k, v in resources.shortfall(free).items())
+            raise ResourcesInsufficient(
+                f"{self.host}: not enough free resources (short of {missing})"
+            )
+        self._account(now)
+        begun = now if started_at is None else started_at
+        claim = _Claim(
+            number=self._next_slot,
+            resources=resources,
+            spec=spec,
+            state=State.CLAIMED,
+            activity=Activity.BUSY,
+            entered_state=now,
+            entered_activity=now,
+            started_at=begun,
+            run_base=now - begun,
+            running_since=now,
+            accepted_in=accepted_in,
+        )
+        self._next_slot += 1
+        self._claims[claim.number] = claim
+        self._settle_pslot(now)
+        self._refresh_idle(now)
+        return self._info(claim, now), [Publish()]
+
+    def job_exited(self, now: float, claim_id: str) -> list[Action]:
+        """The claim's job is gone: its dynamic slot disappears and returns its resources.
+
+        Unknown ids raise :class:`NoSuchClaim`. Not blocked by a pending transaction:
+        a process exit is a fact, not a request.
+        """
+        claim = self._claim(claim_id)
+        self._account(now)
+        del self._claims[claim.number]
+        actions: list[Action] = [Publish()]
+        actions.extend(self._advance(now))
+        return actions
+
+    def release(self, now: float, claim_id: str) -> list[Action]:
+        """Vacate the claim: soft-kill its job now, hard-kill it after its vacate time."""
+        self._no_pending()
+        claim = self._claim(claim_id)
+        if claim.state is not State.CLAIMED:
+            raise ClaimNotActive(f"claim {claim_id} is already being vacated")
+        self._account(now)
+        actions = self._soft_kill(claim, now, drain=False)
+        actions.append(Publish())
+        self._refresh_idle(now)
+        return actions
+
+    def suspend(self, now: float, claim_id: str) -> list[Action]:
+        """SIGSTOP the claim's job; its run time stops accruing."""
+        self._no_pending()
+        claim = self._claim(claim_id)
+        if claim.activity not in (Activity.BUSY, Activity.RETIRING):
+            raise ClaimNotActive(f"claim {claim_id} is {claim.activity}, not running")
+        self._account(now)
+        self._move(claim, (State.CLAIMED, Activity.SUSPENDED), now)
+        claim.run_base = claim.run(now)
+        claim.running_since = None
+        claim.suspended_since = now
+        actions: list[Action] = [SignalJob(claim_id=claim.claim_id, signal="SIGSTOP"), Publish()]
+        actions.extend(self._advance(now))
+        return actions
+
+    def continue_(self, now: float, claim_id: str) -> list[Action]:
+        """SIGCONT the claim's suspended job; it retires again if a graceful drain runs."""
+        self._no_pending()
+        claim = self._claim(claim_id)
+        if claim.activity is not Activity.SUSPENDED:
+            raise ClaimNotActive(f"claim {claim_id} is {claim.activity}, not suspended")
+        self._account(now)
+        self._resume(claim, now)
+        actions: list[Action] = [SignalJob(claim_id=claim.claim_id, signal="SIGCONT"), Publish()]
+        actions.extend(self._advance(now))
+        return actions
+
+    def record_usage(self, claim_id: str, *, cpu_usage: float, memory_mib: int) -> None:
+        """Store the latest CpuUsage and MemoryUsage samples of a claim's job."""
+        claim = self._claim(claim_id)
+        claim.cpu_usage = max(0.0, cpu_usage)
+        claim.memory_usage = max(0, memory_mib)
+
+    # ------------------------------------------------------------------ draining
+
+    def start_draining(
+        self,
+        now: float,
+        *,
+        schedule: Schedule,
+        reason: str = "",
+        on_completion: OnCompletion = OnCompletion.NONE,
+        deadline: float | None = None,
+        start: str | None = None,
+        check: str | None = None,
+        commit: bool = False,
+        ttl: float | None = None,
+        requested_by: str | None = None,
+    ) -> tuple[DrainRequest, DrainEstimate, list[Action]]:
+        """Phase 1 of the drain transaction (or the whole of it with ``commit=True``).
+
+        Returns the new request (``pending``, or ``draining``/``drained`` when
+        committed), the estimate for its schedule with blockers, and the actions.
+        Raises :class:`DrainInProgress` when a request exists, :class:`InvalidRequest`
+        for bad arguments and :class:`CheckFailed` when ``check`` is not true against
+        the machine ad (one-shot only); nothing changes then.
+        """
+        if self._request is not None:
+            raise DrainInProgress(
+                f"{self.host} already has drain request {self._request.id} ({self._request.state})"
+            )
+        _require_text("reason", reason)
+        if requested_by is not None:
+            _require_text("requested_by", requested_by)
+        if deadline is not None and (not math.isfinite(deadline) or deadline < 0):
+            raise InvalidRequest("deadline must be a non-negative number of seconds")
+        if start is not None:
+            if schedule is not Schedule.GRACEFUL:
+                raise InvalidRequest("a start expression applies only to graceful drains")
+            _classad.validate_expression(start)
+        ttl = self.policy.transaction_ttl if ttl is None else ttl
+        if not (math.isfinite(ttl) and ttl > 0):
+            raise InvalidRequest("the transaction time-to-live must be positive")
+        if check is not None:
+            if not commit:
+                raise InvalidRequest("a check expression goes with a one-shot (commit) request")
+            _classad.validate_expression(check)
+            machine_ad = self.ad(now)["machine"]
+            if not _classad.is_true(check, machine_ad):
+                raise CheckFailed(f"check expression is not true on {self.host}: {check}")
+        self._account(now)
+        request = DrainRequest(
+            id=str(self._next_request),
+            schedule=schedule,
+            reason=reason,
+            on_completion=on_completion,
+            state=DrainState.PENDING,
+            created_at=now,
+            expires_at=now + ttl,
+            deadline=deadline,
+            start=start,
+            requested_by=requested_by,
+        )
+        self._next_request += 1
+        self._request = request
+        if commit:
+            actions = self._commit(now)
+            return self._request_or_last(request.id), self.drain_estimate(now, schedule), actions
+        estimate_ = self.drain_estimate(now, schedule, deadline=deadline)
+        return request, estimate_, [Publish()]
+
+    def commit_draining(
+        self, now: float, request_id: str
+    ) -> tuple[DrainRequest, DrainEstimate, list[Action]]:
+        """Phase 2: commit the pending request; the drain starts now.
+
+        Raises :class:`NoSuchRequest` for a wrong id, :class:`NotPending` when it is
+        already committed and :class:`TransactionExpired` when it expired — the
+        request is then cancelled (that is the one change an error makes here).
+        """
+        request = self._request_by_id(request_id)
+        if request.state is not DrainState.PENDING:
+            raise NotPending(f"drain request {request_id} is {request.state}, not pending")
+        assert request.expires_at is not None
+        if now >= request.expires_at:
+            self._end_request(now, DrainState.CANCELLED)
+            raise TransactionExpired(f"drain request {request_id} expired before its commit")
+        self._account(now)
+        schedule = request.schedule
+        actions = self._commit(now)
+        return self._request_or_last(request_id), self.drain_estimate(now, schedule), actions
+
+    def cancel_draining(self, now: float, request_id: str | None = None) -> list[Action]:
+        """Cancel the request in force (``request_id`` must match when given).
+
+        Start is restored, Drained slots return to Unclaimed, Retiring jobs un-retire
+        and keep running; jobs already Vacating or Killing keep dying.
+        With no ``request_id`` and no request this is a no-op returning ``[]``.
+        """
+        if request_id is not None:
+            self._request_by_id(request_id)
+        elif self._request is None:
+            return []
+        self._account(now)
+        self._end_request(now, DrainState.CANCELLED)
+        return [Publish()]
+
+    def tick(self, now: float) -> list[Action]:
+        """Do what is due at ``now``: expire a transaction, evict, hard-kill, escalate."""
+        self._account(now)
+        actions: list[Action] = []
+        request = self._request
+        if request is not None and request.state is DrainState.PENDING:
+            assert request.expires_at is not None
+            if now >= request.expires_at:
+                self._end_request(now, DrainState.CANCELLED)
+                actions.append(Publish())
+        actions.extend(self._advance(now))
+        return actions
+
+    def set_policy(self, now: float, policy: MachinePolicy) -> list[Action]:
+        """Apply a reloaded policy; running drains re-plan with the new values."""
+        self._account(now)
+        self.policy = policy
+        self._settle_pslot(now)
+        actions: list[Action] = [Publish()]
+        actions.extend(self._advance(now))
+        return actions
+
+    def set_maintenance(
+        self, mode: str | None, unavailability: Mapping[str, int] | None
+    ) -> list[Action]:
+        """Record the maintenance mode and window the master reported for this machine."""
+        window = dict(unavailability) if unavailability is not None else None
+        if mode == self.maintenance_mode and window == self.unavailability:
+            return []
+        self.maintenance_mode = mode
+        self.unavailability = window
+        return [Publish()]
+
+    # ------------------------------------------------------------------ ads
+
+    def ad(self, now: float) -> dict[str, Any]:
+        """``{"machine": {...}, "slots": [...]}`` with HTCondor attribute names.
+
+        Machine-wide values appear in the machine ad and in every slot ad; the six
+        ``ExpectedMachine*`` values are :func:`slots.drain_estimates` of the slot ads.
+        """
+        whole = math.floor(now)
+        shown = self._request
+        machine: dict[str, Any] = {
+            "MyType": "Machine",
+            "Name": self.host,
+            "Machine": self.host,
+            "MyAddress": self.address,
+            "DaemonStartTime": clamp(self.daemon_start_time),
+            "MyCurrentTime": whole,
+            "TotalCpus": self.total.cpus,
+            "TotalMemory": self.total.memory,
+            "TotalDisk": self.total.disk,
+            "TotalGPUs": self.total.gpus,
+            "Start": self.accepting(),
+            "Draining": True if self._draining() else None,
+            "DrainState": str(self.drain_state),
+            "DrainingRequestId": shown.id if shown else None,
+            "DrainReason": shown.reason if shown else None,
+            "DrainSchedule": str(shown.schedule) if shown else None,
+            "DrainOnCompletion": str(shown.on_completion) if shown else None,
+            "DrainingDeadline": _maybe_clamp(shown.deadline_at if shown else None),
+            "DrainTransactionExpires": _maybe_clamp(shown.expires_at if shown else None),
+            "LastDrainStartTime": _maybe_clamp(self._last_drain_start),
+            "LastDrainStopTime": _maybe_clamp(self._last_drain_stop),
+            "TotalMachineDrainingBadput": clamp(self._total_badput),
+            "TotalMachineDrainingUnclaimedTime": clamp(self.total_unclaimed(now)),
+            "TotalDrainingBadputTime": clamp(self._total_badput),
+            "TotalDrainingUnclaimedTime": clamp(self.total_unclaimed(now)),
+            "MaxJobRetirementTime": self.policy.max_job_retirement_time,
+            "MachineMaxVacateTime": self.policy.machine_max_vacate_time,
+            "DrainSuspendedJobs": str(self.policy.suspend_policy),
+            "MaintenanceMode": self.maintenance_mode,
+            "Unavailability": self.unavailability,
+        }
+        free = self.free()
+        slot_ads = [
+            {
+                **machine,
+                "Name": f"slot1@{self.host}",
+                "SlotID": 1,
+                "SlotType": "Partitionable",
+                "PartitionableSlot": True,
+                "Cpus": free.cpus,
+                "Memory": free.memory,
+                "Disk": free.disk,
+                "GPUs": free.gpus,
+                "State": str(self._pslot[0]),
+                "Activity": str(self._pslot[1]),
+                "EnteredCurrentState": clamp(self._pslot_entered_state),
+                "EnteredCurrentActivity": clamp(self._pslot_entered_activity),
+            }
+        ]
+        for claim in sorted(self._claims.values(), key=lambda c: c.number):
+            slot_ads.append({**machine, **self._slot_attributes(claim, now)})
+        expected = drain_estimates(
+            slot_ads,
+            now,
+            previous=None if self._idle_since is None else _idle_doc(self._idle_since),
+        )
+        machine.update(expected)
+        for slot_ad in slot_ads:
+            slot_ad.update(expected)
+        return {"machine": _defined(machine), "slots": [_defined(a) for a in slot_ads]}
+
+    def _slot_attributes(self, claim: _Claim, now: float) -> dict[str, Any]:
+        timing = self._timing(claim, now, integer=True)
+        mjrt = timing.max_job_retirement_time
+        return {
+            "Name": self._slot_name(claim),
+            "SlotID": 1,
+            "DSlotID": claim.number,
+            "ClaimId": claim.claim_id,
+            "SlotType": "Dynamic",
+            "PartitionableSlot": False,
+            "ParentSlot": f"slot1@{self.host}",
+            "Cpus": claim.resources.cpus,
+            "Memory": claim.resources.memory,
+            "Disk": claim.resources.disk,
+            "GPUs": claim.resources.gpus,
+            "State": str(claim.state),
+            "Activity": str(claim.activity),
+            "EnteredCurrentState": clamp(claim.entered_state),
+            "EnteredCurrentActivity": clamp(claim.entered_activity),
+            "JobId": claim.job_id,
+            "RemoteOwner": claim.spec.owner,
+            "JobStart": clamp(claim.started_at),
+            "TotalJobRunTime": clamp(timing.run),
+            "TotalJobSuspendTime": clamp(claim.suspended(now)),
+            "MaxJobRetirementTime": int(mjrt),
+            "RetirementTimeRemaining": clamp(retirement_remaining(mjrt, timing.run))
+            if claim.state is State.CLAIMED
+            else 0,
+            "JobMaxVacateTime": claim.spec.job_max_vacate_time,
+            "VacateTimeRemaining": clamp(timing.vacate_remaining)
+            if claim.activity is Activity.VACATING
+            else None,
+            "AcceptedWhileDraining": self._accepted(claim),
+            "CpuUsage": round(claim.cpu_usage, 4),
+            "MemoryUsage": claim.memory_usage,
+            "KillSig": claim.spec.kill_signal,
+        }
+
+    # ------------------------------------------------------------------ persistence
+
+    def snapshot(self) -> dict[str, Any]:
+        """The machine's durable state as a JSON-able document (see :meth:`restore`)."""
+        return {
+            "version": 1,
+            "next_slot": self._next_slot,
+            "next_request": self._next_request,
+            "request": _request_doc(self._request),
+            "last_request": _request_doc(self._last_request),
+            "total_badput": self._total_badput,
+            "total_unclaimed": self._total_unclaimed,
+            "accounted_at": self._accounted_at,
+            "idle_since": self._idle_since,
+            "last_drain_start": self._last_drain_start,
+            "last_drain_stop": self._last_drain_stop,
+            "maintenance_mode": self.maintenance_mode,
+            "unavailability": self.unavailability,
+            "claims": [_claim_doc(c) for c in self._claims.values()],
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        doc: Mapping[str, Any],
+        *,
+        host: str,
+        total: Resources,
+        policy: MachinePolicy,
+        now: float,
+        address: str = "",
+    ) -> Machine:
+        """Rebuild a machine from :meth:`snapshot`; the daemon start time is ``now``.
+
+        Unclaimed time while the daemon was down is accounted (the cores were idle
+        or not, as the restored claims say). Raises :class:`InvalidRequest` for a
+        document of an unknown version.
+        """
+        if doc.get("version") != 1:
+            raise InvalidRequest(f"unknown machine snapshot version {doc.get('version')!r}")
+        machine = cls(host=host, total=total, policy=policy, now=now, address=address)
+        machine._next_slot = int(doc["next_slot"])
+        machine._next_request = int(doc["next_request"])
+        machine._request = _request_from(doc["request"])
+        machine._last_request = _request_from(doc["last_request"])
+        machine._total_badput = float(doc["total_badput"])
+        machine._total_unclaimed = float(doc["total_unclaimed"])
+        machine._accounted_at = float(doc["accounted_at"])
+        machine._idle_since = doc["idle_since"]
+        machine._last_drain_start = doc["last_drain_start"]
+        machine._last_drain_stop = doc["last_drain_stop"]
+        machine.maintenance_mode = doc["maintenance_mode"]
+        machine.unavailability = doc["unavailability"]
+        for item in doc["claims"]:
+            claim = _claim_from(item)
+            machine._claims[claim.number] = claim
+        machine._account(now)
+        machine._settle_pslot(now)
+        machine._refresh_idle(now)
+        return machine
+
+    # ------------------------------------------------------------------ internals
+
+    def _claim(self, claim_id: str) -> _Claim:
+        try:
+            return self._claims[int(claim_id)]
+        except (KeyError, ValueError):
+            raise NoSuchClaim(f"no claim {claim_id!r} on {self.host}") from None
+
+    def _request_by_id(self, request_id: str) -> DrainRequest:
+        if self._request is None or self._request.id != request_id:
+            raise NoSuchRequest(f"no drain request {request_id!r} on {self.host}")
+        return self._request
+
+    def _request_or_last(self, request_id: str) -> DrainRequest:
+        for request in (self._request, self._last_request):
+            if request is not None and request.id == request_id:
+                return request
+        raise NoSuchRequest(f"no drain request {request_id!r} on {self.host}")
+
+    def _no_pending(self) -> None:
+        if self.transaction_pending:
+            assert self._request is not None
+            raise TransactionPending(
+                f"drain transaction {self._request.id} is pending; state changes wait for it"
+            )
+
+    def _draining(self) -> bool:
+        return self._request is not None and self._request.state in (
+            DrainState.DRAINING,
+            DrainState.DRAINED,
+        )
+
+    def _admits_latecomers(self) -> bool:
+        """A graceful drain with a start expression admits jobs while originals remain."""
+        request = self._request
+        if request is None or request.state is not DrainState.DRAINING or request.start is None:
+            return False
+        return any(c.accepted_in != request.id for c in self._claims.values())
+
+    def _start_scope(self) -> dict[str, Any]:
+        free = self.free()
+        return {
+            "Machine": self.host,
+            "Name": f"slot1@{self.host}",
+            "Cpus": free.cpus,
+            "Memory": free.memory,
+            "Disk": free.disk,
+            "GPUs": free.gpus,
+            "TotalCpus": self.total.cpus,
+            "TotalMemory": self.total.memory,
+            "TotalDisk": self.total.disk,
+            "TotalGPUs": self.total.gpus,
+        }
+
+    def _job_ad(self, resources: Resources, spec: JobSpec) -> dict[str, Any]:
+        return {
+            "Owner": spec.owner,
+            "JobId": spec.job_id,
+            "RequestCpus": resources.cpus,
+            "RequestMemory": resources.memory,
+            "RequestDisk": resources.disk,
+            "RequestGPUs": resources.gpus,
+            "MaxJobRetirementTime": spec.max_job_retirement_time,
+            "JobMaxVacateTime": spec.job_max_vacate_time,
+        }
+
+    def _start_matches(self, expression: str | None, job_ad: Mapping[str, Any]) -> bool:
+        if expression is None:
+            return False
+        return _classad.is_true(expression, self._start_scope(), job_ad)
+
+    def _info(self, claim: _Claim, now: float) -> ClaimInfo:
+        return ClaimInfo(
+            claim_id=claim.claim_id,
+            slot=self._slot_name(claim),
+            resources=claim.resources,
+            spec=claim.spec,
+            job_id=claim.job_id,
+            state=claim.state,
+            activity=claim.activity,
+            started_at=claim.started_at,
+            run=claim.run(now),
+            suspended=claim.suspended(now),
+            accepted_while_draining=self._accepted(claim),
+            evicted_at=claim.evicted_at,
+            hard_kill_at=claim.hard_kill_at,
+        )
+
+    def _slot_name(self, claim: _Claim) -> str:
+        return f"slot1_{claim.number}@{self.host}"
+
+    def _accepted(self, claim: _Claim) -> bool:
+        return (
+            claim.accepted_in is not None
+            and self._request is not None
+            and claim.accepted_in == self._request.id
+        )
+
+    def _effective_mjrt(self, claim: _Claim) -> int:
+        return int(
+            effective_retirement(
+                self.policy.max_job_retirement_time, claim.spec.max_job_retirement_time
+            )
+        )
+
+    def _active_claims(self) -> list[_Claim]:
+        return [
+            c for c in sorted(self._claims.values(), key=lambda c: c.number) if c.pair() in ACTIVE
+        ]
+
+    def _timing(self, claim: _Claim, now: float, *, integer: bool) -> JobTiming:
+        """The arithmetic's view of a claim; ``integer`` truncates as the ads do."""
+        run = claim.run(now)
+        left = 0.0
+        if claim.activity is Activity.VACATING and claim.hard_kill_at is not None:
+            left = max(0.0, claim.hard_kill_at - now)
+        if integer:
+            run = math.floor(run)
+            if claim.activity is Activity.VACATING and claim.hard_kill_at is not None:
+                left = max(0, math.floor(claim.hard_kill_at) - math.floor(now))
+        return JobTiming(
+            cpus=claim.resources.cpus,
+            run=run,
+            max_job_retirement_time=self._effective_mjrt(claim),
+            job_max_vacate_time=claim.spec.job_max_vacate_time,
+            phase=claim.phase(),
+            vacate_remaining=left,
+            accepted_while_draining=self._accepted(claim),
+        )
+
+    def _idle_value(self, now: float) -> float:
+        if self._idle_since is None or self._idle_since > now:
+            return now
+        return self._idle_since
+
+    def _blocker(self, claim: _Claim, timing: JobTiming, plan: Eviction) -> Blocker:
+        return Blocker(
+            claim_id=claim.claim_id,
+            slot=self._slot_name(claim),
+            job_id=claim.job_id,
+            owner=claim.spec.owner,
+            cpus=claim.resources.cpus,
+            activity=str(claim.activity),
+            run=int(timing.run),
+            retirement_remaining=int(plan.retirement_remaining),
+            vacate=int(plan.vacate),
+            evict_at=None if plan.soft_kill_at is None else clamp(plan.soft_kill_at),
+            gone_by=clamp(plan.hard_kill_at),
+            accepted_while_draining=timing.accepted_while_draining,
+        )
+
+    def _due_plans(self, now: float) -> list[tuple[_Claim, Eviction]]:
+        """The drain's eviction plan for every active claim, as of ``now``."""
+        request = self._request
+        assert request is not None
+        claims = self._active_claims()
+        plans = plan_evictions(
+            [self._timing(c, now, integer=False) for c in claims],
+            schedule=request.schedule,
+            now=now,
+            machine_max_vacate_time=self.policy.machine_max_vacate_time,
+            suspend_policy=self.policy.suspend_policy,
+            deadline_at=request.deadline_at,
+        )
+        return list(zip(claims, plans, strict=True))
+
+    def _move(self, claim: _Claim, new: tuple[State, Activity], now: float) -> None:
+        check_move(claim.pair(), new, slot=self._slot_name(claim))
+        if new[0] is not claim.state:
+            claim.entered_state = now
+        if new[1] is not claim.activity:
+            claim.entered_activity = now
+        claim.state, claim.activity = new
+
+    def _resume(self, claim: _Claim, now: float) -> None:
+        """Suspended → running again: Retiring while a graceful drain holds it."""
+        retiring = (
+            self._draining()
+            and self._request is not None
+            and self._request.schedule is Schedule.GRACEFUL
+            and not self._accepted(claim)
+        )
+        target = Activity.RETIRING if retiring else Activity.BUSY
+        self._move(claim, (State.CLAIMED, target), now)
+        claim.suspend_base = claim.suspended(now)
+        claim.suspended_since = None
+        claim.running_since = now
+
+    def _freeze(self, claim: _Claim, now: float) -> None:
+        claim.run_base = claim.run(now)
+        claim.running_since = None
+        if claim.suspended_since is not None:
+            claim.suspend_base = claim.suspended(now)
+            claim.suspended_since = None
+
+    def _soft_kill(self, claim: _Claim, now: float, *, drain: bool) -> list[Action]:
+        was_suspended = claim.activity is Activity.SUSPENDED
+        timing = self._timing(claim, now, integer=False)
+        vacate = _vacate_now(
+            timing, self.policy.machine_max_vacate_time, self.policy.suspend_policy
+        )
+        self._move(claim, (State.PREEMPTING, Activity.VACATING), now)
+        self._freeze(claim, now)
+        claim.evicted_at = now
+        claim.hard_kill_at = now + vacate
+        if drain:
+            claim.drain_eviction = True
+            self._total_badput += claim.resources.cpus * claim.run_base
+        actions: list[Action] = [SignalJob(claim_id=claim.claim_id, signal=claim.spec.kill_signal)]
+        if was_suspended:
+            actions.append(SignalJob(claim_id=claim.claim_id, signal="SIGCONT"))
+        if vacate <= 0:
+            actions.extend(self._hard_kill(claim, now, drain=False))
+        return actions
+
+    def _hard_kill(self, claim: _Claim, now: float, *, drain: bool) -> list[Action]:
+        was_suspended = claim.activity is Activity.SUSPENDED
+        first_eviction = claim.state is State.CLAIMED
+        self._move(claim, (State.PREEMPTING, Activity.KILLING), now)
+        self._freeze(claim, now)
+        if first_eviction:
+            claim.evicted_at = now
+            if drain:
+                claim.drain_eviction = True
+                self._total_badput += claim.resources.cpus * claim.run_base
+        claim.hard_kill_at = now
+        actions: list[Action] = [SignalJob(claim_id=claim.claim_id, signal="SIGKILL")]
+        if was_suspended:
+            actions.append(SignalJob(claim_id=claim.claim_id, signal="SIGCONT"))
+        return actions
+
+    def _commit(self, now: float) -> list[Action]:
+        request = self._request
+        assert request is not None
+        self._request = dataclasses.replace(
+            request,
+            state=DrainState.DRAINING,
+            expires_at=None,
+            committed_at=now,
+            deadline_at=None if request.deadline is None else now + request.deadline,
+        )
+        self._last_drain_start = now
+        actions: list[Action] = [Publish()]
+        for claim in self._active_claims():
+            if claim.activity is Activity.BUSY and request.schedule is Schedule.GRACEFUL:
+                self._move(claim, (State.CLAIMED, Activity.RETIRING), now)
+            elif (
+                claim.activity is Activity.SUSPENDED
+                and self.policy.suspend_policy is SuspendPolicy.RESUME
+            ):
+                self._resume(claim, now)
+                actions.append(SignalJob(claim_id=claim.claim_id, signal="SIGCONT"))
+        self._settle_pslot(now)
+        actions.extend(self._advance(now))
+        return actions
+
+    def _advance(self, now: float) -> list[Action]:
+        """Carry out whatever is due at ``now``, then detect completion."""
+        actions: list[Action] = []
+        for claim in list(self._claims.values()):
+            if (
+                claim.activity is Activity.VACATING
+                and claim.hard_kill_at is not None
+                and claim.hard_kill_at <= now
+            ):
+                actions.extend(self._hard_kill(claim, now, drain=False))
+        if self._request is not None and self._request.state is DrainState.DRAINING:
+            for claim, plan in self._due_plans(now):
+                if claim.state is not State.CLAIMED or plan.soft_kill_at is None:
+                    continue
+                if not plan.firm or plan.soft_kill_at > now:
+                    continue
+                if self._request.schedule is Schedule.FAST:
+                    actions.extend(self._hard_kill(claim, now, drain=True))
+                else:
+                    actions.extend(self._soft_kill(claim, now, drain=True))
+            if not self._claims:
+                actions.extend(self._complete(now))
+        if actions and not any(isinstance(a, Publish) for a in actions):
+            actions.append(Publish())
+        self._settle_pslot(now)
+        self._refresh_idle(now)
+        return actions
+
+    def _complete(self, now: float) -> list[Action]:
+        request = self._request
+        assert request is not None
+        self._request = dataclasses.replace(request, state=DrainState.DRAINED, drained_at=now)
+        self._settle_pslot(now)
+        if request.on_completion is OnCompletion.NONE:
+            return [Publish()]
+        self._end_request(now, DrainState.COMPLETED)
+        actions: list[Action] = [Publish()]
+        if request.on_completion in (OnCompletion.EXIT, OnCompletion.RESTART):
+            actions.append(CompletionAction(action=request.on_completion, request_id=request.id))
+        return actions
+
+    def _end_request(self, now: float, final: DrainState) -> None:
+        """Forget the request in force (recorded as the last one) and reopen the machine."""
+        request = self._request
+        assert request is not None
+        was_draining = self._draining()
+        self._request = None
+        self._last_request = dataclasses.replace(request, state=final, ended_at=now)
+        if was_draining:
+            self._last_drain_stop = now
+        for claim in self._claims.values():
+            if claim.activity is Activity.RETIRING:
+                self._move(claim, (State.CLAIMED, Activity.BUSY), now)
+            if claim.accepted_in == request.id:
+                claim.accepted_in = None
+        self._settle_pslot(now)
+        self._refresh_idle(now)
+
+    def _settle_pslot(self, now: float) -> None:
+        """Put the partitionable slot where the drain request and claims say it is."""
+        if self._draining():
+            target = (State.DRAINED, Activity.RETIRING if self._claims else Activity.IDLE)
+        elif self.accepting():
+            target = (State.UNCLAIMED, Activity.IDLE)
+        else:
+            target = (State.OWNER, Activity.IDLE)
+        if target == self._pslot:
+            return
+        check_move(self._pslot, target, slot=f"slot1@{self.host}")
+        if target[0] is not self._pslot[0]:
+            self._pslot_entered_state = now
+        if target[1] is not self._pslot[1]:
+            self._pslot_entered_activity = now
+        self._pslot = target
+
+    def _refresh_idle(self, now: float) -> None:
+        """Remember when the machine last became drainable (the sticky idle rule)."""
+        if self._active_claims():
+            self._idle_since = None
+        elif self._idle_since is None or self._idle_since > now:
+            self._idle_since = now
+
+    def _unclaimed_since_accounting(self, now: float) -> float:
+        if not self._draining() or now <= self._accounted_at:
+            return 0.0
+        idle_cpus = self.total.cpus - sum(c.resources.cpus for c in self._claims.values())
+        return max(0, idle_cpus) * (now - self._accounted_at)
+
+    def _account(self, now: float) -> None:
+        """Bring TotalMachineDrainingUnclaimedTime up to ``now``."""
+        self._total_unclaimed += self._unclaimed_since_accounting(now)
+        self._accounted_at = max(self._accounted_at, now)
+
+
+def _maybe_clamp(value: float | None) -> int | None:
+    return None if value is None else clamp(value)
+
+
+def _idle_doc(idle_since: float) -> dict[str, int]:
+    value = clamp(idle_since)
+    return {
+        "ExpectedMachineGracefulDrainingCompletion": value,
+        "ExpectedMachineQuickDrainingCompletion": value,
+        "ExpectedMachineFastDrainingCompletion": value,
+    }
+
+
+def _defined(ad: dict[str, Any]) -> dict[str, Any]:
+    """Drop undefined (``None``) attributes, as HTCondor leaves them out of ads."""
+    return {k: v for k, v in ad.items() if v is not None}
+
+
+def _vacate_now(timing: JobTiming, machine_vacate: int, policy: SuspendPolicy) -> float:
+    """The vacate time a job gets when it is soft-killed at this instant."""
+    retired = timing.phase is Phase.SUSPENDED and policy is SuspendPolicy.EVICT
+    remaining = 0.0 if retired else retirement_remaining(timing.max_job_retirement_time, timing.run)
+    return vacate_time(machine_vacate, timing.job_max_vacate_time, remaining)
+
+
+def _request_doc(request: DrainRequest | None) -> dict[str, Any] | None:
+    if request is None:
+        return None
+    doc = dataclasses.asdict(request)
+    doc["schedule"] = str(request.schedule)
+    doc["on_completion"] = str(request.on_completion)
+    doc["state"] = str(request.state)
+    return doc
+
+
+def _request_from(doc: Mapping[str, Any] | None) -> DrainRequest | None:
+    if doc is None:
+        return None
+    fields = dict(doc)
+    fields["schedule"] = Schedule(fields["schedule"])
+    fields["on_completion"] = OnCompletion(fields["on_completion"])
+    fields["state"] = DrainState(fields["state"])
+    return DrainRequest(**fields)
+
+
+def _claim_doc(claim: _Claim) -> dict[str, Any]:
+    doc = dataclasses.asdict(claim)
+    doc["state"] = str(claim.state)
+    doc["activity"] = str(claim.activity)
+    return doc
+
+
+def _claim_from(doc: Mapping[str, Any]) -> _Claim:
+    fields = dict(doc)
+    fields["resources"] = Resources(**fields["resources"])
+    fields["spec"] = JobSpec(**fields["spec"])
+    fields["state"] = State(fields["state"])
+    fields["activity"] = Activity(fields["activity"])
+    return _Claim(**fields)
