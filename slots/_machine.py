@@ -272,8 +272,11 @@ class Machine:
         return self.total - used
 
     def accepting(self) -> bool:
-        """Whether new claims can be admitted at all (``Start`` in the ad)."""
-        if self._request is not None:
+        """Whether new claims can be admitted at all (``Start`` in the ad).
+
+        A pending transaction does not change it: claims wait, they are not refused.
+        """
+        if self._draining():
             return self._admits_latecomers()
         return _classad.evaluate(self.policy.start, self._start_scope()) is not False
 
