@@ -18,6 +18,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Drain a node, plan cluster maintenance, defragment a pool."""
+
+
 @app.command()
 def version() -> None:
     """Print the version and exit."""
