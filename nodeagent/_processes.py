@@ -1,0 +1,547 @@
+"""Job processes: launch, adopt, wait for, signal and measure real OS processes.
+
+A job is one OS process, the *leader*, in a process group of its own, plus whatever it starts
+in that group. The daemon talks to jobs only through :class:`ProcessRunner`; the real
+implementation is :class:`OsProcessRunner`, and tests may substitute a fake.
+
+Contract:
+
+* **Launch** starts the leader in a new session (so also a new process group whose id is the
+  leader's pid), stdin from ``/dev/null``, stdout and stderr appended to ``stdout`` and
+  ``stderr`` in the job's execute directory, every other descriptor closed. Nothing ties the
+  job's life to the daemon's: jobs outlive a daemon that exits or is killed, and a restarted
+  daemon re-adopts them.
+* **Adopt** takes an existing pid, optionally checked against the start time recorded when the
+  job was launched (:data:`START_TIME_TOLERANCE`), and pins it with a pidfd, so that a pid
+  recycled after the check is never mistaken for the job.
+* **Exits** are noticed at once, without polling: the leader's pidfd becomes readable when it
+  exits and :meth:`JobProcess.wait` sleeps on it in trio's I/O loop. The daemon's own children
+  are reaped by ``wait`` (or :meth:`JobProcess.exited`), so they leave no zombies.
+* **Signals** (soft kill, hard kill, suspend, continue) all go to the whole process group.
+
+Errors::
+
+    ProcessError                   code "job.error"               HTTP 500
+    ├── LaunchFailed               code "job.launch_failed"       HTTP 422
+    ├── NoSuchProcess              code "job.no_such_process"     HTTP 404
+    └── PermissionRefused          code "job.permission_refused"  HTTP 403
+
+An operation that raises leaves nothing behind: no process, no open descriptor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import pwd
+import select
+import signal
+import subprocess
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import psutil
+import trio
+
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = [
+    "START_TIME_TOLERANCE",
+    "JobProcess",
+    "LaunchFailed",
+    "LaunchSpec",
+    "NoSuchProcess",
+    "OsProcessRunner",
+    "PermissionRefused",
+    "ProcessError",
+    "ProcessIdentity",
+    "ProcessRunner",
+    "Usage",
+]
+
+START_TIME_TOLERANCE = 1.5
+"""How far (seconds) a process's start time may differ from the recorded one and still match.
+
+psutil computes ``create_time`` as the kernel's start tick (10 ms resolution, fixed for the
+life of the process) plus the boot time from ``/proc/stat``, which is a whole number of
+seconds and moves by one second whenever the wall clock is corrected across a second
+boundary. A tolerance a little above one second absorbs both, so a running job is still
+recognised after such a correction. A different process could only match if the kernel
+handed out every other pid and came back to this one within that window, since Linux
+allocates pids cyclically.
+"""
+
+_OUTPUT_MODE = 0o600
+_EXECUTE_DIR_MODE = 0o700
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+class ProcessError(Exception):
+    """Base class of the errors this module raises; never raised itself."""
+
+    code: ClassVar[str] = "job.error"
+    http_status: ClassVar[int] = 500
+
+
+class LaunchFailed(ProcessError):
+    """The job could not be started: bad argv, unknown user, missing cwd, exec failure.
+
+    No process is left running and no descriptor is left open; the execute directory and its
+    output files may have been created.
+    """
+
+    code: ClassVar[str] = "job.launch_failed"
+    http_status: ClassVar[int] = 422
+
+
+class NoSuchProcess(ProcessError):
+    """Adopt: no process has this pid, or the one that has it started at another time."""
+
+    code: ClassVar[str] = "job.no_such_process"
+    http_status: ClassVar[int] = 404
+
+
+class PermissionRefused(ProcessError):
+    """The daemon may not do this to the process: switch to another user without being root,
+    signal a process it has no permission to signal, or adopt a process in its own process
+    group (signalling that group would signal the daemon itself)."""
+
+    code: ClassVar[str] = "job.permission_refused"
+    http_status: ClassVar[int] = 403
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSpec:
+    """What to run and where.
+
+    * ``argv``: the program and its arguments; a program name without a slash is looked up
+      in the ``PATH`` of the job's environment (``os.defpath`` when it has none).
+    * ``env``: ``None`` inherits the daemon's environment; otherwise the job gets exactly this
+      mapping, nothing merged in (an empty mapping gives an empty environment).
+    * ``cwd``: ``None`` means the execute directory; a relative path is taken relative to it.
+    * ``user``: run as this user. Switching users needs root; without root, naming any user
+      but the current one raises :class:`PermissionRefused`. When the daemon switches users,
+      the execute directory and the output files are given to that user.
+    * ``execute_dir``: created with mode 0o700 (and any missing parents) if absent; the job's
+      stdout and stderr are appended to ``stdout`` and ``stderr`` there (mode 0o600).
+
+    Raises :class:`LaunchFailed` when built with an empty ``argv`` or a NUL byte in it.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    user: str | None = None
+    execute_dir: Path
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise LaunchFailed("argv must name a program")
+        if any("\0" in arg for arg in self.argv):
+            raise LaunchFailed("argv must not contain NUL bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessIdentity:
+    """Which process a job is: enough to find it again after a daemon restart.
+
+    ``start_time`` is psutil's ``create_time`` (epoch seconds); with the pid it tells a job
+    from a later process that got the same pid. ``pgid`` is the group that signals go to.
+    """
+
+    pid: int
+    start_time: float
+    pgid: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Resource use of a job's process tree, in the units of the ad attributes.
+
+    ``cpu_usage`` (``CpuUsage``): cores busy on average over the interval, 1.0 = one core.
+    ``memory_usage`` (``MemoryUsage``): resident set size summed over the tree, MiB rounded up.
+    """
+
+    cpu_usage: float = 0.0
+    memory_usage: int = 0
+
+
+def _same_start(observed: float, recorded: float) -> bool:
+    return abs(observed - recorded) <= START_TIME_TOLERANCE
+
+
+# --------------------------------------------------------------------------------------------
+# Handles
+
+
+class JobProcess(Protocol):
+    """A handle on one job process, launched by the daemon or adopted."""
+
+    @property
+    def identity(self) -> ProcessIdentity: ...
+
+    async def wait(self) -> int | None:
+        """Return once the leader has exited.
+
+        The result is the exit status when the daemon could reap the process (its own
+        children): ``subprocess`` returncode semantics, negative = killed by that signal.
+        It is ``None`` for processes whose status the daemon cannot read. Any number of tasks
+        may wait at once and wait again later. Cancelling a wait leaves the handle as it was.
+        """
+        ...
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the job's process group; a group that is already gone is ignored.
+
+        Raises :class:`PermissionRefused` when the daemon may not signal the group.
+        """
+        ...
+
+    def exited(self) -> bool:
+        """Whether the leader has exited, without blocking."""
+        ...
+
+
+class _OsJobProcess:
+    """What both kinds of real handle share: identity and group signalling."""
+
+    def __init__(self, identity: ProcessIdentity) -> None:
+        self.identity = identity
+
+    def __repr__(self) -> str:
+        i = self.identity
+        state = "exited" if self.exited() else "running"
+        return f"<{type(self).__name__} pid={i.pid} pgid={i.pgid} {state}>"
+
+    def exited(self) -> bool:
+        raise NotImplementedError
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        if not self._group_is_ours():
+            return
+        try:
+            os.killpg(self.identity.pgid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            raise PermissionRefused(
+                f"may not send {sig.name} to process group {self.identity.pgid}"
+            ) from exc
+
+    def _group_is_ours(self) -> bool:
+        """False when the group id provably belongs to a later process.
+
+        The kernel keeps a group's id reserved while any member lives, so the id can only have
+        been recycled once the group is empty and its leader reaped. For a group led by the
+        job, a live process with the leader's pid but another start time proves that. For a
+        job that is not its group's leader nothing can be proved and the group is signalled.
+        """
+        ident = self.identity
+        if ident.pgid != ident.pid:
+            return True
+        try:
+            started = float(psutil.Process(ident.pid).create_time())
+        except psutil.Error:
+            return True
+        return _same_start(started, ident.start_time)
+
+
+class _ChildProcess(_OsJobProcess):
+    """A job this daemon launched; trio watches its pidfd and reaps it."""
+
+    def __init__(self, identity: ProcessIdentity, process: trio.Process) -> None:
+        super().__init__(identity)
+        self._process = process
+
+    async def wait(self) -> int | None:
+        return await self._process.wait()
+
+    def exited(self) -> bool:
+        return self._process.returncode is not None
+
+
+class _AdoptedProcess(_OsJobProcess):
+    """A process found by pid, pinned by a pidfd from the moment it was validated.
+
+    The pidfd is closed as soon as the exit is seen (or when the handle is garbage collected).
+    If the process turns out to be a child of this daemon, it is reaped and its status
+    reported; anything else holding it (a ``subprocess.Popen``) then finds it already reaped.
+    """
+
+    def __init__(self, identity: ProcessIdentity, pidfd: int) -> None:
+        super().__init__(identity)
+        self._pidfd: int | None = pidfd
+        self._close_pidfd = weakref.finalize(self, os.close, pidfd)
+        self._lock = trio.Lock()
+        self._status: int | None = None
+
+    async def wait(self) -> int | None:
+        async with self._lock:
+            fd = self._pidfd
+            if fd is None:
+                await trio.lowlevel.checkpoint()
+            else:
+                with contextlib.suppress(trio.ClosedResourceError):
+                    await trio.lowlevel.wait_readable(fd)
+                self._finish()
+        return self._status
+
+    def exited(self) -> bool:
+        fd = self._pidfd
+        if fd is None:
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if poller.poll(0):
+            self._finish()
+            return True
+        return False
+
+    def _finish(self) -> None:
+        """The leader has exited: reap it if it is ours, then let go of the pidfd."""
+        fd = self._pidfd
+        if fd is None:
+            return
+        try:
+            result = os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            result = None
+        if result is not None:
+            self._status = _returncode(result)
+        self._pidfd = None
+        with contextlib.suppress(RuntimeError):  # outside trio nobody can be waiting on it
+            trio.lowlevel.notify_closing(fd)
+        self._close_pidfd()
+
+
+def _returncode(result: os.waitid_result) -> int:
+    if result.si_code == os.CLD_EXITED:
+        return result.si_status
+    return -result.si_status
+
+
+# --------------------------------------------------------------------------------------------
+# Runners
+
+
+class ProcessRunner(Protocol):
+    """How the daemon starts, finds and measures jobs."""
+
+    async def launch(self, spec: LaunchSpec) -> JobProcess:
+        """Start a job; raises :class:`LaunchFailed` or :class:`PermissionRefused`."""
+        ...
+
+    async def adopt(self, pid: int, *, start_time: float | None = None) -> JobProcess:
+        """Take over a running process; raises :class:`NoSuchProcess` when ``pid`` does not
+        exist or, given ``start_time``, belongs to a process started at another time, and
+        :class:`PermissionRefused` when the daemon may not signal it."""
+        ...
+
+    def usage(self, proc: JobProcess) -> Usage:
+        """CPU and memory of the job's process tree; zeros once the job has gone."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CpuSample:
+    at: float  # CLOCK_BOOTTIME seconds
+    cpu_seconds: float
+    cpu_usage: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class _User:
+    name: str
+    uid: int
+    gid: int
+
+
+class OsProcessRunner:
+    """Real jobs: ``fork``/``exec`` through trio, pidfds for exits, psutil for usage.
+
+    ``usage`` reads ``/proc`` synchronously (a scan of all processes to find the tree); with
+    many jobs, call it from a worker thread. It keeps the previous CPU sample per handle, for
+    as long as the handle lives; handles must be weak-referenceable (this runner's are).
+    """
+
+    def __init__(self) -> None:
+        self._samples: weakref.WeakKeyDictionary[JobProcess, _CpuSample] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def launch(self, spec: LaunchSpec) -> JobProcess:
+        user = _resolve_user(spec.user)
+        cwd = spec.execute_dir / spec.cwd if spec.cwd is not None else spec.execute_dir
+        stdout, stderr = await trio.to_thread.run_sync(_prepare_execute_dir, spec.execute_dir, user)
+        options: dict[str, Any] = {}
+        if user is not None:
+            options.update(
+                user=user.uid, group=user.gid, extra_groups=os.getgrouplist(user.name, user.gid)
+            )
+        try:
+            process = await trio.lowlevel.open_process(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=cwd,
+                env=None if spec.env is None else dict(spec.env),
+                start_new_session=True,
+                close_fds=True,
+                **options,
+            )
+        except OSError as exc:
+            what = exc.strerror or str(exc)
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise LaunchFailed(f"cannot start {spec.argv[0]!r}: {what}{where}") from exc
+        finally:
+            os.close(stdout)
+            os.close(stderr)
+        # Not reaped before someone waits, so psutil can read the start time even if the
+        # job has already exited.
+        start_time = float(psutil.Process(process.pid).create_time())
+        identity = ProcessIdentity(pid=process.pid, start_time=start_time, pgid=process.pid)
+        return _ChildProcess(identity, process)
+
+    async def adopt(self, pid: int, *, start_time: float | None = None) -> JobProcess:
+        await trio.lowlevel.checkpoint()
+        if pid <= 0:
+            raise NoSuchProcess(f"no process {pid}")
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError as exc:
+            raise NoSuchProcess(f"no process {pid}") from exc
+        try:
+            identity = _validate(pid, start_time)
+        except BaseException:
+            os.close(pidfd)
+            raise
+        return _AdoptedProcess(identity, pidfd)
+
+    def usage(self, proc: JobProcess) -> Usage:
+        measured = _measure(proc.identity)
+        if measured is None:
+            self._samples.pop(proc, None)
+            return Usage()
+        cpu_seconds, rss, age = measured
+        now = time.clock_gettime(time.CLOCK_BOOTTIME)
+        previous = self._samples.get(proc)
+        if previous is None:
+            cpu_usage = cpu_seconds / age if age > 0 else 0.0
+        elif now > previous.at:
+            # A process that leaves the tree unreaped takes its time along: never go negative.
+            cpu_usage = max(0.0, cpu_seconds - previous.cpu_seconds) / (now - previous.at)
+        else:
+            cpu_usage = previous.cpu_usage
+        self._samples[proc] = _CpuSample(at=now, cpu_seconds=cpu_seconds, cpu_usage=cpu_usage)
+        return Usage(cpu_usage=cpu_usage, memory_usage=math.ceil(rss / 2**20))
+
+
+def _measure(ident: ProcessIdentity) -> tuple[float, int, float] | None:
+    """CPU seconds and RSS bytes of the tree led by ``ident``, and the leader's age.
+
+    CPU seconds count each live member's own time plus the time of the descendants it has
+    reaped, so work done by short-lived helpers is not lost. ``None`` once the leader has
+    exited (zombies included) or its pid names another process.
+    """
+    try:
+        leader = psutil.Process(ident.pid)
+        if leader.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if not _same_start(float(leader.create_time()), ident.start_time):
+            return None
+        tree = [leader, *leader.children(recursive=True)]
+        age = _age(leader)
+    except psutil.Error:
+        return None
+    cpu_seconds = 0.0
+    rss = 0
+    for member in tree:
+        try:
+            with member.oneshot():
+                times = member.cpu_times()
+                memory = member.memory_info()
+        except psutil.Error:
+            continue
+        cpu_seconds += times.user + times.system + times.children_user + times.children_system
+        rss += int(memory.rss)
+    return float(cpu_seconds), rss, age
+
+
+def _validate(pid: int, start_time: float | None) -> ProcessIdentity:
+    """Check the process that ``pid`` names now (the caller holds its pidfd)."""
+    try:
+        started = float(psutil.Process(pid).create_time())
+        pgid = os.getpgid(pid)
+    except (psutil.NoSuchProcess, ProcessLookupError) as exc:
+        raise NoSuchProcess(f"no process {pid}") from exc
+    if start_time is not None and not _same_start(started, start_time):
+        raise NoSuchProcess(
+            f"process {pid} started at {started:.2f}, not at {start_time:.2f}: the pid was reused"
+        )
+    if pgid == os.getpgrp():
+        raise PermissionRefused(
+            f"process {pid} is in the daemon's own process group {pgid}; signalling it would "
+            "signal the daemon"
+        )
+    try:
+        os.kill(pid, 0)
+    except PermissionError as exc:
+        raise PermissionRefused(f"may not signal process {pid}") from exc
+    except ProcessLookupError as exc:
+        raise NoSuchProcess(f"no process {pid}") from exc
+    return ProcessIdentity(pid=pid, start_time=started, pgid=pgid)
+
+
+def _age(proc: psutil.Process) -> float:
+    """Seconds since ``proc`` started, on the boot clock the kernel stamps processes with."""
+    since_boot = float(proc.create_time()) - float(psutil.boot_time())
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
+
+
+def _resolve_user(name: str | None) -> _User | None:
+    """The user to switch to, or ``None`` to stay the daemon's user."""
+    if name is None:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError as exc:
+        raise LaunchFailed(f"no such user {name!r}") from exc
+    euid = os.geteuid()
+    if entry.pw_uid == euid:
+        return None
+    if euid != 0:
+        raise PermissionRefused(f"only root may run jobs as another user ({name!r})")
+    return _User(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+def _prepare_execute_dir(execute_dir: Path, user: _User | None) -> tuple[int, int]:
+    """Create the execute directory if needed and open the output files (blocking)."""
+    opened: list[int] = []
+    try:
+        execute_dir.mkdir(mode=_EXECUTE_DIR_MODE, parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        for name in ("stdout", "stderr"):
+            opened.append(os.open(execute_dir / name, flags, _OUTPUT_MODE))
+        if user is not None:
+            os.chown(execute_dir, user.uid, user.gid)
+            for fd in opened:
+                os.fchown(fd, user.uid, user.gid)
+    except OSError as exc:
+        for fd in opened:
+            os.close(fd)
+        raise LaunchFailed(f"cannot prepare execute directory {execute_dir}: {exc}") from exc
+    return opened[0], opened[1]

@@ -1,0 +1,654 @@
+"""Real job processes: launch, adopt, wait, signal, measure.
+
+Every test starts real processes and kills them (by pid, identity-checked) when it ends. Jobs
+report what they see through a Unix socket (:class:`Beacon`), so tests wait on real events,
+never on elapsed time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+import pytest
+import trio
+import trio.testing
+
+from nodeagent import _processes
+from nodeagent._processes import (
+    START_TIME_TOLERANCE,
+    JobProcess,
+    LaunchFailed,
+    LaunchSpec,
+    NoSuchProcess,
+    OsProcessRunner,
+    PermissionRefused,
+    ProcessError,
+    ProcessRunner,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+PYTHON = sys.executable
+LIMIT = 10.0  # seconds; generous, only hit when something is broken
+
+# Job-side helper, prepended to job scripts: beacon(msg) tells the test something happened.
+# The beacon socket path is always argv[1].
+BEACON = """\
+import os, signal, socket, subprocess, sys, time
+def beacon(msg):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall(msg.encode())
+    s.close()
+"""
+
+PAUSE_FOREVER = "import signal\nwhile True:\n    signal.pause()\n"
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class Beacon:
+    """A Unix socket that jobs connect to; each connection carries one message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+
+    async def open(self) -> None:
+        await self._sock.bind(str(self.path))
+        self._sock.listen(16)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    async def receive(self) -> str:
+        conn, _ = await self._sock.accept()
+        with conn:
+            chunks = []
+            while chunk := await conn.recv(4096):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+
+class Reaper:
+    """Everything a test starts; killed (and reaped where it is ours) at teardown."""
+
+    def __init__(self) -> None:
+        self.jobs: list[JobProcess] = []
+        self.children: list[trio.Process] = []
+        self.strangers: list[psutil.Process] = []
+
+    def job(self, proc: JobProcess) -> JobProcess:
+        self.jobs.append(proc)
+        return proc
+
+    def child(self, proc: trio.Process) -> trio.Process:
+        self.children.append(proc)
+        return proc
+
+    def stranger(self, pid: int) -> psutil.Process:
+        proc = psutil.Process(pid)  # pins pid + start time: kill() refuses a reused pid
+        self.strangers.append(proc)
+        return proc
+
+    async def cleanup(self) -> None:
+        for job in self.jobs:
+            job.signal_group(signal.SIGKILL)
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+        for stranger in self.strangers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                stranger.kill()
+        with trio.fail_after(LIMIT):
+            for job in self.jobs:
+                await job.wait()
+            for child in self.children:
+                await child.wait()
+
+
+@pytest.fixture
+async def reaper() -> AsyncIterator[Reaper]:
+    r = Reaper()
+    try:
+        yield r
+    finally:
+        await r.cleanup()
+
+
+@pytest.fixture
+async def beacon() -> AsyncIterator[Beacon]:
+    # Short path: Unix socket paths are limited to 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="na-") as tmp:
+        b = Beacon(Path(tmp) / "b")
+        await b.open()
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def runner() -> OsProcessRunner:
+    return OsProcessRunner()
+
+
+def python_job(execute_dir: Path, code: str, *args: str) -> LaunchSpec:
+    return LaunchSpec(argv=(PYTHON, "-c", code, *args), execute_dir=execute_dir)
+
+
+def spawn_orphan(code: str = PAUSE_FOREVER) -> int:
+    """Start a Python process that is not our child (its parent exits at once)."""
+    launcher = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True,\n"
+        "    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(p.pid)\n"
+    )
+    done = subprocess.run(
+        [PYTHON, "-c", launcher, code], capture_output=True, check=True, timeout=LIMIT
+    )
+    return int(done.stdout)
+
+
+def gone(pid: int, start_time: float) -> bool:
+    """No process (not even a zombie) with this pid and start time remains."""
+    try:
+        return bool(psutil.Process(pid).create_time() != start_time)
+    except psutil.NoSuchProcess:
+        return True
+
+
+@contextlib.contextmanager
+def real_time_limit(seconds: float) -> Iterator[None]:
+    """Like trio.fail_after, but on the wall clock: works under a frozen MockClock."""
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as scope:
+
+        def expire() -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(scope.cancel, trio_token=token)
+
+        timer = threading.Timer(seconds, expire)
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+    if scope.cancelled_caught:
+        raise AssertionError(f"did not finish within {seconds} s of real time")
+
+
+# --------------------------------------------------------------------------------------------
+# Module surface
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert _processes.__all__ == sorted(_processes.__all__, key=lambda n: (not n.isupper(), n))
+    for name in _processes.__all__:
+        assert hasattr(_processes, name)
+
+
+def test_os_runner_is_a_process_runner() -> None:
+    runner: ProcessRunner = OsProcessRunner()
+    assert runner is not None
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "status"),
+    [
+        (ProcessError, "job.error", 500),
+        (LaunchFailed, "job.launch_failed", 422),
+        (NoSuchProcess, "job.no_such_process", 404),
+        (PermissionRefused, "job.permission_refused", 403),
+    ],
+)
+def test_error_codes(error: type[ProcessError], code: str, status: int) -> None:
+    assert issubclass(error, ProcessError)
+    assert error.code == code
+    assert error.http_status == status
+
+
+@pytest.mark.parametrize("argv", [(), ("true\0",)])
+def test_spec_refuses_bad_argv(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    with pytest.raises(LaunchFailed):
+        LaunchSpec(argv=argv, execute_dir=tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Launch
+
+
+async def test_launch_and_wait_returns_exit_code(runner: OsProcessRunner, tmp_path: Path) -> None:
+    proc = await runner.launch(python_job(tmp_path, "import sys; sys.exit(3)"))
+    with trio.fail_after(LIMIT):
+        results: list[int | None] = []
+
+        async def waiter() -> None:
+            results.append(await proc.wait())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            nursery.start_soon(waiter)
+        assert results == [3, 3]
+        assert await proc.wait() == 3
+    assert proc.exited()
+    ident = proc.identity
+    assert ident.pgid == ident.pid
+    assert gone(ident.pid, ident.start_time)  # reaped: no zombie left
+
+
+async def test_exit_by_signal_is_negative(
+    runner: OsProcessRunner, reaper: Reaper, tmp_path: Path
+) -> None:
+    proc = reaper.job(await runner.launch(python_job(tmp_path, PAUSE_FOREVER)))
+    assert not proc.exited()
+    proc.signal_group(signal.SIGKILL)
+    with trio.fail_after(LIMIT):
+        assert await proc.wait() == -signal.SIGKILL
+    proc.signal_group(signal.SIGTERM)  # already gone: ignored
+
+
+async def test_job_has_its_own_session_and_group(
+    runner: OsProcessRunner, reaper: Reaper, tmp_path: Path
+) -> None:
+    proc = reaper.job(await runner.launch(python_job(tmp_path, PAUSE_FOREVER)))
+    pid = proc.identity.pid
+    assert os.getpgid(pid) == pid
+    assert os.getsid(pid) == pid
+    assert proc.identity.start_time == psutil.Process(pid).create_time()
+
+
+async def test_output_lands_in_the_execute_directory(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    execute_dir = tmp_path / "execute" / "job1"
+    code = (
+        "import os, sys\n"
+        "print('out', os.getcwd(), repr(sys.stdin.read()), os.readlink('/proc/self/fd/0'))\n"
+        "print('err', file=sys.stderr)\n"
+    )
+    for _ in range(2):
+        proc = await runner.launch(python_job(execute_dir, code))
+        with trio.fail_after(LIMIT):
+            assert await proc.wait() == 0
+    assert stat.S_IMODE(execute_dir.stat().st_mode) == 0o700
+    line = f"out {execute_dir} '' /dev/null\n"
+    assert (execute_dir / "stdout").read_text() == line * 2  # appended, not truncated
+    assert (execute_dir / "stderr").read_text() == "err\n" * 2
+    assert stat.S_IMODE((execute_dir / "stdout").stat().st_mode) == 0o600
+
+
+async def test_relative_cwd_is_inside_the_execute_directory(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    (tmp_path / "sub").mkdir()
+    spec = LaunchSpec(
+        argv=(PYTHON, "-c", "import os; print(os.getcwd())"), cwd="sub", execute_dir=tmp_path
+    )
+    with trio.fail_after(LIMIT):
+        assert await (await runner.launch(spec)).wait() == 0
+    assert (tmp_path / "stdout").read_text() == f"{tmp_path / 'sub'}\n"
+
+
+async def test_env_is_used_exactly_as_given(runner: OsProcessRunner, tmp_path: Path) -> None:
+    spec = LaunchSpec(argv=("env",), env={"FOO": "bar"}, execute_dir=tmp_path)
+    with trio.fail_after(LIMIT):
+        assert await (await runner.launch(spec)).wait() == 0
+    assert (tmp_path / "stdout").read_text() == "FOO=bar\n"
+
+
+async def test_env_none_inherits_the_daemons(runner: OsProcessRunner, tmp_path: Path) -> None:
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    expected = dict(os.environ)
+    with trio.fail_after(LIMIT):
+        assert await (await runner.launch(python_job(tmp_path, code))).wait() == 0
+    got = json.loads((tmp_path / "stdout").read_text())
+    # The child gets the process environment, which may hold more than os.environ shows.
+    assert expected.items() <= got.items()
+
+
+async def test_launch_failures_raise_and_leak_nothing(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\n")
+    specs = [
+        LaunchSpec(argv=("/nonexistent/program",), execute_dir=tmp_path),
+        LaunchSpec(argv=("no-such-program-anywhere",), execute_dir=tmp_path),
+        LaunchSpec(argv=(str(not_executable),), execute_dir=tmp_path),
+        LaunchSpec(argv=("true",), cwd="/nonexistent/dir", execute_dir=tmp_path),
+        LaunchSpec(argv=("true",), user="no-such-user-here", execute_dir=tmp_path),
+        LaunchSpec(argv=("true",), execute_dir=not_executable / "below-a-file"),
+    ]
+    before = open_fds()
+    children_before = psutil.Process().children()
+    for spec in specs:
+        with pytest.raises(LaunchFailed) as info:
+            await runner.launch(spec)
+        assert info.value.code == "job.launch_failed"
+        assert info.value.http_status == 422
+    assert open_fds() == before
+    assert psutil.Process().children() == children_before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+async def test_launch_as_another_user(runner: OsProcessRunner, tmp_path: Path) -> None:
+    nobody = pwd.getpwnam("nobody")
+    execute_dir = tmp_path / "job"
+    spec = LaunchSpec(argv=("id", "-u"), user="nobody", execute_dir=execute_dir)
+    with trio.fail_after(LIMIT):
+        assert await (await runner.launch(spec)).wait() == 0
+    assert (execute_dir / "stdout").read_text() == f"{nobody.pw_uid}\n"
+    assert execute_dir.stat().st_uid == nobody.pw_uid
+    assert (execute_dir / "stdout").stat().st_uid == nobody.pw_uid
+
+
+async def test_launch_as_the_current_user_needs_no_switch(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    spec = LaunchSpec(argv=("id", "-u"), user=me, execute_dir=tmp_path)
+    with trio.fail_after(LIMIT):
+        assert await (await runner.launch(spec)).wait() == 0
+    assert (tmp_path / "stdout").read_text() == f"{os.geteuid()}\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Signals
+
+GRANDCHILD = (
+    BEACON
+    + """
+def on_term(*_):
+    with open(sys.argv[2], "w") as f:
+        f.write("TERM")
+    beacon("term")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+beacon(f"ready {os.getpid()}")
+while True:
+    signal.pause()
+"""
+)
+
+PARENT = """\
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[3], *sys.argv[1:3]])
+sys.exit(child.wait())
+"""
+
+
+async def test_signal_group_reaches_a_grandchild(
+    runner: OsProcessRunner, reaper: Reaper, beacon: Beacon, tmp_path: Path
+) -> None:
+    record = tmp_path / "record"
+    spec = python_job(tmp_path / "job", PARENT, str(beacon.path), str(record), GRANDCHILD)
+    proc = reaper.job(await runner.launch(spec))
+    with trio.fail_after(LIMIT):
+        ready, grandchild = (await beacon.receive()).split()
+        assert ready == "ready"
+        assert int(grandchild) != proc.identity.pid
+        assert os.getpgid(int(grandchild)) == proc.identity.pgid
+        proc.signal_group(signal.SIGTERM)
+        assert await beacon.receive() == "term"
+        assert await proc.wait() == -signal.SIGTERM
+    assert record.read_text() == "TERM"
+
+
+STOPPABLE = (
+    BEACON
+    + """
+signal.signal(signal.SIGCONT, lambda *_: beacon("cont"))
+beacon("ready")
+while True:
+    signal.pause()
+"""
+)
+
+
+async def test_stop_and_continue(
+    runner: OsProcessRunner, reaper: Reaper, beacon: Beacon, tmp_path: Path
+) -> None:
+    proc = reaper.job(await runner.launch(python_job(tmp_path, STOPPABLE, str(beacon.path))))
+    pid = proc.identity.pid
+    with trio.fail_after(LIMIT):
+        assert await beacon.receive() == "ready"
+        proc.signal_group(signal.SIGSTOP)
+        # The job is our child: the kernel reports its stop to us (WNOWAIT leaves it reapable).
+        stopped = await trio.to_thread.run_sync(
+            os.waitid, os.P_PID, pid, os.WSTOPPED | os.WNOWAIT, abandon_on_cancel=True
+        )
+        assert stopped is not None
+        assert (stopped.si_code, stopped.si_status) == (os.CLD_STOPPED, signal.SIGSTOP)
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        assert not proc.exited()
+        proc.signal_group(signal.SIGCONT)
+        assert await beacon.receive() == "cont"
+        assert psutil.Process(pid).status() != psutil.STATUS_STOPPED
+
+
+# --------------------------------------------------------------------------------------------
+# Adopt
+
+
+async def test_adopt_notices_exit_without_polling(
+    runner: OsProcessRunner, reaper: Reaper, mock_clock: trio.testing.MockClock
+) -> None:
+    # The clock is frozen: a wait() that slept between checks would never return.
+    stranger = reaper.stranger(spawn_orphan())
+    assert stranger.ppid() != os.getpid()
+    proc = await runner.adopt(stranger.pid, start_time=stranger.create_time())
+    assert proc.identity.pgid == stranger.pid
+    assert not proc.exited()
+    results: list[int | None] = []
+
+    async def waiter() -> None:
+        results.append(await proc.wait())
+
+    start = trio.current_time()
+    with real_time_limit(LIMIT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            proc.signal_group(signal.SIGTERM)
+    assert trio.current_time() == start
+    assert results == [None, None]  # not our child: status unknown
+    assert proc.exited()
+    assert await proc.wait() is None
+
+
+async def test_adopt_refuses_a_wrong_start_time(runner: OsProcessRunner, reaper: Reaper) -> None:
+    stranger = reaper.stranger(spawn_orphan())
+    started = stranger.create_time()
+    before = open_fds()
+    for wrong in (started - 10, started + START_TIME_TOLERANCE + 0.1):
+        with pytest.raises(NoSuchProcess) as info:
+            await runner.adopt(stranger.pid, start_time=wrong)
+        assert info.value.code == "job.no_such_process"
+        assert info.value.http_status == 404
+    assert open_fds() == before
+    proc = await runner.adopt(stranger.pid, start_time=started + 0.005)
+    assert proc.identity.start_time == started
+    assert not proc.exited()
+
+
+async def test_adopt_refuses_a_missing_pid(runner: OsProcessRunner) -> None:
+    pid_max = int(await trio.Path("/proc/sys/kernel/pid_max").read_text())
+    before = open_fds()
+    for pid in (pid_max + 1, 0, -1):
+        with pytest.raises(NoSuchProcess):
+            await runner.adopt(pid)
+    assert open_fds() == before
+
+
+async def test_adopt_refuses_a_process_in_the_daemons_group(runner: OsProcessRunner) -> None:
+    with pytest.raises(PermissionRefused) as info:
+        await runner.adopt(os.getpid())
+    assert info.value.http_status == 403
+
+
+async def test_adopting_our_own_child_reaps_it_and_reports_status(
+    runner: OsProcessRunner, reaper: Reaper
+) -> None:
+    child = reaper.child(
+        await trio.lowlevel.open_process(
+            [PYTHON, "-c", PAUSE_FOREVER], stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    )
+    start_time = psutil.Process(child.pid).create_time()
+    proc = await runner.adopt(child.pid, start_time=start_time)
+    proc.signal_group(signal.SIGTERM)
+    with trio.fail_after(LIMIT):
+        assert await proc.wait() == -signal.SIGTERM
+    assert gone(child.pid, start_time)
+
+
+async def test_jobs_outlive_a_killed_daemon_and_are_readopted(
+    runner: OsProcessRunner, reaper: Reaper, tmp_path: Path
+) -> None:
+    daemon_code = (
+        "import sys, trio\n"
+        "from pathlib import Path\n"
+        "from nodeagent._processes import LaunchSpec, OsProcessRunner\n"
+        "async def main():\n"
+        "    spec = LaunchSpec(argv=(sys.executable, '-c', sys.argv[2]),\n"
+        "                      execute_dir=Path(sys.argv[1]))\n"
+        "    proc = await OsProcessRunner().launch(spec)\n"
+        "    print(proc.identity.pid, repr(proc.identity.start_time), flush=True)\n"
+        "    await trio.sleep_forever()\n"
+        "trio.run(main)\n"
+    )
+    daemon = reaper.child(
+        await trio.lowlevel.open_process(
+            [PYTHON, "-c", daemon_code, str(tmp_path), PAUSE_FOREVER],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+    )
+    assert daemon.stdout is not None
+    with trio.fail_after(LIMIT):
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = await daemon.stdout.receive_some()
+            assert chunk, "the daemon exited before reporting its job"
+            line += chunk
+        pid_text, start_text = line.decode().split()
+        reaper.stranger(int(pid_text))
+        daemon.kill()
+        assert await daemon.wait() == -signal.SIGKILL
+        await daemon.stdout.aclose()
+
+        proc = await runner.adopt(int(pid_text), start_time=float(start_text))
+        assert not proc.exited()
+        proc.signal_group(signal.SIGTERM)
+        assert await proc.wait() is None  # re-parented away from us: status unknown
+
+
+# --------------------------------------------------------------------------------------------
+# Descriptors
+
+
+async def test_cancelled_wait_leaks_no_fd(
+    runner: OsProcessRunner, reaper: Reaper, tmp_path: Path
+) -> None:
+    before = open_fds()
+    launched = reaper.job(await runner.launch(python_job(tmp_path, PAUSE_FOREVER)))
+    stranger = reaper.stranger(spawn_orphan())
+    adopted = await runner.adopt(stranger.pid)
+    holding = open_fds()
+    assert holding == before + 2  # one pidfd per running job
+    for _ in range(3):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(launched.wait)
+            nursery.start_soon(adopted.wait)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await adopted.wait()
+        assert open_fds() == holding
+    assert not launched.exited()
+    assert not adopted.exited()
+    launched.signal_group(signal.SIGKILL)
+    adopted.signal_group(signal.SIGKILL)
+    with trio.fail_after(LIMIT):
+        assert await launched.wait() == -signal.SIGKILL
+        assert await adopted.wait() is None
+    assert open_fds() == before
+
+
+# --------------------------------------------------------------------------------------------
+# Usage
+
+HUNGRY_CHILD = (
+    BEACON
+    + """
+data = b"x" * (40 << 20)
+beacon("ready")
+t0 = time.process_time()
+while time.process_time() - t0 < 0.3:
+    pass
+beacon("burnt")
+while True:
+    pass
+"""
+)
+
+HUNGRY_PARENT = """\
+import subprocess, sys
+data = b"x" * (40 << 20)
+child = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]])
+sys.exit(child.wait())
+"""
+
+
+async def test_usage_sums_the_process_tree(
+    runner: OsProcessRunner, reaper: Reaper, beacon: Beacon, tmp_path: Path
+) -> None:
+    spec = python_job(tmp_path, HUNGRY_PARENT, str(beacon.path), HUNGRY_CHILD)
+    proc = reaper.job(await runner.launch(spec))
+    cores = psutil.cpu_count() or 1
+    with trio.fail_after(LIMIT):
+        assert await beacon.receive() == "ready"
+        first = runner.usage(proc)
+        # 40 MiB in each of two processes: only the sum over the tree reaches 80.
+        assert first.memory_usage >= 80
+        assert 0 < first.cpu_usage <= cores * 1.1
+        assert await beacon.receive() == "burnt"
+        # The leader only waits; the CPU is burnt by its child.
+        second = runner.usage(proc)
+        assert 0.05 < second.cpu_usage <= cores * 1.1
+        assert second.memory_usage >= 80
+        proc.signal_group(signal.SIGKILL)
+        await proc.wait()
+    assert runner.usage(proc) == Usage(cpu_usage=0.0, memory_usage=0)
+
+
+async def test_usage_of_a_vanished_process_is_zero(runner: OsProcessRunner, reaper: Reaper) -> None:
+    stranger = reaper.stranger(spawn_orphan())
+    proc = await runner.adopt(stranger.pid)
+    assert runner.usage(proc).memory_usage > 0
+    stranger.kill()
+    with trio.fail_after(LIMIT):
+        await proc.wait()
+    assert runner.usage(proc) == Usage()
