@@ -5,6 +5,9 @@ Imports stay lazy: the hot paths (``status``, ``ad``) must not import the server
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from nodeagent import __version__
@@ -27,6 +30,36 @@ def _root() -> None:
 def version() -> None:
     """Print the version and exit."""
     typer.echo(__version__)
+
+
+@app.command()
+def run(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="TOML configuration (default /etc/nodeagent/nodeagent.toml when it exists)",
+            envvar="NODEAGENT_CONFIG",
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
+) -> None:
+    """Run the node agent daemon in the foreground."""
+    import logging  # noqa: PLC0415
+
+    from nodeagent._config import ConfigError  # noqa: PLC0415
+    from nodeagent._daemon import run_agent  # noqa: PLC0415
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        status = run_agent(config)
+    except ConfigError as exc:
+        typer.echo(f"nodeagent: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(status)
 
 
 def main() -> None:

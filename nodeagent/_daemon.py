@@ -1,0 +1,300 @@
+"""``nodeagent run``: the node agent daemon's lifecycle.
+
+Services start in order, each reporting readiness: the store and the machine
+(restored from the last saved state), the agent (re-adopting the jobs of the
+previous run), the Unix socket and TCP listeners, the master link; then
+``READY=1``. SIGTERM/SIGINT stop it cleanly and leave jobs running (they are
+re-adopted by the next start); SIGHUP reloads the policy and the master link.
+A drain's completion action ``exit`` ends the daemon with status 0, ``restart``
+with :data:`RESTART_EXIT_STATUS`, which its unit restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from nodeagent import _sdnotify
+from nodeagent._agent import Agent, Clock, WallClock, policy_seconds
+from nodeagent._api import build_app, trusted
+from nodeagent._audit import AuditLog
+from nodeagent._auth import generate_key, load_key
+from nodeagent._config import (
+    AgentConfig,
+    PolicyConfig,
+    load_agent_config,
+    machine_resources,
+    reloadable_changes,
+)
+from nodeagent._master_link import MasterLink
+from nodeagent._metrics import AgentMetrics
+from nodeagent._processes import OsProcessRunner, ProcessRunner
+from nodeagent._store import ProcessRecord, Store
+from slots import Machine, MachinePolicy, OnCompletion, Resources, SuspendPolicy
+
+__all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "machine_policy", "run_agent"]
+
+log = logging.getLogger("nodeagent.daemon")
+
+#: Exit status of the ``restart`` completion action (``RestartForceExitStatus=`` in the unit).
+RESTART_EXIT_STATUS = 75
+
+#: How long in-flight requests get to finish when the daemon stops.
+SHUTDOWN_GRACE = 5.0
+
+
+def machine_policy(policy: PolicyConfig) -> MachinePolicy:
+    """The model's policy from the ``[policy]`` section (durations in whole seconds)."""
+    return MachinePolicy(
+        max_job_retirement_time=policy_seconds(policy.max_job_retirement_time),
+        machine_max_vacate_time=policy_seconds(policy.machine_max_vacate_time),
+        start=policy.start,
+        suspend_policy=SuspendPolicy(policy.suspended_jobs_on_drain),
+        transaction_ttl=policy.transaction_ttl,
+    )
+
+
+def _free_stale_socket(path: Path) -> None:
+    """Remove a socket file left by a previous run; refuse if a daemon still answers."""
+    if not path.exists():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()
+        return
+    finally:
+        probe.close()
+    raise RuntimeError(f"another daemon is listening on {path}")
+
+
+def _hypercorn_config(binds: list[str], config: AgentConfig, *, unix: bool) -> Any:
+    from hypercorn.config import Config  # noqa: PLC0415  (server stack: daemon only)
+
+    cfg = Config()
+    cfg.bind = binds
+    cfg.accesslog = None
+    cfg.errorlog = logging.getLogger("nodeagent.http")
+    cfg.graceful_timeout = SHUTDOWN_GRACE
+    cfg.include_server_header = False
+    if unix:
+        cfg.umask = 0o117  # socket mode 0660: whoever may open it is ADMINISTRATOR
+    elif config.tls_cert is not None and config.tls_key is not None:
+        cfg.certfile = str(config.tls_cert)
+        cfg.keyfile = str(config.tls_key)
+    return cfg
+
+
+@dataclass
+class AgentDaemon:
+    """One running agent daemon; :meth:`serve` runs it until stopped.
+
+    ``runner`` and ``clock`` are seams for tests; ``handle_signals`` is off when the
+    daemon is embedded in another trio program (signals belong to the main program).
+    """
+
+    config: AgentConfig
+    config_path: Path | None = None
+    runner: ProcessRunner | None = None
+    clock: Clock = field(default_factory=WallClock)
+    handle_signals: bool = True
+    agent: Agent | None = None
+    urls: list[str] = field(default_factory=list)
+    exit_status: int = 0
+    _stop: trio.Event = field(default_factory=trio.Event)
+
+    def stop(self) -> None:
+        """Ask the daemon to stop; jobs keep running."""
+        self._stop.set()
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED
+    ) -> int:
+        config = self.config
+        for directory in (config.state_dir, config.runtime_dir, config.execute_dir):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not config.key_file.exists():
+            generate_key(config.key_file)
+            log.info("generated a new pool key in %s", config.key_file)
+        key = load_key(config.key_file)
+        store = Store(config.state_dir / "agent.db")
+        audit = AuditLog(config.audit_log)
+        try:
+            return await self._serve(store, audit, key, task_status)
+        finally:
+            store.close()
+            audit.close()
+
+    async def _serve(
+        self,
+        store: Store,
+        audit: AuditLog,
+        key: bytes,
+        task_status: trio.TaskStatus[AgentDaemon],
+    ) -> int:
+        config = self.config
+        found = machine_resources(config)
+        total = Resources(
+            cpus=found.cpus, memory=found.memory_mib, disk=found.disk_kib, gpus=found.gpus
+        )
+        policy = machine_policy(config.policy)
+        now = self.clock.now()
+        saved = store.load()
+        if saved is None:
+            machine = Machine(host=config.hostname, total=total, policy=policy, now=now)
+            processes: dict[str, ProcessRecord] = {}
+        else:
+            document, processes = saved
+            machine = Machine.restore(
+                document, host=config.hostname, total=total, policy=policy, now=now
+            )
+            log.info(
+                "restored state: %d claims, drain %s",
+                len(machine.claims(now)),
+                machine.request.id if machine.request else "none",
+            )
+        agent = Agent(
+            machine=machine,
+            store=store,
+            runner=self.runner or OsProcessRunner(),
+            clock=self.clock,
+            execute_dir=config.execute_dir,
+            processes=processes,
+        )
+        self.agent = agent
+        metrics = AgentMetrics(agent.ad)
+        app = build_app(
+            agent,
+            key=key,
+            audit=audit,
+            metrics=metrics,
+            metrics_require_auth=config.metrics_require_auth,
+        )
+        import hypercorn.trio  # noqa: PLC0415  (server stack: daemon only)
+
+        link = MasterLink(agent, config.master, clock=self.clock)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(agent.run)
+            _free_stale_socket(config.socket)
+            unix_urls = await nursery.start(
+                functools.partial(
+                    hypercorn.trio.serve,
+                    trusted(app),
+                    _hypercorn_config([f"unix:{config.socket}"], config, unix=True),
+                    shutdown_trigger=self._stop.wait,
+                )
+            )
+            tcp_urls: list[str] = []
+            if config.listen:
+                tcp_urls = await nursery.start(
+                    functools.partial(
+                        hypercorn.trio.serve,
+                        app,
+                        _hypercorn_config(list(config.listen), config, unix=False),
+                        shutdown_trigger=self._stop.wait,
+                    )
+                )
+            self.urls = [*unix_urls, *tcp_urls]
+            machine.address = self._advertised(tcp_urls)
+            self._write_runtime_info()
+            await nursery.start(link.run)
+            if self.handle_signals:
+                nursery.start_soon(self._signals, agent, link)
+            nursery.start_soon(self._completion, agent)
+            nursery.start_soon(_sdnotify.run_watchdog)
+            _sdnotify.ready()
+            _sdnotify.status(f"serving {machine.host}: {', '.join(self.urls)}")
+            log.info("nodeagent %s ready on %s", machine.host, ", ".join(self.urls))
+            task_status.started(self)
+            await self._stop.wait()
+            _sdnotify.stopping()
+            log.info("stopping; jobs keep running")
+            with trio.move_on_after(SHUTDOWN_GRACE + 1) as scope:
+                scope.shield = True
+                await link.push_now()
+            nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
+            # The servers return once in-flight requests are done; the rest is cancelled.
+            nursery.cancel_scope.cancel()
+        with contextlib.suppress(FileNotFoundError):
+            (config.runtime_dir / "nodeagent.json").unlink()
+        return self.exit_status
+
+    def _advertised(self, tcp_urls: list[str]) -> str:
+        if not tcp_urls:
+            return f"unix://{self.config.socket}"
+        url = tcp_urls[0]
+        scheme, _, hostport = url.partition("://")
+        host, _, port = hostport.rpartition(":")
+        if host in ("0.0.0.0", "[::]"):
+            host = self.config.ip if ":" not in self.config.ip else f"[{self.config.ip}]"
+        return f"{scheme}://{host}:{port}"
+
+    def _write_runtime_info(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "host": self.config.hostname,
+            "socket": str(self.config.socket),
+            "urls": self.urls,
+        }
+        path = self.config.runtime_dir / "nodeagent.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(path)
+
+    async def _completion(self, agent: Agent) -> None:
+        await agent.completed.wait()
+        assert agent.completion is not None
+        action = agent.completion.action
+        self.exit_status = RESTART_EXIT_STATUS if action is OnCompletion.RESTART else 0
+        log.info("drain complete: %s (exit status %d)", action, self.exit_status)
+        self.stop()
+
+    async def _signals(self, agent: Agent, link: MasterLink) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
+            async for signum in received:
+                if signum == signal.SIGHUP:
+                    self._reload(agent, link)
+                else:
+                    log.info("received %s", signal.Signals(signum).name)
+                    self.stop()
+
+    def _reload(self, agent: Agent, link: MasterLink) -> None:
+        _sdnotify.reloading()
+        try:
+            new = load_agent_config(self.config_path)
+        except Exception as exc:
+            log.error("reload refused, configuration unchanged: %s", exc)
+            _sdnotify.ready()
+            return
+        changes = reloadable_changes(self.config, new)
+        if changes.ignored:
+            log.warning("these keys change only on restart: %s", ", ".join(changes.ignored))
+        try:
+            agent.reload_policy(machine_policy(new.policy))
+        except Exception as exc:
+            log.error("reload refused, policy unchanged: %s", exc)
+        else:
+            link.reconfigure(new.master)
+            self.config = self.config.model_copy(
+                update={"policy": new.policy, "master": new.master}
+            )
+            log.info("reloaded: %s", ", ".join(changes.applied) or "nothing changed")
+        _sdnotify.ready()
+
+
+def run_agent(config_path: Path | None) -> int:
+    """Run the daemon in the foreground until stopped; returns the exit status."""
+    config = load_agent_config(config_path)
+    daemon = AgentDaemon(config=config, config_path=config_path)
+    return trio.run(daemon.serve)
