@@ -11,8 +11,8 @@ Concurrency (one trio task tree, no threads touch the model):
 * while a drain transaction is pending, state-changing calls wait
   (:meth:`Agent._wait_writable`) until it is committed, cancelled or expired; reads
   never wait; a second ``start_draining`` is refused at once by the model;
-* a job launch awaits between the model's claim and the process existing; signals
-  the model decides for that claim meanwhile are queued and delivered on launch.
+* a claim is checked, its process started, then claimed: the model never holds a
+  claim without a process to signal.
 """
 
 from __future__ import annotations
@@ -115,8 +115,6 @@ class Agent:
         self.usage_interval = usage_interval
         self._records: dict[str, ProcessRecord] = dict(processes or {})
         self._procs: dict[str, JobProcess] = {}
-        self._queued: dict[str, list[str]] = {}
-        self._launching: set[str] = set()
         self._nursery: trio.Nursery | None = None
         self._timer_scope: trio.CancelScope | None = None
         self._writable = trio.Event()
@@ -192,51 +190,45 @@ class Agent:
     # ------------------------------------------------------------------ writes
 
     async def create_claim(self, request: ClaimRequest) -> ClaimInfo:
-        """A new dynamic slot running (or adopting) the job; errors change nothing."""
+        """A new dynamic slot running (or adopting) the job; errors change nothing.
+
+        The request is checked, the process started (or adopted), then claimed. If the
+        machine changed meanwhile so that the claim is refused, a process this call
+        started is killed and the refusal raised.
+        """
         await self._wait_writable()
-        now = self.clock.now()
+        self.machine.check_claim(self.clock.now(), resources=request.resources, spec=request.spec)
         started_at = None
         if request.pid is not None:
             proc = await self.runner.adopt(request.pid)
-            started_at = min(proc.identity.start_time, now)
-            await self._wait_writable()
-            now = self.clock.now()
-            info, actions = self._model_claim(now, request, started_at)
-            self._register(info.claim_id, proc)
         else:
             assert request.argv is not None
-            info, actions = self._model_claim(now, request, None)
-            self._launching.add(info.claim_id)
-            try:
-                proc = await self.runner.launch(
-                    LaunchSpec(
-                        argv=request.argv,
-                        env=request.env,
-                        cwd=request.cwd,
-                        user=request.user,
-                        execute_dir=self.execute_dir / info.slot.split("@", 1)[0],
-                    )
+            proc = await self.runner.launch(
+                LaunchSpec(
+                    argv=request.argv,
+                    env=request.env,
+                    cwd=request.cwd,
+                    user=request.user,
+                    execute_dir=self.execute_dir / f"slot1_{self.machine.next_slot_number}",
                 )
-            except BaseException:
-                self._launching.discard(info.claim_id)
-                self._queued.pop(info.claim_id, None)
-                self._apply(self.machine.job_exited(self.clock.now(), info.claim_id))
-                self._persist()
-                raise
-            self._launching.discard(info.claim_id)
-            self._register(info.claim_id, proc, argv=request.argv)
+            )
+        try:
+            await self._wait_writable()
+            now = self.clock.now()
+            if request.pid is not None:
+                started_at = min(proc.identity.start_time, now)
+            info, actions = self.machine.claim(
+                now, resources=request.resources, spec=request.spec, started_at=started_at
+            )
+        except BaseException:
+            if request.pid is None:
+                proc.signal_group(signal.SIGKILL)
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await proc.wait()
+            raise
+        self._register(info.claim_id, proc, argv=request.argv or ())
         self._apply(actions)
-        self._persist()
-        for name in self._queued.pop(info.claim_id, []):
-            self._signal(info.claim_id, name)
         return self.machine.claim_info(info.claim_id, self.clock.now())
-
-    def _model_claim(
-        self, now: float, request: ClaimRequest, started_at: float | None
-    ) -> tuple[ClaimInfo, list[Action]]:
-        return self.machine.claim(
-            now, resources=request.resources, spec=request.spec, started_at=started_at
-        )
 
     async def release(self, claim_id: str) -> ClaimInfo:
         await self._wait_writable()
@@ -318,7 +310,7 @@ class Agent:
             start_time=ident.start_time,
             pgid=ident.pgid,
             argv=argv or (previous.argv if previous else ()),
-            execute_dir=str(self.execute_dir / claim_id),
+            execute_dir=str(self.execute_dir / f"slot1_{claim_id}"),
         )
         self._procs[claim_id] = proc
         assert self._nursery is not None, "the agent is not running"
@@ -356,8 +348,6 @@ class Agent:
     def _signal(self, claim_id: str, name: str) -> None:
         proc = self._procs.get(claim_id)
         if proc is None:
-            if claim_id in self._launching:
-                self._queued.setdefault(claim_id, []).append(name)
             return
         log.info("claim %s: %s to process group %s", claim_id, name, proc.identity.pgid)
         try:

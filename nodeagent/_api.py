@@ -337,3 +337,33 @@ def build_app(
         return await audited(request, "claim.continue", operation, request_id=claim_id)
 
     return app
+
+
+def agent_openapi() -> dict[str, Any]:
+    """The agent API's OpenAPI document (what ``GET /v1/openapi.json`` serves)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from nodeagent._agent import WallClock  # noqa: PLC0415
+    from nodeagent._processes import OsProcessRunner  # noqa: PLC0415
+    from nodeagent._store import Store  # noqa: PLC0415
+    from slots import Machine, MachinePolicy, Resources  # noqa: PLC0415
+
+    clock = WallClock()
+    machine = Machine(host="example", total=Resources(cpus=1), policy=MachinePolicy(), now=0.0)
+    agent = Agent(
+        machine=machine,
+        store=Store(Path(":memory:")),
+        runner=OsProcessRunner(),
+        clock=clock,
+        execute_dir=Path("/nonexistent"),
+    )
+    app = build_app(agent, key=None, audit=None, metrics=AgentMetrics(agent.ad))
+    return app.openapi()
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    json.dump(agent_openapi(), sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")

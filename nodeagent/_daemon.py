@@ -20,7 +20,7 @@ import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -41,6 +41,9 @@ from nodeagent._metrics import AgentMetrics
 from nodeagent._processes import OsProcessRunner, ProcessRunner
 from nodeagent._store import ProcessRecord, Store
 from slots import Machine, MachinePolicy, OnCompletion, Resources, SuspendPolicy
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIFramework
 
 __all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "machine_policy", "run_agent"]
 
@@ -190,7 +193,7 @@ class AgentDaemon:
             unix_urls = await nursery.start(
                 functools.partial(
                     hypercorn.trio.serve,
-                    trusted(app),
+                    cast("ASGIFramework", trusted(app)),
                     _hypercorn_config([f"unix:{config.socket}"], config, unix=True),
                     shutdown_trigger=self._stop.wait,
                 )
@@ -200,7 +203,7 @@ class AgentDaemon:
                 tcp_urls = await nursery.start(
                     functools.partial(
                         hypercorn.trio.serve,
-                        app,
+                        cast("ASGIFramework", app),
                         _hypercorn_config(list(config.listen), config, unix=False),
                         shutdown_trigger=self._stop.wait,
                     )
@@ -226,8 +229,9 @@ class AgentDaemon:
             nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
             # The servers return once in-flight requests are done; the rest is cancelled.
             nursery.cancel_scope.cancel()
-        with contextlib.suppress(FileNotFoundError):
-            (config.runtime_dir / "nodeagent.json").unlink()
+        for leftover in (config.runtime_dir / "nodeagent.json", config.socket):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
         return self.exit_status
 
     def _advertised(self, tcp_urls: list[str]) -> str:

@@ -346,6 +346,13 @@ class Machine:
 
     # ------------------------------------------------------------------ claims
 
+    def check_claim(self, now: float, *, resources: Resources, spec: JobSpec) -> None:
+        """Raise whatever :meth:`claim` would raise for this request now; change nothing.
+
+        The shell checks before it starts a job's process, then claims once it runs.
+        """
+        self._admission(now, resources, spec, started_at=None)
+
     def claim(
         self,
         now: float,
@@ -360,6 +367,32 @@ class Machine:
         :class:`NotAccepting` when Start is false for this job, and
         :class:`ResourcesInsufficient` when the partitionable slot cannot fit it.
         """
+        accepted_in = self._admission(now, resources, spec, started_at=started_at)
+        self._account(now)
+        begun = now if started_at is None else started_at
+        claim = _Claim(
+            number=self._next_slot,
+            resources=resources,
+            spec=spec,
+            state=State.CLAIMED,
+            activity=Activity.BUSY,
+            entered_state=now,
+            entered_activity=now,
+            started_at=begun,
+            run_base=now - begun,
+            running_since=now,
+            accepted_in=accepted_in,
+        )
+        self._next_slot += 1
+        self._claims[claim.number] = claim
+        self._settle_pslot(now)
+        self._refresh_idle(now)
+        return self._info(claim, now), [Publish()]
+
+    def _admission(
+        self, now: float, resources: Resources, spec: JobSpec, *, started_at: float | None
+    ) -> str | None:
+        """Check a claim request; returns the drain request id that admits a latecomer."""
         self._no_pending()
         if resources.cpus < 1:
             raise InvalidRequest("a claim needs at least one cpu")
@@ -381,26 +414,7 @@ class Machine:
             raise ResourcesInsufficient(
                 f"{self.host}: not enough free resources (short of {missing})"
             )
-        self._account(now)
-        begun = now if started_at is None else started_at
-        claim = _Claim(
-            number=self._next_slot,
-            resources=resources,
-            spec=spec,
-            state=State.CLAIMED,
-            activity=Activity.BUSY,
-            entered_state=now,
-            entered_activity=now,
-            started_at=begun,
-            run_base=now - begun,
-            running_since=now,
-            accepted_in=accepted_in,
-        )
-        self._next_slot += 1
-        self._claims[claim.number] = claim
-        self._settle_pslot(now)
-        self._refresh_idle(now)
-        return self._info(claim, now), [Publish()]
+        return accepted_in
 
     def job_exited(self, now: float, claim_id: str) -> list[Action]:
         """The claim's job is gone: its dynamic slot disappears and returns its resources.

@@ -1,0 +1,1269 @@
+"""The Python client of the agent's HTTP API (DESIGN §4), for trio programs and scripts.
+
+:class:`AgentClient` talks to one agent, over its Unix socket (ADMINISTRATOR: whoever may
+open the socket) or over TCP with a bearer token::
+
+    async with AgentClient() as agent:                    # the default Unix socket
+        async with agent.start_draining("graceful", reason="kernel update") as txn:
+            print(txn.estimate.completion, [b.slot for b in txn.estimate.blockers])
+            await txn.commit()                            # or leave the block: cancelled
+        await agent.wait_drained()
+
+:class:`SyncAgentClient` offers the same calls to scripts without an event loop; each call
+runs the async one under its own ``trio.run``.
+
+Results are frozen dataclasses that mirror the API's JSON field for field
+(:class:`DrainRequest`, :class:`Estimate`, :class:`Blocker`, :class:`Claim`, …); the
+machine ad stays a ``dict`` keyed by ClassAd attribute names.
+
+Errors. Every failure is an :class:`AgentError` carrying ``code`` (the agent's stable code,
+or ``client.*`` for failures seen only by the client), ``message``, ``status`` (the HTTP
+status, ``None`` when there was no reply) and ``condor_code`` (HTCondor's number, where one
+exists)::
+
+    AgentError
+    ├── Unreachable                      client.unreachable | client.timeout   no reply
+    ├── BadResponse                      client.bad_response   a reply the API does not promise
+    └── Refused                          any code the agent sent; unknown codes stay here
+        ├── Unauthorized           401   auth.unauthenticated
+        ├── Forbidden              403   auth.forbidden
+        ├── InvalidRequest         422   request.invalid
+        ├── NotAccepting           409   machine.not_accepting
+        ├── ResourcesInsufficient  409   resources.insufficient
+        ├── NoSuchClaim            404   claim.no_such_claim
+        ├── DrainInProgress        409   drain.in_progress          (10001)
+        ├── NoSuchRequest          404   drain.no_such_request      (10002)
+        ├── CheckFailed            412   drain.check_failed         (10003)
+        ├── TransactionExpired     410   drain.transaction_expired
+        └── NotPending             409   drain.not_pending
+
+A :class:`Refused` request changed nothing on the agent (the API's contract). After
+:class:`Unreachable` with code ``client.timeout`` the request may or may not have been
+applied: read the state back before retrying a write. Foreign exceptions (httpx's) are
+translated in one place, :func:`_map_exceptions`; error bodies in one place,
+:func:`_refusal`; JSON into results in one place, the ``_*_from_json`` functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import ssl
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import httpx
+import trio
+
+from nodeagent import __version__
+
+__all__ = [
+    "AgentClient",
+    "AgentError",
+    "BadResponse",
+    "Blocker",
+    "CheckFailed",
+    "Claim",
+    "ClaimResources",
+    "DrainInProgress",
+    "DrainRequest",
+    "DrainStatus",
+    "DrainTransaction",
+    "Estimate",
+    "Forbidden",
+    "Health",
+    "InvalidRequest",
+    "Job",
+    "NoSuchClaim",
+    "NoSuchRequest",
+    "NotAccepting",
+    "NotPending",
+    "OnCompletion",
+    "Refused",
+    "ResourcesInsufficient",
+    "Schedule",
+    "SyncAgentClient",
+    "SyncDrainTransaction",
+    "TransactionExpired",
+    "Unauthorized",
+    "Unreachable",
+    "default_socket_path",
+]
+
+Schedule = Literal["graceful", "quick", "fast"]
+"""How a drain empties the node (DESIGN §3.3)."""
+
+OnCompletion = Literal["none", "resume", "exit", "restart"]
+"""What the agent does once the node is drained (DESIGN §3.3)."""
+
+CANCEL_GRACE_S = 5.0
+"""How long leaving a :class:`DrainTransaction` may spend cancelling it (shielded)."""
+
+_T = TypeVar("_T")
+_SOCKET_NAME = "nodeagent.sock"
+_UDS_BASE_URL = "http://nodeagent"
+
+
+# ============================================================================================
+# Errors
+
+
+class AgentError(Exception):
+    """Base of every error this module raises; see the module docstring for the tree."""
+
+    code: str = "client.error"
+    status: int | None = None
+    condor_code: int | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        condor_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        if condor_code is not None:
+            self.condor_code = condor_code
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class Unreachable(AgentError):
+    """No reply: the socket is missing, the connection failed or broke, or it timed out.
+
+    ``code`` is ``client.timeout`` when the agent did not answer in time — the request
+    may then have been applied — and ``client.unreachable`` otherwise.
+    """
+
+    code = "client.unreachable"
+
+
+class BadResponse(AgentError):
+    """The agent replied with something the API does not promise (not JSON, wrong shape)."""
+
+    code = "client.bad_response"
+
+
+class Refused(AgentError):
+    """The agent answered with an error and changed nothing; ``code`` is the agent's."""
+
+    code = "agent.error"
+
+
+class Unauthorized(Refused):
+    """TCP without a token, or with a malformed, forged or expired one (401)."""
+
+    code = "auth.unauthenticated"
+    status = 401
+
+
+class Forbidden(Refused):
+    """The token's scope does not cover the call, e.g. a READ token writing (403)."""
+
+    code = "auth.forbidden"
+    status = 403
+
+
+class InvalidRequest(Refused):
+    """Bad arguments: an unparsable expression, a negative duration, … (422)."""
+
+    code = "request.invalid"
+    status = 422
+
+
+class NotAccepting(Refused):
+    """A new claim while the machine's Start is false, e.g. while draining (409)."""
+
+    code = "machine.not_accepting"
+    status = 409
+
+
+class ResourcesInsufficient(Refused):
+    """A new claim does not fit in the free resources (409)."""
+
+    code = "resources.insufficient"
+    status = 409
+
+
+class NoSuchClaim(Refused):
+    """No claim has this id (404)."""
+
+    code = "claim.no_such_claim"
+    status = 404
+
+
+class DrainInProgress(Refused):
+    """Another drain request (pending or committed) is in force (409, HTCondor 10001)."""
+
+    code = "drain.in_progress"
+    status = 409
+    condor_code = 10001
+
+
+class NoSuchRequest(Refused):
+    """No drain request in force has this id (404, HTCondor 10002)."""
+
+    code = "drain.no_such_request"
+    status = 404
+    condor_code = 10002
+
+
+class CheckFailed(Refused):
+    """A one-shot drain's ``check`` expression was not true on the machine ad (412, 10003)."""
+
+    code = "drain.check_failed"
+    status = 412
+    condor_code = 10003
+
+
+class TransactionExpired(Refused):
+    """The pending transaction passed its ``expires_at`` before the commit (410).
+
+    The agent has cancelled the request; start a new transaction.
+    """
+
+    code = "drain.transaction_expired"
+    status = 410
+
+
+class NotPending(Refused):
+    """Commit of a request that is no longer pending (already committed) (409)."""
+
+    code = "drain.not_pending"
+    status = 409
+
+
+_REFUSALS: dict[str, type[Refused]] = {
+    cls.code: cls
+    for cls in (
+        Unauthorized,
+        Forbidden,
+        InvalidRequest,
+        NotAccepting,
+        ResourcesInsufficient,
+        NoSuchClaim,
+        DrainInProgress,
+        NoSuchRequest,
+        CheckFailed,
+        TransactionExpired,
+        NotPending,
+    )
+}
+"""The one table from the agent's stable codes to exception classes."""
+
+_BY_STATUS: dict[int, type[Refused]] = {401: Unauthorized, 403: Forbidden}
+"""Only for error replies without a readable code (e.g. from a proxy in between)."""
+
+
+def _error_fields(response: httpx.Response) -> tuple[str, str, int | None] | None:
+    """``(code, message, condor_code)`` of an API error body, ``None`` when it is not one."""
+    try:
+        error = response.json()["error"]
+        code, message, condor_code = error["code"], error["message"], error.get("condor_code")
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(code, str) and isinstance(message, str)):
+        return None
+    if condor_code is not None and (
+        not isinstance(condor_code, int) or isinstance(condor_code, bool)
+    ):
+        return None
+    return code, message, condor_code
+
+
+def _refusal(response: httpx.Response) -> Refused:
+    """The exception for an error reply ``{"error": {"code", "message", "condor_code"?}}``.
+
+    A known code selects its class; an unknown one gives a plain :class:`Refused`. A reply
+    without a readable body (e.g. from a proxy) is classified by its status alone.
+    """
+    status = response.status_code
+    fields = _error_fields(response)
+    if fields is None:
+        text = response.text.strip()[:200] or response.reason_phrase
+        cls = _BY_STATUS.get(status, Refused)
+        code = "http.error" if cls is Refused else cls.code
+        return cls(f"HTTP {status} from the agent: {text}", code=code, status=status)
+    code, message, condor_code = fields
+    return _REFUSALS.get(code, Refused)(message, code=code, status=status, condor_code=condor_code)
+
+
+@contextlib.contextmanager
+def _map_exceptions(where: str) -> Iterator[None]:
+    """Translate httpx's exceptions into :class:`AgentError`\\ s; the one place that does."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise Unreachable(
+            f"the agent at {where} did not answer in time ({type(exc).__name__})",
+            code="client.timeout",
+        ) from exc
+    except httpx.TransportError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise Unreachable(f"cannot reach the agent at {where}: {reason}") from exc
+    except httpx.HTTPError as exc:
+        raise BadResponse(f"unusable reply from the agent at {where}: {exc}") from exc
+
+
+# ============================================================================================
+# Results (frozen, faithful to the JSON)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Blocker:
+    """A job a drain waits for: ``evict_at`` is its soft kill, ``gone_by`` its hard kill.
+
+    Times are epoch seconds; ``run``, ``retirement_remaining`` and ``vacate`` are seconds.
+    """
+
+    claim_id: str
+    slot: str
+    job_id: str
+    owner: str
+    cpus: int
+    activity: str
+    run: int
+    retirement_remaining: int
+    vacate: int
+    evict_at: int | None
+    gone_by: int
+    accepted_while_draining: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    """A schedule's expected completion (epoch s) and badput (cpu-s) as of ``now``.
+
+    Blockers come latest ``gone_by`` first: the first ones set the completion time.
+    """
+
+    schedule: str
+    now: int
+    completion: int
+    badput: int
+    blockers: tuple[Blocker, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainRequest:
+    """One drain request. ``state``: pending, draining, drained, cancelled or completed.
+
+    Times are epoch seconds; ``deadline`` is seconds after commit. ``estimate`` is the live
+    estimate of the request in force, ``None`` for a request that has ended.
+    """
+
+    id: str
+    state: str
+    schedule: str
+    reason: str
+    on_completion: str
+    deadline: float | None
+    start: str | None
+    requested_by: str | None
+    created_at: float | None
+    expires_at: float | None
+    committed_at: float | None
+    deadline_at: float | None
+    drained_at: float | None
+    ended_at: float | None
+    estimate: Estimate | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainStatus:
+    """``GET /v1/drain``: the request in force (``current``), or the last one that ended."""
+
+    current: DrainRequest | None
+    last: DrainRequest | None = None
+
+    @property
+    def state(self) -> str:
+        """``none`` when no request is in force, else the current request's state."""
+        return "none" if self.current is None else self.current.state
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimResources:
+    """A dynamic slot's resources: cores, memory MiB, disk KiB, GPUs."""
+
+    cpus: int
+    memory: int
+    disk: int
+    gpus: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    """The job of a claim. ``run`` and ``suspended`` are seconds; ``started_at`` epoch s."""
+
+    job_id: str | None
+    owner: str
+    max_job_retirement_time: int | None
+    job_max_vacate_time: int | None
+    kill_signal: str
+    started_at: float | None
+    run: float
+    suspended: float
+    pid: int | None
+    argv: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim:
+    """A claim: a dynamic slot and its job."""
+
+    id: str
+    slot: str
+    state: str
+    activity: str
+    resources: ClaimResources
+    job: Job
+    accepted_while_draining: bool
+    evicted_at: float | None
+    hard_kill_at: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Health:
+    """``GET /healthz``."""
+
+    status: str
+    version: str
+
+
+def _blocker_from_json(d: Mapping[str, Any]) -> Blocker:
+    return Blocker(
+        claim_id=d["claim_id"],
+        slot=d["slot"],
+        job_id=d["job_id"],
+        owner=d["owner"],
+        cpus=d["cpus"],
+        activity=d["activity"],
+        run=d["run"],
+        retirement_remaining=d["retirement_remaining"],
+        vacate=d["vacate"],
+        evict_at=d["evict_at"],
+        gone_by=d["gone_by"],
+        accepted_while_draining=d["accepted_while_draining"],
+    )
+
+
+def _estimate_from_json(d: Mapping[str, Any]) -> Estimate:
+    return Estimate(
+        schedule=d["schedule"],
+        now=d["now"],
+        completion=d["completion"],
+        badput=d["badput"],
+        blockers=tuple(_blocker_from_json(b) for b in d["blockers"]),
+    )
+
+
+def _request_from_json(d: Mapping[str, Any]) -> DrainRequest:
+    estimate = d.get("estimate")
+    return DrainRequest(
+        id=d["id"],
+        state=d["state"],
+        schedule=d["schedule"],
+        reason=d["reason"],
+        on_completion=d["on_completion"],
+        deadline=d["deadline"],
+        start=d["start"],
+        requested_by=d["requested_by"],
+        created_at=d["created_at"],
+        expires_at=d["expires_at"],
+        committed_at=d["committed_at"],
+        deadline_at=d["deadline_at"],
+        drained_at=d["drained_at"],
+        ended_at=d["ended_at"],
+        estimate=None if estimate is None else _estimate_from_json(estimate),
+    )
+
+
+def _status_from_json(d: Mapping[str, Any]) -> DrainStatus:
+    """The drain body: a request (in force) or ``{"state": "none", "last": ...}``."""
+    if d["state"] == "none":
+        last = d.get("last")
+        return DrainStatus(current=None, last=None if last is None else _request_from_json(last))
+    return DrainStatus(current=_request_from_json(d))
+
+
+def _claim_from_json(d: Mapping[str, Any]) -> Claim:
+    r, j = d["resources"], d["job"]
+    return Claim(
+        id=d["id"],
+        slot=d["slot"],
+        state=d["state"],
+        activity=d["activity"],
+        resources=ClaimResources(
+            cpus=r["cpus"], memory=r["memory"], disk=r["disk"], gpus=r["gpus"]
+        ),
+        job=Job(
+            job_id=j["job_id"],
+            owner=j["owner"],
+            max_job_retirement_time=j["max_job_retirement_time"],
+            job_max_vacate_time=j["job_max_vacate_time"],
+            kill_signal=j["kill_signal"],
+            started_at=j["started_at"],
+            run=j["run"],
+            suspended=j["suspended"],
+            pid=j["pid"],
+            argv=None if j["argv"] is None else tuple(j["argv"]),
+        ),
+        accepted_while_draining=d["accepted_while_draining"],
+        evicted_at=d["evicted_at"],
+        hard_kill_at=d["hard_kill_at"],
+    )
+
+
+def _decode(convert: Callable[[Mapping[str, Any]], _T], body: Any, what: str) -> _T:
+    """``convert(body)``, with a shape mismatch reported as :class:`BadResponse`."""
+    try:
+        return convert(body)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadResponse(f"the agent's {what} reply lacks or mistypes {exc}") from exc
+
+
+# ============================================================================================
+# Where the agent is
+
+
+def default_socket_path(env: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
+    """The agent's Unix socket when its configuration leaves it at the default.
+
+    In order: ``$NODEAGENT_SOCKET``; ``$NODEAGENT_RUNTIME_DIR/nodeagent.sock``; then
+    ``nodeagent.sock`` in the agent's default runtime directory — ``$RUNTIME_DIRECTORY``
+    (its first entry), ``/run/nodeagent`` for root, ``$XDG_RUNTIME_DIR/nodeagent``,
+    ``/tmp/nodeagent-<uid>``. ``env`` defaults to ``os.environ``, ``uid`` to the effective
+    uid. A socket set in the agent's configuration file is not seen here: pass ``socket=``.
+    """
+    env = os.environ if env is None else env
+    uid = os.geteuid() if uid is None else uid
+    explicit = env.get("NODEAGENT_SOCKET")
+    if explicit:
+        return Path(explicit)
+    runtime = env.get("NODEAGENT_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / _SOCKET_NAME
+    systemd = (env.get("RUNTIME_DIRECTORY") or "").split(":", 1)[0]
+    if systemd:
+        return Path(systemd) / _SOCKET_NAME
+    if uid == 0:
+        return Path("/run/nodeagent") / _SOCKET_NAME
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "nodeagent" / _SOCKET_NAME
+    return Path("/tmp") / f"nodeagent-{uid}" / _SOCKET_NAME
+
+
+# ============================================================================================
+# The async client
+
+
+def _drain_body(
+    *,
+    schedule: Schedule,
+    reason: str,
+    on_completion: OnCompletion,
+    deadline: float | None,
+    start: str | None,
+    ttl: float | None = None,
+    check: str | None = None,
+    commit: bool = False,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "schedule": schedule,
+        "reason": reason,
+        "on_completion": on_completion,
+        "commit": commit,
+    }
+    optional = {"deadline": deadline, "start": start, "ttl": ttl, "check": check}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+class AgentClient:
+    """An async (trio) client of one agent; use as ``async with AgentClient(...) as c:``.
+
+    ``socket``: the agent's Unix socket (default :func:`default_socket_path`); the peer is
+    ADMINISTRATOR and sends no token. ``url``: the agent's TCP address
+    (``http://host:9621``, or ``https://``), with ``token`` — a JWT whose scope (READ or
+    ADMINISTRATOR) decides what the calls may do. ``timeout`` bounds each request's
+    connect, read and write, in seconds (callers bound whole operations with trio cancel
+    scopes); at most ``max_concurrency`` requests are in flight at once, the rest queue.
+    ``transport`` replaces the network, e.g. with :class:`httpx.MockTransport` in tests.
+
+    The client may be entered again after it is left, never twice at once. Raises
+    ValueError for contradictory arguments.
+    """
+
+    def __init__(
+        self,
+        *,
+        socket: str | Path | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30,
+        max_concurrency: int = 8,
+        verify: ssl.SSLContext | bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if socket is not None and (url is not None or transport is not None):
+            raise ValueError("give the agent's socket, or its url (and/or a transport), not both")
+        if token is not None and url is None and transport is None:
+            raise ValueError("a token goes with a TCP url; the Unix socket needs none")
+        if url is not None and httpx.URL(url).scheme not in ("http", "https"):
+            raise ValueError(f"the agent's url must be http:// or https://, not {url!r}")
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self._socket: Path | None = None
+        if url is None and transport is None:
+            self._socket = Path(socket) if socket is not None else default_socket_path()
+        self._url = url
+        self._token = token
+        self._timeout = timeout
+        self._max_concurrency = max_concurrency
+        self._verify = verify
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._limit = trio.Semaphore(max_concurrency)
+
+    @property
+    def where(self) -> str:
+        """The agent's address, for messages: ``unix:<path>`` or the URL."""
+        if self._socket is not None:
+            return f"unix:{self._socket}"
+        return self._url or _UDS_BASE_URL
+
+    def __repr__(self) -> str:
+        return f"AgentClient({self.where})"
+
+    async def __aenter__(self) -> AgentClient:
+        if self._http is not None:
+            raise RuntimeError(f"{self!r} is already open")
+        headers = {"User-Agent": f"nodeagent-client/{__version__}"}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        transport = self._transport
+        if transport is None and self._socket is not None:
+            transport = httpx.AsyncHTTPTransport(uds=str(self._socket))
+        self._http = httpx.AsyncClient(
+            base_url=self._url or _UDS_BASE_URL,
+            headers=headers,
+            timeout=self._timeout,
+            verify=self._verify,
+            transport=transport,
+            limits=httpx.Limits(max_connections=self._max_concurrency),
+        )
+        self._limit = trio.Semaphore(self._max_concurrency)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            with trio.CancelScope(shield=True):
+                await http.aclose()
+
+    # ------------------------------------------------------------------ transport
+
+    async def _send(
+        self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None
+    ) -> httpx.Response:
+        """One request; an error reply raises its :class:`Refused`."""
+        http = self._http
+        if http is None:
+            raise RuntimeError(f"use 'async with {self!r}' before calling it")
+        async with self._limit:
+            with _map_exceptions(self.where):
+                response = await http.request(method, path, json=json, params=params)
+        if response.is_success:
+            return response
+        raise _refusal(response)
+
+    async def _json(self, method: str, path: str, *, json: Any = None) -> dict[str, Any]:
+        response = await self._send(method, path, json=json)
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise BadResponse(
+                f"the agent's reply to {method} {path} is not JSON", status=response.status_code
+            ) from exc
+        if not isinstance(body, dict):
+            raise BadResponse(f"the agent's reply to {method} {path} is not a JSON object")
+        return body
+
+    # ------------------------------------------------------------------ reads
+
+    async def healthz(self) -> Health:
+        """Liveness; needs no token."""
+        return _decode(
+            lambda d: Health(status=d["status"], version=d["version"]),
+            await self._json("GET", "/healthz"),
+            "healthz",
+        )
+
+    async def ad(self) -> dict[str, Any]:
+        """The ad as JSON: ``{"machine": {...}, "slots": [...]}``, HTCondor attribute names."""
+        return await self._json("GET", "/v1/ad")
+
+    async def ad_classad(self) -> str:
+        """The machine ad and every slot ad in ClassAd long format (``condor_status -l``)."""
+        response = await self._send("GET", "/v1/ad", params={"format": "classad"})
+        return response.text
+
+    async def drain(self) -> DrainStatus:
+        """The drain request in force with its live estimate, or the last one that ended."""
+        return _decode(_status_from_json, await self._json("GET", "/v1/drain"), "drain")
+
+    async def claims(self) -> list[Claim]:
+        """Every claim and its job."""
+        body = await self._json("GET", "/v1/claims")
+        return _decode(lambda d: [_claim_from_json(c) for c in d["claims"]], body, "claims")
+
+    async def claim(self, claim_id: str) -> Claim:
+        """One claim; :class:`NoSuchClaim` when there is none with this id."""
+        body = await self._json("GET", f"/v1/claims/{_segment(claim_id)}")
+        return _decode(_claim_from_json, body, "claim")
+
+    # ------------------------------------------------------------------ drains
+
+    def start_draining(
+        self,
+        schedule: Schedule = "graceful",
+        *,
+        reason: str = "",
+        on_completion: OnCompletion = "none",
+        deadline: float | None = None,
+        start: str | None = None,
+        ttl: float | None = None,
+    ) -> DrainTransaction:
+        """Phase 1 of the drain transaction, as an async context manager.
+
+        Entering sends the request: the node keeps running but its state changes wait, so
+        ``txn.estimate`` (completion, badput, blockers) stays true until the block ends.
+        ``await txn.commit()`` starts the drain. Leaving the block without a commit, or
+        with an exception, cancels the request. ``deadline``: seconds after commit after
+        which what still runs is evicted as by *quick*; ``start``: a ClassAd START
+        expression admitting jobs during a graceful drain; ``ttl``: seconds the agent keeps
+        the transaction pending (default: its policy) before cancelling it by itself.
+        Entering raises :class:`DrainInProgress` when a request is in force and
+        :class:`InvalidRequest` for bad arguments; nothing changes then.
+        """
+        body = _drain_body(
+            schedule=schedule,
+            reason=reason,
+            on_completion=on_completion,
+            deadline=deadline,
+            start=start,
+            ttl=ttl,
+        )
+        return DrainTransaction(self, body)
+
+    async def drain_now(
+        self,
+        schedule: Schedule = "graceful",
+        *,
+        reason: str = "",
+        on_completion: OnCompletion = "none",
+        deadline: float | None = None,
+        start: str | None = None,
+        check: str | None = None,
+    ) -> DrainRequest:
+        """A one-shot drain (phase 1 and commit in one request); returns it as committed.
+
+        ``check``: a ClassAd expression that must be true on the machine ad at that
+        instant (``condor_drain -check``), else :class:`CheckFailed` and nothing changes.
+        """
+        body = _drain_body(
+            schedule=schedule,
+            reason=reason,
+            on_completion=on_completion,
+            deadline=deadline,
+            start=start,
+            check=check,
+            commit=True,
+        )
+        return _decode(
+            _request_from_json, await self._json("POST", "/v1/drain", json=body), "drain"
+        )
+
+    async def cancel_draining(self, request_id: str | None = None) -> DrainRequest | None:
+        """Cancel a pending or active drain request; returns it as ended.
+
+        Without ``request_id``: whatever is in force, and ``None`` (a no-op) when nothing
+        is. With one: :class:`NoSuchRequest` unless that request is in force.
+        """
+        if request_id is None:
+            body = await self._json("DELETE", "/v1/drain")
+        else:
+            body = await self._json("POST", f"/v1/drain/{_segment(request_id)}/cancel")
+        return _decode(_status_from_json, body, "cancel").last
+
+    async def wait_drained(
+        self, request_id: str | None = None, *, poll: float = 0.5
+    ) -> DrainRequest | None:
+        """Return once the drain is over: the node is drained, or the request has ended.
+
+        Polls ``GET /v1/drain`` every ``poll`` seconds and returns the request as last
+        seen: ``state`` ``drained`` (in force, the node empty), ``completed`` (its
+        completion action ran) or ``cancelled``; ``None`` when there has never been a
+        request. A pending or draining request is waited for. With ``request_id``, that
+        request is watched, and :class:`NoSuchRequest` is raised once it is neither in
+        force nor the last one. Bound the wait with a trio cancel scope.
+        """
+        while True:
+            status = await self.drain()
+            current, last = status.current, status.last
+            if request_id is None:
+                if current is None:
+                    return last
+                if current.state == "drained":
+                    return current
+            elif current is not None and current.id == request_id:
+                if current.state == "drained":
+                    return current
+            elif last is not None and last.id == request_id:
+                return last
+            else:
+                raise NoSuchRequest(
+                    f"drain request {request_id!r} is neither in force nor the last one"
+                )
+            await trio.sleep(poll)
+
+    # ------------------------------------------------------------------ claims
+
+    async def create_claim(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        pid: int | None = None,
+        cpus: int = 1,
+        memory: int = 0,
+        disk: int = 0,
+        gpus: int = 0,
+        max_job_retirement_time: int | None = None,
+        job_max_vacate_time: int | None = None,
+        owner: str | None = None,
+        job_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        kill_signal: str | None = None,
+    ) -> Claim:
+        """A new dynamic slot running ``command`` (an argv list) or adopting ``pid``.
+
+        Waits while a drain transaction is pending. Raises :class:`NotAccepting` when
+        the machine's Start is false (draining), :class:`ResourcesInsufficient` when the
+        job does not fit and :class:`InvalidRequest` for bad arguments (both or neither
+        of ``command`` and ``pid``, …); no claim exists then.
+        """
+        if isinstance(command, str):
+            raise TypeError("command is an argv list, not a string")
+        fields: dict[str, Any] = {
+            "command": None if command is None else list(command),
+            "pid": pid,
+            "max_job_retirement_time": max_job_retirement_time,
+            "job_max_vacate_time": job_max_vacate_time,
+            "owner": owner,
+            "job_id": job_id,
+            "env": None if env is None else dict(env),
+            "cwd": cwd,
+            "user": user,
+            "kill_signal": kill_signal,
+        }
+        body = {"cpus": cpus, "memory": memory, "disk": disk, "gpus": gpus}
+        body.update({k: v for k, v in fields.items() if v is not None})
+        return _decode(_claim_from_json, await self._json("POST", "/v1/claims", json=body), "claim")
+
+    async def release(self, claim_id: str) -> Claim:
+        """Vacate the claim: soft-kill its job now, hard-kill it after its vacate time."""
+        body = await self._json("DELETE", f"/v1/claims/{_segment(claim_id)}")
+        return _decode(_claim_from_json, body, "release")
+
+    async def suspend(self, claim_id: str) -> Claim:
+        """SIGSTOP the claim's job; its run time stops accruing."""
+        body = await self._json("POST", f"/v1/claims/{_segment(claim_id)}/suspend")
+        return _decode(_claim_from_json, body, "suspend")
+
+    async def continue_(self, claim_id: str) -> Claim:
+        """SIGCONT the claim's job."""
+        body = await self._json("POST", f"/v1/claims/{_segment(claim_id)}/continue")
+        return _decode(_claim_from_json, body, "continue")
+
+
+def _segment(value: str) -> str:
+    """``value`` as one path segment (ids are decimal strings; refuse anything else odd)."""
+    if not value or "/" in value or value in (".", ".."):
+        raise ValueError(f"not an id: {value!r}")
+    return value
+
+
+class DrainTransaction:
+    """A pending drain request, from :meth:`AgentClient.start_draining`.
+
+    ``async with`` sends phase 1; inside, :attr:`request_id`, :attr:`estimate` (with its
+    blockers) and :attr:`expires_at` describe it; :meth:`commit` starts the drain and
+    :meth:`cancel` drops it. Leaving the block unresolved — no commit or cancel, or an
+    exception (including a trio cancellation) — cancels the request, shielded and bounded
+    by :data:`CANCEL_GRACE_S`. When that cancel fails, the agent still cancels the
+    request by itself at ``expires_at``: the failure is raised when the block ended
+    normally, and added as a note to the block's exception otherwise.
+    """
+
+    def __init__(self, client: AgentClient, body: dict[str, Any]) -> None:
+        self._client = client
+        self._body = body
+        self._request: DrainRequest | None = None
+        self._estimate: Estimate | None = None
+        self._resolved = False
+
+    @property
+    def request(self) -> DrainRequest:
+        """The request as the agent last described it (pending, then committed or ended)."""
+        if self._request is None:
+            raise RuntimeError("the drain transaction has not started: use 'async with'")
+        return self._request
+
+    @property
+    def request_id(self) -> str:
+        return self.request.id
+
+    @property
+    def estimate(self) -> Estimate:
+        """The estimate of phase 1, or of the commit once committed."""
+        if self._estimate is None:
+            raise RuntimeError("the drain transaction has not started: use 'async with'")
+        return self._estimate
+
+    @property
+    def expires_at(self) -> float | None:
+        """When the agent cancels the pending request by itself (epoch seconds)."""
+        return self.request.expires_at
+
+    def _update(self, request: DrainRequest) -> None:
+        self._request = request
+        if request.estimate is not None:
+            self._estimate = request.estimate
+
+    async def __aenter__(self) -> DrainTransaction:
+        if self._request is not None:
+            raise RuntimeError("a drain transaction is entered once")
+        body = await self._client._json("POST", "/v1/drain", json=self._body)
+        self._update(_decode(_request_from_json, body, "drain"))
+        if self._estimate is None:
+            raise BadResponse("the agent's phase-1 reply carries no estimate")
+        return self
+
+    async def commit(self) -> Estimate:
+        """Phase 2: the drain starts now; returns the estimate at commit time.
+
+        Raises :class:`TransactionExpired` when the request passed ``expires_at`` (the
+        agent has cancelled it), :class:`NoSuchRequest` when it was cancelled otherwise,
+        :class:`NotPending` when it is already committed.
+        """
+        path = f"/v1/drain/{_segment(self.request_id)}/commit"
+        try:
+            body = await self._client._json("POST", path)
+        except NoSuchRequest as exc:
+            expired = await self._expired()
+            if expired is None:
+                raise
+            self._resolved = True
+            raise TransactionExpired(
+                f"drain request {self.request_id} expired at {expired:.3f} before its commit",
+                status=exc.status,
+            ) from exc
+        self._update(_decode(_request_from_json, body, "commit"))
+        self._resolved = True
+        return self.estimate
+
+    async def _expired(self) -> float | None:
+        """``expires_at`` when the agent has already cancelled this request on its timer.
+
+        The agent answers a commit after the expiry 404 (not 410) once its own timer has
+        cancelled the pending request first; the ended request's record tells the cases
+        apart.
+        """
+        last = (await self._client.drain()).last
+        if last is None or last.id != self.request_id or last.state != "cancelled":
+            return None
+        if last.expires_at is None or last.ended_at is None or last.ended_at < last.expires_at:
+            return None
+        self._update(last)
+        return last.expires_at
+
+    async def cancel(self) -> None:
+        """Cancel the request (pending, or committed and draining): the node resumes."""
+        self._resolved = True
+        ended = await self._client.cancel_draining(self.request_id)
+        if ended is not None:
+            self._update(ended)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._resolved or self._request is None:
+            return
+        failure: AgentError | None = None
+        with trio.move_on_after(CANCEL_GRACE_S, shield=True) as scope:
+            try:
+                await self.cancel()
+            except NoSuchRequest:
+                pass  # already gone: expired, or cancelled by someone else
+            except AgentError as err:
+                failure = err
+        if scope.cancelled_caught:
+            failure = Unreachable(
+                f"cancelling drain request {self.request_id} at {self._client.where} took "
+                f"over {CANCEL_GRACE_S:g} s",
+                code="client.timeout",
+            )
+        if failure is None:
+            return
+        note = f"the agent cancels it by itself at its expiry ({self.expires_at})"
+        if exc is None:
+            failure.add_note(note)
+            raise failure
+        exc.add_note(f"cancelling drain request {self.request_id} failed too: {failure}; {note}")
+
+
+# ============================================================================================
+# The synchronous wrapper
+
+
+class SyncAgentClient:
+    """:class:`AgentClient` for scripts: the same calls, blocking, no event loop needed.
+
+    Each call runs the async method under its own ``trio.run`` with a fresh HTTP
+    connection, so it must not be made from inside a trio (or other async) program, nor
+    from two threads at once. A drain transaction spans several calls and stays pending
+    on the agent between them::
+
+        agent = SyncAgentClient()
+        with agent.start_draining("graceful", reason="kernel update") as txn:
+            print(txn.estimate.completion)
+            txn.commit()
+
+    Arguments and errors are those of :class:`AgentClient`.
+    """
+
+    def __init__(
+        self,
+        *,
+        socket: str | Path | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30,
+        verify: ssl.SSLContext | bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._client = AgentClient(
+            socket=socket,
+            url=url,
+            token=token,
+            timeout=timeout,
+            max_concurrency=1,
+            verify=verify,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"SyncAgentClient({self._client.where})"
+
+    def _run(self, call: Callable[[AgentClient], Awaitable[_T]]) -> _T:
+        async def main() -> _T:
+            async with self._client as client:
+                return await call(client)
+
+        return trio.run(main)
+
+    def healthz(self) -> Health:
+        return self._run(lambda c: c.healthz())
+
+    def ad(self) -> dict[str, Any]:
+        return self._run(lambda c: c.ad())
+
+    def ad_classad(self) -> str:
+        return self._run(lambda c: c.ad_classad())
+
+    def drain(self) -> DrainStatus:
+        return self._run(lambda c: c.drain())
+
+    def claims(self) -> list[Claim]:
+        return self._run(lambda c: c.claims())
+
+    def claim(self, claim_id: str) -> Claim:
+        return self._run(lambda c: c.claim(claim_id))
+
+    def start_draining(
+        self,
+        schedule: Schedule = "graceful",
+        *,
+        reason: str = "",
+        on_completion: OnCompletion = "none",
+        deadline: float | None = None,
+        start: str | None = None,
+        ttl: float | None = None,
+    ) -> SyncDrainTransaction:
+        """:meth:`AgentClient.start_draining` as a (plain) context manager."""
+        txn = self._client.start_draining(
+            schedule,
+            reason=reason,
+            on_completion=on_completion,
+            deadline=deadline,
+            start=start,
+            ttl=ttl,
+        )
+        return SyncDrainTransaction(self, txn)
+
+    def drain_now(
+        self,
+        schedule: Schedule = "graceful",
+        *,
+        reason: str = "",
+        on_completion: OnCompletion = "none",
+        deadline: float | None = None,
+        start: str | None = None,
+        check: str | None = None,
+    ) -> DrainRequest:
+        return self._run(
+            lambda c: c.drain_now(
+                schedule,
+                reason=reason,
+                on_completion=on_completion,
+                deadline=deadline,
+                start=start,
+                check=check,
+            )
+        )
+
+    def cancel_draining(self, request_id: str | None = None) -> DrainRequest | None:
+        return self._run(lambda c: c.cancel_draining(request_id))
+
+    def wait_drained(
+        self, request_id: str | None = None, *, poll: float = 0.5, timeout: float | None = None
+    ) -> DrainRequest | None:
+        """:meth:`AgentClient.wait_drained`; ``timeout`` (seconds) raises TimeoutError."""
+
+        async def bounded(client: AgentClient) -> DrainRequest | None:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                return await client.wait_drained(request_id, poll=poll)
+
+        try:
+            return self._run(bounded)
+        except trio.TooSlowError:
+            raise TimeoutError(f"the node was not drained within {timeout:g} s") from None
+
+    def create_claim(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        pid: int | None = None,
+        cpus: int = 1,
+        memory: int = 0,
+        disk: int = 0,
+        gpus: int = 0,
+        max_job_retirement_time: int | None = None,
+        job_max_vacate_time: int | None = None,
+        owner: str | None = None,
+        job_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        kill_signal: str | None = None,
+    ) -> Claim:
+        return self._run(
+            lambda c: c.create_claim(
+                command,
+                pid=pid,
+                cpus=cpus,
+                memory=memory,
+                disk=disk,
+                gpus=gpus,
+                max_job_retirement_time=max_job_retirement_time,
+                job_max_vacate_time=job_max_vacate_time,
+                owner=owner,
+                job_id=job_id,
+                env=env,
+                cwd=cwd,
+                user=user,
+                kill_signal=kill_signal,
+            )
+        )
+
+    def release(self, claim_id: str) -> Claim:
+        return self._run(lambda c: c.release(claim_id))
+
+    def suspend(self, claim_id: str) -> Claim:
+        return self._run(lambda c: c.suspend(claim_id))
+
+    def continue_(self, claim_id: str) -> Claim:
+        return self._run(lambda c: c.continue_(claim_id))
+
+
+class SyncDrainTransaction:
+    """:class:`DrainTransaction` for :class:`SyncAgentClient`: the same contract, blocking.
+
+    Entering, :meth:`commit`, :meth:`cancel` and leaving each run the async
+    transaction's step under its own ``trio.run``; the request stays pending on the agent
+    in between (up to its ``expires_at``).
+    """
+
+    def __init__(self, client: SyncAgentClient, txn: DrainTransaction) -> None:
+        self._client = client
+        self._txn = txn
+
+    @property
+    def request(self) -> DrainRequest:
+        return self._txn.request
+
+    @property
+    def request_id(self) -> str:
+        return self._txn.request_id
+
+    @property
+    def estimate(self) -> Estimate:
+        return self._txn.estimate
+
+    @property
+    def expires_at(self) -> float | None:
+        return self._txn.expires_at
+
+    def __enter__(self) -> SyncDrainTransaction:
+        self._client._run(lambda _: self._txn.__aenter__())
+        return self
+
+    def commit(self) -> Estimate:
+        return self._client._run(lambda _: self._txn.commit())
+
+    def cancel(self) -> None:
+        self._client._run(lambda _: self._txn.cancel())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._client._run(lambda _: self._txn.__aexit__(exc_type, exc, tb))

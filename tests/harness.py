@@ -1,0 +1,222 @@
+"""Real agent daemons for integration tests: each in its own temporary directory.
+
+:class:`AgentProcess` starts ``python -m nodeagent run`` as a subprocess on a Unix
+socket and a loopback TCP port chosen by the kernel, waits until it is ready, and on
+exit stops it and kills every job process it started (by the PIDs it recorded), so
+no test leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["AgentProcess", "job_script", "wait_for"]
+
+#: A job that records the instant it receives SIGTERM, then exits after ``delay``.
+_JOB = r"""
+import os, signal, sys, time
+record, delay = sys.argv[1], float(sys.argv[2])
+def on_term(signum, frame):
+    with open(record, "a") as f:
+        f.write(f"{time.time()!r}\n")
+    if delay >= 0:
+        time.sleep(delay)
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+with open(record + ".started", "w") as f:
+    f.write(str(os.getpid()))
+while True:
+    time.sleep(3600)
+"""
+
+
+def job_script(tmp: Path, name: str, *, term_delay: float = 0.0) -> tuple[list[str], Path]:
+    """argv of a job that writes the time of each SIGTERM to the returned file.
+
+    ``term_delay`` < 0: the job ignores SIGTERM (only SIGKILL ends it).
+    """
+    record = tmp / f"{name}.term"
+    return [sys.executable, "-c", _JOB, str(record), str(term_delay)], record
+
+
+def wait_for(predicate: Any, *, timeout: float = 20.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy (tests only)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+class AgentProcess:
+    """One agent daemon subprocess; use as a context manager."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        hostname: str = "node1.test",
+        cpus: int = 8,
+        memory_mib: int = 16384,
+        policy: dict[str, Any] | None = None,
+        master: dict[str, Any] | None = None,
+        extra: str = "",
+    ) -> None:
+        self.root = root
+        self.hostname = hostname
+        root.mkdir(parents=True, exist_ok=True)
+        self.config_path = root / "nodeagent.toml"
+        policy_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (policy or {}).items())
+        master_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (master or {}).items())
+        self.config_path.write_text(
+            f'hostname = "{hostname}"\nip = "127.0.0.1"\n'
+            f'state_dir = "{root / "state"}"\nruntime_dir = "{root / "run"}"\n'
+            f'listen = ["127.0.0.1:0"]\n{extra}\n'
+            f"[resources]\ncpus = {cpus}\nmemory_mib = {memory_mib}\ndisk_kib = 1000000\n"
+            f"[policy]\n{policy_lines}\n[master]\n{master_lines}\n"
+        )
+        self.socket = root / "run" / "nodeagent.sock"
+        self.key_file = root / "state" / "pool.key"
+        self.log_path = root / "agent.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.job_pids: set[int] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> AgentProcess:
+        info = self.root / "run" / "nodeagent.json"
+        with contextlib.suppress(FileNotFoundError):
+            info.unlink()
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NOTIFY_SOCKET": ""},
+        )
+        log.close()
+
+        def ready() -> dict[str, Any] | None:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agent exited early:\n{self.log_path.read_text()}")
+            try:
+                data: dict[str, Any] = json.loads(info.read_text())
+            except (FileNotFoundError, ValueError):
+                return None
+            return data if data["pid"] == self.proc.pid else None
+
+        data = wait_for(ready)
+        self.url = next(u for u in data["urls"] if not u.startswith("http://unix"))
+        return self
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Signal the daemon and wait for it; returns its exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self._remember_jobs()
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=20)
+
+    def kill9(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def wait_exit(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def __enter__(self) -> AgentProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self._remember_jobs()
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=20)
+        for pid in self.job_pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+    # ------------------------------------------------------------------ talking to it
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """An HTTP client: over the Unix socket, or over TCP with ``token``."""
+        if token is None:
+            return httpx.Client(
+                transport=httpx.HTTPTransport(uds=str(self.socket)),
+                base_url="http://agent",
+                timeout=30,
+            )
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request over the Unix socket, with a client of its own."""
+        with self.client() as c:
+            return c.request(method, path, **kwargs)
+
+    def token(
+        self, scope: str, *, subject: str = "tester", lifetime: float = 3600, age: float = 0
+    ) -> str:
+        """A token signed with this agent's pool key, issued ``age`` seconds ago."""
+        from nodeagent._auth import Scope, create_token, load_key
+
+        return create_token(
+            load_key(self.key_file),
+            subject=subject,
+            scope=Scope(scope),
+            lifetime_s=lifetime,
+            now=time.time() - age,
+        )
+
+    def claim(self, argv: list[str], **fields: Any) -> dict[str, Any]:
+        with self.client() as c:
+            response = c.post("/v1/claims", json={"command": argv, **fields})
+        assert response.status_code == 201, response.text
+        body: dict[str, Any] = response.json()
+        self.job_pids.add(body["job"]["pid"])
+        return body
+
+    def _remember_jobs(self) -> None:
+        with self.client() as c:
+            claims = c.get("/v1/claims", timeout=2).json()["claims"]
+        self.job_pids.update(c["job"]["pid"] for c in claims if c["job"]["pid"])
+
+    def jobs_alive(self) -> list[int]:
+        """Job pids still running (a zombie waiting for its reaper counts as gone)."""
+        alive = []
+        for pid in sorted(self.job_pids):
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state not in ("Z", "X"):
+                alive.append(pid)
+        return alive
+
+
+@contextlib.contextmanager
+def agents(root: Path, count: int, **kwargs: Any) -> Iterator[list[AgentProcess]]:
+    """``count`` agents named node1.test … nodeN.test, started and cleaned up together."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(AgentProcess(root / f"node{i}", hostname=f"node{i}.test", **kwargs))
+            for i in range(1, count + 1)
+        ]
