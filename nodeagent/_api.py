@@ -74,7 +74,6 @@ def build_app(
     key: bytes | None,
     audit: AuditLog | None,
     metrics: AgentMetrics,
-    metrics_require_auth: bool = True,
 ) -> FastAPI:
     """The agent API bound to ``agent``. ``key`` verifies tokens (``None``: TCP refuses all)."""
     app = FastAPI(
@@ -193,7 +192,7 @@ def build_app(
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def prometheus(request: Request) -> Response:
         """Prometheus text format: slots by state, drain state, estimates, totals, latency."""
-        if metrics_require_auth:
+        if metrics.require_auth:
             allowed(request, AuthScope.READ)
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)

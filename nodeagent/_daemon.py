@@ -31,6 +31,7 @@ from nodeagent._audit import AuditLog
 from nodeagent._auth import generate_key, load_key
 from nodeagent._config import (
     AgentConfig,
+    ConfigError,
     PolicyConfig,
     load_agent_config,
     machine_resources,
@@ -40,7 +41,7 @@ from nodeagent._master_link import MasterLink
 from nodeagent._metrics import AgentMetrics
 from nodeagent._processes import OsProcessRunner, ProcessRunner
 from nodeagent._store import ProcessRecord, Store
-from slots import Machine, MachinePolicy, OnCompletion, Resources, SuspendPolicy
+from slots import Machine, MachinePolicy, OnCompletion, Resources, SlotsError, SuspendPolicy
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -116,6 +117,7 @@ class AgentDaemon:
     urls: list[str] = field(default_factory=list)
     exit_status: int = 0
     _stop: trio.Event = field(default_factory=trio.Event)
+    _metrics: AgentMetrics | None = None
 
     def stop(self) -> None:
         """Ask the daemon to stop; jobs keep running."""
@@ -176,14 +178,9 @@ class AgentDaemon:
             processes=processes,
         )
         self.agent = agent
-        metrics = AgentMetrics(agent.ad)
-        app = build_app(
-            agent,
-            key=key,
-            audit=audit,
-            metrics=metrics,
-            metrics_require_auth=config.metrics_require_auth,
-        )
+        metrics = AgentMetrics(agent.ad, require_auth=config.metrics_require_auth)
+        self._metrics = metrics
+        app = build_app(agent, key=key, audit=audit, metrics=metrics)
         import hypercorn.trio  # noqa: PLC0415  (server stack: daemon only)
 
         link = MasterLink(agent, config.master, clock=self.clock)
@@ -290,15 +287,28 @@ class AgentDaemon:
             log.error("reload refused, policy unchanged: %s", exc)
         else:
             link.reconfigure(new.master)
+            if self._metrics is not None:
+                self._metrics.require_auth = new.metrics_require_auth
             self.config = self.config.model_copy(
-                update={"policy": new.policy, "master": new.master}
+                update={
+                    "policy": new.policy,
+                    "master": new.master,
+                    "metrics_require_auth": new.metrics_require_auth,
+                }
             )
             log.info("reloaded: %s", ", ".join(changes.applied) or "nothing changed")
         _sdnotify.ready()
 
 
 def run_agent(config_path: Path | None) -> int:
-    """Run the daemon in the foreground until stopped; returns the exit status."""
+    """Run the daemon in the foreground until stopped; returns the exit status.
+
+    Raises :class:`ConfigError` for a configuration the daemon cannot run with.
+    """
     config = load_agent_config(config_path)
+    try:
+        machine_policy(config.policy)
+    except SlotsError as exc:
+        raise ConfigError(f"[policy]: {exc.message}") from None
     daemon = AgentDaemon(config=config, config_path=config_path)
     return trio.run(daemon.serve)

@@ -76,7 +76,8 @@ class _AdCollector(Collector):
 class AgentMetrics:
     """The metrics of one agent; ``render`` gives the exposition text and content type."""
 
-    def __init__(self, read_ad: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, read_ad: Callable[[], dict[str, Any]], *, require_auth: bool = True) -> None:
+        self.require_auth = require_auth  # reloadable: read at every scrape
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_AdCollector(read_ad))
         self._latency = Histogram(

@@ -1,0 +1,501 @@
+"""How the command line finds and reaches an agent, with the standard library only.
+
+Every client command imports this module, so it imports nothing beyond the standard
+library at module level (``ssl`` and ``tomllib`` only when needed). That keeps
+``nodeagent status`` fast: no pydantic, no httpx, no trio, no server stack.
+
+* :func:`resolve_target` turns the common options (``--host``, ``--token``, ``--socket``)
+  and their environment variables into a :class:`Target`; without ``--host`` the target
+  is the local Unix socket, at the path the daemon itself uses (:func:`default_socket`).
+* :func:`call` sends one HTTP/1.1 request over the Unix socket or TCP (TLS for
+  ``https://``) with the bearer token, and returns a :class:`Reply` (status, raw text and
+  parsed JSON); :func:`check` turns an error reply into an exception.
+* :func:`parse_duration` reads ``90s``, ``15m``, ``2h`` (the same grammar as the daemon's
+  configuration).
+
+Errors (each carries a stable ``code``, a ``message`` and the process ``exit_status``
+documented in ``docs/cli.md``)::
+
+    CliError
+    ├── UsageError     2  cli.usage, cli.bad_duration, cli.bad_url, cli.token_file, …
+    ├── Unreachable    3  agent.unreachable, agent.timeout: no answer from the agent
+    ├── AgentError        the agent answered with an error body (``reply`` holds it)
+    │   ├── Refused        1  any 4xx but 401/403: the agent's code (drain.in_progress, …)
+    │   ├── Unauthorized   4  401/403: auth.unauthenticated, auth.forbidden
+    │   └── AgentFailed    5  5xx, or a reply that is not the API's JSON (agent.bad_reply)
+    ├── Declined       6  cli.declined: the drain was not committed at the prompt
+    └── Interrupted  130  cli.interrupted: Ctrl-C
+
+Raising any of them leaves nothing behind on the client side; what the agent did is
+what its reply says.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import quote, urlsplit
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "DEFAULT_PORT",
+    "AgentError",
+    "AgentFailed",
+    "CliError",
+    "Declined",
+    "Interrupted",
+    "Refused",
+    "Reply",
+    "Target",
+    "Unauthorized",
+    "Unreachable",
+    "UsageError",
+    "call",
+    "check",
+    "default_runtime_dir",
+    "default_socket",
+    "parse_duration",
+    "path_segment",
+    "request",
+    "resolve_target",
+]
+
+DEFAULT_PORT = 9621
+"""The agent's default TCP port (``listen = ["127.0.0.1:9621"]``)."""
+
+DEFAULT_CONFIG_PATH = Path("/etc/nodeagent/nodeagent.toml")
+"""The daemon's default configuration file (``nodeagent run`` reads it when it exists)."""
+
+DEFAULT_TIMEOUT_S = 75.0
+"""Per-request socket timeout. Longer than the daemon's default transaction lifetime
+(30 s), because a state-changing request waits while a drain transaction is pending."""
+
+_APP = "nodeagent"
+_ENV_PREFIX = "NODEAGENT_"
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class CliError(Exception):
+    """A command failed; ``code: message`` goes to stderr and ``exit_status`` to the shell."""
+
+    exit_status: ClassVar[int] = 1
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class UsageError(CliError):
+    """The command as given cannot run: bad option value, unreadable token file, …"""
+
+    exit_status: ClassVar[int] = 2
+
+
+class Unreachable(CliError):
+    """No answer from the agent: no socket, connection refused or reset, timed out."""
+
+    exit_status: ClassVar[int] = 3
+
+
+class AgentError(CliError):
+    """The agent answered with an error; ``reply`` is its answer, ``condor_code`` its
+    HTCondor code when it has one."""
+
+    def __init__(
+        self, code: str, message: str, *, reply: Reply, condor_code: int | None = None
+    ) -> None:
+        super().__init__(code, message)
+        self.reply = reply
+        self.condor_code = condor_code
+
+
+class Refused(AgentError):
+    """The agent refused the request (4xx other than 401 and 403); nothing changed."""
+
+    exit_status: ClassVar[int] = 1
+
+
+class Unauthorized(AgentError):
+    """Missing, bad or expired token (401), or a token without the scope (403)."""
+
+    exit_status: ClassVar[int] = 4
+
+
+class AgentFailed(AgentError):
+    """The agent failed (5xx) or sent something that is not the API's JSON."""
+
+    exit_status: ClassVar[int] = 5
+
+
+class Declined(CliError):
+    """The drain transaction was not committed at the prompt (and has been cancelled)."""
+
+    exit_status: ClassVar[int] = 6
+
+
+class Interrupted(CliError):
+    """Ctrl-C: the command stopped early (a pending transaction has been cancelled)."""
+
+    exit_status: ClassVar[int] = 130
+
+
+# --- durations ----------------------------------------------------------------------------
+
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_PLAIN_SECONDS = re.compile(_NUMBER)
+_WITH_UNITS = re.compile(
+    rf"(?:(?P<d>{_NUMBER})d)?(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?"
+)
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration into seconds.
+
+    Accepted: a plain number of seconds (``"90"``, ``"1.5"``), or numbers with units
+    ``d``, ``h``, ``m``, ``s``, each at most once and in that order (``"90s"``, ``"15m"``,
+    ``"2h"``, ``"1h30m"``, ``"1.5h"``). Surrounding whitespace and letter case are ignored.
+    Raises ValueError, with the accepted forms in the message, for anything else, including
+    negative and empty durations. Imports nothing beyond :mod:`re`.
+    """
+    s = text.strip().lower()
+    if s.startswith("-"):
+        raise ValueError(f"invalid duration {text!r}: durations cannot be negative")
+    if _PLAIN_SECONDS.fullmatch(s):
+        return float(s)
+    m = _WITH_UNITS.fullmatch(s)
+    if not s or m is None or not any(m.groupdict().values()):
+        raise ValueError(
+            f"invalid duration {text!r}: use seconds (90, 1.5) or units d, h, m, s "
+            "in that order (90s, 15m, 2h, 1h30m)"
+        )
+    return sum(float(v) * _UNIT_SECONDS[unit] for unit, v in m.groupdict().items() if v)
+
+
+# --- where the local agent listens --------------------------------------------------------
+
+
+def _first_dir(value: str | None) -> Path | None:
+    """systemd's ``$RUNTIME_DIRECTORY`` may list several, colon-separated."""
+    if not value:
+        return None
+    first = value.split(":", 1)[0]
+    return Path(first) if first else None
+
+
+def default_runtime_dir(env: Mapping[str, str], uid: int) -> Path:
+    """The daemon's default runtime directory (the rule of ``nodeagent._config``).
+
+    In order: ``$RUNTIME_DIRECTORY`` (systemd's ``RuntimeDirectory=``); ``/run/nodeagent``
+    for root; ``$XDG_RUNTIME_DIR/nodeagent``; ``/tmp/nodeagent-<uid>``.
+    """
+    explicit = _first_dir(env.get("RUNTIME_DIRECTORY"))
+    if explicit is not None:
+        return explicit
+    if uid == 0:
+        return Path("/run") / _APP
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / _APP
+    return Path("/tmp") / f"{_APP}-{uid}"
+
+
+def _setting(env: Mapping[str, str], key: str) -> str | None:
+    """``NODEAGENT_<KEY>``, matched without regard to case as the daemon does; empty = unset."""
+    wanted = (_ENV_PREFIX + key).upper()
+    for name, value in env.items():
+        if name.upper() == wanted and value:
+            return value
+    return None
+
+
+def _file_settings(path: Path) -> dict[str, Any]:
+    """The top-level keys of the daemon's TOML file; ``{}`` when it is absent or unreadable
+    (a daemon cannot have started with an unreadable file either)."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return {}
+    import tomllib  # noqa: PLC0415  (only when a configuration file exists)
+
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _path_setting(value: object) -> Path | None:
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def default_socket(env: Mapping[str, str], uid: int, *, config_path: Path | None = None) -> Path:
+    """The Unix socket a daemon started with the same environment listens on.
+
+    The daemon's precedence: ``NODEAGENT_SOCKET``; ``<NODEAGENT_RUNTIME_DIR>/nodeagent.sock``;
+    the configuration file's ``socket``, then its ``runtime_dir``; the default runtime
+    directory (:func:`default_runtime_dir`). The file is ``config_path``, else
+    ``$NODEAGENT_CONFIG``, else :data:`DEFAULT_CONFIG_PATH` when it exists. Reads no other
+    global state.
+    """
+    explicit = _path_setting(_setting(env, "SOCKET"))
+    if explicit is not None:
+        return explicit
+    runtime_dir = _path_setting(_setting(env, "RUNTIME_DIR"))
+    if runtime_dir is None:
+        if config_path is None:
+            config_path = _path_setting(env.get("NODEAGENT_CONFIG")) or DEFAULT_CONFIG_PATH
+        settings = _file_settings(config_path)
+        from_file = _path_setting(settings.get("socket"))
+        if from_file is not None:
+            return from_file
+        runtime_dir = _path_setting(settings.get("runtime_dir"))
+    if runtime_dir is None:
+        runtime_dir = default_runtime_dir(env, uid)
+    return runtime_dir / "nodeagent.sock"
+
+
+# --- targets ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One agent: its Unix socket (``unix``) or its TCP address, and the bearer token."""
+
+    unix: Path | None = None
+    scheme: str = "http"
+    host: str = ""
+    port: int = DEFAULT_PORT
+    base_path: str = ""
+    token: str | None = None
+
+    def describe(self) -> str:
+        if self.unix is not None:
+            return f"unix:{self.unix}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}{self.base_path}"
+
+
+def _parse_host(value: str) -> tuple[str, str, int, str]:
+    """``URL`` of ``--host``: ``https://h:p/prefix``, ``h:p`` or ``h`` (http, port 9621)."""
+    text = value.strip()
+    if "://" not in text:
+        text = "http://" + text
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError("cli.bad_url", f"invalid --host {value!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            "cli.bad_url",
+            f"invalid --host {value!r}: expected http://HOST[:PORT] or https://HOST[:PORT]",
+        )
+    if parts.query or parts.fragment or parts.username is not None:
+        raise UsageError("cli.bad_url", f"invalid --host {value!r}: only scheme, host, port, path")
+    if port is None:
+        port = DEFAULT_PORT
+    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
+
+
+def _read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError("cli.token_file", f"cannot read token file {path}: {reason}") from None
+    if not token or any(c.isspace() for c in token):
+        raise UsageError("cli.token_file", f"token file {path} does not hold one token")
+    return token
+
+
+def resolve_target(
+    *,
+    host: str | None,
+    token_file: str | None,
+    socket_path: str | None,
+    env: Mapping[str, str],
+    uid: int,
+) -> Target:
+    """The agent the common options designate.
+
+    Each option falls back to its variable: ``--host`` to ``NODEAGENT_HOST``, ``--token``
+    to ``NODEAGENT_TOKEN_FILE``, ``--socket`` to ``NODEAGENT_SOCKET``. A host (from either)
+    selects TCP; otherwise the Unix socket (``--socket`` or :func:`default_socket`). The
+    token file is read here. Raises :class:`UsageError`.
+    """
+    host = host or env.get("NODEAGENT_HOST") or None
+    token_file = token_file or env.get("NODEAGENT_TOKEN_FILE") or None
+    token = None if token_file is None else _read_token(token_file)
+    if host is not None:
+        scheme, hostname, port, base = _parse_host(host)
+        return Target(scheme=scheme, host=hostname, port=port, base_path=base, token=token)
+    unix = Path(socket_path) if socket_path else default_socket(env, uid)
+    return Target(unix=unix, token=token)
+
+
+# --- the transport ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """One answer: HTTP ``status``, the body as ``text``, and ``data`` when it is JSON."""
+
+    status: int
+    text: str
+    data: Any = None
+    content_type: str = ""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix stream socket."""
+
+    def __init__(self, path: Path, *, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(os.fspath(self._path))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
+    if target.unix is not None:
+        return _UnixConnection(target.unix, timeout=timeout)
+    if target.scheme == "https":
+        import ssl  # noqa: PLC0415  (only for TLS)
+
+        context = ssl.create_default_context()
+        return http.client.HTTPSConnection(
+            target.host, target.port, timeout=timeout, context=context
+        )
+    return http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+
+
+def _unreachable(target: Target, exc: BaseException) -> Unreachable:
+    where = target.describe()
+    if isinstance(exc, TimeoutError):
+        return Unreachable("agent.timeout", f"no answer from the agent at {where} in time")
+    if isinstance(exc, FileNotFoundError):
+        reason = "no such socket (is the agent running?)"
+    elif isinstance(exc, ConnectionRefusedError):
+        reason = "connection refused (is the agent running?)"
+    elif isinstance(exc, PermissionError):
+        reason = "permission denied (the socket is for the agent's group)"
+    elif isinstance(exc, socket.gaierror):
+        reason = f"cannot resolve {target.host}: {exc.strerror}"
+    elif isinstance(exc, http.client.HTTPException):
+        reason = f"the connection broke ({type(exc).__name__})"
+    elif isinstance(exc, OSError):
+        reason = exc.strerror or type(exc).__name__
+        if type(exc).__module__ == "ssl" or type(exc).__name__.startswith("SSL"):
+            reason = f"TLS: {exc}"
+    else:
+        reason = str(exc)
+    return Unreachable("agent.unreachable", f"cannot reach the agent at {where}: {reason}")
+
+
+def call(
+    target: Target,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Reply:
+    """Send one request and return the agent's reply, whatever its status.
+
+    ``path`` is the API path (``/v1/drain``); ``body`` is sent as JSON. A body that
+    announces JSON but does not parse raises :class:`AgentFailed`; every connection
+    failure (socket missing, refused, reset, timed out, TLS) raises :class:`Unreachable`.
+    """
+    headers = {"Accept": "application/json", "User-Agent": "nodeagent-cli"}
+    if target.token is not None:
+        headers["Authorization"] = f"Bearer {target.token}"
+    payload: bytes | None = None
+    if body is not None:
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        headers["Content-Type"] = "application/json"
+    conn = _connection(target, timeout)
+    try:
+        conn.request(method, target.base_path + path, body=payload, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise _unreachable(target, exc) from None
+    finally:
+        conn.close()
+    text = raw.decode("utf-8", errors="replace")
+    content_type = response.getheader("Content-Type", "") or ""
+    reply = Reply(status=response.status, text=text, content_type=content_type)
+    if content_type.startswith("application/json"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise AgentFailed(
+                "agent.bad_reply",
+                f"the agent at {target.describe()} sent invalid JSON (HTTP {response.status})",
+                reply=reply,
+            ) from None
+        reply = Reply(status=reply.status, text=text, data=data, content_type=content_type)
+    return reply
+
+
+def check(reply: Reply) -> Reply:
+    """Return ``reply`` if it is a success (2xx); raise its :class:`AgentError` if not."""
+    if 200 <= reply.status < 300:
+        return reply
+    error = reply.data.get("error") if isinstance(reply.data, dict) else None
+    condor_code: int | None = None
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        code = error["code"]
+        message = str(error.get("message", ""))
+        condor = error.get("condor_code")
+        condor_code = condor if isinstance(condor, int) else None
+    else:
+        code = "agent.error" if reply.status >= 500 else "agent.bad_reply"
+        lines = reply.text.strip().splitlines()
+        message = f"HTTP {reply.status}" + (f": {lines[0][:200]}" if lines else "")
+    cls: type[AgentError]
+    if reply.status in (401, 403):
+        cls = Unauthorized
+    elif 400 <= reply.status < 500:
+        cls = Refused
+    else:
+        cls = AgentFailed
+    raise cls(code, message, reply=reply, condor_code=condor_code)
+
+
+def request(
+    target: Target,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Reply:
+    """:func:`call`, then :func:`check`; for successful JSON endpoints, ``data`` is set."""
+    reply = check(call(target, method, path, body, timeout=timeout))
+    if reply.data is None and reply.content_type.startswith("application/json"):
+        raise AgentFailed("agent.bad_reply", "the agent sent an empty JSON reply", reply=reply)
+    return reply
+
+
+def path_segment(value: str) -> str:
+    """``value`` quoted for use as one path segment (a claim or request id)."""
+    return quote(value, safe="")
