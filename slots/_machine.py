@@ -548,9 +548,21 @@ class Machine:
         """Phase 2: commit the pending request; the drain starts now.
 
         Raises :class:`NoSuchRequest` for a wrong id, :class:`NotPending` when it is
-        already committed and :class:`TransactionExpired` when it expired — the
-        request is then cancelled (that is the one change an error makes here).
+        already committed and :class:`TransactionExpired` when it expired, whether the
+        expiry was already carried out or is due now (then the request is cancelled:
+        the one change an error makes here).
         """
+        last = self._last_request
+        if (
+            self._request is None
+            and last is not None
+            and last.id == request_id
+            and last.state is DrainState.CANCELLED
+            and last.expires_at is not None
+            and last.ended_at is not None
+            and last.ended_at >= last.expires_at
+        ):
+            raise TransactionExpired(f"drain request {request_id} expired before its commit")
         request = self._request_by_id(request_id)
         if request.state is not DrainState.PENDING:
             raise NotPending(f"drain request {request_id} is {request.state}, not pending")

@@ -143,12 +143,8 @@ def test_pending_transaction_expires(agent: AgentProcess) -> None:
         last = c.get("/v1/drain").json()["last"]
         assert (last["id"], last["state"]) == (request["id"], "cancelled")
         late = c.post(f"/v1/drain/{request['id']}/commit")
-    assert late.status_code == 404
-    assert late.json()["error"] == {
-        "code": "drain.no_such_request",
-        "message": late.json()["error"]["message"],
-        "condor_code": 10002,
-    }
+    assert late.status_code == 410
+    assert late.json()["error"]["code"] == "drain.transaction_expired"
 
 
 def test_concurrent_drain_requests_exactly_one_wins(agent: AgentProcess) -> None:

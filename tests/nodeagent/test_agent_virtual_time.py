@@ -23,7 +23,6 @@ from slots import (
     JobSpec,
     Machine,
     MachinePolicy,
-    NoSuchRequest,
     NotAccepting,
     OnCompletion,
     Resources,
@@ -161,7 +160,7 @@ async def test_pending_transaction_blocks_claims_until_expiry(
         assert trio.current_time() - started == pytest.approx(30)
         assert r.agent.claim(claim_id).activity == "Busy"
         assert r.agent.machine.request is None
-        with pytest.raises(NoSuchRequest):
+        with pytest.raises(TransactionExpired):
             r.agent.commit_draining(request.id)
 
 

@@ -232,8 +232,16 @@ def test_pending_transaction_expires() -> None:
     assert m.request is None
     assert m.last_request is not None
     assert (m.last_request.id, m.last_request.state) == ("1", DrainState.CANCELLED)
-    with pytest.raises(NoSuchRequest):
+    with pytest.raises(TransactionExpired):  # a late commit learns why
         m.commit_draining(T0 + 6, request.id)
+
+
+def test_commit_of_a_request_cancelled_in_time_is_no_such_request() -> None:
+    m = machine()
+    request, _, _ = m.start_draining(T0, schedule=Schedule.GRACEFUL, ttl=5)
+    m.cancel_draining(T0 + 1, request.id)
+    with pytest.raises(NoSuchRequest):
+        m.commit_draining(T0 + 2, request.id)
 
 
 def test_commit_after_expiry_is_410_and_cancels() -> None:
