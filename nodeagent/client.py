@@ -62,6 +62,7 @@ import trio
 from nodeagent import __version__
 
 __all__ = [
+    "CANCEL_GRACE_S",
     "AgentClient",
     "AgentError",
     "BadResponse",
@@ -101,7 +102,8 @@ OnCompletion = Literal["none", "resume", "exit", "restart"]
 """What the agent does once the node is drained (DESIGN §3.3)."""
 
 CANCEL_GRACE_S = 5.0
-"""How long leaving a :class:`DrainTransaction` may spend cancelling it (shielded)."""
+"""How long cleanup may take when a block is left: cancelling an unresolved
+:class:`DrainTransaction`, closing an :class:`AgentClient` (shielded from cancellation)."""
 
 _T = TypeVar("_T")
 _SOCKET_NAME = "nodeagent.sock"
@@ -679,7 +681,7 @@ class AgentClient:
     ) -> None:
         http, self._http = self._http, None
         if http is not None:
-            with trio.CancelScope(shield=True):
+            with trio.move_on_after(CANCEL_GRACE_S, shield=True):
                 await http.aclose()
 
     # ------------------------------------------------------------------ transport
@@ -982,33 +984,12 @@ class DrainTransaction:
         path = f"/v1/drain/{_segment(self.request_id)}/commit"
         try:
             body = await self._client._json("POST", path)
-        except NoSuchRequest as exc:
-            expired = await self._expired()
-            if expired is None:
-                raise
+        except TransactionExpired:
             self._resolved = True
-            raise TransactionExpired(
-                f"drain request {self.request_id} expired at {expired:.3f} before its commit",
-                status=exc.status,
-            ) from exc
+            raise
         self._update(_decode(_request_from_json, body, "commit"))
         self._resolved = True
         return self.estimate
-
-    async def _expired(self) -> float | None:
-        """``expires_at`` when the agent has already cancelled this request on its timer.
-
-        The agent answers a commit after the expiry 404 (not 410) once its own timer has
-        cancelled the pending request first; the ended request's record tells the cases
-        apart.
-        """
-        last = (await self._client.drain()).last
-        if last is None or last.id != self.request_id or last.state != "cancelled":
-            return None
-        if last.expires_at is None or last.ended_at is None or last.ended_at < last.expires_at:
-            return None
-        self._update(last)
-        return last.expires_at
 
     async def cancel(self) -> None:
         """Cancel the request (pending, or committed and draining): the node resumes."""
