@@ -157,12 +157,14 @@ class AgentDaemon:
         now = self.clock.now()
         saved = store.load()
         if saved is None:
-            machine = Machine(host=config.hostname, total=total, policy=policy, now=now)
+            machine = Machine(
+                host=config.hostname, ip=config.ip, total=total, policy=policy, now=now
+            )
             processes: dict[str, ProcessRecord] = {}
         else:
             document, processes = saved
             machine = Machine.restore(
-                document, host=config.hostname, total=total, policy=policy, now=now
+                document, host=config.hostname, ip=config.ip, total=total, policy=policy, now=now
             )
             log.info(
                 "restored state: %d claims, drain %s",

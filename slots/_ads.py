@@ -12,10 +12,18 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from slots._estimates import JobTiming, Phase, Schedule, SuspendPolicy, clamp, estimate
+from slots._estimates import (
+    JobTiming,
+    Phase,
+    Schedule,
+    SuspendPolicy,
+    clamp,
+    estimate,
+    plan_evictions,
+)
 from slots._states import ACTIVE, Activity, State
 
-__all__ = ["EXPECTED_ATTRIBUTES", "drain_estimates"]
+__all__ = ["EXPECTED_ATTRIBUTES", "ad_blockers", "drain_estimates"]
 
 _NAMES = {
     Schedule.GRACEFUL: "Graceful",
@@ -58,16 +66,7 @@ def drain_estimates(
     """
     whole = math.floor(now)
     ads = list(slot_ads)
-    machine_vacate = 600
-    policy = SuspendPolicy.KEEP
-    deadline_at: float | None = None
-    for ad in ads:
-        if "MachineMaxVacateTime" in ad:
-            machine_vacate = int(ad["MachineMaxVacateTime"])
-            policy = SuspendPolicy(ad.get("DrainSuspendedJobs", SuspendPolicy.KEEP))
-            if ad.get("DrainState") in ("draining", "drained"):
-                deadline_at = ad.get("DrainingDeadline")
-            break
+    machine_vacate, policy, deadline_at = _machine_inputs(ads)
     jobs = [_timing(ad, whole) for ad in ads if _active(ad)]
     result: dict[str, int] = {}
     for schedule in Schedule:
@@ -86,6 +85,62 @@ def drain_estimates(
         result[completion_attr] = clamp(value.completion)
         result[f"ExpectedMachine{name}DrainingBadput"] = clamp(value.badput)
     return result
+
+
+def _machine_inputs(ads: list[Mapping[str, Any]]) -> tuple[int, SuspendPolicy, float | None]:
+    """MachineMaxVacateTime, the suspended-jobs policy and the drain deadline in force."""
+    for ad in ads:
+        if "MachineMaxVacateTime" in ad:
+            deadline_at = None
+            if ad.get("DrainState") in ("draining", "drained"):
+                deadline_at = ad.get("DrainingDeadline")
+            policy = SuspendPolicy(ad.get("DrainSuspendedJobs", SuspendPolicy.KEEP))
+            return int(ad["MachineMaxVacateTime"]), policy, deadline_at
+    return 600, SuspendPolicy.KEEP, None
+
+
+def ad_blockers(
+    slot_ads: Iterable[Mapping[str, Any]], now: float, schedule: Schedule = Schedule.GRACEFUL
+) -> list[dict[str, Any]]:
+    """The jobs a drain of ``schedule`` started at ``now`` would wait for, from slot ads.
+
+    Latest ``gone_by`` first, as the agent's own blockers; each entry names the slot,
+    job, owner and cpus, and gives run, retirement remaining, vacate, ``evict_at`` (soft
+    kill) and ``gone_by`` (hard kill) in whole seconds.
+    """
+    whole = math.floor(now)
+    everything = list(slot_ads)
+    ads = [ad for ad in everything if _active(ad)]
+    machine_vacate, policy, deadline_at = _machine_inputs(everything)
+    jobs = [_timing(ad, whole) for ad in ads]
+    plans = plan_evictions(
+        jobs,
+        schedule=schedule,
+        now=whole,
+        machine_max_vacate_time=machine_vacate,
+        suspend_policy=policy,
+        deadline_at=deadline_at,
+    )
+    rows = [
+        {
+            "slot": ad.get("Name"),
+            "claim_id": ad.get("ClaimId"),
+            "job_id": ad.get("JobId"),
+            "owner": ad.get("RemoteOwner"),
+            "cpus": job.cpus,
+            "activity": ad.get("Activity"),
+            "run": int(job.run),
+            "retirement_remaining": int(plan.retirement_remaining),
+            "vacate": int(plan.vacate),
+            "evict_at": None if plan.soft_kill_at is None else clamp(plan.soft_kill_at),
+            "gone_by": clamp(plan.hard_kill_at),
+            "accepted_while_draining": job.accepted_while_draining,
+        }
+        for ad, job, plan in sorted(
+            zip(ads, jobs, plans, strict=True), key=lambda triple: -triple[2].hard_kill_at
+        )
+    ]
+    return rows
 
 
 def _active(ad: Mapping[str, Any]) -> bool:

@@ -201,9 +201,12 @@ class Machine:
         policy: MachinePolicy,
         now: float,
         address: str = "",
+        ip: str = "",
     ) -> None:
         _require_text("host", host)
+        _require_text("ip", ip)
         self.host = host
+        self.ip = ip
         self.address = address
         self.total = total
         self.policy = policy
@@ -638,6 +641,7 @@ class Machine:
             "Name": self.host,
             "Machine": self.host,
             "MyAddress": self.address,
+            "MachineIp": self.ip or None,
             "DaemonStartTime": clamp(self.daemon_start_time),
             "MyCurrentTime": whole,
             "TotalCpus": self.total.cpus,
@@ -764,6 +768,7 @@ class Machine:
         policy: MachinePolicy,
         now: float,
         address: str = "",
+        ip: str = "",
     ) -> Machine:
         """Rebuild a machine from :meth:`snapshot`; the daemon start time is ``now``.
 
@@ -773,7 +778,7 @@ class Machine:
         """
         if doc.get("version") != 1:
             raise InvalidRequest(f"unknown machine snapshot version {doc.get('version')!r}")
-        machine = cls(host=host, total=total, policy=policy, now=now, address=address)
+        machine = cls(host=host, total=total, policy=policy, now=now, address=address, ip=ip)
         machine._next_slot = int(doc["next_slot"])
         machine._next_request = int(doc["next_request"])
         machine._request = _request_from(doc["request"])

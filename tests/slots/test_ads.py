@@ -192,3 +192,17 @@ def test_slots_does_no_io_and_imports_no_shell_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_ad_blockers_agree_with_the_agents_own() -> None:
+    from slots import ad_blockers
+
+    world = busy_world()
+    ad = world.machine.ad(T0 + 30)
+    own = world.machine.drain_estimate(T0 + 30, Schedule.GRACEFUL).blockers
+    rows = ad_blockers(ad["slots"], T0 + 30)
+    assert [(r["claim_id"], r["evict_at"], r["gone_by"]) for r in rows] == [
+        (b.claim_id, b.evict_at, b.gone_by) for b in own
+    ]
+    later = ad_blockers(ad["slots"], T0 + 90)  # a stale ad brought forward
+    assert later[0]["gone_by"] == own[0].gone_by  # running jobs: the same promise
