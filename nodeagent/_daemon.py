@@ -12,15 +12,10 @@ with :data:`RESTART_EXIT_STATUS`, which its unit restarts.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
-import os
 import signal
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -40,11 +35,15 @@ from nodeagent._config import (
 from nodeagent._master_link import MasterLink
 from nodeagent._metrics import AgentMetrics
 from nodeagent._processes import OsProcessRunner, ProcessRunner
+from nodeagent._serving import (
+    SHUTDOWN_GRACE,
+    advertised_url,
+    free_stale_socket,
+    serve,
+    write_runtime_info,
+)
 from nodeagent._store import ProcessRecord, Store
 from slots import Machine, MachinePolicy, OnCompletion, Resources, SlotsError, SuspendPolicy
-
-if TYPE_CHECKING:
-    from hypercorn.typing import ASGIFramework
 
 __all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "machine_policy", "run_agent"]
 
@@ -52,9 +51,6 @@ log = logging.getLogger("nodeagent.daemon")
 
 #: Exit status of the ``restart`` completion action (``RestartForceExitStatus=`` in the unit).
 RESTART_EXIT_STATUS = 75
-
-#: How long in-flight requests get to finish when the daemon stops.
-SHUTDOWN_GRACE = 5.0
 
 
 def machine_policy(policy: PolicyConfig) -> MachinePolicy:
@@ -66,38 +62,6 @@ def machine_policy(policy: PolicyConfig) -> MachinePolicy:
         suspend_policy=SuspendPolicy(policy.suspended_jobs_on_drain),
         transaction_ttl=policy.transaction_ttl,
     )
-
-
-def _free_stale_socket(path: Path) -> None:
-    """Remove a socket file left by a previous run; refuse if a daemon still answers."""
-    if not path.exists():
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        path.unlink()
-        return
-    finally:
-        probe.close()
-    raise RuntimeError(f"another daemon is listening on {path}")
-
-
-def _hypercorn_config(binds: list[str], config: AgentConfig, *, unix: bool) -> Any:
-    from hypercorn.config import Config  # noqa: PLC0415  (server stack: daemon only)
-
-    cfg = Config()
-    cfg.bind = binds
-    cfg.accesslog = None
-    cfg.errorlog = logging.getLogger("nodeagent.http")
-    cfg.graceful_timeout = SHUTDOWN_GRACE
-    cfg.include_server_header = False
-    if unix:
-        cfg.umask = 0o117  # socket mode 0660: whoever may open it is ADMINISTRATOR
-    elif config.tls_cert is not None and config.tls_key is not None:
-        cfg.certfile = str(config.tls_cert)
-        cfg.keyfile = str(config.tls_key)
-    return cfg
 
 
 @dataclass
@@ -183,33 +147,33 @@ class AgentDaemon:
         metrics = AgentMetrics(agent.ad, require_auth=config.metrics_require_auth)
         self._metrics = metrics
         app = build_app(agent, key=key, audit=audit, metrics=metrics)
-        import hypercorn.trio  # noqa: PLC0415  (server stack: daemon only)
-
         link = MasterLink(agent, config.master, clock=self.clock)
         async with trio.open_nursery() as nursery:
             await nursery.start(agent.run)
-            _free_stale_socket(config.socket)
-            unix_urls = await nursery.start(
-                functools.partial(
-                    hypercorn.trio.serve,
-                    cast("ASGIFramework", trusted(app)),
-                    _hypercorn_config([f"unix:{config.socket}"], config, unix=True),
-                    shutdown_trigger=self._stop.wait,
-                )
+            free_stale_socket(config.socket)
+            unix_urls = await serve(
+                nursery,
+                trusted(app),
+                [f"unix:{config.socket}"],
+                shutdown=self._stop.wait,
+                unix=True,
             )
             tcp_urls: list[str] = []
             if config.listen:
-                tcp_urls = await nursery.start(
-                    functools.partial(
-                        hypercorn.trio.serve,
-                        cast("ASGIFramework", app),
-                        _hypercorn_config(list(config.listen), config, unix=False),
-                        shutdown_trigger=self._stop.wait,
-                    )
+                tls = None
+                if config.tls_cert is not None and config.tls_key is not None:
+                    tls = (config.tls_cert, config.tls_key)
+                tcp_urls = await serve(
+                    nursery, app, list(config.listen), shutdown=self._stop.wait, tls=tls
                 )
             self.urls = [*unix_urls, *tcp_urls]
-            machine.address = self._advertised(tcp_urls)
-            self._write_runtime_info()
+            machine.address = advertised_url(tcp_urls, config.ip) or f"unix://{config.socket}"
+            write_runtime_info(
+                config.runtime_dir / "nodeagent.json",
+                self.urls,
+                host=config.hostname,
+                socket=str(config.socket),
+            )
             await nursery.start(link.run)
             if self.handle_signals:
                 nursery.start_soon(self._signals, agent, link)
@@ -232,28 +196,6 @@ class AgentDaemon:
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
         return self.exit_status
-
-    def _advertised(self, tcp_urls: list[str]) -> str:
-        if not tcp_urls:
-            return f"unix://{self.config.socket}"
-        url = tcp_urls[0]
-        scheme, _, hostport = url.partition("://")
-        host, _, port = hostport.rpartition(":")
-        if host in ("0.0.0.0", "[::]"):
-            host = self.config.ip if ":" not in self.config.ip else f"[{self.config.ip}]"
-        return f"{scheme}://{host}:{port}"
-
-    def _write_runtime_info(self) -> None:
-        info = {
-            "pid": os.getpid(),
-            "host": self.config.hostname,
-            "socket": str(self.config.socket),
-            "urls": self.urls,
-        }
-        path = self.config.runtime_dir / "nodeagent.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        tmp.replace(path)
 
     async def _completion(self, agent: Agent) -> None:
         await agent.completed.wait()

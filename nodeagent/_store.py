@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["ProcessRecord", "Store", "StoreError"]
+__all__ = ["DocumentStore", "ProcessRecord", "Store", "StoreError", "open_database"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_state (
@@ -46,19 +46,28 @@ class ProcessRecord:
     execute_dir: str | None = None
 
 
+def open_database(path: Path, schema: str) -> sqlite3.Connection:
+    """Open (creating) a SQLite file in WAL mode with ``synchronous=FULL`` and ``schema``.
+
+    A write is durable once its statement returns (autocommit).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(schema)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+    return db
+
+
 class Store:
     """A SQLite file holding one agent's state. Not shared between processes."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+        self._db = open_database(path, _SCHEMA)
         self.path = path
 
     def __enter__(self) -> Self:
@@ -110,3 +119,40 @@ class Store:
             "machine = excluded.machine, processes = excluded.processes",
             (time.time(), json.dumps(machine, separators=(",", ":")), json.dumps(doc)),
         )
+
+
+class DocumentStore:
+    """A SQLite file holding named JSON documents, each replaced whole and durably."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = open_database(
+            path,
+            "CREATE TABLE IF NOT EXISTS documents ("
+            "name TEXT PRIMARY KEY, saved_at REAL NOT NULL, doc TEXT NOT NULL);",
+        )
+        self.path = path
+
+    def close(self) -> None:
+        self._db.close()
+
+    def load(self, name: str) -> Any:
+        """The document saved under ``name``, or ``None``."""
+        row = self._db.execute("SELECT doc FROM documents WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError as exc:
+            raise StoreError(f"unreadable document {name!r} in {self.path}: {exc}") from exc
+
+    def save(self, **documents: Any) -> None:
+        """Replace the given documents in one transaction; durable when this returns."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            for name, doc in documents.items():
+                self._db.execute(
+                    "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, "
+                    "doc = excluded.doc",
+                    (name, time.time(), json.dumps(doc, separators=(",", ":"))),
+                )

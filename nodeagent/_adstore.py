@@ -1,0 +1,175 @@
+"""The master's collection of node ads: soft state, refreshed by the agents' pushes.
+
+An ad not refreshed within ``ad_lifetime`` marks its node *lost*; it stays listed (with
+``Lost = true``) until the node pushes again or an operator forgets it — a node does
+not silently disappear. Ads are keyed by their ``Name`` (the agent's host name). The
+master adds ``LastHeardFrom`` (when the ad arrived, by the master's clock) and ``Lost``
+to what it serves. No I/O here; ``now`` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slots import InvalidRequest, is_true, validate_expression
+
+__all__ = ["AdEntry", "AdStore"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdEntry:
+    """One node's latest ad as the master holds it."""
+
+    name: str
+    machine: dict[str, Any]
+    slots: list[dict[str, Any]]
+    received_at: float
+    updates: int
+
+    @property
+    def hostname(self) -> str:
+        return str(self.machine.get("Machine", self.name))
+
+    @property
+    def ip(self) -> str | None:
+        ip = self.machine.get("MachineIp")
+        return None if ip is None else str(ip)
+
+    @property
+    def address(self) -> str | None:
+        address = self.machine.get("MyAddress")
+        return None if address is None else str(address)
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.received_at)
+
+
+class AdStore:
+    """The ads of every node that ever reported, with expiry by ``lifetime``."""
+
+    def __init__(self, *, lifetime: float) -> None:
+        self.lifetime = lifetime
+        self._entries: dict[str, AdEntry] = {}
+        self._by_host: dict[str, set[str]] = {}
+        self._by_ip: dict[str, set[str]] = {}
+        self.received = 0
+        self.expired = 0
+        self._lost: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def update(self, ad: Mapping[str, Any], now: float) -> AdEntry:
+        """Store a pushed ad (``{"machine": {...}, "slots": [...]}``).
+
+        Raises :class:`InvalidRequest` when it is not shaped like an agent's ad.
+        """
+        machine = ad.get("machine")
+        slots = ad.get("slots")
+        if not isinstance(machine, dict) or not isinstance(slots, list):
+            raise InvalidRequest("an ad is {'machine': {...}, 'slots': [...]}")
+        name = machine.get("Name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("the machine ad has no Name")
+        if not all(isinstance(s, dict) for s in slots):
+            raise InvalidRequest("every slot ad must be an object")
+        previous = self._entries.get(name)
+        entry = AdEntry(
+            name=name,
+            machine=dict(machine),
+            slots=list(slots),
+            received_at=now,
+            updates=1 if previous is None else previous.updates + 1,
+        )
+        if previous is not None:
+            self._unindex(previous)
+        self._entries[name] = entry
+        self._by_host.setdefault(entry.hostname.lower(), set()).add(name)
+        if entry.ip is not None:
+            self._by_ip.setdefault(entry.ip, set()).add(name)
+        self._lost.discard(name)
+        self.received += 1
+        return entry
+
+    def _unindex(self, entry: AdEntry) -> None:
+        self._by_host.get(entry.hostname.lower(), set()).discard(entry.name)
+        if entry.ip is not None:
+            self._by_ip.get(entry.ip, set()).discard(entry.name)
+
+    def forget(self, name: str) -> bool:
+        """Drop a node's ad; returns whether there was one."""
+        self._lost.discard(name)
+        entry = self._entries.pop(name, None)
+        if entry is None:
+            return False
+        self._unindex(entry)
+        return True
+
+    def get(self, name: str) -> AdEntry | None:
+        return self._entries.get(name)
+
+    def entries(self) -> list[AdEntry]:
+        return sorted(self._entries.values(), key=lambda e: e.name)
+
+    def lost(self, entry: AdEntry, now: float) -> bool:
+        return entry.age(now) > self.lifetime
+
+    def sweep(self, now: float) -> list[str]:
+        """Mark newly lost nodes; returns their names (counted once each)."""
+        newly = [
+            e.name for e in self._entries.values() if self.lost(e, now) and e.name not in self._lost
+        ]
+        self._lost.update(newly)
+        self.expired += len(newly)
+        return sorted(newly)
+
+    def served(self, entry: AdEntry, now: float) -> dict[str, Any]:
+        """The machine ad as the master serves it: with LastHeardFrom and Lost."""
+        return {
+            **entry.machine,
+            "LastHeardFrom": int(entry.received_at),
+            "Lost": self.lost(entry, now),
+        }
+
+    def query(
+        self,
+        now: float,
+        *,
+        constraint: str | None = None,
+        projection: Sequence[str] | None = None,
+        slots: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Machine ads (or, with ``slots``, slot ads) matching ``constraint``, projected.
+
+        Raises :class:`InvalidRequest` for a constraint that does not parse.
+        """
+        if constraint is not None:
+            validate_expression(constraint)
+        results = []
+        for entry in self.entries():
+            extra = {"LastHeardFrom": int(entry.received_at), "Lost": self.lost(entry, now)}
+            candidates: Iterable[dict[str, Any]] = (
+                ({**s, **extra} for s in entry.slots) if slots else [self.served(entry, now)]
+            )
+            for ad in candidates:
+                if constraint is not None and not is_true(constraint, ad):
+                    continue
+                results.append({k: ad[k] for k in projection if k in ad} if projection else ad)
+        return results
+
+    def find(self, hostname: str | None, ip: str | None) -> list[AdEntry]:
+        """Nodes whose ad matches a Mesos machine id (hostname case-insensitive, ip exact).
+
+        An id with only a hostname matches any ip, with only an ip any hostname.
+        """
+        if hostname is None and ip is None:
+            raise InvalidRequest("a machine id needs a hostname or an ip")
+        if hostname is not None:
+            names = self._by_host.get(hostname.lower(), set())
+        else:
+            assert ip is not None
+            names = self._by_ip.get(ip, set())
+        found = (self._entries[n] for n in sorted(names))
+        return [e for e in found if ip is None or e.ip == ip]

@@ -1,0 +1,373 @@
+"""The master: node ads, the maintenance schedule, the plan, and the drains it drives.
+
+State: the schedule and machine modes (:class:`~nodeagent._maintenance.MaintenanceState`)
+and the drains the master started live in SQLite, saved before a request is answered;
+ads are soft state, re-sent by the agents. A reconcile pass — every
+``reconcile_interval``, and at once after any schedule change — compares the schedule
+with the ads and acts:
+
+* a DRAINING machine's node gets a graceful drain (reason ``maintenance``, two-phase:
+  estimate, then commit) at its planned start (just in time, or at once);
+* when its window starts and the node is not empty, the drain escalates: ``quick`` is
+  carried by the drain's own deadline (set to the window start at commit), ``fast``
+  replaces it by a fast drain;
+* a DOWN machine's node is fast-drained and stays closed;
+* a machine brought up (or dropped from the schedule) has the master's drain cancelled,
+  so its node resumes.
+
+Modes change only by operator request, as in Mesos.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from nodeagent._adstore import AdEntry, AdStore
+from nodeagent._agent import Clock
+from nodeagent._agent_link import AgentCallFailed, AgentLink
+from nodeagent._maintenance import (
+    MachineId,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Mode,
+)
+from nodeagent._plan import MachinePlan, PlanPolicy, machine_plan, plan_totals
+from nodeagent._store import DocumentStore
+
+__all__ = ["Master", "MasterCounters"]
+
+log = logging.getLogger("nodeagent.master")
+
+_NS = 1_000_000_000
+REASON = "maintenance"
+
+
+@dataclass
+class MasterCounters:
+    """What the master counts (exported as metrics; survives restarts)."""
+
+    drains_started: int = 0
+    drains_escalated: int = 0
+    drains_cancelled: int = 0
+    down_drains: int = 0
+    drain_failures: int = 0
+
+
+def machine_key(machine_id: MachineId) -> str:
+    """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased)."""
+    host = "" if machine_id.hostname is None else machine_id.hostname.lower()
+    return f"{host}|{machine_id.ip or ''}"
+
+
+@dataclass
+class Master:
+    """See the module docstring. ``run`` is the reconcile service."""
+
+    store: DocumentStore
+    link: AgentLink
+    clock: Clock
+    ads: AdStore
+    policy: PlanPolicy = field(default_factory=PlanPolicy)
+    reconcile_interval: float = 1.0
+    state: MaintenanceState = field(default_factory=MaintenanceState)
+    drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    actors: dict[str, str] = field(default_factory=dict)
+    counters: MasterCounters = field(default_factory=MasterCounters)
+    _wake: trio.Event = field(default_factory=trio.Event)
+    _busy: set[str] = field(default_factory=set)
+
+    # ------------------------------------------------------------------ durability
+
+    def load(self) -> None:
+        """Restore the schedule, modes, drains and counters from the store."""
+        snapshot = self.store.load("maintenance")
+        if snapshot is not None:
+            self.state = MaintenanceState.restore(snapshot)
+        self.drains = dict(self.store.load("drains") or {})
+        self.actors = dict(self.store.load("actors") or {})
+        counters = self.store.load("counters")
+        if counters:
+            self.counters = MasterCounters(**counters)
+
+    def save(self) -> None:
+        self.store.save(
+            maintenance=self.state.snapshot(),
+            drains=self.drains,
+            actors=self.actors,
+            counters=vars(self.counters),
+        )
+
+    def wake(self) -> None:
+        """Run a reconcile pass now."""
+        self._wake.set()
+
+    # ------------------------------------------------------------------ operator requests
+
+    def set_schedule(self, schedule: MaintenanceSchedule, *, actor: str) -> None:
+        """POST /maintenance/schedule: replace the schedule (Mesos rules); raises on error."""
+        self.state.update_schedule(schedule)
+        scheduled = {machine_key(m.id) for m in self.state.machines()}
+        for key in scheduled:
+            self.actors.setdefault(key, actor)
+        self.actors = {k: v for k, v in self.actors.items() if k in scheduled}
+        self.save()
+        self.wake()
+
+    def machines_down(self, machine_ids: tuple[MachineId, ...], *, actor: str) -> None:
+        """POST /machine/down (Mesos rules); raises on error, changing nothing."""
+        for changed in self.state.down(machine_ids):
+            self.actors[machine_key(changed.id)] = actor
+        self.save()
+        self.wake()
+
+    def machines_up(self, machine_ids: tuple[MachineId, ...], *, actor: str) -> None:
+        """POST /machine/up (Mesos rules); raises on error, changing nothing."""
+        self.state.up(machine_ids)
+        self.save()
+        self.wake()
+
+    # ------------------------------------------------------------------ ads
+
+    def receive_ad(self, ad: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a node's ad; the reply carries its machine's mode and window."""
+        entry = self.ads.update(ad, self.clock.now())
+        status = self.state.match(entry.hostname, entry.ip)
+        if status is not None and status.mode in (Mode.DRAINING, Mode.DOWN):
+            self.wake()
+        window = None if status is None or status.window is None else status.window
+        return {
+            "machine_id": {"hostname": entry.hostname, "ip": entry.ip},
+            "mode": str(Mode.UP if status is None else status.mode),
+            "unavailability": None if window is None else window.unavailability.to_json(),
+        }
+
+    async def fetch_ad(self, entry: AdEntry) -> AdEntry:
+        """Ask the node for its ad now (at its ``MyAddress``) and store it."""
+        if not entry.address:
+            return entry
+        ad = await self.link.call(entry.address, "GET", "/v1/ad", actor="master")
+        return self.ads.update(ad, self.clock.now())
+
+    # ------------------------------------------------------------------ the plan
+
+    def plans(self, now: float, *, with_blockers: bool = True) -> list[MachinePlan]:
+        lost = {e.name: self.ads.lost(e, now) for e in self.ads.entries()}
+        result = []
+        for status in self.state.machines():
+            if status.window is None:
+                continue
+            machine_id, mode = status.id, status.mode
+            unavailability = status.window.unavailability
+            key = machine_key(machine_id)
+            duration = unavailability.duration_ns
+            result.append(
+                machine_plan(
+                    key=key,
+                    machine_id=machine_id.to_json(),
+                    mode=str(mode),
+                    window_start=unavailability.start_ns / _NS,
+                    window_duration=None if duration is None else duration / _NS,
+                    nodes=self.ads.find(machine_id.hostname, machine_id.ip),
+                    lost=lost,
+                    now=now,
+                    policy=self.policy,
+                    drain_record=self.drains.get(key),
+                    with_blockers=with_blockers,
+                )
+            )
+        return result
+
+    def plan(self, *, with_blockers: bool = True) -> dict[str, Any]:
+        """GET /v1/maintenance/plan."""
+        now = self.clock.now()
+        plans = self.plans(now, with_blockers=with_blockers)
+        totals = plan_totals(plans)
+        totals.update(vars(self.counters))
+        totals["nodes"] = len(self.ads)
+        return {
+            "now": now,
+            "policy": {
+                "drain_policy": self.policy.drain_policy,
+                "drain_margin": self.policy.drain_margin,
+                "escalation": self.policy.escalation,
+            },
+            "machines": [p.row for p in plans],
+            "totals": totals,
+        }
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Reconcile the schedule with the nodes, forever."""
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._wake = trio.Event()
+                self.reconcile(nursery)
+                with trio.move_on_after(self.reconcile_interval):
+                    await self._wake.wait()
+
+    def reconcile(self, nursery: trio.Nursery) -> None:
+        """One pass: start, escalate, down and cancel drains as the schedule says."""
+        now = self.clock.now()
+        for name in self.ads.sweep(now):
+            log.warning("node %s is lost: no ad for %.0f s", name, self.ads.lifetime)
+        scheduled = set()
+        for plan in self.plans(now, with_blockers=False):
+            scheduled.add(plan.key)
+            if plan.node is None or plan.lost or plan.key in self._busy:
+                continue
+            action = self._decide(plan, now)
+            if action is not None:
+                self._busy.add(plan.key)
+                nursery.start_soon(self._act, plan, action)
+        for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
+            self._busy.add(key)
+            nursery.start_soon(self._release, key)
+
+    def _decide(self, plan: MachinePlan, now: float) -> str | None:
+        machine = plan.node.machine if plan.node is not None else {}
+        record = self.drains.get(plan.key)
+        state = machine.get("DrainState", "none")
+        ours = record is not None and machine.get("DrainingRequestId") == record.get("request_id")
+        mode = plan.row["mode"]
+        if mode == "DOWN":
+            if record is not None and record.get("down"):
+                return None
+            if ours and machine.get("DrainSchedule") == "fast":
+                return "mark-down"
+            return "down"
+        if mode != "DRAINING":
+            return None
+        if ours:
+            escalate = (
+                now >= plan.window_start
+                and not plan.empty
+                and not record.get("escalated")  # type: ignore[union-attr]
+                and self.policy.escalation != "none"
+            )
+            return "escalate" if escalate else None
+        if state != "none":
+            return None  # someone else's drain (an admin, defrag): left alone
+        if plan.drain_start is not None and now >= plan.drain_start:
+            return "start"
+        return None
+
+    async def _act(self, plan: MachinePlan, action: str) -> None:
+        assert plan.node is not None
+        address = plan.node.address or ""
+        actor = self.actors.get(plan.key, "operator")
+        try:
+            if action == "start":
+                await self._start(plan, address, actor)
+            elif action == "escalate":
+                await self._escalate(plan, address, actor)
+            elif action == "down":
+                await self._down(plan, address, actor)
+            elif action == "mark-down":
+                self.drains[plan.key]["down"] = True
+                self.save()
+        except AgentCallFailed as exc:
+            self.counters.drain_failures += 1
+            log.warning("%s of %s failed: %s", action, plan.node.name, exc)
+        finally:
+            self._busy.discard(plan.key)
+
+    async def _start(self, plan: MachinePlan, address: str, actor: str) -> None:
+        now = self.clock.now()
+        body: dict[str, Any] = {"schedule": "graceful", "reason": REASON, "ttl": 30}
+        if self.policy.escalation == "quick" and plan.window_start > now:
+            body["deadline"] = plan.window_start - now
+        phase1 = await self.link.call(address, "POST", "/v1/drain", actor=actor, body=body)
+        estimate = phase1.get("estimate") or {}
+        completion = estimate.get("completion")
+        if completion is not None and completion > plan.window_start:
+            log.warning(
+                "%s: graceful drain ends %.0f s after its window starts",
+                plan.row["node"],
+                completion - plan.window_start,
+            )
+        committed = await self.link.call(
+            address, "POST", f"/v1/drain/{phase1['id']}/commit", actor=actor
+        )
+        self.drains[plan.key] = {
+            "node": plan.row["node"],
+            "request_id": committed["id"],
+            "schedule": "graceful",
+            "started_at": now,
+            "window_start": plan.window_start,
+            "actor": actor,
+            "escalated": False,
+            "down": False,
+        }
+        self.counters.drains_started += 1
+        self.save()
+        log.info("%s: started graceful drain %s for %s", plan.row["node"], committed["id"], actor)
+
+    async def _escalate(self, plan: MachinePlan, address: str, actor: str) -> None:
+        record = self.drains[plan.key]
+        if self.policy.escalation == "fast":
+            await self._fast(address, actor, record)
+        record["escalated"] = True
+        self.counters.drains_escalated += 1
+        self.save()
+        log.info(
+            "%s: not empty at its window: escalated (%s)", plan.row["node"], self.policy.escalation
+        )
+
+    async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
+        record = self.drains.setdefault(
+            plan.key,
+            {"node": plan.row["node"], "actor": actor, "escalated": False, "started_at": None},
+        )
+        await self._fast(address, actor, record)
+        record["down"] = True
+        self.counters.down_drains += 1
+        self.save()
+        log.info("%s: down: fast drain %s", plan.row["node"], record.get("request_id"))
+
+    async def _fast(self, address: str, actor: str, record: dict[str, Any]) -> None:
+        """Replace whatever drain the node has by a fast one that keeps it closed."""
+        await self.link.call(address, "DELETE", "/v1/drain", actor=actor)
+        reply = await self.link.call(
+            address,
+            "POST",
+            "/v1/drain",
+            actor=actor,
+            body={"schedule": "fast", "reason": REASON, "commit": True},
+        )
+        record["request_id"] = reply["id"]
+        record["schedule"] = "fast"
+
+    async def _release(self, key: str) -> None:
+        """The machine left the schedule (up, or dropped): cancel the master's drain."""
+        record = self.drains[key]
+        try:
+            entry = self.ads.get(record.get("node") or "")
+            ours = entry is not None and (
+                entry.machine.get("DrainingRequestId") == record.get("request_id")
+            )
+            if entry is not None and entry.address and ours:
+                await self.link.call(
+                    entry.address,
+                    "POST",
+                    f"/v1/drain/{record['request_id']}/cancel",
+                    actor=record.get("actor", "operator"),
+                )
+                self.counters.drains_cancelled += 1
+                log.info("%s: up: drain %s cancelled", entry.name, record["request_id"])
+            del self.drains[key]
+            self.save()
+        except AgentCallFailed as exc:
+            if exc.code == "drain.no_such_request":
+                del self.drains[key]
+                self.save()
+            else:
+                log.warning("cancel on %s failed: %s", record.get("node"), exc)
+        finally:
+            self._busy.discard(key)

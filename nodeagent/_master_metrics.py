@@ -1,0 +1,77 @@
+"""Prometheus metrics of the master, in a registry of its own, read at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from nodeagent._master import Master
+
+__all__ = ["MasterMetrics"]
+
+
+class _MasterCollector(Collector):
+    def __init__(self, master: Master) -> None:
+        self._master = master
+
+    def collect(self) -> Iterator[Metric]:
+        master = self._master
+        now = master.clock.now()
+        modes = GaugeMetricFamily(
+            "nodeagent_master_machines", "Scheduled machines by mode", labels=["mode"]
+        )
+        counts = {"UP": 0, "DRAINING": 0, "DOWN": 0}
+        for status in master.state.machines():
+            counts[str(status.mode)] = counts.get(str(status.mode), 0) + 1
+        for mode, count in counts.items():
+            modes.add_metric([mode], count)
+        yield modes
+        nodes = GaugeMetricFamily("nodeagent_master_nodes", "Nodes with an ad", labels=["state"])
+        entries = master.ads.entries()
+        lost = sum(1 for e in entries if master.ads.lost(e, now))
+        nodes.add_metric(["live"], len(entries) - lost)
+        nodes.add_metric(["lost"], lost)
+        yield nodes
+        for name, value, text in (
+            ("nodeagent_master_ads_received", master.ads.received, "Ads received"),
+            ("nodeagent_master_ads_expired", master.ads.expired, "Ads that expired (node lost)"),
+            ("nodeagent_master_drains_started", master.counters.drains_started,
+             "Graceful drains started for maintenance"),
+            ("nodeagent_master_drains_escalated", master.counters.drains_escalated,
+             "Drains escalated at their window"),
+            ("nodeagent_master_down_drains", master.counters.down_drains,
+             "Fast drains of machines brought down"),
+            ("nodeagent_master_drain_failures", master.counters.drain_failures,
+             "Drain requests an agent refused or did not answer"),
+        ):  # fmt: skip
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], value)
+            yield counter
+
+
+class MasterMetrics:
+    """The master's metrics; ``render`` gives the exposition text and content type."""
+
+    def __init__(self, master: Master, *, require_auth: bool = True) -> None:
+        self.require_auth = require_auth
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_MasterCollector(master))
+        self._latency = Histogram(
+            "nodeagent_master_http_request_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )
+
+    def observe_request(self, method: str, route: str, started: float) -> None:
+        self._latency.labels(method, route).observe(time.perf_counter() - started)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
