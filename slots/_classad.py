@@ -48,10 +48,20 @@ def _plain(value: AdValue) -> Any:
     return value
 
 
+_LITERALS = {"true": True, "false": False}
+
+
+def _literal(text: str) -> bool | None:
+    """``True``/``False`` for the literal expressions, without loading the library."""
+    return _LITERALS.get(text.strip().lower())
+
+
 def validate_expression(text: str) -> None:
     """Raise :class:`InvalidRequest` unless ``text`` parses as a ClassAd expression."""
     if not text.strip():
         raise InvalidRequest("empty ClassAd expression")
+    if _literal(text) is not None:
+        return
     lib = _classad()
     try:
         lib.ExprTree(text)
@@ -63,6 +73,9 @@ def evaluate(
     text: str, my: Mapping[str, AdValue], target: Mapping[str, AdValue] | None = None
 ) -> Any:
     """Evaluate expression ``text`` with ``my`` as MY scope and ``target`` as TARGET."""
+    literal = _literal(text)
+    if literal is not None:
+        return literal
     validate_expression(text)
     lib = _classad()
     tree = lib.ExprTree(text)

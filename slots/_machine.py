@@ -1177,7 +1177,7 @@ def _vacate_now(timing: JobTiming, machine_vacate: int, policy: SuspendPolicy) -
 def _request_doc(request: DrainRequest | None) -> dict[str, Any] | None:
     if request is None:
         return None
-    doc = dataclasses.asdict(request)
+    doc = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
     doc["schedule"] = str(request.schedule)
     doc["on_completion"] = str(request.on_completion)
     doc["state"] = str(request.state)
@@ -1195,10 +1195,23 @@ def _request_from(doc: Mapping[str, Any] | None) -> DrainRequest | None:
 
 
 def _claim_doc(claim: _Claim) -> dict[str, Any]:
-    doc = dataclasses.asdict(claim)
+    """A claim as JSON-able data (built by hand: this runs on every state change)."""
+    doc = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
+    r, spec = claim.resources, claim.spec
+    doc["resources"] = {"cpus": r.cpus, "memory": r.memory, "disk": r.disk, "gpus": r.gpus}
+    doc["spec"] = {
+        "job_id": spec.job_id,
+        "owner": spec.owner,
+        "max_job_retirement_time": spec.max_job_retirement_time,
+        "job_max_vacate_time": spec.job_max_vacate_time,
+        "kill_signal": spec.kill_signal,
+    }
     doc["state"] = str(claim.state)
     doc["activity"] = str(claim.activity)
     return doc
+
+
+_CLAIM_FIELDS = tuple(f.name for f in dataclasses.fields(_Claim))
 
 
 def _claim_from(doc: Mapping[str, Any]) -> _Claim:
