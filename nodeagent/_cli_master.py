@@ -49,3 +49,7 @@ def run(
         typer.echo(f"nodeagent: {exc}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(status)
+
+
+if __name__ == "__main__":
+    master_app()

@@ -220,3 +220,110 @@ def agents(root: Path, count: int, **kwargs: Any) -> Iterator[list[AgentProcess]
             stack.enter_context(AgentProcess(root / f"node{i}", hostname=f"node{i}.test", **kwargs))
             for i in range(1, count + 1)
         ]
+
+
+class MasterProcess:
+    """One master daemon subprocess; use as a context manager."""
+
+    def __init__(self, root: Path, *, settings: dict[str, Any] | None = None) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.config_path = root / "master.toml"
+        lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (settings or {}).items())
+        self.config_path.write_text(
+            f'state_dir = "{root / "state"}"\nruntime_dir = "{root / "run"}"\n'
+            f'listen = ["127.0.0.1:0"]\n{lines}\n'
+        )
+        self.key_file = root / "state" / "pool.key"
+        self.socket = root / "run" / "master.sock"
+        self.log_path = root / "master.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        if not self.key_file.exists():
+            from nodeagent._auth import generate_key
+
+            self.key_file.parent.mkdir(parents=True, exist_ok=True)
+            generate_key(self.key_file)
+
+    def start(self) -> MasterProcess:
+        info = self.root / "run" / "master.json"
+        with contextlib.suppress(FileNotFoundError):
+            info.unlink()
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nodeagent._cli_master", "run", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NOTIFY_SOCKET": ""},
+        )
+        log.close()
+
+        def ready() -> dict[str, Any] | None:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"master exited early:\n{self.log_path.read_text()}")
+            try:
+                data: dict[str, Any] = json.loads(info.read_text())
+            except (FileNotFoundError, ValueError):
+                return None
+            return data if data["pid"] == self.proc.pid else None
+
+        data = wait_for(ready)
+        self.url = next(u for u in data["urls"] if not u.startswith("http://unix"))
+        return self
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=20)
+
+    def __enter__(self) -> MasterProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=20)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        if token is None:
+            return httpx.Client(
+                transport=httpx.HTTPTransport(uds=str(self.socket)),
+                base_url="http://master",
+                timeout=30,
+            )
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with self.client() as c:
+            return c.request(method, path, **kwargs)
+
+    def token(self, scope: str, *, subject: str = "tester", lifetime: float = 3600) -> str:
+        from nodeagent._auth import Scope, create_token, load_key
+
+        return create_token(
+            load_key(self.key_file),
+            subject=subject,
+            scope=Scope(scope),
+            lifetime_s=lifetime,
+            now=time.time(),
+        )
+
+    def agent_settings(self, root: Path, *, update_interval: float = 1.0) -> dict[str, Any]:
+        """What an agent under ``root`` needs to report here: the pool key and a token."""
+        state = root / "state"
+        state.mkdir(parents=True, exist_ok=True)
+        key = state / "pool.key"
+        key.write_bytes(self.key_file.read_bytes())
+        key.chmod(0o600)
+        token_file = root / "daemon.token"
+        token_file.write_text(self.token("DAEMON", subject=f"agent@{root.name}"))
+        return {
+            "url": self.url,
+            "token_file": str(token_file),
+            "update_interval": update_interval,
+            "ad_debounce": 0.05,
+        }
