@@ -1,7 +1,7 @@
 """How the command line finds and reaches an agent, with the standard library only.
 
 Every client command imports this module, so it imports nothing beyond the standard
-library at module level (``ssl`` and ``tomllib`` only when needed). That keeps
+library (``tomllib`` only when a configuration file exists). That keeps
 ``nodeagent status`` fast: no pydantic, no httpx, no trio, no server stack.
 
 * :func:`resolve_target` turns the common options (``--host``, ``--token``, ``--socket``)
@@ -16,7 +16,7 @@ library at module level (``ssl`` and ``tomllib`` only when needed). That keeps
 Errors (each carries a stable ``code``, a ``message`` and the process ``exit_status``
 documented in ``docs/cli.md``)::
 
-    CliError
+    CliError           1  drain.cancelled, drain.ended: a waited-for drain ended otherwise
     ├── UsageError     2  cli.usage, cli.bad_duration, cli.bad_url, cli.token_file, …
     ├── Unreachable    3  agent.unreachable, agent.timeout: no answer from the agent
     ├── AgentError        the agent answered with an error body (``reply`` holds it)
@@ -35,13 +35,15 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
+
+from nodeagent._durations import parse_duration
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -144,43 +146,12 @@ class Declined(CliError):
 
 
 class Interrupted(CliError):
-    """Ctrl-C: the command stopped early (a pending transaction has been cancelled)."""
+    """Ctrl-C: the command stopped early; the message says what it left behind."""
 
     exit_status: ClassVar[int] = 130
 
 
 # --- durations ----------------------------------------------------------------------------
-
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_PLAIN_SECONDS = re.compile(_NUMBER)
-_WITH_UNITS = re.compile(
-    rf"(?:(?P<d>{_NUMBER})d)?(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?"
-)
-_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Parse a duration into seconds.
-
-    Accepted: a plain number of seconds (``"90"``, ``"1.5"``), or numbers with units
-    ``d``, ``h``, ``m``, ``s``, each at most once and in that order (``"90s"``, ``"15m"``,
-    ``"2h"``, ``"1h30m"``, ``"1.5h"``). Surrounding whitespace and letter case are ignored.
-    Raises ValueError, with the accepted forms in the message, for anything else, including
-    negative and empty durations. Imports nothing beyond :mod:`re`.
-    """
-    s = text.strip().lower()
-    if s.startswith("-"):
-        raise ValueError(f"invalid duration {text!r}: durations cannot be negative")
-    if _PLAIN_SECONDS.fullmatch(s):
-        return float(s)
-    m = _WITH_UNITS.fullmatch(s)
-    if not s or m is None or not any(m.groupdict().values()):
-        raise ValueError(
-            f"invalid duration {text!r}: use seconds (90, 1.5) or units d, h, m, s "
-            "in that order (90s, 15m, 2h, 1h30m)"
-        )
-    return sum(float(v) * _UNIT_SECONDS[unit] for unit, v in m.groupdict().items() if v)
-
 
 # --- where the local agent listens --------------------------------------------------------
 
@@ -241,26 +212,26 @@ def _path_setting(value: object) -> Path | None:
 def default_socket(env: Mapping[str, str], uid: int, *, config_path: Path | None = None) -> Path:
     """The Unix socket a daemon started with the same environment listens on.
 
-    The daemon's precedence: ``NODEAGENT_SOCKET``; ``<NODEAGENT_RUNTIME_DIR>/nodeagent.sock``;
-    the configuration file's ``socket``, then its ``runtime_dir``; the default runtime
-    directory (:func:`default_runtime_dir`). The file is ``config_path``, else
-    ``$NODEAGENT_CONFIG``, else :data:`DEFAULT_CONFIG_PATH` when it exists. Reads no other
-    global state.
+    The daemon's precedence, key by key: ``socket`` from ``NODEAGENT_SOCKET``, else from
+    the configuration file; otherwise ``<runtime_dir>/nodeagent.sock`` with ``runtime_dir``
+    from ``NODEAGENT_RUNTIME_DIR``, else from the file, else :func:`default_runtime_dir`.
+    The file is ``config_path``, else ``$NODEAGENT_CONFIG``, else
+    :data:`DEFAULT_CONFIG_PATH` when it exists. Reads no other global state.
     """
     explicit = _path_setting(_setting(env, "SOCKET"))
     if explicit is not None:
         return explicit
-    runtime_dir = _path_setting(_setting(env, "RUNTIME_DIR"))
-    if runtime_dir is None:
-        if config_path is None:
-            config_path = _path_setting(env.get("NODEAGENT_CONFIG")) or DEFAULT_CONFIG_PATH
-        settings = _file_settings(config_path)
-        from_file = _path_setting(settings.get("socket"))
-        if from_file is not None:
-            return from_file
-        runtime_dir = _path_setting(settings.get("runtime_dir"))
-    if runtime_dir is None:
-        runtime_dir = default_runtime_dir(env, uid)
+    if config_path is None:
+        config_path = _path_setting(env.get("NODEAGENT_CONFIG")) or DEFAULT_CONFIG_PATH
+    settings = _file_settings(config_path)
+    from_file = _path_setting(settings.get("socket"))
+    if from_file is not None:
+        return from_file
+    runtime_dir = (
+        _path_setting(_setting(env, "RUNTIME_DIR"))
+        or _path_setting(settings.get("runtime_dir"))
+        or default_runtime_dir(env, uid)
+    )
     return runtime_dir / "nodeagent.sock"
 
 
@@ -378,8 +349,6 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
     if target.unix is not None:
         return _UnixConnection(target.unix, timeout=timeout)
     if target.scheme == "https":
-        import ssl  # noqa: PLC0415  (only for TLS)
-
         context = ssl.create_default_context()
         return http.client.HTTPSConnection(
             target.host, target.port, timeout=timeout, context=context

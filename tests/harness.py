@@ -251,7 +251,7 @@ class MasterProcess:
             info.unlink()
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent._cli_master", "run", "--config", str(self.config_path)],
+            [sys.executable, "-m", "nodeagent", "master", "run", "--config", str(self.config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "NOTIFY_SOCKET": ""},

@@ -1,0 +1,457 @@
+"""The command line's pure parts: durations, the default socket, targets, error mapping,
+the fast path's parser, and the human rendering."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from rich.console import Console
+
+from nodeagent import _config
+from nodeagent._cli_http import (
+    AgentError,
+    AgentFailed,
+    Refused,
+    Reply,
+    Target,
+    Unauthorized,
+    UsageError,
+    check,
+    default_runtime_dir,
+    default_socket,
+    parse_duration,
+    resolve_target,
+)
+from nodeagent._cli_render import (
+    format_core_hours,
+    format_duration,
+    format_local_time,
+    format_relative,
+    progress_line,
+    render_drain,
+    render_status,
+)
+from nodeagent.cli import ShowCommand, app, fast_parse
+
+# --- durations ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("15m", 900.0),
+        ("2h", 7200.0),
+        ("1d", 86400.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("90", 90.0),
+        ("0.5", 0.5),
+        (" 2H ", 7200.0),
+        ("0s", 0.0),
+    ],
+)
+def test_durations_accept_units(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "s", "5x", "-3s", "15m2h", "2 h", "1h1h", "inf", "nan"])
+def test_bad_durations_are_refused_with_the_accepted_forms(text: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid duration .*") as info:
+        parse_duration(text)
+    if not text.startswith("-"):
+        assert "90s, 15m, 2h" in str(info.value)
+
+
+def test_the_command_line_and_the_configuration_share_one_duration_parser() -> None:
+    assert parse_duration is _config.parse_duration
+
+
+# --- the default socket -------------------------------------------------------------------
+
+ENVS: list[dict[str, str]] = [
+    {"HOME": "/home/u"},
+    {"XDG_RUNTIME_DIR": "/run/user/1000"},
+    {"RUNTIME_DIRECTORY": "/run/nodeagent-unit:/run/other", "XDG_RUNTIME_DIR": "/x"},
+    {"NODEAGENT_RUNTIME_DIR": "/srv/run"},
+    {"NODEAGENT_SOCKET": "/srv/agent.sock", "NODEAGENT_RUNTIME_DIR": "/srv/run"},
+    {"nodeagent_socket": "/srv/lower.sock"},
+]
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+@pytest.mark.parametrize("env", ENVS)
+def test_default_runtime_dir_is_the_daemons(env: dict[str, str], uid: int) -> None:
+    assert default_runtime_dir(env, uid) == _config.default_runtime_dir(env, uid)
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize(
+    "toml",
+    [
+        None,
+        'runtime_dir = "/from/file"',
+        'socket = "/file/agent.sock"\nruntime_dir = "/from/file"',
+        'hostname = "n1"\n[policy]\nstart = "true"',
+    ],
+)
+def test_default_socket_is_where_the_daemon_listens(
+    env: dict[str, str], uid: int, toml: str | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "nodeagent.toml"
+    if toml is not None:
+        path.write_text(toml + "\n")
+    daemon = _config.load_agent_config(None, env, uid=uid, default_path=path)
+    assert default_socket(env, uid, config_path=path) == daemon.socket
+
+
+def test_default_socket_reads_the_file_named_by_nodeagent_config(tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text('runtime_dir = "/elsewhere"\n')
+    env = {"NODEAGENT_CONFIG": str(path)}
+    assert default_socket(env, 1000) == Path("/elsewhere/nodeagent.sock")
+    assert _config.load_agent_config(path, env, uid=1000).socket == default_socket(env, 1000)
+
+
+def test_an_unreadable_configuration_falls_back_to_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("socket = [unterminated\n")
+    assert default_socket({}, 1000, config_path=path) == Path("/tmp/nodeagent-1000/nodeagent.sock")
+
+
+# --- targets ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("node1", ("http", "node1", 9621, "")),
+        ("node1:8000", ("http", "node1", 8000, "")),
+        ("http://10.0.0.1:9000", ("http", "10.0.0.1", 9000, "")),
+        ("https://node1.example/agent/", ("https", "node1.example", 9621, "/agent")),
+        ("[::1]:9621", ("http", "::1", 9621, "")),
+    ],
+)
+def test_host_forms(host: str, expected: tuple[str, str, int, str]) -> None:
+    t = resolve_target(host=host, token_file=None, socket_path=None, env={}, uid=1000)
+    assert (t.scheme, t.host, t.port, t.base_path) == expected
+    assert t.unix is None
+
+
+@pytest.mark.parametrize("host", ["ftp://node1", "http://", "node1:notaport", "http://u@h:1"])
+def test_bad_hosts_are_usage_errors(host: str) -> None:
+    with pytest.raises(UsageError) as info:
+        resolve_target(host=host, token_file=None, socket_path=None, env={}, uid=1000)
+    assert info.value.code == "cli.bad_url"
+    assert info.value.exit_status == 2
+
+
+def test_options_fall_back_to_their_variables(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc.def.ghi\n")
+    env = {"NODEAGENT_HOST": "node9:1234", "NODEAGENT_TOKEN_FILE": str(token)}
+    t = resolve_target(host=None, token_file=None, socket_path=None, env=env, uid=1000)
+    assert (t.host, t.port, t.token) == ("node9", 1234, "abc.def.ghi")
+    t = resolve_target(host="other", token_file=None, socket_path=None, env=env, uid=1000)
+    assert t.host == "other"
+    t = resolve_target(
+        host=None, token_file=None, socket_path=None, env={"NODEAGENT_SOCKET": "/s"}, uid=1000
+    )
+    assert t == Target(unix=Path("/s"))
+    t = resolve_target(host=None, token_file=None, socket_path="/given", env={}, uid=1000)
+    assert t.unix == Path("/given")
+
+
+@pytest.mark.parametrize("content", [None, "", "two tokens"])
+def test_unusable_token_files_are_usage_errors(content: str | None, tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UsageError) as info:
+        resolve_target(host="h", token_file=str(path), socket_path=None, env={}, uid=1000)
+    assert info.value.code == "cli.token_file"
+
+
+# --- replies to errors --------------------------------------------------------------------
+
+
+def _reply(status: int, body: Any) -> Reply:
+    text = json.dumps(body)
+    return Reply(status=status, text=text, data=body, content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("status", "cls", "exit_status"),
+    [
+        (409, Refused, 1),
+        (404, Refused, 1),
+        (422, Refused, 1),
+        (401, Unauthorized, 4),
+        (403, Unauthorized, 4),
+        (500, AgentFailed, 5),
+        (503, AgentFailed, 5),
+    ],
+)
+def test_error_replies_map_to_exit_statuses(
+    status: int, cls: type[AgentError], exit_status: int
+) -> None:
+    body = {"error": {"code": "drain.in_progress", "message": "busy", "condor_code": 10001}}
+    with pytest.raises(cls) as info:
+        check(_reply(status, body))
+    assert info.value.exit_status == exit_status
+    assert (info.value.code, info.value.message) == ("drain.in_progress", "busy")
+    assert info.value.condor_code == 10001
+
+
+def test_a_reply_without_the_error_shape_still_has_a_code() -> None:
+    with pytest.raises(AgentFailed) as info:
+        check(Reply(status=502, text="Bad Gateway\n", content_type="text/plain"))
+    assert (info.value.code, info.value.message) == ("agent.error", "HTTP 502: Bad Gateway")
+    assert check(_reply(201, {"id": "1"})).data == {"id": "1"}
+
+
+# --- the fast path ------------------------------------------------------------------------
+
+FAST = [
+    ["status"],
+    ["status", "--json"],
+    ["status", "--socket", "/s.sock", "--json"],
+    ["status", "--host=node1:9621", "--token", "/t"],
+    ["ad"],
+    ["ad", "-l"],
+    ["ad", "--long", "--socket=/x"],
+    ["ad", "--json", "--host", "https://n", "--token=/t", "--socket", "/s"],
+]
+NOT_FAST = [
+    [],
+    ["version"],
+    ["drain"],
+    ["status", "--watch"],
+    ["status", "--help"],
+    ["status", "--host"],
+    ["status", "--host", "--json"],
+    ["status", "--json", "--json"],
+    ["status", "-l"],
+    ["status", "--jso"],
+    ["status", "--json=1"],
+    ["ad", "-lj"],
+    ["ad", "extra"],
+    ["ad", "--host=", "x"],
+]
+
+
+@pytest.mark.parametrize("argv", FAST)
+def test_the_fast_path_parses_like_typer(argv: list[str]) -> None:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    parent = group.make_context("nodeagent", [argv[0]], resilient_parsing=True)
+    command = group.get_command(parent, argv[0])
+    assert command is not None
+    params = command.make_context(argv[0], argv[1:], parent=parent).params
+    assert params.pop("watch", False) is False
+    params.pop("interval", None)
+    expected = ShowCommand(command=argv[0], long=params.pop("long", False), **params)  # type: ignore[arg-type]
+    assert fast_parse(argv) == expected
+
+
+@pytest.mark.parametrize("argv", NOT_FAST)
+def test_anything_else_is_left_to_typer(argv: list[str]) -> None:
+    assert fast_parse(argv) is None
+
+
+def test_the_hot_path_imports_no_heavy_stack(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['nodeagent', 'status', '--json', '--socket', sys.argv[1]]\n"
+        "from nodeagent import cli\n"
+        "try:\n"
+        "    cli.main()\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code)\n"
+        "heavy = ('pydantic', 'httpx', 'httpcore', 'trio', 'fastapi', 'rich', 'jwt', 'psutil',\n"
+        "         'slots', 'nodeagent._config', 'nodeagent._auth')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "no.sock")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("_NODEAGENT")},
+    )
+    assert result.stdout.splitlines() == ["3", "[]"], result.stderr
+    assert result.stderr.startswith("agent.unreachable: ")
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+NOW = 1_800_000_000  # 2027-01-15 08:00:00 UTC
+
+
+def _text(render: Any, *args: Any, **kwargs: Any) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None, force_terminal=False)
+    render(console, *args, **kwargs)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (0.4, "0s"),
+        (45, "45s"),
+        (59.6, "1m"),
+        (90, "1m30s"),
+        (125, "2m05s"),
+        (2520, "42m"),
+        (3600, "1h"),
+        (3900, "1h05m"),
+        (86400 + 3 * 3600, "1d3h"),
+        (-5, "0s"),
+    ],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_relative_and_local_times() -> None:
+    assert format_relative(NOW + 2520, NOW) == "in 42m"
+    assert format_relative(NOW - 180, NOW) == "3m ago"
+    assert format_relative(NOW + 0.2, NOW) == "now"
+    assert format_local_time(NOW + 60, NOW, UTC) == "08:01:00 UTC"
+    assert format_local_time(NOW + 86400, NOW, UTC) == "2027-01-16 08:00:00 UTC"
+    cet = timezone(timedelta(hours=1), "CET")
+    assert format_local_time(NOW, NOW, cet) == "09:00:00 CET"
+
+
+def test_badput_in_core_hours() -> None:
+    assert format_core_hours(4500) == "1.25 core-hours (4500 core-seconds)"
+    assert format_core_hours(0) == "0.00 core-hours (0 core-seconds)"
+
+
+def _blocker(slot: str, *, evict_at: int | None, gone_by: int, activity: str) -> dict[str, Any]:
+    return {
+        "claim_id": slot[-1],
+        "slot": f"slot1_{slot[-1]}@n1",
+        "job_id": f"job{slot[-1]}",
+        "owner": "alice",
+        "cpus": 4,
+        "activity": activity,
+        "run": 600,
+        "retirement_remaining": 2400,
+        "vacate": 120,
+        "evict_at": evict_at,
+        "gone_by": gone_by,
+        "accepted_while_draining": False,
+    }
+
+
+PENDING = {
+    "id": "7",
+    "state": "pending",
+    "schedule": "graceful",
+    "reason": "kernel update",
+    "on_completion": "resume",
+    "deadline": 3600.0,
+    "start": None,
+    "expires_at": NOW + 30.0,
+    "deadline_at": None,
+    "estimate": {
+        "schedule": "graceful",
+        "now": NOW,
+        "completion": NOW + 2520,
+        "badput": 4500,
+        "blockers": [
+            _blocker("s1", evict_at=NOW + 2400, gone_by=NOW + 2520, activity="Busy"),
+            _blocker("s2", evict_at=NOW + 60, gone_by=NOW + 180, activity="Busy"),
+        ],
+    },
+}
+
+
+def test_drain_summary_shows_completion_badput_and_blockers() -> None:
+    text = _text(render_drain, PENDING, heading="Drain estimate", tz=UTC)
+    assert "Drain estimate: request 7 pending (graceful, on completion resume)" in text
+    assert "completion  08:42:00 UTC (in 42m)" in text
+    assert "badput      1.25 core-hours (4500 core-seconds)" in text
+    assert "deadline    1h after commit" in text
+    assert "expires     08:00:30 UTC (in 30s) unless committed" in text
+    rows = [line for line in text.splitlines() if "slot1_" in line]
+    assert [row.split()[1] for row in rows] == ["slot1_1@n1", "slot1_2@n1"]
+    assert "08:01:00 UTC (in 1m)" in rows[1]
+
+
+def test_an_empty_node_has_no_blockers_table() -> None:
+    body = {**PENDING, "estimate": {**PENDING["estimate"], "blockers": [], "badput": 0}}  # type: ignore[dict-item]
+    text = _text(render_drain, body, heading="Drain committed", tz=UTC)
+    assert "the node is empty now" in text
+    assert "Blockers" not in text
+
+
+def test_progress_names_busy_slots_next_eviction_and_time_left() -> None:
+    body = {**PENDING, "state": "draining"}
+    line = progress_line(body, UTC)
+    assert line == (
+        "request 7 draining · 2 slots busy · next eviction slot1_2@n1 in 1m"
+        " · time left 42m (empty by 08:42:00 UTC)"
+    )
+    vacating = {
+        **body,
+        "estimate": {
+            **PENDING["estimate"],  # type: ignore[dict-item]
+            "blockers": [_blocker("s1", evict_at=None, gone_by=NOW + 20, activity="Vacating")],
+            "completion": NOW + 20,
+        },
+    }
+    assert progress_line(vacating, UTC) == (
+        "request 7 draining · 1 slot busy · 1 being evicted · time left 20s (empty by 08:00:20 UTC)"
+    )
+
+
+def test_status_has_a_machine_line_and_a_slot_table() -> None:
+    common = {"MyCurrentTime": NOW, "TotalCpus": 8, "Start": False, "DrainState": "draining"}
+    machine = {
+        "Name": "n1",
+        **common,
+        "DrainingRequestId": "7",
+        "DrainSchedule": "graceful",
+        "DrainReason": "kernel update",
+        "ExpectedMachineGracefulDrainingCompletion": NOW + 2520,
+        "ExpectedMachineGracefulDrainingBadput": 4500,
+    }
+    slots = [
+        {
+            "Name": "slot1@n1",
+            "SlotType": "Partitionable",
+            "State": "Drained",
+            "Activity": "Retiring",
+        }
+        | {"Cpus": 4, "Memory": 1024},
+        {"Name": "slot1_1@n1", "SlotType": "Dynamic", "State": "Claimed", "Activity": "Retiring"}
+        | {"Cpus": 4, "Memory": 512, "JobId": "j1", "RemoteOwner": "alice"}
+        | {"TotalJobRunTime": 600, "RetirementTimeRemaining": 2400},
+    ]
+    text = _text(render_status, {"machine": machine, "slots": slots}, tz=UTC)
+    lines = text.splitlines()
+    assert lines[0] == (
+        "n1  Start=false  draining (request 7, graceful, reason 'kernel update')"
+        "  cpus 4/8 claimed  1 job"
+    )
+    assert "empty 08:42:00 UTC (in 42m), badput 1.25 core-hours" in lines[1]
+    header = "Slot State Activity Cpus Mem Job Owner Run Retire in"
+    assert lines[2].split() == header.split(" ")
+    assert lines[4].split() == [
+        "slot1_1@n1", "Claimed", "Retiring", "4", "512", "j1", "alice", "10m", "40m",
+    ]  # fmt: skip
