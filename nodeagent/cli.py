@@ -922,6 +922,21 @@ def token_create(
     _finish(action, json_output=json_output)
 
 
+@app.command()
+def demo(
+    fast: Annotated[
+        bool, typer.Option("--fast", help="A compressed story (about 25 s) for quick checks")
+    ] = False,
+) -> None:
+    """A master and three agents with real jobs going through a maintenance window."""
+    import trio  # noqa: PLC0415
+
+    from nodeagent._demo import DemoTimes, run_demo  # noqa: PLC0415
+
+    times = DemoTimes.fast() if fast else DemoTimes()
+    raise typer.Exit(trio.run(lambda: run_demo(times, out=typer.echo)))
+
+
 def main() -> None:
     """Entry point of the console script."""
     fast = None if "_NODEAGENT_COMPLETE" in os.environ else fast_parse(sys.argv[1:])

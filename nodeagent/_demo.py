@@ -1,0 +1,361 @@
+"""``nodeagent demo``: a master and three agents going through a maintenance window.
+
+Everything is real: the daemons serve HTTP on loopback and Unix sockets in a
+temporary directory, the jobs are processes that receive real signals. The story:
+
+1. a master and three agents start; each agent runs jobs with different retirement
+   promises (and one node runs a job whose promise outlasts the window);
+2. a maintenance window for all three machines is posted a minute ahead;
+3. the master plans and starts each node's graceful drain just in time; jobs are
+   evicted at their promises and the nodes are empty before the window, except the
+   late one, which the plan shows late and which is escalated when the window starts;
+4. the machines are brought down (and stay closed), then up: they resume.
+
+The demo ends every process it started, by pid, and removes its directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from nodeagent._auth import Scope, create_token, generate_key, load_key
+from nodeagent._config import load_agent_config, load_master_config
+from nodeagent._daemon import AgentDaemon
+from nodeagent._master_daemon import MasterDaemon
+
+__all__ = ["DemoTimes", "run_demo"]
+
+_NS = 1_000_000_000
+
+#: A job: sleeps; on SIGTERM it takes a moment to save its work, then exits.
+_JOB = (
+    "# nodeagent-demo-job\n"
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.3), sys.exit(0)))\n"
+    "time.sleep(3600)\n"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoTimes:
+    """The demo's clock: when the window is, the promises, when work arrives."""
+
+    window_in: float = 60.0
+    window_length: float = 20.0
+    machine_retirement: int = 20  # node1 and node2's MaxJobRetirementTime
+    late_retirement: int = 120  # node3 promises more than the window allows
+    vacate: int = 3
+    margin: float = 5.0
+    first_wave: tuple[tuple[int, ...], ...] = ((8, 14), (20, 20), (120,))
+    second_wave_at: float = 28.0  # new work arriving shortly before the drains
+    second_wave: tuple[tuple[int, ...], ...] = ((15,), (20,), ())
+    down_for: float = 6.0
+
+    @classmethod
+    def fast(cls) -> DemoTimes:
+        return cls(
+            window_in=20.0,
+            window_length=6.0,
+            machine_retirement=6,
+            late_retirement=60,
+            vacate=1,
+            margin=1.0,
+            first_wave=((2, 4), (6, 6), (60,)),
+            second_wave_at=10.0,
+            second_wave=((5,), (6,), ()),
+            down_for=2.0,
+        )
+
+
+@dataclass
+class _Narrator:
+    """Prints what happens, once, with the time since the demo started."""
+
+    started: float
+    out: Callable[[str], None]
+    seen: set[str] = field(default_factory=set)
+
+    def say(self, text: str, *, key: str | None = None) -> None:
+        if key is not None:
+            if key in self.seen:
+                return
+            self.seen.add(key)
+        self.out(f"[{time.time() - self.started:6.1f}s] {text}")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@contextlib.asynccontextmanager
+async def _unix_client(socket: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=str(socket)), base_url="http://local", timeout=10
+    ) as client:
+        yield client
+
+
+async def run_demo(times: DemoTimes, *, out: Callable[[str], None] = print) -> int:
+    """Run the story; returns 0 when every node was empty or escalated as planned."""
+    # The story is told by the narrator; the daemons' own logs would drown it.
+    logging.getLogger("nodeagent").setLevel(logging.ERROR)
+    root = Path(tempfile.mkdtemp(prefix="nodeagent-demo-"))
+    narrator = _Narrator(time.time(), out)
+    pids: set[int] = set()
+    try:
+        return await _story(root, times, narrator, pids)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+        narrator.say(f"cleaned up: {len(pids)} job process groups ended, {root} removed")
+
+
+async def _story(root: Path, times: DemoTimes, narrator: _Narrator, pids: set[int]) -> int:
+    say = narrator.say
+    master_config = load_master_config(
+        _write(
+            root / "master" / "master.toml",
+            f'state_dir = "{root / "master" / "state"}"\n'
+            f'runtime_dir = "{root / "master" / "run"}"\n'
+            'listen = ["127.0.0.1:0"]\n'
+            f"reconcile_interval = 0.25\ndrain_margin = {times.margin}\n"
+            'escalation = "quick"\n',
+        )
+    )
+    master_config.key_file.parent.mkdir(parents=True, mode=0o700)
+    generate_key(master_config.key_file)
+    key = load_key(master_config.key_file)
+    names = ["node1.demo", "node2.demo", "node3.demo"]
+    async with trio.open_nursery() as nursery:
+        master = MasterDaemon(config=master_config, handle_signals=False)
+        await nursery.start(master.serve)
+        master_url = next(u for u in master.urls if not u.startswith("http://unix"))
+        say(f"master listening on {master_url}")
+        agents: list[AgentDaemon] = []
+        for name in names:
+            home = root / name
+            late = name == names[-1]
+            retirement = times.late_retirement if late else times.machine_retirement
+            token = create_token(
+                key, subject=f"agent:{name}", scope=Scope.DAEMON, lifetime_s=3600, now=time.time()
+            )
+            _write(home / "daemon.token", token)
+            key_file = home / "state" / "pool.key"
+            key_file.parent.mkdir(parents=True, mode=0o700)
+            shutil.copyfile(master_config.key_file, key_file)
+            key_file.chmod(0o600)
+            config = load_agent_config(
+                _write(
+                    home / "agent.toml",
+                    f'hostname = "{name}"\nip = "127.0.0.1"\n'
+                    f'state_dir = "{home / "state"}"\nruntime_dir = "{home / "run"}"\n'
+                    'listen = ["127.0.0.1:0"]\n'
+                    "[resources]\ncpus = 4\nmemory_mib = 4096\ndisk_kib = 1000000\n"
+                    f"[policy]\nmax_job_retirement_time = {retirement}\n"
+                    f"machine_max_vacate_time = {times.vacate}\n"
+                    f'[master]\nurl = "{master_url}"\ntoken_file = "{home / "daemon.token"}"\n'
+                    "update_interval = 1\nad_debounce = 0.05\n",
+                )
+            )
+            agent = AgentDaemon(config=config, handle_signals=False)
+            await nursery.start(agent.serve)
+            agents.append(agent)
+        say(
+            f"three agents up, 4 cores each; MaxJobRetirementTime {times.machine_retirement}s "
+            f"(node3: {times.late_retirement}s), vacate time {times.vacate}s"
+        )
+
+        started = time.time()
+        for agent, promises in zip(agents, times.first_wave, strict=True):
+            await _start_jobs(agent, promises, pids, narrator)
+        nursery.start_soon(_second_wave, agents, times, started, pids, narrator)
+
+        window_start = time.time() + times.window_in
+        schedule = {
+            "windows": [
+                {
+                    "machine_ids": [{"hostname": n, "ip": "127.0.0.1"} for n in names],
+                    "unavailability": {
+                        "start": {"nanoseconds": int(window_start * _NS)},
+                        "duration": {"nanoseconds": int(times.window_length * _NS)},
+                    },
+                }
+            ]
+        }
+        async with _unix_client(master.socket) as m:
+            (await m.post("/maintenance/schedule", json=schedule)).raise_for_status()
+            say(
+                f"maintenance window posted: all three machines, in {times.window_in:.0f}s, "
+                f"for {times.window_length:.0f}s (mode DRAINING)"
+            )
+            await _narrate_plan(m, narrator, names, window_start)
+            status = await _watch(agents, narrator, window_start, window_start + times.vacate + 2)
+            ids = [{"hostname": n, "ip": "127.0.0.1"} for n in names]
+            (await m.post("/machine/down", json=ids)).raise_for_status()
+            say("window open: machines DOWN; the nodes stay closed for maintenance")
+            await trio.sleep(times.down_for)
+            for agent in agents:
+                ad = await _ad(agent)
+                say(f"{agent.config.hostname}: Start={ad['Start']} DrainState={ad['DrainState']}")
+            (await m.post("/machine/up", json=ids)).raise_for_status()
+            say("maintenance done: machines UP; the master cancels its drains")
+            with trio.move_on_after(15):
+                while True:
+                    ads = [await _ad(a) for a in agents]
+                    if all(ad["Start"] for ad in ads):
+                        break
+                    await trio.sleep(0.2)
+            for agent in agents:
+                ad = await _ad(agent)
+                say(
+                    f"{agent.config.hostname}: resumed, Start={ad['Start']}, "
+                    f"{ad['TotalCpus']} cores free, lost work so far "
+                    f"{ad['TotalMachineDrainingBadput']} cpu-s"
+                )
+            plan = (await m.get("/v1/maintenance/plan")).json()
+            totals = plan["totals"]
+            say(
+                f"master: {totals['drains_started']} drains started just in time, "
+                f"{totals['drains_escalated']} escalated at the window, "
+                f"{totals['down_drains']} machines downed"
+            )
+        for agent in agents:
+            agent.stop()
+        master.stop()
+    return status
+
+
+async def _start_jobs(
+    agent: AgentDaemon, promises: tuple[int, ...], pids: set[int], narrator: _Narrator
+) -> None:
+    if not promises:
+        return
+    async with _unix_client(agent.config.socket) as c:
+        for promise in promises:
+            reply = await c.post(
+                "/v1/claims",
+                json={
+                    "command": [sys.executable, "-c", _JOB],
+                    "cpus": 1,
+                    "max_job_retirement_time": promise,
+                    "owner": "demo",
+                },
+            )
+            reply.raise_for_status()
+            pids.add(reply.json()["job"]["pid"])
+    shown = ", ".join(f"{p}s" for p in promises)
+    narrator.say(f"{agent.config.hostname}: jobs started, retirement promises {shown}")
+
+
+async def _second_wave(
+    agents: list[AgentDaemon],
+    times: DemoTimes,
+    started: float,
+    pids: set[int],
+    narrator: _Narrator,
+) -> None:
+    await trio.sleep(max(0.0, started + times.second_wave_at - time.time()))
+    narrator.say("new work arrives: the nodes still accept it until their drains start")
+    for agent, promises in zip(agents, times.second_wave, strict=True):
+        await _start_jobs(agent, promises, pids, narrator)
+
+
+async def _ad(agent: AgentDaemon) -> dict[str, Any]:
+    async with _unix_client(agent.config.socket) as c:
+        machine: dict[str, Any] = (await c.get("/v1/ad")).json()["machine"]
+        return machine
+
+
+async def _narrate_plan(
+    master: httpx.AsyncClient, narrator: _Narrator, names: list[str], window_start: float
+) -> None:
+    with trio.move_on_after(10):
+        while True:
+            plan = (await master.get("/v1/maintenance/plan")).json()
+            rows = {m["node"]: m for m in plan["machines"] if m["node"]}
+            # Wait until every node's ad shows its jobs (pushed on the change).
+            if len(rows) == len(names) and not any(r["empty"] for r in rows.values()):
+                break
+            await trio.sleep(0.2)
+    for name in names:
+        row = rows.get(name)
+        if row is None:
+            continue
+        start = row["planned_drain_start"] - time.time()
+        verdict = (
+            "on time"
+            if row["on_time"]
+            else f"LATE by {row['late_by']:.0f}s (its drain escalates at the window)"
+        )
+        narrator.say(
+            f"plan: {name} drains in {max(0.0, start):.0f}s (just in time), "
+            f"a graceful drain now would end "
+            f"{row['expected']['graceful']['completion'] - window_start:+.0f}s from the window: "
+            f"{verdict}"
+        )
+
+
+async def _watch(
+    agents: list[AgentDaemon], narrator: _Narrator, window_start: float, until: float
+) -> int:
+    """Narrate drains and evictions until ``until``; 0 when every node ended empty."""
+    status = 0
+    while time.time() < until:
+        for agent in agents:
+            name = agent.config.hostname
+            async with _unix_client(agent.config.socket) as c:
+                ad = (await c.get("/v1/ad")).json()
+                drain = (await c.get("/v1/drain")).json()
+            machine = ad["machine"]
+            if drain.get("state") in ("draining", "drained"):
+                narrator.say(
+                    f"{name}: master committed a graceful drain (request {drain['id']}, "
+                    f"reason {drain['reason']!r})",
+                    key=f"{name}-drain-{drain['id']}",
+                )
+            for slot in ad["slots"][1:]:
+                if slot["Activity"] in ("Vacating", "Killing"):
+                    promise = slot["MaxJobRetirementTime"]
+                    ran = slot["TotalJobRunTime"]
+                    when = (
+                        "past its promise"
+                        if ran > promise
+                        else f"{ran}s into its {promise}s promise, to be gone by its end"
+                    )
+                    if machine.get("DrainingDeadline") and time.time() >= window_start:
+                        when = f"at the window, {ran}s into its {promise}s promise (escalated)"
+                    narrator.say(
+                        f"{name}: job {slot['JobId']} gets SIGTERM {when}",
+                        key=f"{name}-evict-{slot['JobId']}",
+                    )
+            if machine["DrainState"] == "drained":
+                early = window_start - time.time()
+                when = f"{early:.0f}s before the window" if early > 0 else "after escalation"
+                narrator.say(f"{name}: empty, Drained/Idle ({when})", key=f"{name}-drained")
+        if time.time() >= window_start:
+            narrator.say("the window starts now", key="window")
+        await trio.sleep(0.25)
+    for agent in agents:
+        machine = await _ad(agent)
+        if machine["DrainState"] != "drained":
+            narrator.say(f"{agent.config.hostname}: NOT empty at the window")
+            status = 1
+    return status

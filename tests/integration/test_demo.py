@@ -1,0 +1,53 @@
+"""``nodeagent demo`` tells the whole story and leaves no process behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _demo_jobs() -> list[int]:
+    alive = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if b"nodeagent-demo-job" in cmdline and state not in ("Z", "X"):
+            alive.append(int(proc.name))
+    return alive
+
+
+def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
+    assert _demo_jobs() == []
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "demo", "--fast"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for line in (
+        "maintenance window posted",
+        "node1.demo: master committed a graceful drain",
+        "into its 5s promise, to be gone by its end",
+        "node1.demo: empty, Drained/Idle",
+        "LATE by",
+        "(escalated)",
+        "machines DOWN",
+        "node3.demo: Start=False DrainState=drained",
+        "machines UP",
+        "node3.demo: resumed, Start=True",
+        "3 drains started just in time, 1 escalated at the window, 3 machines downed",
+        "cleaned up: 7 job process groups ended",
+    ):
+        assert line in out, f"{line!r} missing from:\n{out}"
+    assert "NOT empty" not in out
+    assert _demo_jobs() == []
