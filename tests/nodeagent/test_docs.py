@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from nodeagent._config import AgentConfig
+from nodeagent._config import AgentConfig, MasterConfig
 
 DOCS = Path(__file__).parents[2] / "docs"
 
@@ -24,7 +24,8 @@ def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 def test_configuration_reference_lists_every_key() -> None:
     text = (DOCS / "configuration.md").read_text()
-    missing = [k for k in _keys(AgentConfig) if f"`{k.rsplit('.', 1)[-1]}`" not in text]
+    keys = _keys(AgentConfig) + _keys(MasterConfig)
+    missing = [k for k in keys if f"`{k.rsplit('.', 1)[-1]}`" not in text]
     assert missing == []
     for section in ("[resources]", "[policy]", "[master]"):
         assert f"`{section}`" in text
