@@ -235,10 +235,17 @@ def test_a_late_node_shows_late_and_is_escalated_at_its_window(
         agent.claim(argv)
         start = time.time() + 4
         master.call("POST", "/maintenance/schedule", json=window(["slow.test"], start))
-        wait_for(lambda: plan_for(master, "slow.test")["node"] == "slow.test")
-        row = plan_for(master, "slow.test")
+        row = wait_for(
+            lambda: (
+                (r := plan_for(master, "slow.test"))["node"] == "slow.test"
+                and r["empty"] is False
+                and r
+            )
+        )
+        # Late whether the plan is read before the drain starts (by ~56 s) or after, when
+        # the drain's deadline at the window bounds it (by the vacate time).
         assert row["on_time"] is False
-        assert row["late_by"] > 40
+        assert row["late_by"] >= 1
         assert row["blockers"][0]["retirement_remaining"] > 50
         wait_for(lambda: drain_of(agent)["state"] == "drained", timeout=30)
         (received,) = [float(x) for x in record.read_text().split()]
