@@ -129,8 +129,10 @@ class LaunchSpec:
 
     * ``argv``: the program and its arguments; a program name without a slash is looked up
       in the ``PATH`` of the job's environment (``os.defpath`` when it has none).
-    * ``env``: ``None`` inherits the daemon's environment; otherwise the job gets exactly this
-      mapping, nothing merged in (an empty mapping gives an empty environment).
+    * ``env``: ``None`` inherits the daemon's environment, less what only the daemon may use
+      (the service manager's ``NOTIFY_SOCKET``, ``WATCHDOG_*``, ``LISTEN_*`` and the
+      ``NODEAGENT_*`` configuration); otherwise the job gets exactly this mapping, nothing
+      merged in (an empty mapping gives an empty environment).
     * ``cwd``: ``None`` means the execute directory; a relative path is taken relative to it.
     * ``user``: run as this user. Switching users needs root; without root, naming any user
       but the current one raises :class:`PermissionRefused`. When the daemon switches users,
@@ -177,6 +179,14 @@ class Usage:
 
     cpu_usage: float = 0.0
     memory_usage: int = 0
+
+
+_DAEMON_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_", "NODEAGENT_")
+
+
+def _inherited_environment() -> dict[str, str]:
+    """The daemon's environment without what would let a job speak for the daemon."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_DAEMON_ONLY)}
 
 
 def _same_start(observed: float, recorded: float) -> bool:
@@ -398,7 +408,7 @@ class OsProcessRunner:
                 stdout=stdout,
                 stderr=stderr,
                 cwd=cwd,
-                env=None if spec.env is None else dict(spec.env),
+                env=_inherited_environment() if spec.env is None else dict(spec.env),
                 start_new_session=True,
                 close_fds=True,
                 **options,

@@ -314,14 +314,20 @@ async def test_env_is_used_exactly_as_given(runner: OsProcessRunner, tmp_path: P
     assert (tmp_path / "stdout").read_text() == "FOO=bar\n"
 
 
-async def test_env_none_inherits_the_daemons(runner: OsProcessRunner, tmp_path: Path) -> None:
+async def test_env_none_inherits_the_daemons_but_not_its_service_handles(
+    runner: OsProcessRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    monkeypatch.setenv("NODEAGENT_POLICY__START", "false")
+    monkeypatch.setenv("JOB_VISIBLE", "yes")
     code = "import json, os; print(json.dumps(dict(os.environ)))"
-    expected = dict(os.environ)
     with trio.fail_after(LIMIT):
         assert await (await runner.launch(python_job(tmp_path, code))).wait() == 0
     got = json.loads((tmp_path / "stdout").read_text())
-    # The child gets the process environment, which may hold more than os.environ shows.
-    assert expected.items() <= got.items()
+    assert got["JOB_VISIBLE"] == "yes"
+    assert got["PATH"] == os.environ["PATH"]
+    assert not {"NOTIFY_SOCKET", "WATCHDOG_USEC", "NODEAGENT_POLICY__START"} & set(got)
 
 
 async def test_launch_failures_raise_and_leak_nothing(
