@@ -120,6 +120,7 @@ class Agent:
         self._writable = trio.Event()
         self._writable.set()
         self._changed = trio.Event()
+        self._dirty = trio.Event()
         self.version = 0
         self.completion: CompletionAction | None = None
         self.completed = trio.Event()
@@ -133,6 +134,7 @@ class Agent:
             self._nursery = nursery
             await self._readopt()
             nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._persist_loop)
             if self.usage_interval > 0:
                 nursery.start_soon(self._usage_loop)
             task_status.started()
@@ -325,15 +327,25 @@ class Agent:
             actions = self.machine.job_exited(self.clock.now(), claim_id)
         except NoSuchClaim:
             return
-        self._apply(actions)
+        # Saved soon, not now: an exit lost in a crash is found again when the restarted
+        # daemon re-adopts its jobs, and many exits at once then cost one write.
+        self._apply(actions, durable=False)
 
-    def _apply(self, actions: list[Action]) -> None:
-        """Carry out the model's decisions: persist first, then signal, then publish."""
+    def _apply(self, actions: list[Action], *, durable: bool = True) -> None:
+        """Carry out the model's decisions: persist first, then signal, then publish.
+
+        ``durable`` false defers the write to the persist service (still before any
+        later request is acknowledged, since every request path persists).
+        """
         if not actions:
             self._after_model_call()
             return
         if any(isinstance(a, Publish) for a in actions):
-            self._persist()
+            # The end of a drain is written at once: the daemon may exit right after it.
+            if durable or any(isinstance(a, CompletionAction) for a in actions):
+                self._persist()
+            else:
+                self._dirty.set()
         for action in actions:
             if isinstance(action, SignalJob):
                 self._signal(action.claim_id, action.signal)
@@ -357,6 +369,21 @@ class Agent:
 
     def _persist(self) -> None:
         self.store.save(self.machine.snapshot(), self._records)
+        if self._dirty.is_set():
+            self._dirty = trio.Event()
+
+    def flush(self) -> None:
+        """Write any deferred change now (the daemon calls this when it stops)."""
+        if self._dirty.is_set():
+            self._persist()
+
+    async def _persist_loop(self) -> None:
+        """Write deferred changes, coalescing whatever arrives in the same moment."""
+        while True:
+            await self._dirty.wait()
+            await trio.sleep(0.01)
+            if self._dirty.is_set():
+                self._persist()
 
     def _changed_now(self) -> None:
         self.version += 1

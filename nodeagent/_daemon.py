@@ -186,6 +186,7 @@ class AgentDaemon:
             await self._stop.wait()
             _sdnotify.stopping()
             log.info("stopping; jobs keep running")
+            agent.flush()
             with trio.move_on_after(SHUTDOWN_GRACE + 1) as scope:
                 scope.shield = True
                 await link.push_now()

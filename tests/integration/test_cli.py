@@ -284,7 +284,7 @@ def test_wait_returns_when_the_last_job_exits(tmp_path: Path) -> None:
     policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}
     with AgentProcess(tmp_path / "agent", policy=policy) as agent:
         ended = []
-        for name, seconds in (("short", 0.5), ("long", 2.0)):
+        for name, seconds in (("short", 2.0), ("long", 4.0)):
             marker = tmp_path / f"{name}.ended"
             code = "import sys, time; time.sleep(float(sys.argv[1])); open(sys.argv[2], 'w')"
             agent.claim([sys.executable, "-c", code, str(seconds), str(marker)])
