@@ -7,6 +7,9 @@ library (``tomllib`` only when a configuration file exists). That keeps
 * :func:`resolve_target` turns the common options (``--host``, ``--token``, ``--socket``)
   and their environment variables into a :class:`Target`; without ``--host`` the target
   is the local Unix socket, at the path the daemon itself uses (:func:`default_socket`).
+  :func:`resolve_master_target` does the same for ``nodeagent master …``: the
+  ``NODEAGENT_MASTER_*`` variables, port 9622, the master's socket
+  (:func:`default_master_socket`).
 * :func:`call` sends one HTTP/1.1 request over the Unix socket or TCP (TLS for
   ``https://``) with the bearer token, and returns a :class:`Reply` (status, raw text and
   parsed JSON); :func:`check` turns an error reply into an exception.
@@ -19,6 +22,7 @@ documented in ``docs/cli.md``)::
     CliError           1  drain.cancelled, drain.ended: a waited-for drain ended otherwise
     ├── UsageError     2  cli.usage, cli.bad_duration, cli.bad_url, cli.token_file, …
     ├── Unreachable    3  agent.unreachable, agent.timeout: no answer from the agent
+    │                     (master.unreachable, master.timeout for the master)
     ├── AgentError        the agent answered with an error body (``reply`` holds it)
     │   ├── Refused        1  any 4xx but 401/403: the agent's code (drain.in_progress, …)
     │   ├── Unauthorized   4  401/403: auth.unauthenticated, auth.forbidden
@@ -47,6 +51,8 @@ from nodeagent._durations import parse_duration
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "DEFAULT_MASTER_CONFIG_PATH",
+    "DEFAULT_MASTER_PORT",
     "DEFAULT_PORT",
     "AgentError",
     "AgentFailed",
@@ -61,11 +67,13 @@ __all__ = [
     "UsageError",
     "call",
     "check",
+    "default_master_socket",
     "default_runtime_dir",
     "default_socket",
     "parse_duration",
     "path_segment",
     "request",
+    "resolve_master_target",
     "resolve_target",
 ]
 
@@ -74,6 +82,12 @@ DEFAULT_PORT = 9621
 
 DEFAULT_CONFIG_PATH = Path("/etc/nodeagent/nodeagent.toml")
 """The daemon's default configuration file (``nodeagent run`` reads it when it exists)."""
+
+DEFAULT_MASTER_PORT = 9622
+"""The master's default TCP port (``listen = ["127.0.0.1:9622"]``)."""
+
+DEFAULT_MASTER_CONFIG_PATH = Path("/etc/nodeagent/master.toml")
+"""The master's default configuration file (``nodeagent master run`` reads it when it exists)."""
 
 DEFAULT_TIMEOUT_S = 75.0
 """Per-request socket timeout. Longer than the daemon's default transaction lifetime
@@ -164,21 +178,22 @@ def _first_dir(value: str | None) -> Path | None:
     return Path(first) if first else None
 
 
-def default_runtime_dir(env: Mapping[str, str], uid: int) -> Path:
-    """The daemon's default runtime directory (the rule of ``nodeagent._config``).
+def default_runtime_dir(env: Mapping[str, str], uid: int, name: str = _APP) -> Path:
+    """A daemon's default runtime directory (the rule of ``nodeagent._config``).
 
-    In order: ``$RUNTIME_DIRECTORY`` (systemd's ``RuntimeDirectory=``); ``/run/nodeagent``
-    for root; ``$XDG_RUNTIME_DIR/nodeagent``; ``/tmp/nodeagent-<uid>``.
+    In order: ``$RUNTIME_DIRECTORY`` (systemd's ``RuntimeDirectory=``); ``/run/<name>``
+    for root; ``$XDG_RUNTIME_DIR/<name>``; ``/tmp/<name>-<uid>``. ``name`` is
+    ``nodeagent`` for the agent, ``nodeagent-master`` for the master.
     """
     explicit = _first_dir(env.get("RUNTIME_DIRECTORY"))
     if explicit is not None:
         return explicit
     if uid == 0:
-        return Path("/run") / _APP
+        return Path("/run") / name
     xdg = env.get("XDG_RUNTIME_DIR")
     if xdg:
-        return Path(xdg) / _APP
-    return Path("/tmp") / f"{_APP}-{uid}"
+        return Path(xdg) / name
+    return Path("/tmp") / f"{name}-{uid}"
 
 
 def _setting(env: Mapping[str, str], key: str) -> str | None:
@@ -235,12 +250,39 @@ def default_socket(env: Mapping[str, str], uid: int, *, config_path: Path | None
     return runtime_dir / "nodeagent.sock"
 
 
+def default_master_socket(
+    env: Mapping[str, str], uid: int, *, config_path: Path | None = None
+) -> Path:
+    """The Unix socket a master started with the same environment listens on.
+
+    ``NODEAGENT_MASTER_SOCKET`` when set; otherwise ``<runtime_dir>/master.sock``, with
+    ``runtime_dir`` by the master's precedence: ``NODEAGENT_RUNTIME_DIR``, else the
+    configuration file (``config_path``, else ``$NODEAGENT_MASTER_CONFIG``, else
+    :data:`DEFAULT_MASTER_CONFIG_PATH` when it exists), else
+    ``default_runtime_dir(env, uid, "nodeagent-master")``.
+    """
+    explicit = _path_setting(_setting(env, "MASTER_SOCKET"))
+    if explicit is not None:
+        return explicit
+    if config_path is None:
+        config_path = (
+            _path_setting(env.get("NODEAGENT_MASTER_CONFIG")) or DEFAULT_MASTER_CONFIG_PATH
+        )
+    runtime_dir = (
+        _path_setting(_setting(env, "RUNTIME_DIR"))
+        or _path_setting(_file_settings(config_path).get("runtime_dir"))
+        or default_runtime_dir(env, uid, f"{_APP}-master")
+    )
+    return runtime_dir / "master.sock"
+
+
 # --- targets ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """One agent: its Unix socket (``unix``) or its TCP address, and the bearer token."""
+    """One agent (or the master, ``peer="master"``): its Unix socket (``unix``) or its
+    TCP address, and the bearer token. ``peer`` names it in error codes and messages."""
 
     unix: Path | None = None
     scheme: str = "http"
@@ -248,6 +290,7 @@ class Target:
     port: int = DEFAULT_PORT
     base_path: str = ""
     token: str | None = None
+    peer: str = "agent"
 
     def describe(self) -> str:
         if self.unix is not None:
@@ -256,8 +299,8 @@ class Target:
         return f"{self.scheme}://{host}:{self.port}{self.base_path}"
 
 
-def _parse_host(value: str) -> tuple[str, str, int, str]:
-    """``URL`` of ``--host``: ``https://h:p/prefix``, ``h:p`` or ``h`` (http, port 9621)."""
+def _parse_host(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, str, int, str]:
+    """``URL`` of ``--host``: ``https://h:p/prefix``, ``h:p`` or ``h`` (http, default port)."""
     text = value.strip()
     if "://" not in text:
         text = "http://" + text
@@ -274,7 +317,7 @@ def _parse_host(value: str) -> tuple[str, str, int, str]:
     if parts.query or parts.fragment or parts.username is not None:
         raise UsageError("cli.bad_url", f"invalid --host {value!r}: only scheme, host, port, path")
     if port is None:
-        port = DEFAULT_PORT
+        port = default_port
     return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
 
 
@@ -312,6 +355,33 @@ def resolve_target(
         return Target(scheme=scheme, host=hostname, port=port, base_path=base, token=token)
     unix = Path(socket_path) if socket_path else default_socket(env, uid)
     return Target(unix=unix, token=token)
+
+
+def resolve_master_target(
+    *,
+    host: str | None,
+    token_file: str | None,
+    socket_path: str | None,
+    env: Mapping[str, str],
+    uid: int,
+) -> Target:
+    """The master the common options of ``nodeagent master …`` designate.
+
+    As :func:`resolve_target`, with the master's variables (``NODEAGENT_MASTER_HOST``,
+    ``NODEAGENT_MASTER_TOKEN_FILE``, ``NODEAGENT_MASTER_SOCKET``), its default port
+    (:data:`DEFAULT_MASTER_PORT`) and its socket (:func:`default_master_socket`).
+    Raises :class:`UsageError`.
+    """
+    host = host or env.get("NODEAGENT_MASTER_HOST") or None
+    token_file = token_file or env.get("NODEAGENT_MASTER_TOKEN_FILE") or None
+    token = None if token_file is None else _read_token(token_file)
+    if host is not None:
+        scheme, hostname, port, base = _parse_host(host, DEFAULT_MASTER_PORT)
+        return Target(
+            scheme=scheme, host=hostname, port=port, base_path=base, token=token, peer="master"
+        )
+    unix = Path(socket_path) if socket_path else default_master_socket(env, uid)
+    return Target(unix=unix, token=token, peer="master")
 
 
 # --- the transport ------------------------------------------------------------------------
@@ -358,14 +428,15 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
 
 def _unreachable(target: Target, exc: BaseException) -> Unreachable:
     where = target.describe()
+    peer = target.peer
     if isinstance(exc, TimeoutError):
-        return Unreachable("agent.timeout", f"no answer from the agent at {where} in time")
+        return Unreachable(f"{peer}.timeout", f"no answer from the {peer} at {where} in time")
     if isinstance(exc, FileNotFoundError):
-        reason = "no such socket (is the agent running?)"
+        reason = f"no such socket (is the {peer} running?)"
     elif isinstance(exc, ConnectionRefusedError):
-        reason = "connection refused (is the agent running?)"
+        reason = f"connection refused (is the {peer} running?)"
     elif isinstance(exc, PermissionError):
-        reason = "permission denied (the socket is for the agent's group)"
+        reason = f"permission denied (the socket is for the {peer}'s group)"
     elif isinstance(exc, socket.gaierror):
         reason = f"cannot resolve {target.host}: {exc.strerror}"
     elif isinstance(exc, http.client.HTTPException):
@@ -376,7 +447,7 @@ def _unreachable(target: Target, exc: BaseException) -> Unreachable:
             reason = f"TLS: {exc}"
     else:
         reason = str(exc)
-    return Unreachable("agent.unreachable", f"cannot reach the agent at {where}: {reason}")
+    return Unreachable(f"{peer}.unreachable", f"cannot reach the {peer} at {where}: {reason}")
 
 
 def call(
@@ -385,20 +456,23 @@ def call(
     path: str,
     body: Mapping[str, Any] | None = None,
     *,
+    content: bytes | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> Reply:
     """Send one request and return the agent's reply, whatever its status.
 
-    ``path`` is the API path (``/v1/drain``); ``body`` is sent as JSON. A body that
-    announces JSON but does not parse raises :class:`AgentFailed`; every connection
-    failure (socket missing, refused, reset, timed out, TLS) raises :class:`Unreachable`.
+    ``path`` is the API path (``/v1/drain``); ``body`` is sent as JSON, ``content`` (bytes
+    already in JSON, sent as they are) instead of it. A body that announces JSON but does
+    not parse raises :class:`AgentFailed`; every connection failure (socket missing,
+    refused, reset, timed out, TLS) raises :class:`Unreachable`.
     """
     headers = {"Accept": "application/json", "User-Agent": "nodeagent-cli"}
     if target.token is not None:
         headers["Authorization"] = f"Bearer {target.token}"
-    payload: bytes | None = None
+    payload: bytes | None = content
     if body is not None:
         payload = json.dumps(body, separators=(",", ":")).encode()
+    if payload is not None:
         headers["Content-Type"] = "application/json"
     conn = _connection(target, timeout)
     try:
@@ -417,16 +491,20 @@ def call(
             data = json.loads(text)
         except ValueError:
             raise AgentFailed(
-                "agent.bad_reply",
-                f"the agent at {target.describe()} sent invalid JSON (HTTP {response.status})",
+                f"{target.peer}.bad_reply",
+                f"the {target.peer} at {target.describe()} sent invalid JSON "
+                f"(HTTP {response.status})",
                 reply=reply,
             ) from None
         reply = Reply(status=reply.status, text=text, data=data, content_type=content_type)
     return reply
 
 
-def check(reply: Reply) -> Reply:
-    """Return ``reply`` if it is a success (2xx); raise its :class:`AgentError` if not."""
+def check(reply: Reply, *, peer: str = "agent") -> Reply:
+    """Return ``reply`` if it is a success (2xx); raise its :class:`AgentError` if not.
+
+    A reply without the API's error body gets the code ``<peer>.error`` (5xx) or
+    ``<peer>.bad_reply``."""
     if 200 <= reply.status < 300:
         return reply
     error = reply.data.get("error") if isinstance(reply.data, dict) else None
@@ -437,7 +515,7 @@ def check(reply: Reply) -> Reply:
         condor = error.get("condor_code")
         condor_code = condor if isinstance(condor, int) else None
     else:
-        code = "agent.error" if reply.status >= 500 else "agent.bad_reply"
+        code = f"{peer}.error" if reply.status >= 500 else f"{peer}.bad_reply"
         lines = reply.text.strip().splitlines()
         message = f"HTTP {reply.status}" + (f": {lines[0][:200]}" if lines else "")
     cls: type[AgentError]
@@ -456,12 +534,15 @@ def request(
     path: str,
     body: Mapping[str, Any] | None = None,
     *,
+    content: bytes | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> Reply:
     """:func:`call`, then :func:`check`; for successful JSON endpoints, ``data`` is set."""
-    reply = check(call(target, method, path, body, timeout=timeout))
+    reply = call(target, method, path, body, content=content, timeout=timeout)
+    check(reply, peer=target.peer)
     if reply.data is None and reply.content_type.startswith("application/json"):
-        raise AgentFailed("agent.bad_reply", "the agent sent an empty JSON reply", reply=reply)
+        peer = target.peer
+        raise AgentFailed(f"{peer}.bad_reply", f"the {peer} sent an empty JSON reply", reply=reply)
     return reply
 
 

@@ -1,0 +1,380 @@
+"""The real ``nodeagent master`` command line, as a subprocess, against a real master."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
+
+pytestmark = pytest.mark.integration
+
+NS = 1_000_000_000
+TIMEOUT = 60
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NODEAGENT_", "_NODEAGENT"))}
+    return base | (extra or {})
+
+
+def cli(
+    master: MasterProcess | None,
+    *args: str,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``nodeagent master ARGS`` against ``master``'s Unix socket (via
+    ``NODEAGENT_MASTER_SOCKET``)."""
+    extra = {} if master is None else {"NODEAGENT_MASTER_SOCKET": str(master.socket)}
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent", "master", *args],
+        input=stdin,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=_env(extra | (env or {})),
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def window(machines: list[dict[str, str]], start: float, duration: float = 3600) -> Any:
+    return {
+        "windows": [
+            {
+                "machine_ids": machines,
+                "unavailability": {
+                    "start": {"nanoseconds": int(start * NS)},
+                    "duration": {"nanoseconds": int(duration * NS)},
+                },
+            }
+        ]
+    }
+
+
+A = {"hostname": "a.test", "ip": "10.0.0.1"}
+B = {"hostname": "b.test", "ip": "10.0.0.2"}
+FAR = 2_000_000_000.0  # 2033
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[MasterProcess]:
+    with MasterProcess(tmp_path / "master", settings={"reconcile_interval": 0.2}) as m:
+        yield m
+
+
+def api(master: MasterProcess, path: str) -> str:
+    response = master.call("GET", path)
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+# --- the schedule -------------------------------------------------------------------------
+
+
+def test_schedule_set_get_clear(master: MasterProcess, tmp_path: Path) -> None:
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps(window([A, B], FAR), indent=2))
+    assert ok(cli(master, "schedule", "set", str(path))) == (
+        "schedule replaced: 1 window, 2 machines\n"
+    )
+    assert (
+        ok(cli(master, "schedule", "get", "--json")) == api(master, "/maintenance/schedule") + "\n"
+    )
+    table = ok(cli(master, "schedule", "get"))
+    assert "a.test/10.0.0.1, b.test/10.0.0.2" in table
+    assert "1h" in table  # the duration
+    assert datetime.fromtimestamp(FAR).strftime("%Y-%m-%d ") in table  # not today: with a date
+
+    # From stdin; with --json, the schedule as the master now holds it.
+    only_a = json.dumps(window([A], FAR, 60))
+    replaced = ok(cli(master, "schedule", "set", "-", "--json", stdin=only_a))
+    assert replaced == api(master, "/maintenance/schedule") + "\n"
+    assert json.loads(replaced) == window([A], FAR, 60)
+
+    assert ok(cli(master, "status", "--json")) == api(master, "/maintenance/status") + "\n"
+    assert ok(cli(master, "schedule", "clear")) == "schedule cleared: no machine is scheduled\n"
+    assert ok(cli(master, "schedule", "clear", "--json")) == "{}\n"
+    assert master.call("GET", "/maintenance/status").json() == {}
+    assert "the schedule is empty" in ok(cli(master, "schedule", "get"))
+
+
+MESOS_REFUSALS = [
+    ("[]", "Unexpected JSON type parsed"),
+    ('{"windows": [{"machine_ids": [], "unavailability": {"start": {"nanoseconds": 1}}}]}',
+     "List of machines in the maintenance window is empty"),
+    ('{"windows": [{"machine_ids": [{"hostname": "a", "ip": "1.2.3"}],'
+     ' "unavailability": {"start": {"nanoseconds": 1}}}]}', "Failed to parse IPv4: 1.2.3"),
+    ('{"windows": [{"machine_ids": [{"hostname": "a"}],'
+     ' "unavailability": {"start": {"nanoseconds": 1}, "duration": {"nanoseconds": -1}}}]}',
+     "Unavailability 'duration' is negative"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "message"), MESOS_REFUSALS)
+def test_an_invalid_schedule_exits_1_with_the_mesos_message(
+    master: MasterProcess, body: str, message: str
+) -> None:
+    master.call("POST", "/maintenance/schedule", json=window([A], FAR))
+    before = api(master, "/maintenance/schedule")
+    for args in (("schedule", "set", "-"), ("schedule", "set", "-", "--json")):
+        result = cli(master, *args, stdin=body)
+        assert (result.returncode, result.stderr) == (1, f"maintenance.refused: {message}\n")
+        assert result.stdout == ""
+    assert api(master, "/maintenance/schedule") == before
+
+
+def test_an_unreadable_schedule_file_is_a_usage_error(
+    master: MasterProcess, tmp_path: Path
+) -> None:
+    result = cli(master, "schedule", "set", str(tmp_path / "missing.json"))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"cli.input: cannot read {tmp_path / 'missing.json'}: ")
+
+
+# --- down and up --------------------------------------------------------------------------
+
+
+def test_down_and_up_complete_bare_hostnames_from_the_schedule(master: MasterProcess) -> None:
+    twin_a, twin_b = {"hostname": "twin", "ip": "10.0.0.5"}, {"hostname": "twin", "ip": "10.0.0.6"}
+    master.call("POST", "/maintenance/schedule", json=window([A, B, twin_a, twin_b], FAR))
+    # A bare hostname, in any case: the ip comes from the schedule.
+    assert ok(cli(master, "down", "A.TEST")) == "DOWN: a.test/10.0.0.1\n"
+    # A bare ip, and HOST/IP as given; --json prints the ids posted.
+    posted = ok(cli(master, "down", "10.0.0.2", "twin/10.0.0.5", "--json"))
+    assert json.loads(posted) == [B, twin_a]
+    status = master.call("GET", "/maintenance/status").json()
+    assert status == {"down_machines": [A, B, twin_a], "draining_machines": [{"id": twin_b}]}
+    assert ok(cli(master, "status", "--json")) == api(master, "/maintenance/status") + "\n"
+    table = ok(cli(master, "status"))
+    assert [line.split() for line in table.splitlines()] == [
+        ["MACHINE", "IP", "MODE"],
+        ["twin", "10.0.0.6", "DRAINING"],
+        ["a.test", "10.0.0.1", "DOWN"],
+        ["b.test", "10.0.0.2", "DOWN"],
+        ["twin", "10.0.0.5", "DOWN"],
+        ["1", "DRAINING,", "3", "DOWN"],
+    ]
+    # A hostname scheduled twice needs its ip; nothing is posted.
+    ambiguous = cli(master, "up", "twin")
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr == (
+        "cli.ambiguous_machine: twin matches 2 scheduled machines "
+        "(twin/10.0.0.5, twin/10.0.0.6): give HOST/IP\n"
+    )
+    # Mesos's rules, with its messages: up only from DOWN, all or nothing.
+    refused = cli(master, "up", "a.test", "twin/10.0.0.6")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        'maintenance.refused: Machine \'{"hostname":"twin","ip":"10.0.0.6"}\' '
+        "is not in DOWN mode and cannot be brought up\n"
+    )
+    assert master.call("GET", "/maintenance/status").json() == status
+    unknown = cli(master, "down", "nobody.test")
+    assert (unknown.returncode, unknown.stderr) == (
+        1,
+        'maintenance.refused: Machine \'{"hostname":"nobody.test"}\' '
+        "is not part of a maintenance schedule\n",
+    )
+    # A DOWN machine cannot be dropped from the schedule.
+    stuck = cli(master, "schedule", "clear")
+    assert stuck.returncode == 1
+    assert "is deactivated and cannot be removed from the schedule" in stuck.stderr
+    assert ok(cli(master, "up", "a.test", "b.test", "twin/10.0.0.5")) == (
+        "UP: a.test/10.0.0.1, b.test/10.0.0.2, twin/10.0.0.5\n"
+    )
+    assert master.call("GET", "/maintenance/status").json() == {
+        "draining_machines": [{"id": twin_b}]
+    }
+    assert cli(master, "down").returncode == 2  # HOST... is required
+
+
+# --- the plan and the ads, with a real agent ---------------------------------------------
+
+
+@pytest.fixture
+def agent(master: MasterProcess, tmp_path: Path) -> Iterator[AgentProcess]:
+    root = tmp_path / "node1"
+    policy = {"max_job_retirement_time": 600, "machine_max_vacate_time": 1}
+    settings = master.agent_settings(root, update_interval=0.5)
+    with AgentProcess(root, hostname="node1.test", policy=policy, master=settings) as a:
+        wait_for(lambda: master.call("GET", "/v1/ads").json()["ads"])
+        yield a
+
+
+def test_the_plan_as_a_timeline_and_as_json(
+    master: MasterProcess, agent: AgentProcess, tmp_path: Path
+) -> None:
+    argv, _ = job_script(tmp_path, "job")
+    agent.claim(argv, cpus=2, max_job_retirement_time=600)
+    node1 = {"hostname": "node1.test", "ip": "127.0.0.1"}
+    ghost = {"hostname": "ghost.test", "ip": "10.0.0.9"}
+    master.call("POST", "/maintenance/schedule", json=window([node1, ghost], time.time() + 3600))
+    wait_for(lambda: master.call("GET", "/v1/maintenance/plan").json()["machines"][0]["node"])
+
+    out = ok(cli(master, "plan", env={"COLUMNS": "100"}))
+    lines = out.splitlines()
+    assert all(len(line) <= 100 for line in lines), out
+    assert lines[0].startswith("Maintenance plan · now ")
+    assert lines[1] == "policy: just in time, margin 1m, escalation quick"
+    assert lines[2].split()[:4] == ["MACHINE", "MODE", "DRAIN", "now"]
+    assert lines[2].endswith("STATUS")
+    row = next(line for line in lines if line.startswith("node1.test "))
+    assert row.split()[1:3] == ["DRAINING", "none"]
+    assert row.endswith("on time")
+    axis = row.split()[3]
+    # A graceful drain started now ends in 10 minutes (◆), long before the drain is due
+    # (▷, 10 minutes and the margin before the window), then the window.
+    assert axis.index("◆") < axis.index("▷") < axis.index("[") < axis.index("]")
+    assert next(line for line in lines if line.startswith("ghost.test ")).endswith("no node")
+    assert "2 machines: 2 DRAINING, 0 DOWN · 1 on time, 0 late, 0 empty" in out
+
+    # --json is the API's document (only the clock moved).
+    document = json.loads(ok(cli(master, "plan", "--json")))
+    reference = master.call("GET", "/v1/maintenance/plan").json()
+    for volatile in (document, reference):
+        volatile.pop("now")
+        for m in volatile["machines"]:
+            for n in m["nodes"]:
+                n.pop("ad_age")
+            m.pop("expected")
+            m.pop("late_by")
+            m.pop("blockers")
+        for key in ("expected_graceful_badput", "expected_quick_badput"):
+            volatile["totals"].pop(key)
+    assert document == reference
+
+
+def test_plan_json_is_exactly_the_api(master: MasterProcess) -> None:
+    master.call("POST", "/maintenance/schedule", json=window([A, B], FAR))
+    printed = json.loads(ok(cli(master, "plan", "--json")))
+    reference = master.call("GET", "/v1/maintenance/plan").json()
+    assert printed.pop("now") <= reference.pop("now")
+    assert printed == reference
+
+
+def test_plan_watch_refreshes_until_ctrl_c(master: MasterProcess) -> None:
+    master.call("POST", "/maintenance/schedule", json=window([A], FAR))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent", "master", "plan", "--watch", "--interval", "0.1s",
+         "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env({"NODEAGENT_MASTER_SOCKET": str(master.socket)}),
+    )  # fmt: skip
+    assert proc.stdout is not None
+    documents = [json.loads(proc.stdout.readline()) for _ in range(3)]
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=TIMEOUT) == 0
+    proc.stdout.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
+    assert [d["machines"][0]["machine_id"] for d in documents] == [A, A, A]
+    assert documents[0]["now"] < documents[2]["now"]
+
+
+def test_ads(master: MasterProcess, agent: AgentProcess) -> None:
+    table = ok(cli(master, "ads"))
+    header, row, summary = table.splitlines()
+    assert header.split() == ["Name", "Mode", "Drain", "Start", "Cpus", "Heard"]
+    assert row.split()[:5] == ["node1.test", "UP", "none", "true", "8"]
+    assert summary == "1 ad"
+    query = ("--constraint", "TotalCpus >= 8", "--projection", "Name,TotalCpus")
+    printed = ok(cli(master, "ads", *query, "--json"))
+    params = {"constraint": "TotalCpus >= 8", "projection": "Name,TotalCpus"}
+    assert printed == master.call("GET", "/v1/ads", params=params).text + "\n"
+    assert json.loads(printed) == {"ads": [{"Name": "node1.test", "TotalCpus": 8}]}
+    assert ok(cli(master, "ads", *query)).splitlines()[:2] == [
+        "Name        TotalCpus",
+        "node1.test  8        ",
+    ]
+    assert ok(cli(master, "ads", "--constraint", "TotalCpus > 8")).splitlines() == [
+        "Name  Mode  Drain  Start  Cpus  Heard",
+        "0 ads",
+    ]
+    slots = ok(cli(master, "ads", "--slots"))
+    assert "slot1@node1.test" in slots
+    long = ok(cli(master, "ads", "-l"))
+    assert 'Machine = "node1.test"' in long
+    assert "Lost = false" in long
+    assert cli(master, "ads", "-l", "--json").returncode == 2
+    invalid = cli(master, "ads", "--constraint", "Cpus >")
+    assert invalid.returncode == 1
+    assert invalid.stderr.startswith("request.invalid: ")
+
+
+# --- targets, auth, reachability ----------------------------------------------------------
+
+
+def test_the_default_target_is_the_masters_socket(master: MasterProcess) -> None:
+    master.call("POST", "/maintenance/schedule", json=window([A], FAR))
+    env = {"NODEAGENT_MASTER_CONFIG": str(master.config_path)}
+    assert ok(cli(None, "status", "--json", env=env)) == api(master, "/maintenance/status") + "\n"
+    given = cli(None, "status", "--json", "--socket", str(master.socket))
+    assert ok(given) == api(master, "/maintenance/status") + "\n"
+
+
+def test_remote_access_needs_a_token_with_the_scope(master: MasterProcess, tmp_path: Path) -> None:
+    read, admin = tmp_path / "read.token", tmp_path / "admin.token"
+    read.write_text(master.token("READ"))
+    admin.write_text(master.token("ADMINISTRATOR"))
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps(window([A], FAR)))
+
+    anonymous = cli(None, "status", "--host", master.url)
+    assert (anonymous.returncode, anonymous.stderr) == (
+        4,
+        "auth.unauthenticated: a bearer token is required\n",
+    )
+    env = {"NODEAGENT_MASTER_HOST": master.url, "NODEAGENT_MASTER_TOKEN_FILE": str(read)}
+    assert ok(cli(None, "status", env=env)).startswith("no machine is in maintenance")
+    forbidden = cli(None, "schedule", "set", str(schedule), env=env)
+    assert forbidden.returncode == 4
+    assert forbidden.stderr.startswith("auth.forbidden: ")
+    as_json = cli(None, "down", "a.test/10.0.0.1", "--json", env=env)
+    assert as_json.returncode == 4
+    assert json.loads(as_json.stdout)["error"]["code"] == "auth.forbidden"
+    assert master.call("GET", "/maintenance/schedule").json() == {}
+    remote = ("--host", master.url, "--token", str(admin))
+    assert ok(cli(None, "schedule", "set", str(schedule), *remote)).startswith("schedule replaced")
+    assert ok(cli(None, "down", "a.test", *remote)) == "DOWN: a.test/10.0.0.1\n"
+
+
+def test_an_unreachable_master(tmp_path: Path) -> None:
+    with MasterProcess(tmp_path / "master") as master:
+        url = master.url
+        assert cli(master, "status").returncode == 0
+        assert master.stop() == 0
+        for args in (
+            ("status",),
+            ("plan", "--json"),
+            ("ads",),
+            ("schedule", "get"),
+            ("schedule", "clear"),
+            ("down", "a.test"),
+            ("up", "a.test/10.0.0.1"),
+        ):
+            result = cli(master, *args)
+            assert result.returncode == 3, args
+            assert result.stderr.startswith(
+                f"master.unreachable: cannot reach the master at unix:{master.socket}: "
+            ), result.stderr
+            assert result.stdout == ""
+        tcp = cli(None, "plan", "--host", url)
+        assert tcp.returncode == 3
+        assert "connection refused (is the master running?)" in tcp.stderr

@@ -1,0 +1,456 @@
+"""``nodeagent master``'s pure parts: the plan's timeline (plan JSON + width → text, with an
+explicit ``now``), machine ids on the command line, and the master's default socket."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.text import Text
+
+from nodeagent import _config
+from nodeagent._cli_http import UsageError, default_master_socket, resolve_master_target
+from nodeagent._cli_master import parse_machine, plan_text, plan_view, resolve_machines
+
+NOW = 1_800_000_000  # 2027-01-15 08:00:00 UTC
+AXIS = 41  # columns of the time axis in the row tests: 100 s per column over 4000 s
+
+
+def machine(
+    host: str = "node1.test",
+    *,
+    ip: str = "10.0.0.1",
+    mode: str = "DRAINING",
+    start: float = 3000,
+    duration: float | None = 1000,
+    node: bool = True,
+    lost: bool = False,
+    state: str = "none",
+    schedule: str | None = None,
+    planned: float | None = 2000,
+    completion: float = 500,
+    quick: float | None = None,
+    on_time: bool = True,
+    late_by: float = 0,
+    empty: bool = False,
+    escalated: bool = False,
+    blockers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One row of the plan; times are seconds after NOW."""
+    row: dict[str, Any] = {
+        "machine_id": {"hostname": host, "ip": ip},
+        "mode": mode,
+        "window": {
+            "start": NOW + start,
+            "duration": duration,
+            "end": None if duration is None else NOW + start + duration,
+        },
+        "nodes": [],
+        "node": None,
+        "drain": None,
+        "expected": None,
+        "on_time": None,
+        "late_by": None,
+        "planned_drain_start": None,
+        "empty": None,
+        "blockers": [],
+        "started_by_master": False,
+        "escalated": escalated,
+    }
+    if not node:
+        return row
+    expected = {
+        "graceful": {"completion": NOW + completion, "badput": 3600},
+        "quick": {"completion": NOW + (completion if quick is None else quick), "badput": 7200},
+        "fast": {"completion": NOW, "badput": 10800},
+    }
+    row.update(
+        nodes=[{"name": host, "address": "http://x:9621", "ad_age": 0.5, "lost": lost}],
+        node=host,
+        drain={"state": state, "request_id": None, "reason": None, "schedule": schedule},
+        expected=expected,
+        on_time=on_time,
+        late_by=late_by,
+        planned_drain_start=None if planned is None else NOW + planned,
+        empty=empty,
+        blockers=blockers or [],
+    )
+    return row
+
+
+def plan(*machines: dict[str, Any], **totals: Any) -> dict[str, Any]:
+    return {
+        "now": NOW,
+        "policy": {"drain_policy": "just_in_time", "drain_margin": 60.0, "escalation": "quick"},
+        "machines": list(machines),
+        "totals": {"machines": len(machines), "modes": {"UP": 0, "DRAINING": 0, "DOWN": 0}}
+        | totals,
+    }
+
+
+def text(p: dict[str, Any], width: int) -> list[str]:
+    return plan_text(p, width=width, tz=UTC).splitlines()
+
+
+def axis_of(lines: list[str], label: str) -> str:
+    """The time-axis part of ``label``'s row, located by the ruler (``├ … ┤``)."""
+    ruler = next(line for line in lines if "├" in line)
+    first, last = ruler.index("├"), ruler.index("┤")
+    row = next(line for line in lines if line.startswith(label + " "))
+    return row[first : last + 1]
+
+
+def width_for(drain: str, status: str, label: str = "node1.test") -> int:
+    """The width that leaves AXIS columns to the axis: the other columns are the machine,
+    MODE (8), DRAIN and STATUS (each at least its heading), with two columns between."""
+    return max(7, len(label)) + 8 + max(5, len(drain)) + AXIS + max(6, len(status)) + 8
+
+
+# --- one row per machine ------------------------------------------------------------------
+
+OPEN, CLOSED, WINDOW = "·", "━", "█"
+
+ROWS = [
+    pytest.param(
+        machine(),
+        "none",
+        "·····◆··············▷━━━━━━━━━[█████████]",
+        "on time",
+        id="drain to come: empty if started now, planned start, window",
+    ),
+    pytest.param(
+        machine(planned=-500, completion=3500, on_time=False, late_by=500),
+        "none",
+        "▷━━━━━━━━━━━━━━━━━━━━━━━━━━━━━[████◆████]",
+        "late 8m20s",
+        id="late: overdue drain start, empty inside the window",
+    ),
+    pytest.param(
+        machine(state="draining", schedule="graceful", completion=1000),
+        "draining",
+        "━━━━━━━━━━◆━━━━━━━━━━━━━━━━━━━[█████████]",
+        "on time",
+        id="draining: closed from now, empty at the expected completion",
+    ),
+    pytest.param(
+        machine(state="draining", schedule="quick", completion=2500, quick=1500),
+        "draining",
+        "━━━━━━━━━━━━━━━◆━━━━━━━━━━━━━━[█████████]",
+        "on time",
+        id="a quick drain running: its own completion",
+    ),
+    pytest.param(
+        machine(state="drained", empty=True, completion=0),
+        "drained",
+        "◆━━━━━━━━━━━━━━━━━━━━━━━━━━━━━[█████████]",
+        "empty",
+        id="empty now",
+    ),
+    pytest.param(
+        machine(mode="DOWN", start=-1000, duration=5000, state="drained", empty=True),
+        "drained",
+        "◆███████████████████████████████████████]",
+        "DOWN",
+        id="DOWN inside its window",
+    ),
+    pytest.param(
+        machine(node=False),
+        "-",
+        "······························[█████████]",
+        "no node",
+        id="scheduled before any agent reports",
+    ),
+    pytest.param(
+        machine(lost=True),
+        "none",
+        "·····◆··············▷━━━━━━━━━[█████████]",
+        "lost",
+        id="the node's ad expired",
+    ),
+    pytest.param(
+        machine(
+            state="draining",
+            schedule="quick",
+            start=0,
+            duration=4000,
+            completion=600,
+            on_time=False,
+            late_by=600,
+            escalated=True,
+        ),
+        "draining",
+        "[█████◆█████████████████████████████████]",
+        "escalated",
+        id="escalated at the window start",
+    ),
+    pytest.param(
+        machine(start=3200, duration=None, planned=2500, completion=300),
+        "none",
+        "···◆·····················▷━━━━━━[███████»",
+        "on time",
+        id="an indefinite window runs off the axis",
+    ),
+]
+
+
+@pytest.mark.parametrize(("row", "drain", "axis", "status"), ROWS)
+def test_each_machine_is_one_row_on_the_time_axis(
+    row: dict[str, Any], drain: str, axis: str, status: str
+) -> None:
+    width = width_for(drain, status)
+    lines = text(plan(row), width)
+    assert axis_of(lines, "node1.test") == axis
+    line = next(x for x in lines if x.startswith("node1.test "))
+    assert line.split() == ["node1.test", row["mode"], drain, axis, *status.split()]
+    assert len(line) <= width
+
+
+def test_the_axis_runs_from_now_to_the_last_window_end() -> None:
+    early = machine("a.test", start=1000, duration=1000, planned=500, completion=100)
+    late = machine("b.test", start=3000, duration=1000, planned=2500, completion=100)
+    lines = text(plan(early, late), width_for("none", "on time", "a.test"))
+    assert axis_of(lines, "a.test") == "·◆···▷━━━━[█████████]                    "
+    assert axis_of(lines, "b.test") == "·◆·······················▷━━━━[█████████]"
+    assert lines[0] == "Maintenance plan · now 08:00:00 UTC · axis to 09:06:40 UTC"
+    assert lines[1] == "policy: just in time, margin 1m, escalation quick"
+
+
+def test_rows_are_in_window_order() -> None:
+    lines = text(plan(machine("b.test", start=3000), machine("a.test", start=100)), 100)
+    rows = [x.split()[0] for x in lines if x.endswith(("on time", "late"))]
+    assert rows == ["a.test", "b.test"]
+
+
+@pytest.mark.parametrize(
+    ("span", "labels"),
+    [
+        (4000, ["now", "+15m", "+30m", "+45m", "+1h"]),
+        (120, ["now", "+30s", "+1m", "+1m30s"]),
+        (3 * 86400, ["now", "+1d", "+2d"]),
+    ],
+)
+def test_ticks_are_round_and_labelled_from_now(span: float, labels: list[str]) -> None:
+    row = machine(start=span / 2, duration=span / 2, planned=None, completion=0)
+    lines = text(plan(row), width_for("none", "on time"))
+    heading = next(x for x in lines if x.startswith("MACHINE"))
+    ruler = next(x for x in lines if "├" in x)
+    assert heading.split()[3:-1] == labels
+    assert ruler.strip().startswith("├")
+    assert ruler.count("┼") >= len(labels) - 2
+    for label in labels[1:]:  # each label starts at its tick
+        assert ruler[heading.index(label)] == "┼"
+
+
+def test_a_plan_without_machines() -> None:
+    assert text(plan(), 100) == [
+        "Maintenance plan · now 08:00:00 UTC",
+        "policy: just in time, margin 1m, escalation quick",
+        "no machine is scheduled for maintenance",
+        "0 machines: 0 DRAINING, 0 DOWN · 0 on time, 0 late, 0 empty",
+        "expected badput: graceful 0.00, quick 0.00 core-h · drains 0 started, 0 escalated",
+    ]
+
+
+def test_legend_totals_and_why_late_machines_are_late() -> None:
+    blocker = {"slot": "slot1_1@slow.test", "job_id": "7.0", "owner": "alice"}
+    slow = machine("slow.test", planned=-500, completion=3500, on_time=False, late_by=500)
+    slow["blockers"] = [blocker]
+    totals = {
+        "modes": {"UP": 0, "DRAINING": 2, "DOWN": 1},
+        "on_time": 1,
+        "late": 1,
+        "empty": 1,
+        "without_node": 1,
+        "expected_graceful_badput": 5400,
+        "expected_quick_badput": 9000,
+        "drains_started": 2,
+        "drains_escalated": 1,
+    }
+    lines = text(plan(machine(), slow, machine("ghost.test", node=False), **totals), 100)
+    assert lines[-4:] == [
+        "▷ drain starts  ━ closed, draining  ◆ expected empty  [█] window  · open",
+        "3 machines: 2 DRAINING, 1 DOWN · 1 on time, 1 late, 1 empty, 1 without a node",
+        "expected badput: graceful 1.50, quick 2.50 core-h · drains 2 started, 1 escalated",
+        "late: slow.test empty 08:58:20 UTC, 8m20s into its window; "
+        "last slot1_1@slow.test (job 7.0, alice)",
+    ]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 140])
+def test_rows_fit_the_width(width: int) -> None:
+    rows = [
+        machine("a-rather-long-hostname.cluster.example.org"),
+        machine("node2.test", planned=-500, completion=3500, on_time=False, late_by=5000),
+        machine("node3.test", mode="DOWN", state="drained", empty=True),
+    ]
+    lines = text(plan(*rows), width)
+    table = [x for x in lines if x.startswith(("a-rather", "node2", "node3", "MACHINE"))]
+    assert len(table) == 4
+    assert all(len(x) <= width for x in table)
+    name = table[1].split()[0]  # cut, to at most 24 columns
+    assert name.endswith("…")
+    assert len(name) <= 24
+    assert rows[0]["machine_id"]["hostname"].startswith(name[:-1])
+
+
+def test_a_hostname_scheduled_twice_is_shown_with_its_ip() -> None:
+    rows = [machine("twin.test", ip="10.0.0.1"), machine("twin.test", ip="10.0.0.2")]
+    lines = text(plan(*rows), 100)
+    assert sum(x.startswith("twin.test/10.0.0.1 ") for x in lines) == 1
+    assert sum(x.startswith("twin.test/10.0.0.2 ") for x in lines) == 1
+
+
+def _row_text(p: dict[str, Any], label: str) -> Text:
+    group = plan_view(p, width=100, tz=UTC)
+    rows = [r for r in group.renderables if isinstance(r, Text) and r.plain.startswith(label)]
+    assert len(rows) == 1
+    return rows[0]
+
+
+def _style_of(line: Text, word: str) -> str:
+    start = line.plain.rindex(word)
+    styles = {str(s.style) for s in line.spans if s.start <= start < s.end}
+    assert len(styles) == 1, styles
+    return styles.pop()
+
+
+@pytest.mark.parametrize(
+    ("row", "word", "colour"),
+    [
+        (machine(), "on time", "green"),
+        (machine(on_time=False, late_by=60, completion=3100), "late 1m", "red"),
+        (machine(state="drained", empty=True), "empty", "bold green"),
+        (machine(mode="DOWN", state="drained"), "DOWN", "magenta"),
+        (machine(node=False), "no node", "dim"),
+    ],
+)
+def test_rows_are_coloured_by_status(row: dict[str, Any], word: str, colour: str) -> None:
+    line = _row_text(plan(row), "node1.test")
+    assert _style_of(line, word) == colour
+    assert _style_of(line, "]") == f"bold {colour}"  # the window takes the row's colour
+
+
+def test_the_expected_completion_is_red_when_late() -> None:
+    late = _row_text(plan(machine(on_time=False, late_by=60, completion=3100)), "node1.test")
+    assert _style_of(late, "◆") == "bold red"
+    on_time = _row_text(plan(machine()), "node1.test")
+    assert _style_of(on_time, "◆") == "bold green"
+
+
+# --- machine ids on the command line ------------------------------------------------------
+
+SCHEDULE = {
+    "windows": [
+        {
+            "machine_ids": [
+                {"hostname": "a.test", "ip": "10.0.0.1"},
+                {"hostname": "B.Test", "ip": "10.0.0.2"},
+                {"hostname": "solo.test"},
+            ],
+            "unavailability": {"start": {"nanoseconds": 1}},
+        },
+        {
+            "machine_ids": [{"ip": "10.0.0.3"}, {"hostname": "twin", "ip": "10.0.0.4"}],
+            "unavailability": {"start": {"nanoseconds": 2}},
+        },
+        {
+            "machine_ids": [{"hostname": "twin", "ip": "10.0.0.5"}],
+            "unavailability": {"start": {"nanoseconds": 3}},
+        },
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("arg", "parsed"),
+    [
+        ("node1", {"hostname": "node1"}),
+        ("node1/10.0.0.1", {"hostname": "node1", "ip": "10.0.0.1"}),
+        ("10.0.0.1", {"ip": "10.0.0.1"}),
+        (" node1 ", {"hostname": "node1"}),
+        ("node1/1.2.3", {"hostname": "node1", "ip": "1.2.3"}),  # the master says what is wrong
+    ],
+)
+def test_machine_forms(arg: str, parsed: dict[str, str]) -> None:
+    assert parse_machine(arg) == parsed
+
+
+@pytest.mark.parametrize("arg", ["", "node1/", "/10.0.0.1"])
+def test_malformed_machines_are_usage_errors(arg: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_machine(arg)
+    assert (info.value.code, info.value.exit_status) == ("cli.usage", 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "resolved"),
+    [
+        (["a.test"], [{"hostname": "a.test", "ip": "10.0.0.1"}]),
+        (["b.test"], [{"hostname": "B.Test", "ip": "10.0.0.2"}]),  # as scheduled
+        (["10.0.0.2"], [{"hostname": "B.Test", "ip": "10.0.0.2"}]),
+        (["SOLO.test"], [{"hostname": "solo.test"}]),
+        (["10.0.0.3"], [{"ip": "10.0.0.3"}]),
+        (["x.test/10.9.9.9"], [{"hostname": "x.test", "ip": "10.9.9.9"}]),  # taken as given
+        (["unknown.test"], [{"hostname": "unknown.test"}]),  # for the master to refuse
+        (["twin/10.0.0.5", "a.test"], [
+            {"hostname": "twin", "ip": "10.0.0.5"}, {"hostname": "a.test", "ip": "10.0.0.1"}
+        ]),
+    ],
+)  # fmt: skip
+def test_bare_hostnames_and_ips_are_completed_from_the_schedule(
+    args: list[str], resolved: list[dict[str, str]]
+) -> None:
+    assert resolve_machines(args, SCHEDULE) == resolved
+
+
+def test_a_hostname_scheduled_twice_must_be_given_with_its_ip() -> None:
+    with pytest.raises(UsageError) as info:
+        resolve_machines(["TWIN"], SCHEDULE)
+    assert info.value.code == "cli.ambiguous_machine"
+    assert info.value.message == (
+        "TWIN matches 2 scheduled machines (twin/10.0.0.4, twin/10.0.0.5): give HOST/IP"
+    )
+
+
+# --- where the master listens -------------------------------------------------------------
+
+ENVS: list[dict[str, str]] = [
+    {},
+    {"XDG_RUNTIME_DIR": "/run/user/1000"},
+    {"RUNTIME_DIRECTORY": "/run/nodeagent-master:/run/other"},
+    {"NODEAGENT_RUNTIME_DIR": "/srv/run"},
+]
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("toml", [None, 'runtime_dir = "/from/file"', "drain_margin = 5"])
+def test_default_master_socket_is_where_the_master_listens(
+    env: dict[str, str], uid: int, toml: str | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "master.toml"
+    if toml is not None:
+        path.write_text(toml + "\n")
+    daemon = _config.load_master_config(None, env, uid=uid, default_path=path)
+    assert default_master_socket(env, uid, config_path=path) == daemon.runtime_dir / "master.sock"
+
+
+def test_the_master_target_has_its_own_variables_and_port(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc.def.ghi\n")
+    env = {
+        "NODEAGENT_MASTER_HOST": "master1",
+        "NODEAGENT_MASTER_TOKEN_FILE": str(token),
+        "NODEAGENT_HOST": "agent1",
+    }
+    t = resolve_master_target(host=None, token_file=None, socket_path=None, env=env, uid=1000)
+    assert (t.host, t.port, t.token, t.peer) == ("master1", 9622, "abc.def.ghi", "master")
+    env = {"NODEAGENT_MASTER_SOCKET": "/m.sock", "NODEAGENT_SOCKET": "/a.sock"}
+    t = resolve_master_target(host=None, token_file=None, socket_path=None, env=env, uid=1000)
+    assert (t.unix, t.peer) == (Path("/m.sock"), "master")
+    path = tmp_path / "m.toml"
+    path.write_text('runtime_dir = "/elsewhere"\n')
+    env = {"NODEAGENT_MASTER_CONFIG": str(path)}
+    assert default_master_socket(env, 1000) == Path("/elsewhere/master.sock")
