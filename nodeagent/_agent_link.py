@@ -1,8 +1,9 @@
 """How the master talks to agents: their HTTP API at ``MyAddress``, with a minted token.
 
-The master holds the pool key, so it signs a short-lived ADMINISTRATOR token for each
-conversation; the agent records its subject (``master:<actor>``) as the drain's
-requester. Errors come back as :class:`AgentCallFailed` with the agent's stable code.
+The master (and the defrag daemon) hold the pool key, so they sign a short-lived
+ADMINISTRATOR token for each conversation; the agent records its subject
+(``master:<actor>``, ``defrag:<actor>``) as the drain's requester. Errors come back as
+:class:`AgentCallFailed` with the agent's stable code.
 """
 
 from __future__ import annotations
@@ -44,15 +45,23 @@ class AgentLink(Protocol):
 class HttpAgentLink:
     """The real link: one short HTTP request per call."""
 
-    def __init__(self, key: bytes, *, timeout: float = 10.0, verify: bool | str = True) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        *,
+        timeout: float = 10.0,
+        verify: bool | str = True,
+        subject_prefix: str = "master",
+    ) -> None:
         self._key = key
+        self._prefix = subject_prefix
         self._timeout = timeout
         self._verify = verify
 
     def _token(self, actor: str) -> str:
         return create_token(
             self._key,
-            subject=f"master:{actor}",
+            subject=f"{self._prefix}:{actor}",
             scope=Scope.ADMINISTRATOR,
             lifetime_s=300,
             now=time.time(),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from nodeagent import __version__
+from nodeagent._cli_defrag import defrag_app
 from nodeagent._cli_http import (
     AgentError,
     CliError,
@@ -59,6 +60,7 @@ token_app = typer.Typer(
 )
 app.add_typer(token_app)
 app.add_typer(master_app)
+app.add_typer(defrag_app)
 
 _POLL_S = 0.2
 """How often ``drain --wait`` asks the agent (a GET over the local socket costs ~1 ms)."""

@@ -1,0 +1,819 @@
+"""The defrag daemon: drain fragmented machines so that whole machines become free.
+
+``condor_defrag``'s policy, on the master's ads. Every ``interval`` a cycle
+
+1. reads the partitionable slot ads from the master (one per node; they carry the
+   machine-wide attributes and the machine's free resources);
+2. decides, with :func:`plan_cycle` — a pure function of (ads, policy, now, pacing) —
+   which of its own drains to cancel, how many drains it may start, and which
+   candidates, best ranked first;
+3. cancels, then drains: each drain is a two-phase transaction (phase 1 with reason
+   ``Defrag <name>`` and ``on_completion: resume``; the fresh badput is compared with the
+   ad the candidate was ranked on; commit, or cancel and try the next candidate);
+4. pushes its statistics to the master as an ad with ``MyType = "Defrag"``.
+
+Only drains whose ``DrainReason`` is ``Defrag <name>`` are counted or cancelled: an
+administrator's drain, the master's maintenance drains and another defrag daemon's
+drains are left alone (and their machines are neither candidates nor whole).
+
+Pacing: the hourly rate holds for any interval. Each cycle earns
+``rate × elapsed / 3600`` drains (``elapsed``: time since the previous cycle, at most one
+interval; one interval for the first); the whole part is what the cycle may start, the
+fraction is carried to the next cycle. Whole drains a cycle could not start (limits, no
+candidate) are forfeited, as HTCondor forfeits them: the rate is a ceiling, never a debt.
+The pacing is saved before the cycle acts, so a crash errs on the side of draining less.
+
+Limits are headroom: a cycle starts at most ``max_concurrent_draining − draining`` drains
+and at most ``max_whole_machines − |whole ∪ draining|`` (a machine this daemon drains is
+counted as the whole machine it will become).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import trio
+
+from nodeagent._agent import Clock
+from nodeagent._agent_link import AgentCallFailed, HttpAgentLink
+from nodeagent._store import DocumentStore
+from slots import Schedule, evaluate, is_true
+
+__all__ = [
+    "RECENT_WINDOW",
+    "TRANSACTION_TTL",
+    "Cancel",
+    "Candidate",
+    "CostBaseline",
+    "CyclePlan",
+    "CycleReport",
+    "DefragLink",
+    "DefragPolicy",
+    "DefragService",
+    "DefragStats",
+    "HttpDefragLink",
+    "MasterCallFailed",
+    "Pacing",
+    "draining_cost",
+    "estimate_acceptable",
+    "machine_of",
+    "pace",
+    "plan_cycle",
+]
+
+log = logging.getLogger("nodeagent.defrag")
+
+#: "Recent" statistics count the events of the last hour.
+RECENT_WINDOW = 3600.0
+#: Seconds a phase-1 transaction may stay pending (the agent cancels it after that).
+TRANSACTION_TTL = 30.0
+#: How many entries ``RecentDrainsList`` and ``RecentCancelsList`` keep (HTCondor's 10).
+_LOG_LENGTH = 10
+#: Floating-point slack when taking the whole part of the earned drains.
+_EPSILON = 1e-9
+
+_BADPUT = {
+    Schedule.GRACEFUL: "ExpectedMachineGracefulDrainingBadput",
+    Schedule.QUICK: "ExpectedMachineQuickDrainingBadput",
+    Schedule.FAST: "ExpectedMachineFastDrainingBadput",
+}
+_COMPLETION = {
+    Schedule.GRACEFUL: "ExpectedMachineGracefulDrainingCompletion",
+    Schedule.QUICK: "ExpectedMachineQuickDrainingCompletion",
+    Schedule.FAST: "ExpectedMachineFastDrainingCompletion",
+}
+
+
+# --- the policy and its decisions (pure) --------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefragPolicy:
+    """The knobs a cycle decides with (``DEFRAG_*`` in HTCondor; see ``docs/defrag.md``)."""
+
+    name: str = "main"
+    interval: float = 600.0
+    draining_machines_per_hour: float = 0.0
+    max_concurrent_draining: int = -1
+    max_whole_machines: int = -1
+    whole_machine_expr: str = "Cpus == TotalCpus"
+    requirements: str = "PartitionableSlot && Offline =!= True"
+    rank: str = "-ExpectedMachineGracefulDrainingBadput"
+    schedule: Schedule = Schedule.GRACEFUL
+    cancel_requirements: str | None = None
+    max_badput_increase: float = 1.5
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a defrag daemon needs a name")
+        if not self.interval > 0:
+            raise ValueError("interval must be positive")
+        if self.draining_machines_per_hour < 0:
+            raise ValueError("draining_machines_per_hour cannot be negative")
+        if self.max_badput_increase < 1:
+            raise ValueError("max_badput_increase must be at least 1")
+
+    @property
+    def reason(self) -> str:
+        """The ``DrainReason`` of this daemon's drains."""
+        return f"Defrag {self.name}"
+
+    @property
+    def cancel_expr(self) -> str:
+        """The cancel requirements in force (default: the whole machine expression)."""
+        return self.cancel_requirements or self.whole_machine_expr
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pacing:
+    """What the rate remembers between cycles: when the last one ran, the earned fraction."""
+
+    last_poll: float | None = None
+    carry: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"last_poll": self.last_poll, "carry": self.carry}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Pacing:
+        if not isinstance(doc, dict):
+            return cls()
+        last = doc.get("last_poll")
+        carry = doc.get("carry", 0.0)
+        return cls(
+            last_poll=float(last) if isinstance(last, int | float) else None,
+            carry=min(max(float(carry), 0.0), 1.0) if isinstance(carry, int | float) else 0.0,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """A machine that may be drained, with what its ad said when it was ranked."""
+
+    machine: str
+    address: str
+    rank: float
+    badput: int | None
+    completion: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancel:
+    """One of this daemon's drains that the cancel requirements match."""
+
+    machine: str
+    address: str
+    request_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CyclePlan:
+    """What one cycle does: cancel ``cancels``, then start up to ``wanted`` drains from
+    ``candidates`` (best first; a failed or skipped candidate makes room for the next).
+
+    ``why`` names the control that held the cycle back (the rate, a limit, no candidate).
+    """
+
+    now: float
+    draining: tuple[str, ...]
+    whole: tuple[str, ...]
+    cancels: tuple[Cancel, ...]
+    candidates: tuple[Candidate, ...]
+    wanted: int
+    credit: float
+    pacing: Pacing
+    why: str = ""
+
+
+def machine_of(ad: Mapping[str, Any]) -> str:
+    """The machine a slot ad belongs to: ``Machine``, else the part of ``Name`` after ``@``."""
+    machine = ad.get("Machine")
+    if isinstance(machine, str) and machine:
+        return machine
+    name = str(ad.get("Name", ""))
+    return name.partition("@")[2] or name
+
+
+def pace(
+    rate_per_hour: float, interval: float, now: float, pacing: Pacing
+) -> tuple[float, int, Pacing]:
+    """Drains earned by a cycle at ``now``: ``(credit, whole part, pacing to keep)``.
+
+    ``credit = carry + rate × elapsed / 3600`` with ``elapsed`` the time since the last
+    cycle, clamped to [0, interval] (one interval for the first cycle). The fraction is
+    carried; the whole part is spent or forfeited by the caller's cycle.
+    """
+    if rate_per_hour <= 0:
+        return 0.0, 0, Pacing(last_poll=now, carry=0.0)
+    if pacing.last_poll is None:
+        elapsed = interval
+    else:
+        elapsed = min(max(now - pacing.last_poll, 0.0), interval)
+    credit = pacing.carry + rate_per_hour * elapsed / 3600.0
+    units = math.floor(credit + _EPSILON)
+    return credit, units, Pacing(last_poll=now, carry=max(0.0, credit - units))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _integer(value: Any) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def _usable(ad: Mapping[str, Any]) -> bool:
+    """A live partitionable slot (HTCondor's ``PartitionableSlot && Offline =!= True``)."""
+    return (
+        ad.get("PartitionableSlot") is True
+        and ad.get("Offline") is not True
+        and ad.get("Lost") is not True
+    )
+
+
+def _committed(ad: Mapping[str, Any]) -> bool:
+    return ad.get("Draining") is True or ad.get("DrainState") in ("draining", "drained")
+
+
+def _no_request(ad: Mapping[str, Any]) -> bool:
+    return ad.get("Draining") is not True and ad.get("DrainState") in (None, "none")
+
+
+def _address(ad: Mapping[str, Any]) -> str | None:
+    address = ad.get("MyAddress")
+    return address if isinstance(address, str) and address else None
+
+
+def plan_cycle(
+    ads: Iterable[Mapping[str, Any]], policy: DefragPolicy, *, now: float, pacing: Pacing
+) -> CyclePlan:
+    """Decide one cycle from the partitionable slot ads the master serves.
+
+    * Ads that are not partitionable slots, are ``Offline`` or ``Lost`` are ignored.
+    * *Draining*: machines with a committed drain whose reason is this daemon's.
+    * *Whole*: machines matching ``whole_machine_expr`` and not under someone else's drain.
+    * *Cancels*: this daemon's drains matching the cancel requirements.
+    * *Candidates*: machines with no drain request at all, not whole, not in maintenance
+      (``MaintenanceMode`` DRAINING or DOWN: the master's), with an address, matching
+      ``requirements``; ranked by ``rank`` (higher first; a non-numeric rank counts 0,
+      as in HTCondor), ties by machine name. Computed only when ``wanted`` > 0.
+    """
+    reason = policy.reason
+    by_machine: dict[str, list[Mapping[str, Any]]] = {}
+    for ad in ads:
+        if _usable(ad):
+            by_machine.setdefault(machine_of(ad), []).append(ad)
+
+    draining: set[str] = set()
+    whole: set[str] = set()
+    cancels: list[Cancel] = []
+    for machine, slot_ads in sorted(by_machine.items()):
+        cancel: Cancel | None = None
+        for ad in slot_ads:
+            ours = ad.get("DrainReason") == reason
+            if ours and _committed(ad):
+                draining.add(machine)
+                request_id = ad.get("DrainingRequestId")
+                address = _address(ad)
+                if (
+                    cancel is None
+                    and request_id is not None
+                    and address is not None
+                    and is_true(policy.cancel_expr, ad)
+                ):
+                    cancel = Cancel(machine=machine, address=address, request_id=str(request_id))
+            if (ours or ad.get("DrainReason") is None) and is_true(policy.whole_machine_expr, ad):
+                whole.add(machine)
+        if cancel is not None:
+            cancels.append(cancel)
+
+    credit, units, after = pace(policy.draining_machines_per_hour, policy.interval, now, pacing)
+    wanted, why = units, ""
+    if units <= 0:
+        why = "draining rate already achieved" if policy.draining_machines_per_hour else "rate 0"
+    if policy.max_concurrent_draining >= 0:
+        room = policy.max_concurrent_draining - len(draining)
+        if room < wanted:
+            wanted, why = max(room, 0), why or "max_concurrent_draining reached"
+    if policy.max_whole_machines >= 0:
+        room = policy.max_whole_machines - len(whole | draining)
+        if room < wanted:
+            wanted, why = max(room, 0), why or "max_whole_machines reached"
+
+    candidates: list[Candidate] = []
+    if wanted > 0:
+        cancelled = {c.machine for c in cancels}
+        badput_attr, completion_attr = _BADPUT[policy.schedule], _COMPLETION[policy.schedule]
+        for machine, slot_ads in sorted(by_machine.items()):
+            if machine in draining or machine in whole or machine in cancelled:
+                continue
+            best: Candidate | None = None
+            for ad in slot_ads:
+                address = _address(ad)
+                if address is None or not _no_request(ad):
+                    continue
+                if ad.get("MaintenanceMode") in ("DRAINING", "DOWN"):
+                    continue
+                if not is_true(policy.requirements, ad):
+                    continue
+                rank = _number(evaluate(policy.rank, ad))
+                candidate = Candidate(
+                    machine=machine,
+                    address=address,
+                    rank=0.0 if rank is None else rank,
+                    badput=_integer(ad.get(badput_attr)),
+                    completion=_integer(ad.get(completion_attr)),
+                )
+                if best is None or candidate.rank > best.rank:
+                    best = candidate
+            if best is not None:
+                candidates.append(best)
+        candidates.sort(key=lambda c: (-c.rank, c.machine))
+        if not candidates:
+            why = "no candidate"
+
+    return CyclePlan(
+        now=now,
+        draining=tuple(sorted(draining)),
+        whole=tuple(sorted(whole)),
+        cancels=tuple(cancels),
+        candidates=tuple(candidates),
+        wanted=wanted,
+        credit=credit,
+        pacing=after,
+        why=why,
+    )
+
+
+def estimate_acceptable(ranked: int | None, fresh: Any, factor: float) -> bool:
+    """Whether a phase-1 badput ``fresh`` keeps the promise of the ranked ad's ``ranked``.
+
+    True when ``fresh ≤ factor × ranked``; also true when either is unknown (nothing to
+    compare: the drain goes ahead, as it would in HTCondor without a check expression).
+    """
+    fresh_value = _number(fresh)
+    if ranked is None or fresh_value is None:
+        return True
+    return fresh_value <= factor * ranked
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostBaseline:
+    """One machine's draining counters when this daemon first saw them."""
+
+    badput: float
+    unclaimed: float
+    at: float
+
+
+def draining_cost(
+    ads: Iterable[Mapping[str, Any]], baselines: Mapping[str, CostBaseline]
+) -> tuple[float, float, dict[str, CostBaseline]]:
+    """``AvgDrainingBadput`` and ``AvgDrainingUnclaimed``: the fraction of the pool's core
+    time lost to drains (evicted work; idle cores while draining) since this daemon first
+    saw each machine.
+
+    HTCondor divides each startd's totals by its uptime because its counters restart
+    with the daemon; ours survive restarts, so each machine's first observation
+    (``TotalMachineDrainingBadput``, ``TotalMachineDrainingUnclaimedTime`` at
+    ``MyCurrentTime``) is the baseline; a counter that went backwards resets it.
+    Returns the two fractions and the baselines to keep.
+    """
+    kept: dict[str, CostBaseline] = {}
+    badput_rate = unclaimed_rate = 0.0
+    cpus = 0
+    seen: set[str] = set()
+    for ad in ads:
+        if not _usable(ad):
+            continue
+        machine = machine_of(ad)
+        if machine in seen:
+            continue
+        seen.add(machine)
+        badput = _number(ad.get("TotalMachineDrainingBadput"))
+        unclaimed = _number(ad.get("TotalMachineDrainingUnclaimedTime"))
+        at = _number(ad.get("MyCurrentTime"))
+        total = _integer(ad.get("TotalCpus")) or 0
+        if badput is None or unclaimed is None or at is None:
+            continue
+        base = baselines.get(machine)
+        if base is None or badput < base.badput or unclaimed < base.unclaimed or at < base.at:
+            kept[machine] = CostBaseline(badput=badput, unclaimed=unclaimed, at=at)
+            continue
+        kept[machine] = base
+        age = at - base.at
+        if age <= 0 or total <= 0:
+            continue
+        badput_rate += (badput - base.badput) / age
+        unclaimed_rate += (unclaimed - base.unclaimed) / age
+        cpus += total
+    if cpus == 0:
+        return 0.0, 0.0, kept
+    return badput_rate / cpus, unclaimed_rate / cpus, kept
+
+
+# --- statistics ---------------------------------------------------------------------------
+
+
+@dataclass
+class DefragStats:
+    """What the daemon publishes (HTCondor's Defrag ad attributes), for its lifetime.
+
+    Counters count since the daemon started, as in HTCondor; ``Recent*`` count the last
+    :data:`RECENT_WINDOW` seconds.
+    """
+
+    machines_draining: int = 0
+    machines_draining_peak: int = 0
+    whole_machines: int = 0
+    whole_machines_peak: int = 0
+    drain_successes: int = 0
+    drain_failures: int = 0
+    drain_skips: int = 0
+    cancels: int = 0
+    query_failures: int = 0
+    avg_draining_badput: float = 0.0
+    avg_draining_unclaimed: float = 0.0
+    last_poll_time: float | None = None
+    events: deque[tuple[float, str]] = field(default_factory=deque)
+    recent_drains: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_LOG_LENGTH))
+    recent_cancels: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_LOG_LENGTH))
+
+    def observe(self, plan: CyclePlan) -> None:
+        self.last_poll_time = plan.now
+        self.machines_draining = len(plan.draining)
+        self.machines_draining_peak = max(self.machines_draining_peak, self.machines_draining)
+        self.whole_machines = len(plan.whole)
+        self.whole_machines_peak = max(self.whole_machines_peak, self.whole_machines)
+
+    def record(self, kind: str, machine: str, now: float, what: str = "") -> None:
+        """``kind``: ``success``, ``failure``, ``skip`` (a drain attempt) or ``cancel``."""
+        self.events.append((now, kind))
+        if kind == "cancel":
+            self.cancels += 1
+            self.recent_cancels.append({"when": int(now), "who": machine})
+            return
+        if kind == "success":
+            self.drain_successes += 1
+        elif kind == "failure":
+            self.drain_failures += 1
+        else:
+            self.drain_skips += 1
+        self.recent_drains.append({"when": int(now), "who": machine, "what": what, "result": kind})
+
+    def recent(self, kind: str, now: float) -> int:
+        while self.events and self.events[0][0] <= now - RECENT_WINDOW:
+            self.events.popleft()
+        return sum(1 for _, k in self.events if k == kind)
+
+    def ad(self, now: float) -> dict[str, Any]:
+        """The statistics under HTCondor's names (newest first in the lists)."""
+        return {
+            "MachinesDraining": self.machines_draining,
+            "MachinesDrainingPeak": self.machines_draining_peak,
+            "WholeMachines": self.whole_machines,
+            "WholeMachinesPeak": self.whole_machines_peak,
+            "DrainSuccesses": self.drain_successes,
+            "DrainFailures": self.drain_failures,
+            "DrainSkips": self.drain_skips,
+            "Cancels": self.cancels,
+            "RecentDrainSuccesses": self.recent("success", now),
+            "RecentDrainFailures": self.recent("failure", now),
+            "RecentDrainSkips": self.recent("skip", now),
+            "RecentCancels": self.recent("cancel", now),
+            "QueryFailures": self.query_failures,
+            "AvgDrainingBadput": round(self.avg_draining_badput, 6),
+            "AvgDrainingUnclaimed": round(self.avg_draining_unclaimed, 6),
+            "LastPollTime": None if self.last_poll_time is None else int(self.last_poll_time),
+            "RecentDrainsList": list(reversed(self.recent_drains)),
+            "RecentCancelsList": list(reversed(self.recent_cancels)),
+        }
+
+
+# --- the seam to the master and the agents ------------------------------------------------
+
+
+class MasterCallFailed(Exception):
+    """The master refused a request or could not be reached (``code`` says which)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class DefragLink(Protocol):
+    """How the daemon reaches the pool (a fake pool stands in for it in tests).
+
+    ``slot_ads`` and ``publish`` raise :class:`MasterCallFailed`; ``call_agent`` raises
+    :class:`~nodeagent._agent_link.AgentCallFailed` with the agent's stable code.
+    """
+
+    async def slot_ads(self) -> list[dict[str, Any]]: ...
+
+    async def publish(self, ad: dict[str, Any]) -> None: ...
+
+    async def call_agent(
+        self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
+
+
+class HttpDefragLink:
+    """The real link: the master's ``/v1/ads`` with a DAEMON token read from ``token_file``
+    (re-read on every request, so a renewed token is picked up), and the agents' API with
+    a short-lived ADMINISTRATOR token minted from the pool key (subject
+    ``defrag:defrag-<name>``, recorded as the drain's requester)."""
+
+    def __init__(
+        self,
+        *,
+        master_url: str,
+        token_file: Path | None,
+        key: bytes,
+        name: str,
+        timeout: float = 10.0,
+    ) -> None:
+        self.master_url = master_url.rstrip("/")
+        self.token_file = token_file
+        self.timeout = timeout
+        self.actor = f"defrag-{name}"
+        self._agents = HttpAgentLink(key, timeout=timeout, subject_prefix="defrag")
+
+    def _headers(self) -> dict[str, str]:
+        if self.token_file is None:
+            return {}
+        try:
+            token = self.token_file.read_text().strip()
+        except OSError as exc:
+            raise MasterCallFailed(
+                "master.token_file", f"cannot read {self.token_file}: {exc.strerror}"
+            ) from None
+        return {"Authorization": f"Bearer {token}"}
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        headers = self._headers()
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                response = await client.request(
+                    method, self.master_url + path, headers=headers, **kwargs
+                )
+        except httpx.HTTPError as exc:
+            raise MasterCallFailed("master.unreachable", f"{self.master_url}: {exc}") from exc
+        if response.status_code >= 300:
+            raise MasterCallFailed(
+                "master.refused", f"{method} {path}: {response.status_code} {response.text[:200]}"
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise MasterCallFailed("master.bad_response", f"{path}: not JSON") from None
+
+    async def slot_ads(self) -> list[dict[str, Any]]:
+        reply = await self._request(
+            "GET", "/v1/ads", params={"slots": "true", "constraint": "PartitionableSlot =?= true"}
+        )
+        ads = reply.get("ads") if isinstance(reply, dict) else None
+        if not isinstance(ads, list):
+            raise MasterCallFailed("master.bad_response", "/v1/ads: no 'ads' list")
+        return [ad for ad in ads if isinstance(ad, dict)]
+
+    async def publish(self, ad: dict[str, Any]) -> None:
+        await self._request("POST", "/v1/ads", json={"machine": ad, "slots": []})
+
+    async def call_agent(
+        self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return await self._agents.call(address, method, path, actor=self.actor, body=body)
+
+
+# --- the service --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleReport:
+    """What one cycle did (for logs and tests)."""
+
+    plan: CyclePlan | None
+    started: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
+
+
+@dataclass
+class DefragService:
+    """Runs the cycles and publishes the statistics; see the module docstring.
+
+    ``store`` (optional) keeps the pacing across restarts. ``identity`` is merged into the
+    published ad (``MyAddress``, ``DaemonStartTime``).
+    """
+
+    policy: DefragPolicy
+    link: DefragLink
+    clock: Clock
+    store: DocumentStore | None = None
+    update_interval: float = 60.0
+    identity: dict[str, Any] = field(default_factory=dict)
+    stats: DefragStats = field(default_factory=DefragStats)
+    pacing: Pacing = field(default_factory=Pacing)
+    baselines: dict[str, CostBaseline] = field(default_factory=dict)
+    _wake: trio.Event | None = None
+    _publish: trio.Event | None = None
+
+    def load(self) -> None:
+        """Restore the pacing saved by a previous run."""
+        if self.store is not None:
+            self.pacing = Pacing.from_json(self.store.load("pacing"))
+
+    def _save(self) -> None:
+        if self.store is not None:
+            self.store.save(pacing=self.pacing.to_json())
+
+    def wake(self) -> None:
+        """Run a cycle now (after a reload)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def ad(self) -> dict[str, Any]:
+        """The Defrag ad: identity and statistics."""
+        now = self.clock.now()
+        return {
+            "MyType": "Defrag",
+            "Name": f"defrag-{self.policy.name}",
+            "DefragName": self.policy.name,
+            "DrainReason": self.policy.reason,
+            "MyCurrentTime": int(now),
+            **self.identity,
+            **self.stats.ad(now),
+        }
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Cycle every ``interval`` and publish every ``update_interval``, forever.
+
+        The first cycle comes one interval after the last saved one (at once if none).
+        """
+        self._publish = trio.Event()
+        self._publish.set()  # push the ad at once
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._publisher)
+            task_status.started()
+            self._wake = trio.Event()
+            while True:
+                last = self.pacing.last_poll
+                if last is not None:
+                    delay = last + self.policy.interval - self.clock.now()
+                    if delay > 0:
+                        with trio.move_on_after(delay):
+                            await self._wake.wait()
+                self._wake = trio.Event()
+                await self.cycle()
+
+    async def _publisher(self) -> None:
+        """Push the ad when nudged (after each cycle), else every ``update_interval``."""
+        while True:
+            if self._publish is not None:
+                with trio.move_on_after(self.update_interval):
+                    await self._publish.wait()
+            self._publish = trio.Event()
+            try:
+                await self.link.publish(self.ad())
+            except MasterCallFailed as exc:
+                log.warning("cannot push the Defrag ad: %s", exc)
+
+    async def cycle(self) -> CycleReport:
+        """One cycle: read the ads, cancel, drain, publish. Never raises for a link error."""
+        now = self.clock.now()
+        try:
+            ads = await self.link.slot_ads()
+        except MasterCallFailed as exc:
+            self.stats.query_failures += 1
+            self.pacing = Pacing(last_poll=now, carry=self.pacing.carry)
+            self._save()
+            log.warning("cycle skipped: cannot read the ads: %s", exc)
+            self._nudge_publisher()
+            return CycleReport(plan=None)
+        plan = plan_cycle(ads, self.policy, now=now, pacing=self.pacing)
+        self.pacing = plan.pacing
+        self._save()
+        self.stats.observe(plan)
+        avg_badput, avg_unclaimed, self.baselines = draining_cost(ads, self.baselines)
+        self.stats.avg_draining_badput = avg_badput
+        self.stats.avg_draining_unclaimed = avg_unclaimed
+        log.info(
+            "%d draining, %d whole; earned %.3f drains, may start %d%s",
+            len(plan.draining),
+            len(plan.whole),
+            plan.credit,
+            plan.wanted,
+            f" ({plan.why})" if plan.why else "",
+        )
+        cancelled = [c.machine for c in plan.cancels if await self._cancel(c)]
+        started: list[str] = []
+        skipped: list[str] = []
+        failed: list[str] = []
+        for candidate in plan.candidates:
+            if len(started) >= plan.wanted:
+                break
+            outcome = await self._drain(candidate)
+            {"success": started, "skip": skipped, "failure": failed}[outcome].append(
+                candidate.machine
+            )
+        self._nudge_publisher()
+        return CycleReport(
+            plan=plan,
+            started=tuple(started),
+            skipped=tuple(skipped),
+            failed=tuple(failed),
+            cancelled=tuple(cancelled),
+        )
+
+    def _nudge_publisher(self) -> None:
+        if self._publish is not None:
+            self._publish.set()
+
+    async def _cancel(self, cancel: Cancel) -> bool:
+        try:
+            await self.link.call_agent(
+                cancel.address, "POST", f"/v1/drain/{cancel.request_id}/cancel"
+            )
+        except AgentCallFailed as exc:
+            log.warning("%s: cannot cancel drain %s: %s", cancel.machine, cancel.request_id, exc)
+            return False
+        self.stats.record("cancel", cancel.machine, self.clock.now())
+        log.info("%s: cancelled drain %s (cancel requirements)", cancel.machine, cancel.request_id)
+        return True
+
+    async def _drain(self, candidate: Candidate) -> str:
+        """Phase 1, compare, commit. Returns ``success``, ``skip`` or ``failure``."""
+        policy = self.policy
+        what = str(policy.schedule)
+        body = {
+            "schedule": what,
+            "reason": policy.reason,
+            "on_completion": "resume",
+            "ttl": TRANSACTION_TTL,
+        }
+        address = candidate.address
+        try:
+            phase1 = await self.link.call_agent(address, "POST", "/v1/drain", body=body)
+            request_id = str(phase1["id"])
+        except (AgentCallFailed, KeyError) as exc:
+            return self._failed(candidate, what, f"phase 1: {exc}")
+        estimate = phase1.get("estimate") or {}
+        fresh = estimate.get("badput") if isinstance(estimate, dict) else None
+        if not estimate_acceptable(candidate.badput, fresh, policy.max_badput_increase):
+            await self._abandon(candidate, request_id)
+            self.stats.record("skip", candidate.machine, self.clock.now(), what)
+            log.info(
+                "%s: skipped: badput %s now, %s when ranked (more than %g×)",
+                candidate.machine,
+                fresh,
+                candidate.badput,
+                policy.max_badput_increase,
+            )
+            return "skip"
+        try:
+            await self.link.call_agent(address, "POST", f"/v1/drain/{request_id}/commit")
+        except AgentCallFailed as exc:
+            await self._abandon(candidate, request_id)
+            return self._failed(candidate, what, f"commit: {exc}")
+        self.stats.record("success", candidate.machine, self.clock.now(), what)
+        log.info(
+            "%s: %s drain %s started (badput %s, rank %g)",
+            candidate.machine,
+            what,
+            request_id,
+            fresh,
+            candidate.rank,
+        )
+        return "success"
+
+    def _failed(self, candidate: Candidate, what: str, message: str) -> str:
+        self.stats.record("failure", candidate.machine, self.clock.now(), what)
+        log.warning("%s: drain failed: %s", candidate.machine, message)
+        return "failure"
+
+    async def _abandon(self, candidate: Candidate, request_id: str) -> None:
+        """Cancel a pending transaction; if that fails, the agent expires it by itself."""
+        try:
+            await self.link.call_agent(candidate.address, "POST", f"/v1/drain/{request_id}/cancel")
+        except AgentCallFailed as exc:
+            log.warning(
+                "%s: cannot cancel pending drain %s (it expires in %g s): %s",
+                candidate.machine,
+                request_id,
+                TRANSACTION_TTL,
+                exc,
+            )

@@ -1,0 +1,804 @@
+"""The defrag daemon: its decisions as tables, its service on virtual time against a fake pool."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from nodeagent._agent import TrioClock
+from nodeagent._agent_link import AgentCallFailed
+from nodeagent._auth import generate_key, load_key
+from nodeagent._cli_defrag import defrag_app, render_stats, with_default_port
+from nodeagent._config import ConfigError, DefragConfig, load_defrag_config
+from nodeagent._defrag import (
+    RECENT_WINDOW,
+    Cancel,
+    CostBaseline,
+    DefragPolicy,
+    DefragService,
+    MasterCallFailed,
+    Pacing,
+    draining_cost,
+    estimate_acceptable,
+    machine_of,
+    pace,
+    plan_cycle,
+)
+from nodeagent._defrag_daemon import DefragDaemon, defrag_policy
+from nodeagent._store import DocumentStore
+from slots import JobSpec, Machine, MachinePolicy, OnCompletion, Resources, Schedule
+
+EPOCH = 1_800_000_000.0
+REASON = "Defrag t"
+
+
+# ----------------------------------------------------------------------- ads for the tables
+
+
+def pslot(
+    machine: str,
+    *,
+    free: int = 2,
+    total: int = 8,
+    badput: int = 100,
+    state: str = "none",
+    reason: str | None = None,
+    request_id: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A partitionable slot ad as the master serves it (machine-wide values included)."""
+    ad: dict[str, Any] = {
+        "Name": f"slot1@{machine}",
+        "Machine": machine,
+        "MyAddress": f"fake://{machine}",
+        "PartitionableSlot": True,
+        "SlotType": "Partitionable",
+        "Cpus": free,
+        "TotalCpus": total,
+        "ExpectedMachineGracefulDrainingBadput": badput,
+        "ExpectedMachineQuickDrainingBadput": badput // 2,
+        "ExpectedMachineFastDrainingBadput": badput // 4,
+        "ExpectedMachineGracefulDrainingCompletion": int(EPOCH) + 60,
+        "ExpectedMachineQuickDrainingCompletion": int(EPOCH) + 10,
+        "ExpectedMachineFastDrainingCompletion": int(EPOCH),
+        "DrainState": state,
+        "Lost": False,
+    }
+    if state in ("draining", "drained"):
+        ad["Draining"] = True
+    if reason is not None:
+        ad["DrainReason"] = reason
+        ad["DrainingRequestId"] = request_id or "7"
+    ad.update(extra)
+    return {k: v for k, v in ad.items() if v is not None}
+
+
+def policy(**overrides: Any) -> DefragPolicy:
+    knobs: dict[str, Any] = {"name": "t", "interval": 600.0, "draining_machines_per_hour": 60.0}
+    knobs.update(overrides)
+    return DefragPolicy(**knobs)
+
+
+def names(candidates: Any) -> list[str]:
+    return [c.machine for c in candidates]
+
+
+# ----------------------------------------------------------------------- pacing
+
+
+@pytest.mark.parametrize(
+    ("rate", "interval", "cycles", "per_cycle"),
+    [
+        # one an hour every ten minutes: the sixth cycle starts the first drain
+        (1.0, 600.0, 13, [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0]),
+        # two hours between cycles: HTCondor drains nothing (interval > 1 h); we keep the rate
+        (0.75, 7200.0, 4, [1, 2, 1, 2]),
+        (0.25, 5400.0, 8, [0, 0, 1, 0, 0, 1, 0, 1]),
+        (25.0, 7200.0, 2, [50, 50]),
+        # a day between cycles
+        (0.1, 86400.0, 3, [2, 2, 3]),
+        (0.0, 600.0, 3, [0, 0, 0]),
+    ],
+)
+def test_the_rate_holds_for_any_interval(
+    rate: float, interval: float, cycles: int, per_cycle: list[int]
+) -> None:
+    pacing = Pacing()
+    got = []
+    for k in range(cycles):
+        _, units, pacing = pace(rate, interval, EPOCH + k * interval, pacing)
+        got.append(units)
+    assert got == per_cycle
+
+
+@given(
+    rate=st.floats(min_value=0.01, max_value=500),
+    interval=st.floats(min_value=1, max_value=3 * 86400),
+    cycles=st.integers(min_value=1, max_value=60),
+)
+def test_cycles_never_exceed_the_rate_and_never_lose_a_whole_drain(
+    rate: float, interval: float, cycles: int
+) -> None:
+    pacing, total = Pacing(), 0
+    for k in range(cycles):
+        _, units, pacing = pace(rate, interval, EPOCH + k * interval, pacing)
+        total += units
+    exact = rate * cycles * interval / 3600
+    assert total <= exact + 1e-6
+    assert total > exact - 1 - 1e-6
+    assert 0 <= pacing.carry < 1
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "carry", "credit"),
+    [
+        (600.0, 0.0, 1.0),  # on time
+        (1800.0, 0.0, 1.0),  # late (the daemon was down): one interval's worth, no burst
+        (100.0, 0.5, 0.5 + 100 / 600),  # early (a reload woke it): what the time earned
+        (-5.0, 0.25, 0.25),  # the clock stepped back: nothing earned
+    ],
+)
+def test_elapsed_time_is_clamped_to_one_interval(
+    elapsed: float, carry: float, credit: float
+) -> None:
+    got, _, after = pace(6.0, 600.0, EPOCH + elapsed, Pacing(last_poll=EPOCH, carry=carry))
+    assert got == pytest.approx(credit)
+    assert after.last_poll == EPOCH + elapsed
+
+
+# ----------------------------------------------------------------------- one cycle's decisions
+
+
+@dataclass(frozen=True)
+class Case:
+    ads: list[dict[str, Any]]
+    knobs: dict[str, Any] = field(default_factory=dict)
+    draining: tuple[str, ...] = ()
+    whole: tuple[str, ...] = ()
+    cancels: tuple[str, ...] = ()
+    candidates: tuple[str, ...] = ()
+    wanted: int = 10
+    why: str = ""
+
+
+CASES = {
+    "cheapest first by the default rank": Case(
+        ads=[pslot("a", badput=300), pslot("b", badput=100), pslot("c", badput=200)],
+        candidates=("b", "c", "a"),
+    ),
+    "ties by machine name": Case(
+        ads=[pslot("z", badput=5), pslot("m", badput=5)], candidates=("m", "z")
+    ),
+    "a non-numeric rank counts 0": Case(
+        ads=[pslot("b", badput=5), pslot("a", badput=500)],
+        knobs={"rank": "NoSuchAttribute"},
+        candidates=("a", "b"),
+    ),
+    "a custom rank: most free cores first": Case(
+        ads=[pslot("a", free=1), pslot("b", free=6)], knobs={"rank": "Cpus"}, candidates=("b", "a")
+    ),
+    "whole machines are counted, not drained": Case(
+        ads=[pslot("w", free=8), pslot("f", free=2)], whole=("w",), candidates=("f",)
+    ),
+    "an admin's drain is not counted, cancelled, whole or a candidate": Case(
+        ads=[pslot("x", free=8, state="draining", reason="admin"), pslot("f")],
+        candidates=("f",),
+    ),
+    "another defrag daemon's drain is left alone": Case(
+        ads=[pslot("x", free=8, state="draining", reason="Defrag other")], why="no candidate"
+    ),
+    "the master's maintenance drain is left alone": Case(
+        ads=[pslot("x", state="draining", reason="maintenance", MaintenanceMode="DRAINING")],
+        why="no candidate",
+    ),
+    "our drains count; those matching the cancel requirements are cancelled": Case(
+        ads=[
+            pslot("d1", free=8, state="draining", reason=REASON, request_id="4"),
+            pslot("d2", free=2, state="draining", reason=REASON),
+            pslot("f"),
+        ],
+        draining=("d1", "d2"),
+        whole=("d1",),
+        cancels=("d1",),
+        candidates=("f",),
+    ),
+    "custom cancel requirements: half a machine is enough": Case(
+        ads=[
+            pslot("d1", free=4, state="draining", reason=REASON),
+            pslot("d2", free=2, state="draining", reason=REASON),
+        ],
+        knobs={"cancel_requirements": "Cpus * 2 >= TotalCpus"},
+        draining=("d1", "d2"),
+        cancels=("d1",),
+        why="no candidate",
+    ),
+    "concurrency: headroom, not just a gate": Case(
+        ads=[
+            pslot("d1", state="draining", reason=REASON),
+            pslot("d2", state="draining", reason=REASON),
+            pslot("a"),
+            pslot("b"),
+        ],
+        knobs={"max_concurrent_draining": 3},
+        draining=("d1", "d2"),
+        candidates=("a", "b"),
+        wanted=1,
+        why="max_concurrent_draining reached",
+    ),
+    "concurrency reached": Case(
+        ads=[pslot("d1", state="draining", reason=REASON), pslot("a")],
+        knobs={"max_concurrent_draining": 1},
+        draining=("d1",),
+        wanted=0,
+        why="max_concurrent_draining reached",
+    ),
+    "max_concurrent_draining 0 stops everything": Case(
+        ads=[pslot("a")],
+        knobs={"max_concurrent_draining": 0},
+        wanted=0,
+        why="max_concurrent_draining reached",
+    ),
+    "whole machines: our draining machines count as whole to be": Case(
+        ads=[
+            pslot("w", free=8),
+            pslot("d1", state="draining", reason=REASON),
+            pslot("a"),
+            pslot("b"),
+        ],
+        knobs={"max_whole_machines": 3},
+        draining=("d1",),
+        whole=("w",),
+        candidates=("a", "b"),
+        wanted=1,
+        why="max_whole_machines reached",
+    ),
+    "a drained machine of ours counts once": Case(
+        ads=[pslot("d1", free=8, state="drained", reason=REASON), pslot("a")],
+        knobs={"max_whole_machines": 2, "cancel_requirements": "false"},
+        draining=("d1",),
+        whole=("d1",),
+        candidates=("a",),
+        wanted=1,
+        why="max_whole_machines reached",
+    ),
+    "rate 0: nothing, and no candidate is even ranked": Case(
+        ads=[pslot("a")], knobs={"draining_machines_per_hour": 0.0}, wanted=0, why="rate 0"
+    ),
+    "not candidates: pending, maintenance, lost, offline, no address, not partitionable": Case(
+        ads=[
+            pslot("p", state="pending", reason="admin"),
+            pslot("m1", MaintenanceMode="DRAINING"),
+            pslot("m2", MaintenanceMode="DOWN"),
+            pslot("up", MaintenanceMode="UP"),
+            pslot("lost", Lost=True),
+            pslot("off", Offline=True),
+            pslot("noaddr", MyAddress=None),
+            {**pslot("dyn"), "PartitionableSlot": False, "Name": "slot1_1@dyn"},
+        ],
+        candidates=("up",),
+    ),
+    "a lost machine draining for us is not counted": Case(
+        ads=[pslot("d1", free=8, state="draining", reason=REASON, Lost=True)], why="no candidate"
+    ),
+    "requirements narrow the candidates": Case(
+        ads=[pslot("small"), pslot("big", total=64, free=10)],
+        knobs={"requirements": "TotalCpus >= 32"},
+        candidates=("big",),
+    ),
+    "a custom whole machine expression": Case(
+        ads=[pslot("a", free=6), pslot("b", free=2)],
+        knobs={"whole_machine_expr": "Cpus >= 6"},
+        whole=("a",),
+        candidates=("b",),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_plan_cycle(case: Case) -> None:
+    plan = plan_cycle(case.ads, policy(**case.knobs), now=EPOCH, pacing=Pacing())
+    assert plan.draining == case.draining
+    assert plan.whole == case.whole
+    assert tuple(c.machine for c in plan.cancels) == case.cancels
+    assert tuple(names(plan.candidates)) == case.candidates
+    assert plan.wanted == case.wanted
+    assert plan.why == case.why
+
+
+def test_a_cancel_names_the_request_and_the_address() -> None:
+    ads = [pslot("d1", free=8, state="draining", reason=REASON, request_id="42")]
+    plan = plan_cycle(ads, policy(), now=EPOCH, pacing=Pacing())
+    assert plan.cancels == (Cancel(machine="d1", address="fake://d1", request_id="42"),)
+
+
+def test_candidates_carry_the_ranked_estimate_of_the_schedule() -> None:
+    ads = [pslot("a", badput=100)]
+    graceful = plan_cycle(ads, policy(), now=EPOCH, pacing=Pacing()).candidates[0]
+    quick = plan_cycle(ads, policy(schedule=Schedule.QUICK), now=EPOCH, pacing=Pacing()).candidates[
+        0
+    ]
+    assert (graceful.badput, graceful.completion, graceful.rank) == (100, int(EPOCH) + 60, -100)
+    assert (quick.badput, quick.completion) == (50, int(EPOCH) + 10)
+
+
+def test_machine_of() -> None:
+    assert machine_of({"Machine": "h1", "Name": "slot1@h2"}) == "h1"
+    assert machine_of({"Name": "slot1@h2"}) == "h2"
+    assert machine_of({"Name": "h3"}) == "h3"
+
+
+@pytest.mark.parametrize(
+    ("ranked", "fresh", "ok"),
+    [(100, 100, True), (100, 150, True), (100, 151, False), (0, 0, True), (0, 1, False),
+     (None, 10**6, True), (100, None, True), (100, "x", True)],
+)  # fmt: skip
+def test_estimate_acceptable(ranked: int | None, fresh: Any, ok: bool) -> None:
+    assert estimate_acceptable(ranked, fresh, 1.5) is ok
+
+
+def test_plan_on_the_agents_own_ads() -> None:
+    """The attribute names the policy relies on are the ones a real machine publishes."""
+
+    def machine(host: str, jobs: list[int], retirement: int) -> Machine:
+        m = Machine(
+            host=host,
+            total=Resources(cpus=8, memory=8192),
+            policy=MachinePolicy(max_job_retirement_time=retirement, machine_max_vacate_time=5),
+            now=EPOCH - 100,
+            address=f"http://{host}:1",
+        )
+        for cpus in jobs:
+            m.claim(EPOCH - 10, resources=Resources(cpus=cpus), spec=JobSpec())
+        return m
+
+    cheap, dear, idle = (
+        machine("cheap", [2, 2], 50),
+        machine("dear", [4], 600),
+        machine("idle", [], 0),
+    )
+    ours = machine("ours", [1], 600)
+    ours.start_draining(EPOCH, schedule=Schedule.GRACEFUL, reason=REASON, commit=True,
+                        on_completion=OnCompletion.RESUME)  # fmt: skip
+    admin = machine("admin", [1], 600)
+    admin.start_draining(EPOCH, schedule=Schedule.GRACEFUL, reason="admin", commit=True)
+    ads = [s for m in (cheap, dear, idle, ours, admin) for s in m.ad(EPOCH)["slots"]]
+    plan = plan_cycle(ads, policy(cancel_requirements="false"), now=EPOCH, pacing=Pacing())
+    assert plan.draining == ("ours",)
+    assert plan.whole == ("idle",)
+    assert names(plan.candidates) == ["cheap", "dear"]
+    assert plan.candidates[0].badput == 2 * 2 * 50
+    assert plan.candidates[1].badput == 4 * 600
+
+
+def test_draining_cost_is_the_fraction_of_core_time_since_first_seen() -> None:
+    def ad(machine: str, badput: int, unclaimed: int, at: float, cpus: int = 8) -> dict[str, Any]:
+        return pslot(
+            machine,
+            total=cpus,
+            TotalMachineDrainingBadput=badput,
+            TotalMachineDrainingUnclaimedTime=unclaimed,
+            MyCurrentTime=at,
+        )
+
+    b0, u0, base = draining_cost([ad("a", 1000, 50, 0), ad("b", 0, 0, 0, cpus=2)], {})
+    assert (b0, u0) == (0.0, 0.0)
+    assert base["a"] == CostBaseline(badput=1000, unclaimed=50, at=0)
+    badput, unclaimed, base = draining_cost(
+        [ad("a", 1000 + 800, 50 + 200, 100), ad("b", 200, 0, 100, cpus=2)], base
+    )
+    assert badput == pytest.approx((800 / 100 + 200 / 100) / 10)
+    assert unclaimed == pytest.approx((200 / 100) / 10)
+    # a counter that went backwards (state wiped) starts a new baseline
+    _, _, base = draining_cost([ad("a", 10, 0, 200)], base)
+    assert base == {"a": CostBaseline(badput=10, unclaimed=0, at=200)}
+
+
+# ----------------------------------------------------------------------- a fake pool
+
+
+@dataclass
+class FakeMachine:
+    """One node as the defrag daemon sees it: an ad and the drain API, on the test's clock."""
+
+    name: str
+    jobs: list[int] = field(default_factory=lambda: [2, 2])
+    total: int = 8
+    badput: int = 100
+    fresh_badput: int | None = None  # what phase 1 reports (default: the ad's)
+    drain_time: float = 60.0  # how long a committed drain takes to empty the node
+    refill: bool = False  # new jobs arrive as soon as it resumes
+    reachable: bool = True
+    request: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakePool:
+    """A :class:`~nodeagent._defrag.DefragLink` over fake machines (no I/O, no Mock)."""
+
+    def __init__(self, clock: TrioClock, machines: list[FakeMachine]) -> None:
+        self.clock = clock
+        self.machines = {m.name: m for m in machines}
+        self.down_until = -1.0  # the master does not answer before this offset
+        self.published: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+
+    def offset(self) -> float:
+        return round(self.clock.now() - EPOCH, 6)
+
+    def commits(self) -> list[tuple[float, str]]:
+        return sorted(
+            (h["committed_at"], m.name)
+            for m in self.machines.values()
+            for h in m.history
+            if h.get("committed_at") is not None
+        )
+
+    def _settle(self) -> None:
+        now = self.offset()
+        for m in self.machines.values():
+            r = m.request
+            if (
+                r is not None
+                and r["state"] == "draining"
+                and r["committed_at"] + m.drain_time <= now
+            ):
+                r["state"] = "completed"
+                m.request = None
+                m.jobs = [2, 2] if m.refill else []
+
+    def ad(self, m: FakeMachine) -> dict[str, Any]:
+        r = m.request
+        return pslot(
+            m.name,
+            free=m.total - sum(m.jobs),
+            total=m.total,
+            badput=m.badput if m.jobs else 0,
+            state="none" if r is None else r["state"],
+            reason=None if r is None else r["reason"],
+            request_id=None if r is None else r["id"],
+            TotalMachineDrainingBadput=0,
+            TotalMachineDrainingUnclaimedTime=0,
+            MyCurrentTime=int(self.clock.now()),
+        )
+
+    async def slot_ads(self) -> list[dict[str, Any]]:
+        await trio.lowlevel.checkpoint()
+        if self.offset() < self.down_until:
+            raise MasterCallFailed("master.unreachable", "down")
+        self._settle()
+        return [self.ad(m) for m in self.machines.values()]
+
+    async def publish(self, ad: dict[str, Any]) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.offset() < self.down_until:
+            raise MasterCallFailed("master.unreachable", "down")
+        self.published.append(ad)
+
+    async def call_agent(
+        self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        m = self.machines[address.removeprefix("fake://")]
+        if not m.reachable:
+            raise AgentCallFailed("agent.unreachable", f"{address}: connection refused")
+        self._settle()
+        r = m.request
+        if (method, path) == ("POST", "/v1/drain"):
+            assert body is not None
+            if r is not None:
+                raise AgentCallFailed("drain.in_progress", f"request {r['id']} in force", 409)
+            r = {"id": str(next(self._ids)), "state": "pending", **body, "committed_at": None}
+            m.request = r
+            m.history.append(r)
+            badput = m.badput if m.fresh_badput is None else m.fresh_badput
+            return {"id": r["id"], "state": "pending", "estimate": {"badput": badput}}
+        request_id, _, verb = path.removeprefix("/v1/drain/").partition("/")
+        if r is None or r["id"] != request_id:
+            raise AgentCallFailed("drain.no_such_request", f"no request {request_id}", 404)
+        if verb == "commit":
+            r.update(state="draining", committed_at=self.offset())
+        elif verb == "cancel":
+            r["state"] = "cancelled"
+            m.request = None
+        return {"id": r["id"], "state": r["state"]}
+
+
+@asynccontextmanager
+async def running(
+    machines: list[FakeMachine],
+    tmp_path: Path | None = None,
+    *,
+    master_down_until: float = -1.0,
+    clock: TrioClock | None = None,
+    **knobs: Any,
+) -> AsyncIterator[tuple[DefragService, FakePool]]:
+    clock = clock or TrioClock(EPOCH)
+    pool = FakePool(clock, machines)
+    pool.down_until = master_down_until
+    store = None if tmp_path is None else DocumentStore(tmp_path / "defrag.db")
+    service = DefragService(
+        policy=policy(**knobs), link=pool, clock=clock, store=store, update_interval=300.0
+    )
+    service.load()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            yield service, pool
+            nursery.cancel_scope.cancel()
+    finally:
+        if store is not None:
+            store.close()
+
+
+def fragmented(*names_: str, **fields: Any) -> list[FakeMachine]:
+    return [FakeMachine(name=n, **fields) for n in names_]
+
+
+# ----------------------------------------------------------------------- the service
+
+
+async def test_one_an_hour_every_ten_minutes(autojump_clock: trio.testing.MockClock) -> None:
+    machines = fragmented("a", "b", "c", "d", refill=True)
+    async with running(machines, draining_machines_per_hour=1.0) as (_, pool):
+        await trio.sleep(3 * 3600 + 1)
+    assert [t for t, _ in pool.commits()] == [3000.0, 6600.0, 10200.0]
+
+
+async def test_two_hour_intervals_keep_the_rate(autojump_clock: trio.testing.MockClock) -> None:
+    machines = fragmented("a", "b", "c", "d", refill=True, drain_time=600)
+    async with running(machines, interval=7200.0, draining_machines_per_hour=0.75) as (_, pool):
+        await trio.sleep(4 * 7200 - 1)
+    assert [t for t, _ in pool.commits()] == [0.0, 7200.0, 7200.0, 14400.0, 21600.0, 21600.0]
+
+
+async def test_concurrency_limit_and_machines_resume_whole(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    machines = [
+        FakeMachine(name="a", badput=100, drain_time=1500),
+        FakeMachine(name="b", badput=200, drain_time=1500),
+        FakeMachine(name="c", badput=300, drain_time=1500),
+    ]
+    async with running(machines, max_concurrent_draining=1) as (service, pool):
+        await trio.sleep(601)
+        assert service.stats.machines_draining == 1
+        await trio.sleep(3 * 1800)
+        ad = service.ad()
+    # cheapest first, one at a time: the next starts at the first cycle after a resume
+    assert pool.commits() == [(0.0, "a"), (1800.0, "b"), (3600.0, "c")]
+    for m in machines:
+        assert (m.jobs, m.request) == ([], None)
+        assert [h["reason"] for h in m.history] == [REASON]
+        assert [h["on_completion"] for h in m.history] == ["resume"]
+    assert ad["MachinesDrainingPeak"] == 1
+    assert ad["WholeMachines"] == 3
+    assert ad["WholeMachinesPeak"] == 3
+    assert ad["DrainSuccesses"] == 3
+    assert ad["RecentDrainSuccesses"] == 1  # only c's drain is less than an hour old
+    assert [e["who"] for e in ad["RecentDrainsList"]] == ["c", "b", "a"]
+
+
+async def test_the_whole_machine_limit(autojump_clock: trio.testing.MockClock) -> None:
+    machines = [FakeMachine(name="w", jobs=[]), *fragmented("a", "b", "c", drain_time=100)]
+    async with running(machines, max_whole_machines=2) as (service, pool):
+        await trio.sleep(5 * 600)
+        stats = service.stats
+    assert pool.commits() == [(0.0, "a")]
+    assert stats.whole_machines == 2
+
+
+async def test_a_worse_fresh_estimate_skips_the_candidate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    machines = [
+        FakeMachine(name="a", badput=100, fresh_badput=151),
+        FakeMachine(name="b", badput=200, fresh_badput=300),
+        FakeMachine(name="c", badput=300),
+    ]
+    async with running(machines, draining_machines_per_hour=6.0) as (service, pool):
+        await trio.sleep(1)
+        ad = service.ad()
+    assert [h["state"] for h in machines[0].history] == ["cancelled"]
+    assert pool.commits() == [(0.0, "b")]
+    assert (ad["DrainSkips"], ad["DrainSuccesses"], ad["DrainFailures"]) == (1, 1, 0)
+
+
+async def test_a_failed_drain_moves_on_to_the_next(autojump_clock: trio.testing.MockClock) -> None:
+    machines = [FakeMachine(name="a", badput=1, reachable=False), FakeMachine(name="b")]
+    machines.append(FakeMachine(name="busy", badput=0, request={"id": "x", "state": "pending",
+                                                                  "reason": "admin"}))  # fmt: skip
+    async with running(machines, draining_machines_per_hour=6.0) as (service, pool):
+        await trio.sleep(1)
+        ad = service.ad()
+    assert pool.commits() == [(0.0, "b")]
+    assert (ad["DrainFailures"], ad["RecentDrainFailures"], ad["DrainSuccesses"]) == (1, 1, 1)
+    assert ad["RecentDrainsList"][1] == {
+        "when": int(EPOCH),
+        "who": "a",
+        "what": "graceful",
+        "result": "failure",
+    }
+
+
+async def test_cancel_requirements_cancel_only_our_drains(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    def draining(name: str, request_id: str, reason: str) -> FakeMachine:
+        request = {"id": request_id, "state": "draining", "reason": reason, "committed_at": -10.0}
+        return FakeMachine(name=name, jobs=[2], request=request, drain_time=10**6)
+
+    ours, admin = draining("ours", "5", REASON), draining("admin", "6", "admin")
+    async with running(
+        [ours, admin], draining_machines_per_hour=0.0, cancel_requirements="Cpus >= 6"
+    ) as (service, _):
+        await trio.sleep(1)
+        assert service.ad()["RecentCancels"] == 1
+        await trio.sleep(RECENT_WINDOW)
+        ad = service.ad()
+    assert ours.request is None
+    assert admin.request is not None
+    assert admin.request["state"] == "draining"
+    assert (ad["Cancels"], ad["RecentCancels"]) == (1, 0)
+    assert ad["RecentCancelsList"] == [{"when": int(EPOCH), "who": "ours"}]
+
+
+async def test_a_master_that_is_down_skips_cycles(autojump_clock: trio.testing.MockClock) -> None:
+    machines = fragmented("a", "b")
+    async with running(machines, master_down_until=1799, draining_machines_per_hour=6.0) as (
+        service,
+        pool,
+    ):
+        await trio.sleep(1801)
+        skipped = service.stats.query_failures
+        first = pool.commits()
+        await trio.sleep(600)
+    assert skipped == 3
+    # the time the master was down earned nothing: one drain per cycle once it is back
+    assert first == [(1800.0, "a")]
+    assert pool.commits() == [(1800.0, "a"), (2400.0, "b")]
+
+
+async def test_the_pacing_survives_a_restart(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    machines = fragmented("a", "b", refill=True)
+    clock = TrioClock(EPOCH)
+    knobs: dict[str, Any] = {"clock": clock, "draining_machines_per_hour": 1.0}
+    async with running(machines, tmp_path, **knobs) as (service, _):
+        await trio.sleep(1300)  # cycles at 0, 600, 1200: half a drain earned
+        assert service.pacing.carry == pytest.approx(0.5)
+    await trio.sleep(200)  # down for less than an interval
+    async with running(machines, tmp_path, **knobs) as (service, pool):
+        assert service.pacing.carry == pytest.approx(0.5)
+        await trio.sleep(2000)
+    # the next cycle came one interval after the last one (1800, not 1500 at the restart),
+    # and the sixth cycle drained
+    assert pool.commits() == [(3000.0, "a")]
+
+
+async def test_the_defrag_ad_is_pushed(autojump_clock: trio.testing.MockClock) -> None:
+    async with running(fragmented("a"), draining_machines_per_hour=6.0) as (_, pool):
+        await trio.sleep(1000)
+    times = [ad["MyCurrentTime"] - int(EPOCH) for ad in pool.published]
+    # at start and after each cycle (0, 600), and update_interval after the previous push
+    assert sorted(set(times)) == [0, 300, 600, 900]
+    last = pool.published[-1]
+    assert last["MyType"] == "Defrag"
+    assert last["Name"] == "defrag-t"
+    assert last["DrainReason"] == REASON
+    assert last["LastPollTime"] == int(EPOCH) + 600
+    assert {"MachinesDraining", "WholeMachinesPeak", "AvgDrainingBadput"} <= set(last)
+
+
+# ----------------------------------------------------------------------- configuration
+
+
+def test_configuration_defaults_are_condor_defrags(tmp_path: Path) -> None:
+    config = load_defrag_config(None, {"HOME": str(tmp_path)}, uid=1000)
+    p = defrag_policy(config)
+    assert p == DefragPolicy(name="main")
+    assert p.reason == "Defrag main"
+    assert p.cancel_expr == "Cpus == TotalCpus"
+    assert config.update_interval == 60
+    assert config.key_file == tmp_path / ".local/state/nodeagent-defrag/pool.key"
+
+
+def test_configuration_file_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "defrag.toml"
+    path.write_text(
+        'name = "big"\ninterval = "2h"\ndraining_machines_per_hour = 0.5\n'
+        'schedule = "quick"\nrank = "Cpus"\nmaster_url = "http://m:9622"\n'
+    )
+    config = load_defrag_config(path, {"HOME": str(tmp_path)}, uid=1000)
+    assert (config.interval, config.schedule, config.master_url) == (7200, "quick", "http://m:9622")
+    path.write_text('rank = "Cpus >"\nmax_whole_machines = -2\nname = "a b"\n')
+    with pytest.raises(ConfigError) as err:
+        load_defrag_config(path, {"HOME": str(tmp_path)}, uid=1000)
+    problems = "\n".join(err.value.problems)
+    assert "rank: not a ClassAd expression" in problems
+    assert "max_whole_machines" in problems
+    assert "name" in problems
+
+
+def test_the_shipped_example_configuration_loads(tmp_path: Path) -> None:
+    example = Path(__file__).parents[2] / "systemd" / "defrag.toml.example"
+    config = load_defrag_config(example, {"HOME": str(tmp_path)}, uid=1000)
+    assert defrag_policy(config) == DefragPolicy(name="main")
+
+
+async def test_reload_applies_the_policy_but_keeps_the_name(tmp_path: Path) -> None:
+    generate_key(tmp_path / "pool.key")
+    base: dict[str, Any] = {
+        "state_dir": tmp_path,
+        "runtime_dir": tmp_path,
+        "key_file": tmp_path / "pool.key",
+    }
+    old = DefragConfig(**base, name="one", master_url="http://m:1")
+    new = DefragConfig(**base, name="two", master_url="http://m:1", interval=60, rank="Cpus")
+    clock = TrioClock(EPOCH)
+    service = DefragService(policy=defrag_policy(old), link=FakePool(clock, []), clock=clock)
+    daemon = DefragDaemon(config=old)
+    daemon.reload(new, service, load_key(tmp_path / "pool.key"))
+    assert service.policy.name == "one"
+    assert (service.policy.interval, service.policy.rank) == (60, "Cpus")
+    assert daemon.config.name == "one"
+
+
+# ----------------------------------------------------------------------- command line
+
+
+def test_status_rendering() -> None:
+    ad = {
+        "Name": "defrag-main",
+        "DrainReason": "Defrag main",
+        "LastPollTime": int(EPOCH) - 5,
+        "MachinesDraining": 1,
+        "MachinesDrainingPeak": 2,
+        "DrainSuccesses": 3,
+        "RecentDrainSuccesses": 1,
+        "AvgDrainingBadput": 0.0123,
+        "RecentDrainsList": [
+            {"when": int(EPOCH), "who": "n1", "what": "graceful", "result": "success"}
+        ],
+    }
+    text = render_stats(ad, now=EPOCH)
+    assert "defrag-main: drains with reason 'Defrag main'" in text
+    assert "(5 s ago)" in text
+    assert "machines draining   1      peak 2" in text
+    assert "drains started      3      last hour 1" in text
+    assert "1.23 % of the pool's core time" in text
+    assert "n1  graceful  success" in text
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [("h", "http://h:9623"), ("https://h/p", "https://h:9623/p"), ("h:80", "h:80"),
+     ("http://[::1]", "http://[::1]:9623")],
+)  # fmt: skip
+def test_status_host_gets_the_defrag_port(host: str, url: str) -> None:
+    assert with_default_port(host) == url
+
+
+def test_status_without_a_daemon_exits_3(tmp_path: Path) -> None:
+    result = CliRunner().invoke(defrag_app, ["status", "--socket", str(tmp_path / "no.sock")])
+    assert result.exit_code == 3
+    assert "defrag.unreachable: cannot reach the defrag daemon" in result.output
+
+
+def test_status_refuses_long_with_json(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        defrag_app, ["status", "--socket", str(tmp_path / "s"), "--json", "-l"]
+    )
+    assert result.exit_code == 2
