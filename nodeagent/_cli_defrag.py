@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
+from nodeagent._cli_common import run_daemon
+
 __all__ = ["DEFAULT_PORT", "defrag_app", "render_stats", "with_default_port"]
 
 defrag_app = typer.Typer(
@@ -40,21 +42,9 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the defrag daemon in the foreground."""
-    import logging  # noqa: PLC0415
-
-    from nodeagent._auth import KeyFileError  # noqa: PLC0415
-    from nodeagent._config import ConfigError  # noqa: PLC0415
     from nodeagent._defrag_daemon import run_defrag  # noqa: PLC0415
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        status = run_defrag(config)
-    except (ConfigError, KeyFileError) as exc:
-        typer.echo(f"nodeagent: {exc}", err=True)
-        raise typer.Exit(2) from None
-    raise typer.Exit(status)
+    run_daemon(run_defrag, config, log_level)
 
 
 DEFAULT_PORT = 9623

@@ -34,10 +34,10 @@ from urllib.parse import urlencode
 
 import typer
 
+from nodeagent._cli_common import finish as _finish
+from nodeagent._cli_common import run_daemon
 from nodeagent._cli_http import (
-    AgentError,
     CliError,
-    Interrupted,
     Refused,
     Reply,
     Target,
@@ -96,20 +96,9 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the master daemon in the foreground."""
-    import logging  # noqa: PLC0415
-
-    from nodeagent._config import ConfigError  # noqa: PLC0415
     from nodeagent._master_daemon import run_master  # noqa: PLC0415
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        status = run_master(config)
-    except ConfigError as exc:
-        typer.echo(f"nodeagent: {exc}", err=True)
-        raise typer.Exit(2) from None
-    raise typer.Exit(status)
+    run_daemon(run_master, config, log_level)
 
 
 # --- options every client command takes ---------------------------------------------------
@@ -158,22 +147,6 @@ def _target(host: str | None, token: str | None, socket_path: str | None) -> Tar
 def _emit(text: str) -> None:
     sys.stdout.write(text.rstrip("\n") + "\n")
     sys.stdout.flush()
-
-
-def _finish(action: Callable[[], None], *, json_output: bool) -> None:
-    """Run a client command; map its error to ``code: message`` on stderr and an exit
-    status. With ``--json``, an error body in JSON the master sent also goes to stdout."""
-    try:
-        action()
-    except CliError as exc:
-        if json_output and isinstance(exc, AgentError) and exc.reply.data is not None:
-            _emit(exc.reply.text)
-        sys.stdout.flush()
-        sys.stderr.write(f"{exc.code}: {exc.message}\n")
-        raise typer.Exit(exc.exit_status) from None
-    except KeyboardInterrupt:
-        sys.stderr.write("\ncli.interrupted: interrupted\n")
-        raise typer.Exit(Interrupted.exit_status) from None
 
 
 def _console() -> Console:

@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from nodeagent import __version__
+from nodeagent._cli_common import emit_json as _emit_json
+from nodeagent._cli_common import finish as _finish
+from nodeagent._cli_common import outcome as _outcome
+from nodeagent._cli_common import run_daemon
 from nodeagent._cli_defrag import defrag_app
 from nodeagent._cli_http import (
-    AgentError,
     CliError,
     Declined,
     Interrupted,
@@ -91,20 +94,9 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the node agent daemon in the foreground."""
-    import logging  # noqa: PLC0415
-
-    from nodeagent._config import ConfigError  # noqa: PLC0415
     from nodeagent._daemon import run_agent  # noqa: PLC0415
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        status = run_agent(config)
-    except ConfigError as exc:
-        typer.echo(f"nodeagent: {exc}", err=True)
-        raise typer.Exit(2) from None
-    raise typer.Exit(status)
+    run_daemon(run_agent, config, log_level)
 
 
 # --- options every client command takes ---------------------------------------------------
@@ -162,36 +154,6 @@ def _duration(option: str, value: str | None, *, whole: bool = False) -> float |
     if whole and seconds != int(seconds):
         raise UsageError("cli.bad_duration", f"{option}: {value!r} is not whole seconds")
     return seconds
-
-
-def _emit_json(reply: Reply) -> None:
-    sys.stdout.write(reply.text.rstrip("\n") + "\n")
-    sys.stdout.flush()
-
-
-def _outcome(action: Callable[[], None], *, json_output: bool) -> int:
-    """Run a client command; map its error to ``code: message`` on stderr and an exit status.
-
-    With ``--json``, an error the agent sent is also printed to stdout, exactly.
-    """
-    try:
-        action()
-    except CliError as exc:
-        if json_output and isinstance(exc, AgentError) and exc.reply.data is not None:
-            _emit_json(exc.reply)
-        sys.stdout.flush()
-        sys.stderr.write(f"{exc.code}: {exc.message}\n")
-        return exc.exit_status
-    except KeyboardInterrupt:
-        sys.stderr.write("\ncli.interrupted: interrupted\n")
-        return Interrupted.exit_status
-    return 0
-
-
-def _finish(action: Callable[[], None], *, json_output: bool) -> None:
-    status = _outcome(action, json_output=json_output)
-    if status:
-        raise typer.Exit(status)
 
 
 def _console(*, err: bool = False) -> Console:
