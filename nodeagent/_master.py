@@ -58,6 +58,24 @@ class MasterCounters:
     drain_failures: int = 0
 
 
+#: What a reconcile pass reads from a node's ad, besides the time (see Master._decide).
+_RECONCILE_ATTRIBUTES = (
+    "Machine",
+    "MachineIp",
+    "MyAddress",
+    "DrainState",
+    "DrainingRequestId",
+    "DrainSchedule",
+    "MaxJobRetirementTime",
+    "MachineMaxVacateTime",
+)
+
+
+def _reconcile_key(entry: AdEntry) -> tuple[Any, ...]:
+    machine = entry.machine
+    return tuple(machine.get(name) for name in _RECONCILE_ATTRIBUTES)
+
+
 def machine_key(machine_id: MachineId) -> str:
     """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased)."""
     host = "" if machine_id.hostname is None else machine_id.hostname.lower()
@@ -134,10 +152,25 @@ class Master:
     # ------------------------------------------------------------------ ads
 
     def receive_ad(self, ad: Mapping[str, Any]) -> dict[str, Any]:
-        """Store a node's ad; the reply carries its machine's mode and window."""
-        entry = self.ads.update(ad, self.clock.now())
+        """Store a node's ad; the reply carries its machine's mode and window.
+
+        The ad of a DRAINING or DOWN machine wakes the reconcile pass when it can change
+        what the pass does: a node new or back from lost, or a change of its drain or of
+        what its drain's length depends on. Otherwise the periodic pass sees it soon
+        enough; with thousands of agents, a pass per ad would run passes back to back.
+        """
+        now = self.clock.now()
+        machine = ad.get("machine")
+        name = machine.get("Name") if isinstance(machine, dict) else None
+        previous = self.ads.get(name) if isinstance(name, str) else None
+        was_lost = previous is not None and self.ads.lost(previous, now)
+        entry = self.ads.update(ad, now)
         status = self.state.match(entry.hostname, entry.ip)
-        if status is not None and status.mode in (Mode.DRAINING, Mode.DOWN):
+        if (
+            status is not None
+            and status.mode in (Mode.DRAINING, Mode.DOWN)
+            and (previous is None or was_lost or _reconcile_key(previous) != _reconcile_key(entry))
+        ):
             self.wake()
         window = None if status is None or status.window is None else status.window
         return {
@@ -155,7 +188,10 @@ class Master:
 
     # ------------------------------------------------------------------ the plan
 
-    def plans(self, now: float, *, with_blockers: bool = True) -> list[MachinePlan]:
+    def plans(
+        self, now: float, *, with_blockers: bool = True, with_estimates: bool = True
+    ) -> list[MachinePlan]:
+        """Every scheduled machine's plan (see :func:`~nodeagent._plan.machine_plan`)."""
         lost = {e.name: self.ads.lost(e, now) for e in self.ads.entries()}
         result = []
         for status in self.state.machines():
@@ -178,6 +214,7 @@ class Master:
                     policy=self.policy,
                     drain_record=self.drains.get(key),
                     with_blockers=with_blockers,
+                    with_estimates=with_estimates,
                 )
             )
         return result
@@ -218,7 +255,9 @@ class Master:
         for name in self.ads.sweep(now):
             log.warning("node %s is lost: no ad for %.0f s", name, self.ads.lifetime)
         scheduled = set()
-        for plan in self.plans(now, with_blockers=False):
+        # A pass needs no estimates (the just-in-time start comes from the drain bound,
+        # see nodeagent._plan), which keeps it cheap with thousands of machines.
+        for plan in self.plans(now, with_blockers=False, with_estimates=False):
             scheduled.add(plan.key)
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue

@@ -5,19 +5,28 @@ is ``400`` with Mesos's plain-text message and changes nothing; a wrong method i
 ``405`` ("Expecting one of { 'GET', 'POST' }, but received 'PUT'"). The rest speaks
 the agent API's JSON errors. Scopes: READ for queries, status and the plan;
 ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes. Every state-changing
-request goes to the audit log.
+request goes to the audit log, except ad pushes (each agent sends one every
+``update_interval``, and at once on every change).
+
+Ad pushes are the master's hot path: :func:`with_ad_fast_path` answers ``POST /v1/ads``
+in front of the FastAPI app, with the same function (:func:`push_ad`) as the app's own
+route, so that the behaviour is one and the cost per ad is that of the work itself.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
 from nodeagent import __version__
 from nodeagent._api import error_body
@@ -41,7 +50,7 @@ from nodeagent._master import Master
 from nodeagent._master_metrics import MasterMetrics
 from slots import SlotsError, render_long
 
-__all__ = ["build_master_app"]
+__all__ = ["AdReply", "Principals", "build_master_app", "push_ad", "with_ad_fast_path"]
 
 _UNIX = "nodeagent.unix"
 _MESOS_METHODS = {
@@ -54,6 +63,140 @@ _MESOS_METHODS = {
 
 def _mesos_json(value: Any) -> Response:
     return Response(render_json(value), media_type="application/json")
+
+
+def _json_bytes(value: Any) -> bytes:
+    """JSON exactly as :class:`fastapi.responses.JSONResponse` renders it."""
+    return json.dumps(
+        value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
+class Principals:
+    """Who makes a request: ADMINISTRATOR on the Unix socket, else the bearer token's holder.
+
+    Verified tokens are remembered by the exact ``Authorization`` value (every agent
+    sends the same token with each push, and checking a signature costs as much as
+    storing the ad). What a token says cannot change, so a remembered one is only checked
+    again against the clock: it is used while it has not expired and the clock has not
+    gone back past the moment it was verified (so its ``iat`` check still holds); otherwise
+    it is verified again, which refuses it with the usual message.
+    """
+
+    LIMIT = 65536
+
+    def __init__(self, master: Master, key: bytes | None) -> None:
+        self._master = master
+        self._key = key
+        self._verified: dict[str, tuple[Principal, float]] = {}
+
+    def __call__(self, authorization: str | None, *, unix: bool) -> Principal:
+        if unix:
+            return Principal(subject="local", scope=Scope.ADMINISTRATOR, via="unix")
+        if self._key is None:
+            raise Unauthenticated("this listener accepts no tokens (no pool key)")
+        now = self._master.clock.now()
+        if authorization is not None:
+            known = self._verified.get(authorization)
+            if known is not None:
+                who, verified_at = known
+                if verified_at <= now and who.expires_at is not None and now < who.expires_at:
+                    return who
+                del self._verified[authorization]
+        who = principal_from_authorization(authorization, self._key, now)
+        if authorization is not None:
+            if len(self._verified) >= self.LIMIT:
+                self._verified.clear()
+            self._verified[authorization] = (who, now)
+        return who
+
+
+@dataclass(frozen=True, slots=True)
+class AdReply:
+    """The answer to an ad push: a status and a JSON body (``application/json``)."""
+
+    status: int
+    body: bytes
+    www_authenticate: bool = False
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [
+            (b"content-length", str(len(self.body)).encode("ascii")),
+            (b"content-type", b"application/json"),
+        ]
+        if self.www_authenticate:
+            headers.append((b"www-authenticate", b"Bearer"))
+        return headers
+
+
+def push_ad(
+    master: Master, principals: Principals, authorization: str | None, body: bytes, *, unix: bool
+) -> AdReply:
+    """``POST /v1/ads``: check the DAEMON token, parse the ad, :meth:`Master.receive_ad`.
+
+    The reply carries the machine's mode and window. Errors are those of the rest of the
+    API: 401 (with ``WWW-Authenticate: Bearer``) or 403, 422 for a body that is not a
+    JSON object, the model's status for an ad it refuses.
+    """
+    try:
+        require(principals(authorization, unix=unix), Scope.DAEMON)
+    except AuthError as exc:
+        return AdReply(
+            exc.http_status,
+            _json_bytes(error_body(exc.code, str(exc))),
+            www_authenticate=isinstance(exc, Unauthenticated),
+        )
+    try:
+        ad = json.loads(body)
+    except ValueError:
+        return AdReply(422, _json_bytes(error_body("request.invalid", "not JSON")))
+    if not isinstance(ad, dict):
+        return AdReply(422, _json_bytes(error_body("request.invalid", "an ad is an object")))
+    try:
+        reply = master.receive_ad(ad)
+    except SlotsError as exc:
+        return AdReply(exc.http_status, _json_bytes(error_body(exc.code, exc.message)))
+    return AdReply(200, _json_bytes(reply))
+
+
+def with_ad_fast_path(
+    app: ASGIApp, master: Master, *, key: bytes | None, metrics: MasterMetrics
+) -> ASGIApp:
+    """``app`` with ``POST /v1/ads`` answered by :func:`push_ad` before it reaches ``app``.
+
+    Everything else goes to ``app``. The request latency is observed as the app's
+    middleware would (route ``/v1/ads``).
+    """
+    principals = Principals(master, key)
+
+    async def fast_path(scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/ads" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        authorization = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        reply = push_ad(
+            master, principals, authorization, b"".join(chunks), unix=bool(scope.get(_UNIX))
+        )
+        await send(
+            {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
+        )
+        await send({"type": "http.response.body", "body": reply.body})
+        metrics.observe_request("POST", "/v1/ads", started)
+
+    return fast_path
 
 
 def build_master_app(
@@ -69,14 +212,10 @@ def build_master_app(
         redoc_url=None,
     )
 
+    principals = Principals(master, key)
+
     def principal(request: Request) -> Principal:
-        if request.scope.get(_UNIX):
-            return Principal(subject="local", scope=Scope.ADMINISTRATOR, via="unix")
-        if key is None:
-            raise Unauthenticated("this listener accepts no tokens (no pool key)")
-        return principal_from_authorization(
-            request.headers.get("authorization"), key, master.clock.now()
-        )
+        return principals(request.headers.get("authorization"), unix=bool(request.scope.get(_UNIX)))
 
     def allowed(request: Request, scope: Scope) -> Principal:
         who = principal(request)
@@ -169,16 +308,21 @@ def build_master_app(
     # ------------------------------------------------------------------ ads
 
     @app.post("/v1/ads", tags=["ads"])
-    async def post_ad(request: Request) -> JSONResponse:
+    async def post_ad(request: Request) -> Response:
         """An agent's ad (DAEMON); the reply carries the machine's mode and window."""
-        allowed(request, Scope.DAEMON)
-        try:
-            ad = await request.json()
-        except ValueError:
-            return JSONResponse(error_body("request.invalid", "not JSON"), status_code=422)
-        if not isinstance(ad, dict):
-            return JSONResponse(error_body("request.invalid", "an ad is an object"), 422)
-        return JSONResponse(master.receive_ad(ad))
+        reply = push_ad(
+            master,
+            principals,
+            request.headers.get("authorization"),
+            await request.body(),
+            unix=bool(request.scope.get(_UNIX)),
+        )
+        return Response(
+            reply.body,
+            status_code=reply.status,
+            headers={"WWW-Authenticate": "Bearer"} if reply.www_authenticate else None,
+            media_type="application/json",
+        )
 
     @app.get("/v1/ads", tags=["ads"])
     async def get_ads(

@@ -1,0 +1,345 @@
+"""A small HTTP/1.1 server (h11 on trio) for ASGI apps that take many small requests.
+
+The master's TCP listeners take every agent's ad pushes, thousands a second in a large
+pool; per request this costs less than half of hypercorn's trio worker. One request at a
+time per connection (no pipelining), keep-alive with an idle timeout, bounded headers
+and bodies, optional TLS (HTTP/1.1 only). Lifespan events are not sent: the apps served
+here have none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import functools
+import logging
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import h11
+import trio
+from starlette.types import ASGIApp, Message
+
+__all__ = ["HttpServer", "serve_http"]
+
+http_log = logging.getLogger("nodeagent.http")
+
+
+#: An idle keep-alive connection is closed after this long (hypercorn's default).
+KEEP_ALIVE_TIMEOUT = 5.0
+#: Once a request has begun, each read of it must arrive within this long.
+READ_TIMEOUT = 30.0
+#: Largest request body accepted (413 beyond); an ad of a 128-claim node is ~200 KiB.
+MAX_BODY = 32 * 1024 * 1024
+MAX_HEADERS = 64 * 1024
+BACKLOG = 1024
+_READ_SIZE = 64 * 1024
+
+
+def _ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """The TLS settings hypercorn uses, offering HTTP/1.1 only."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.set_ciphers("ECDHE+AESGCM")
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION
+    context.set_alpn_protocols(["http/1.1"])
+    context.load_cert_chain(certfile=str(cert), keyfile=str(key))
+    return context
+
+
+def _listening_socket(bind: str) -> socket.socket:
+    """A bound, listening TCP socket for ``host:port`` (IPv6 hosts in brackets)."""
+    host, _, port = bind.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(scheme: str, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return (
+        f"{scheme}://[{host}]:{port}"
+        if sock.family == socket.AF_INET6
+        else f"{scheme}://{host}:{port}"
+    )
+
+
+async def serve_http(
+    nursery: trio.Nursery,
+    app: ASGIApp,
+    binds: list[str],
+    *,
+    tls: tuple[Path, Path] | None = None,
+    max_body: int = MAX_BODY,
+) -> list[str]:
+    """Start serving ``app`` on the TCP ``binds`` in ``nursery``; returns the bound URLs.
+
+    ``tls`` is (certificate, key); a larger body than ``max_body`` bytes is refused (413).
+    Serving ends when ``nursery`` is cancelled.
+    """
+    context = None if tls is None else _ssl_context(*tls)
+    scheme = "http" if context is None else "https"
+    sockets: list[socket.socket] = []
+    try:
+        for bind in binds:
+            sockets.append(_listening_socket(bind))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    urls = [_url(scheme, sock) for sock in sockets]
+    if sockets:
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
+        server = HttpServer(app, context=context, max_body=max_body)
+        await nursery.start(functools.partial(trio.serve_listeners, server.handle, listeners))
+    return urls
+
+
+class _BadRequest(Exception):
+    """The request cannot be served: answer ``status`` and close the connection."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Date:
+    """The ``Date`` header value, formatted once per second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def __call__(self) -> bytes:
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self._value = email.utils.formatdate(second, usegmt=True).encode("ascii")
+        return self._value
+
+
+class HttpServer:
+    """HTTP/1.1 with keep-alive for an ASGI app (``http`` scope only, no lifespan).
+
+    One request at a time per connection; the request body is read whole before the app
+    runs (``receive`` gives it in one message, then ``http.disconnect`` once the response
+    is complete). A response without ``content-length`` is sent chunked. An exception in
+    the app is logged and answered 500 if no response had begun.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, context: ssl.SSLContext | None = None, max_body: int = MAX_BODY
+    ) -> None:
+        self.max_body = max_body
+        self.app = app
+        self.context = context
+        self.scheme = "http" if context is None else "https"
+        self._date = _Date()
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        """Serve one connection until it closes; never raises."""
+        try:
+            peer = stream.socket.getpeername()
+            local = stream.socket.getsockname()
+        except OSError:
+            await trio.aclose_forcefully(stream)
+            return
+        client, server = (peer[0], peer[1]), (local[0], local[1])
+        transport: trio.abc.Stream = stream
+        if self.context is not None:
+            transport = trio.SSLStream(
+                stream, self.context, server_side=True, https_compatible=True
+            )
+        try:
+            await self._serve(transport, client, server)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the peer went away (or failed the TLS handshake)
+        except Exception:
+            http_log.exception("connection from %s:%s failed", *client)
+        finally:
+            await trio.aclose_forcefully(transport)
+
+    async def _serve(
+        self, stream: trio.abc.Stream, client: tuple[str, int], server: tuple[str, int]
+    ) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADERS)
+        while True:
+            try:
+                received = await self._request(conn, stream)
+            except _BadRequest as exc:
+                await self._refuse(conn, stream, exc.status)
+                return
+            except h11.RemoteProtocolError as exc:
+                await self._refuse(conn, stream, exc.error_status_hint)
+                return
+            if received is None:
+                return
+            request, body = received
+            if not await self._respond(conn, stream, request, body, client=client, server=server):
+                return
+            if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+
+    async def _request(
+        self, conn: h11.Connection, stream: trio.abc.Stream
+    ) -> tuple[h11.Request, bytes] | None:
+        """The next request and its body; None when the connection ends or idles out."""
+        request: h11.Request | None = None
+        chunks: list[bytes | bytearray] = []
+        size = 0
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                if conn.they_are_waiting_for_100_continue:
+                    await stream.send_all(
+                        conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+                    )
+                timeout = KEEP_ALIVE_TIMEOUT if request is None else READ_TIMEOUT
+                with trio.move_on_after(timeout) as waited:
+                    conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
+                if waited.cancelled_caught:
+                    return None
+            elif isinstance(event, h11.Request):
+                request = event
+                for name, value in event.headers:
+                    if name == b"content-length" and int(value) > self.max_body:
+                        raise _BadRequest(413)
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.max_body:
+                    raise _BadRequest(413)
+                chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                return request, bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
+            else:  # ConnectionClosed, or PAUSED after a protocol switch we never agree to
+                return None
+
+    async def _refuse(self, conn: h11.Connection, stream: trio.abc.Stream, status: int) -> None:
+        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        headers = [
+            (b"content-length", b"0"),
+            (b"connection", b"close"),
+            (b"date", self._date()),
+        ]
+        with contextlib.suppress(h11.LocalProtocolError):
+            data = conn.send(h11.Response(status_code=status, headers=headers))
+            data += conn.send(h11.EndOfMessage())
+            await stream.send_all(data)
+
+    async def _respond(
+        self,
+        conn: h11.Connection,
+        stream: trio.abc.Stream,
+        request: h11.Request,
+        body: bytes,
+        *,
+        client: tuple[str, int],
+        server: tuple[str, int],
+    ) -> bool:
+        """Run the app for one request; returns whether the connection may be reused."""
+        raw_path, _, query = request.target.partition(b"?")
+        try:
+            path = unquote(raw_path.decode("ascii"))
+        except UnicodeDecodeError:
+            await self._refuse(conn, stream, 400)
+            return False
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version.decode("ascii"),
+            "method": request.method.decode("ascii"),
+            "scheme": self.scheme,
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": "",
+            "headers": list(request.headers),
+            "client": client,
+            "server": server,
+            "extensions": {},
+        }
+        head = request.method == b"HEAD"
+        started = finished = delivered = False
+        done = trio.Event()
+
+        async def receive() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        status = 500
+        headers: list[tuple[bytes, bytes]] = []
+
+        async def send(message: Message) -> None:
+            nonlocal started, finished, status, headers
+            if message["type"] == "http.response.start":
+                if started:
+                    raise RuntimeError("the response has already started")
+                started = True
+                status = int(message["status"])
+                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", ())]
+                return
+            if message["type"] != "http.response.body":
+                raise RuntimeError(f"unexpected ASGI message {message['type']!r}")
+            if not started or finished:
+                raise RuntimeError("a response body outside a response")
+            data = b""
+            if conn.our_state is h11.SEND_RESPONSE:
+                if not any(k.lower() == b"date" for k, _ in headers):
+                    headers.append((b"date", self._date()))
+                data = conn.send(h11.Response(status_code=status, headers=headers))
+            chunk = message.get("body", b"")
+            if chunk and not head:
+                data += conn.send(h11.Data(data=chunk))
+            if not message.get("more_body", False):
+                finished = True
+                data += conn.send(h11.EndOfMessage())
+            if data:
+                await stream.send_all(data)
+
+        try:
+            await self.app(scope, receive, send)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise
+        except Exception:
+            http_log.exception("%s %s failed", scope["method"], path)
+        finally:
+            done.set()
+        if finished:
+            return True
+        if conn.our_state is h11.SEND_RESPONSE:
+            text = b"Internal Server Error"
+            data = conn.send(
+                h11.Response(
+                    status_code=500,
+                    headers=[
+                        (b"content-length", str(len(text)).encode("ascii")),
+                        (b"content-type", b"text/plain; charset=utf-8"),
+                        (b"connection", b"close"),
+                        (b"date", self._date()),
+                    ],
+                )
+            )
+            data += conn.send(h11.Data(data=text)) + conn.send(h11.EndOfMessage())
+            await stream.send_all(data)
+        return False
