@@ -2,7 +2,9 @@
 
 An ad not refreshed within ``ad_lifetime`` marks its node *lost*; it stays listed (with
 ``Lost = true``) until the node pushes again or an operator forgets it — a node does
-not silently disappear. Ads are keyed by their ``Name`` (the agent's host name). The
+not silently disappear. Node ads (``MyType = "Machine"``) are keyed by their ``Name``
+(the agent's host name); ads of other daemons (``MyType = "Defrag"``) are kept apart,
+keyed by type and name, out of the nodes, the plans and the lost-node accounting. The
 master adds ``LastHeardFrom`` (when the ad arrived, by the master's clock) and ``Lost``
 to what it serves. No I/O here; ``now`` is an argument.
 """
@@ -29,6 +31,10 @@ class AdEntry:
     updates: int
 
     @property
+    def my_type(self) -> str:
+        return str(self.machine.get("MyType", "Machine"))
+
+    @property
     def hostname(self) -> str:
         return str(self.machine.get("Machine", self.name))
 
@@ -52,6 +58,7 @@ class AdStore:
     def __init__(self, *, lifetime: float) -> None:
         self.lifetime = lifetime
         self._entries: dict[str, AdEntry] = {}
+        self._others: dict[tuple[str, str], AdEntry] = {}
         self._by_host: dict[str, set[str]] = {}
         self._by_ip: dict[str, set[str]] = {}
         self.received = 0
@@ -75,6 +82,19 @@ class AdStore:
             raise InvalidRequest("the machine ad has no Name")
         if not all(isinstance(s, dict) for s in slots):
             raise InvalidRequest("every slot ad must be an object")
+        my_type = str(machine.get("MyType", "Machine"))
+        if my_type != "Machine":
+            earlier = self._others.get((my_type, name))
+            other = AdEntry(
+                name=name,
+                machine=dict(machine),
+                slots=list(slots),
+                received_at=now,
+                updates=1 if earlier is None else earlier.updates + 1,
+            )
+            self._others[(my_type, name)] = other
+            self.received += 1
+            return other
         previous = self._entries.get(name)
         entry = AdEntry(
             name=name,
@@ -107,7 +127,9 @@ class AdStore:
         self._unindex(entry)
         return True
 
-    def get(self, name: str) -> AdEntry | None:
+    def get(self, name: str, my_type: str = "Machine") -> AdEntry | None:
+        if my_type != "Machine":
+            return self._others.get((my_type, name))
         return self._entries.get(name)
 
     def entries(self) -> list[AdEntry]:
@@ -140,15 +162,21 @@ class AdStore:
         constraint: str | None = None,
         projection: Sequence[str] | None = None,
         slots: bool = False,
+        my_type: str = "Machine",
     ) -> list[dict[str, Any]]:
-        """Machine ads (or, with ``slots``, slot ads) matching ``constraint``, projected.
+        """Ads of ``my_type`` (for nodes, with ``slots``, their slot ads) matching
+        ``constraint``, projected.
 
         Raises :class:`InvalidRequest` for a constraint that does not parse.
         """
         if constraint is not None:
             validate_expression(constraint)
         results = []
-        for entry in self.entries():
+        if my_type == "Machine":
+            sources = self.entries()
+        else:
+            sources = [e for (t, _), e in sorted(self._others.items()) if t == my_type]
+        for entry in sources:
             extra = {"LastHeardFrom": int(entry.received_at), "Lost": self.lost(entry, now)}
             candidates: Iterable[dict[str, Any]] = (
                 ({**s, **extra} for s in entry.slots) if slots else [self.served(entry, now)]

@@ -44,6 +44,8 @@ __all__ = ["Master", "MasterCounters"]
 log = logging.getLogger("nodeagent.master")
 
 _NS = 1_000_000_000
+#: A node whose drain request fails is retried after 2, 4, 8 … passes, at most this long.
+_MAX_BACKOFF = 60.0
 REASON = "maintenance"
 
 
@@ -98,6 +100,7 @@ class Master:
     counters: MasterCounters = field(default_factory=MasterCounters)
     _wake: trio.Event = field(default_factory=trio.Event)
     _busy: set[str] = field(default_factory=set)
+    _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
 
     # ------------------------------------------------------------------ durability
 
@@ -165,6 +168,8 @@ class Master:
         previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
         entry = self.ads.update(ad, now)
+        if entry.my_type != "Machine":
+            return {"machine_id": None, "mode": None, "unavailability": None}
         status = self.state.match(entry.hostname, entry.ip)
         if (
             status is not None
@@ -261,6 +266,8 @@ class Master:
             scheduled.add(plan.key)
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
+            if self._backoff.get(plan.key, (0, 0.0))[1] > now:
+                continue  # a failing node is retried later, not on every pass
             action = self._decide(plan, now)
             if action is not None:
                 self._busy.add(plan.key)
@@ -313,7 +320,12 @@ class Master:
                 self.save()
         except AgentCallFailed as exc:
             self.counters.drain_failures += 1
-            log.warning("%s of %s failed: %s", action, plan.node.name, exc)
+            failures = self._backoff.get(plan.key, (0, 0.0))[0] + 1
+            delay = min(_MAX_BACKOFF, self.reconcile_interval * 2**failures)
+            self._backoff[plan.key] = (failures, self.clock.now() + delay)
+            log.warning("%s of %s failed (retry in %.0f s): %s", action, plan.node.name, delay, exc)
+        else:
+            self._backoff.pop(plan.key, None)
         finally:
             self._busy.discard(plan.key)
 

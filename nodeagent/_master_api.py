@@ -129,6 +129,11 @@ class AdReply:
         return headers
 
 
+def _no_constant(name: str) -> Any:
+    """JSON's NaN and Infinity have no ClassAd form: an ad holding one is refused."""
+    raise ValueError(f"{name} is not a number an ad may hold")
+
+
 def push_ad(
     master: Master, principals: Principals, authorization: str | None, body: bytes, *, unix: bool
 ) -> AdReply:
@@ -147,9 +152,9 @@ def push_ad(
             www_authenticate=isinstance(exc, Unauthenticated),
         )
     try:
-        ad = json.loads(body)
-    except ValueError:
-        return AdReply(422, _json_bytes(error_body("request.invalid", "not JSON")))
+        ad = json.loads(body, parse_constant=_no_constant)
+    except ValueError as exc:
+        return AdReply(422, _json_bytes(error_body("request.invalid", f"not JSON: {exc}")))
     if not isinstance(ad, dict):
         return AdReply(422, _json_bytes(error_body("request.invalid", "an ad is an object")))
     try:
@@ -327,16 +332,23 @@ def build_master_app(
     @app.get("/v1/ads", tags=["ads"])
     async def get_ads(
         request: Request,
+        *,
         constraint: str | None = None,
         projection: str | None = None,
         format: str = "json",
         slots: bool = False,
+        type: str = "Machine",
     ) -> Response:
-        """Machine ads (``slots=true``: slot ads) matching a ClassAd ``constraint``."""
+        """Node ads (``slots=true``: slot ads; ``type=Defrag``: other daemons' ads)
+        matching a ClassAd ``constraint``."""
         allowed(request, Scope.READ)
         fields = [p.strip() for p in projection.split(",") if p.strip()] if projection else None
         ads = master.ads.query(
-            master.clock.now(), constraint=constraint, projection=fields, slots=slots
+            master.clock.now(),
+            constraint=constraint,
+            projection=fields,
+            slots=slots,
+            my_type=type,
         )
         if format == "classad":
             return PlainTextResponse(render_long(ads))
@@ -347,13 +359,16 @@ def build_master_app(
         return JSONResponse({"ads": ads})
 
     @app.get("/v1/ads/{name}", tags=["ads"])
-    async def get_ad(request: Request, name: str, fresh: bool = False) -> JSONResponse:
-        """One node's ad; ``fresh=true`` fetches it from the node (its ``MyAddress``) now."""
+    async def get_ad(
+        request: Request, name: str, *, fresh: bool = False, type: str = "Machine"
+    ) -> JSONResponse:
+        """One node's ad (``type=Defrag``: another daemon's); ``fresh=true`` fetches a
+        node's from the node (its ``MyAddress``) now."""
         allowed(request, Scope.READ)
-        entry = master.ads.get(name)
+        entry = master.ads.get(name, type)
         if entry is None:
             return JSONResponse(error_body("ads.no_such_node", f"no ad for {name!r}"), 404)
-        if fresh:
+        if fresh and type == "Machine":
             entry = await master.fetch_ad(entry)
         now = master.clock.now()
         return JSONResponse(

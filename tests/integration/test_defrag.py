@@ -162,7 +162,9 @@ def test_rate_concurrency_cheapest_first_and_machines_resume_whole(
         assert (stats["MachinesDrainingPeak"], stats["WholeMachines"]) == (1, 2)
         # the statistics go to the master as a Defrag ad, kept apart from the slot ads
         trio.run(service.link.publish, service.ad())
-        pushed = master.call("GET", "/v1/ads/defrag-itest").json()["machine"]
+        pushed = master.call("GET", "/v1/ads/defrag-itest", params={"type": "Defrag"}).json()[
+            "machine"
+        ]
         assert (pushed["MyType"], pushed["DrainSuccesses"]) == ("Defrag", 2)
         assert "defrag-itest" not in {ad["Name"] for ad in pslots(master).values()}
 
@@ -323,7 +325,9 @@ def test_the_daemon_drains_serves_its_statistics_and_pushes_its_ad(
             assert stats["MyAddress"] == defrag.url
             wait_for(
                 lambda: (
-                    master.call("GET", "/v1/ads/defrag-live").json()["machine"].get("WholeMachines")
+                    master.call("GET", "/v1/ads/defrag-live", params={"type": "Defrag"})
+                    .json()["machine"]
+                    .get("WholeMachines")
                     == 1
                 )
             )

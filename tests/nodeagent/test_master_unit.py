@@ -1,0 +1,117 @@
+"""The master's reconcile logic on virtual time, with an agent link that fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from nodeagent._adstore import AdStore
+from nodeagent._agent import TrioClock
+from nodeagent._agent_link import AgentCallFailed
+from nodeagent._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
+from nodeagent._master import Master
+from nodeagent._plan import PlanPolicy
+from nodeagent._store import DocumentStore
+from slots import JobSpec, Machine, MachinePolicy, Resources
+
+EPOCH = 1_800_000_000.0
+
+
+class DownLink:
+    """Every call fails as an unreachable agent would; calls are counted with their time."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def call(
+        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        self.calls.append(trio.current_time())
+        await trio.lowlevel.checkpoint()
+        raise AgentCallFailed("agent.unreachable", f"{address}: connection refused")
+
+
+def node_ad(now: float) -> dict[str, Any]:
+    machine = Machine(
+        host="n1.test",
+        ip="10.0.0.1",
+        address="http://10.0.0.1:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=60),
+        now=now,
+    )
+    machine.claim(now, resources=Resources(cpus=1), spec=JobSpec())
+    return machine.ad(now)
+
+
+def make_master(tmp_path: Path, link: DownLink) -> Master:
+    clock = TrioClock(EPOCH)
+    return Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=link,
+        clock=clock,
+        ads=AdStore(lifetime=10_000),
+        policy=PlanPolicy(drain_policy="immediate"),
+        reconcile_interval=1.0,
+    )
+
+
+def schedule(start: float) -> MaintenanceSchedule:
+    return MaintenanceSchedule(
+        windows=(
+            Window(
+                machine_ids=(MachineId(hostname="n1.test", ip="10.0.0.1"),),
+                unavailability=Unavailability(start_ns=int(start * 1e9), duration_ns=None),
+            ),
+        )
+    )
+
+
+async def test_a_failing_node_is_retried_with_backoff(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    link = DownLink()
+    master = make_master(tmp_path, link)
+    master.receive_ad(node_ad(EPOCH))
+    master.set_schedule(schedule(EPOCH + 3600), actor="ops")
+    t0 = trio.current_time()
+    with trio.move_on_after(40):
+        await master.run()
+    offsets = [round(t - t0) for t in link.calls]
+    assert offsets == [0, 2, 6, 14, 30]  # not once a second
+    assert master.counters.drain_failures == 5
+
+
+async def test_other_daemons_ads_are_kept_out_of_the_nodes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master = make_master(tmp_path, DownLink())
+    reply = master.receive_ad(
+        {"machine": {"MyType": "Defrag", "Name": "defrag-main", "DrainSuccesses": 3}, "slots": []}
+    )
+    assert reply == {"machine_id": None, "mode": None, "unavailability": None}
+    master.receive_ad(node_ad(EPOCH))
+    now = master.clock.now()
+    assert [a["Name"] for a in master.ads.query(now)] == ["n1.test"]
+    assert master.ads.query(now, my_type="Defrag")[0]["DrainSuccesses"] == 3
+    assert master.plan()["totals"]["nodes"] == 1
+
+
+async def test_an_ad_with_a_non_finite_number_is_refused(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    from nodeagent._auth import Scope, create_token
+    from nodeagent._master_api import Principals, push_ad
+
+    master = make_master(tmp_path, DownLink())
+    key = b"k" * 32
+    token = create_token(
+        key, subject="agent", scope=Scope.DAEMON, lifetime_s=60, now=master.clock.now()
+    )
+    body = b'{"machine": {"Name": "n1.test", "CpuUsage": NaN}, "slots": []}'
+    reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
+    assert reply.status == 422
+    assert master.ads.query(master.clock.now()) == []
