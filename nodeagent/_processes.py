@@ -31,6 +31,7 @@ An operation that raises leaves nothing behind: no process, no open descriptor.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import os
@@ -225,7 +226,7 @@ class JobProcess(Protocol):
         ...
 
 
-class _OsJobProcess:
+class _OsJobProcess(abc.ABC):
     """What both kinds of real handle share: identity and group signalling."""
 
     def __init__(self, identity: ProcessIdentity) -> None:
@@ -236,8 +237,9 @@ class _OsJobProcess:
         state = "exited" if self.exited() else "running"
         return f"<{type(self).__name__} pid={i.pid} pgid={i.pgid} {state}>"
 
+    @abc.abstractmethod
     def exited(self) -> bool:
-        raise NotImplementedError
+        """Whether the leader has exited (reaping it when it is the daemon's child)."""
 
     def signal_group(self, sig: signal.Signals) -> None:
         if not self._group_is_ours():
