@@ -39,7 +39,7 @@ from nodeagent._schemas import ClaimBody, DrainBody, claim_json, drain_json
 from nodeagent._store import StoreError
 from slots import SlotsError, render_long
 
-__all__ = ["build_app", "error_body", "trusted"]
+__all__ = ["auth_error_response", "build_app", "error_body", "request_peer", "trusted"]
 
 log = logging.getLogger("nodeagent.api")
 
@@ -62,6 +62,23 @@ def error_body(code: str, message: str, condor_code: int | None = None) -> dict[
     if condor_code is not None:
         error["condor_code"] = condor_code
     return {"error": error}
+
+
+def request_peer(request: Request) -> str:
+    """Who is on the other end, for the audit log: ``unix`` or ``host:port``."""
+    if request.scope.get(_UNIX):
+        return "unix"
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "unknown"
+
+
+async def auth_error_response(request: Request, exc: Exception) -> JSONResponse:
+    """The reply to an :class:`AuthError` (401 with ``WWW-Authenticate: Bearer``, or 403)."""
+    assert isinstance(exc, AuthError)
+    response = JSONResponse(error_body(exc.code, str(exc)), status_code=exc.http_status)
+    if isinstance(exc, Unauthenticated):
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
 
 
 def _error(status: int, code: str, message: str, condor_code: int | None = None) -> JSONResponse:
@@ -99,11 +116,7 @@ def build_app(
         require(who, scope)
         return who
 
-    def peer(request: Request) -> str:
-        if request.scope.get(_UNIX):
-            return "unix"
-        client = request.client
-        return f"{client.host}:{client.port}" if client else "unknown"
+    peer = request_peer
 
     async def audited(
         request: Request,
@@ -146,12 +159,7 @@ def build_app(
     async def _process_error(request: Request, exc: ProcessError) -> JSONResponse:
         return _error(exc.http_status, exc.code, str(exc))
 
-    @app.exception_handler(AuthError)
-    async def _auth_error(request: Request, exc: AuthError) -> JSONResponse:
-        response = _error(exc.http_status, exc.code, str(exc))
-        if isinstance(exc, Unauthenticated):
-            response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+    app.add_exception_handler(AuthError, auth_error_response)
 
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, exc: StoreError) -> JSONResponse:

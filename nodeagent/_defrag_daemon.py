@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from nodeagent import __version__, _sdnotify
 from nodeagent._agent import Clock, WallClock
-from nodeagent._api import error_body, trusted
+from nodeagent._api import auth_error_response, error_body, trusted
 from nodeagent._auth import (
     AuthError,
     Principal,
@@ -108,12 +108,7 @@ def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
         )
         require(who, scope)
 
-    @app.exception_handler(AuthError)
-    async def _auth_error(request: Request, exc: AuthError) -> JSONResponse:
-        response = JSONResponse(error_body(exc.code, str(exc)), status_code=exc.http_status)
-        if isinstance(exc, Unauthenticated):
-            response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+    app.add_exception_handler(AuthError, auth_error_response)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, Any]:

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from nodeagent import __version__
-from nodeagent._api import error_body
+from nodeagent._api import auth_error_response, error_body, request_peer
 from nodeagent._audit import AuditLog
 from nodeagent._auth import (
     AuthError,
@@ -227,11 +227,7 @@ def build_master_app(
         require(who, scope)
         return who
 
-    def peer(request: Request) -> str:
-        if request.scope.get(_UNIX):
-            return "unix"
-        client = request.client
-        return f"{client.host}:{client.port}" if client else "unknown"
+    peer = request_peer
 
     async def record(request: Request, who: Principal, action: str, result: str) -> None:
         if audit is not None:
@@ -254,12 +250,7 @@ def build_master_app(
 
     # ------------------------------------------------------------------ errors
 
-    @app.exception_handler(AuthError)
-    async def _auth_error(request: Request, exc: AuthError) -> JSONResponse:
-        response = JSONResponse(error_body(exc.code, str(exc)), status_code=exc.http_status)
-        if isinstance(exc, Unauthenticated):
-            response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+    app.add_exception_handler(AuthError, auth_error_response)
 
     @app.exception_handler(SlotsError)
     async def _slots_error(request: Request, exc: SlotsError) -> JSONResponse:
