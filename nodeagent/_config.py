@@ -302,6 +302,13 @@ class _DaemonSettings(BaseSettings):
         frozen=True,
     )
 
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        """Every daemon's TCP listeners take TLS from a certificate and key given together."""
+        if (getattr(self, "tls_cert", None) is None) != (getattr(self, "tls_key", None) is None):
+            raise ValueError("tls_cert and tls_key must be given together")
+        return self
+
     @classmethod
     def _computed_defaults(
         cls, state: Mapping[str, Any], environ: Mapping[str, str], uid: int
@@ -491,12 +498,6 @@ class AgentConfig(_DaemonSettings):
         MasterLinkConfig(), reload=True, description="Link to the master"
     )
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> Self:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key must be given together")
-        return self
-
     @classmethod
     def _computed_defaults(
         cls, state: Mapping[str, Any], environ: Mapping[str, str], uid: int
@@ -547,6 +548,21 @@ def load_agent_config(
 # --- the master ---------------------------------------------------------------------------
 
 
+def _service_defaults(
+    state: Mapping[str, Any], environ: Mapping[str, str], uid: int, name: str
+) -> dict[str, Any]:
+    """Directory defaults of a cluster service (``name``): state, runtime, key, audit log."""
+    state_dir = _as_path(state.get("state_dir")) or default_state_dir(environ, uid, name)
+    runtime_dir = _as_path(state.get("runtime_dir")) or default_runtime_dir(environ, uid, name)
+    derived = {
+        "state_dir": state_dir,
+        "runtime_dir": runtime_dir,
+        "key_file": state_dir / "pool.key",
+        "audit_log": state_dir / "audit.log",
+    }
+    return {k: v for k, v in derived.items() if k not in state}
+
+
 class MasterConfig(_DaemonSettings):
     """The configuration of ``nodeagent master run``. Load with :func:`load_master_config`."""
 
@@ -595,29 +611,11 @@ class MasterConfig(_DaemonSettings):
         True, reload=True, description="Whether /metrics needs a READ token"
     )
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> Self:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key must be given together")
-        return self
-
     @classmethod
     def _computed_defaults(
         cls, state: Mapping[str, Any], environ: Mapping[str, str], uid: int
     ) -> dict[str, Any]:
-        state_dir = _as_path(state.get("state_dir")) or default_state_dir(
-            environ, uid, "nodeagent-master"
-        )
-        runtime_dir = _as_path(state.get("runtime_dir")) or default_runtime_dir(
-            environ, uid, "nodeagent-master"
-        )
-        derived = {
-            "state_dir": state_dir,
-            "runtime_dir": runtime_dir,
-            "key_file": state_dir / "pool.key",
-            "audit_log": state_dir / "audit.log",
-        }
-        return {k: v for k, v in derived.items() if k not in state}
+        return _service_defaults(state, environ, uid, "nodeagent-master")
 
 
 def load_master_config(
@@ -840,28 +838,13 @@ class DefragConfig(_DaemonSettings):
         description="Pool key (shared with the agents); default: <state_dir>/pool.key",
     )
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> Self:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key must be given together")
-        return self
-
     @classmethod
     def _computed_defaults(
         cls, state: Mapping[str, Any], environ: Mapping[str, str], uid: int
     ) -> dict[str, Any]:
-        state_dir = _as_path(state.get("state_dir")) or default_state_dir(
-            environ, uid, "nodeagent-defrag"
-        )
-        runtime_dir = _as_path(state.get("runtime_dir")) or default_runtime_dir(
-            environ, uid, "nodeagent-defrag"
-        )
-        derived = {
-            "state_dir": state_dir,
-            "runtime_dir": runtime_dir,
-            "key_file": state_dir / "pool.key",
-        }
-        return {k: v for k, v in derived.items() if k not in state}
+        defaults = _service_defaults(state, environ, uid, "nodeagent-defrag")
+        defaults.pop("audit_log", None)
+        return defaults
 
 
 def load_defrag_config(
