@@ -148,51 +148,54 @@ class AgentDaemon:
         self._metrics = metrics
         app = build_app(agent, key=key, audit=audit, metrics=metrics)
         link = MasterLink(agent, config.master, clock=self.clock)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(agent.run)
-            free_stale_socket(config.socket)
-            unix_urls = await serve(
-                nursery,
-                trusted(app),
-                [f"unix:{config.socket}"],
-                shutdown=self._stop.wait,
-                unix=True,
-            )
-            tcp_urls: list[str] = []
-            if config.listen:
-                tls = None
-                if config.tls_cert is not None and config.tls_key is not None:
-                    tls = (config.tls_cert, config.tls_key)
-                tcp_urls = await serve(
-                    nursery, app, list(config.listen), shutdown=self._stop.wait, tls=tls
+        async with trio.open_nursery() as services:
+            await services.start(agent.run)
+            # The servers stop on self._stop and return once their in-flight requests are
+            # answered (hypercorn's graceful timeout): a reply is never cut off, not even
+            # the one whose drain completes with `exit`.
+            async with trio.open_nursery() as servers:
+                free_stale_socket(config.socket)
+                unix_urls = await serve(
+                    servers,
+                    trusted(app),
+                    [f"unix:{config.socket}"],
+                    shutdown=self._stop.wait,
+                    unix=True,
                 )
-            self.urls = [*unix_urls, *tcp_urls]
-            machine.address = advertised_url(tcp_urls, config.ip) or f"unix://{config.socket}"
-            write_runtime_info(
-                config.runtime_dir / "nodeagent.json",
-                self.urls,
-                host=config.hostname,
-                socket=str(config.socket),
-            )
-            await nursery.start(link.run)
-            if self.handle_signals:
-                nursery.start_soon(self._signals, agent, link)
-            nursery.start_soon(self._completion, agent)
-            nursery.start_soon(_sdnotify.run_watchdog)
-            _sdnotify.ready()
-            _sdnotify.status(f"serving {machine.host}: {', '.join(self.urls)}")
-            log.info("nodeagent %s ready on %s", machine.host, ", ".join(self.urls))
-            task_status.started(self)
-            await self._stop.wait()
-            _sdnotify.stopping()
-            log.info("stopping; jobs keep running")
+                tcp_urls: list[str] = []
+                if config.listen:
+                    tls = None
+                    if config.tls_cert is not None and config.tls_key is not None:
+                        tls = (config.tls_cert, config.tls_key)
+                    tcp_urls = await serve(
+                        servers, app, list(config.listen), shutdown=self._stop.wait, tls=tls
+                    )
+                self.urls = [*unix_urls, *tcp_urls]
+                machine.address = advertised_url(tcp_urls, config.ip) or f"unix://{config.socket}"
+                write_runtime_info(
+                    config.runtime_dir / "nodeagent.json",
+                    self.urls,
+                    host=config.hostname,
+                    socket=str(config.socket),
+                )
+                await services.start(link.run)
+                if self.handle_signals:
+                    services.start_soon(self._signals, agent, link)
+                services.start_soon(self._completion, agent)
+                services.start_soon(_sdnotify.run_watchdog)
+                _sdnotify.ready()
+                _sdnotify.status(f"serving {machine.host}: {', '.join(self.urls)}")
+                log.info("nodeagent %s ready on %s", machine.host, ", ".join(self.urls))
+                task_status.started(self)
+                await self._stop.wait()
+                _sdnotify.stopping()
+                log.info("stopping; jobs keep running")
+                servers.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE + 1
             agent.flush()
-            with trio.move_on_after(SHUTDOWN_GRACE + 1) as scope:
+            with trio.move_on_after(SHUTDOWN_GRACE) as scope:
                 scope.shield = True
                 await link.push_now()
-            nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
-            # The servers return once in-flight requests are done; the rest is cancelled.
-            nursery.cancel_scope.cancel()
+            services.cancel_scope.cancel()
         for leftover in (config.runtime_dir / "nodeagent.json", config.socket):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()

@@ -42,7 +42,6 @@ from nodeagent._config import (
 )
 from nodeagent._defrag import DefragLink, DefragPolicy, DefragService, HttpDefragLink
 from nodeagent._serving import (
-    SHUTDOWN_GRACE,
     advertised_url,
     free_stale_socket,
     serve,
@@ -223,7 +222,8 @@ class DefragDaemon:
             task_status.started(self)
             await self._stop.wait()
             _sdnotify.stopping()
-            nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
+            # Stop at once: state is saved before every reply, so a request cut off here
+            # either took effect (and was saved) or did not.
             nursery.cancel_scope.cancel()
         for leftover in (config.runtime_dir / "defrag.json", self.socket):
             with contextlib.suppress(FileNotFoundError):

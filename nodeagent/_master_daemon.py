@@ -36,7 +36,7 @@ from nodeagent._master import Master
 from nodeagent._master_api import build_master_app, with_ad_fast_path
 from nodeagent._master_metrics import MasterMetrics
 from nodeagent._plan import PlanPolicy
-from nodeagent._serving import SHUTDOWN_GRACE, free_stale_socket, serve, write_runtime_info
+from nodeagent._serving import free_stale_socket, serve, write_runtime_info
 from nodeagent._store import DocumentStore
 
 __all__ = ["MasterDaemon", "plan_policy", "run_master"]
@@ -138,7 +138,8 @@ class MasterDaemon:
             task_status.started(self)
             await self._stop.wait()
             _sdnotify.stopping()
-            nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
+            # Stop at once: state is saved before every reply, so a request cut off here
+            # either took effect (and was saved) or did not.
             nursery.cancel_scope.cancel()
         for leftover in (config.runtime_dir / "master.json", self.socket):
             with contextlib.suppress(FileNotFoundError):
