@@ -119,11 +119,10 @@ class Agent:
         self._timer_scope: trio.CancelScope | None = None
         self._writable = trio.Event()
         self._writable.set()
-        self._changed = trio.Event()
         self._dirty = trio.Event()
-        self.version = 0
         self.completion: CompletionAction | None = None
         self.completed = trio.Event()
+        #: Called after every published change (the master link pushes the ad then).
         self.listeners: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -182,12 +181,6 @@ class Agent:
         if request is None:
             return self.machine.last_request, None
         return request, self.machine.drain_estimate(self.clock.now(), request.schedule)
-
-    async def wait_changed(self, version: int) -> int:
-        """Return the current version once it differs from ``version``."""
-        while self.version == version:
-            await self._changed.wait()
-        return self.version
 
     # ------------------------------------------------------------------ writes
 
@@ -386,9 +379,6 @@ class Agent:
                 self._persist()
 
     def _changed_now(self) -> None:
-        self.version += 1
-        self._changed.set()
-        self._changed = trio.Event()
         for listener in self.listeners:
             listener()
 
