@@ -291,10 +291,17 @@ class Master:
         if mode != "DRAINING":
             return None
         if ours:
+            assert record is not None
+            if now < plan.window_start:
+                # Remembered for the window: with `quick` the agent evicts at that very
+                # instant (the drain's deadline), and may be empty before the next pass.
+                # (The pass computes no estimates: the ad's own published one is enough.)
+                completion = machine.get("ExpectedMachineGracefulDrainingCompletion", 0)
+                record["late"] = not plan.empty and completion > plan.window_start
+                return None
             escalate = (
-                now >= plan.window_start
-                and not plan.empty
-                and not record.get("escalated")  # type: ignore[union-attr]
+                (not plan.empty or record.get("late"))
+                and not record.get("escalated")
                 and self.policy.escalation != "none"
             )
             return "escalate" if escalate else None
@@ -362,7 +369,7 @@ class Master:
 
     async def _escalate(self, plan: MachinePlan, address: str, actor: str) -> None:
         record = self.drains[plan.key]
-        if self.policy.escalation == "fast":
+        if self.policy.escalation == "fast" and not plan.empty:
             await self._fast(address, actor, record)
         record["escalated"] = True
         self.counters.drains_escalated += 1
