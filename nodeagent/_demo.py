@@ -45,7 +45,7 @@ _NS = 1_000_000_000
 _JOB = (
     "# nodeagent-demo-job\n"
     "import signal, sys, time\n"
-    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.3), sys.exit(0)))\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.8), sys.exit(0)))\n"
     "time.sleep(3600)\n"
 )
 
@@ -352,7 +352,7 @@ async def _watch(
                 narrator.say(f"{name}: empty, Drained/Idle ({when})", key=f"{name}-drained")
         if time.time() >= window_start:
             narrator.say("the window starts now", key="window")
-        await trio.sleep(0.25)
+        await trio.sleep(0.1)
     for agent in agents:
         machine = await _ad(agent)
         if machine["DrainState"] != "drained":
