@@ -250,7 +250,7 @@ def test_a_job_that_exits_while_the_daemon_is_down_is_noticed(tmp_path: Path) ->
     with AgentProcess(tmp_path / "a", policy=FAST_POLICY) as a:
         claim = a.claim(["sleep", "0.5"])
         a.kill9()
-        time.sleep(0.8)
+        wait_for(lambda: a.jobs_alive() == [], timeout=10)  # it ends while no daemon runs
         a.start()
         with a.client() as c:
             assert c.get("/v1/claims").json()["claims"] == []
