@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from nodeagent.cli import main
+from nodeagent._cli_fast import main
 
 main()

@@ -1,6 +1,7 @@
 """What every ``nodeagent`` command group shares: running a daemon, reporting an outcome.
 
-Light on purpose (the standard library and typer): the hot paths import it.
+Light on purpose (the standard library; typer only where it is needed): the hot path
+imports it.
 """
 
 from __future__ import annotations
@@ -8,8 +9,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-import typer
 
 from nodeagent._cli_http import AgentError, CliError, Interrupted, Reply
 
@@ -43,6 +42,8 @@ def outcome(action: Callable[[], None], *, json_output: bool) -> int:
 
 def finish(action: Callable[[], None], *, json_output: bool) -> None:
     """:func:`outcome`, raising ``typer.Exit`` with a failure's status."""
+    import typer  # noqa: PLC0415
+
     status = outcome(action, json_output=json_output)
     if status:
         raise typer.Exit(status)
@@ -51,6 +52,8 @@ def finish(action: Callable[[], None], *, json_output: bool) -> None:
 def run_daemon(run: Callable[[Path | None], int], config: Path | None, log_level: str) -> None:
     """Run a daemon in the foreground; a configuration it cannot use exits with status 2."""
     import logging  # noqa: PLC0415
+
+    import typer  # noqa: PLC0415
 
     from nodeagent._auth import KeyFileError  # noqa: PLC0415
     from nodeagent._config import ConfigError  # noqa: PLC0415

@@ -8,10 +8,10 @@ the exit statuses of ``docs/cli.md``: errors print ``code: message`` to stderr.
 Start-up cost. Module level imports typer and the standard library, nothing else: no
 pydantic models, no httpx, no server stack (typer itself imports pydantic only when it
 parses a command line). ``status`` and ``ad`` (the commands an admin runs in a loop) go
-one step further: :func:`main` recognises their plain forms with :func:`fast_parse` and
-runs them without building the typer command tree at all. Anything it does not
-recognise (``--help``, ``--watch``, a typo) goes to typer, so both paths accept the same
-command lines, and malformed ones are always reported by typer.
+one step further: the console script's entry point, :mod:`nodeagent._cli_fast`,
+recognises their plain forms and runs them without importing this module or typer at
+all. Anything it does not recognise (``--help``, ``--watch``, a typo) comes here, so both
+paths accept the same command lines, and malformed ones are always reported by typer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -29,9 +29,9 @@ import typer
 from nodeagent import __version__
 from nodeagent._cli_common import emit_json as _emit_json
 from nodeagent._cli_common import finish as _finish
-from nodeagent._cli_common import outcome as _outcome
 from nodeagent._cli_common import run_daemon
 from nodeagent._cli_defrag import defrag_app
+from nodeagent._cli_fast import ShowCommand, fast_parse, show
 from nodeagent._cli_http import (
     CliError,
     Declined,
@@ -162,81 +162,6 @@ def _console(*, err: bool = False) -> Console:
     return make_console(sys.stderr if err else sys.stdout)
 
 
-# --- status and ad (also reachable without typer, see fast_parse) -------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class ShowCommand:
-    """A read-only ``status`` or ``ad`` command line (without ``--watch``)."""
-
-    command: Literal["status", "ad"]
-    json_output: bool = False
-    long: bool = False
-    host: str | None = None
-    token: str | None = None
-    socket_path: str | None = None
-
-
-_SHOW_FLAGS: Mapping[str, Mapping[str, str]] = {
-    "status": {"--json": "json_output"},
-    "ad": {"--json": "json_output", "--long": "long", "-l": "long"},
-}
-_SHOW_VALUES = {"--host": "host", "--token": "token", "--socket": "socket_path"}
-
-
-def fast_parse(argv: Sequence[str]) -> ShowCommand | None:
-    """Recognise a plain ``status`` or ``ad`` command line; ``None`` for anything else.
-
-    Plain means: only the flags and options those commands declare, each at most once,
-    values given as ``--opt VALUE`` or ``--opt=VALUE`` and not starting with ``-``.
-    Whatever is not plain (``--help``, ``--watch``, a typo, a repeated option) is left to
-    typer, which then parses it, or reports the usage error, itself.
-    """
-    if not argv or argv[0] not in _SHOW_FLAGS:
-        return None
-    command: Literal["status", "ad"] = "status" if argv[0] == "status" else "ad"
-    flags = _SHOW_FLAGS[command]
-    fields: dict[str, Any] = {}
-    rest = iter(argv[1:])
-    for arg in rest:
-        name, eq, value = arg.partition("=")
-        if name in _SHOW_VALUES:
-            if not eq:
-                value = next(rest, "")
-            key = _SHOW_VALUES[name]
-            if not value or value.startswith("-") or key in fields:
-                return None
-            fields[key] = value
-        elif arg in flags and not eq:
-            key = flags[arg]
-            if key in fields:
-                return None
-            fields[key] = True
-        else:
-            return None
-    return ShowCommand(command=command, **fields)
-
-
-def _show(cmd: ShowCommand) -> None:
-    if cmd.json_output and cmd.long:
-        raise UsageError("cli.usage", "choose one of --long and --json")
-    target = _target(cmd.host, cmd.token, cmd.socket_path)
-    if cmd.long:
-        reply = request(target, "GET", "/v1/ad?format=classad")
-        sys.stdout.write(reply.text if reply.text.endswith("\n") else reply.text + "\n")
-        return
-    reply = request(target, "GET", "/v1/ad")
-    if cmd.json_output:
-        _emit_json(reply)
-        return
-    from nodeagent._cli_render import render_ad_table, render_status  # noqa: PLC0415
-
-    if cmd.command == "status":
-        render_status(_console(), reply.data)
-    else:
-        render_ad_table(_console(), reply.data)
-
-
 def _watch(target: Target, *, json_output: bool, interval: float) -> None:
     """Refresh the status view every ``interval`` seconds until Ctrl-C (which ends it, 0).
 
@@ -300,7 +225,7 @@ def status(
             token=token,
             socket_path=socket_path,
         )
-        _finish(lambda: _show(cmd), json_output=json_output)
+        _finish(lambda: show(cmd), json_output=json_output)
         return
 
     def action() -> None:
@@ -330,7 +255,7 @@ def ad(
         token=token,
         socket_path=socket_path,
     )
-    _finish(lambda: _show(cmd), json_output=json_output)
+    _finish(lambda: show(cmd), json_output=json_output)
 
 
 # --- drain and cancel ---------------------------------------------------------------------
@@ -902,8 +827,7 @@ def demo(
 
 
 def main() -> None:
-    """Entry point of the console script."""
-    fast = None if "_NODEAGENT_COMPLETE" in os.environ else fast_parse(sys.argv[1:])
-    if fast is not None:
-        sys.exit(_outcome(lambda: _show(fast), json_output=fast.json_output))
-    app()
+    """Entry point of the console script (see :mod:`nodeagent._cli_fast`)."""
+    from nodeagent._cli_fast import main as fast_main  # noqa: PLC0415
+
+    fast_main()

@@ -273,13 +273,13 @@ def test_the_hot_path_imports_no_heavy_stack(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "sys.argv = ['nodeagent', 'status', '--json', '--socket', sys.argv[1]]\n"
-        "from nodeagent import cli\n"
+        "from nodeagent import _cli_fast\n"
         "try:\n"
-        "    cli.main()\n"
+        "    _cli_fast.main()\n"
         "except SystemExit as exc:\n"
         "    print(exc.code)\n"
         "heavy = ('pydantic', 'httpx', 'httpcore', 'trio', 'fastapi', 'rich', 'jwt', 'psutil',\n"
-        "         'slots', 'nodeagent._config', 'nodeagent._auth')\n"
+        "         'slots', 'nodeagent._config', 'nodeagent._auth', 'typer', 'nodeagent.cli')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     result = subprocess.run(
