@@ -17,11 +17,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
-__all__ = ["AgentProcess", "job_script", "wait_for"]
+__all__ = ["AgentProcess", "DaemonProcess", "MasterProcess", "agents", "job_script", "wait_for"]
 
 #: A job that records the instant it receives SIGTERM, then exits after ``delay``.
 _JOB = r"""
@@ -62,8 +62,111 @@ def wait_for(predicate: Any, *, timeout: float = 20.0, interval: float = 0.02) -
         time.sleep(interval)
 
 
-class AgentProcess:
+class DaemonProcess:
+    """What every daemon subprocess shares: start until ready, stop, HTTP, tokens.
+
+    Subclasses set ``command`` (the ``nodeagent`` words before ``--config``), ``info``
+    (the runtime file naming its pid and URLs), ``socket``, ``key_file``, ``log_path``
+    and ``config_path``.
+    """
+
+    command: tuple[str, ...]
+    info_name: str
+    root: Path
+    config_path: Path
+    socket: Path
+    key_file: Path
+    log_path: Path
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> Self:
+        info = self.root / "run" / self.info_name
+        with contextlib.suppress(FileNotFoundError):
+            info.unlink()
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nodeagent", *self.command, "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NOTIFY_SOCKET": ""},
+        )
+        log.close()
+
+        def ready() -> dict[str, Any] | None:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited early:\n{self.log_path.read_text()}")
+            try:
+                data: dict[str, Any] = json.loads(info.read_text())
+            except (FileNotFoundError, ValueError):
+                return None
+            return data if data["pid"] == self.proc.pid else None
+
+        data = wait_for(ready)
+        self.url = next(u for u in data["urls"] if not u.startswith("http://unix"))
+        return self
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Signal the daemon and wait for it; returns its exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self._before_stop()
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=20)
+
+    def _before_stop(self) -> None:
+        """Called while the daemon still runs, just before it is signalled."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self._before_stop()
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=20)
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """An HTTP client: over the Unix socket, or over TCP with ``token``."""
+        if token is None:
+            return httpx.Client(
+                transport=httpx.HTTPTransport(uds=str(self.socket)),
+                base_url="http://daemon",
+                timeout=30,
+            )
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request over the Unix socket, with a client of its own."""
+        with self.client() as c:
+            return c.request(method, path, **kwargs)
+
+    def token(
+        self, scope: str, *, subject: str = "tester", lifetime: float = 3600, age: float = 0
+    ) -> str:
+        """A token signed with this daemon's pool key, issued ``age`` seconds ago."""
+        from nodeagent._auth import Scope, create_token, load_key
+
+        return create_token(
+            load_key(self.key_file),
+            subject=subject,
+            scope=Scope(scope),
+            lifetime_s=lifetime,
+            now=time.time() - age,
+        )
+
+
+class AgentProcess(DaemonProcess):
     """One agent daemon subprocess; use as a context manager."""
+
+    command = ("run",)
+    info_name = "nodeagent.json"
 
     def __init__(
         self,
@@ -76,6 +179,7 @@ class AgentProcess:
         master: dict[str, Any] | None = None,
         extra: str = "",
     ) -> None:
+        super().__init__()
         self.root = root
         self.hostname = hostname
         root.mkdir(parents=True, exist_ok=True)
@@ -92,46 +196,7 @@ class AgentProcess:
         self.socket = root / "run" / "nodeagent.sock"
         self.key_file = root / "state" / "pool.key"
         self.log_path = root / "agent.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
         self.job_pids: set[int] = set()
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> AgentProcess:
-        info = self.root / "run" / "nodeagent.json"
-        with contextlib.suppress(FileNotFoundError):
-            info.unlink()
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "NOTIFY_SOCKET": ""},
-        )
-        log.close()
-
-        def ready() -> dict[str, Any] | None:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"agent exited early:\n{self.log_path.read_text()}")
-            try:
-                data: dict[str, Any] = json.loads(info.read_text())
-            except (FileNotFoundError, ValueError):
-                return None
-            return data if data["pid"] == self.proc.pid else None
-
-        data = wait_for(ready)
-        self.url = next(u for u in data["urls"] if not u.startswith("http://unix"))
-        return self
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        """Signal the daemon and wait for it; returns its exit status."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self._remember_jobs()
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=20)
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
@@ -140,51 +205,14 @@ class AgentProcess:
         assert self.proc is not None
         return self.proc.wait(timeout=timeout)
 
-    def __enter__(self) -> AgentProcess:
-        return self.start()
-
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                self._remember_jobs()
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=20)
+        super().__exit__(*exc)
         for pid in self.job_pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
 
-    # ------------------------------------------------------------------ talking to it
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        """An HTTP client: over the Unix socket, or over TCP with ``token``."""
-        if token is None:
-            return httpx.Client(
-                transport=httpx.HTTPTransport(uds=str(self.socket)),
-                base_url="http://agent",
-                timeout=30,
-            )
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-
-    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request over the Unix socket, with a client of its own."""
-        with self.client() as c:
-            return c.request(method, path, **kwargs)
-
-    def token(
-        self, scope: str, *, subject: str = "tester", lifetime: float = 3600, age: float = 0
-    ) -> str:
-        """A token signed with this agent's pool key, issued ``age`` seconds ago."""
-        from nodeagent._auth import Scope, create_token, load_key
-
-        return create_token(
-            load_key(self.key_file),
-            subject=subject,
-            scope=Scope(scope),
-            lifetime_s=lifetime,
-            now=time.time() - age,
-        )
+    def _before_stop(self) -> None:
+        self._remember_jobs()
 
     def claim(self, argv: list[str], **fields: Any) -> dict[str, Any]:
         with self.client() as c:
@@ -222,10 +250,14 @@ def agents(root: Path, count: int, **kwargs: Any) -> Iterator[list[AgentProcess]
         ]
 
 
-class MasterProcess:
+class MasterProcess(DaemonProcess):
     """One master daemon subprocess; use as a context manager."""
 
+    command = ("master", "run")
+    info_name = "master.json"
+
     def __init__(self, root: Path, *, settings: dict[str, Any] | None = None) -> None:
+        super().__init__()
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.config_path = root / "master.toml"
@@ -237,80 +269,11 @@ class MasterProcess:
         self.key_file = root / "state" / "pool.key"
         self.socket = root / "run" / "master.sock"
         self.log_path = root / "master.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
         if not self.key_file.exists():
             from nodeagent._auth import generate_key
 
             self.key_file.parent.mkdir(parents=True, exist_ok=True)
             generate_key(self.key_file)
-
-    def start(self) -> MasterProcess:
-        info = self.root / "run" / "master.json"
-        with contextlib.suppress(FileNotFoundError):
-            info.unlink()
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "master", "run", "--config", str(self.config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "NOTIFY_SOCKET": ""},
-        )
-        log.close()
-
-        def ready() -> dict[str, Any] | None:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"master exited early:\n{self.log_path.read_text()}")
-            try:
-                data: dict[str, Any] = json.loads(info.read_text())
-            except (FileNotFoundError, ValueError):
-                return None
-            return data if data["pid"] == self.proc.pid else None
-
-        data = wait_for(ready)
-        self.url = next(u for u in data["urls"] if not u.startswith("http://unix"))
-        return self
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=20)
-
-    def __enter__(self) -> MasterProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=20)
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        if token is None:
-            return httpx.Client(
-                transport=httpx.HTTPTransport(uds=str(self.socket)),
-                base_url="http://master",
-                timeout=30,
-            )
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-
-    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        with self.client() as c:
-            return c.request(method, path, **kwargs)
-
-    def token(self, scope: str, *, subject: str = "tester", lifetime: float = 3600) -> str:
-        from nodeagent._auth import Scope, create_token, load_key
-
-        return create_token(
-            load_key(self.key_file),
-            subject=subject,
-            scope=Scope(scope),
-            lifetime_s=lifetime,
-            now=time.time(),
-        )
 
     def agent_settings(self, root: Path, *, update_interval: float = 1.0) -> dict[str, Any]:
         """What an agent under ``root`` needs to report here: the pool key and a token."""

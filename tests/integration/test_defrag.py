@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import trio
 
 from nodeagent._auth import load_key
 from nodeagent._defrag import CycleReport, DefragPolicy, DefragService, HttpDefragLink
-from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
+from tests.harness import AgentProcess, DaemonProcess, MasterProcess, job_script, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -231,10 +230,14 @@ def test_whole_machine_limit_admin_drains_and_cancel_requirements(
 # ----------------------------------------------------------------------- the daemon process
 
 
-class DefragProcess:
+class DefragProcess(DaemonProcess):
     """``nodeagent defrag run`` as a subprocess; use as a context manager."""
 
+    command = ("defrag", "run")
+    info_name = "defrag.json"
+
     def __init__(self, root: Path, settings: dict[str, Any]) -> None:
+        super().__init__()
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.config_path = root / "defrag.toml"
@@ -244,48 +247,16 @@ class DefragProcess:
             f'listen = ["127.0.0.1:0"]\n{lines}\n'
         )
         self.socket = root / "run" / "defrag.sock"
+        self.key_file = root / "state" / "pool.key"
         self.log_path = root / "defrag.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
-
-    def __enter__(self) -> DefragProcess:
-        info = self.root / "run" / "defrag.json"
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "nodeagent._cli_defrag", "run", "-c", str(self.config_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "NOTIFY_SOCKET": ""},
-            )
-
-        def ready() -> dict[str, Any] | None:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"defrag exited early:\n{self.log_path.read_text()}")
-            try:
-                data: dict[str, Any] = json.loads(info.read_text())
-            except (FileNotFoundError, ValueError):
-                return None
-            return data if data["pid"] == self.proc.pid else None
-
-        data = wait_for(ready)
-        self.url = next(u for u in data["urls"] if not u.startswith("http://unix"))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=20)
 
     def stats(self) -> dict[str, Any]:
-        transport = httpx.HTTPTransport(uds=str(self.socket))
-        with httpx.Client(transport=transport, base_url="http://defrag", timeout=10) as c:
-            body: dict[str, Any] = c.get("/v1/stats").json()
+        body: dict[str, Any] = self.call("GET", "/v1/stats").json()
         return body
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "nodeagent._cli_defrag", *args, "-c", str(self.config_path)],
+            [sys.executable, "-m", "nodeagent", "defrag", *args, "-c", str(self.config_path)],
             capture_output=True,
             text=True,
             timeout=30,
