@@ -12,13 +12,18 @@ from pathlib import Path
 
 from nodeagent._cli_http import AgentError, CliError, Interrupted, Reply
 
-__all__ = ["emit_json", "finish", "outcome", "run_daemon"]
+__all__ = ["emit_json", "emit_text", "finish", "outcome", "run_daemon"]
+
+
+def emit_text(text: str) -> None:
+    """Print one JSON document (or any text) on stdout, ending in one newline, flushed."""
+    sys.stdout.write(text.rstrip("\n") + "\n")
+    sys.stdout.flush()
 
 
 def emit_json(reply: Reply) -> None:
-    """Print a reply's JSON exactly as the server sent it, on one line."""
-    sys.stdout.write(reply.text.rstrip("\n") + "\n")
-    sys.stdout.flush()
+    """Print a reply's JSON exactly as the server sent it."""
+    emit_text(reply.text)
 
 
 def outcome(action: Callable[[], None], *, json_output: bool) -> int:

@@ -34,6 +34,7 @@ from urllib.parse import urlencode
 
 import typer
 
+from nodeagent._cli_common import emit_text as _emit
 from nodeagent._cli_common import finish as _finish
 from nodeagent._cli_common import run_daemon
 from nodeagent._cli_http import (
@@ -142,11 +143,6 @@ def _target(host: str | None, token: str | None, socket_path: str | None) -> Tar
     return resolve_master_target(
         host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
     )
-
-
-def _emit(text: str) -> None:
-    sys.stdout.write(text.rstrip("\n") + "\n")
-    sys.stdout.flush()
 
 
 def _console() -> Console:
