@@ -54,6 +54,7 @@ from slots._estimates import (
     sticky_completion,
     vacate_time,
 )
+from slots._forecast import DrainForecast
 from slots._machine import ClaimInfo, JobSpec, Machine, MachinePolicy
 from slots._resources import Resources
 from slots._states import ACTIVE, MOVES, Activity, State, check_move
@@ -72,6 +73,7 @@ __all__ = [
     "CompletionAction",
     "DrainError",
     "DrainEstimate",
+    "DrainForecast",
     "DrainInProgress",
     "DrainRequest",
     "DrainState",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from slots._estimates import (
@@ -66,8 +67,8 @@ def drain_estimates(
     """
     whole = math.floor(now)
     ads = list(slot_ads)
-    machine_vacate, policy, deadline_at = _machine_inputs(ads)
-    jobs = [_timing(ad, whole) for ad in ads if _active(ad)]
+    machine_vacate, policy, deadline_at = machine_inputs(ads)
+    jobs = [_timing(ad, whole) for ad in ads if active(ad)]
     result: dict[str, int] = {}
     for schedule in Schedule:
         name = _NAMES[schedule]
@@ -87,7 +88,7 @@ def drain_estimates(
     return result
 
 
-def _machine_inputs(ads: list[Mapping[str, Any]]) -> tuple[int, SuspendPolicy, float | None]:
+def machine_inputs(ads: list[Mapping[str, Any]]) -> tuple[int, SuspendPolicy, float | None]:
     """MachineMaxVacateTime, the suspended-jobs policy and the drain deadline in force."""
     for ad in ads:
         if "MachineMaxVacateTime" in ad:
@@ -110,8 +111,8 @@ def ad_blockers(
     """
     whole = math.floor(now)
     everything = list(slot_ads)
-    ads = [ad for ad in everything if _active(ad)]
-    machine_vacate, policy, deadline_at = _machine_inputs(everything)
+    ads = [ad for ad in everything if active(ad)]
+    machine_vacate, policy, deadline_at = machine_inputs(everything)
     jobs = [_timing(ad, whole) for ad in ads]
     plans = plan_evictions(
         jobs,
@@ -143,7 +144,7 @@ def ad_blockers(
     return rows
 
 
-def _active(ad: Mapping[str, Any]) -> bool:
+def active(ad: Mapping[str, Any]) -> bool:
     if ad.get("PartitionableSlot") is True or ad.get("SlotType") == "Partitionable":
         return False
     try:
@@ -153,23 +154,60 @@ def _active(ad: Mapping[str, Any]) -> bool:
     return pair in ACTIVE
 
 
-def _timing(ad: Mapping[str, Any], whole: int) -> JobTiming:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobInputs:
+    """What the arithmetic reads from one active slot ad, before it is brought to ``now``.
+
+    ``run`` and ``vacate_left`` are as of ``as_of`` (the ad's ``MyCurrentTime``; ``None``
+    when the ad has none, and then the ad is taken as current at any ``now``).
+    """
+
+    phase: Phase
+    activity: str
+    cpus: int
+    run: int
+    as_of: int | None
+    max_job_retirement_time: int
+    job_max_vacate_time: int | None
+    vacate_left: int
+    accepted_while_draining: bool
+
+    def at(self, whole: int) -> JobTiming:
+        """The job's timing at the whole second ``whole``."""
+        elapsed = 0 if self.as_of is None else max(0, whole - self.as_of)
+        run = self.run + elapsed if self.phase is Phase.RUNNING else self.run
+        left = 0
+        if self.phase is Phase.VACATING:
+            left = max(0, self.vacate_left - elapsed)
+        return JobTiming(
+            cpus=self.cpus,
+            run=run,
+            max_job_retirement_time=self.max_job_retirement_time,
+            job_max_vacate_time=self.job_max_vacate_time,
+            phase=self.phase,
+            vacate_remaining=left,
+            accepted_while_draining=self.accepted_while_draining,
+        )
+
+
+def job_inputs(ad: Mapping[str, Any]) -> JobInputs:
+    """Read an active slot ad (see :func:`active`)."""
     activity = Activity(ad["Activity"])
     phase = _PHASES[activity]
-    elapsed = max(0, whole - int(ad.get("MyCurrentTime", whole)))
-    run = int(ad.get("TotalJobRunTime", 0))
-    if phase is Phase.RUNNING:
-        run += elapsed
-    left = 0
-    if phase is Phase.VACATING:
-        left = max(0, int(ad.get("VacateTimeRemaining", 0)) - elapsed)
+    as_of = ad.get("MyCurrentTime")
     job_vacate = ad.get("JobMaxVacateTime")
-    return JobTiming(
+    return JobInputs(
+        phase=phase,
+        activity=str(activity),
         cpus=int(ad.get("Cpus", 1)),
-        run=run,
+        run=int(ad.get("TotalJobRunTime", 0)),
+        as_of=None if as_of is None else int(as_of),
         max_job_retirement_time=int(ad.get("MaxJobRetirementTime", 0)),
         job_max_vacate_time=None if job_vacate is None else int(job_vacate),
-        phase=phase,
-        vacate_remaining=left,
+        vacate_left=int(ad.get("VacateTimeRemaining", 0)) if phase is Phase.VACATING else 0,
         accepted_while_draining=ad.get("AcceptedWhileDraining") is True,
     )
+
+
+def _timing(ad: Mapping[str, Any], whole: int) -> JobTiming:
+    return job_inputs(ad).at(whole)

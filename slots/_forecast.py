@@ -1,0 +1,447 @@
+"""A node's drain estimates and blockers as piecewise-linear functions of time.
+
+:func:`~slots.drain_estimates` and :func:`~slots.ad_blockers` redo the retirement
+arithmetic for every ``now``. Yet between a few instants — a job's retirement running
+out, a job no longer borrowing vacate time, a deadline passing, one job's end overtaking
+another's — every quantity they compute moves linearly with ``now`` (0, 1 or −1 second
+per second; badput by whole cpus). A :class:`DrainForecast` does the arithmetic once on
+such *lines*: a quantity is its value at a base second plus a slope, and every ``max``
+and ``min`` notes for how long its winner stays ahead. The result, a *piece*, is exact
+for every whole second from its base to the earliest of those notes; before the base or
+past that horizon the forecast computes a new piece. Reading a piece costs a
+multiplication per value, so a master can keep one forecast per node ad and bring
+thousands of them up to ``now`` for each plan.
+
+For the same slot ads, ``previous`` and ``now``, :meth:`DrainForecast.estimates` equals
+:func:`~slots.drain_estimates` and :meth:`DrainForecast.blockers` equals
+:func:`~slots.ad_blockers` (graceful); a property test holds them to it on random ads at
+random instants. Ads whose drain deadline is not a whole second are served by those
+functions directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slots._ads import (
+    EXPECTED_ATTRIBUTES,
+    JobInputs,
+    active,
+    ad_blockers,
+    drain_estimates,
+    job_inputs,
+    machine_inputs,
+)
+from slots._estimates import MAX_PUBLISHED, Phase, Schedule, SuspendPolicy, clamp
+
+__all__ = ["DrainForecast"]
+
+_NAMES = {Schedule.GRACEFUL: "Graceful", Schedule.QUICK: "Quick", Schedule.FAST: "Fast"}
+
+
+class _Line:
+    """``at + slope × d``: a quantity ``d`` whole seconds after its trace's base."""
+
+    __slots__ = ("at", "slope")
+
+    def __init__(self, at: int | float, slope: int) -> None:
+        self.at = at
+        self.slope = slope
+
+    def __add__(self, other: _Line) -> _Line:
+        return _Line(self.at + other.at, self.slope + other.slope)
+
+    def __sub__(self, other: _Line) -> _Line:
+        return _Line(self.at - other.at, self.slope - other.slope)
+
+    def times(self, k: int) -> _Line:
+        return _Line(self.at * k, self.slope * k)
+
+
+_ZERO = _Line(0, 0)
+_MAX = _Line(MAX_PUBLISHED, 0)
+
+
+def _const(value: int | float) -> _Line:
+    return _Line(value, 0)
+
+
+class _Trace:
+    """The arithmetic at second ``base``, noting how long each choice it makes holds.
+
+    ``horizon`` is the largest ``d`` such that every ``max``/``min`` taken so far picks
+    the same side at ``base + d`` as at ``base`` (ties go to the side that stays ahead).
+    """
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.now = _Line(base, 1)
+        self.horizon: int | float = math.inf
+
+    def _until(self, gap: int | float, closing: int) -> None:
+        """A lead of ``gap`` (≥ 0) shrinking by ``closing`` per second lasts this long."""
+        if closing > 0:
+            self.horizon = min(self.horizon, gap // closing)
+
+    def max(self, a: _Line, b: _Line) -> _Line:
+        if (a.at, a.slope) < (b.at, b.slope):
+            a, b = b, a
+        self._until(a.at - b.at, b.slope - a.slope)
+        return a
+
+    def min(self, a: _Line, b: _Line) -> _Line:
+        if (a.at, -a.slope) > (b.at, -b.slope):
+            a, b = b, a
+        self._until(b.at - a.at, a.slope - b.slope)
+        return a
+
+
+@dataclass(slots=True)
+class _Eviction:
+    """:class:`~slots.Eviction` on lines (``firm`` left out: nothing here publishes it)."""
+
+    retirement_remaining: _Line
+    vacate: _Line
+    soft_kill_at: _Line | None
+    hard_kill_at: _Line
+    badput: _Line
+
+
+@dataclass(slots=True)
+class _Job:
+    """One active job: its inputs, run time and vacate countdown as lines of the trace."""
+
+    inputs: JobInputs
+    run: _Line
+    vacate_remaining: _Line
+
+
+def _vacate(trace: _Trace, machine: int, job: int | None, remaining: _Line) -> _Line:
+    """:func:`~slots.vacate_time` on lines."""
+    if job is None or job <= machine:
+        return _const(machine if job is None else job)
+    return trace.max(_const(machine), trace.min(_const(job), remaining))
+
+
+def _evict(
+    trace: _Trace,
+    job: _Job,
+    *,
+    schedule: Schedule,
+    machine_vacate: int,
+    policy: SuspendPolicy,
+    deadline: _Line | None,
+    not_before: _Line | None = None,
+) -> _Eviction:
+    """:func:`~slots.plan_eviction` on lines, case for case."""
+    now = trace.now
+    spec = job.inputs
+    run = job.run
+    if spec.phase is Phase.KILLING:
+        return _Eviction(_ZERO, _ZERO, None, now, run.times(spec.cpus))
+    if spec.phase is Phase.VACATING:
+        left = trace.max(_ZERO, job.vacate_remaining)
+        return _Eviction(_ZERO, left, None, now + left, (run + left).times(spec.cpus))
+    if schedule is Schedule.FAST:
+        return _Eviction(_ZERO, _ZERO, now, now, run.times(spec.cpus))
+
+    vj = spec.job_max_vacate_time
+    suspended = spec.phase is Phase.SUSPENDED
+    retired = suspended and policy is SuspendPolicy.EVICT
+    mjrt = _const(spec.max_job_retirement_time)
+    remaining = _ZERO if retired else trace.max(_ZERO, mjrt - run)
+    accrues = not suspended or policy is SuspendPolicy.RESUME
+
+    def remaining_at(t: _Line) -> _Line:
+        if retired:
+            return _ZERO
+        if accrues:
+            return trace.max(_ZERO, mjrt - (run + (t - now)))
+        return remaining
+
+    if schedule is Schedule.QUICK or retired:
+        soft = now
+    else:
+        spare = remaining - _vacate(trace, machine_vacate, vj, remaining)
+        soft = now + trace.max(_ZERO, spare)
+        if not_before is not None:
+            soft = trace.max(soft, not_before)
+        if deadline is not None:
+            soft = trace.min(soft, trace.max(now, deadline))
+    vacate = _vacate(trace, machine_vacate, vj, remaining_at(soft))
+    hard = soft + vacate
+    return _Eviction(remaining, vacate, soft, hard, (run + hard - now).times(spec.cpus))
+
+
+def _evictions(
+    trace: _Trace,
+    jobs: list[_Job],
+    *,
+    schedule: Schedule,
+    machine_vacate: int,
+    policy: SuspendPolicy,
+    deadline: _Line | None,
+) -> list[_Eviction]:
+    """:func:`~slots.plan_evictions` on lines: latecomers go once the originals are gone."""
+    late = schedule is Schedule.GRACEFUL
+    first = {
+        i: _evict(
+            trace,
+            job,
+            schedule=schedule,
+            machine_vacate=machine_vacate,
+            policy=policy,
+            deadline=deadline,
+        )
+        for i, job in enumerate(jobs)
+        if not (late and job.inputs.accepted_while_draining)
+    }
+    gone: _Line | None = None
+    for plan in first.values():
+        gone = plan.hard_kill_at if gone is None else trace.max(gone, plan.hard_kill_at)
+    originals_gone = trace.now if gone is None else gone
+    return [
+        first[i]
+        if i in first
+        else _evict(
+            trace,
+            job,
+            schedule=schedule,
+            machine_vacate=machine_vacate,
+            policy=policy,
+            deadline=originals_gone,
+            not_before=originals_gone,
+        )
+        for i, job in enumerate(jobs)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """A dict as it reads at a piece's base, and its moving entries: key, value, slope."""
+
+    at_base: dict[str, Any]
+    moving: tuple[tuple[str, int, int], ...]
+
+    def at(self, d: int) -> dict[str, Any]:
+        """The dict ``d`` seconds after the base (a new one)."""
+        values = self.at_base.copy()
+        for key, at, slope in self.moving:
+            values[key] = at + slope * d
+        return values
+
+
+def _frame(trace: _Trace, **fields: Any) -> _Frame:
+    """Fields that are lines become values at the base; those that move are noted."""
+    at_base = {}
+    moving = []
+    for key, field in fields.items():
+        if isinstance(field, _Line):
+            if field.slope:
+                moving.append((key, int(field.at), field.slope))
+            at_base[key] = field.at
+        else:
+            at_base[key] = field
+    return _Frame(at_base, tuple(moving))
+
+
+def _clamped(trace: _Trace, line: _Line) -> _Line:
+    """:func:`~slots.clamp` on a line: the published value, as a line of whole seconds.
+
+    A line that moves holds whole seconds (only the idle rule's ``previous`` may be a
+    fraction, and it does not move), so the clamp is the minimum with the bound.
+    """
+    if line.slope == 0:
+        return _const(clamp(line.at))
+    return trace.min(line, _MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """The forecast for the whole seconds ``base`` … ``base + horizon``."""
+
+    base: int
+    horizon: int | float
+    estimates: tuple[tuple[int, int], ...]  # published value and slope, as EXPECTED_ATTRIBUTES
+    blockers: tuple[_Frame, ...]  # latest gone_by first
+
+
+def _sticky(trace: _Trace, previous: Any) -> _Line:
+    """:func:`~slots.sticky_completion` on a line: ``now`` until ``previous``, then it."""
+    if previous is not None and not previous > trace.base:
+        return _const(previous)
+    if previous is not None:
+        # `previous > base + d` for every whole d up to this:
+        trace.horizon = min(trace.horizon, math.ceil(previous - trace.base) - 1)
+    return trace.now
+
+
+def _keep_order(trace: _Trace, ahead: tuple[int, _Line], behind: tuple[int, _Line]) -> None:
+    """Keep two neighbours of a stable sort by latest gone_by in the same order."""
+    (i, first), (j, second) = ahead, behind
+    gap = first.at - second.at
+    closing = second.slope - first.slope
+    if closing <= 0:
+        return
+    # A tie keeps the earlier ad first, so a later ad must stay strictly ahead.
+    trace.horizon = min(trace.horizon, (gap if i < j else gap - 1) // closing)
+
+
+class DrainForecast:
+    """A node's six ``ExpectedMachine*`` values and graceful blockers at any ``now``.
+
+    Built from the node's slot ads and its last published completions (``previous``, for
+    the idle rule); the ads are read once, here. :meth:`estimates` and :meth:`blockers`
+    return fresh objects; the forecast keeps only its current piece.
+    """
+
+    def __init__(
+        self, slot_ads: Iterable[Mapping[str, Any]], previous: Mapping[str, Any] | None = None
+    ) -> None:
+        self._ads = list(slot_ads)
+        self._previous = previous
+        self._machine_vacate, self._policy, deadline = machine_inputs(self._ads)
+        if isinstance(deadline, float) and deadline.is_integer():
+            deadline = int(deadline)
+        self._deadline = deadline
+        #: Whole-second inputs only; otherwise the direct functions serve every call.
+        self._exact = deadline is None or type(deadline) is int
+        active_ads = [ad for ad in self._ads if active(ad)]
+        self._inputs = [job_inputs(ad) for ad in active_ads]
+        self._static = [
+            (
+                ad.get("Name"),
+                ad.get("ClaimId"),
+                ad.get("JobId"),
+                ad.get("RemoteOwner"),
+                spec.cpus,
+                ad.get("Activity"),
+            )
+            for ad, spec in zip(active_ads, self._inputs, strict=True)
+        ]
+        self._piece: _Piece | None = None
+
+    @property
+    def jobs(self) -> int:
+        """How many active jobs the ads hold."""
+        return len(self._inputs)
+
+    def estimates(self, now: float) -> dict[str, int]:
+        """:func:`~slots.drain_estimates` of the ads at ``now``."""
+        return dict(zip(EXPECTED_ATTRIBUTES, self.values(now), strict=True))
+
+    def values(self, now: float) -> tuple[int, ...]:
+        """:meth:`estimates` as a tuple, in the order of :data:`~slots.EXPECTED_ATTRIBUTES`."""
+        if not self._exact:
+            expected = drain_estimates(self._ads, now, self._previous)
+            return tuple(expected[name] for name in EXPECTED_ATTRIBUTES)
+        whole = math.floor(now)
+        piece = self._piece_at(whole)
+        d = whole - piece.base
+        return tuple([at + slope * d for at, slope in piece.estimates])
+
+    def blockers(self, now: float) -> list[dict[str, Any]]:
+        """:func:`~slots.ad_blockers` of the ads at ``now`` (graceful schedule)."""
+        if not self._exact:
+            return ad_blockers(self._ads, now)
+        whole = math.floor(now)
+        piece = self._piece_at(whole)
+        d = whole - piece.base
+        # Frame.at, inlined: this loop is what a plan of thousands of nodes repeats.
+        result = []
+        for frame in piece.blockers:
+            values = frame.at_base.copy()
+            for key, at, slope in frame.moving:
+                values[key] = at + slope * d
+            result.append(values)
+        return result
+
+    # ------------------------------------------------------------------ pieces
+
+    def _piece_at(self, whole: int) -> _Piece:
+        piece = self._piece
+        if piece is None or not piece.base <= whole <= piece.base + piece.horizon:
+            piece = self._piece = self._compute(whole)
+        return piece
+
+    def _compute(self, base: int) -> _Piece:
+        trace = _Trace(base)
+        jobs = []
+        for spec in self._inputs:
+            elapsed = (
+                _ZERO if spec.as_of is None else trace.max(_ZERO, trace.now - _const(spec.as_of))
+            )
+            run = _const(spec.run) + (elapsed if spec.phase is Phase.RUNNING else _ZERO)
+            left = _const(spec.vacate_left) - elapsed
+            vacate_remaining = trace.max(_ZERO, left) if spec.phase is Phase.VACATING else _ZERO
+            jobs.append(_Job(spec, run, vacate_remaining))
+        deadline = None if self._deadline is None else _const(self._deadline)
+        estimates: list[tuple[str, _Line]] = []
+        graceful: list[_Eviction] = []
+        for schedule in Schedule:
+            plans = _evictions(
+                trace,
+                jobs,
+                schedule=schedule,
+                machine_vacate=self._machine_vacate,
+                policy=self._policy,
+                deadline=deadline,
+            )
+            if schedule is Schedule.GRACEFUL:
+                graceful = plans
+            name = _NAMES[schedule]
+            completion_attr = f"ExpectedMachine{name}DrainingCompletion"
+            if plans:
+                completion = plans[0].hard_kill_at
+                for plan in plans[1:]:
+                    completion = trace.max(completion, plan.hard_kill_at)
+                badput = _ZERO
+                for plan in plans:
+                    badput = badput + plan.badput
+            else:
+                before = None if self._previous is None else self._previous.get(completion_attr)
+                completion, badput = _sticky(trace, before), _ZERO
+            estimates.append((completion_attr, completion))
+            estimates.append((f"ExpectedMachine{name}DrainingBadput", badput))
+        order = sorted(range(len(jobs)), key=lambda i: (-graceful[i].hard_kill_at.at, i))
+        for ahead, behind in itertools.pairwise(order):
+            _keep_order(
+                trace,
+                (ahead, graceful[ahead].hard_kill_at),
+                (behind, graceful[behind].hard_kill_at),
+            )
+        blockers = []
+        for i in order:
+            plan = graceful[i]
+            slot, claim_id, job_id, owner, cpus, activity = self._static[i]
+            soft = plan.soft_kill_at
+            blockers.append(
+                _frame(
+                    trace,
+                    slot=slot,
+                    claim_id=claim_id,
+                    job_id=job_id,
+                    owner=owner,
+                    cpus=cpus,
+                    activity=activity,
+                    run=jobs[i].run,
+                    retirement_remaining=plan.retirement_remaining,
+                    vacate=plan.vacate,
+                    evict_at=None if soft is None else _clamped(trace, soft),
+                    gone_by=_clamped(trace, plan.hard_kill_at),
+                    accepted_while_draining=self._inputs[i].accepted_while_draining,
+                )
+            )
+        return _Piece(
+            base=base,
+            horizon=max(0, trace.horizon),
+            estimates=tuple(
+                (int(line.at), line.slope)
+                for line in (_clamped(trace, line) for _, line in estimates)
+            ),
+            blockers=tuple(blockers),
+        )

@@ -1,0 +1,199 @@
+"""DrainForecast: exactly drain_estimates and ad_blockers, at any later instant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slots import (
+    EXPECTED_ATTRIBUTES,
+    DrainForecast,
+    MachinePolicy,
+    Schedule,
+    ad_blockers,
+    drain_estimates,
+)
+
+from .test_properties import TOTAL, _step, ops, policies
+from .world import World
+
+T0 = 1_000_000
+
+_PAIRS = [
+    ("Claimed", "Busy"),
+    ("Claimed", "Retiring"),
+    ("Claimed", "Suspended"),
+    ("Preempting", "Vacating"),
+    ("Preempting", "Killing"),
+    ("Unclaimed", "Idle"),  # not active: left out of both
+]
+
+
+@st.composite
+def slot_ads(draw: st.DrawFn, span: int = 6000) -> list[dict[str, Any]]:
+    """A partitionable slot and dynamic slots in any active pair, with ads of any age.
+
+    Times are drawn within ``span`` seconds, so a small span packs the instants where the
+    arithmetic changes course close together.
+    """
+    seconds = st.integers(0, span)
+    machine: dict[str, Any] = {
+        "SlotType": "Partitionable",
+        "PartitionableSlot": True,
+        "State": "Unclaimed",
+        "Activity": "Idle",
+        "MachineMaxVacateTime": draw(st.integers(0, span // 6)),
+        "DrainSuspendedJobs": draw(st.sampled_from(["keep", "evict", "resume"])),
+        "DrainState": draw(st.sampled_from(["none", "draining", "drained"])),
+    }
+    if draw(st.booleans()):
+        machine["DrainingDeadline"] = T0 + draw(st.integers(-span // 3, span))
+    ads = [machine]
+    for n in range(draw(st.integers(0, 6))):
+        state, activity = draw(st.sampled_from(_PAIRS))
+        ad: dict[str, Any] = {
+            "Name": f"slot1_{n + 1}@h",
+            "SlotType": "Dynamic",
+            "State": state,
+            "Activity": activity,
+            "Cpus": draw(st.integers(1, 4)),
+            "TotalJobRunTime": draw(seconds),
+            "MaxJobRetirementTime": draw(seconds),
+            "VacateTimeRemaining": draw(st.integers(0, span // 6)),
+            "AcceptedWhileDraining": draw(st.booleans()),
+            "JobId": f"{n}.0",
+            "ClaimId": f"c{n}",
+            "RemoteOwner": "alice",
+        }
+        if draw(st.booleans()):
+            ad["MyCurrentTime"] = T0 - draw(seconds) // 2 + draw(st.integers(0, 50))
+        if draw(st.booleans()):
+            ad["JobMaxVacateTime"] = draw(st.integers(0, span // 3))
+        ads.append(ad)
+    return ads
+
+
+def previous_values(span: int = 9000) -> st.SearchStrategy[dict[str, Any] | None]:
+    """Last published completions (the idle rule), near ``T0`` or up to ``span`` after."""
+    return st.none() | st.fixed_dictionaries(
+        {
+            f"ExpectedMachine{s}DrainingCompletion": st.none() | st.integers(T0 - 50, T0 + span)
+            for s in ("Graceful", "Quick", "Fast")
+        }
+    )
+
+
+# Mostly forward, as a plan's clock goes, with some steps back and long jumps.
+instants = st.lists(st.integers(-100, 400) | st.integers(-5000, 9000), min_size=1, max_size=25)
+
+
+def _assert_agrees(
+    forecast: DrainForecast, ads: list[dict[str, Any]], previous: Any, now: float
+) -> None:
+    assert forecast.estimates(now) == drain_estimates(ads, now, previous)
+    assert forecast.blockers(now) == ad_blockers(ads, now, Schedule.GRACEFUL)
+
+
+@settings(max_examples=150)
+@given(ads=slot_ads(span=120), previous=previous_values(150), start=st.integers(-130, 0))
+def test_forecast_equals_the_direct_functions_second_by_second(
+    ads: list[dict[str, Any]], previous: Any, start: int
+) -> None:
+    """Every second across the span: a piece that outlives its horizon by one shows."""
+    forecast = DrainForecast(ads, previous)
+    for now in range(T0 + start, T0 + 260):
+        _assert_agrees(forecast, ads, previous, now)
+
+
+@settings(max_examples=300)
+@given(ads=slot_ads(), previous=previous_values(), steps=instants, fraction=st.floats(0, 0.999))
+def test_forecast_equals_the_direct_functions_at_any_instant(
+    ads: list[dict[str, Any]], previous: Any, steps: list[int], fraction: float
+) -> None:
+    forecast = DrainForecast(ads, previous)
+    now = T0
+    for step in steps:
+        now += step
+        _assert_agrees(forecast, ads, previous, now + fraction)
+
+
+@given(policy=policies, sequence=ops, steps=instants)
+def test_forecast_of_a_model_machines_ad(
+    policy: MachinePolicy, sequence: list[tuple[object, ...]], steps: list[int]
+) -> None:
+    world = World.make(cpus=TOTAL.cpus, policy=policy)
+    now = world.now
+    for op in sequence:
+        now = _step(world.machine, now, op)
+    ad = world.machine.ad(now)
+    previous = {k: ad["machine"][k] for k in EXPECTED_ATTRIBUTES}
+    forecast = DrainForecast(ad["slots"], previous)
+    for step in steps:
+        now += step
+        _assert_agrees(forecast, ad["slots"], previous, now)
+
+
+def busy() -> list[dict[str, Any]]:
+    world = World.make(
+        now=float(T0),
+        policy=MachinePolicy(max_job_retirement_time=3600, machine_max_vacate_time=120),
+    )
+    world.claim(cpus=2, started_ago=600)
+    world.claim(cpus=1, retirement=600, vacate=300, started_ago=100)
+    world.claim(cpus=3, started_ago=4000, owner="bob")
+    slots: list[dict[str, Any]] = world.machine.ad(T0)["slots"]
+    return slots
+
+
+@pytest.mark.parametrize(
+    ("later", "graceful", "quick_badput"),
+    [
+        # In retirement: the graceful end is the latest promise, whatever `now` is.
+        (0, T0 + 3000, 2 * (600 + 120) + (100 + 300) + 3 * (4000 + 120)),
+        (1000, T0 + 3000, 2 * (1600 + 120) + (1100 + 120) + 3 * (5000 + 120)),
+        # Past every promise: `now` + the machine's vacate time.
+        (5000, T0 + 5120, 2 * (5600 + 120) + (5100 + 120) + 3 * (9000 + 120)),
+    ],
+)
+def test_a_stale_ad_is_brought_forward(later: int, graceful: int, quick_badput: int) -> None:
+    forecast = DrainForecast(busy())
+    out = forecast.estimates(T0 + later)
+    assert out["ExpectedMachineGracefulDrainingCompletion"] == graceful
+    assert out["ExpectedMachineQuickDrainingBadput"] == quick_badput
+    assert [b["gone_by"] for b in forecast.blockers(T0 + later)] == sorted(
+        (b["gone_by"] for b in forecast.blockers(T0 + later)), reverse=True
+    )
+
+
+def test_a_deadline_that_is_not_a_whole_second_is_served_directly() -> None:
+    ads = busy()
+    ads[0] = {**ads[0], "DrainState": "draining", "DrainingDeadline": T0 + 700.5}
+    forecast = DrainForecast(ads)
+    for now in (T0, T0 + 350.25, T0 + 701):
+        _assert_agrees(forecast, ads, None, now)
+    # The first job is cut short at the deadline: soft kill at 700.5, gone 120 s later.
+    assert forecast.estimates(T0)["ExpectedMachineGracefulDrainingCompletion"] == T0 + 820
+
+
+def test_an_idle_machine_keeps_the_moment_it_became_drainable() -> None:
+    idle = [{"SlotType": "Partitionable", "State": "Unclaimed", "Activity": "Idle"}]
+    previous = dict.fromkeys(EXPECTED_ATTRIBUTES, T0 + 10)
+    forecast = DrainForecast(idle, previous)
+    assert forecast.jobs == 0
+    completions = [
+        forecast.estimates(T0 + d)["ExpectedMachineFastDrainingCompletion"] for d in (0, 9, 10, 99)
+    ]
+    assert completions == [T0, T0 + 9, T0 + 10, T0 + 10]
+    assert forecast.blockers(T0) == []
+
+
+@pytest.mark.parametrize("previous", [T0 + 10, T0 + 10.5, T0 - 3, None])
+def test_an_idle_forecast_second_by_second(previous: float | None) -> None:
+    idle = [{"SlotType": "Partitionable", "State": "Unclaimed", "Activity": "Idle"}]
+    values = dict.fromkeys(EXPECTED_ATTRIBUTES, previous)
+    forecast = DrainForecast(idle, values)
+    for now in range(T0 - 2, T0 + 20):
+        assert forecast.estimates(now) == drain_estimates(idle, now, values)
