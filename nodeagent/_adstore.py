@@ -11,18 +11,27 @@ to what it serves. No I/O here; ``now`` is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from slots import InvalidRequest, is_true, validate_expression
+from slots import ACTIVE, DrainForecast, InvalidRequest, is_true, validate_expression
 
 __all__ = ["AdEntry", "AdStore"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+_ACTIVE_PAIRS = {(str(state), str(activity)) for state, activity in ACTIVE}
+_COMPLETIONS = tuple(f"ExpectedMachine{s}DrainingCompletion" for s in ("Graceful", "Quick", "Fast"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class AdEntry:
-    """One node's latest ad as the master holds it."""
+    """One node's latest ad as the master holds it.
+
+    What is derived from the ad alone (its forecast, whether it is empty) is computed on
+    first use and kept with the entry, which a newer ad replaces.
+    """
 
     name: str
     machine: dict[str, Any]
@@ -50,6 +59,40 @@ class AdEntry:
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.received_at)
+
+    @cached_property
+    def forecast(self) -> DrainForecast:
+        """The node's drain estimates and blockers at any ``now`` (from its slot ads)."""
+        previous = {name: self.machine.get(name) for name in _COMPLETIONS}
+        return DrainForecast(self.slots, previous)
+
+    @cached_property
+    def drain(self) -> dict[str, Any]:
+        """The node's drain as the plan shows it (read-only: plans share it)."""
+        machine = self.machine
+        return {
+            "state": machine.get("DrainState", "none"),
+            "request_id": machine.get("DrainingRequestId"),
+            "reason": machine.get("DrainReason"),
+            "schedule": machine.get("DrainSchedule"),
+        }
+
+    @cached_property
+    def statistics(self) -> dict[str, Any]:
+        """The node's draining statistics as the plan shows them (read-only: shared)."""
+        return {
+            name: self.machine.get(name, 0)
+            for name in ("TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime")
+        }
+
+    @cached_property
+    def empty(self) -> bool:
+        """No dynamic slot holds an active job."""
+        return not any(
+            (s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS
+            for s in self.slots
+            if s.get("SlotType") == "Dynamic"
+        )
 
 
 class AdStore:
@@ -136,7 +179,12 @@ class AdStore:
         return sorted(self._entries.values(), key=lambda e: e.name)
 
     def lost(self, entry: AdEntry, now: float) -> bool:
-        return entry.age(now) > self.lifetime
+        return now - entry.received_at > self.lifetime
+
+    def lost_at(self, now: float) -> Callable[[AdEntry], bool]:
+        """:meth:`lost` at ``now``, as one function (for many entries)."""
+        lifetime = self.lifetime
+        return lambda entry: now - entry.received_at > lifetime
 
     def sweep(self, now: float) -> list[str]:
         """Mark newly lost nodes; returns their names (counted once each)."""
@@ -199,5 +247,7 @@ class AdStore:
         else:
             assert ip is not None
             names = self._by_ip.get(ip, set())
-        found = (self._entries[n] for n in sorted(names))
-        return [e for e in found if ip is None or e.ip == ip]
+        ordered = sorted(names) if len(names) > 1 else names
+        return [
+            entry for entry in (self._entries[n] for n in ordered) if ip is None or entry.ip == ip
+        ]

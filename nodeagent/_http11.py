@@ -303,19 +303,25 @@ class HttpServer:
                 raise RuntimeError(f"unexpected ASGI message {message['type']!r}")
             if not started or finished:
                 raise RuntimeError("a response body outside a response")
-            data = b""
+            # Pieces, not one concatenation: a plan's body is tens of MB, copied for nothing.
+            pieces: list[bytes] = []
             if conn.our_state is h11.SEND_RESPONSE:
                 if not any(k.lower() == b"date" for k, _ in headers):
                     headers.append((b"date", self._date()))
-                data = conn.send(h11.Response(status_code=status, headers=headers))
+                pieces.append(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
             chunk = message.get("body", b"")
             if chunk and not head:
-                data += conn.send(h11.Data(data=chunk))
+                pieces.extend(conn.send_with_data_passthrough(h11.Data(data=chunk)) or ())
             if not message.get("more_body", False):
                 finished = True
-                data += conn.send(h11.EndOfMessage())
-            if data:
-                await stream.send_all(data)
+                pieces.append(conn.send(h11.EndOfMessage()) or b"")
+            if sum(map(len, pieces)) <= _READ_SIZE:
+                if any(pieces):
+                    await stream.send_all(b"".join(pieces))
+                return
+            for piece in pieces:
+                if piece:
+                    await stream.send_all(piece)
 
         try:
             await self.app(scope, receive, send)

@@ -36,14 +36,21 @@ from nodeagent._maintenance import (
     MaintenanceState,
     Mode,
 )
-from nodeagent._plan import MachinePlan, PlanPolicy, machine_plan, plan_totals
+from nodeagent._plan import (
+    MachinePlan,
+    PlanPolicy,
+    ScheduledMachine,
+    machine_key,
+    machine_plan,
+    plan_row,
+    plan_totals,
+)
 from nodeagent._store import DocumentStore
 
 __all__ = ["Master", "MasterCounters"]
 
 log = logging.getLogger("nodeagent.master")
 
-_NS = 1_000_000_000
 #: A node whose drain request fails is retried after 2, 4, 8 … passes, at most this long.
 _MAX_BACKOFF = 60.0
 REASON = "maintenance"
@@ -78,12 +85,6 @@ def _reconcile_key(entry: AdEntry) -> tuple[Any, ...]:
     return tuple(machine.get(name) for name in _RECONCILE_ATTRIBUTES)
 
 
-def machine_key(machine_id: MachineId) -> str:
-    """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased)."""
-    host = "" if machine_id.hostname is None else machine_id.hostname.lower()
-    return f"{host}|{machine_id.ip or ''}"
-
-
 @dataclass
 class Master:
     """See the module docstring. ``run`` is the reconcile service."""
@@ -101,6 +102,7 @@ class Master:
     _wake: trio.Event = field(default_factory=trio.Event)
     _busy: set[str] = field(default_factory=set)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
+    _scheduled: tuple[tuple[Any, ...], tuple[ScheduledMachine, ...]] = ((), ())
 
     # ------------------------------------------------------------------ durability
 
@@ -193,42 +195,39 @@ class Master:
 
     # ------------------------------------------------------------------ the plan
 
-    def plans(
-        self, now: float, *, with_blockers: bool = True, with_estimates: bool = True
-    ) -> list[MachinePlan]:
+    def scheduled(self) -> tuple[ScheduledMachine, ...]:
+        """The machines with a window, in schedule order (remade when the schedule changes)."""
+        statuses = self.state.machines()
+        if statuses != self._scheduled[0]:
+            machines = (ScheduledMachine.of(status) for status in statuses)
+            self._scheduled = (statuses, tuple(m for m in machines if m is not None))
+        return self._scheduled[1]
+
+    def plans(self, now: float) -> list[MachinePlan]:
         """Every scheduled machine's plan (see :func:`~nodeagent._plan.machine_plan`)."""
-        lost = {e.name: self.ads.lost(e, now) for e in self.ads.entries()}
-        result = []
-        for status in self.state.machines():
-            if status.window is None:
-                continue
-            machine_id, mode = status.id, status.mode
-            unavailability = status.window.unavailability
-            key = machine_key(machine_id)
-            duration = unavailability.duration_ns
-            result.append(
-                machine_plan(
-                    key=key,
-                    machine_id=machine_id.to_json(),
-                    mode=str(mode),
-                    window_start=unavailability.start_ns / _NS,
-                    window_duration=None if duration is None else duration / _NS,
-                    nodes=self.ads.find(machine_id.hostname, machine_id.ip),
-                    lost=lost,
-                    now=now,
-                    policy=self.policy,
-                    drain_record=self.drains.get(key),
-                    with_blockers=with_blockers,
-                    with_estimates=with_estimates,
-                )
+        is_lost = self.ads.lost_at(now)
+        find = self.ads.find
+        drains = self.drains
+        policy = self.policy
+        return [
+            machine_plan(
+                machine,
+                find(machine.id.hostname, machine.id.ip),
+                is_lost=is_lost,
+                now=now,
+                policy=policy,
+                drain_record=drains.get(machine.key),
             )
-        return result
+            for machine in self.scheduled()
+        ]
 
     def plan(self, *, with_blockers: bool = True) -> dict[str, Any]:
         """GET /v1/maintenance/plan."""
         now = self.clock.now()
-        plans = self.plans(now, with_blockers=with_blockers)
-        totals = plan_totals(plans)
+        plans = self.plans(now)
+        is_lost = self.ads.lost_at(now)
+        rows = [plan_row(p, now, is_lost=is_lost, with_blockers=with_blockers) for p in plans]
+        totals = plan_totals(plans, rows)
         totals.update(vars(self.counters))
         totals["nodes"] = len(self.ads)
         return {
@@ -238,7 +237,7 @@ class Master:
                 "drain_margin": self.policy.drain_margin,
                 "escalation": self.policy.escalation,
             },
-            "machines": [p.row for p in plans],
+            "machines": rows,
             "totals": totals,
         }
 
@@ -262,7 +261,7 @@ class Master:
         scheduled = set()
         # A pass needs no estimates (the just-in-time start comes from the drain bound,
         # see nodeagent._plan), which keeps it cheap with thousands of machines.
-        for plan in self.plans(now, with_blockers=False, with_estimates=False):
+        for plan in self.plans(now):
             scheduled.add(plan.key)
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
@@ -281,7 +280,7 @@ class Master:
         record = self.drains.get(plan.key)
         state = machine.get("DrainState", "none")
         ours = record is not None and machine.get("DrainingRequestId") == record.get("request_id")
-        mode = plan.row["mode"]
+        mode = plan.mode
         if mode == "DOWN":
             if record is not None and record.get("down"):
                 return None
@@ -347,14 +346,14 @@ class Master:
         if completion is not None and completion > plan.window_start:
             log.warning(
                 "%s: graceful drain ends %.0f s after its window starts",
-                plan.row["node"],
+                plan.node_name,
                 completion - plan.window_start,
             )
         committed = await self.link.call(
             address, "POST", f"/v1/drain/{phase1['id']}/commit", actor=actor
         )
         self.drains[plan.key] = {
-            "node": plan.row["node"],
+            "node": plan.node_name,
             "request_id": committed["id"],
             "schedule": "graceful",
             "started_at": now,
@@ -365,7 +364,7 @@ class Master:
         }
         self.counters.drains_started += 1
         self.save()
-        log.info("%s: started graceful drain %s for %s", plan.row["node"], committed["id"], actor)
+        log.info("%s: started graceful drain %s for %s", plan.node_name, committed["id"], actor)
 
     async def _escalate(self, plan: MachinePlan, address: str, actor: str) -> None:
         record = self.drains[plan.key]
@@ -375,19 +374,19 @@ class Master:
         self.counters.drains_escalated += 1
         self.save()
         log.info(
-            "%s: not empty at its window: escalated (%s)", plan.row["node"], self.policy.escalation
+            "%s: not empty at its window: escalated (%s)", plan.node_name, self.policy.escalation
         )
 
     async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
         record = self.drains.setdefault(
             plan.key,
-            {"node": plan.row["node"], "actor": actor, "escalated": False, "started_at": None},
+            {"node": plan.node_name, "actor": actor, "escalated": False, "started_at": None},
         )
         await self._fast(address, actor, record)
         record["down"] = True
         self.counters.down_drains += 1
         self.save()
-        log.info("%s: down: fast drain %s", plan.row["node"], record.get("request_id"))
+        log.info("%s: down: fast drain %s", plan.node_name, record.get("request_id"))
 
     async def _fast(self, address: str, actor: str, record: dict[str, Any]) -> None:
         """Replace whatever drain the node has by a fast one that keeps it closed."""

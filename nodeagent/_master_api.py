@@ -15,12 +15,15 @@ route, so that the behaviour is one and the cost per ad is that of the work itse
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -50,7 +53,14 @@ from nodeagent._master import Master
 from nodeagent._master_metrics import MasterMetrics
 from slots import SlotsError, render_long
 
-__all__ = ["AdReply", "Principals", "build_master_app", "push_ad", "with_ad_fast_path"]
+__all__ = [
+    "AdReply",
+    "Principals",
+    "build_master_app",
+    "plan_body",
+    "push_ad",
+    "with_ad_fast_path",
+]
 
 _UNIX = "nodeagent.unix"
 _MESOS_METHODS = {
@@ -70,6 +80,39 @@ def _json_bytes(value: Any) -> bytes:
     return json.dumps(
         value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
     ).encode("utf-8")
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector (restoring its state after).
+
+    A plan of 10,000 machines allocates some 10^5 dicts and lists that live until its
+    reply is encoded; allocating them sets off full collections, each of which walks
+    every stored ad (≈ 0.2 s at that size) and finds nothing: the rows hold no cycles,
+    and reference counting frees them once the reply is encoded.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def plan_body(master: Master, *, with_blockers: bool = True) -> bytes:
+    """``GET /v1/maintenance/plan``'s body: the plan, encoded by orjson.
+
+    orjson writes what :class:`~fastapi.responses.JSONResponse` would, several times
+    faster (the plan of 10,000 machines is ≈ 26 MB); it refuses integers beyond 64 bits,
+    which an agent's ad could carry, and such a plan is encoded by :mod:`json` instead.
+    """
+    with _collector_paused():
+        plan = master.plan(with_blockers=with_blockers)
+        try:
+            return orjson.dumps(plan)
+        except orjson.JSONEncodeError:
+            return _json_bytes(plan)
 
 
 class Principals:
@@ -412,10 +455,10 @@ def build_master_app(
         allowed(request, Scope.READ)
         return _mesos_json(master.state.status().to_json())
 
-    @app.get("/v1/maintenance/plan", tags=["maintenance"])
-    async def plan(request: Request, blockers: bool = True) -> JSONResponse:
+    @app.get("/v1/maintenance/plan", tags=["maintenance"], response_class=JSONResponse)
+    async def plan(request: Request, blockers: bool = True) -> Response:
         """The cluster maintenance plan: per machine and totals."""
         allowed(request, Scope.READ)
-        return JSONResponse(master.plan(with_blockers=blockers))
+        return Response(plan_body(master, with_blockers=blockers), media_type="application/json")
 
     return app

@@ -1,8 +1,10 @@
 """The cluster maintenance plan: the nodes' estimates turned into when to drain what.
 
 Pure functions of the schedule, the ads and ``now`` (epoch seconds). A node's ad is
-brought up to ``now`` with :func:`slots.drain_estimates`, so a plan made from ads a
-minute old is as exact as the ads allow.
+brought up to ``now`` by its forecast (:class:`slots.DrainForecast`, exactly
+:func:`slots.drain_estimates`), so a plan made from ads a minute old is as exact as the
+ads allow; the forecast is computed once per ad, and reading it costs a few
+multiplications per job.
 
 **Just in time.** A node keeps accepting work until its drain starts, and any job it
 accepts is promised ``MaxJobRetirementTime``. A graceful drain started at ``T`` is
@@ -13,17 +15,25 @@ sooner). The latest safe start for a window at ``W`` is ``W − margin − that 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nodeagent._adstore import AdEntry
-from slots import ACTIVE, ad_blockers, drain_estimates
+from nodeagent._maintenance import MachineId, MachineStatus
 
-__all__ = ["MachinePlan", "PlanPolicy", "drain_bound", "machine_plan", "plan_totals"]
+__all__ = [
+    "MachinePlan",
+    "PlanPolicy",
+    "ScheduledMachine",
+    "drain_bound",
+    "machine_key",
+    "machine_plan",
+    "plan_row",
+    "plan_totals",
+]
 
-_SCHEDULES = ("Graceful", "Quick", "Fast")
-_ACTIVE_PAIRS = {(str(s), str(a)) for s, a in ACTIVE}
+_NS = 1_000_000_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,16 +46,85 @@ class PlanPolicy:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class MachinePlan:
-    """One scheduled machine's line of the plan; ``row`` is its JSON."""
+class ScheduledMachine:
+    """A machine of the schedule as the plan reads it; made once per schedule change.
+
+    ``machine_id`` and ``window`` are the JSON the plan's rows show (shared by the rows
+    of successive plans, so read-only).
+    """
 
     key: str
+    id: MachineId
+    mode: str
+    window_start: float
+    window_duration: float | None
+    machine_id: dict[str, str]
+    window: dict[str, float | None]
+
+    @classmethod
+    def of(cls, status: MachineStatus) -> ScheduledMachine | None:
+        """The scheduled machine of a status; ``None`` for a machine with no window."""
+        if status.window is None:
+            return None
+        unavailability = status.window.unavailability
+        start = unavailability.start_ns / _NS
+        duration = unavailability.duration_ns
+        seconds = None if duration is None else duration / _NS
+        return cls(
+            key=machine_key(status.id),
+            id=status.id,
+            mode=str(status.mode),
+            window_start=start,
+            window_duration=seconds,
+            machine_id=status.id.to_json(),
+            window={
+                "start": start,
+                "duration": seconds,
+                "end": None if seconds is None else start + seconds,
+            },
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MachinePlan:
+    """One scheduled machine as the master acts on it (:func:`plan_row` gives its line).
+
+    ``node`` is the first live node matching the machine id (or the first lost one);
+    ``drain_start`` is when its graceful drain is due, ``None`` without a node.
+    """
+
+    machine: ScheduledMachine
+    nodes: list[AdEntry]
     node: AdEntry | None
     lost: bool
     drain_start: float | None
-    window_start: float
-    empty: bool
-    row: dict[str, Any]
+    drain_record: Mapping[str, Any] | None
+
+    @property
+    def key(self) -> str:
+        return self.machine.key
+
+    @property
+    def mode(self) -> str:
+        return self.machine.mode
+
+    @property
+    def window_start(self) -> float:
+        return self.machine.window_start
+
+    @property
+    def node_name(self) -> str | None:
+        return None if self.node is None else self.node.name
+
+    @property
+    def empty(self) -> bool:
+        return self.node is not None and self.node.empty
+
+
+def machine_key(machine_id: MachineId) -> str:
+    """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased)."""
+    host = "" if machine_id.hostname is None else machine_id.hostname.lower()
+    return f"{host}|{machine_id.ip or ''}"
 
 
 def drain_bound(machine_ad: Mapping[str, Any]) -> float:
@@ -58,134 +137,107 @@ def drain_bound(machine_ad: Mapping[str, Any]) -> float:
     )
 
 
-def _is_empty(slots: Iterable[Mapping[str, Any]]) -> bool:
-    return not any(
-        (s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS
-        for s in slots
-        if s.get("SlotType") == "Dynamic"
-    )
-
-
 def machine_plan(
-    *,
-    key: str,
-    machine_id: Mapping[str, Any],
-    mode: str,
-    window_start: float,
-    window_duration: float | None,
+    machine: ScheduledMachine,
     nodes: list[AdEntry],
-    lost: Mapping[str, bool],
+    *,
+    is_lost: Callable[[AdEntry], bool],
     now: float,
     policy: PlanPolicy,
     drain_record: Mapping[str, Any] | None,
-    with_blockers: bool = True,
-    with_estimates: bool = True,
 ) -> MachinePlan:
     """The plan for one scheduled machine; ``nodes`` are the ads matching its id.
 
-    Without ``with_estimates`` the node's ad is not brought up to ``now`` (by far the
-    costliest part): ``expected``, ``on_time`` and ``late_by`` stay ``None`` and there are
-    no blockers. What the master acts on (the node, whether it is lost or empty, the
-    planned drain start) is there all the same.
+    Cheap: it reads the node's ad but brings nothing up to ``now`` (that is
+    :func:`plan_row`'s part), so a reconcile pass can afford it for every machine.
     """
-    live = [n for n in nodes if not lost.get(n.name, False)]
-    candidates = live or nodes
-    node = candidates[0] if candidates else None
+    node = None
+    for candidate in nodes:
+        if not is_lost(candidate):
+            node = candidate
+            break
+    lost = False
+    if node is None and nodes:
+        node, lost = nodes[0], True
+    drain_start = None
+    if node is not None:
+        if policy.drain_policy == "immediate":
+            drain_start = now
+        else:
+            drain_start = machine.window_start - policy.drain_margin - drain_bound(node.machine)
+    return MachinePlan(
+        machine=machine,
+        nodes=nodes,
+        node=node,
+        lost=lost,
+        drain_start=drain_start,
+        drain_record=drain_record,
+    )
+
+
+def plan_row(
+    plan: MachinePlan,
+    now: float,
+    *,
+    is_lost: Callable[[AdEntry], bool],
+    with_blockers: bool = True,
+) -> dict[str, Any]:
+    """The machine's line of ``GET /v1/maintenance/plan``.
+
+    The node's ad is brought up to ``now`` by its :class:`~slots.DrainForecast` (exactly
+    :func:`slots.drain_estimates` and :func:`slots.ad_blockers`); without a node,
+    ``expected``, ``on_time`` and ``late_by`` are ``None``.
+    """
+    record = plan.drain_record
+    node = plan.node
     row: dict[str, Any] = {
-        "machine_id": dict(machine_id),
-        "mode": mode,
-        "window": {
-            "start": window_start,
-            "duration": window_duration,
-            "end": None if window_duration is None else window_start + window_duration,
-        },
+        "machine_id": plan.machine.machine_id,
+        "mode": plan.machine.mode,
+        "window": plan.machine.window,
         "nodes": [
             {
                 "name": n.name,
                 "address": n.address,
                 "ad_age": round(n.age(now), 3),
-                "lost": lost.get(n.name, False),
+                "lost": is_lost(n),
             }
-            for n in nodes
+            for n in plan.nodes
         ],
         "node": None if node is None else node.name,
         "drain": None,
         "expected": None,
         "on_time": None,
         "late_by": None,
-        "planned_drain_start": None,
+        "planned_drain_start": plan.drain_start,
         "empty": None,
         "blockers": [],
-        "started_by_master": drain_record is not None,
-        "escalated": bool(drain_record and drain_record.get("escalated")),
+        "started_by_master": record is not None,
+        "escalated": bool(record and record.get("escalated")),
     }
     if node is None:
-        return MachinePlan(
-            key=key,
-            node=None,
-            lost=False,
-            drain_start=None,
-            window_start=window_start,
-            empty=False,
-            row=row,
-        )
-    machine = node.machine
-    empty = _is_empty(node.slots)
-    if policy.drain_policy == "immediate":
-        drain_start = now
-    else:
-        drain_start = window_start - policy.drain_margin - drain_bound(machine)
-    row.update(
-        {
-            "drain": {
-                "state": machine.get("DrainState", "none"),
-                "request_id": machine.get("DrainingRequestId"),
-                "reason": machine.get("DrainReason"),
-                "schedule": machine.get("DrainSchedule"),
-            },
-            "planned_drain_start": drain_start,
-            "empty": empty,
-            "statistics": {
-                "TotalMachineDrainingBadput": machine.get("TotalMachineDrainingBadput", 0),
-                "TotalMachineDrainingUnclaimedTime": machine.get(
-                    "TotalMachineDrainingUnclaimedTime", 0
-                ),
-            },
-        }
+        return row
+    empty = node.empty
+    forecast = node.forecast
+    graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput = forecast.values(
+        now
     )
-    if with_estimates:
-        previous = {
-            f"ExpectedMachine{s}DrainingCompletion": machine.get(
-                f"ExpectedMachine{s}DrainingCompletion"
-            )
-            for s in _SCHEDULES
-        }
-        expected = drain_estimates(node.slots, now, previous)
-        graceful_end = expected["ExpectedMachineGracefulDrainingCompletion"]
-        late_by = 0 if empty else max(0.0, graceful_end - window_start)
-        row["expected"] = {
-            s.lower(): {
-                "completion": expected[f"ExpectedMachine{s}DrainingCompletion"],
-                "badput": expected[f"ExpectedMachine{s}DrainingBadput"],
-            }
-            for s in _SCHEDULES
-        }
-        row["on_time"] = late_by == 0
-        row["late_by"] = late_by
-        if with_blockers and not empty:
-            row["blockers"] = ad_blockers(node.slots, now)
-    return MachinePlan(
-        key=key,
-        node=node,
-        lost=lost.get(node.name, False),
-        drain_start=drain_start,
-        window_start=window_start,
-        empty=empty,
-        row=row,
-    )
+    late_by = 0 if empty else max(0.0, graceful_end - plan.machine.window_start)
+    row["drain"] = node.drain
+    row["expected"] = {
+        "graceful": {"completion": graceful_end, "badput": graceful_badput},
+        "quick": {"completion": quick_end, "badput": quick_badput},
+        "fast": {"completion": fast_end, "badput": fast_badput},
+    }
+    row["on_time"] = late_by == 0
+    row["late_by"] = late_by
+    row["empty"] = empty
+    if with_blockers and not empty:
+        row["blockers"] = forecast.blockers(now)
+    row["statistics"] = node.statistics
+    return row
 
 
-def plan_totals(plans: Iterable[MachinePlan]) -> dict[str, Any]:
+def plan_totals(plans: Iterable[MachinePlan], rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Cluster totals: machines per mode, timeliness, expected badput, statistics."""
     modes: dict[str, int] = {"UP": 0, "DRAINING": 0, "DOWN": 0}
     totals: dict[str, Any] = {
@@ -200,19 +252,34 @@ def plan_totals(plans: Iterable[MachinePlan]) -> dict[str, Any]:
         "TotalMachineDrainingBadput": 0,
         "TotalMachineDrainingUnclaimedTime": 0,
     }
-    for plan in plans:
-        row = plan.row
-        totals["machines"] += 1
-        modes[row["mode"]] = modes.get(row["mode"], 0) + 1
+    machines = without_node = lost = on_time = empty = 0
+    graceful_badput = quick_badput = badput = unclaimed = 0
+    for plan, row in zip(plans, rows, strict=True):
+        machines += 1
+        modes[plan.mode] = modes.get(plan.mode, 0) + 1
         if plan.node is None:
-            totals["without_node"] += 1
+            without_node += 1
             continue
-        totals["lost"] += plan.lost
-        totals["empty"] += bool(row["empty"])
-        totals["on_time" if row["on_time"] else "late"] += 1
-        totals["expected_graceful_badput"] += row["expected"]["graceful"]["badput"]
-        totals["expected_quick_badput"] += row["expected"]["quick"]["badput"]
-        for name in ("TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime"):
-            totals[name] += int(row["statistics"][name])
+        lost += plan.lost
+        empty += bool(row["empty"])
+        on_time += bool(row["on_time"])
+        expected = row["expected"]
+        graceful_badput += expected["graceful"]["badput"]
+        quick_badput += expected["quick"]["badput"]
+        statistics = row["statistics"]
+        badput += int(statistics["TotalMachineDrainingBadput"])
+        unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
+    totals.update(
+        machines=machines,
+        without_node=without_node,
+        lost=lost,
+        on_time=on_time,
+        late=machines - without_node - on_time,
+        empty=empty,
+        expected_graceful_badput=graceful_badput,
+        expected_quick_badput=quick_badput,
+        TotalMachineDrainingBadput=badput,
+        TotalMachineDrainingUnclaimedTime=unclaimed,
+    )
     totals["modes"] = modes
     return totals
