@@ -43,16 +43,16 @@ class AdEntry:
     def my_type(self) -> str:
         return str(self.machine.get("MyType", "Machine"))
 
-    @property
+    @cached_property
     def hostname(self) -> str:
         return str(self.machine.get("Machine", self.name))
 
-    @property
+    @cached_property
     def ip(self) -> str | None:
         ip = self.machine.get("MachineIp")
         return None if ip is None else str(ip)
 
-    @property
+    @cached_property
     def address(self) -> str | None:
         address = self.machine.get("MyAddress")
         return None if address is None else str(address)
@@ -65,6 +65,17 @@ class AdEntry:
         """The node's drain estimates and blockers at any ``now`` (from its slot ads)."""
         previous = {name: self.machine.get(name) for name in _COMPLETIONS}
         return DrainForecast(self.slots, previous)
+
+    @cached_property
+    def drain_bound(self) -> float:
+        """Seconds a graceful drain may take on this node, whatever it accepts before:
+        ``max(MaxJobRetirementTime, MachineMaxVacateTime)``."""
+        return float(
+            max(
+                int(self.machine.get("MaxJobRetirementTime", 0)),
+                int(self.machine.get("MachineMaxVacateTime", 600)),
+            )
+        )
 
     @cached_property
     def drain(self) -> dict[str, Any]:

@@ -110,9 +110,12 @@ def plan_body(master: Master, *, with_blockers: bool = True) -> bytes:
     with _collector_paused():
         plan = master.plan(with_blockers=with_blockers)
         try:
-            return orjson.dumps(plan)
+            body = orjson.dumps(plan)
         except orjson.JSONEncodeError:
-            return _json_bytes(plan)
+            body = _json_bytes(plan)
+        # Freed before the collector resumes, or its first pass would walk the rows.
+        del plan
+    return body
 
 
 class Principals:

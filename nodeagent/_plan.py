@@ -10,12 +10,13 @@ multiplications per job.
 accepts is promised ``MaxJobRetirementTime``. A graceful drain started at ``T`` is
 therefore certain to be done by ``T + max(MaxJobRetirementTime, MachineMaxVacateTime)``
 (a job's own vacate time never exceeds that bound, and running jobs' promises end
-sooner). The latest safe start for a window at ``W`` is ``W − margin − that bound``.
+sooner: :attr:`AdEntry.drain_bound <nodeagent._adstore.AdEntry.drain_bound>`). The latest
+safe start for a window at ``W`` is ``W − margin − that bound``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +26,11 @@ from nodeagent._maintenance import MachineId, MachineStatus
 __all__ = [
     "MachinePlan",
     "PlanPolicy",
+    "PlanTotals",
     "ScheduledMachine",
-    "drain_bound",
     "machine_key",
     "machine_plan",
     "plan_row",
-    "plan_totals",
 ]
 
 _NS = 1_000_000_000
@@ -127,16 +127,6 @@ def machine_key(machine_id: MachineId) -> str:
     return f"{host}|{machine_id.ip or ''}"
 
 
-def drain_bound(machine_ad: Mapping[str, Any]) -> float:
-    """Seconds a graceful drain may take on this node, whatever it accepts before."""
-    return float(
-        max(
-            int(machine_ad.get("MaxJobRetirementTime", 0)),
-            int(machine_ad.get("MachineMaxVacateTime", 600)),
-        )
-    )
-
-
 def machine_plan(
     machine: ScheduledMachine,
     nodes: list[AdEntry],
@@ -164,7 +154,7 @@ def machine_plan(
         if policy.drain_policy == "immediate":
             drain_start = now
         else:
-            drain_start = machine.window_start - policy.drain_margin - drain_bound(node.machine)
+            drain_start = machine.window_start - policy.drain_margin - node.drain_bound
     return MachinePlan(
         machine=machine,
         nodes=nodes,
@@ -237,49 +227,42 @@ def plan_row(
     return row
 
 
-def plan_totals(plans: Iterable[MachinePlan], rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Cluster totals: machines per mode, timeliness, expected badput, statistics."""
-    modes: dict[str, int] = {"UP": 0, "DRAINING": 0, "DOWN": 0}
-    totals: dict[str, Any] = {
-        "machines": 0,
-        "without_node": 0,
-        "lost": 0,
-        "on_time": 0,
-        "late": 0,
-        "empty": 0,
-        "expected_graceful_badput": 0,
-        "expected_quick_badput": 0,
-        "TotalMachineDrainingBadput": 0,
-        "TotalMachineDrainingUnclaimedTime": 0,
-    }
-    machines = without_node = lost = on_time = empty = 0
-    graceful_badput = quick_badput = badput = unclaimed = 0
-    for plan, row in zip(plans, rows, strict=True):
-        machines += 1
-        modes[plan.mode] = modes.get(plan.mode, 0) + 1
+class PlanTotals:
+    """Cluster totals of a plan, added up row by row (:meth:`add`, then :meth:`to_json`):
+    machines per mode, timeliness, expected badput, draining statistics."""
+
+    def __init__(self) -> None:
+        self.modes: dict[str, int] = {"UP": 0, "DRAINING": 0, "DOWN": 0}
+        self.machines = self.without_node = self.lost = self.on_time = self.empty = 0
+        self.graceful_badput = self.quick_badput = self.badput = self.unclaimed = 0
+
+    def add(self, plan: MachinePlan, row: Mapping[str, Any]) -> None:
+        self.machines += 1
+        self.modes[plan.mode] = self.modes.get(plan.mode, 0) + 1
         if plan.node is None:
-            without_node += 1
-            continue
-        lost += plan.lost
-        empty += bool(row["empty"])
-        on_time += bool(row["on_time"])
+            self.without_node += 1
+            return
+        self.lost += plan.lost
+        self.empty += bool(row["empty"])
+        self.on_time += bool(row["on_time"])
         expected = row["expected"]
-        graceful_badput += expected["graceful"]["badput"]
-        quick_badput += expected["quick"]["badput"]
+        self.graceful_badput += expected["graceful"]["badput"]
+        self.quick_badput += expected["quick"]["badput"]
         statistics = row["statistics"]
-        badput += int(statistics["TotalMachineDrainingBadput"])
-        unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
-    totals.update(
-        machines=machines,
-        without_node=without_node,
-        lost=lost,
-        on_time=on_time,
-        late=machines - without_node - on_time,
-        empty=empty,
-        expected_graceful_badput=graceful_badput,
-        expected_quick_badput=quick_badput,
-        TotalMachineDrainingBadput=badput,
-        TotalMachineDrainingUnclaimedTime=unclaimed,
-    )
-    totals["modes"] = modes
-    return totals
+        self.badput += int(statistics["TotalMachineDrainingBadput"])
+        self.unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machines": self.machines,
+            "without_node": self.without_node,
+            "lost": self.lost,
+            "on_time": self.on_time,
+            "late": self.machines - self.without_node - self.on_time,
+            "empty": self.empty,
+            "expected_graceful_badput": self.graceful_badput,
+            "expected_quick_badput": self.quick_badput,
+            "TotalMachineDrainingBadput": self.badput,
+            "TotalMachineDrainingUnclaimedTime": self.unclaimed,
+            "modes": dict(self.modes),
+        }

@@ -25,7 +25,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from slots._ads import (
     EXPECTED_ATTRIBUTES,
@@ -220,9 +220,12 @@ def _evictions(
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    """A dict as it reads at a piece's base, and its moving entries: key, value, slope."""
+class _Frame(NamedTuple):
+    """A dict as it reads at a piece's base, and its moving entries: key, value, slope.
+
+    Pieces are tuples of scalars and flat dicts, which the cyclic garbage collector stops
+    tracking: a master holds one per node, and need not walk them.
+    """
 
     at_base: dict[str, Any]
     moving: tuple[tuple[str, int, int], ...]
@@ -260,8 +263,7 @@ def _clamped(trace: _Trace, line: _Line) -> _Line:
     return trace.min(line, _MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class _Piece:
+class _Piece(NamedTuple):
     """The forecast for the whole seconds ``base`` … ``base + horizon``."""
 
     base: int
@@ -310,25 +312,22 @@ class DrainForecast:
         self._deadline = deadline
         #: Whole-second inputs only; otherwise the direct functions serve every call.
         self._exact = deadline is None or type(deadline) is int
-        active_ads = [ad for ad in self._ads if active(ad)]
-        self._inputs = [job_inputs(ad) for ad in active_ads]
-        self._static = [
-            (
-                ad.get("Name"),
-                ad.get("ClaimId"),
-                ad.get("JobId"),
-                ad.get("RemoteOwner"),
-                spec.cpus,
-                ad.get("Activity"),
-            )
-            for ad, spec in zip(active_ads, self._inputs, strict=True)
-        ]
+        # The jobs are read from the ads anew for each piece (rarely): between pieces the
+        # forecast holds nothing but the piece.
         self._piece: _Piece | None = None
 
-    @property
-    def jobs(self) -> int:
-        """How many active jobs the ads hold."""
-        return len(self._inputs)
+    def ready(self, now: float) -> bool:
+        """Whether reading at ``now`` is cheap: the piece holding ``now`` is made."""
+        if not self._exact:
+            return True
+        piece = self._piece
+        whole = math.floor(now)
+        return piece is not None and piece.base <= whole <= piece.base + piece.horizon
+
+    def prepare(self, now: float) -> None:
+        """Make the piece holding ``now`` (the costly part), ahead of reads near ``now``."""
+        if self._exact:
+            self._piece_at(math.floor(now))
 
     def estimates(self, now: float) -> dict[str, int]:
         """:func:`~slots.drain_estimates` of the ads at ``now``."""
@@ -370,8 +369,10 @@ class DrainForecast:
 
     def _compute(self, base: int) -> _Piece:
         trace = _Trace(base)
+        active_ads = [ad for ad in self._ads if active(ad)]
+        inputs = [job_inputs(ad) for ad in active_ads]
         jobs = []
-        for spec in self._inputs:
+        for spec in inputs:
             elapsed = (
                 _ZERO if spec.as_of is None else trace.max(_ZERO, trace.now - _const(spec.as_of))
             )
@@ -417,23 +418,23 @@ class DrainForecast:
         blockers = []
         for i in order:
             plan = graceful[i]
-            slot, claim_id, job_id, owner, cpus, activity = self._static[i]
+            ad = active_ads[i]
             soft = plan.soft_kill_at
             blockers.append(
                 _frame(
                     trace,
-                    slot=slot,
-                    claim_id=claim_id,
-                    job_id=job_id,
-                    owner=owner,
-                    cpus=cpus,
-                    activity=activity,
+                    slot=ad.get("Name"),
+                    claim_id=ad.get("ClaimId"),
+                    job_id=ad.get("JobId"),
+                    owner=ad.get("RemoteOwner"),
+                    cpus=inputs[i].cpus,
+                    activity=ad.get("Activity"),
                     run=jobs[i].run,
                     retirement_remaining=plan.retirement_remaining,
                     vacate=plan.vacate,
                     evict_at=None if soft is None else _clamped(trace, soft),
                     gone_by=_clamped(trace, plan.hard_kill_at),
-                    accepted_while_draining=self._inputs[i].accepted_while_draining,
+                    accepted_while_draining=inputs[i].accepted_while_draining,
                 )
             )
         return _Piece(

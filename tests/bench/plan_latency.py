@@ -4,17 +4,24 @@
 as in ``ad_ingest.py``), all scheduled: 100 windows of 100 machines, 2 to 18.5 hours
 ahead, so every machine is DRAINING and no drain is due during the benchmark.
 
-* **In-process**: :meth:`Master.plan` on a master holding those ads and that schedule.
-  Its clock moves on by one second before each call, so no call can reuse what an
-  earlier one computed for the same second; the ads are then 1 to ``runs`` seconds old
-  and are all brought up to ``now``.
+* **In-process**, on a master holding those ads and that schedule, whose clock moves on
+  by one second before each call, so that no call can reuse what an earlier one computed
+  for the same second (the ads are 1 to ``runs`` seconds old, all brought up to ``now``):
+  ``plan_ms`` is :meth:`Master.plan` (the plan as data), ``body_ms`` the reply body the
+  server makes per request (:func:`plan_body`: the plan encoded). ``cold_body_ms`` is the
+  body right after every ad was replaced, with no reconcile pass in between, so every
+  node's forecast is made during the call (the worst case).
 * **Over HTTP**: a real master subprocess receives the 10,000 ads over TCP (DAEMON
   tokens) and the schedule over its Unix socket; then ``GET /v1/maintenance/plan`` over
   TCP with a READ token, one keep-alive connection, from the request to the last byte of
-  the reply. The master's CPU time per request is given too.
+  the reply, with the master's CPU time per request. Then the same while simulated agents
+  (another process) push their ads again at ``machines / 60`` per second, as agents with
+  the default ``update_interval`` do, with a request every ``--interval`` seconds (as
+  ``nodeagent master plan --watch``): the steady state of a cluster under maintenance.
 
 Both with blockers (the default) and with ``blockers=false``. Prints one JSON document.
-Usage: ``python tests/bench/plan_latency.py [--machines 10000] [--runs 3] [--http-runs 2]``.
+Usage: ``python tests/bench/plan_latency.py [--machines 10000] [--runs 5] [--http-runs 5]
+[--interval 2]``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import signal
 import sys
 import tempfile
@@ -37,6 +45,7 @@ from nodeagent._adstore import AdStore
 from nodeagent._agent_link import HttpAgentLink
 from nodeagent._maintenance import MaintenanceSchedule
 from nodeagent._master import Master
+from nodeagent._master_api import plan_body
 from nodeagent._store import DocumentStore
 from tests.bench._benchlib import percentile, terminate
 from tests.bench.ad_ingest import (
@@ -124,14 +133,32 @@ def in_process(ads: list[dict[str, Any]], now: float, runs: int, tmp: Path) -> d
         master.state.update_schedule(MaintenanceSchedule.from_json(schedule(len(ads), now)))
         result: dict[str, Any] = {}
         for blockers in (True, False):
-            times = []
+            plan_times, body_times = [], []
             for _ in range(runs):
                 clock.t += 1.0
                 started = time.perf_counter()
                 plan = master.plan(with_blockers=blockers)
-                times.append(time.perf_counter() - started)
+                plan_times.append(time.perf_counter() - started)
                 check(plan, len(ads), blockers=blockers)
-            result["plan_ms" if blockers else "plan_without_blockers_ms"] = summary(times)
+                del plan
+                clock.t += 1.0
+                started = time.perf_counter()
+                body = plan_body(master, with_blockers=blockers)
+                body_times.append(time.perf_counter() - started)
+                check(json.loads(body), len(ads), blockers=blockers)
+            suffix = "" if blockers else "_without_blockers"
+            result[f"plan{suffix}_ms"] = summary(plan_times)
+            result[f"body{suffix}_ms"] = summary(body_times)
+        cold = []
+        for _ in range(max(1, runs // 2)):
+            clock.t += 1.0
+            for ad in ads:
+                master.ads.update(ad, clock.t)
+            started = time.perf_counter()
+            body = plan_body(master)
+            cold.append(time.perf_counter() - started)
+        check(json.loads(body), len(ads), blockers=True)
+        result["cold_body_ms"] = summary(cold)
         return result
     finally:
         store.close()
@@ -140,7 +167,30 @@ def in_process(ads: list[dict[str, Any]], now: float, runs: int, tmp: Path) -> d
 # ---------------------------------------------------------------------------- over HTTP
 
 
-def over_http(machines: int, now: float, runs: int, tmp: Path) -> dict[str, Any]:
+def churn(
+    address: tuple[str, int],
+    prepared: list[bytes],
+    rate: float,
+    *,
+    stop: Any,
+    pushed: Any,
+) -> None:
+    """Push the nodes' ads again, round and round, at ``rate`` per second, until ``stop``."""
+    tick = 0.1
+    per_tick = max(1, round(rate * tick))
+    next_at = time.monotonic()
+    i = 0
+    while not stop.is_set():
+        batch = [prepared[(i + k) % len(prepared)] for k in range(per_tick)]
+        i += per_tick
+        statuses = push_each(address, batch, connections=1)
+        with pushed.get_lock():
+            pushed.value += statuses.get(200, 0)
+        next_at += tick
+        stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) -> dict[str, Any]:
     master = MasterProcess(tmp / "master", settings={"ad_lifetime": 3600})
     try:
         master.start()
@@ -148,7 +198,8 @@ def over_http(machines: int, now: float, runs: int, tmp: Path) -> dict[str, Any]
         process = psutil.Process(master.proc.pid)
         host, port = master.url.removeprefix("http://").rsplit(":", 1)
         started = time.perf_counter()
-        statuses = push_each((host, int(port)), requests(master, int(port), machines, now))
+        prepared = requests(master, int(port), machines, now)
+        statuses = push_each((host, int(port)), prepared)
         pushed_in = time.perf_counter() - started
         if statuses != {200: machines}:
             raise RuntimeError(f"ad pushes answered {statuses}")
@@ -156,10 +207,14 @@ def over_http(machines: int, now: float, runs: int, tmp: Path) -> dict[str, Any]
         if posted.status_code != 200:
             raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
         result: dict[str, Any] = {"ads_pushed_in_s": round(pushed_in, 2)}
+        # The reconcile passes make the new nodes' forecasts, 500 a second.
+        time.sleep(machines / 500 + 3)
         with master.client(master.token("READ")) as client:
-            for blockers in (True, False):
+
+            def measure(name: str, blockers: bool, pause: float) -> None:
                 times, cpu, size = [], [], 0
                 for _ in range(runs):
+                    time.sleep(pause)
                     cpu0 = sum(process.cpu_times()[:2])
                     t0 = time.perf_counter()
                     response = client.get(
@@ -171,10 +226,33 @@ def over_http(machines: int, now: float, runs: int, tmp: Path) -> dict[str, Any]
                         raise RuntimeError(f"plan: {response.status_code} {response.text[:200]}")
                     size = len(response.content)
                     check(response.json(), machines, blockers=blockers)
-                name = "plan" if blockers else "plan_without_blockers"
                 result[f"{name}_ms"] = summary(times)
                 result[f"{name}_master_cpu_ms"] = summary(cpu)
                 result[f"{name}_reply_bytes"] = size
+
+            measure("plan", True, 0.0)
+            measure("plan_without_blockers", False, 0.0)
+            rate = machines / 60
+            stop = multiprocessing.Event()
+            pushed = multiprocessing.Value("i", 0)
+            pusher = multiprocessing.get_context("fork").Process(
+                target=churn,
+                args=((host, int(port)), prepared, rate),
+                kwargs={"stop": stop, "pushed": pushed},
+            )
+            pusher.start()
+            try:
+                started = time.perf_counter()
+                measure("plan_under_churn", True, interval)
+                measure("plan_without_blockers_under_churn", False, interval)
+                elapsed = time.perf_counter() - started
+            finally:
+                stop.set()
+                pusher.join(timeout=30)
+                if pusher.is_alive():
+                    pusher.kill()
+                    pusher.join()
+            result["churn_ads_per_s"] = round(pushed.value / elapsed, 1)
         result["master_rss_mib"] = round(process.memory_info().rss / 2**20, 1)
     finally:
         stop_master(master)
@@ -182,7 +260,7 @@ def over_http(machines: int, now: float, runs: int, tmp: Path) -> dict[str, Any]
     return result
 
 
-def run(machines: int, runs: int, http_runs: int) -> dict[str, Any]:
+def run(machines: int, runs: int, http_runs: int, interval: float) -> dict[str, Any]:
     now = time.time()
     templates = template_ads(now)
     ads = [
@@ -192,7 +270,7 @@ def run(machines: int, runs: int, http_runs: int) -> dict[str, Any]:
         tmp = Path(name)
         local = in_process(ads, now, runs, tmp)
         del ads
-        remote = over_http(machines, now, http_runs, tmp) if http_runs else {}
+        remote = over_http(machines, now, http_runs, interval, tmp) if http_runs else {}
     return {
         "benchmark": "plan_latency",
         "machines": machines,
@@ -207,12 +285,15 @@ def run(machines: int, runs: int, http_runs: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--machines", type=int, default=10_000, help="scheduled machines")
-    parser.add_argument("--runs", type=int, default=3, help="in-process calls per variant")
-    parser.add_argument("--http-runs", type=int, default=2, help="HTTP requests per variant")
+    parser.add_argument("--runs", type=int, default=5, help="in-process calls per variant")
+    parser.add_argument("--http-runs", type=int, default=5, help="HTTP requests per variant")
+    parser.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between requests under churn"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(run(args.machines, args.runs, args.http_runs), indent=2))
+        print(json.dumps(run(args.machines, args.runs, args.http_runs, args.interval), indent=2))
     return 0
 
 

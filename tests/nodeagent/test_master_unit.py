@@ -115,3 +115,44 @@ async def test_an_ad_with_a_non_finite_number_is_refused(
     reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
     assert reply.status == 422
     assert master.ads.query(master.clock.now()) == []
+
+
+def many_nodes_schedule(count: int, start: float) -> MaintenanceSchedule:
+    return MaintenanceSchedule(
+        windows=(
+            Window(
+                machine_ids=tuple(
+                    MachineId(hostname=f"n{i}.test", ip=f"10.0.0.{i}") for i in range(count)
+                ),
+                unavailability=Unavailability(start_ns=int(start * 1e9), duration_ns=None),
+            ),
+        )
+    )
+
+
+async def test_reconcile_passes_make_forecasts_a_bounded_number_at_a_time(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master = make_master(tmp_path, DownLink())
+    master.forecasts_per_pass = 2
+    master.policy = PlanPolicy()  # just in time: no drain is due an hour ahead
+    template = node_ad(EPOCH)
+    for i in range(5):
+        machine = {**template["machine"], "Name": f"n{i}.test", "Machine": f"n{i}.test"}
+        master.receive_ad(
+            {"machine": {**machine, "MachineIp": f"10.0.0.{i}"}, "slots": template["slots"]}
+        )
+    master.set_schedule(many_nodes_schedule(5, EPOCH + 7 * 86400), actor="ops")
+    entries = master.ads.entries()
+
+    def made() -> int:
+        return sum(e.forecast.ready(master.clock.now()) for e in entries)
+
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert made() == 2
+        master.reconcile(nursery)
+        master.reconcile(nursery)
+        assert made() == 5
+    row = master.plan()["machines"][0]
+    assert row["expected"]["graceful"]["completion"] == EPOCH + 600  # the vacate time

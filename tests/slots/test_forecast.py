@@ -182,7 +182,6 @@ def test_an_idle_machine_keeps_the_moment_it_became_drainable() -> None:
     idle = [{"SlotType": "Partitionable", "State": "Unclaimed", "Activity": "Idle"}]
     previous = dict.fromkeys(EXPECTED_ATTRIBUTES, T0 + 10)
     forecast = DrainForecast(idle, previous)
-    assert forecast.jobs == 0
     completions = [
         forecast.estimates(T0 + d)["ExpectedMachineFastDrainingCompletion"] for d in (0, 9, 10, 99)
     ]
@@ -197,3 +196,16 @@ def test_an_idle_forecast_second_by_second(previous: float | None) -> None:
     forecast = DrainForecast(idle, values)
     for now in range(T0 - 2, T0 + 20):
         assert forecast.estimates(now) == drain_estimates(idle, now, values)
+
+
+def test_a_forecast_is_ready_where_its_piece_holds() -> None:
+    forecast = DrainForecast(busy())
+    assert not forecast.ready(T0)
+    forecast.prepare(T0)
+    # The second job borrows vacate time: its soft kill is due at T0 + 200 (500 s of
+    # retirement left, 300 s to vacate). From then on it is `now`: the piece ends there.
+    assert forecast.ready(T0 + 100.5)
+    assert forecast.ready(T0 + 200)
+    assert not forecast.ready(T0 + 201)
+    assert not forecast.ready(T0 - 1)
+    assert forecast.estimates(T0 + 100) == drain_estimates(busy(), T0 + 100)
