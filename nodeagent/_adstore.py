@@ -115,6 +115,10 @@ class AdStore:
         self._others: dict[tuple[str, str], AdEntry] = {}
         self._by_host: dict[str, set[str]] = {}
         self._by_ip: dict[str, set[str]] = {}
+        # find()'s answers (a reconcile pass asks for every scheduled machine each
+        # second), and the keys of those answers that each hostname or ip is part of.
+        self._found: dict[tuple[str | None, str | None], list[AdEntry]] = {}
+        self._found_by: dict[str, set[tuple[str | None, str | None]]] = {}
         self.received = 0
         self.expired = 0
         self._lost: set[str] = set()
@@ -163,6 +167,7 @@ class AdStore:
         self._by_host.setdefault(entry.hostname.lower(), set()).add(name)
         if entry.ip is not None:
             self._by_ip.setdefault(entry.ip, set()).add(name)
+        self._forget_found(entry)
         self._lost.discard(name)
         self.received += 1
         return entry
@@ -171,6 +176,15 @@ class AdStore:
         self._by_host.get(entry.hostname.lower(), set()).discard(entry.name)
         if entry.ip is not None:
             self._by_ip.get(entry.ip, set()).discard(entry.name)
+        self._forget_found(entry)
+
+    def _forget_found(self, entry: AdEntry) -> None:
+        """Drop the remembered :meth:`find` answers that ``entry`` is or was part of."""
+        for key in self._found_by.pop(entry.hostname.lower(), ()):
+            self._found.pop(key, None)
+        if entry.ip is not None:
+            for key in self._found_by.pop(entry.ip, ()):
+                self._found.pop(key, None)
 
     def forget(self, name: str) -> bool:
         """Drop a node's ad; returns whether there was one."""
@@ -249,16 +263,27 @@ class AdStore:
     def find(self, hostname: str | None, ip: str | None) -> list[AdEntry]:
         """Nodes whose ad matches a Mesos machine id (hostname case-insensitive, ip exact).
 
-        An id with only a hostname matches any ip, with only an ip any hostname.
+        An id with only a hostname matches any ip, with only an ip any hostname. The list
+        is remembered until an ad for that hostname or ip arrives: do not change it.
         """
         if hostname is None and ip is None:
             raise InvalidRequest("a machine id needs a hostname or an ip")
-        if hostname is not None:
-            names = self._by_host.get(hostname.lower(), set())
+        host = None if hostname is None else hostname.lower()
+        key = (host, ip)
+        found = self._found.get(key)
+        if found is not None:
+            return found
+        if host is not None:
+            names = self._by_host.get(host, set())
         else:
             assert ip is not None
             names = self._by_ip.get(ip, set())
-        ordered = sorted(names) if len(names) > 1 else names
-        return [
-            entry for entry in (self._entries[n] for n in ordered) if ip is None or entry.ip == ip
+        found = [
+            entry
+            for entry in (self._entries[n] for n in sorted(names))
+            if ip is None or entry.ip == ip
         ]
+        self._found[key] = found
+        # An ad for this hostname (or, without one, this ip) changes the answer.
+        self._found_by.setdefault(host if host is not None else ip or "", set()).add(key)
+        return found
