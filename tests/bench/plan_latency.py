@@ -213,8 +213,9 @@ def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) 
         if posted.status_code != 200:
             raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
         result: dict[str, Any] = {"ads_pushed_in_s": round(pushed_in, 2)}
-        # The reconcile passes make the new nodes' forecasts, 500 a second.
-        time.sleep(machines / 500 + 3)
+        # The reconcile passes make the new nodes' forecasts, up to 500 a pass (a pass a
+        # second, plus its own time): wait until they are all made.
+        time.sleep(machines / 400 + 5)
         with master.client(master.token("READ")) as client:
 
             def measure(name: str, blockers: bool, pause: float) -> None:
