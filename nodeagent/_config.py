@@ -801,6 +801,12 @@ class DefragConfig(_DaemonSettings):
         description="DEFRAG_CANCEL_REQUIREMENTS: cancel the daemon's drains that match; "
         "default: the whole machine expression",
     )
+    draining_start_expr: ClassAdExpression | None = _field(
+        None,
+        reload=True,
+        description="DEFRAG_DRAINING_START_EXPR: which jobs a machine takes while the "
+        "daemon drains it (evicted as soon as the original jobs are gone); default: none",
+    )
     max_badput_increase: float = _field(
         1.5,
         reload=True,

@@ -108,6 +108,7 @@ class DefragPolicy:
     rank: str = "-ExpectedMachineGracefulDrainingBadput"
     schedule: Schedule = Schedule.GRACEFUL
     cancel_requirements: str | None = None
+    draining_start_expr: str | None = None
     max_badput_increase: float = 1.5
 
     def __post_init__(self) -> None:
@@ -759,12 +760,14 @@ class DefragService:
         """Phase 1, compare, commit. Returns ``success``, ``skip`` or ``failure``."""
         policy = self.policy
         what = str(policy.schedule)
-        body = {
+        body: dict[str, Any] = {
             "schedule": what,
             "reason": policy.reason,
             "on_completion": "resume",
             "ttl": TRANSACTION_TTL,
         }
+        if policy.draining_start_expr is not None:
+            body["start"] = policy.draining_start_expr
         address = candidate.address
         try:
             phase1 = await self.link.call_agent(address, "POST", "/v1/drain", body=body)

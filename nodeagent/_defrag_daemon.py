@@ -70,6 +70,7 @@ def defrag_policy(config: DefragConfig, *, name: str | None = None) -> DefragPol
         rank=config.rank,
         schedule=Schedule(config.schedule),
         cancel_requirements=config.cancel_requirements,
+        draining_start_expr=config.draining_start_expr,
         max_badput_increase=config.max_badput_increase,
     )
 

@@ -119,7 +119,12 @@ def test_rate_concurrency_cheapest_first_and_machines_resume_whole(
                  == {"n1.test": 7, "n2.test": 6, "n3.test": 4})  # fmt: skip
         clock = StepClock(EPOCH)
         service = service_for(
-            master, tmp_path, clock, draining_machines_per_hour=3.0, max_concurrent_draining=1
+            master,
+            tmp_path,
+            clock,
+            draining_machines_per_hour=3.0,
+            max_concurrent_draining=1,
+            draining_start_expr="TARGET.RequestCpus <= 1",
         )
         # half a drain per cycle: nothing at the first, the cheapest at the second
         first = cycle(service, clock, advance=0)
@@ -131,6 +136,14 @@ def test_rate_concurrency_cheapest_first_and_machines_resume_whole(
         assert (drain["state"], drain["reason"]) == ("draining", REASON)
         assert (drain["on_completion"], drain["schedule"]) == ("resume", "graceful")
         assert drain["requested_by"] == "defrag:defrag-itest"
+        # DEFRAG_DRAINING_START_EXPR: a one-core job still gets in while n1 drains (and goes
+        # with the original job), a two-core one does not
+        assert drain["start"] == "TARGET.RequestCpus <= 1"
+        claim(n1, tmp_path, cpus=1, retirement=600)
+        argv, _ = job_script(tmp_path, "n1-refused")
+        with n1.client() as c:
+            refused = c.post("/v1/claims", json={"command": argv, "cpus": 2})
+        assert refused.status_code == 409, refused.text
         # half a drain again; then a whole one, but a machine is draining already
         wait_for(lambda: pslots(master)["n1.test"].get("Draining") is True)
         assert cycle(service, clock).started == ()

@@ -802,3 +802,23 @@ def test_status_refuses_long_with_json(tmp_path: Path) -> None:
         defrag_app, ["status", "--socket", str(tmp_path / "s"), "--json", "-l"]
     )
     assert result.exit_code == 2
+
+
+async def test_the_draining_start_expression_goes_with_every_drain(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    machines = [FakeMachine(name="a", badput=100, drain_time=1500)]
+    async with running(machines, draining_start_expr="TARGET.RequestCpus <= 2") as (_, pool):
+        await trio.sleep(601)
+    assert pool.commits() == [(0.0, "a")]
+    assert [h.get("start") for h in machines[0].history] == ["TARGET.RequestCpus <= 2"]
+
+
+async def test_without_a_draining_start_expression_drains_admit_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    machines = [FakeMachine(name="a", badput=100, drain_time=1500)]
+    async with running(machines) as (_, pool):
+        await trio.sleep(601)
+    assert pool.commits() == [(0.0, "a")]
+    assert "start" not in machines[0].history[0]
