@@ -230,15 +230,8 @@ class _Frame(NamedTuple):
     at_base: dict[str, Any]
     moving: tuple[tuple[str, int, int], ...]
 
-    def at(self, d: int) -> dict[str, Any]:
-        """The dict ``d`` seconds after the base (a new one)."""
-        values = self.at_base.copy()
-        for key, at, slope in self.moving:
-            values[key] = at + slope * d
-        return values
 
-
-def _frame(trace: _Trace, **fields: Any) -> _Frame:
+def _frame(**fields: Any) -> _Frame:
     """Fields that are lines become values at the base; those that move are noted."""
     at_base = {}
     moving = []
@@ -297,8 +290,9 @@ class DrainForecast:
     """A node's six ``ExpectedMachine*`` values and graceful blockers at any ``now``.
 
     Built from the node's slot ads and its last published completions (``previous``, for
-    the idle rule); the ads are read once, here. :meth:`estimates` and :meth:`blockers`
-    return fresh objects; the forecast keeps only its current piece.
+    the idle rule), which it keeps and reads again for each new piece (rarely). Besides
+    them it keeps only its current piece; :meth:`estimates` and :meth:`blockers` return
+    fresh objects.
     """
 
     def __init__(
@@ -350,7 +344,8 @@ class DrainForecast:
         whole = math.floor(now)
         piece = self._piece_at(whole)
         d = whole - piece.base
-        # Frame.at, inlined: this loop is what a plan of thousands of nodes repeats.
+        # A copy of each frame's dict with its moving values brought to `d`: this loop is
+        # what a plan of thousands of nodes repeats.
         result = []
         for frame in piece.blockers:
             values = frame.at_base.copy()
@@ -422,7 +417,6 @@ class DrainForecast:
             soft = plan.soft_kill_at
             blockers.append(
                 _frame(
-                    trace,
                     slot=ad.get("Name"),
                     claim_id=ad.get("ClaimId"),
                     job_id=ad.get("JobId"),
