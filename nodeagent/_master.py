@@ -32,6 +32,7 @@ from nodeagent._agent import Clock
 from nodeagent._agent_link import AgentCallFailed, AgentLink
 from nodeagent._maintenance import (
     MachineId,
+    MachineStatus,
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
@@ -105,7 +106,7 @@ class Master:
     _wake: trio.Event = field(default_factory=trio.Event)
     _busy: set[str] = field(default_factory=set)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
-    _scheduled: tuple[tuple[Any, ...], tuple[ScheduledMachine, ...]] = ((), ())
+    _scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]] = ((), ())
 
     # ------------------------------------------------------------------ durability
 
@@ -231,9 +232,9 @@ class Master:
         is_lost = self.ads.lost_at(now)
         rows = []
         added = PlanTotals()
-        for machine in plans:
-            row = plan_row(machine, now, is_lost=is_lost, with_blockers=with_blockers)
-            added.add(machine, row)
+        for each in plans:
+            row = plan_row(each, now, is_lost=is_lost, with_blockers=with_blockers)
+            added.add(each, row)
             rows.append(row)
         totals = added.to_json()
         totals.update(vars(self.counters))
