@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from slots import ACTIVE, DrainForecast, InvalidRequest, is_true, validate_expression
+from slots import (
+    ACTIVE,
+    DrainForecast,
+    InvalidRequest,
+    check_estimate_inputs,
+    is_true,
+    validate_expression,
+)
 
 __all__ = ["AdEntry", "AdStore"]
 
@@ -129,7 +136,9 @@ class AdStore:
     def update(self, ad: Mapping[str, Any], now: float) -> AdEntry:
         """Store a pushed ad (``{"machine": {...}, "slots": [...]}``).
 
-        Raises :class:`InvalidRequest` when it is not shaped like an agent's ad.
+        Raises :class:`InvalidRequest` when it is not shaped like an agent's ad, or when a
+        node's ad holds what its drain estimates cannot be computed from (see
+        :func:`slots.check_estimate_inputs`); the store is then unchanged.
         """
         machine = ad.get("machine")
         slots = ad.get("slots")
@@ -153,6 +162,7 @@ class AdStore:
             self._others[(my_type, name)] = other
             self.received += 1
             return other
+        check_estimate_inputs((machine, *slots))
         previous = self._entries.get(name)
         entry = AdEntry(
             name=name,

@@ -7,7 +7,7 @@ epoch seconds). The shell (:mod:`nodeagent`) turns the world into calls on a
 
 from __future__ import annotations
 
-from slots._ads import EXPECTED_ATTRIBUTES, ad_blockers, drain_estimates
+from slots._ads import EXPECTED_ATTRIBUTES, ad_blockers, check_estimate_inputs, drain_estimates
 from slots._classad import evaluate, is_true, parse_long, render_long, validate_expression
 from slots._drain import (
     Action,
@@ -102,6 +102,7 @@ __all__ = [
     "TransactionExpired",
     "TransactionPending",
     "ad_blockers",
+    "check_estimate_inputs",
     "check_move",
     "clamp",
     "drain_estimates",

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slots._errors import InvalidRequest
 from slots._estimates import (
     JobTiming,
     Phase,
@@ -24,7 +25,7 @@ from slots._estimates import (
 )
 from slots._states import ACTIVE, Activity, State
 
-__all__ = ["EXPECTED_ATTRIBUTES", "ad_blockers", "drain_estimates"]
+__all__ = ["EXPECTED_ATTRIBUTES", "ad_blockers", "check_estimate_inputs", "drain_estimates"]
 
 _NAMES = {
     Schedule.GRACEFUL: "Graceful",
@@ -86,6 +87,45 @@ def drain_estimates(
         result[completion_attr] = clamp(value.completion)
         result[f"ExpectedMachine{name}DrainingBadput"] = clamp(value.badput)
     return result
+
+
+#: What the arithmetic reads as numbers, in a slot ad or the machine ad (absent: a default).
+_NUMBERS = (
+    "Cpus",
+    "TotalJobRunTime",
+    "MyCurrentTime",
+    "MaxJobRetirementTime",
+    "JobMaxVacateTime",
+    "VacateTimeRemaining",
+    "MachineMaxVacateTime",
+    "DrainingDeadline",
+    *(f"ExpectedMachine{name}DrainingCompletion" for name in _NAMES.values()),
+)
+_POLICIES = frozenset(str(policy) for policy in SuspendPolicy)
+
+
+def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
+    """Raise :class:`~slots.InvalidRequest` unless :func:`drain_estimates` can read ``ads``.
+
+    Every attribute the arithmetic reads as a number must be a finite number (or absent,
+    or ``None`` = undefined), and ``DrainSuspendedJobs`` one of the policies. A master
+    checks every ad it takes, so that one node's ad cannot break a plan.
+    """
+    for ad in ads:
+        for name in _NUMBERS:
+            value = ad.get(name)
+            if value is None:
+                continue
+            if type(value) not in (int, float) or not math.isfinite(value):
+                raise InvalidRequest(
+                    f"{ad.get('Name', 'an ad')}: {name} must be a finite number, not {value!r}"
+                )
+        policy = ad.get("DrainSuspendedJobs")
+        if policy is not None and policy not in _POLICIES:
+            raise InvalidRequest(
+                f"{ad.get('Name', 'an ad')}: DrainSuspendedJobs must be one of "
+                f"{', '.join(sorted(_POLICIES))}, not {policy!r}"
+            )
 
 
 def machine_inputs(ads: list[Mapping[str, Any]]) -> tuple[int, SuspendPolicy, float | None]:

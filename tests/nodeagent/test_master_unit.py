@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -156,3 +158,47 @@ async def test_reconcile_passes_make_forecasts_a_bounded_number_at_a_time(
         assert made() == 5
     row = master.plan()["machines"][0]
     assert row["expected"]["graceful"]["completion"] == EPOCH + 600  # the vacate time
+
+
+@pytest.mark.parametrize(
+    ("where", "attribute", "value"),
+    [
+        ("slot", "TotalJobRunTime", "600"),
+        ("slot", "MaxJobRetirementTime", True),
+        ("slot", "Cpus", [1]),
+        ("slot", "MyCurrentTime", float("inf")),
+        ("machine", "MachineMaxVacateTime", {"s": 1}),
+        ("machine", "DrainingDeadline", "tomorrow"),
+        ("machine", "ExpectedMachineGracefulDrainingCompletion", "soon"),
+        ("machine", "DrainSuspendedJobs", "ignore"),
+    ],
+)
+async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, where: str, attribute: str, value: Any
+) -> None:
+    from nodeagent._auth import Scope, create_token
+    from nodeagent._master_api import Principals, push_ad
+
+    master = make_master(tmp_path, DownLink())
+    master.receive_ad(node_ad(EPOCH))
+    master.set_schedule(schedule(EPOCH + 3600), actor="ops")
+    before = master.ads.get("n1.test")
+    bad = node_ad(EPOCH + 10)
+    target = bad["machine"] if where == "machine" else bad["slots"][1]
+    target[attribute] = value
+    key = b"k" * 32
+    token = create_token(
+        key, subject="agent", scope=Scope.DAEMON, lifetime_s=60, now=master.clock.now()
+    )
+    # 1e400 reads as infinity: JSON's own Infinity is refused earlier, as not JSON
+    body = json.dumps(bad).replace("Infinity", "1e400").encode()
+    reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
+    assert reply.status == 422
+    assert json.loads(reply.body)["error"]["code"] == "request.invalid"
+    assert attribute in json.loads(reply.body)["error"]["message"]
+    assert master.ads.get("n1.test") is before
+    # the plan and a reconcile pass still work
+    assert master.plan()["machines"][0]["expected"] is not None
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        nursery.cancel_scope.cancel()

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from slots import (
     EXPECTED_ATTRIBUTES,
     DrainForecast,
+    InvalidRequest,
     MachinePolicy,
     Schedule,
     ad_blockers,
+    check_estimate_inputs,
     drain_estimates,
 )
 
@@ -129,6 +131,7 @@ def test_forecast_of_a_model_machines_ad(
     for op in sequence:
         now = _step(world.machine, now, op)
     ad = world.machine.ad(now)
+    check_estimate_inputs([ad["machine"], *ad["slots"]])  # a master takes every agent ad
     previous = {k: ad["machine"][k] for k in EXPECTED_ATTRIBUTES}
     forecast = DrainForecast(ad["slots"], previous)
     for step in steps:
@@ -209,3 +212,28 @@ def test_a_forecast_is_ready_where_its_piece_holds() -> None:
     assert not forecast.ready(T0 + 201)
     assert not forecast.ready(T0 - 1)
     assert forecast.estimates(T0 + 100) == drain_estimates(busy(), T0 + 100)
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "ok"),
+    [
+        ("TotalJobRunTime", 600, True),
+        ("TotalJobRunTime", 600.5, True),
+        ("JobMaxVacateTime", None, True),
+        ("TotalJobRunTime", "600", False),
+        ("MaxJobRetirementTime", True, False),
+        ("MyCurrentTime", float("inf"), False),
+        ("DrainingDeadline", float("nan"), False),
+        ("DrainSuspendedJobs", "resume", True),
+        ("DrainSuspendedJobs", "ignore", False),
+    ],
+)
+def test_check_estimate_inputs(attribute: str, value: Any, ok: bool) -> None:
+    ads = busy()
+    ads[1] = {**ads[1], attribute: value}
+    if ok:
+        check_estimate_inputs(ads)
+        drain_estimates(ads, T0)
+    else:
+        with pytest.raises(InvalidRequest, match=attribute):
+            check_estimate_inputs(ads)
