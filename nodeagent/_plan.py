@@ -57,7 +57,6 @@ class ScheduledMachine:
     id: MachineId
     mode: str
     window_start: float
-    window_duration: float | None
     machine_id: dict[str, str]
     window: dict[str, float | None]
 
@@ -75,7 +74,6 @@ class ScheduledMachine:
             id=status.id,
             mode=str(status.mode),
             window_start=start,
-            window_duration=seconds,
             machine_id=status.id.to_json(),
             window={
                 "start": start,
