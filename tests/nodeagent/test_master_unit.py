@@ -202,3 +202,20 @@ async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_plan_body_is_the_plan_even_with_integers_beyond_64_bits(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    from nodeagent._master_api import plan_body
+
+    master = make_master(tmp_path, DownLink())
+    ad = node_ad(EPOCH)
+    ad["machine"]["TotalMachineDrainingBadput"] = 2**70  # orjson refuses it; json does not
+    master.receive_ad(ad)
+    master.set_schedule(schedule(EPOCH + 3600), actor="ops")
+    body = json.loads(plan_body(master))
+    assert body == master.plan()
+    assert body["machines"][0]["statistics"]["TotalMachineDrainingBadput"] == 2**70
+    master.receive_ad(node_ad(EPOCH))
+    assert json.loads(plan_body(master, with_blockers=False)) == master.plan(with_blockers=False)
