@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from nodeagent._cli_fast import main
+from nodeagent.cli._main import main
 
 main()

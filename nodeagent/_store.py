@@ -11,20 +11,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-__all__ = ["DocumentStore", "ProcessRecord", "Store", "StoreError", "open_database"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS agent_state (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    saved_at REAL NOT NULL,
-    machine TEXT NOT NULL,
-    processes TEXT NOT NULL
-);
-"""
+__all__ = ["DocumentStore", "StoreError", "open_database"]
 
 
 class StoreError(Exception):
@@ -32,18 +22,6 @@ class StoreError(Exception):
 
     code = "store.error"
     http_status = 500
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ProcessRecord:
-    """Which process runs a claim's job, to re-adopt it after a restart."""
-
-    claim_id: str
-    pid: int
-    start_time: float
-    pgid: int
-    argv: tuple[str, ...] = ()
-    execute_dir: str | None = None
 
 
 def open_database(path: Path, schema: str) -> sqlite3.Connection:
@@ -61,64 +39,6 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the state database {path}: {exc}") from exc
     return db
-
-
-class Store:
-    """A SQLite file holding one agent's state. Not shared between processes."""
-
-    def __init__(self, path: Path) -> None:
-        self._db = open_database(path, _SCHEMA)
-        self.path = path
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._db.close()
-
-    def load(self) -> tuple[dict[str, Any], dict[str, ProcessRecord]] | None:
-        """The last saved state, or ``None`` for a fresh database."""
-        row = self._db.execute("SELECT machine, processes FROM agent_state WHERE id = 1").fetchone()
-        if row is None:
-            return None
-        try:
-            machine = json.loads(row[0])
-            processes = {
-                claim_id: ProcessRecord(
-                    claim_id=claim_id,
-                    pid=int(item["pid"]),
-                    start_time=float(item["start_time"]),
-                    pgid=int(item["pgid"]),
-                    argv=tuple(item.get("argv", ())),
-                    execute_dir=item.get("execute_dir"),
-                )
-                for claim_id, item in json.loads(row[1]).items()
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(f"unreadable state in {self.path}: {exc}") from exc
-        return machine, processes
-
-    def save(self, machine: dict[str, Any], processes: dict[str, ProcessRecord]) -> None:
-        """Replace the saved state; durable when this returns."""
-        doc = {
-            claim_id: {
-                "pid": p.pid,
-                "start_time": p.start_time,
-                "pgid": p.pgid,
-                "argv": list(p.argv),
-                "execute_dir": p.execute_dir,
-            }
-            for claim_id, p in processes.items()
-        }
-        self._db.execute(
-            "INSERT INTO agent_state (id, saved_at, machine, processes) VALUES (1, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET saved_at = excluded.saved_at, "
-            "machine = excluded.machine, processes = excluded.processes",
-            (time.time(), json.dumps(machine, separators=(",", ":")), json.dumps(doc)),
-        )
 
 
 class DocumentStore:

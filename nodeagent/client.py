@@ -60,6 +60,7 @@ import httpx
 import trio
 
 from nodeagent import __version__
+from nodeagent._paths import default_socket
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -106,7 +107,6 @@ CANCEL_GRACE_S = 5.0
 :class:`DrainTransaction`, closing an :class:`AgentClient` (shielded from cancellation)."""
 
 _T = TypeVar("_T")
-_SOCKET_NAME = "nodeagent.sock"
 _UDS_BASE_URL = "http://nodeagent"
 
 
@@ -542,31 +542,16 @@ def _decode(convert: Callable[[Mapping[str, Any]], _T], body: Any, what: str) ->
 
 
 def default_socket_path(env: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
-    """The agent's Unix socket when its configuration leaves it at the default.
+    """The Unix socket an agent started with the same environment listens on.
 
-    In order: ``$NODEAGENT_SOCKET``; ``$NODEAGENT_RUNTIME_DIR/nodeagent.sock``; then
-    ``nodeagent.sock`` in the agent's default runtime directory — ``$RUNTIME_DIRECTORY``
-    (its first entry), ``/run/nodeagent`` for root, ``$XDG_RUNTIME_DIR/nodeagent``,
-    ``/tmp/nodeagent-<uid>``. ``env`` defaults to ``os.environ``, ``uid`` to the effective
-    uid. A socket set in the agent's configuration file is not seen here: pass ``socket=``.
+    The agent's own rule, key by key: ``socket`` from ``$NODEAGENT_SOCKET``, else from its
+    configuration file (``$NODEAGENT_CONFIG``, else ``/etc/nodeagent/nodeagent.toml`` when
+    it exists); otherwise ``nodeagent.sock`` in its runtime directory
+    (``$NODEAGENT_RUNTIME_DIR``, the file's ``runtime_dir``, ``$RUNTIME_DIRECTORY``,
+    ``/run/nodeagent`` for root, ``$XDG_RUNTIME_DIR/nodeagent``, ``/tmp/nodeagent-<uid>``).
+    ``env`` defaults to ``os.environ``, ``uid`` to the effective uid.
     """
-    env = os.environ if env is None else env
-    uid = os.geteuid() if uid is None else uid
-    explicit = env.get("NODEAGENT_SOCKET")
-    if explicit:
-        return Path(explicit)
-    runtime = env.get("NODEAGENT_RUNTIME_DIR")
-    if runtime:
-        return Path(runtime) / _SOCKET_NAME
-    systemd = (env.get("RUNTIME_DIRECTORY") or "").split(":", 1)[0]
-    if systemd:
-        return Path(systemd) / _SOCKET_NAME
-    if uid == 0:
-        return Path("/run/nodeagent") / _SOCKET_NAME
-    xdg = env.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return Path(xdg) / "nodeagent" / _SOCKET_NAME
-    return Path("/tmp") / f"nodeagent-{uid}" / _SOCKET_NAME
+    return default_socket(os.environ if env is None else env, os.geteuid() if uid is None else uid)
 
 
 # ============================================================================================

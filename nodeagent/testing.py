@@ -1,4 +1,4 @@
-"""Fakes of the agent's I/O seams, for tests of code built on :class:`~nodeagent._agent.Agent`.
+"""Fakes of the agent's I/O seams, for tests of code built on :mod:`nodeagent.agent`.
 
 :class:`FakeRunner` implements the process runner with jobs that live on trio's
 clock: they react to signals after the delays their :class:`FakeBehaviour` sets,
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from nodeagent._agent import Clock
-from nodeagent._processes import JobProcess, LaunchSpec, NoSuchProcess, ProcessIdentity, Usage
+from nodeagent._clock import Clock
+from nodeagent.agent._processes import JobProcess, LaunchSpec, NoSuchProcess, ProcessIdentity, Usage
 
 __all__ = ["FakeBehaviour", "FakeProcess", "FakeRunner"]
 
@@ -78,7 +78,7 @@ class FakeProcess:
 
 
 class FakeRunner:
-    """A :class:`~nodeagent._processes.ProcessRunner` of fake jobs.
+    """A :class:`~nodeagent.agent._processes.ProcessRunner` of fake jobs.
 
     ``behaviour`` picks each launched job's behaviour from its spec (default: exits
     at once on SIGTERM, never ends by itself); a launch takes ``launch_delay`` seconds.

@@ -1,6 +1,6 @@
 """Ad ingest rate: node ads per second a real master absorbs, and its CPU.
 
-A master runs as a subprocess (``python -m nodeagent._cli_master run``) on a loopback
+A master runs as a subprocess (``python -m nodeagent master run``) on a loopback
 TCP port. Simulated agents push real agent ads (``POST /v1/ads`` with a DAEMON token of
 their own): ads made by :class:`slots.Machine` with 8 running claims (about 12 KiB of
 JSON each), from a few templates whose ``Name``/``Machine``/``MachineIp``/``MyAddress``

@@ -109,7 +109,7 @@ def main() -> None:
             wait_for(lambda record=record: Path(f"{record}.started").exists())
         env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
         env["NODEAGENT_SOCKET"] = str(agent.socket)
-        through_typer = [python, "-c", "from nodeagent.cli import app; app()"]
+        through_typer = [python, "-c", "from nodeagent.cli._app import app; app()"]
         cases = {
             "status --json": [*nodeagent, "status", "--json"],
             "status": [*nodeagent, "status"],

@@ -44,12 +44,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from nodeagent._adstore import AdStore
-from nodeagent._agent_link import HttpAgentLink
-from nodeagent._maintenance import MaintenanceSchedule
-from nodeagent._master import Master
-from nodeagent._master_api import plan_body
+from nodeagent._peer import HttpAgentLink
 from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._api import plan_body
+from nodeagent.master._maintenance import MaintenanceSchedule
+from nodeagent.master._master import Master
 from tests.bench._benchlib import percentile, terminate
 from tests.bench.ad_ingest import (
     CLAIMS,

@@ -22,7 +22,8 @@ import pytest
 import trio
 
 from nodeagent._auth import load_key
-from nodeagent._defrag import CycleReport, DefragPolicy, DefragService, HttpDefragLink
+from nodeagent.defrag._policy import DefragPolicy
+from nodeagent.defrag._service import CycleReport, DefragService, HttpDefragLink
 from tests.harness import AgentProcess, DaemonProcess, MasterProcess, job_script, wait_for
 
 pytestmark = pytest.mark.integration

@@ -27,15 +27,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from nodeagent._config import (
-    DEFAULT_AGENT_CONFIG_PATH,
-    DEFAULT_DEFRAG_CONFIG_PATH,
-    DEFAULT_MASTER_CONFIG_PATH,
-    load_agent_config,
-    load_defrag_config,
-    load_master_config,
-)
-from nodeagent._daemon import RESTART_EXIT_STATUS
+from nodeagent.agent._config import DEFAULT_AGENT_CONFIG_PATH, load_agent_config
+from nodeagent.agent._daemon import RESTART_EXIT_STATUS
+from nodeagent.defrag._config import DEFAULT_DEFRAG_CONFIG_PATH, load_defrag_config
+from nodeagent.master._config import DEFAULT_MASTER_CONFIG_PATH, load_master_config
 
 pytestmark = pytest.mark.integration
 

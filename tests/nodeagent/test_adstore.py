@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeagent._adstore import AdStore
+from nodeagent.master._adstore import AdStore
 
 NOW = 1_800_000_000.0
 

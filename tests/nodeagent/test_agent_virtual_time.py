@@ -13,9 +13,10 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from nodeagent._agent import Agent, ClaimRequest, TrioClock
-from nodeagent._processes import LaunchSpec
-from nodeagent._store import Store
+from nodeagent._clock import TrioClock
+from nodeagent.agent._agent import Agent, ClaimRequest
+from nodeagent.agent._processes import LaunchSpec
+from nodeagent.agent._store import Store
 from nodeagent.testing import FakeBehaviour, FakeRunner
 from slots import (
     DrainInProgress,

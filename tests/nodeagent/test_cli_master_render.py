@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from rich.text import Text
 
-from nodeagent import _config
-from nodeagent._cli_http import UsageError, default_master_socket, resolve_master_target
-from nodeagent._cli_master import parse_machine, plan_text, plan_view, resolve_machines
+from nodeagent.cli._http import UsageError, default_master_socket, resolve_master_target
+from nodeagent.cli._master import parse_machine, plan_text, plan_view, resolve_machines
+from nodeagent.master import _config
 
 NOW = 1_800_000_000  # 2027-01-15 08:00:00 UTC
 AXIS = 41  # columns of the time axis in the row tests: 100 s per column over 4000 s

@@ -16,8 +16,10 @@ import pytest
 import typer.main
 from rich.console import Console
 
-from nodeagent import _config
-from nodeagent._cli_http import (
+from nodeagent import _durations, _paths
+from nodeagent.agent import _config
+from nodeagent.cli._app import ShowCommand, app, fast_parse
+from nodeagent.cli._http import (
     AgentError,
     AgentFailed,
     Refused,
@@ -31,7 +33,7 @@ from nodeagent._cli_http import (
     parse_duration,
     resolve_target,
 )
-from nodeagent._cli_render import (
+from nodeagent.cli._render import (
     format_core_hours,
     format_duration,
     format_local_time,
@@ -40,7 +42,6 @@ from nodeagent._cli_render import (
     render_drain,
     render_status,
 )
-from nodeagent.cli import ShowCommand, app, fast_parse
 
 # --- durations ----------------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ def test_bad_durations_are_refused_with_the_accepted_forms(text: str) -> None:
 
 
 def test_the_command_line_and_the_configuration_share_one_duration_parser() -> None:
-    assert parse_duration is _config.parse_duration
+    assert parse_duration is _durations.parse_duration
 
 
 # --- the default socket -------------------------------------------------------------------
@@ -91,7 +92,7 @@ ENVS: list[dict[str, str]] = [
 @pytest.mark.parametrize("uid", [0, 1000])
 @pytest.mark.parametrize("env", ENVS)
 def test_default_runtime_dir_is_the_daemons(env: dict[str, str], uid: int) -> None:
-    assert default_runtime_dir(env, uid) == _config.default_runtime_dir(env, uid)
+    assert default_runtime_dir(env, uid) == _paths.default_runtime_dir(env, uid)
 
 
 @pytest.mark.parametrize("uid", [0, 1000])
@@ -273,13 +274,14 @@ def test_the_hot_path_imports_no_heavy_stack(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "sys.argv = ['nodeagent', 'status', '--json', '--socket', sys.argv[1]]\n"
-        "from nodeagent import _cli_fast\n"
+        "from nodeagent.cli import _main\n"
         "try:\n"
-        "    _cli_fast.main()\n"
+        "    _main.main()\n"
         "except SystemExit as exc:\n"
         "    print(exc.code)\n"
         "heavy = ('pydantic', 'httpx', 'httpcore', 'trio', 'fastapi', 'rich', 'jwt', 'psutil',\n"
-        "         'slots', 'nodeagent._config', 'nodeagent._auth', 'typer', 'nodeagent.cli')\n"
+        "         'slots', 'nodeagent._settings', 'nodeagent._auth', 'typer',\n"
+        "         'nodeagent.cli._app')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     result = subprocess.run(

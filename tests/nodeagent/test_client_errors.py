@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from nodeagent import client as client_module
-from nodeagent._config import load_agent_config
+from nodeagent.agent._config import load_agent_config
 from nodeagent.client import (
     CANCEL_GRACE_S,
     AgentClient,

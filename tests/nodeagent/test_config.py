@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from nodeagent._config import (
+from nodeagent._durations import parse_duration
+from nodeagent._settings import ConfigError, reloadable_changes
+from nodeagent.agent._config import (
     AgentConfig,
-    ConfigError,
     MachineResources,
     load_agent_config,
     machine_resources,
-    parse_duration,
-    reloadable_changes,
 )
 
 USER = 1000

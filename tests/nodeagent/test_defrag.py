@@ -17,18 +17,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from nodeagent._agent import TrioClock
-from nodeagent._agent_link import AgentCallFailed
 from nodeagent._auth import generate_key, load_key
-from nodeagent._cli_defrag import defrag_app, render_stats, with_default_port
-from nodeagent._config import ConfigError, DefragConfig, load_defrag_config
-from nodeagent._defrag import (
+from nodeagent._clock import TrioClock
+from nodeagent._peer import AgentCallFailed
+from nodeagent._settings import ConfigError
+from nodeagent._store import DocumentStore
+from nodeagent.cli._defrag import defrag_app, render_stats, with_default_port
+from nodeagent.defrag._config import DefragConfig, load_defrag_config
+from nodeagent.defrag._daemon import DefragDaemon, defrag_policy
+from nodeagent.defrag._policy import (
     RECENT_WINDOW,
     Cancel,
     CostBaseline,
     DefragPolicy,
-    DefragService,
-    MasterCallFailed,
     Pacing,
     draining_cost,
     estimate_acceptable,
@@ -36,8 +37,7 @@ from nodeagent._defrag import (
     pace,
     plan_cycle,
 )
-from nodeagent._defrag_daemon import DefragDaemon, defrag_policy
-from nodeagent._store import DocumentStore
+from nodeagent.defrag._service import DefragService, MasterCallFailed
 from slots import JobSpec, Machine, MachinePolicy, OnCompletion, Resources, Schedule
 
 EPOCH = 1_800_000_000.0
@@ -425,7 +425,7 @@ class FakeMachine:
 
 
 class FakePool:
-    """A :class:`~nodeagent._defrag.DefragLink` over fake machines (no I/O, no Mock)."""
+    """A :class:`~nodeagent.defrag._service.DefragLink` over fake machines (no I/O, no Mock)."""
 
     def __init__(self, clock: TrioClock, machines: list[FakeMachine]) -> None:
         self.clock = clock

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from nodeagent._config import AgentConfig, MasterConfig
+from nodeagent.agent._config import AgentConfig
+from nodeagent.master._config import MasterConfig
 
 DOCS = Path(__file__).parents[2] / "docs"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent import _maintenance
-from nodeagent._maintenance import (
+from nodeagent.master import _maintenance
+from nodeagent.master._maintenance import (
     ClusterStatus,
     MachineId,
     MachineStatus,
@@ -756,12 +756,12 @@ def test_restore_refuses_a_corrupt_snapshot(snapshot: Any) -> None:
 def test_exports_are_sorted_and_exist() -> None:
     assert _maintenance.__all__ == sorted(_maintenance.__all__)
     for name in _maintenance.__all__:
-        assert getattr(_maintenance, name).__module__ == "nodeagent._maintenance"
+        assert getattr(_maintenance, name).__module__ == "nodeagent.master._maintenance"
 
 
 def test_the_model_imports_no_io_library() -> None:
     code = (
-        "import sys, nodeagent._maintenance\n"
+        "import sys, nodeagent.master._maintenance\n"
         "print(sorted(m for m in ('trio', 'httpx', 'sqlite3', 'pydantic', 'fastapi')"
         " if m in sys.modules))"
     )

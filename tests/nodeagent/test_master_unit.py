@@ -10,13 +10,13 @@ import pytest
 import trio
 import trio.testing
 
-from nodeagent._adstore import AdStore
-from nodeagent._agent import TrioClock
-from nodeagent._agent_link import AgentCallFailed
-from nodeagent._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
-from nodeagent._master import Master
-from nodeagent._plan import PlanPolicy
+from nodeagent._clock import TrioClock
+from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
+from nodeagent.master._master import Master
+from nodeagent.master._plan import PlanPolicy
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
 EPOCH = 1_800_000_000.0
@@ -106,7 +106,7 @@ async def test_an_ad_with_a_non_finite_number_is_refused(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     from nodeagent._auth import Scope, create_token
-    from nodeagent._master_api import Principals, push_ad
+    from nodeagent.master._api import Principals, push_ad
 
     master = make_master(tmp_path, DownLink())
     key = b"k" * 32
@@ -177,7 +177,7 @@ async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, where: str, attribute: str, value: Any
 ) -> None:
     from nodeagent._auth import Scope, create_token
-    from nodeagent._master_api import Principals, push_ad
+    from nodeagent.master._api import Principals, push_ad
 
     master = make_master(tmp_path, DownLink())
     master.receive_ad(node_ad(EPOCH))
@@ -207,7 +207,7 @@ async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
 async def test_the_plan_body_is_the_plan_even_with_integers_beyond_64_bits(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    from nodeagent._master_api import plan_body
+    from nodeagent.master._api import plan_body
 
     master = make_master(tmp_path, DownLink())
     ad = node_ad(EPOCH)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nodeagent._api import agent_openapi
+from nodeagent.agent._api import agent_openapi
 
 DOC = Path(__file__).parents[2] / "docs" / "openapi.json"
 
 
 def test_checked_in_openapi_is_current() -> None:
-    # Regenerate with: python -m nodeagent._api > docs/openapi.json
+    # Regenerate with: python -m nodeagent.agent._api > docs/openapi.json
     assert json.loads(DOC.read_text()) == agent_openapi()
 
 

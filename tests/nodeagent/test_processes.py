@@ -25,8 +25,8 @@ import pytest
 import trio
 import trio.testing
 
-from nodeagent import _processes
-from nodeagent._processes import (
+from nodeagent.agent import _processes
+from nodeagent.agent._processes import (
     START_TIME_TOLERANCE,
     JobProcess,
     LaunchFailed,
@@ -534,7 +534,7 @@ async def test_jobs_outlive_a_killed_daemon_and_are_readopted(
     daemon_code = (
         "import sys, trio\n"
         "from pathlib import Path\n"
-        "from nodeagent._processes import LaunchSpec, OsProcessRunner\n"
+        "from nodeagent.agent._processes import LaunchSpec, OsProcessRunner\n"
         "async def main():\n"
         "    spec = LaunchSpec(argv=(sys.executable, '-c', sys.argv[2]),\n"
         "                      execute_dir=Path(sys.argv[1]))\n"

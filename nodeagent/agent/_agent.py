@@ -20,22 +20,22 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
-from nodeagent._processes import (
+from nodeagent._clock import Clock
+from nodeagent.agent._processes import (
     JobProcess,
     LaunchSpec,
     NoSuchProcess,
     ProcessError,
     ProcessRunner,
 )
-from nodeagent._store import ProcessRecord, Store
+from nodeagent.agent._store import ProcessRecord, Store
 from slots import (
     Action,
     ClaimInfo,
@@ -52,32 +52,9 @@ from slots import (
     SignalJob,
 )
 
-__all__ = ["Agent", "ClaimRequest", "Clock", "TrioClock", "WallClock"]
+__all__ = ["Agent", "ClaimRequest", "policy_seconds"]
 
 log = logging.getLogger("nodeagent.agent")
-
-
-class Clock(Protocol):
-    """Wall-clock time in epoch seconds: the ``now`` the model is given."""
-
-    def now(self) -> float: ...
-
-
-class WallClock:
-    """The real clock."""
-
-    def now(self) -> float:
-        return time.time()
-
-
-class TrioClock:
-    """Epoch time that follows trio's clock, so virtual-time tests drive the agent."""
-
-    def __init__(self, epoch: float) -> None:
-        self._offset = epoch - trio.current_time()
-
-    def now(self) -> float:
-        return self._offset + trio.current_time()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

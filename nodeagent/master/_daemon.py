@@ -9,7 +9,7 @@ The TCP listeners take every agent's ad pushes, thousands a second in a large po
 they are served by :mod:`nodeagent._http11` (HTTP/1.1 with h11 on trio), whose cost per
 request is less than half of hypercorn's trio worker's. The API is the same ASGI app,
 with ad pushes answered in front of FastAPI
-(:func:`~nodeagent._master_api.with_ad_fast_path`). The Unix socket is served by
+(:func:`~nodeagent.master._api.with_ad_fast_path`). The Unix socket is served by
 hypercorn, like the agent's.
 """
 
@@ -24,20 +24,20 @@ from pathlib import Path
 import trio
 
 from nodeagent import _sdnotify
-from nodeagent._adstore import AdStore
-from nodeagent._agent import Clock, WallClock
-from nodeagent._agent_link import AgentLink, HttpAgentLink
-from nodeagent._api import trusted
 from nodeagent._audit import AuditLog
 from nodeagent._auth import generate_key, load_key
-from nodeagent._config import MasterConfig, load_master_config
+from nodeagent._clock import Clock, WallClock
+from nodeagent._http import trusted
 from nodeagent._http11 import serve_http
-from nodeagent._master import Master
-from nodeagent._master_api import build_master_app, with_ad_fast_path
-from nodeagent._master_metrics import MasterMetrics
-from nodeagent._plan import PlanPolicy
+from nodeagent._peer import AgentLink, HttpAgentLink
 from nodeagent._serving import free_stale_socket, serve, write_runtime_info
 from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._api import build_master_app, with_ad_fast_path
+from nodeagent.master._config import MasterConfig, load_master_config
+from nodeagent.master._master import Master
+from nodeagent.master._metrics import MasterMetrics
+from nodeagent.master._plan import PlanPolicy
 
 __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 

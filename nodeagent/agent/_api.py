@@ -18,10 +18,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nodeagent import __version__
-from nodeagent._agent import Agent, ClaimRequest
 from nodeagent._audit import AuditLog
 from nodeagent._auth import (
     AuthError,
@@ -33,52 +31,17 @@ from nodeagent._auth import (
 from nodeagent._auth import (
     Scope as AuthScope,
 )
-from nodeagent._metrics import AgentMetrics
-from nodeagent._processes import ProcessError
-from nodeagent._schemas import ClaimBody, DrainBody, claim_json, drain_json
+from nodeagent._http import _UNIX, auth_error_response, error_body, request_peer
 from nodeagent._store import StoreError
+from nodeagent.agent._agent import Agent, ClaimRequest
+from nodeagent.agent._metrics import AgentMetrics
+from nodeagent.agent._processes import ProcessError
+from nodeagent.agent._schemas import ClaimBody, DrainBody, claim_json, drain_json
 from slots import SlotsError, render_long
 
-__all__ = ["auth_error_response", "build_app", "error_body", "request_peer", "trusted"]
+__all__ = ["agent_openapi", "build_app"]
 
 log = logging.getLogger("nodeagent.api")
-
-_UNIX = "nodeagent.unix"
-
-
-def trusted(app: ASGIApp) -> ASGIApp:
-    """Mark every request through ``app`` as coming over the Unix socket (ADMINISTRATOR)."""
-
-    async def wrapper(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            scope = {**scope, _UNIX: True}
-        await app(scope, receive, send)
-
-    return wrapper
-
-
-def error_body(code: str, message: str, condor_code: int | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if condor_code is not None:
-        error["condor_code"] = condor_code
-    return {"error": error}
-
-
-def request_peer(request: Request) -> str:
-    """Who is on the other end, for the audit log: ``unix`` or ``host:port``."""
-    if request.scope.get(_UNIX):
-        return "unix"
-    client = request.client
-    return f"{client.host}:{client.port}" if client else "unknown"
-
-
-async def auth_error_response(request: Request, exc: Exception) -> JSONResponse:
-    """The reply to an :class:`AuthError` (401 with ``WWW-Authenticate: Bearer``, or 403)."""
-    assert isinstance(exc, AuthError)
-    response = JSONResponse(error_body(exc.code, str(exc)), status_code=exc.http_status)
-    if isinstance(exc, Unauthenticated):
-        response.headers["WWW-Authenticate"] = "Bearer"
-    return response
 
 
 def _error(status: int, code: str, message: str, condor_code: int | None = None) -> JSONResponse:
@@ -350,9 +313,9 @@ def agent_openapi() -> dict[str, Any]:
     """The agent API's OpenAPI document (what ``GET /v1/openapi.json`` serves)."""
     from pathlib import Path  # noqa: PLC0415
 
-    from nodeagent._agent import WallClock  # noqa: PLC0415
-    from nodeagent._processes import OsProcessRunner  # noqa: PLC0415
-    from nodeagent._store import Store  # noqa: PLC0415
+    from nodeagent._clock import WallClock  # noqa: PLC0415
+    from nodeagent.agent._processes import OsProcessRunner  # noqa: PLC0415
+    from nodeagent.agent._store import Store  # noqa: PLC0415
     from slots import Machine, MachinePolicy, Resources  # noqa: PLC0415
 
     clock = WallClock()

@@ -20,21 +20,10 @@ from pathlib import Path
 import trio
 
 from nodeagent import _sdnotify
-from nodeagent._agent import Agent, Clock, WallClock, policy_seconds
-from nodeagent._api import build_app, trusted
 from nodeagent._audit import AuditLog
 from nodeagent._auth import generate_key, load_key
-from nodeagent._config import (
-    AgentConfig,
-    ConfigError,
-    PolicyConfig,
-    load_agent_config,
-    machine_resources,
-    reloadable_changes,
-)
-from nodeagent._master_link import MasterLink
-from nodeagent._metrics import AgentMetrics
-from nodeagent._processes import OsProcessRunner, ProcessRunner
+from nodeagent._clock import Clock, WallClock
+from nodeagent._http import trusted
 from nodeagent._serving import (
     SHUTDOWN_GRACE,
     advertised_url,
@@ -42,7 +31,14 @@ from nodeagent._serving import (
     serve,
     write_runtime_info,
 )
-from nodeagent._store import ProcessRecord, Store
+from nodeagent._settings import ConfigError, reloadable_changes
+from nodeagent.agent._agent import Agent, policy_seconds
+from nodeagent.agent._api import build_app
+from nodeagent.agent._config import AgentConfig, PolicyConfig, load_agent_config, machine_resources
+from nodeagent.agent._metrics import AgentMetrics
+from nodeagent.agent._processes import OsProcessRunner, ProcessRunner
+from nodeagent.agent._push import MasterLink
+from nodeagent.agent._store import ProcessRecord, Store
 from slots import Machine, MachinePolicy, OnCompletion, Resources, SlotsError, SuspendPolicy
 
 __all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "machine_policy", "run_agent"]

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from nodeagent._cli_http import AgentError, CliError, Interrupted, Reply
+from nodeagent.cli._http import AgentError, CliError, Interrupted, Reply
 
 __all__ = ["emit_json", "emit_text", "finish", "outcome", "run_daemon"]
 
@@ -61,7 +61,7 @@ def run_daemon(run: Callable[[Path | None], int], config: Path | None, log_level
     import typer  # noqa: PLC0415
 
     from nodeagent._auth import KeyFileError  # noqa: PLC0415
-    from nodeagent._config import ConfigError  # noqa: PLC0415
+    from nodeagent._settings import ConfigError  # noqa: PLC0415
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

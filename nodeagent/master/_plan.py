@@ -10,7 +10,7 @@ multiplications per job.
 accepts is promised ``MaxJobRetirementTime``. A graceful drain started at ``T`` is
 therefore certain to be done by ``T + max(MaxJobRetirementTime, MachineMaxVacateTime)``
 (a job's own vacate time never exceeds that bound, and running jobs' promises end
-sooner: :attr:`AdEntry.drain_bound <nodeagent._adstore.AdEntry.drain_bound>`). The latest
+sooner: :attr:`AdEntry.drain_bound <nodeagent.master._adstore.AdEntry.drain_bound>`). The latest
 safe start for a window at ``W`` is ``W − margin − that bound``.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent._adstore import AdEntry
-from nodeagent._maintenance import MachineId, MachineStatus
+from nodeagent.master._adstore import AdEntry
+from nodeagent.master._maintenance import MachineId, MachineStatus
 
 __all__ = [
     "MachinePlan",

@@ -1,6 +1,6 @@
 """The master: node ads, the maintenance schedule, the plan, and the drains it drives.
 
-State: the schedule and machine modes (:class:`~nodeagent._maintenance.MaintenanceState`)
+State: the schedule and machine modes (:class:`~nodeagent.master._maintenance.MaintenanceState`)
 and the drains the master started live in SQLite, saved before a request is answered;
 ads are soft state, re-sent by the agents. A reconcile pass — every
 ``reconcile_interval``, and at once after any schedule change — compares the schedule
@@ -27,17 +27,18 @@ from typing import Any
 
 import trio
 
-from nodeagent._adstore import AdEntry, AdStore
-from nodeagent._agent import Clock
-from nodeagent._agent_link import AgentCallFailed, AgentLink
-from nodeagent._maintenance import (
+from nodeagent._clock import Clock
+from nodeagent._peer import AgentCallFailed, AgentLink
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdEntry, AdStore
+from nodeagent.master._maintenance import (
     MachineId,
     MachineStatus,
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
 )
-from nodeagent._plan import (
+from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
     PlanTotals,
@@ -46,7 +47,6 @@ from nodeagent._plan import (
     machine_plan,
     plan_row,
 )
-from nodeagent._store import DocumentStore
 
 __all__ = ["Master", "MasterCounters"]
 
@@ -208,7 +208,7 @@ class Master:
         return self._scheduled[1]
 
     def plans(self, now: float) -> list[MachinePlan]:
-        """Every scheduled machine's plan (see :func:`~nodeagent._plan.machine_plan`)."""
+        """Every scheduled machine's plan (see :func:`~nodeagent.master._plan.machine_plan`)."""
         is_lost = self.ads.lost_at(now)
         find = self.ads.find
         drains = self.drains
@@ -268,7 +268,7 @@ class Master:
         for name in self.ads.sweep(now):
             log.warning("node %s is lost: no ad for %.0f s", name, self.ads.lifetime)
         scheduled = set()
-        # The just-in-time start comes from the drain bound (see nodeagent._plan), so a
+        # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
         # pass reads no estimates but for the nodes it drains. It does make the
         # forecasts of nodes whose ad changed, a bounded number per pass, so that a plan
         # finds them made (a forecast costs ≈ 0.2 ms to make, µs to read).

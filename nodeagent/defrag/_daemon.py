@@ -22,8 +22,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from nodeagent import __version__, _sdnotify
-from nodeagent._agent import Clock, WallClock
-from nodeagent._api import auth_error_response, error_body, trusted
 from nodeagent._auth import (
     AuthError,
     Principal,
@@ -33,21 +31,19 @@ from nodeagent._auth import (
     principal_from_authorization,
     require,
 )
-from nodeagent._config import (
-    ConfigError,
-    DefragConfig,
-    default_ip,
-    load_defrag_config,
-    reloadable_changes,
-)
-from nodeagent._defrag import DefragLink, DefragPolicy, DefragService, HttpDefragLink
+from nodeagent._clock import Clock, WallClock
+from nodeagent._http import auth_error_response, error_body, trusted
 from nodeagent._serving import (
     advertised_url,
     free_stale_socket,
     serve,
     write_runtime_info,
 )
+from nodeagent._settings import ConfigError, default_ip, reloadable_changes
 from nodeagent._store import DocumentStore
+from nodeagent.defrag._config import DefragConfig, load_defrag_config
+from nodeagent.defrag._policy import DefragPolicy
+from nodeagent.defrag._service import DefragLink, DefragService, HttpDefragLink
 from slots import Schedule, render_long
 
 __all__ = ["DefragDaemon", "build_defrag_app", "defrag_policy", "run_defrag"]

@@ -3,7 +3,7 @@
 ``nodeagent status`` is what an admin runs in a loop, so its plain forms (and ``ad``'s)
 are recognised here and run with the standard library's HTTP client, importing neither
 typer nor the rest of the command line. Anything else, including every malformed
-command line, goes to the typer application in :mod:`nodeagent.cli`.
+command line, goes to the typer application in :mod:`nodeagent.cli._app`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from nodeagent._cli_common import emit_json, outcome
-from nodeagent._cli_http import UsageError, request, resolve_target
+from nodeagent.cli._common import emit_json, outcome
+from nodeagent.cli._http import UsageError, request, resolve_target
 
 __all__ = ["ShowCommand", "fast_parse", "main", "show"]
 
@@ -91,7 +91,7 @@ def show(cmd: ShowCommand) -> None:
     if cmd.json_output:
         emit_json(reply)
         return
-    from nodeagent._cli_render import (  # noqa: PLC0415
+    from nodeagent.cli._render import (  # noqa: PLC0415
         make_console,
         render_ad_table,
         render_status,
@@ -108,6 +108,6 @@ def main() -> None:
     fast = None if "_NODEAGENT_COMPLETE" in os.environ else fast_parse(sys.argv[1:])
     if fast is not None:
         sys.exit(outcome(lambda: show(fast), json_output=fast.json_output))
-    from nodeagent.cli import app  # noqa: PLC0415
+    from nodeagent.cli._app import app  # noqa: PLC0415
 
     app()

@@ -1,14 +1,14 @@
 """The ``nodeagent`` command line: the daemon, and thin clients of the agent's HTTP API.
 
 Every client command talks to one agent (the local Unix socket by default, ``--host`` for
-a remote one) through :mod:`nodeagent._cli_http`, prints the API's JSON with ``--json``
-or a human view (:mod:`nodeagent._cli_render`, imported only then), and ends with one of
+a remote one) through :mod:`nodeagent.cli._http`, prints the API's JSON with ``--json``
+or a human view (:mod:`nodeagent.cli._render`, imported only then), and ends with one of
 the exit statuses of ``docs/cli.md``: errors print ``code: message`` to stderr.
 
 Start-up cost. Module level imports typer and the standard library, nothing else: no
 pydantic models, no httpx, no server stack (typer itself imports pydantic only when it
 parses a command line). ``status`` and ``ad`` (the commands an admin runs in a loop) go
-one step further: the console script's entry point, :mod:`nodeagent._cli_fast`,
+one step further: the console script's entry point, :mod:`nodeagent.cli._main`,
 recognises their plain forms and runs them without importing this module or typer at
 all. Anything it does not recognise (``--help``, ``--watch``, a typo) comes here, so both
 paths accept the same command lines, and malformed ones are always reported by typer.
@@ -27,12 +27,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from nodeagent import __version__
-from nodeagent._cli_common import emit_json as _emit_json
-from nodeagent._cli_common import finish as _finish
-from nodeagent._cli_common import run_daemon
-from nodeagent._cli_defrag import defrag_app
-from nodeagent._cli_fast import ShowCommand, fast_parse, show
-from nodeagent._cli_http import (
+from nodeagent.cli._common import emit_json as _emit_json
+from nodeagent.cli._common import finish as _finish
+from nodeagent.cli._common import run_daemon
+from nodeagent.cli._defrag import defrag_app
+from nodeagent.cli._http import (
     CliError,
     Declined,
     Interrupted,
@@ -46,7 +45,8 @@ from nodeagent._cli_http import (
     request,
     resolve_target,
 )
-from nodeagent._cli_master import master_app
+from nodeagent.cli._main import ShowCommand, fast_parse, show
+from nodeagent.cli._master import master_app
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,7 +94,7 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the node agent daemon in the foreground."""
-    from nodeagent._daemon import run_agent  # noqa: PLC0415
+    from nodeagent.agent._daemon import run_agent  # noqa: PLC0415
 
     run_daemon(run_agent, config, log_level)
 
@@ -157,7 +157,7 @@ def _duration(option: str, value: str | None, *, whole: bool = False) -> float |
 
 
 def _console(*, err: bool = False) -> Console:
-    from nodeagent._cli_render import make_console  # noqa: PLC0415
+    from nodeagent.cli._render import make_console  # noqa: PLC0415
 
     return make_console(sys.stderr if err else sys.stdout)
 
@@ -180,7 +180,7 @@ def _watch(target: Target, *, json_output: bool, interval: float) -> None:
         from rich.live import Live  # noqa: PLC0415
         from rich.text import Text  # noqa: PLC0415
 
-        from nodeagent._cli_render import status_view  # noqa: PLC0415
+        from nodeagent.cli._render import status_view  # noqa: PLC0415
 
         console = _console()
         if not console.is_terminal:
@@ -298,7 +298,7 @@ def _show_drain(reply: Reply, heading: str, plan: _DrainPlan) -> None:
     if plan.json_output:
         _emit_json(reply)
         return
-    from nodeagent._cli_render import render_drain  # noqa: PLC0415
+    from nodeagent.cli._render import render_drain  # noqa: PLC0415
 
     render_drain(_console(), reply.data, heading=heading)
 
@@ -368,7 +368,7 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
     exits = committed.get("on_completion") in ("exit", "restart")
     progress = None
     if not json_output:
-        from nodeagent._cli_render import DrainProgress  # noqa: PLC0415
+        from nodeagent.cli._render import DrainProgress  # noqa: PLC0415
 
         progress = DrainProgress(_console(err=True), committed)
     body: Mapping[str, Any] = committed
@@ -413,7 +413,7 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
             f"drain request {request_id} completed"
         )
         return
-    from nodeagent._cli_render import render_drain_end  # noqa: PLC0415
+    from nodeagent.cli._render import render_drain_end  # noqa: PLC0415
 
     render_drain_end(_console(), body, request_id)
 
@@ -559,7 +559,7 @@ def _claim_call(
         if json_output:
             _emit_json(reply)
             return
-        from nodeagent._cli_render import render_claim  # noqa: PLC0415
+        from nodeagent.cli._render import render_claim  # noqa: PLC0415
 
         render_claim(_console(), reply.data, verb=verb)
 
@@ -638,7 +638,7 @@ def claim(
         if json_output:
             _emit_json(reply)
             return
-        from nodeagent._cli_render import render_claim  # noqa: PLC0415
+        from nodeagent.cli._render import render_claim  # noqa: PLC0415
 
         render_claim(_console(), reply.data, verb="created")
 
@@ -709,7 +709,8 @@ def continue_(
 
 
 def _default_key_file() -> Path:
-    from nodeagent._config import ConfigError, load_agent_config  # noqa: PLC0415
+    from nodeagent._settings import ConfigError  # noqa: PLC0415
+    from nodeagent.agent._config import load_agent_config  # noqa: PLC0415
 
     path = os.environ.get("NODEAGENT_CONFIG") or None
     try:
@@ -801,7 +802,7 @@ def token_create(
         elif output is None:
             sys.stdout.write(token + "\n")
         else:
-            from nodeagent._cli_render import format_local_time  # noqa: PLC0415
+            from nodeagent.cli._render import format_local_time  # noqa: PLC0415
 
             sys.stderr.write(
                 f"token for {subject} ({scope.upper()}) written to {output}, "
@@ -820,14 +821,14 @@ def demo(
     """A master and three agents with real jobs going through a maintenance window."""
     import trio  # noqa: PLC0415
 
-    from nodeagent._demo import DemoTimes, run_demo  # noqa: PLC0415
+    from nodeagent.cli._demo import DemoTimes, run_demo  # noqa: PLC0415
 
     times = DemoTimes.fast() if fast else DemoTimes()
     raise typer.Exit(trio.run(lambda: run_demo(times, out=typer.echo)))
 
 
 def main() -> None:
-    """Entry point of the console script (see :mod:`nodeagent._cli_fast`)."""
-    from nodeagent._cli_fast import main as fast_main  # noqa: PLC0415
+    """Entry point of the console script (see :mod:`nodeagent.cli._main`)."""
+    from nodeagent.cli._main import main as fast_main  # noqa: PLC0415
 
     fast_main()

@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from nodeagent._master import Master
+    from nodeagent.master._master import Master
 
 __all__ = ["MasterMetrics"]
 

@@ -32,7 +32,6 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from nodeagent import __version__
-from nodeagent._api import auth_error_response, error_body, request_peer
 from nodeagent._audit import AuditLog
 from nodeagent._auth import (
     AuthError,
@@ -42,15 +41,16 @@ from nodeagent._auth import (
     principal_from_authorization,
     require,
 )
-from nodeagent._maintenance import (
+from nodeagent._http import auth_error_response, error_body, request_peer
+from nodeagent.master._maintenance import (
     MaintenanceError,
     MaintenanceSchedule,
     load_json,
     parse_machine_ids,
     render_json,
 )
-from nodeagent._master import Master
-from nodeagent._master_metrics import MasterMetrics
+from nodeagent.master._master import Master
+from nodeagent.master._metrics import MasterMetrics
 from slots import SlotsError, render_long
 
 __all__ = [

@@ -33,9 +33,10 @@ import httpx
 import trio
 
 from nodeagent._auth import Scope, create_token, generate_key, load_key
-from nodeagent._config import load_agent_config, load_master_config
-from nodeagent._daemon import AgentDaemon
-from nodeagent._master_daemon import MasterDaemon
+from nodeagent.agent._config import load_agent_config
+from nodeagent.agent._daemon import AgentDaemon
+from nodeagent.master._config import load_master_config
+from nodeagent.master._daemon import MasterDaemon
 
 __all__ = ["DemoTimes", "run_demo"]
 

@@ -1,7 +1,7 @@
 """``nodeagent master …``: run the master and talk to it.
 
 Every client command talks to one master (its Unix socket by default, ``--host`` for a
-remote one) through :mod:`nodeagent._cli_http`, prints the API's JSON with ``--json`` or a
+remote one) through :mod:`nodeagent.cli._http`, prints the API's JSON with ``--json`` or a
 human view, and ends with one of the exit statuses of ``docs/cli.md``: errors print
 ``code: message`` to stderr. A Mesos endpoint refuses with a plain-text 400; its message
 is printed as it is, under the code ``maintenance.refused`` (exit 1).
@@ -34,10 +34,10 @@ from urllib.parse import urlencode
 
 import typer
 
-from nodeagent._cli_common import emit_text as _emit
-from nodeagent._cli_common import finish as _finish
-from nodeagent._cli_common import run_daemon
-from nodeagent._cli_http import (
+from nodeagent.cli._common import emit_text as _emit
+from nodeagent.cli._common import finish as _finish
+from nodeagent.cli._common import run_daemon
+from nodeagent.cli._http import (
     CliError,
     Refused,
     Reply,
@@ -97,7 +97,7 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the master daemon in the foreground."""
-    from nodeagent._master_daemon import run_master  # noqa: PLC0415
+    from nodeagent.master._daemon import run_master  # noqa: PLC0415
 
     run_daemon(run_master, config, log_level)
 
@@ -146,7 +146,7 @@ def _target(host: str | None, token: str | None, socket_path: str | None) -> Tar
 
 
 def _console() -> Console:
-    from nodeagent._cli_render import make_console  # noqa: PLC0415
+    from nodeagent.cli._render import make_console  # noqa: PLC0415
 
     return make_console(sys.stdout)
 
@@ -290,7 +290,7 @@ def _schedule_view(schedule: Mapping[str, Any], now: float, tz: tzinfo | None = 
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
-    from nodeagent._cli_render import (  # noqa: PLC0415
+    from nodeagent.cli._render import (  # noqa: PLC0415
         format_duration,
         format_local_time,
         format_relative,
@@ -518,7 +518,7 @@ def _ads_table(
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
-    from nodeagent._cli_render import format_relative  # noqa: PLC0415
+    from nodeagent.cli._render import format_relative  # noqa: PLC0415
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     if projection:
@@ -807,7 +807,7 @@ def _late_lines(
     machines: Sequence[Mapping[str, Any]], labels: Sequence[str], now: float, tz: tzinfo | None
 ) -> list[str]:
     """Why each late machine is late: when it will be empty, and its last blocker."""
-    from nodeagent._cli_render import format_duration, format_local_time  # noqa: PLC0415
+    from nodeagent.cli._render import format_duration, format_local_time  # noqa: PLC0415
 
     out = []
     for m, label in zip(machines, labels, strict=True):
@@ -842,7 +842,7 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     from rich.console import Group  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
-    from nodeagent._cli_render import format_duration, format_local_time  # noqa: PLC0415
+    from nodeagent.cli._render import format_duration, format_local_time  # noqa: PLC0415
 
     now = _num(plan.get("now")) or 0.0
     machines = sorted(

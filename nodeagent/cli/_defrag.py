@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nodeagent._cli_common import run_daemon
+from nodeagent.cli._common import run_daemon
 
 __all__ = ["DEFAULT_PORT", "defrag_app", "render_stats", "with_default_port"]
 
@@ -42,7 +42,7 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the defrag daemon in the foreground."""
-    from nodeagent._defrag_daemon import run_defrag  # noqa: PLC0415
+    from nodeagent.defrag._daemon import run_defrag  # noqa: PLC0415
 
     run_daemon(run_defrag, config, log_level)
 
@@ -149,7 +149,7 @@ def status(
     ] = False,
 ) -> None:
     """Show the defrag daemon's statistics (GET /v1/stats)."""
-    from nodeagent._cli_http import (  # noqa: PLC0415
+    from nodeagent.cli._http import (  # noqa: PLC0415
         CliError,
         Target,
         Unreachable,
@@ -162,7 +162,8 @@ def status(
         if json_output and long:
             raise UsageError("cli.usage", "choose one of --long and --json")
         if host is None and socket_path is None:
-            from nodeagent._config import ConfigError, load_defrag_config  # noqa: PLC0415
+            from nodeagent._settings import ConfigError  # noqa: PLC0415
+            from nodeagent.defrag._config import load_defrag_config  # noqa: PLC0415
 
             try:
                 loaded = load_defrag_config(config)

@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import trio
 
-from nodeagent._agent import Agent, Clock
-from nodeagent._config import MasterLinkConfig
+from nodeagent._clock import Clock
+from nodeagent.agent._agent import Agent
+from nodeagent.agent._config import MasterLinkConfig
 
 __all__ = ["MasterLink", "unavailability_from_mesos"]
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nodeagent._store import ProcessRecord
+from nodeagent.agent._store import ProcessRecord
 from slots import (
     Blocker,
     ClaimInfo,

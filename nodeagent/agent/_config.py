@@ -1,0 +1,221 @@
+"""The agent's configuration (``nodeagent run``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+)
+
+from nodeagent._paths import DEFAULT_AGENT_CONFIG_PATH, default_runtime_dir, default_state_dir
+from nodeagent._settings import (
+    Duration,
+    ListenAddress,
+    _as_path,
+    _check_ip,
+    _check_url,
+    _DaemonSettings,
+    _field,
+    _load_settings,
+    _Section,
+    default_ip,
+)
+
+__all__ = [
+    "DEFAULT_AGENT_CONFIG_PATH",
+    "AgentConfig",
+    "MachineResources",
+    "MasterLinkConfig",
+    "PolicyConfig",
+    "ResourcesConfig",
+    "load_agent_config",
+    "machine_resources",
+]
+
+
+class ResourcesConfig(_Section):
+    """``[resources]``: overrides of the detected machine resources (None = detect).
+
+    Not reloadable: the partitionable slot is sized once.
+    """
+
+    cpus: int | None = _field(None, reload=False, description="Cpus; default: logical CPUs", ge=1)
+    memory_mib: int | None = _field(
+        None, reload=False, description="Memory in MiB; default: physical memory", ge=1
+    )
+    disk_kib: int | None = _field(
+        None, reload=False, description="Disk in KiB; default: free space of execute_dir", ge=0
+    )
+    gpus: int | None = _field(None, reload=False, description="GPUs; default: 0", ge=0)
+
+
+class PolicyConfig(_Section):
+    """``[policy]``: the machine policy (HTCondor's names in the descriptions). Reloadable."""
+
+    max_job_retirement_time: Duration = _field(
+        0.0, reload=True, description="MaxJobRetirementTime (seconds)", ge=0
+    )
+    machine_max_vacate_time: Duration = _field(
+        600.0, reload=True, description="MachineMaxVacateTime (seconds)", ge=0
+    )
+    start: str = _field(
+        "true", reload=True, description="START, a ClassAd expression", min_length=1
+    )
+    suspended_jobs_on_drain: Literal["keep", "evict", "resume"] = _field(
+        "keep", reload=True, description="How a drain treats suspended jobs"
+    )
+    transaction_ttl: Duration = _field(
+        30.0, reload=True, description="Lifetime of a pending drain transaction (seconds)", gt=0
+    )
+
+
+class MasterLinkConfig(_Section):
+    """``[master]``: where this agent pushes its ad. Reloadable (applied at the next push)."""
+
+    url: Annotated[str | None, AfterValidator(_check_url)] = _field(
+        None, reload=True, description="The master's base URL; none: no master"
+    )
+    token_file: Path | None = _field(
+        None, reload=True, description="File holding the DAEMON token for the master"
+    )
+    update_interval: Duration = _field(
+        60.0, reload=True, description="Seconds between periodic ad pushes", gt=0
+    )
+    ad_debounce: Duration = _field(
+        0.25, reload=True, description="Delay coalescing state changes into one push", ge=0
+    )
+
+
+class AgentConfig(_DaemonSettings):
+    """The configuration of ``nodeagent run``. Load with :func:`load_agent_config`."""
+
+    hostname: str = _field(
+        ..., reload=False, description="Advertised host name; default: FQDN", min_length=1
+    )
+    ip: Annotated[str, AfterValidator(_check_ip)] = _field(
+        ..., reload=False, description="Advertised address; default: primary address"
+    )
+    state_dir: Path = _field(..., reload=False, description="Durable state directory")
+    runtime_dir: Path = _field(..., reload=False, description="Runtime directory (sockets)")
+    execute_dir: Path = _field(
+        ..., reload=False, description="Jobs' scratch space; default: <state_dir>/execute"
+    )
+    socket: Path = _field(
+        ..., reload=False, description="Unix socket; default: <runtime_dir>/nodeagent.sock"
+    )
+    listen: tuple[ListenAddress, ...] = _field(
+        ("127.0.0.1:9621",), reload=False, description="TCP listeners 'host:port'; [] = none"
+    )
+    tls_cert: Path | None = _field(None, reload=False, description="TLS certificate (PEM)")
+    tls_key: Path | None = _field(None, reload=False, description="TLS private key (PEM)")
+    key_file: Path = _field(
+        ..., reload=False, description="Pool key; default: <state_dir>/pool.key"
+    )
+    audit_log: Path = _field(
+        ..., reload=False, description="Audit log; default: <state_dir>/audit.log"
+    )
+    metrics_require_auth: bool = _field(
+        True, reload=True, description="Whether /metrics needs a READ token"
+    )
+    resources: ResourcesConfig = _field(
+        ResourcesConfig(), reload=False, description="Resource overrides"
+    )
+    policy: PolicyConfig = _field(PolicyConfig(), reload=True, description="Machine policy")
+    master: MasterLinkConfig = _field(
+        MasterLinkConfig(), reload=True, description="Link to the master"
+    )
+
+    @classmethod
+    def _computed_defaults(
+        cls, state: Mapping[str, Any], environ: Mapping[str, str], uid: int
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if "hostname" not in state:
+            out["hostname"] = socket.getfqdn()
+        if "ip" not in state:
+            out["ip"] = default_ip()
+        state_dir = _as_path(state.get("state_dir")) or default_state_dir(environ, uid)
+        runtime_dir = _as_path(state.get("runtime_dir")) or default_runtime_dir(environ, uid)
+        derived = {
+            "state_dir": state_dir,
+            "runtime_dir": runtime_dir,
+            "execute_dir": state_dir / "execute",
+            "socket": runtime_dir / "nodeagent.sock",
+            "key_file": state_dir / "pool.key",
+            "audit_log": state_dir / "audit.log",
+        }
+        out.update({k: v for k, v in derived.items() if k not in state})
+        return out
+
+
+def load_agent_config(
+    path: Path | None,
+    env: Mapping[str, str] = os.environ,
+    *,
+    uid: int | None = None,
+    default_path: Path = DEFAULT_AGENT_CONFIG_PATH,
+) -> AgentConfig:
+    """Load the agent's configuration.
+
+    ``path`` must name an existing file; with ``None``, ``default_path`` is read when it
+    exists. ``env`` supplies the ``NODEAGENT_`` overrides and the variables the computed
+    defaults use (``HOME``, ``XDG_*``, ``STATE_DIRECTORY``, ``RUNTIME_DIRECTORY``); ``uid``
+    (default: the effective uid) selects root's system directories. Reads no other global
+    state. Raises :class:`ConfigError`.
+    """
+    return _load_settings(
+        AgentConfig,
+        path,
+        default_path=default_path,
+        environ=env,
+        uid=os.geteuid() if uid is None else uid,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineResources:
+    """The machine's resources in HTCondor units (Memory MiB, Disk KiB)."""
+
+    cpus: int
+    memory_mib: int
+    disk_kib: int
+    gpus: int
+
+
+def _existing_ancestor(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def machine_resources(config: AgentConfig) -> MachineResources:
+    """The configured resources, detecting the unset ones with psutil.
+
+    Cpus: logical CPUs; Memory: total physical memory; Disk: free space (HTCondor's
+    meaning) of the file system holding ``execute_dir`` (or its nearest existing parent);
+    GPUs: 0.
+    """
+    import psutil  # noqa: PLC0415  (heavy; only the daemon needs it)
+
+    r = config.resources
+    cpus = r.cpus if r.cpus is not None else int(psutil.cpu_count(logical=True) or 1)
+    memory = (
+        r.memory_mib
+        if r.memory_mib is not None
+        else int(psutil.virtual_memory().total // (1024 * 1024))
+    )
+    disk = (
+        r.disk_kib
+        if r.disk_kib is not None
+        else int(psutil.disk_usage(str(_existing_ancestor(config.execute_dir))).free // 1024)
+    )
+    return MachineResources(
+        cpus=cpus, memory_mib=memory, disk_kib=disk, gpus=r.gpus if r.gpus is not None else 0
+    )

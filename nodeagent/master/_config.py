@@ -1,0 +1,92 @@
+"""The master's configuration (``nodeagent master run``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from nodeagent._paths import DEFAULT_MASTER_CONFIG_PATH
+from nodeagent._settings import (
+    Duration,
+    ListenAddress,
+    _DaemonSettings,
+    _field,
+    _load_settings,
+    _service_defaults,
+)
+
+__all__ = ["DEFAULT_MASTER_CONFIG_PATH", "MasterConfig", "load_master_config"]
+
+
+class MasterConfig(_DaemonSettings):
+    """The configuration of ``nodeagent master run``. Load with :func:`load_master_config`."""
+
+    state_dir: Path = _field(..., reload=False, description="Durable state directory")
+    runtime_dir: Path = _field(..., reload=False, description="Runtime directory")
+    listen: tuple[ListenAddress, ...] = _field(
+        ("127.0.0.1:9622",), reload=False, description="TCP listeners 'host:port'"
+    )
+    tls_cert: Path | None = _field(None, reload=False, description="TLS certificate (PEM)")
+    tls_key: Path | None = _field(None, reload=False, description="TLS private key (PEM)")
+    key_file: Path = _field(
+        ...,
+        reload=False,
+        description="Pool key (shared with the agents); default: <state_dir>/pool.key",
+    )
+    audit_log: Path = _field(
+        ..., reload=False, description="Audit log; default: <state_dir>/audit.log"
+    )
+    ad_lifetime: Duration = _field(
+        300.0,
+        reload=True,
+        description="An ad not refreshed for this long shows its node as lost",
+        gt=0,
+    )
+    drain_policy: Literal["just_in_time", "immediate"] = _field(
+        "just_in_time",
+        reload=True,
+        description="When the master starts a scheduled machine's drain",
+    )
+    drain_margin: Duration = _field(
+        60.0,
+        reload=True,
+        description="Just in time: aim to be empty this long before the window",
+        ge=0,
+    )
+    escalation: Literal["quick", "fast", "none"] = _field(
+        "quick", reload=True, description="What a node not empty when its window starts gets"
+    )
+    reconcile_interval: Duration = _field(
+        1.0, reload=True, description="Seconds between passes over the schedule", gt=0
+    )
+    agent_timeout: Duration = _field(
+        10.0, reload=True, description="Timeout of the master's requests to agents", gt=0
+    )
+    metrics_require_auth: bool = _field(
+        True, reload=True, description="Whether /metrics needs a READ token"
+    )
+
+    @classmethod
+    def _computed_defaults(
+        cls, state: Mapping[str, Any], environ: Mapping[str, str], uid: int
+    ) -> dict[str, Any]:
+        return _service_defaults(state, environ, uid, "nodeagent-master")
+
+
+def load_master_config(
+    path: Path | None,
+    env: Mapping[str, str] = os.environ,
+    *,
+    uid: int | None = None,
+    default_path: Path = DEFAULT_MASTER_CONFIG_PATH,
+) -> MasterConfig:
+    """Load the master's configuration (as :func:`load_agent_config` does the agent's)."""
+    return _load_settings(
+        MasterConfig,
+        path,
+        default_path=default_path,
+        environ=env,
+        uid=os.geteuid() if uid is None else uid,
+    )
