@@ -25,6 +25,7 @@ from slots._errors import (
     ClaimNotActive,
     DrainError,
     DrainInProgress,
+    IllegalDrainTransition,
     IllegalTransition,
     InvalidRequest,
     NoSuchClaim,
@@ -56,14 +57,22 @@ from slots._estimates import (
 )
 from slots._forecast import DrainForecast
 from slots._machine import ClaimInfo, JobSpec, Machine, MachinePolicy
+from slots._request_states import (
+    FINISHED,
+    REQUEST_MOVES,
+    RequestEvent,
+    check_request_move,
+)
 from slots._resources import Resources
 from slots._states import ACTIVE, MOVES, Activity, State, check_move
 
 __all__ = [
     "ACTIVE",
     "EXPECTED_ATTRIBUTES",
+    "FINISHED",
     "MAX_PUBLISHED",
     "MOVES",
+    "REQUEST_MOVES",
     "Action",
     "Activity",
     "Blocker",
@@ -79,6 +88,7 @@ __all__ = [
     "DrainState",
     "Estimate",
     "Eviction",
+    "IllegalDrainTransition",
     "IllegalTransition",
     "InvalidRequest",
     "JobSpec",
@@ -92,6 +102,7 @@ __all__ = [
     "OnCompletion",
     "Phase",
     "Publish",
+    "RequestEvent",
     "Resources",
     "ResourcesInsufficient",
     "Schedule",
@@ -104,6 +115,7 @@ __all__ = [
     "ad_blockers",
     "check_estimate_inputs",
     "check_move",
+    "check_request_move",
     "clamp",
     "drain_estimates",
     "effective_retirement",

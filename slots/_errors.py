@@ -5,19 +5,20 @@ Each carries a stable ``code`` (part of the API contract), an ``http_status`` hi
 for the shell, and, where HTCondor defines one, its numeric ``condor_code``::
 
     SlotsError
-    ├── InvalidRequest            422 request.invalid
-    ├── IllegalTransition         409 slot.illegal_transition
-    ├── NoSuchClaim               404 claim.no_such_claim
-    ├── ClaimNotActive            409 claim.not_active
-    ├── NotAccepting              409 machine.not_accepting
-    ├── ResourcesInsufficient     409 resources.insufficient
-    ├── TransactionPending        409 drain.transaction_pending
+    ├── InvalidRequest              422 request.invalid
+    ├── IllegalTransition           409 slot.illegal_transition
+    ├── NoSuchClaim                 404 claim.no_such_claim
+    ├── ClaimNotActive              409 claim.not_active
+    ├── NotAccepting                409 machine.not_accepting
+    ├── ResourcesInsufficient       409 resources.insufficient
+    ├── TransactionPending          409 drain.transaction_pending
     └── DrainError
-        ├── DrainInProgress       409 drain.in_progress        (10001)
-        ├── NoSuchRequest         404 drain.no_such_request    (10002)
-        ├── CheckFailed           412 drain.check_failed       (10003)
-        ├── TransactionExpired    410 drain.transaction_expired
-        └── NotPending            409 drain.not_pending
+        ├── DrainInProgress         409 drain.in_progress        (10001)
+        ├── NoSuchRequest           404 drain.no_such_request    (10002)
+        ├── CheckFailed             412 drain.check_failed       (10003)
+        ├── TransactionExpired      410 drain.transaction_expired
+        ├── NotPending              409 drain.not_pending
+        └── IllegalDrainTransition  409 drain.illegal_transition
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "ClaimNotActive",
     "DrainError",
     "DrainInProgress",
+    "IllegalDrainTransition",
     "IllegalTransition",
     "InvalidRequest",
     "NoSuchClaim",
@@ -148,4 +150,15 @@ class NotPending(DrainError):
     """Commit of a request that is not pending (already committed)."""
 
     code = "drain.not_pending"
+    http_status = 409
+
+
+class IllegalDrainTransition(DrainError):
+    """A drain request move that its table of moves does not allow.
+
+    The machine's own checks (:class:`NotPending`, :class:`NoSuchRequest`, …) come
+    first, so seeing this error means the model itself asked for a wrong move.
+    """
+
+    code = "drain.illegal_transition"
     http_status = 409

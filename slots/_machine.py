@@ -54,6 +54,7 @@ from slots._estimates import (
     retirement_remaining,
     vacate_time,
 )
+from slots._request_states import FINISHED, RequestEvent, check_request_move
 from slots._resources import Resources
 from slots._states import ACTIVE, Activity, State, check_move
 
@@ -524,9 +525,13 @@ class Machine:
             machine_ad = self.ad(now)["machine"]
             if not _classad.is_true(check, machine_ad):
                 raise CheckFailed(f"check expression is not true on {self.host}: {check}")
+        request_id = str(self._next_request)
+        check_request_move(
+            self.drain_state, RequestEvent.START, DrainState.PENDING, request=request_id
+        )
         self._account(now)
         request = DrainRequest(
-            id=str(self._next_request),
+            id=request_id,
             schedule=schedule,
             reason=reason,
             on_completion=on_completion,
@@ -571,7 +576,7 @@ class Machine:
             raise NotPending(f"drain request {request_id} is {request.state}, not pending")
         assert request.expires_at is not None
         if now >= request.expires_at:
-            self._end_request(now, DrainState.CANCELLED)
+            self._end_request(now, RequestEvent.EXPIRE, DrainState.CANCELLED)
             raise TransactionExpired(f"drain request {request_id} expired before its commit")
         self._account(now)
         schedule = request.schedule
@@ -590,7 +595,7 @@ class Machine:
         elif self._request is None:
             return []
         self._account(now)
-        self._end_request(now, DrainState.CANCELLED)
+        self._end_request(now, RequestEvent.CANCEL, DrainState.CANCELLED)
         return [Publish()]
 
     def tick(self, now: float) -> list[Action]:
@@ -601,7 +606,7 @@ class Machine:
         if request is not None and request.state is DrainState.PENDING:
             assert request.expires_at is not None
             if now >= request.expires_at:
-                self._end_request(now, DrainState.CANCELLED)
+                self._end_request(now, RequestEvent.EXPIRE, DrainState.CANCELLED)
                 actions.append(Publish())
         actions.extend(self._advance(now))
         return actions
@@ -774,7 +779,9 @@ class Machine:
 
         Unclaimed time while the daemon was down is accounted (the cores were idle
         or not, as the restored claims say). Raises :class:`InvalidRequest` for a
-        document of an unknown version.
+        document of an unknown version or whose last request has not ended, and
+        :class:`IllegalDrainTransition` when its request in force is in a state that
+        does not survive a restart (see :data:`slots.REQUEST_MOVES`).
         """
         if doc.get("version") != 1:
             raise InvalidRequest(f"unknown machine snapshot version {doc.get('version')!r}")
@@ -783,6 +790,11 @@ class Machine:
         machine._next_request = int(doc["next_request"])
         machine._request = _request_from(doc["request"])
         machine._last_request = _request_from(doc["last_request"])
+        if (saved := machine._request) is not None:
+            check_request_move(saved.state, RequestEvent.RESTORE, saved.state, request=saved.id)
+        last = machine._last_request
+        if last is not None and last.state not in FINISHED:
+            raise InvalidRequest(f"the snapshot's last drain request {last.id} is {last.state}")
         machine._total_badput = float(doc["total_badput"])
         machine._total_unclaimed = float(doc["total_unclaimed"])
         machine._accounted_at = float(doc["accounted_at"])
@@ -1033,6 +1045,9 @@ class Machine:
     def _commit(self, now: float) -> list[Action]:
         request = self._request
         assert request is not None
+        check_request_move(
+            request.state, RequestEvent.COMMIT, DrainState.DRAINING, request=request.id
+        )
         self._request = dataclasses.replace(
             request,
             state=DrainState.DRAINING,
@@ -1086,20 +1101,28 @@ class Machine:
     def _complete(self, now: float) -> list[Action]:
         request = self._request
         assert request is not None
+        check_request_move(
+            request.state, RequestEvent.LAST_JOB_GONE, DrainState.DRAINED, request=request.id
+        )
         self._request = dataclasses.replace(request, state=DrainState.DRAINED, drained_at=now)
         self._settle_pslot(now)
         if request.on_completion is OnCompletion.NONE:
             return [Publish()]
-        self._end_request(now, DrainState.COMPLETED)
+        self._end_request(now, RequestEvent.COMPLETE, DrainState.COMPLETED)
         actions: list[Action] = [Publish()]
         if request.on_completion in (OnCompletion.EXIT, OnCompletion.RESTART):
             actions.append(CompletionAction(action=request.on_completion, request_id=request.id))
         return actions
 
-    def _end_request(self, now: float, final: DrainState) -> None:
-        """Forget the request in force (recorded as the last one) and reopen the machine."""
+    def _end_request(self, now: float, event: RequestEvent, final: DrainState) -> None:
+        """Forget the request in force (recorded as the last one) and reopen the machine.
+
+        Raises :class:`IllegalDrainTransition` before any change when ``event`` cannot
+        move the request to ``final``.
+        """
         request = self._request
         assert request is not None
+        check_request_move(request.state, event, final, request=request.id)
         was_draining = self._draining()
         self._request = None
         self._last_request = dataclasses.replace(request, state=final, ended_at=now)
