@@ -39,6 +39,8 @@ class FakeProcess:
     behaviour: FakeBehaviour
     signals: list[tuple[float, signal.Signals]] = field(default_factory=list)
     returncode: int | None = None
+    #: Whether the agent let the job's program go (:meth:`start`); fake jobs run regardless.
+    started: bool = False
     _done: trio.Event = field(default_factory=trio.Event)
     _stopped: bool = False
 
@@ -48,6 +50,9 @@ class FakeProcess:
 
     def exited(self) -> bool:
         return self._done.is_set()
+
+    def start(self) -> None:
+        self.started = True
 
     def signal_group(self, sig: signal.Signals) -> None:
         if self.exited():

@@ -17,12 +17,23 @@ Contract:
 * **Exits** are noticed at once, without polling: the leader's pidfd becomes readable when it
   exits and :meth:`JobProcess.wait` sleeps on it in trio's I/O loop. The daemon's own children
   are reaped by ``wait`` (or :meth:`JobProcess.exited`), so they leave no zombies.
-* **Signals** (soft kill, hard kill, suspend, continue) all go to the whole process group.
+* **Held launch** (``LaunchSpec.held``): the leader is started as a tiny ``/bin/sh`` that
+  waits on a pipe before it execs the job's program. :meth:`JobProcess.start` lets it
+  go; if the pipe closes first (the daemon refused the claim, or died), the holder exits 125
+  and the program never runs. So the daemon can record a job's pid *before* its program
+  runs, and no crash can leave a program running that the daemon does not know about.
+* **Signals** (soft kill, hard kill, suspend, continue) all go to the whole process group,
+  never to group 0, group 1 or the daemon's own group (:meth:`JobProcess.signal_group`
+  refuses those, whatever the identity says).
+* **Adoption guards**: pid 1, kernel threads, the daemon itself and its ancestors, and any
+  process whose group is 0, 1, the daemon's or one of its ancestors' are never adopted.
 
 Errors::
 
     ProcessError                   code "job.error"               HTTP 500
     ├── LaunchFailed               code "job.launch_failed"       HTTP 422
+    ├── NotAdoptable               code "job.not_adoptable"       HTTP 422
+    ├── AlreadyClaimed             code "job.already_claimed"     HTTP 409
     ├── NoSuchProcess              code "job.no_such_process"     HTTP 404
     └── PermissionRefused          code "job.permission_refused"  HTTP 403
 
@@ -35,6 +46,7 @@ import abc
 import contextlib
 import math
 import os
+import posixpath
 import pwd
 import select
 import signal
@@ -53,17 +65,21 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "PID_MAX_LIMIT",
     "START_TIME_TOLERANCE",
+    "AlreadyClaimed",
     "JobProcess",
     "LaunchFailed",
     "LaunchSpec",
     "NoSuchProcess",
+    "NotAdoptable",
     "OsProcessRunner",
     "PermissionRefused",
     "ProcessError",
     "ProcessIdentity",
     "ProcessRunner",
     "Usage",
+    "cwd_problem",
 ]
 
 START_TIME_TOLERANCE = 1.5
@@ -78,8 +94,16 @@ handed out every other pid and came back to this one within that window, since L
 allocates pids cyclically.
 """
 
+PID_MAX_LIMIT = 2**22
+"""The largest pid Linux can hand out (``PID_MAX_LIMIT``; ``kernel.pid_max`` is at most this)."""
+
 _OUTPUT_MODE = 0o600
 _EXECUTE_DIR_MODE = 0o700
+_PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
+_HELD_EXIT = 125
+#: The holder of a held launch: waits for "go" on stdin, then runs the program with stdin
+#: from /dev/null; EOF or anything else on the pipe ends it (status 125) before the program.
+_HOLDER = 'IFS= read -r go || exit 125; [ "$go" = go ] || exit 125; exec "$@" </dev/null'
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,11 +137,29 @@ class NoSuchProcess(ProcessError):
 
 class PermissionRefused(ProcessError):
     """The daemon may not do this to the process: switch to another user without being root,
-    signal a process it has no permission to signal, or adopt a process in its own process
-    group (signalling that group would signal the daemon itself)."""
+    signal a process it has no permission to signal, or signal process group 0, 1 or its own
+    (which would signal the daemon or init)."""
 
     code: ClassVar[str] = "job.permission_refused"
     http_status: ClassVar[int] = 403
+
+
+class NotAdoptable(ProcessError):
+    """Adopt: the process may never be a job: pid 1, a kernel thread, the daemon itself or
+    one of its ancestors, or a process whose group is 0, 1, the daemon's or an ancestor's
+    (signalling that group would reach the daemon, init or the kernel)."""
+
+    code: ClassVar[str] = "job.not_adoptable"
+    http_status: ClassVar[int] = 422
+
+
+class AlreadyClaimed(ProcessError):
+    """Adopt: the process already runs a claim's job, or is in such a job's process group.
+
+    Raised by the daemon, which knows its claims; a runner cannot tell."""
+
+    code: ClassVar[str] = "job.already_claimed"
+    http_status: ClassVar[int] = 409
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,14 +176,21 @@ class LaunchSpec:
       (the service manager's ``NOTIFY_SOCKET``, ``WATCHDOG_*``, ``LISTEN_*`` and the
       ``NODEAGENT_*`` configuration); otherwise the job gets exactly this mapping, nothing
       merged in (an empty mapping gives an empty environment).
-    * ``cwd``: ``None`` means the execute directory; a relative path is taken relative to it.
+    * ``cwd``: ``None`` means the execute directory; otherwise a relative path inside it
+      (absolute paths, and ``..`` leading out of it, are refused; so is a directory that a
+      symbolic link takes out of it, at launch).
     * ``user``: run as this user. Switching users needs root; without root, naming any user
       but the current one raises :class:`PermissionRefused`. When the daemon switches users,
       the execute directory and the output files are given to that user.
     * ``execute_dir``: created with mode 0o700 (and any missing parents) if absent; the job's
       stdout and stderr are appended to ``stdout`` and ``stderr`` there (mode 0o600).
+    * ``held``: start the process but hold its program until :meth:`JobProcess.start` (see
+      the module docstring). The program is then looked up before the launch, so a missing
+      or non-executable program still raises :class:`LaunchFailed`.
 
-    Raises :class:`LaunchFailed` when built with an empty ``argv`` or a NUL byte in it.
+    Raises :class:`LaunchFailed` when built with an empty ``argv``, a NUL byte in any string,
+    an environment name that is empty or holds ``=``, or a ``cwd`` outside the execute
+    directory.
     """
 
     argv: tuple[str, ...]
@@ -149,12 +198,41 @@ class LaunchSpec:
     cwd: str | None = None
     user: str | None = None
     execute_dir: Path
+    held: bool = False
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise LaunchFailed("argv must name a program")
         if any("\0" in arg for arg in self.argv):
             raise LaunchFailed("argv must not contain NUL bytes")
+        if self.env is not None:
+            for name, value in self.env.items():
+                if not name or "=" in name or "\0" in name:
+                    raise LaunchFailed(f"invalid environment variable name {name!r}")
+                if "\0" in value:
+                    raise LaunchFailed(f"environment variable {name} holds a NUL byte")
+        if self.user is not None and (not self.user or "\0" in self.user):
+            raise LaunchFailed("user must be a user name")
+        if self.cwd is not None:
+            problem = cwd_problem(self.cwd)
+            if problem is not None:
+                raise LaunchFailed(problem)
+
+
+def cwd_problem(cwd: str) -> str | None:
+    """Why ``cwd`` is not a directory inside the execute directory, or ``None`` if it is.
+
+    A job's working directory is a relative path that stays inside the execute directory
+    after ``..`` components are resolved; absolute paths and NUL bytes are refused.
+    """
+    if "\0" in cwd:
+        return "cwd must not contain NUL bytes"
+    if cwd.startswith("/"):
+        return f"cwd must be relative to the job's execute directory, not {cwd!r}"
+    normal = posixpath.normpath(cwd) if cwd else "."
+    if normal == ".." or normal.startswith("../"):
+        return f"cwd {cwd!r} leads out of the job's execute directory"
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,12 +295,22 @@ class JobProcess(Protocol):
     def signal_group(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the job's process group; a group that is already gone is ignored.
 
-        Raises :class:`PermissionRefused` when the daemon may not signal the group.
+        Raises :class:`PermissionRefused` when the daemon may not signal the group, and
+        for group 0, group 1 and the daemon's own group, which are never signalled.
         """
         ...
 
     def exited(self) -> bool:
         """Whether the leader has exited, without blocking."""
+        ...
+
+    def start(self) -> None:
+        """Let a held job's program run (see :attr:`LaunchSpec.held`).
+
+        A no-op for a job that was not held (or was already started) and for adopted
+        processes. If the holder is already gone the call does nothing: the exit is seen
+        by :meth:`wait`.
+        """
         ...
 
 
@@ -242,6 +330,11 @@ class _OsJobProcess(abc.ABC):
         """Whether the leader has exited (reaping it when it is the daemon's child)."""
 
     def signal_group(self, sig: signal.Signals) -> None:
+        # The one place that sends group signals: never to group 0 (killpg(0) is our own
+        # group), init's group or our own, whatever the identity claims.
+        pgid = self.identity.pgid
+        if pgid <= 1 or pgid == os.getpgrp():
+            raise PermissionRefused(f"never signals process group {pgid}")
         if not self._group_is_ours():
             return
         try:
@@ -272,17 +365,47 @@ class _OsJobProcess(abc.ABC):
 
 
 class _ChildProcess(_OsJobProcess):
-    """A job this daemon launched; trio watches its pidfd and reaps it."""
+    """A job this daemon launched; trio watches its pidfd and reaps it.
 
-    def __init__(self, identity: ProcessIdentity, process: trio.Process) -> None:
+    ``gate`` is the write end of a held launch's pipe: writing ``go`` lets the program run;
+    closing it unwritten (explicitly, on exit, or when the handle is collected) ends the
+    holder before the program starts.
+    """
+
+    def __init__(
+        self, identity: ProcessIdentity, process: trio.Process, gate: int | None = None
+    ) -> None:
         super().__init__(identity)
         self._process = process
+        self._gate = gate
+        self._close_gate = (
+            weakref.finalize(self, _close_quietly, gate) if gate is not None else None
+        )
+
+    def start(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is None:
+            return
+        with contextlib.suppress(OSError):  # the holder is gone: wait() reports it
+            os.write(gate, b"go\n")
+        assert self._close_gate is not None
+        self._close_gate()
 
     async def wait(self) -> int | None:
-        return await self._process.wait()
+        try:
+            return await self._process.wait()
+        finally:
+            if self._process.returncode is not None and self._close_gate is not None:
+                self._gate = None
+                self._close_gate()
 
     def exited(self) -> bool:
         return self._process.returncode is not None
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 class _AdoptedProcess(_OsJobProcess):
@@ -299,6 +422,9 @@ class _AdoptedProcess(_OsJobProcess):
         self._close_pidfd = weakref.finalize(self, os.close, pidfd)
         self._lock = trio.Lock()
         self._status: int | None = None
+
+    def start(self) -> None:
+        """Nothing to let go: an adopted process runs already."""
 
     async def wait(self) -> int | None:
         async with self._lock:
@@ -397,41 +523,57 @@ class OsProcessRunner:
     async def launch(self, spec: LaunchSpec) -> JobProcess:
         user = _resolve_user(spec.user)
         cwd = spec.execute_dir / spec.cwd if spec.cwd is not None else spec.execute_dir
-        stdout, stderr = await trio.to_thread.run_sync(_prepare_execute_dir, spec.execute_dir, user)
+        env = _inherited_environment() if spec.env is None else dict(spec.env)
+        argv = list(spec.argv)
+        if spec.held:
+            # The holder execs the program by path: look it up now, as exec would, so a
+            # missing program is refused here and not by a job that dies at once.
+            program = _find_program(spec.argv[0], env, cwd)
+            argv = ["/bin/sh", "-c", _HOLDER, "nodeagent-job", program, *spec.argv[1:]]
+        stdout, stderr = await trio.to_thread.run_sync(
+            _prepare_execute_dir, spec.execute_dir, user, cwd
+        )
         options: dict[str, Any] = {}
         if user is not None:
             options.update(
                 user=user.uid, group=user.gid, extra_groups=os.getgrouplist(user.name, user.gid)
             )
+        gate_read, gate = os.pipe2(os.O_CLOEXEC) if spec.held else (subprocess.DEVNULL, None)
         try:
             process = await trio.lowlevel.open_process(
-                list(spec.argv),
-                stdin=subprocess.DEVNULL,
+                argv,
+                stdin=gate_read,
                 stdout=stdout,
                 stderr=stderr,
                 cwd=cwd,
-                env=_inherited_environment() if spec.env is None else dict(spec.env),
+                env=env,
                 start_new_session=True,
                 close_fds=True,
                 **options,
             )
         except OSError as exc:
+            if gate is not None:
+                os.close(gate)
             what = exc.strerror or str(exc)
             where = f" ({exc.filename})" if exc.filename else ""
             raise LaunchFailed(f"cannot start {spec.argv[0]!r}: {what}{where}") from exc
         finally:
             os.close(stdout)
             os.close(stderr)
+            if gate is not None:
+                os.close(gate_read)
         # Not reaped before someone waits, so psutil can read the start time even if the
         # job has already exited.
         start_time = float(psutil.Process(process.pid).create_time())
         identity = ProcessIdentity(pid=process.pid, start_time=start_time, pgid=process.pid)
-        return _ChildProcess(identity, process)
+        return _ChildProcess(identity, process, gate)
 
     async def adopt(self, pid: int, *, start_time: float | None = None) -> JobProcess:
         await trio.lowlevel.checkpoint()
-        if pid <= 0:
+        if not 0 < pid <= PID_MAX_LIMIT:
             raise NoSuchProcess(f"no process {pid}")
+        if pid == 1:
+            raise NotAdoptable("pid 1 (init) is never a job")
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError as exc:
@@ -497,17 +639,22 @@ def _validate(pid: int, start_time: float | None) -> ProcessIdentity:
     """Check the process that ``pid`` names now (the caller holds its pidfd)."""
     try:
         started = float(psutil.Process(pid).create_time())
-        pgid = os.getpgid(pid)
-    except (psutil.NoSuchProcess, ProcessLookupError) as exc:
+        pgid, flags = _stat_fields(pid)
+    except (psutil.NoSuchProcess, ProcessLookupError, FileNotFoundError) as exc:
         raise NoSuchProcess(f"no process {pid}") from exc
     if start_time is not None and not _same_start(started, start_time):
         raise NoSuchProcess(
             f"process {pid} started at {started:.2f}, not at {start_time:.2f}: the pid was reused"
         )
-    if pgid == os.getpgrp():
-        raise PermissionRefused(
-            f"process {pid} is in the daemon's own process group {pgid}; signalling it would "
-            "signal the daemon"
+    if flags & _PF_KTHREAD:
+        raise NotAdoptable(f"process {pid} is a kernel thread")
+    ancestors = _daemon_and_ancestors()
+    if pid in ancestors:
+        raise NotAdoptable(f"process {pid} is this daemon or one of its ancestors")
+    if pgid <= 1 or pgid in _groups_of(ancestors):
+        raise NotAdoptable(
+            f"process {pid} is in process group {pgid}, which holds this daemon, one of its "
+            "ancestors or init; signalling that group would signal them"
         )
     try:
         os.kill(pid, 0)
@@ -516,6 +663,56 @@ def _validate(pid: int, start_time: float | None) -> ProcessIdentity:
     except ProcessLookupError as exc:
         raise NoSuchProcess(f"no process {pid}") from exc
     return ProcessIdentity(pid=pid, start_time=started, pgid=pgid)
+
+
+def _stat_fields(pid: int) -> tuple[int, int]:
+    """The process group and the kernel task flags of ``pid``, from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        text = f.read()
+    # The command name may hold spaces and parentheses: fields follow the last ")".
+    fields = text[text.rindex(b")") + 2 :].split()
+    return int(fields[2]), int(fields[6])
+
+
+def _daemon_and_ancestors() -> set[int]:
+    """This process and every ancestor up to pid 1."""
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        pids.update(p.pid for p in psutil.Process().parents())
+    return pids
+
+
+def _groups_of(pids: set[int]) -> set[int]:
+    groups = {os.getpgrp()}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    return groups
+
+
+def _find_program(name: str, env: Mapping[str, str], cwd: Path) -> str:
+    """The path ``exec`` would run for ``name``, as the holder of a held launch must name it.
+
+    A name with a slash is taken as is (relative to ``cwd``); any other is looked up in the
+    ``PATH`` of ``env`` (``os.defpath`` without one), as ``subprocess`` does. A relative
+    result starts with ``./``, so the holder never reads it as an option. Raises
+    :class:`LaunchFailed` when no executable file is found.
+    """
+    if "/" in name:
+        candidates = [name]
+    else:
+        candidates = [os.path.join(d, name) for d in os.get_exec_path(dict(env))]
+    denied = False
+    for candidate in candidates:
+        on_disk = cwd / candidate  # an absolute candidate replaces cwd
+        if on_disk.is_file():
+            if os.access(on_disk, os.X_OK):
+                if candidate.startswith(("/", "./", "../")):
+                    return candidate
+                return f"./{candidate}"
+            denied = True
+    what = "Permission denied" if denied else "No such file or directory"
+    raise LaunchFailed(f"cannot start {name!r}: {what}")
 
 
 def _age(proc: psutil.Process) -> float:
@@ -540,11 +737,15 @@ def _resolve_user(name: str | None) -> _User | None:
     return _User(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid)
 
 
-def _prepare_execute_dir(execute_dir: Path, user: _User | None) -> tuple[int, int]:
-    """Create the execute directory if needed and open the output files (blocking)."""
+def _prepare_execute_dir(execute_dir: Path, user: _User | None, cwd: Path) -> tuple[int, int]:
+    """Create the execute directory if needed, check that ``cwd`` resolves inside it (no
+    symbolic link leads out), and open the output files (blocking)."""
     opened: list[int] = []
     try:
         execute_dir.mkdir(mode=_EXECUTE_DIR_MODE, parents=True, exist_ok=True)
+        inside = execute_dir.resolve()
+        if not cwd.resolve().is_relative_to(inside):
+            raise LaunchFailed(f"cwd {cwd} leads out of the job's execute directory")
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         for name in ("stdout", "stderr"):
             opened.append(os.open(execute_dir / name, flags, _OUTPUT_MODE))

@@ -27,14 +27,18 @@ import trio.testing
 
 from nodeagent.agent import _processes
 from nodeagent.agent._processes import (
+    PID_MAX_LIMIT,
     START_TIME_TOLERANCE,
+    AlreadyClaimed,
     JobProcess,
     LaunchFailed,
     LaunchSpec,
     NoSuchProcess,
+    NotAdoptable,
     OsProcessRunner,
     PermissionRefused,
     ProcessError,
+    ProcessIdentity,
     ProcessRunner,
     Usage,
 )
@@ -217,6 +221,8 @@ def test_os_runner_is_a_process_runner() -> None:
         (LaunchFailed, "job.launch_failed", 422),
         (NoSuchProcess, "job.no_such_process", 404),
         (PermissionRefused, "job.permission_refused", 403),
+        (NotAdoptable, "job.not_adoptable", 422),
+        (AlreadyClaimed, "job.already_claimed", 409),
     ],
 )
 def test_error_codes(error: type[ProcessError], code: str, status: int) -> None:
@@ -229,6 +235,31 @@ def test_error_codes(error: type[ProcessError], code: str, status: int) -> None:
 def test_spec_refuses_bad_argv(tmp_path: Path, argv: tuple[str, ...]) -> None:
     with pytest.raises(LaunchFailed):
         LaunchSpec(argv=argv, execute_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"env": {"A=B": "x"}},
+        {"env": {"": "x"}},
+        {"env": {"A\0": "x"}},
+        {"env": {"A": "x\0y"}},
+        {"cwd": "/etc"},
+        {"cwd": ".."},
+        {"cwd": "a/../../etc"},
+        {"cwd": "sub\0"},
+        {"user": "root\0"},
+        {"user": ""},
+    ],
+)
+def test_spec_refuses_bad_env_cwd_and_user(tmp_path: Path, fields: dict[str, object]) -> None:
+    with pytest.raises(LaunchFailed):
+        LaunchSpec(argv=("true",), execute_dir=tmp_path, **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cwd", ["", ".", "sub", "a/../sub", "./sub/"])
+def test_spec_takes_a_cwd_inside_the_execute_directory(tmp_path: Path, cwd: str) -> None:
+    assert LaunchSpec(argv=("true",), cwd=cwd, execute_dir=tmp_path).cwd == cwd
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +370,7 @@ async def test_launch_failures_raise_and_leak_nothing(
         LaunchSpec(argv=("/nonexistent/program",), execute_dir=tmp_path),
         LaunchSpec(argv=("no-such-program-anywhere",), execute_dir=tmp_path),
         LaunchSpec(argv=(str(not_executable),), execute_dir=tmp_path),
-        LaunchSpec(argv=("true",), cwd="/nonexistent/dir", execute_dir=tmp_path),
+        LaunchSpec(argv=("true",), cwd="nonexistent/dir", execute_dir=tmp_path),
         LaunchSpec(argv=("true",), user="no-such-user-here", execute_dir=tmp_path),
         LaunchSpec(argv=("true",), execute_dir=not_executable / "below-a-file"),
     ]
@@ -352,6 +383,159 @@ async def test_launch_failures_raise_and_leak_nothing(
         assert info.value.http_status == 422
     assert open_fds() == before
     assert psutil.Process().children() == children_before
+
+
+async def test_a_symbolic_link_does_not_take_cwd_out(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    execute_dir = tmp_path / "job"
+    execute_dir.mkdir()
+    (execute_dir / "out").symlink_to(tmp_path)
+    children_before = psutil.Process().children()
+    with pytest.raises(LaunchFailed, match="leads out"):
+        await runner.launch(LaunchSpec(argv=("true",), cwd="out", execute_dir=execute_dir))
+    assert psutil.Process().children() == children_before
+
+
+# --------------------------------------------------------------------------------------------
+# Held launch
+
+RECORDER = "import os, sys; open(sys.argv[1], 'w').write(' '.join(sys.argv[2:]))"
+
+
+async def test_a_held_program_runs_only_once_started(
+    runner: OsProcessRunner, reaper: Reaper, tmp_path: Path
+) -> None:
+    record = tmp_path / "ran"
+    spec = LaunchSpec(
+        argv=("python3", "-c", RECORDER, str(record), "a b", "c"),
+        env={"PATH": os.path.dirname(PYTHON)},
+        execute_dir=tmp_path / "job",
+        held=True,
+    )
+    proc = reaper.job(await runner.launch(spec))
+    ident = proc.identity
+    assert os.getpgid(ident.pid) == ident.pid
+    with trio.move_on_after(0.3):
+        await proc.wait()  # it would have run by now, were it not held
+    assert not proc.exited()
+    assert not record.exists()
+    proc.start()
+    proc.start()  # once is enough
+    with trio.fail_after(LIMIT):
+        assert await proc.wait() == 0
+    assert record.read_text() == "a b c"
+    # The same process: the holder became the program.
+    assert gone(ident.pid, ident.start_time)
+    assert (tmp_path / "job" / "stderr").read_text() == ""
+
+
+async def test_a_held_program_gets_dev_null_as_stdin(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    code = "import os, sys; print(repr(sys.stdin.read()), os.readlink('/proc/self/fd/0'))"
+    proc = await runner.launch(
+        LaunchSpec(argv=(PYTHON, "-c", code), execute_dir=tmp_path, held=True)
+    )
+    proc.start()
+    with trio.fail_after(LIMIT):
+        assert await proc.wait() == 0
+    assert (tmp_path / "stdout").read_text() == "'' /dev/null\n"
+
+
+async def test_a_held_program_never_runs_when_its_holder_is_killed_or_dropped(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    record = tmp_path / "ran"
+    spec = LaunchSpec(
+        argv=(PYTHON, "-c", RECORDER, str(record)), execute_dir=tmp_path / "job", held=True
+    )
+    killed = await runner.launch(spec)
+    killed.signal_group(signal.SIGKILL)
+    with trio.fail_after(LIMIT):
+        assert await killed.wait() == -signal.SIGKILL
+    killed.start()  # the holder is gone: nothing happens
+    assert not record.exists()
+
+
+async def test_a_held_program_never_runs_when_the_daemon_dies_first(
+    reaper: Reaper, tmp_path: Path
+) -> None:
+    record = tmp_path / "ran"
+    daemon_code = (
+        "import sys, trio\n"
+        "from pathlib import Path\n"
+        "from nodeagent.agent._processes import LaunchSpec, OsProcessRunner\n"
+        "async def main():\n"
+        "    spec = LaunchSpec(argv=(sys.executable, '-c', sys.argv[2], sys.argv[3]),\n"
+        "                      execute_dir=Path(sys.argv[1]), held=True)\n"
+        "    proc = await OsProcessRunner().launch(spec)\n"
+        "    print(proc.identity.pid, flush=True)\n"
+        "    await trio.sleep_forever()\n"
+        "trio.run(main)\n"
+    )
+    daemon = reaper.child(
+        await trio.lowlevel.open_process(
+            [PYTHON, "-c", daemon_code, str(tmp_path / "job"), RECORDER, str(record)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+    )
+    assert daemon.stdout is not None
+    with trio.fail_after(LIMIT):
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = await daemon.stdout.receive_some()
+            assert chunk, "the daemon exited before reporting its job"
+            line += chunk
+        holder = reaper.stranger(int(line))
+        daemon.kill()
+        assert await daemon.wait() == -signal.SIGKILL
+        await daemon.stdout.aclose()
+        # Its end of the pipe closed with it: the holder ends without running the program.
+        while True:
+            try:
+                if holder.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            await trio.sleep(0.01)
+    assert not record.exists()
+
+
+async def test_a_held_launch_refuses_a_missing_program_at_once(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\n")
+    children_before = psutil.Process().children()
+    before = open_fds()
+    for argv0, why in [
+        ("no-such-program-anywhere", "No such file"),
+        ("/nonexistent/program", "No such file"),
+        (str(not_executable), "Permission denied"),
+    ]:
+        spec = LaunchSpec(argv=(argv0,), execute_dir=tmp_path / "job", held=True)
+        with pytest.raises(LaunchFailed, match=why):
+            await runner.launch(spec)
+    assert psutil.Process().children() == children_before
+    assert open_fds() == before
+
+
+async def test_a_held_launch_finds_relative_programs_from_cwd(
+    runner: OsProcessRunner, tmp_path: Path
+) -> None:
+    execute_dir = tmp_path / "job"
+    (execute_dir / "bin").mkdir(parents=True)
+    script = execute_dir / "bin" / "-dash"
+    script.write_text("#!/bin/sh\necho ok\n")
+    script.chmod(0o755)
+    proc = await runner.launch(LaunchSpec(argv=("bin/-dash",), execute_dir=execute_dir, held=True))
+    proc.start()
+    with trio.fail_after(LIMIT):
+        assert await proc.wait() == 0
+    assert (execute_dir / "stdout").read_text() == "ok\n"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
@@ -506,10 +690,65 @@ async def test_adopt_refuses_a_missing_pid(runner: OsProcessRunner) -> None:
     assert open_fds() == before
 
 
-async def test_adopt_refuses_a_process_in_the_daemons_group(runner: OsProcessRunner) -> None:
-    with pytest.raises(PermissionRefused) as info:
-        await runner.adopt(os.getpid())
-    assert info.value.http_status == 403
+async def test_adopt_refuses_a_pid_beyond_the_kernels_limit(runner: OsProcessRunner) -> None:
+    for pid in (PID_MAX_LIMIT + 1, 3453422734, 2**63):
+        with pytest.raises(NoSuchProcess):
+            await runner.adopt(pid)
+
+
+def _kernel_thread() -> int | None:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                text = Path(f"/proc/{entry}/stat").read_bytes()
+                if int(text[text.rindex(b")") + 2 :].split()[6]) & 0x00200000:
+                    return int(entry)
+    return None
+
+
+async def test_adopt_refuses_init_the_daemon_and_its_ancestors(runner: OsProcessRunner) -> None:
+    before = open_fds()
+    for pid in (1, os.getpid(), os.getppid()):
+        with pytest.raises(NotAdoptable) as info:
+            await runner.adopt(pid)
+        assert (info.value.code, info.value.http_status) == ("job.not_adoptable", 422)
+    assert open_fds() == before
+
+
+async def test_adopt_refuses_a_kernel_thread(runner: OsProcessRunner) -> None:
+    pid = _kernel_thread()
+    if pid is None:
+        pytest.skip("no kernel thread is visible here")
+    with pytest.raises(NotAdoptable, match="kernel thread"):
+        await runner.adopt(pid)
+
+
+async def test_adopt_refuses_a_process_in_the_daemons_group(
+    runner: OsProcessRunner, reaper: Reaper
+) -> None:
+    child = reaper.child(
+        await trio.lowlevel.open_process([PYTHON, "-c", PAUSE_FOREVER], stdin=subprocess.DEVNULL)
+    )
+    assert os.getpgid(child.pid) == os.getpgrp()
+    with pytest.raises(NotAdoptable, match="process group"):
+        await runner.adopt(child.pid)
+    child.kill()
+
+
+@pytest.mark.parametrize("pgid", [0, 1, "own"])
+async def test_group_0_1_and_our_own_are_never_signalled(
+    runner: OsProcessRunner, reaper: Reaper, pgid: int | str
+) -> None:
+    stranger = reaper.stranger(spawn_orphan())
+    adopted = await runner.adopt(stranger.pid)
+    forged = ProcessIdentity(
+        pid=stranger.pid,
+        start_time=stranger.create_time(),
+        pgid=os.getpgrp() if pgid == "own" else int(pgid),
+    )
+    adopted.identity = forged  # type: ignore[misc]
+    with pytest.raises(PermissionRefused, match="never signals"):
+        adopted.signal_group(signal.SIGCONT)
 
 
 async def test_adopting_our_own_child_reaps_it_and_reports_status(
