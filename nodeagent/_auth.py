@@ -69,7 +69,7 @@ MIN_KEY_BYTES = 32
 
 _ALGORITHM = "HS256"
 _CLOCK_SKEW_S = 60.0
-"""How far in the future a token's ``iat`` may lie (clocks of different hosts disagree)."""
+"""How far in the future a token's ``iat`` or ``nbf`` may lie (clocks of hosts disagree)."""
 
 
 class Scope(enum.StrEnum):
@@ -262,12 +262,14 @@ def create_token(key: bytes, *, subject: str, scope: Scope, lifetime_s: float, n
     """Return a signed token for ``subject`` with ``scope``, valid from ``now`` for ``lifetime_s``.
 
     Claims: ``iss`` (:data:`ISSUER`), ``sub``, ``scope``, ``iat`` = ``int(now)`` and
-    ``exp`` = ``int(now + lifetime_s)``. Raises ValueError for an empty subject, a
-    non-positive lifetime or a short key.
+    ``exp`` = ``int(now + lifetime_s)``. Raises ValueError for an empty or non-printable
+    subject, a non-positive lifetime or a short key.
     """
     _check_key(key)
     if not subject:
         raise ValueError("a token needs a non-empty subject")
+    if not subject.isprintable():
+        raise ValueError("a token's subject must be printable text")
     if not lifetime_s > 0:
         raise ValueError(f"token lifetime must be positive, not {lifetime_s!r}")
     claims: dict[str, Any] = {
@@ -284,8 +286,10 @@ def verify_token(key: bytes, token: str, *, now: float | None = None) -> Princip
     """Check ``token``'s signature, issuer and lifetime at ``now`` and return its principal.
 
     ``now`` defaults to the wall clock. A token is expired when ``exp <= now``; one issued
-    more than a minute after ``now`` is refused too. Raises :class:`Unauthenticated` for
-    any defect (the message says which, without echoing the token).
+    (``iat``) or valid from (``nbf``, optional) more than a minute after ``now`` is refused
+    too (a minute: the clocks of two hosts may disagree that much). The subject must be
+    printable text. Raises :class:`Unauthenticated` for any defect (the message says which,
+    without echoing the token).
     """
     _check_key(key)
     if now is None:
@@ -313,18 +317,21 @@ def verify_token(key: bytes, token: str, *, now: float | None = None) -> Princip
         raise Unauthenticated("malformed token") from None
 
     subject, scope, iat, exp = claims["sub"], claims["scope"], claims["iat"], claims["exp"]
-    if not isinstance(subject, str) or not subject:
+    nbf = claims.get("nbf", iat)
+    if not isinstance(subject, str) or not subject or not subject.isprintable():
         raise Unauthenticated("token has an invalid subject")
     try:
         scope = Scope(scope)
     except ValueError:
         raise Unauthenticated("token has an unknown scope") from None
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (iat, exp)):
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (iat, exp, nbf)):
         raise Unauthenticated("token has non-numeric times")
     if exp <= now:
         raise Unauthenticated("token has expired")
     if iat > now + _CLOCK_SKEW_S:
         raise Unauthenticated("token is issued in the future")
+    if nbf > now + _CLOCK_SKEW_S:
+        raise Unauthenticated("token is not valid yet (nbf)")
     return Principal(subject=subject, scope=scope, expires_at=float(exp), via="token")
 
 

@@ -119,6 +119,11 @@ GOOD_CLAIMS: dict[str, object] = {
         pytest.param(_forged({**GOOD_CLAIMS, "exp": "later"}), id="text-exp"),
         pytest.param(_forged(GOOD_CLAIMS, alg="HS512", key=KEY * 2), id="other-alg"),
         pytest.param(_unsigned(GOOD_CLAIMS), id="alg-none"),
+        pytest.param(_forged({**GOOD_CLAIMS, "nbf": int(NOW) + 3600}), id="not-before-later"),
+        pytest.param(_forged({**GOOD_CLAIMS, "nbf": "soon"}), id="text-nbf"),
+        pytest.param(_forged({**GOOD_CLAIMS, "sub": "eve\nFAKE LOG LINE"}), id="newline-sub"),
+        pytest.param(_forged({**GOOD_CLAIMS, "sub": "eve\u2028x"}), id="separator-sub"),
+        pytest.param(_forged({**GOOD_CLAIMS, "sub": "eve\x9b"}), id="c1-sub"),
     ],
 )
 def test_bad_tokens_are_unauthenticated(bad: str) -> None:
@@ -129,9 +134,29 @@ def test_bad_tokens_are_unauthenticated(bad: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("nbf", "valid"),
+    [
+        (NOW - 3600, True),
+        (NOW, True),
+        (NOW + 59, True),  # small clock skew tolerated, as for iat
+        (NOW + 61, False),
+        (NOW + 3000, False),
+    ],
+)
+def test_not_before_is_honoured(nbf: float, valid: bool) -> None:
+    forged = _forged({**GOOD_CLAIMS, "exp": int(NOW) + 3600, "nbf": nbf})
+    if valid:
+        assert verify_token(KEY, forged, now=NOW).subject == "alice"
+    else:
+        with pytest.raises(Unauthenticated, match="not valid yet"):
+            verify_token(KEY, forged, now=NOW)
+
+
+@pytest.mark.parametrize(
     ("subject", "lifetime", "message"),
     [
         ("", 60.0, "subject"),
+        ("a\nb", 60.0, "printable"),
         ("a", 0.0, "lifetime"),
         ("a", -1.0, "lifetime"),
     ],
