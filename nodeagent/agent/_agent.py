@@ -10,32 +10,57 @@ Concurrency (one trio task tree, no threads touch the model):
 * the model is synchronous, so each model call is atomic;
 * while a drain transaction is pending, state-changing calls wait
   (:meth:`Agent._wait_writable`) until it is committed, cancelled or expired; reads
-  never wait; a second ``start_draining`` is refused at once by the model;
-* a claim is checked, its process started, then claimed: the model never holds a
-  claim without a process to signal.
+  never wait; a second ``start_draining`` is refused at once by the model.
+
+A failed write (:class:`~nodeagent._store.StoreError`: a full disk, an I/O error):
+
+* A **request** (claim, release, suspend, continue, a drain's start, commit or cancel,
+  a policy reload) is decided, written, and only then carried out (signals, publication,
+  completion action). When the write fails, the model and the process records are put
+  back as they were before the request, nothing is carried out, and the StoreError is
+  raised: the state in memory is the state on disk, plus the facts below.
+* A **fact** (a job's exit, a timer that is due, an expired transaction, the master's
+  maintenance mode) is carried out whatever the write does: it happened or it is due, and
+  undoing it would only delay it. The write is retried by the persist service; should the
+  daemon stop first, the next start finds the fact again (an exit by re-adoption, a due
+  move by the clock). A drain's completion action waits until its state is written.
+
+Claims and their processes, in this order, so that no crash and no failed write can leave
+a job program running that the agent has not recorded (an orphan), nor a recorded claim
+whose program ran without it: the request is checked; the job is launched *held* (its
+process exists, its program does not run yet, :attr:`LaunchSpec.held`) or the pid to adopt
+is pinned; the claim and the process's identity are written; then the held program is let
+go and the claim acknowledged. A failed write, a refusal or a cancellation before that
+kills and reaps the held process, whose program never ran. A crash before the write
+leaves a holder that exits by itself when the daemon's end of its pipe closes; a crash
+after it leaves a recorded pid whose holder exits the same way, which the next start sees
+as the job's end.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
 from nodeagent._clock import Clock
+from nodeagent._store import StoreError
 from nodeagent.agent._processes import (
+    AlreadyClaimed,
     JobProcess,
     LaunchSpec,
     NoSuchProcess,
     ProcessError,
     ProcessRunner,
 )
-from nodeagent.agent._store import ProcessRecord, Store
+from nodeagent.agent._store import ProcessRecord, StateStore
 from slots import (
     Action,
     ClaimInfo,
@@ -50,11 +75,17 @@ from slots import (
     Resources,
     Schedule,
     SignalJob,
+    SlotsError,
 )
 
 __all__ = ["Agent", "ClaimRequest", "policy_seconds"]
 
 log = logging.getLogger("nodeagent.agent")
+
+T = TypeVar("T")
+
+#: Seconds between retries of a deferred write that failed (doubling up to the maximum).
+_RETRY_MIN, _RETRY_MAX = 1.0, 30.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,7 +108,7 @@ class Agent:
         self,
         *,
         machine: Machine,
-        store: Store,
+        store: StateStore,
         runner: ProcessRunner,
         clock: Clock,
         execute_dir: Path,
@@ -97,6 +128,7 @@ class Agent:
         self._writable = trio.Event()
         self._writable.set()
         self._dirty = trio.Event()
+        self._unsaved_completion: CompletionAction | None = None
         self.completion: CompletionAction | None = None
         self.completed = trio.Event()
         #: Called after every published change (the master link pushes the ad then).
@@ -125,12 +157,13 @@ class Agent:
                     proc = await self.runner.adopt(record.pid, start_time=record.start_time)
                 except (NoSuchProcess, ProcessError) as exc:
                     log.info("claim %s: job pid %s is gone (%s)", info.claim_id, record.pid, exc)
-            if proc is None:
+            if proc is None or record is None:
                 self._records.pop(info.claim_id, None)
                 self._apply(self.machine.job_exited(self.clock.now(), info.claim_id))
                 continue
-            log.info("claim %s: re-adopted job pid %s", info.claim_id, record and record.pid)
-            self._register(info.claim_id, proc)
+            log.info("claim %s: re-adopted job pid %s", info.claim_id, record.pid)
+            self._records[info.claim_id] = self._record(info.claim_id, proc, argv=record.argv)
+            self._watch_job(info.claim_id, proc)
         # Whatever was due while the daemon was down (expired transactions, evictions).
         self._apply(self.machine.tick(self.clock.now()))
         self._persist()
@@ -164,14 +197,17 @@ class Agent:
     async def create_claim(self, request: ClaimRequest) -> ClaimInfo:
         """A new dynamic slot running (or adopting) the job; errors change nothing.
 
-        The request is checked, the process started (or adopted), then claimed. If the
-        machine changed meanwhile so that the claim is refused, a process this call
-        started is killed and the refusal raised.
+        The request is checked, the job launched held (or the pid pinned), the claim
+        and the process written, then the program let go (see the module docstring).
+        A refusal, a failed write (:class:`StoreError`) or a cancellation after the
+        launch kills and reaps the held process, whose program never ran; an adopted
+        process is left alone. Adopting a pid that already runs a claim's job, or is in
+        its process group, raises :class:`AlreadyClaimed`.
         """
         await self._wait_writable()
         self.machine.check_claim(self.clock.now(), resources=request.resources, spec=request.spec)
-        started_at = None
         if request.pid is not None:
+            self._refuse_claimed(request.pid, None)
             proc = await self.runner.adopt(request.pid)
         else:
             assert request.argv is not None
@@ -181,40 +217,56 @@ class Agent:
                     env=request.env,
                     cwd=request.cwd,
                     user=request.user,
-                    execute_dir=self.execute_dir / f"slot1_{self.machine.next_slot_number}",
+                    execute_dir=self._execute_dir(str(self.machine.next_slot_number)),
+                    held=True,
                 )
             )
         try:
             await self._wait_writable()
-            now = self.clock.now()
             if request.pid is not None:
-                started_at = min(proc.identity.start_time, now)
-            info, actions = self.machine.claim(
-                now, resources=request.resources, spec=request.spec, started_at=started_at
-            )
+                self._refuse_claimed(proc.identity.pid, proc.identity.pgid)
+            info = self._transact(lambda: self._claim(request, proc))
         except BaseException:
             if request.pid is None:
                 proc.signal_group(signal.SIGKILL)
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await proc.wait()
             raise
-        self._register(info.claim_id, proc, argv=request.argv or ())
-        self._apply(actions)
+        self._watch_job(info.claim_id, proc)
+        proc.start()
         return self.machine.claim_info(info.claim_id, self.clock.now())
+
+    def _claim(self, request: ClaimRequest, proc: JobProcess) -> tuple[ClaimInfo, list[Action]]:
+        now = self.clock.now()
+        started_at = None if request.pid is None else min(proc.identity.start_time, now)
+        info, actions = self.machine.claim(
+            now, resources=request.resources, spec=request.spec, started_at=started_at
+        )
+        self._records[info.claim_id] = self._record(info.claim_id, proc, argv=request.argv or ())
+        return info, actions
+
+    def _refuse_claimed(self, pid: int, pgid: int | None) -> None:
+        for claim_id, record in self._records.items():
+            if record.pid == pid:
+                raise AlreadyClaimed(f"process {pid} already runs the job of claim {claim_id}")
+            if pgid is not None and pgid == record.pgid:
+                raise AlreadyClaimed(
+                    f"process {pid} is in process group {pgid}, the job of claim {claim_id}"
+                )
 
     async def release(self, claim_id: str) -> ClaimInfo:
         await self._wait_writable()
-        self._apply(self.machine.release(self.clock.now(), claim_id))
+        self._transact(lambda: (None, self.machine.release(self.clock.now(), claim_id)))
         return self.claim(claim_id)
 
     async def suspend(self, claim_id: str) -> ClaimInfo:
         await self._wait_writable()
-        self._apply(self.machine.suspend(self.clock.now(), claim_id))
+        self._transact(lambda: (None, self.machine.suspend(self.clock.now(), claim_id)))
         return self.claim(claim_id)
 
     async def continue_(self, claim_id: str) -> ClaimInfo:
         await self._wait_writable()
-        self._apply(self.machine.continue_(self.clock.now(), claim_id))
+        self._transact(lambda: (None, self.machine.continue_(self.clock.now(), claim_id)))
         return self.claim(claim_id)
 
     def start_draining(
@@ -231,41 +283,53 @@ class Agent:
         requested_by: str | None,
     ) -> tuple[DrainRequest, DrainEstimate]:
         """Phase 1 (or a one-shot drain). Never waits: a second request is refused."""
-        request, estimate, actions = self.machine.start_draining(
-            self.clock.now(),
-            schedule=schedule,
-            reason=reason,
-            on_completion=on_completion,
-            deadline=deadline,
-            start=start,
-            check=check,
-            commit=commit,
-            ttl=ttl,
-            requested_by=requested_by,
-        )
-        self._apply(actions)
-        return request, estimate
+
+        def decide() -> tuple[tuple[DrainRequest, DrainEstimate], list[Action]]:
+            request, estimate, actions = self.machine.start_draining(
+                self.clock.now(),
+                schedule=schedule,
+                reason=reason,
+                on_completion=on_completion,
+                deadline=deadline,
+                start=start,
+                check=check,
+                commit=commit,
+                ttl=ttl,
+                requested_by=requested_by,
+            )
+            return (request, estimate), actions
+
+        return self._transact(decide)
 
     def commit_draining(self, request_id: str) -> tuple[DrainRequest, DrainEstimate]:
-        try:
+        """Phase 2. A refusal changes nothing, except that a commit arriving after the
+        transaction's expiry carries out that expiry (a fact: written, published)."""
+
+        def decide() -> tuple[tuple[DrainRequest, DrainEstimate], list[Action]]:
             request, estimate, actions = self.machine.commit_draining(self.clock.now(), request_id)
-        except BaseException:
-            self._apply([Publish()])  # an expired transaction was cancelled on the way
+            return (request, estimate), actions
+
+        before = self.machine.request
+        try:
+            return self._transact(decide)
+        except SlotsError:
+            if self.machine.request is not before:
+                self._apply([Publish()])  # the expired transaction was cancelled on the way
             raise
-        self._apply(actions)
-        return request, estimate
 
     def cancel_draining(self, request_id: str | None) -> DrainRequest | None:
         """Cancel the request in force; ``None`` id and no request: a no-op."""
         request = self.machine.request
-        self._apply(self.machine.cancel_draining(self.clock.now(), request_id))
+        self._transact(lambda: (None, self.machine.cancel_draining(self.clock.now(), request_id)))
         return self.machine.last_request if request is not None else None
 
     def set_maintenance(self, mode: str | None, window: Mapping[str, int] | None) -> None:
+        """The master's word on this machine: a fact (the master says it again)."""
         self._apply(self.machine.set_maintenance(mode, window))
 
     def reload_policy(self, policy: Any) -> None:
-        self._apply(self.machine.set_policy(self.clock.now(), policy))
+        """Apply a reloaded policy (a request: a failed write leaves the old one)."""
+        self._transact(lambda: (None, self.machine.set_policy(self.clock.now(), policy)))
 
     # ------------------------------------------------------------------ internals
 
@@ -273,17 +337,23 @@ class Agent:
         while self.machine.transaction_pending:
             await self._writable.wait()
 
-    def _register(self, claim_id: str, proc: JobProcess, *, argv: tuple[str, ...] = ()) -> None:
+    def _execute_dir(self, claim_id: str) -> Path:
+        return self.execute_dir / f"slot1_{claim_id}"
+
+    def _record(
+        self, claim_id: str, proc: JobProcess, *, argv: tuple[str, ...] = ()
+    ) -> ProcessRecord:
         ident = proc.identity
-        previous = self._records.get(claim_id)
-        self._records[claim_id] = ProcessRecord(
+        return ProcessRecord(
             claim_id=claim_id,
             pid=ident.pid,
             start_time=ident.start_time,
             pgid=ident.pgid,
-            argv=argv or (previous.argv if previous else ()),
-            execute_dir=str(self.execute_dir / f"slot1_{claim_id}"),
+            argv=argv,
+            execute_dir=str(self._execute_dir(claim_id)),
         )
+
+    def _watch_job(self, claim_id: str, proc: JobProcess) -> None:
         self._procs[claim_id] = proc
         assert self._nursery is not None, "the agent is not running"
         self._nursery.start_soon(self._watch, claim_id, proc)
@@ -301,31 +371,67 @@ class Agent:
         # daemon re-adopts its jobs, and many exits at once then cost one write.
         self._apply(actions, durable=False)
 
+    def _transact(self, decide: Callable[[], tuple[T, list[Action]]]) -> T:
+        """Carry out one request: decide, write, then signal, publish and complete.
+
+        ``decide`` makes the model call (and may add process records). A refusal it
+        raises propagates as it is. If the write fails, the model and the process
+        records are put back as they were before ``decide``, nothing is carried out,
+        and the :class:`StoreError` propagates.
+        """
+        machine = copy.deepcopy(self.machine)
+        records = dict(self._records)
+        try:
+            result, actions = decide()
+        except BaseException:
+            self._after_model_call()
+            raise
+        if _changes(actions):
+            try:
+                self._save()
+            except StoreError as exc:
+                log.error("state not written, request undone: %s", exc)
+                self.machine, self._records = machine, records
+                self._after_model_call()
+                raise
+        self._carry_out(actions, saved=True)
+        return result
+
     def _apply(self, actions: list[Action], *, durable: bool = True) -> None:
-        """Carry out the model's decisions: persist first, then signal, then publish.
+        """Carry out a fact's decisions: persist (or defer), then signal, then publish.
 
         ``durable`` false defers the write to the persist service (still before any
-        later request is acknowledged, since every request path persists).
+        later request is acknowledged, since every request writes the whole state). A
+        failed write is retried by the persist service; the actions are carried out
+        regardless, except a completion action, which waits for its state to be written.
         """
-        if not actions:
-            self._after_model_call()
-            return
-        if any(isinstance(a, Publish) for a in actions):
+        saved = False
+        if _changes(actions):
             # The end of a drain is written at once: the daemon may exit right after it.
             if durable or any(isinstance(a, CompletionAction) for a in actions):
-                self._persist()
+                saved = self._persist()
             else:
                 self._dirty.set()
+        self._carry_out(actions, saved=saved)
+
+    def _carry_out(self, actions: list[Action], *, saved: bool) -> None:
         for action in actions:
             if isinstance(action, SignalJob):
                 self._signal(action.claim_id, action.signal)
             elif isinstance(action, CompletionAction):
-                log.info("drain %s complete: %s", action.request_id, action.action)
-                self.completion = action
-                self.completed.set()
+                if saved:
+                    self._complete(action)
+                else:
+                    self._unsaved_completion = action
         if any(isinstance(a, Publish) for a in actions):
             self._changed_now()
         self._after_model_call()
+
+    def _complete(self, action: CompletionAction) -> None:
+        log.info("drain %s complete: %s", action.request_id, action.action)
+        self._unsaved_completion = None
+        self.completion = action
+        self.completed.set()
 
     def _signal(self, claim_id: str, name: str) -> None:
         proc = self._procs.get(claim_id)
@@ -337,23 +443,47 @@ class Agent:
         except ProcessError as exc:
             log.warning("claim %s: cannot send %s: %s", claim_id, name, exc)
 
-    def _persist(self) -> None:
+    def _save(self) -> None:
+        """Write the whole state now; raises :class:`StoreError`, changing nothing then."""
         self.store.save(self.machine.snapshot(), self._records)
         if self._dirty.is_set():
             self._dirty = trio.Event()
+        if self._unsaved_completion is not None:
+            self._complete(self._unsaved_completion)
+
+    def _persist(self) -> bool:
+        """Write the whole state now; on failure log it and leave it to the persist service."""
+        try:
+            self._save()
+        except StoreError as exc:
+            log.error("state not written, will retry: %s", exc)
+            self._dirty.set()
+            return False
+        return True
 
     def flush(self) -> None:
-        """Write any deferred change now (the daemon calls this when it stops)."""
+        """Write any deferred change now (the daemon calls this when it stops).
+
+        A failure is logged, not raised: what was not written is found again by the
+        next start (exits by re-adoption, due moves by the clock).
+        """
         if self._dirty.is_set():
             self._persist()
 
     async def _persist_loop(self) -> None:
-        """Write deferred changes, coalescing whatever arrives in the same moment."""
+        """Write deferred changes, coalescing whatever arrives in the same moment; retry a
+        failed write after a pause that doubles up to :data:`_RETRY_MAX`."""
+        retry = _RETRY_MIN
         while True:
             await self._dirty.wait()
             await trio.sleep(0.01)
-            if self._dirty.is_set():
-                self._persist()
+            if not self._dirty.is_set():
+                continue
+            if self._persist():
+                retry = _RETRY_MIN
+            else:
+                await trio.sleep(retry)
+                retry = min(retry * 2, _RETRY_MAX)
 
     def _changed_now(self) -> None:
         for listener in self.listeners:
@@ -399,6 +529,11 @@ class Agent:
                     )
                 except NoSuchClaim:
                     continue
+
+
+def _changes(actions: list[Action]) -> bool:
+    """Whether the model changed its state (it then asks to publish, or completes)."""
+    return any(isinstance(a, Publish | CompletionAction) for a in actions)
 
 
 def policy_seconds(value: float) -> int:

@@ -1,16 +1,22 @@
-"""The agent's durable state: the machine document and its job processes."""
+"""The agent's durable state: the machine document and its job processes.
+
+The agent writes through :class:`StateStore`, a seam that tests fill with a store that
+fails on demand; :class:`Store` is the SQLite one.
+"""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from nodeagent._store import StoreError, open_database
 
-__all__ = ["ProcessRecord", "Store"]
+__all__ = ["ProcessRecord", "StateStore", "Store"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_state (
@@ -34,6 +40,18 @@ class ProcessRecord:
     execute_dir: str | None = None
 
 
+class StateStore(Protocol):
+    """Where the agent's state goes before a change is acknowledged."""
+
+    def save(self, machine: dict[str, Any], processes: Mapping[str, ProcessRecord]) -> None:
+        """Replace the saved state; durable when this returns.
+
+        Raises :class:`~nodeagent._store.StoreError` when the write fails (a full disk,
+        an I/O error); the previously saved state is then still the saved one.
+        """
+        ...
+
+
 class Store:
     """A SQLite file holding one agent's state. Not shared between processes."""
 
@@ -52,7 +70,12 @@ class Store:
 
     def load(self) -> tuple[dict[str, Any], dict[str, ProcessRecord]] | None:
         """The last saved state, or ``None`` for a fresh database."""
-        row = self._db.execute("SELECT machine, processes FROM agent_state WHERE id = 1").fetchone()
+        try:
+            row = self._db.execute(
+                "SELECT machine, processes FROM agent_state WHERE id = 1"
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the state in {self.path}: {exc}") from exc
         if row is None:
             return None
         try:
@@ -72,8 +95,13 @@ class Store:
             raise StoreError(f"unreadable state in {self.path}: {exc}") from exc
         return machine, processes
 
-    def save(self, machine: dict[str, Any], processes: dict[str, ProcessRecord]) -> None:
-        """Replace the saved state; durable when this returns."""
+    def save(self, machine: dict[str, Any], processes: Mapping[str, ProcessRecord]) -> None:
+        """Replace the saved state; durable when this returns.
+
+        One statement in autocommit mode: SQLite either commits all of it or none, so a
+        failure (:class:`StoreError`, e.g. ``database or disk is full``) leaves the
+        previous state in place.
+        """
         doc = {
             claim_id: {
                 "pid": p.pid,
@@ -84,9 +112,12 @@ class Store:
             }
             for claim_id, p in processes.items()
         }
-        self._db.execute(
-            "INSERT INTO agent_state (id, saved_at, machine, processes) VALUES (1, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET saved_at = excluded.saved_at, "
-            "machine = excluded.machine, processes = excluded.processes",
-            (time.time(), json.dumps(machine, separators=(",", ":")), json.dumps(doc)),
-        )
+        try:
+            self._db.execute(
+                "INSERT INTO agent_state (id, saved_at, machine, processes) VALUES (1, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET saved_at = excluded.saved_at, "
+                "machine = excluded.machine, processes = excluded.processes",
+                (time.time(), json.dumps(machine, separators=(",", ":")), json.dumps(doc)),
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc
