@@ -1,25 +1,96 @@
-"""How the master talks to agents: their HTTP API at ``MyAddress``, with a minted token.
+"""How one daemon calls another: a kept-alive client per peer, its credentials, one error.
 
-The master (and the defrag daemon) hold the pool key, so they sign a short-lived
-ADMINISTRATOR token for each conversation; the agent records its subject
-(``master:<actor>``, ``defrag:<actor>``) as the drain's requester. Errors come back as
-:class:`AgentCallFailed` with the agent's stable code.
+Every call a daemon makes to another goes through a :class:`PeerClient`: the agent pushing
+its ad to the master (:mod:`nodeagent.agent._push`), the master calling agents
+(:class:`HttpAgentLink`), the defrag daemon reading the master's ads and calling agents
+(:mod:`nodeagent.defrag._service`).
+
+Connections. While a session is open (``async with client:``; the owning service's ``run``
+opens one, see :func:`kept_alive`), every peer — an origin: scheme, host and port — has an
+``httpx.AsyncClient`` of its own whose connections stay open between calls. At most
+``max_in_flight`` requests go to one peer at once (further callers wait their turn: one
+AsyncClient degrades under many concurrent requests), and idle connections expire after
+:data:`KEEPALIVE_EXPIRY_S`, before the servers' own five-second idle timeout closes them.
+Of the peers with no call in flight, only the ``max_idle_peers`` most recently used keep
+their client; the others are closed as calls end. Leaving the last session, or
+:meth:`PeerClient.aclose`, closes every kept connection. A call made outside a session
+opens a connection for itself and closes it before it returns, so it leaves nothing open.
+
+Credentials. A :class:`TokenMint` signs short-lived tokens with the pool key, one per
+subject, and reuses each until :data:`RENEW_AHEAD` of its lifetime is left; a
+:class:`TokenFile` reads a bearer token once, and again only when the peer answers 401
+(the request is then sent once more if the token changed) or when its owner is
+reconfigured (a new :class:`TokenFile`).
+
+Errors. Every failure is a :class:`PeerCallFailed` (``AgentCallFailed`` is the same class)
+with a stable ``code``, a ``message`` and the HTTP ``status`` (``None`` without a reply);
+``<peer>`` is the peer's role, ``agent`` or ``master``::
+
+    PeerCallFailed
+    ├── <peer>.unreachable    no reply: no HTTP address, refused, reset, TLS, name unknown
+    ├── <peer>.timeout        no reply within ``timeout`` (a write may have been applied)
+    ├── <peer>.token_file     the caller's own token file cannot be read
+    ├── the peer's code       an error body (DESIGN §4), read by ``_wire.error_fields``
+    ├── <peer>.error          a 5xx reply without an error body
+    └── <peer>.bad_reply      another non-2xx reply without one, or a 2xx that is not JSON
+
+The codes are the command line's (``nodeagent.cli._http``) for the same failures.
+httpx's exceptions are translated in one place, :func:`_map_exceptions`; replies are
+decoded in one place, :func:`_decode`. A failed call leaves the kept connections usable:
+the next call to a peer that was down connects again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 import time
-from typing import Any, Protocol
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 import httpx
+import trio
 
 from nodeagent._auth import Scope, create_token
+from nodeagent._clock import Clock
+from nodeagent._wire import TokenFileError, error_fields, read_token_file
 
-__all__ = ["AgentCallFailed", "AgentLink", "HttpAgentLink"]
+__all__ = [
+    "KEEPALIVE_EXPIRY_S",
+    "RENEW_AHEAD",
+    "TOKEN_LIFETIME_S",
+    "AgentCallFailed",
+    "AgentLink",
+    "Credentials",
+    "HttpAgentLink",
+    "PeerCallFailed",
+    "PeerClient",
+    "TokenFile",
+    "TokenMint",
+    "kept_alive",
+]
+
+#: An idle kept connection is dropped after this long: under the servers' idle timeout
+#: (5 s, hypercorn's and :mod:`nodeagent._http11`'s), so a request never races their close.
+KEEPALIVE_EXPIRY_S = 4.0
+#: Lifetime of the tokens a daemon mints for its calls to agents.
+TOKEN_LIFETIME_S = 300.0
+#: A minted token is replaced once less than this share of its lifetime is left.
+RENEW_AHEAD = 0.2
+#: How long closing a client may take at shutdown (it runs shielded from cancellation).
+_CLOSE_GRACE_S = 2.0
 
 
-class AgentCallFailed(Exception):
-    """An agent refused a request or could not be reached (``code`` says which)."""
+class PeerCallFailed(Exception):
+    """A peer refused a request or could not be reached; ``code`` says which.
+
+    ``status`` is the reply's HTTP status, ``None`` when there was no reply. See the
+    module docstring for the codes.
+    """
 
     def __init__(self, code: str, message: str, status: int | None = None) -> None:
         super().__init__(f"{code}: {message}")
@@ -28,8 +99,365 @@ class AgentCallFailed(Exception):
         self.status = status
 
 
+AgentCallFailed = PeerCallFailed
+"""The name the master and the defrag daemon catch an agent's refusal by."""
+
+
+# --- credentials --------------------------------------------------------------------------
+
+
+class Credentials(Protocol):
+    """Where a call's bearer token comes from."""
+
+    def token(self) -> str | None:
+        """The token to send (``None``: send none); raises :class:`PeerCallFailed`."""
+        ...
+
+    def renew(self) -> bool:
+        """After a 401: fetch the token anew; whether it changed (then the call is retried)."""
+        ...
+
+
+class TokenFile:
+    """A bearer token kept in a file, read at the first call and after a 401 only.
+
+    ``peer`` names the peer in the error code (``<peer>.token_file``) raised when the file
+    cannot be read or does not hold one token.
+    """
+
+    def __init__(self, path: Path, *, peer: str) -> None:
+        self.path = path
+        self._peer = peer
+        self._token: str | None = None
+        #: How many times the file was read (for tests and logs).
+        self.reads = 0
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._read()
+        return self._token
+
+    def renew(self) -> bool:
+        previous, self._token = self._token, None
+        return self.token() != previous
+
+    def _read(self) -> str:
+        self.reads += 1
+        try:
+            return read_token_file(self.path)
+        except TokenFileError as exc:
+            raise PeerCallFailed(f"{self._peer}.token_file", str(exc)) from None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Minted:
+    token: str
+    issued_at: float
+    renew_at: float
+
+
+class TokenMint:
+    """Tokens of ``scope`` signed with the pool ``key``, one per subject, reused.
+
+    A subject's token is minted at its first call and reused until ``RENEW_AHEAD`` of its
+    ``lifetime_s`` is left (or the clock went back before its issue time); then a new one is
+    minted. ``clock`` is the wall clock unless a test gives another.
+    """
+
+    def __init__(
+        self,
+        key: bytes,
+        *,
+        scope: Scope = Scope.ADMINISTRATOR,
+        lifetime_s: float = TOKEN_LIFETIME_S,
+        clock: Clock | None = None,
+    ) -> None:
+        self._key = key
+        self._scope = scope
+        self._lifetime = lifetime_s
+        self._clock = clock
+        self._tokens: dict[str, _Minted] = {}
+        #: How many tokens were signed (for tests and metrics).
+        self.minted = 0
+
+    def _now(self) -> float:
+        return time.time() if self._clock is None else self._clock.now()
+
+    def token(self, subject: str) -> str:
+        """``subject``'s current token; raises ValueError for an empty subject."""
+        now = self._now()
+        minted = self._tokens.get(subject)
+        if minted is not None and minted.issued_at <= now < minted.renew_at:
+            return minted.token
+        token = create_token(
+            self._key, subject=subject, scope=self._scope, lifetime_s=self._lifetime, now=now
+        )
+        self.minted += 1
+        # Forget the subjects whose token ran out: the cache holds the active callers only.
+        self._tokens = {s: m for s, m in self._tokens.items() if m.renew_at > now}
+        self._tokens[subject] = _Minted(
+            token=token,
+            issued_at=int(now),
+            renew_at=int(now) + self._lifetime * (1 - RENEW_AHEAD),
+        )
+        return token
+
+    def credentials(self, subject: str) -> Credentials:
+        """The :class:`Credentials` of ``subject`` (a minted token is not renewed on 401)."""
+        return _MintedFor(self, subject)
+
+
+@dataclass(frozen=True, slots=True)
+class _MintedFor:
+    mint: TokenMint
+    subject: str
+
+    def token(self) -> str:
+        return self.mint.token(self.subject)
+
+    def renew(self) -> bool:
+        return False  # a fresh token would be refused for the same reason
+
+
+# --- the client ---------------------------------------------------------------------------
+
+
+_Origin = tuple[str, str, int | None]
+
+
+@dataclass(eq=False)
+class _Peer:
+    client: httpx.AsyncClient
+    limiter: trio.CapacityLimiter
+    in_flight: int = 0
+
+
+def _origin(url: str) -> _Origin:
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port
+
+
+async def _close(client: httpx.AsyncClient) -> None:
+    """Close ``client`` even while the caller is being cancelled (bounded)."""
+    with trio.move_on_after(_CLOSE_GRACE_S, shield=True):
+        await client.aclose()
+
+
+class PeerClient:
+    """Calls to the peers of one role (``peer``: ``agent`` or ``master``); see the module
+    docstring for connections, credentials and errors.
+
+    ``timeout`` (seconds, for connecting and for each read and write) may be set at any
+    time: the next call uses it. ``verify``: the TLS context for ``https://`` peers, or
+    whether to verify them against the system's CA bundle. Every peer's client shares one
+    TLS context, made at the first call (≈ 40 ms of CPU, which a client of its own would
+    spend each time).
+    """
+
+    def __init__(
+        self,
+        peer: str,
+        *,
+        timeout: float = 10.0,
+        verify: bool | ssl.SSLContext = True,
+        max_in_flight: int = 4,
+        max_idle_peers: int = 64,
+    ) -> None:
+        if max_in_flight < 1 or max_idle_peers < 0:
+            raise ValueError("max_in_flight must be at least 1 and max_idle_peers not negative")
+        self.peer = peer
+        self.timeout = timeout
+        self._verify = verify
+        self._tls: ssl.SSLContext | None = verify if isinstance(verify, ssl.SSLContext) else None
+        self._max_in_flight = max_in_flight
+        self._max_idle_peers = max_idle_peers
+        self._peers: OrderedDict[_Origin, _Peer] = OrderedDict()
+        self._sessions = 0
+
+    @property
+    def kept(self) -> int:
+        """How many peers have a client kept open now."""
+        return len(self._peers)
+
+    async def __aenter__(self) -> Self:
+        """Open a session: connections are kept until the last session ends."""
+        self._sessions += 1
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._sessions = max(0, self._sessions - 1)
+        if self._sessions == 0:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every kept connection and end the sessions; later calls open their own.
+
+        Runs to its end (bounded) even when the caller is being cancelled. A call in flight
+        to a closed peer fails with ``<peer>.unreachable``.
+        """
+        self._sessions = 0
+        peers = list(self._peers.values())
+        self._peers.clear()
+        for each in peers:
+            await _close(each.client)
+
+    def _new_client(self, connections: int) -> httpx.AsyncClient:
+        limits = httpx.Limits(
+            max_connections=connections,
+            max_keepalive_connections=connections,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context(verify=bool(self._verify))
+        return httpx.AsyncClient(verify=self._tls, limits=limits)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        credentials: Credentials | None = None,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Send one request to ``url`` and return the reply's JSON document.
+
+        Raises :class:`PeerCallFailed` (see the module docstring); the peer's refusal left
+        nothing changed there, per the API's contract.
+        """
+        try:
+            origin = _origin(url)
+        except httpx.InvalidURL as exc:
+            raise PeerCallFailed(f"{self.peer}.unreachable", f"not an HTTP address: {url}") from exc
+        if self._sessions == 0:
+            client = self._new_client(1)
+            try:
+                return await self._exchange(
+                    client, method, url, credentials=credentials, json=json, params=params
+                )
+            finally:
+                await _close(client)
+        peer = self._peers.get(origin)
+        if peer is None:
+            peer = _Peer(
+                client=self._new_client(self._max_in_flight),
+                limiter=trio.CapacityLimiter(self._max_in_flight),
+            )
+            self._peers[origin] = peer
+        self._peers.move_to_end(origin)
+        peer.in_flight += 1
+        try:
+            async with peer.limiter:
+                return await self._exchange(
+                    peer.client, method, url, credentials=credentials, json=json, params=params
+                )
+        finally:
+            peer.in_flight -= 1
+            await self._evict()
+
+    async def _evict(self) -> None:
+        """Close the least recently used idle peers beyond ``max_idle_peers``."""
+        excess = len(self._peers) - self._max_idle_peers
+        if excess <= 0:
+            return
+        idle = [origin for origin, peer in self._peers.items() if peer.in_flight == 0]
+        for origin in idle[:excess]:
+            await _close(self._peers.pop(origin).client)
+
+    async def _exchange(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        *,
+        credentials: Credentials | None,
+        json: Any,
+        params: Mapping[str, str] | None,
+    ) -> Any:
+        retried = False
+        while True:
+            token = None if credentials is None else credentials.token()
+            headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+            with _map_exceptions(self.peer, url, self.timeout, client):
+                response = await client.request(
+                    method, url, json=json, params=params, headers=headers, timeout=self.timeout
+                )
+            if response.status_code == 401 and credentials is not None and not retried:
+                retried = True
+                if credentials.renew():
+                    continue
+            return _decode(self.peer, method, url, response)
+
+
+@contextlib.contextmanager
+def _map_exceptions(
+    peer: str, url: str, timeout: float, client: httpx.AsyncClient
+) -> Iterator[None]:
+    """Translate httpx's exceptions into :class:`PeerCallFailed`; the one place that does."""
+    parsed = httpx.URL(url)
+    where = f"{parsed.scheme}://{parsed.netloc.decode('ascii')}" if parsed.scheme else url
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise PeerCallFailed(
+            f"{peer}.timeout",
+            f"the {peer} at {where} did not answer within {timeout:g} s ({type(exc).__name__})",
+        ) from exc
+    except httpx.TransportError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise PeerCallFailed(
+            f"{peer}.unreachable", f"cannot reach the {peer} at {where}: {reason}"
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise PeerCallFailed(
+            f"{peer}.bad_reply", f"unusable reply from the {peer} at {where}: {exc}"
+        ) from exc
+    except RuntimeError as exc:
+        if not client.is_closed:
+            raise
+        # The session ended (shutdown) between taking the client and sending on it.
+        raise PeerCallFailed(f"{peer}.unreachable", f"the link to {where} is closed") from exc
+
+
+def _decode(peer: str, method: str, url: str, response: httpx.Response) -> Any:
+    """The JSON of a 2xx reply, or the :class:`PeerCallFailed` of any other."""
+    status = response.status_code
+    if 200 <= status < 300:
+        try:
+            return response.json()
+        except ValueError:
+            raise PeerCallFailed(
+                f"{peer}.bad_reply", f"{method} {url}: HTTP {status} without JSON", status
+            ) from None
+    fields = error_fields(response.content)
+    if fields is not None:
+        code, message, _ = fields
+        raise PeerCallFailed(code, message, status)
+    lines = response.text.strip().splitlines()
+    message = f"HTTP {status}" + (f": {lines[0][:200]}" if lines else "")
+    raise PeerCallFailed(f"{peer}.error" if status >= 500 else f"{peer}.bad_reply", message, status)
+
+
+def kept_alive(link: object) -> contextlib.AbstractAsyncContextManager[object]:
+    """A session of ``link`` if it keeps connections (an async context manager), else a
+    no-op: a service's ``run`` wraps its work in it, so the link's connections live as long
+    as the service and are closed when it stops, whatever link (or test fake) it was given.
+    """
+    if isinstance(link, contextlib.AbstractAsyncContextManager):
+        return link
+    return contextlib.nullcontext(link)
+
+
+# --- the master's and the defrag daemon's link to the agents ------------------------------
+
+
 class AgentLink(Protocol):
-    """The master's seam to the agents (a fake stands in for it in tests)."""
+    """The seam from the master (or the defrag daemon) to the agents; fakes stand in for it."""
 
     async def call(
         self,
@@ -43,29 +471,61 @@ class AgentLink(Protocol):
 
 
 class HttpAgentLink:
-    """The real link: one short HTTP request per call."""
+    """The agents' HTTP API at their ``MyAddress``, with a minted ADMINISTRATOR token.
+
+    The caller holds the pool key and signs, for each ``actor``, a token of subject
+    ``<subject_prefix>:<actor>`` (``master:…``, ``defrag:…``) that the agent records as the
+    drain's requester; each is minted once and reused until near its expiry
+    (:class:`TokenMint`). Connections to each agent are kept while a session is open
+    (``async with link:``; :meth:`aclose`), see :class:`PeerClient`. ``timeout`` may be set
+    at any time; the next call uses it.
+    """
 
     def __init__(
         self,
         key: bytes,
         *,
         timeout: float = 10.0,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
         subject_prefix: str = "master",
+        clock: Clock | None = None,
+        max_in_flight: int = 4,
+        max_idle_peers: int = 64,
     ) -> None:
-        self._key = key
         self._prefix = subject_prefix
-        self._timeout = timeout
-        self._verify = verify
-
-    def _token(self, actor: str) -> str:
-        return create_token(
-            self._key,
-            subject=f"{self._prefix}:{actor}",
-            scope=Scope.ADMINISTRATOR,
-            lifetime_s=300,
-            now=time.time(),
+        self.mint = TokenMint(key, scope=Scope.ADMINISTRATOR, clock=clock)
+        self.peers = PeerClient(
+            "agent",
+            timeout=timeout,
+            verify=verify,
+            max_in_flight=max_in_flight,
+            max_idle_peers=max_idle_peers,
         )
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to connect and for each read and write of a call."""
+        return self.peers.timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self.peers.timeout = value
+
+    async def __aenter__(self) -> Self:
+        await self.peers.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.peers.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Close the kept connections (see :meth:`PeerClient.aclose`)."""
+        await self.peers.aclose()
 
     async def call(
         self,
@@ -76,26 +536,19 @@ class HttpAgentLink:
         actor: str,
         body: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """One request to the agent at ``address``; raises :class:`AgentCallFailed`."""
+        """One request to the agent at ``address``; its reply, a JSON object.
+
+        Raises :class:`PeerCallFailed` (``agent.unreachable`` for an address that is not
+        ``http(s)://``, such as an agent listening on its Unix socket only).
+        """
         if not address.startswith(("http://", "https://")):
-            raise AgentCallFailed("agent.unreachable", f"no HTTP address for the agent: {address}")
-        headers = {"Authorization": f"Bearer {self._token(actor)}"}
-        try:
-            async with httpx.AsyncClient(timeout=self._timeout, verify=self._verify) as client:
-                response = await client.request(method, address + path, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise AgentCallFailed("agent.unreachable", f"{address}: {exc}") from exc
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = {}
-        if response.status_code >= 400:
-            error = payload.get("error", {}) if isinstance(payload, dict) else {}
-            raise AgentCallFailed(
-                str(error.get("code", "agent.error")),
-                str(error.get("message", response.text)),
-                response.status_code,
-            )
-        if not isinstance(payload, dict):
-            raise AgentCallFailed("agent.bad_response", f"{address}{path}: not a JSON object")
-        return payload
+            raise PeerCallFailed("agent.unreachable", f"no HTTP address for the agent: {address}")
+        reply = await self.peers.request(
+            method,
+            address + path,
+            json=body,
+            credentials=self.mint.credentials(f"{self._prefix}:{actor}"),
+        )
+        if not isinstance(reply, dict):
+            raise PeerCallFailed("agent.bad_reply", f"{method} {address}{path}: not a JSON object")
+        return reply

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, Self
 
-import httpx
 import trio
 
 from nodeagent._clock import Clock
-from nodeagent._peer import AgentCallFailed, HttpAgentLink
+from nodeagent._peer import (
+    AgentCallFailed,
+    HttpAgentLink,
+    PeerCallFailed,
+    PeerClient,
+    TokenFile,
+    kept_alive,
+)
 from nodeagent._store import DocumentStore
 from nodeagent.defrag._policy import (
     TRANSACTION_TTL,
@@ -30,20 +37,17 @@ from nodeagent.defrag._policy import (
 __all__ = ["CycleReport", "DefragLink", "DefragService", "HttpDefragLink", "MasterCallFailed"]
 
 
-class MasterCallFailed(Exception):
-    """The master refused a request or could not be reached (``code`` says which)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+MasterCallFailed = PeerCallFailed
+"""The name the service catches the master's refusals by (codes ``master.*`` or the
+master's own, see :mod:`nodeagent._peer`)."""
 
 
 class DefragLink(Protocol):
     """How the daemon reaches the pool (a fake pool stands in for it in tests).
 
     ``slot_ads`` and ``publish`` raise :class:`MasterCallFailed`; ``call_agent`` raises
-    :class:`~nodeagent._peer.AgentCallFailed` with the agent's stable code.
+    :class:`~nodeagent._peer.AgentCallFailed` with the agent's stable code (both are
+    :class:`~nodeagent._peer.PeerCallFailed`).
     """
 
     async def slot_ads(self) -> list[dict[str, Any]]: ...
@@ -57,9 +61,15 @@ class DefragLink(Protocol):
 
 class HttpDefragLink:
     """The real link: the master's ``/v1/ads`` with a DAEMON token read from ``token_file``
-    (re-read on every request, so a renewed token is picked up), and the agents' API with
-    a short-lived ADMINISTRATOR token minted from the pool key (subject
-    ``defrag:defrag-<name>``, recorded as the drain's requester)."""
+    (at the first request, and again after a 401 or :meth:`reconfigure`), and the agents'
+    API with a short-lived ADMINISTRATOR token minted from the pool key (subject
+    ``defrag:defrag-<name>``, recorded as the drain's requester; minted once and reused
+    until near its expiry).
+
+    While a session is open (``async with link:``, which :meth:`DefragService.run` does)
+    the connections to the master and to each agent are kept between calls; leaving it, or
+    :meth:`aclose`, closes them (see :class:`~nodeagent._peer.PeerClient`).
+    """
 
     def __init__(
         self,
@@ -69,41 +79,69 @@ class HttpDefragLink:
         key: bytes,
         name: str,
         timeout: float = 10.0,
+        clock: Clock | None = None,
     ) -> None:
+        self.actor = f"defrag-{name}"
+        self._master = PeerClient("master", timeout=timeout, max_idle_peers=1)
+        self._agents = HttpAgentLink(key, timeout=timeout, subject_prefix="defrag", clock=clock)
+        self.reconfigure(master_url=master_url, token_file=token_file, timeout=timeout)
+
+    def reconfigure(self, *, master_url: str, token_file: Path | None, timeout: float) -> None:
+        """Apply a reloaded ``master_url``, ``token_file`` and ``agent_timeout`` from the next
+        call on; the token file is read again then."""
         self.master_url = master_url.rstrip("/")
         self.token_file = token_file
+        self._credentials = None if token_file is None else TokenFile(token_file, peer="master")
         self.timeout = timeout
-        self.actor = f"defrag-{name}"
-        self._agents = HttpAgentLink(key, timeout=timeout, subject_prefix="defrag")
 
-    def _headers(self) -> dict[str, str]:
-        if self.token_file is None:
-            return {}
-        try:
-            token = self.token_file.read_text().strip()
-        except OSError as exc:
-            raise MasterCallFailed(
-                "master.token_file", f"cannot read {self.token_file}: {exc.strerror}"
-            ) from None
-        return {"Authorization": f"Bearer {token}"}
+    @property
+    def timeout(self) -> float:
+        """Seconds to connect and for each read and write, to the master and the agents."""
+        return self._master.timeout
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        headers = self._headers()
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._master.timeout = value
+        self._agents.timeout = value
+
+    async def __aenter__(self) -> Self:
+        await self._master.__aenter__()
+        await self._agents.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                response = await client.request(
-                    method, self.master_url + path, headers=headers, **kwargs
-                )
-        except httpx.HTTPError as exc:
-            raise MasterCallFailed("master.unreachable", f"{self.master_url}: {exc}") from exc
-        if response.status_code >= 300:
-            raise MasterCallFailed(
-                "master.refused", f"{method} {path}: {response.status_code} {response.text[:200]}"
-            )
+            await self._agents.__aexit__(exc_type, exc, tb)
+        finally:
+            await self._master.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Close the kept connections; later calls open their own."""
         try:
-            return response.json()
-        except ValueError:
-            raise MasterCallFailed("master.bad_response", f"{path}: not JSON") from None
+            await self._agents.aclose()
+        finally:
+            await self._master.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+    ) -> Any:
+        return await self._master.request(
+            method,
+            self.master_url + path,
+            credentials=self._credentials,
+            json=json,
+            params=params,
+        )
 
     async def slot_ads(self) -> list[dict[str, Any]]:
         reply = await self._request(
@@ -111,7 +149,7 @@ class HttpDefragLink:
         )
         ads = reply.get("ads") if isinstance(reply, dict) else None
         if not isinstance(ads, list):
-            raise MasterCallFailed("master.bad_response", "/v1/ads: no 'ads' list")
+            raise MasterCallFailed("master.bad_reply", "/v1/ads: no 'ads' list")
         return [ad for ad in ads if isinstance(ad, dict)]
 
     async def publish(self, ad: dict[str, Any]) -> None:
@@ -189,11 +227,13 @@ class DefragService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Cycle every ``interval`` and publish every ``update_interval``, forever.
 
-        The first cycle comes one interval after the last saved one (at once if none).
+        The first cycle comes one interval after the last saved one (at once if none). The
+        link's connections are kept while this runs and closed when it ends
+        (:func:`~nodeagent._peer.kept_alive`).
         """
         self._publish = trio.Event()
         self._publish.set()  # push the ad at once
-        async with trio.open_nursery() as nursery:
+        async with kept_alive(self.link), trio.open_nursery() as nursery:
             nursery.start_soon(self._publisher)
             task_status.started()
             self._wake = trio.Event()

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from nodeagent._clock import Clock
-from nodeagent._peer import AgentCallFailed, AgentLink
+from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdEntry, AdStore
 from nodeagent.master._maintenance import (
@@ -253,9 +253,13 @@ class Master:
     # ------------------------------------------------------------------ reconcile
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Reconcile the schedule with the nodes, forever."""
+        """Reconcile the schedule with the nodes, forever.
+
+        The link's connections to the agents are kept while this runs and closed when it
+        ends (:func:`~nodeagent._peer.kept_alive`).
+        """
         task_status.started()
-        async with trio.open_nursery() as nursery:
+        async with kept_alive(self.link), trio.open_nursery() as nursery:
             while True:
                 self._wake = trio.Event()
                 self.reconcile(nursery)
