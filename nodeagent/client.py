@@ -61,6 +61,7 @@ import trio
 
 from nodeagent import __version__
 from nodeagent._paths import default_socket
+from nodeagent._wire import error_fields
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -270,19 +271,9 @@ _BY_STATUS: dict[int, type[Refused]] = {401: Unauthorized, 403: Forbidden}
 
 
 def _error_fields(response: httpx.Response) -> tuple[str, str, int | None] | None:
-    """``(code, message, condor_code)`` of an API error body, ``None`` when it is not one."""
-    try:
-        error = response.json()["error"]
-        code, message, condor_code = error["code"], error["message"], error.get("condor_code")
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not (isinstance(code, str) and isinstance(message, str)):
-        return None
-    if condor_code is not None and (
-        not isinstance(condor_code, int) or isinstance(condor_code, bool)
-    ):
-        return None
-    return code, message, condor_code
+    """``(code, message, condor_code)`` of an API error body, ``None`` when it is not one
+    (read by :func:`nodeagent._wire.error_fields`, as every other caller reads it)."""
+    return error_fields(response.content)
 
 
 def _refusal(response: httpx.Response) -> Refused:
