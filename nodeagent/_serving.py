@@ -49,8 +49,13 @@ async def serve(
     """Start serving ``app`` on ``binds`` in ``nursery``; returns the bound URLs.
 
     A Unix socket gets mode 0660 (whoever may open it is ADMINISTRATOR). ``tls`` is
-    (certificate, key) for TCP listeners.
+    (certificate, key) for TCP listeners. No binds (``listen = []``): nothing is started
+    and the list is empty (trio's ``serve_listeners`` refuses an empty list of listeners).
+    Serving ends ``SHUTDOWN_GRACE`` at most after ``shutdown`` returns, once the requests
+    in flight are answered.
     """
+    if not binds:
+        return []
     import hypercorn.trio  # noqa: PLC0415  (server stack: daemons only)
     from hypercorn.config import Config  # noqa: PLC0415
 

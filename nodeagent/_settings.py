@@ -24,7 +24,9 @@ Reloading: every field states in its schema (``json_schema_extra={"reloadable": 
 whether a SIGHUP applies a new value. Policy values, the START expression, the master link
 and ``metrics_require_auth`` are reloadable; identity (hostname, ip), directories, sockets,
 listeners, TLS files, the key and audit files, and resources are fixed for the life of the
-process. :func:`reloadable_changes` splits the differences between two configurations.
+process. :func:`reloadable_changes` splits the differences between two configurations;
+:func:`merge_reloadable` makes the configuration a daemon runs with after a reload (its own
+fixed values, the file's reloadable ones). ``nodeagent._lifecycle`` applies them on SIGHUP.
 
 Adding another daemon's configuration: subclass :class:`_DaemonSettings`, declare its fields
 (sections as :class:`_Section` models), override ``_computed_defaults`` for
@@ -76,6 +78,7 @@ __all__ = [
     "Duration",
     "ListenAddress",
     "default_ip",
+    "merge_reloadable",
     "reloadable_changes",
 ]
 
@@ -250,6 +253,7 @@ class _DaemonSettings(BaseSettings):
 
 
 _S = TypeVar("_S", bound=_DaemonSettings)
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _env_var_for(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str | None:
@@ -371,3 +375,30 @@ def reloadable_changes(old: _S, new: _S) -> ConfigChanges:
         applied={k: v for k, (live, v) in sorted(changes.items()) if live},
         ignored=tuple(k for k, (live, _) in sorted(changes.items()) if not live),
     )
+
+
+def _merged(old: _M, new: _M) -> _M:
+    update: dict[str, object] = {}
+    for name, info in type(old).model_fields.items():
+        a, b = getattr(old, name), getattr(new, name)
+        if a == b:
+            continue
+        if isinstance(a, _Section) and isinstance(b, _Section):
+            update[name] = _merged(a, b)
+        elif _is_reloadable(info):
+            update[name] = b
+    return old.model_copy(update=update) if update else old
+
+
+def merge_reloadable(old: _S, new: _S) -> _S:
+    """``old`` with the reloadable values of ``new``: what a daemon runs with after a reload.
+
+    Every key that needs a restart keeps its value from ``old`` (so the directories,
+    sockets and runtime file stay the ones the daemon is using), every reloadable key takes
+    its value from ``new``, sections key by key. Both are validated configurations and no
+    validator relates a reloadable key to a fixed one, so the result is valid as well.
+    Returns ``old`` itself when nothing reloadable changed.
+    """
+    if type(old) is not type(new):
+        raise TypeError(f"cannot merge {type(new).__name__} into {type(old).__name__}")
+    return _merged(old, new)
