@@ -1,18 +1,16 @@
-"""``nodeagent defrag run``: the defrag daemon's lifecycle.
+"""``nodeagent defrag run``: the defrag daemon, on the shared :mod:`nodeagent._lifecycle`.
 
 Starts in order: the pool key (shared with the agents: the daemon signs its requests to
-them with it), the store (the pacing of the drain rate), a local Unix socket
-(ADMINISTRATOR) and the TCP listeners serving ``GET /v1/stats``, the service (cycles and
-pushes of the Defrag ad); then ``READY=1``. SIGTERM/SIGINT stop it; SIGHUP reloads the
-policy, the master link and the intervals (the name, directories, listeners and key stay
-as they were).
+them with it; it must exist), the store (the pacing of the drain rate), a local Unix
+socket (ADMINISTRATOR) and the TCP listeners serving ``GET /v1/stats`` (``listen = []``:
+none), the service (cycles and pushes of the Defrag ad); then ``READY=1``.
+SIGTERM/SIGINT stop it at once; SIGHUP reloads the policy, the master link and the
+intervals (the name, directories, listeners and key stay as they were).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,26 +18,30 @@ from typing import Any
 import trio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp
 
-from nodeagent import __version__, _sdnotify
+from nodeagent import __version__
 from nodeagent._auth import (
     AuthError,
     Principal,
     Scope,
     Unauthenticated,
-    load_key,
     principal_from_authorization,
     require,
 )
 from nodeagent._clock import Clock, WallClock
-from nodeagent._http import auth_error_response, error_body, trusted
-from nodeagent._serving import (
-    advertised_url,
-    free_stale_socket,
-    serve,
-    write_runtime_info,
+from nodeagent._http import auth_error_response, error_body
+from nodeagent._lifecycle import (
+    DaemonSpec,
+    Listening,
+    Opened,
+    Program,
+    reload_daemon,
+    serve_daemon,
+    tls_files,
 )
-from nodeagent._settings import ConfigError, default_ip, reloadable_changes
+from nodeagent._serving import advertised_url
+from nodeagent._settings import ConfigChanges, ConfigError, default_ip
 from nodeagent._store import DocumentStore
 from nodeagent.defrag._config import DefragConfig, load_defrag_config
 from nodeagent.defrag._policy import DefragPolicy
@@ -53,10 +55,10 @@ log = logging.getLogger("nodeagent.defrag")
 _UNIX = "nodeagent.unix"
 
 
-def defrag_policy(config: DefragConfig, *, name: str | None = None) -> DefragPolicy:
-    """The service's policy from the configuration (``name`` overrides a reloaded one)."""
+def defrag_policy(config: DefragConfig) -> DefragPolicy:
+    """The service's policy from the configuration."""
     return DefragPolicy(
-        name=config.name if name is None else name,
+        name=config.name,
         interval=config.interval,
         draining_machines_per_hour=config.draining_machines_per_hour,
         max_concurrent_draining=config.max_concurrent_draining,
@@ -71,14 +73,17 @@ def defrag_policy(config: DefragConfig, *, name: str | None = None) -> DefragPol
     )
 
 
-def _http_link(config: DefragConfig, key: bytes, name: str) -> HttpDefragLink:
+_NEEDS_MASTER = "master_url is required: the defrag daemon reads the master's ads"
+
+
+def _http_link(config: DefragConfig, key: bytes) -> HttpDefragLink:
     if config.master_url is None:
-        raise ConfigError("master_url is required: the defrag daemon reads the master's ads")
+        raise ConfigError(_NEEDS_MASTER)
     return HttpDefragLink(
         master_url=config.master_url,
         token_file=config.token_file,
         key=key,
-        name=name,
+        name=config.name,
         timeout=config.agent_timeout,
     )
 
@@ -128,11 +133,15 @@ def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
 
 
 @dataclass
-class DefragDaemon:
+class DefragDaemon(Program[DefragConfig, DocumentStore]):
     """One running defrag daemon; :meth:`serve` runs it until stopped.
 
-    ``link`` and ``clock`` are seams for tests; ``handle_signals`` is off when the daemon
-    is embedded in another trio program.
+    ``link`` and ``clock`` are seams for tests (a given ``link`` is used as it is);
+    ``handle_signals`` is off when the daemon is embedded in another trio program.
+    ``config`` is the running configuration (after a reload: the fixed keys, the name
+    among them, as started; the reloadable ones as reloaded). ``service`` is the running
+    service; a reload reconfigures the link to the master the daemon made (``_master``),
+    never a given one.
     """
 
     config: DefragConfig
@@ -143,9 +152,14 @@ class DefragDaemon:
     service: DefragService | None = None
     urls: list[str] = field(default_factory=list)
     _stop: trio.Event = field(default_factory=trio.Event)
+    _master: HttpDefragLink | None = None
 
     def stop(self) -> None:
         self._stop.set()
+
+    def reload(self) -> ConfigChanges | None:
+        """What SIGHUP does: :func:`~nodeagent._lifecycle.reload_daemon`."""
+        return reload_daemon(self)
 
     @property
     def socket(self) -> Path:
@@ -154,109 +168,90 @@ class DefragDaemon:
     async def serve(
         self, *, task_status: trio.TaskStatus[DefragDaemon] = trio.TASK_STATUS_IGNORED
     ) -> int:
-        config = self.config
-        key = load_key(config.key_file)
-        link = self.link or _http_link(config, key, config.name)
-        for directory in (config.state_dir, config.runtime_dir):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        store = DocumentStore(config.state_dir / "defrag.db")
-        try:
-            await self._serve(store, key, link, task_status)
-        finally:
-            store.close()
+        await serve_daemon(
+            self, stop=self._stop, handle_signals=self.handle_signals, task_status=task_status
+        )
         return 0
 
-    async def _serve(
-        self,
-        store: DocumentStore,
-        key: bytes,
-        link: DefragLink,
-        task_status: trio.TaskStatus[DefragDaemon],
-    ) -> None:
+    # ------------------------------------------------------------------ lifecycle hooks
+
+    def spec(self) -> DaemonSpec:
         config = self.config
+        return DaemonSpec(
+            name=f"nodeagent defrag {config.name!r}",
+            log=log,
+            directories=(config.state_dir, config.runtime_dir),
+            key_file=config.key_file,
+            create_key=False,  # the agents' pool key: the daemon's drains are signed with it
+            audit_log=None,
+            socket=self.socket,
+            runtime_file=config.runtime_dir / "defrag.json",
+            listen=config.listen,
+            tls=tls_files(config.tls_cert, config.tls_key),
+        )
+
+    def load_config(self) -> DefragConfig:
+        return load_defrag_config(self.config_path)
+
+    def open_store(self) -> DocumentStore:
+        return DocumentStore(self.config.state_dir / "defrag.db")
+
+    def build(self, opened: Opened[DocumentStore]) -> ASGIApp:
+        """The service with its saved pacing, and its API; raises :class:`ConfigError`
+        without a ``master_url``."""
+        config = self.config
+        link: DefragLink
+        if self.link is not None:
+            link = self.link
+        else:
+            link = self._master = _http_link(config, opened.key)
         service = DefragService(
             policy=defrag_policy(config),
             link=link,
             clock=self.clock,
-            store=store,
+            store=opened.store,
             update_interval=config.update_interval,
         )
         service.load()
         self.service = service
-        app = build_defrag_app(service, key=key)
-        async with trio.open_nursery() as nursery:
-            free_stale_socket(self.socket)
-            unix_urls = await serve(
-                nursery, trusted(app), [f"unix:{self.socket}"], shutdown=self._stop.wait, unix=True
-            )
-            tls = None
-            if config.tls_cert is not None and config.tls_key is not None:
-                tls = (config.tls_cert, config.tls_key)
-            tcp_urls = await serve(
-                nursery, app, list(config.listen), shutdown=self._stop.wait, tls=tls
-            )
-            self.urls = [*unix_urls, *tcp_urls]
-            service.identity = {
-                "DaemonStartTime": int(self.clock.now()),
-                "MyAddress": advertised_url(tcp_urls, default_ip()),
-            }
-            write_runtime_info(
-                config.runtime_dir / "defrag.json", self.urls, socket=str(self.socket)
-            )
-            await nursery.start(service.run)
-            if self.handle_signals:
-                nursery.start_soon(self._signals, service, key)
-            nursery.start_soon(_sdnotify.run_watchdog)
-            _sdnotify.ready()
-            log.info(
-                "nodeagent defrag %r ready on %s: %g drains/hour every %g s, schedule %s",
-                config.name,
-                ", ".join(self.urls),
-                config.draining_machines_per_hour,
-                config.interval,
-                config.schedule,
-            )
-            task_status.started(self)
-            await self._stop.wait()
-            _sdnotify.stopping()
-            # Stop at once: state is saved before every reply, so a request cut off here
-            # either took effect (and was saved) or did not.
-            nursery.cancel_scope.cancel()
-        for leftover in (config.runtime_dir / "defrag.json", self.socket):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
+        return build_defrag_app(service, key=opened.key)
 
-    def reload(self, new: DefragConfig, service: DefragService, key: bytes) -> None:
-        """Apply the reloadable part of ``new``; raises :class:`ConfigError`, changing nothing."""
-        changes = reloadable_changes(self.config, new)
-        link = service.link
-        if self.link is None and {"master_url", "token_file", "agent_timeout"} & set(
-            changes.applied
-        ):
-            link = _http_link(new, key, self.config.name)
-        service.policy = defrag_policy(new, name=self.config.name)
-        service.update_interval = new.update_interval
-        service.link = link
-        for ignored in changes.ignored:
-            log.warning("reload: %s changes only after a restart", ignored)
-        self.config = new.model_copy(update={k: getattr(self.config, k) for k in changes.ignored})
-        service.wake()
+    async def serving(self, services: trio.Nursery, listening: Listening) -> None:
+        """The ad's identity (its first TCP address), then the cycles."""
+        service = self.service
+        if service is None:
+            raise RuntimeError("the defrag daemon has not been built")
+        config = self.config
+        service.identity = {
+            "DaemonStartTime": int(self.clock.now()),
+            "MyAddress": advertised_url(list(listening.tcp), default_ip()),
+        }
+        await services.start(service.run)
+        log.info(
+            "defrag %r: %g drains/hour every %g s, schedule %s",
+            config.name,
+            config.draining_machines_per_hour,
+            config.interval,
+            config.schedule,
+        )
 
-    async def _signals(self, service: DefragService, key: bytes) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
-            async for signum in received:
-                if signum != signal.SIGHUP:
-                    log.info("received %s", signal.Signals(signum).name)
-                    self.stop()
-                    continue
-                _sdnotify.reloading()
-                try:
-                    self.reload(load_defrag_config(self.config_path), service, key)
-                except ConfigError as exc:
-                    log.error("reload refused, configuration unchanged: %s", exc)
-                else:
-                    log.info("reloaded the defrag configuration")
-                _sdnotify.ready()
+    def reconfigure(self, running: DefragConfig, changes: ConfigChanges) -> None:
+        """The policy, the update interval and the master link; then a cycle at once.
+
+        Refused (:class:`ConfigError`) without a ``master_url`` for the daemon's own link.
+        """
+        if self._master is not None:
+            if running.master_url is None:
+                raise ConfigError(_NEEDS_MASTER)
+            self._master.reconfigure(
+                master_url=running.master_url,
+                token_file=running.token_file,
+                timeout=running.agent_timeout,
+            )
+        if self.service is not None:
+            self.service.policy = defrag_policy(running)
+            self.service.update_interval = running.update_interval
+            self.service.wake()
 
 
 def run_defrag(config_path: Path | None) -> int:
@@ -267,5 +262,5 @@ def run_defrag(config_path: Path | None) -> int:
     """
     config = load_defrag_config(config_path)
     if config.master_url is None:
-        raise ConfigError("master_url is required: the defrag daemon reads the master's ads")
+        raise ConfigError(_NEEDS_MASTER)
     return trio.run(DefragDaemon(config=config, config_path=config_path).serve)

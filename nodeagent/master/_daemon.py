@@ -1,9 +1,11 @@
-"""``nodeagent master run``: the master daemon's lifecycle.
+"""``nodeagent master run``: the master daemon, on the shared :mod:`nodeagent._lifecycle`.
 
 Starts in order: the store (schedule, modes, drains, counters), the TCP listeners and
 a local Unix socket (ADMINISTRATOR), the reconcile service; then ``READY=1``. After a
 restart it reconciles with the agents' ads as they arrive again. SIGTERM/SIGINT stop
-it; SIGHUP reloads the drain policy and the ad lifetime.
+it at once (state is saved before every reply, so a request cut off either took effect
+or did not). SIGHUP reloads the drain policy, the reconcile interval, the ad lifetime,
+``metrics_require_auth`` and ``agent_timeout`` (the next call to an agent uses it).
 
 The TCP listeners take every agent's ad pushes, thousands a second in a large pool, so
 they are served by :mod:`nodeagent._http11` (HTTP/1.1 with h11 on trio), whose cost per
@@ -15,22 +17,25 @@ hypercorn, like the agent's.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
+from starlette.types import ASGIApp
 
-from nodeagent import _sdnotify
-from nodeagent._audit import AuditLog
-from nodeagent._auth import generate_key, load_key
 from nodeagent._clock import Clock, WallClock
-from nodeagent._http import trusted
-from nodeagent._http11 import serve_http
+from nodeagent._lifecycle import (
+    DaemonSpec,
+    Listening,
+    Opened,
+    Program,
+    reload_daemon,
+    serve_daemon,
+    tls_files,
+)
 from nodeagent._peer import AgentLink, HttpAgentLink
-from nodeagent._serving import free_stale_socket, serve, write_runtime_info
+from nodeagent._settings import ConfigChanges
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
@@ -52,9 +57,29 @@ def plan_policy(config: MasterConfig) -> PlanPolicy:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Parts:
+    """What :meth:`MasterDaemon.build` made for one run.
+
+    ``agents`` is the link the daemon made (None when one was given): the one whose
+    ``timeout`` a reload of ``agent_timeout`` sets.
+    """
+
+    master: Master
+    metrics: MasterMetrics
+    agents: HttpAgentLink | None
+
+
 @dataclass
-class MasterDaemon:
-    """One running master; :meth:`serve` runs it until stopped."""
+class MasterDaemon(Program[MasterConfig, DocumentStore]):
+    """One running master; :meth:`serve` runs it until stopped.
+
+    ``link`` and ``clock`` are seams for tests (a given ``link`` is used as it is: a reload
+    of ``agent_timeout`` applies to the link the daemon makes itself); ``handle_signals``
+    is off when the daemon is embedded in another trio program. ``config`` is the running
+    configuration (after a reload: the fixed keys as started, the reloadable ones as
+    reloaded).
+    """
 
     config: MasterConfig
     config_path: Path | None = None
@@ -64,9 +89,14 @@ class MasterDaemon:
     master: Master | None = None
     urls: list[str] = field(default_factory=list)
     _stop: trio.Event = field(default_factory=trio.Event)
+    _parts: _Parts | None = None
 
     def stop(self) -> None:
         self._stop.set()
+
+    def reload(self) -> ConfigChanges | None:
+        """What SIGHUP does: :func:`~nodeagent._lifecycle.reload_daemon`."""
+        return reload_daemon(self)
 
     @property
     def socket(self) -> Path:
@@ -75,97 +105,82 @@ class MasterDaemon:
     async def serve(
         self, *, task_status: trio.TaskStatus[MasterDaemon] = trio.TASK_STATUS_IGNORED
     ) -> int:
-        config = self.config
-        for directory in (config.state_dir, config.runtime_dir):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not config.key_file.exists():
-            generate_key(config.key_file)
-            log.info("generated a new pool key in %s: give it to the agents", config.key_file)
-        key = load_key(config.key_file)
-        store = DocumentStore(config.state_dir / "master.db")
-        audit = AuditLog(config.audit_log)
-        try:
-            await self._serve(store, audit, key, task_status)
-        finally:
-            store.close()
-            audit.close()
+        await serve_daemon(
+            self, stop=self._stop, handle_signals=self.handle_signals, task_status=task_status
+        )
         return 0
 
-    async def _serve(
-        self,
-        store: DocumentStore,
-        audit: AuditLog,
-        key: bytes,
-        task_status: trio.TaskStatus[MasterDaemon],
-    ) -> None:
+    # ------------------------------------------------------------------ lifecycle hooks
+
+    def spec(self) -> DaemonSpec:
         config = self.config
+        return DaemonSpec(
+            name="nodeagent master",
+            log=log,
+            directories=(config.state_dir, config.runtime_dir),
+            key_file=config.key_file,
+            create_key=True,
+            audit_log=config.audit_log,
+            socket=self.socket,
+            runtime_file=config.runtime_dir / "master.json",
+            listen=config.listen,
+            tls=tls_files(config.tls_cert, config.tls_key),
+            tcp_server="h11",
+        )
+
+    def load_config(self) -> MasterConfig:
+        return load_master_config(self.config_path)
+
+    def open_store(self) -> DocumentStore:
+        return DocumentStore(self.config.state_dir / "master.db")
+
+    def build(self, opened: Opened[DocumentStore]) -> ASGIApp:
+        """The master restored from its store, with its API (ad pushes on a fast path)."""
+        config = self.config
+        link: AgentLink
+        if self.link is not None:
+            link = self.link
+            agents = None
+        else:
+            link = agents = HttpAgentLink(opened.key, timeout=config.agent_timeout)
         master = Master(
-            store=store,
-            link=self.link or HttpAgentLink(key, timeout=config.agent_timeout),
+            store=opened.store,
+            link=link,
             clock=self.clock,
             ads=AdStore(lifetime=config.ad_lifetime),
             policy=plan_policy(config),
             reconcile_interval=config.reconcile_interval,
         )
         master.load()
-        self.master = master
         metrics = MasterMetrics(master, require_auth=config.metrics_require_auth)
-        app = with_ad_fast_path(
-            build_master_app(master, key=key, audit=audit, metrics=metrics),
+        self.master = master
+        self._parts = _Parts(master=master, metrics=metrics, agents=agents)
+        return with_ad_fast_path(
+            build_master_app(master, key=opened.key, audit=opened.audit, metrics=metrics),
             master,
-            key=key,
+            key=opened.key,
             metrics=metrics,
         )
-        async with trio.open_nursery() as nursery:
-            free_stale_socket(self.socket)
-            unix_urls = await serve(
-                nursery, trusted(app), [f"unix:{self.socket}"], shutdown=self._stop.wait, unix=True
-            )
-            tls = None
-            if config.tls_cert is not None and config.tls_key is not None:
-                tls = (config.tls_cert, config.tls_key)
-            tcp_urls = await serve_http(nursery, app, list(config.listen), tls=tls)
-            self.urls = [*unix_urls, *tcp_urls]
-            write_runtime_info(
-                config.runtime_dir / "master.json", self.urls, socket=str(self.socket)
-            )
-            await nursery.start(master.run)
-            if self.handle_signals:
-                nursery.start_soon(self._signals, master, metrics)
-            nursery.start_soon(_sdnotify.run_watchdog)
-            _sdnotify.ready()
-            log.info("nodeagent master ready on %s", ", ".join(self.urls))
-            task_status.started(self)
-            await self._stop.wait()
-            _sdnotify.stopping()
-            # Stop at once: state is saved before every reply, so a request cut off here
-            # either took effect (and was saved) or did not.
-            nursery.cancel_scope.cancel()
-        for leftover in (config.runtime_dir / "master.json", self.socket):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
 
-    async def _signals(self, master: Master, metrics: MasterMetrics) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as received:
-            async for signum in received:
-                if signum != signal.SIGHUP:
-                    log.info("received %s", signal.Signals(signum).name)
-                    self.stop()
-                    continue
-                _sdnotify.reloading()
-                try:
-                    new = load_master_config(self.config_path)
-                except Exception as exc:
-                    log.error("reload refused, configuration unchanged: %s", exc)
-                else:
-                    master.policy = plan_policy(new)
-                    master.reconcile_interval = new.reconcile_interval
-                    master.ads.lifetime = new.ad_lifetime
-                    metrics.require_auth = new.metrics_require_auth
-                    self.config = new
-                    master.wake()
-                    log.info("reloaded the master's configuration")
-                _sdnotify.ready()
+    async def serving(self, services: trio.Nursery, listening: Listening) -> None:
+        """The reconcile service."""
+        if self._parts is None:
+            raise RuntimeError("the master daemon has not been built")
+        await services.start(self._parts.master.run)
+
+    def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
+        """The plan policy, intervals, ad lifetime, metrics auth and the agents' timeout;
+        then a reconcile pass at once."""
+        parts = self._parts
+        if parts is None:
+            return
+        parts.master.policy = plan_policy(running)
+        parts.master.reconcile_interval = running.reconcile_interval
+        parts.master.ads.lifetime = running.ad_lifetime
+        parts.metrics.require_auth = running.metrics_require_auth
+        if parts.agents is not None:
+            parts.agents.timeout = running.agent_timeout
+        parts.master.wake()
 
 
 def run_master(config_path: Path | None) -> int:

@@ -17,8 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from nodeagent._auth import generate_key, load_key
+from nodeagent._auth import generate_key
 from nodeagent._clock import TrioClock
+from nodeagent._lifecycle import reload_config
 from nodeagent._peer import AgentCallFailed
 from nodeagent._settings import ConfigError
 from nodeagent._store import DocumentStore
@@ -749,8 +750,8 @@ async def test_reload_applies_the_policy_but_keeps_the_name(tmp_path: Path) -> N
     new = DefragConfig(**base, name="two", master_url="http://m:1", interval=60, rank="Cpus")
     clock = TrioClock(EPOCH)
     service = DefragService(policy=defrag_policy(old), link=FakePool(clock, []), clock=clock)
-    daemon = DefragDaemon(config=old)
-    daemon.reload(new, service, load_key(tmp_path / "pool.key"))
+    daemon = DefragDaemon(config=old, service=service)
+    reload_config(daemon, new)
     assert service.policy.name == "one"
     assert (service.policy.interval, service.policy.rank) == (60, "Cpus")
     assert daemon.config.name == "one"
