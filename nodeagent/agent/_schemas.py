@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from nodeagent.agent._processes import PID_MAX_LIMIT, cwd_problem
 from nodeagent.agent._store import ProcessRecord
 from slots import (
     Blocker,
@@ -24,8 +25,10 @@ from slots import (
 )
 
 __all__ = [
+    "EXPRESSION_MAX_OPERATORS",
     "ClaimBody",
     "DrainBody",
+    "ErrorBody",
     "blocker_json",
     "claim_json",
     "drain_json",
@@ -36,24 +39,108 @@ __all__ = [
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 WholeSeconds = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
+EXPRESSION_MAX_OPERATORS = 256
+"""Most operator and bracket characters a START or check expression may hold.
+
+The ClassAd library gives up on expressions nested some 400 levels deep (parsing or
+evaluating them fails); an expression's depth never exceeds its count of operators and
+brackets, so this bound keeps every accepted expression within the library's reach.
+"""
+
+_OPERATOR_CHARACTERS = frozenset("()[]{}+-*/%<>=!&|^~?:.,")
+
+
+def _printable(value: str) -> str:
+    """Text that goes into ads and logs: printable characters only (no C0 or C1 controls,
+    no line or paragraph separators, nothing unassigned)."""
+    if not value.isprintable():
+        raise ValueError("must hold printable characters only")
+    return value
+
+
+def _expression(value: str) -> str:
+    """A ClassAd expression the library can hold: no control characters but tab, newline
+    and carriage return, at most :data:`EXPRESSION_MAX_OPERATORS` operators and brackets
+    outside string literals."""
+    if any((ord(c) < 32 and c not in "\t\n\r") or c == "\x7f" for c in value):
+        raise ValueError("must not hold control characters")
+    operators = 0
+    quote: str | None = None
+    escaped = False
+    for c in value:
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c in _OPERATOR_CHARACTERS:
+            operators += 1
+    if operators > EXPRESSION_MAX_OPERATORS:
+        raise ValueError(
+            f"holds {operators} operators and brackets; at most {EXPRESSION_MAX_OPERATORS} "
+            "are accepted"
+        )
+    return value
+
+
+def _environment(value: dict[str, str]) -> dict[str, str]:
+    for name, text in value.items():
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if "\0" in text:
+            raise ValueError(f"the value of {name} holds a NUL byte")
+    return value
+
+
+def _cwd(value: str) -> str:
+    problem = cwd_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("must not hold NUL bytes")
+    return value
+
+
+Text = Annotated[str, Field(max_length=256), AfterValidator(_printable)]
+Expression = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_expression)]
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ErrorBody(BaseModel):
+    """Every error reply: ``{"error": {"code", "message", "condor_code"?}}``."""
+
+    class Error(BaseModel):
+        code: str = Field(description="Stable error code, e.g. drain.in_progress")
+        message: str
+        condor_code: int | None = Field(None, description="HTCondor's code, where one exists")
+
+    error: Error
 
 
 class DrainBody(_Body):
     """``POST /v1/drain``: phase 1 of the drain transaction (or one-shot with ``commit``)."""
 
     schedule: Schedule = Schedule.GRACEFUL
-    reason: Annotated[str, Field(max_length=256)] = ""
+    reason: Text = ""
     on_completion: OnCompletion = OnCompletion.NONE
     deadline: Seconds | None = Field(
         None, description="Seconds after commit; what still runs then is evicted as by quick"
     )
-    start: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+    start: Expression | None = Field(
         None, description="ClassAd START expression admitting jobs during a graceful drain"
     )
-    check: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+    check: Expression | None = Field(
         None, description="One-shot only: ClassAd expression that must be true on the machine ad"
     )
     commit: bool = False
@@ -62,22 +149,60 @@ class DrainBody(_Body):
     )
 
 
-class ClaimBody(_Body):
-    """``POST /v1/claims``: a dynamic slot running ``command`` or adopting ``pid``."""
+def _command_or_pid(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [
+        {
+            "required": ["command"],
+            "properties": {
+                "command": {"type": "array"},
+                "pid": {"type": "null"},
+                "env": {"type": ["object", "null"]},
+            },
+        },
+        {
+            "required": ["pid"],
+            "properties": {
+                "pid": {"type": "integer"},
+                "command": {"type": "null"},
+                "env": {"type": "null"},
+                "cwd": {"type": "null"},
+                "user": {"type": "null"},
+            },
+        },
+    ]
 
-    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
-    pid: Annotated[int, Field(gt=1)] | None = None
-    env: dict[str, str] | None = None
-    cwd: str | None = None
-    user: str | None = None
+
+class ClaimBody(_Body):
+    """``POST /v1/claims``: a dynamic slot running ``command`` or adopting ``pid``.
+
+    Exactly one of ``command`` and ``pid``; ``env``, ``cwd`` and ``user`` only with
+    ``command``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_command_or_pid)
+
+    command: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]], Field(min_length=1)
+        ]
+        | None
+    ) = None
+    pid: Annotated[int, Field(gt=1, le=PID_MAX_LIMIT)] | None = None
+    env: Annotated[dict[str, str], AfterValidator(_environment)] | None = None
+    cwd: Annotated[str, Field(max_length=4096), AfterValidator(_cwd)] | None = Field(
+        None, description="Relative to the slot's execute directory, and inside it"
+    )
+    user: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable)] | None = (
+        None
+    )
     cpus: Annotated[int, Field(ge=1)] = 1
     memory: Annotated[int, Field(ge=0)] = 0
     disk: Annotated[int, Field(ge=0)] = 0
     gpus: Annotated[int, Field(ge=0)] = 0
     max_job_retirement_time: WholeSeconds | None = None
     job_max_vacate_time: WholeSeconds | None = None
-    owner: Annotated[str, Field(min_length=1, max_length=256)] | None = None
-    job_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    owner: Annotated[Text, Field(min_length=1)] | None = None
+    job_id: Annotated[Text, Field(min_length=1)] | None = None
     kill_signal: Literal[
         "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGKILL", "SIGALRM"
     ] = "SIGTERM"
@@ -86,7 +211,9 @@ class ClaimBody(_Body):
     def _command_or_pid(self) -> ClaimBody:
         if (self.command is None) == (self.pid is None):
             raise ValueError("give exactly one of 'command' and 'pid'")
-        if self.pid is not None and (self.env or self.cwd or self.user):
+        if self.pid is not None and (
+            self.env is not None or self.cwd is not None or self.user is not None
+        ):
             raise ValueError("'env', 'cwd' and 'user' go with 'command', not 'pid'")
         return self
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -297,6 +299,9 @@ def test_auth_matrix(agent: AgentProcess, tmp_path: Path) -> None:
         c.delete("/v1/drain").raise_for_status()
     lines = [json.loads(x) for x in (agent.root / "state" / "audit.log").read_text().splitlines()]
     assert [(r["subject"], r["action"], r["result"]) for r in lines] == [
+        ("tester", "drain.start", "auth.forbidden"),  # refusals are audited too
+        ("tester", "drain.cancel", "auth.forbidden"),
+        ("tester", "claim.create", "auth.forbidden"),
         ("tester", "drain.start", "ok"),
         ("tester", "drain.cancel", "ok"),
     ]
@@ -424,3 +429,74 @@ def test_sighup_reloads_the_policy(agent: AgentProcess) -> None:
     agent.proc.send_signal(signal.SIGHUP)
     with agent.client() as c:
         wait_for(lambda: c.get("/v1/ad").json()["machine"]["MaxJobRetirementTime"] == 77)
+
+
+def _kernel_thread() -> int | None:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_bytes()
+            except OSError:
+                continue
+            if int(text[text.rindex(b")") + 2 :].split()[6]) & 0x00200000:
+                return int(entry.name)
+    return None
+
+
+def test_adoption_guards(agent: AgentProcess) -> None:
+    assert agent.proc is not None
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True, stdin=subprocess.DEVNULL)
+    agent.job_pids.add(stranger.pid)
+    try:
+        with agent.client() as c:
+            init = c.post("/v1/claims", json={"pid": 1})  # refused by the body's schema
+            assert (init.status_code, init.json()["error"]["code"]) == (422, "request.invalid")
+            refused = {
+                "agent": c.post("/v1/claims", json={"pid": agent.proc.pid}),
+                "ancestor": c.post("/v1/claims", json={"pid": os.getpid()}),
+            }
+            kthread = _kernel_thread()
+            if kthread is not None:
+                refused["kernel thread"] = c.post("/v1/claims", json={"pid": kthread})
+            for what, response in refused.items():
+                assert response.status_code == 422, (what, response.text)
+                assert response.json()["error"]["code"] == "job.not_adoptable", what
+            huge = c.post("/v1/claims", json={"pid": 3453422734})
+            assert (huge.status_code, huge.json()["error"]["code"]) == (422, "request.invalid")
+            first = c.post("/v1/claims", json={"pid": stranger.pid})
+            assert first.status_code == 201, first.text
+            again = c.post("/v1/claims", json={"pid": stranger.pid})
+            assert (again.status_code, again.json()["error"]["code"]) == (
+                409,
+                "job.already_claimed",
+            )
+            assert len(c.get("/v1/claims").json()["claims"]) == 1
+            c.delete(f"/v1/claims/{first.json()['id']}").raise_for_status()
+            assert stranger.wait(timeout=10) == -signal.SIGTERM
+        assert agent.proc.poll() is None  # the agent is alive and well
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_cwd_stays_inside_the_execute_directory(agent: AgentProcess) -> None:
+    slot = agent.root / "state" / "execute" / "slot1_1"
+    slot.mkdir(parents=True)
+    (slot / "out").symlink_to("/etc")
+    with agent.client() as c:
+        for cwd, code in [
+            ("/etc", "request.invalid"),
+            ("../..", "request.invalid"),
+            ("a/../../b", "request.invalid"),
+            ("out", "job.launch_failed"),
+            ("missing", "job.launch_failed"),
+        ]:
+            response = c.post("/v1/claims", json={"command": ["pwd"], "cwd": cwd})
+            assert response.status_code == 422, (cwd, response.text)
+            assert response.json()["error"]["code"] == code, cwd
+        assert c.get("/v1/claims").json()["claims"] == []
+        (slot / "sub").mkdir()
+        ok = c.post("/v1/claims", json={"command": ["pwd"], "cwd": "sub/"})
+        assert ok.status_code == 201, ok.text
+        wait_for(lambda: c.get("/v1/claims").json()["claims"] == [])
+    assert (slot / "stdout").read_text() == f"{slot / 'sub'}\n"

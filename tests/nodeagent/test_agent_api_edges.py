@@ -1,0 +1,362 @@
+"""The agent API's edges, in process: authentication before the body, the body cap, bad
+input as clean 4xx, every refusal audited, a failed write as 503, the OpenAPI document.
+
+The app runs over ``httpx.ASGITransport`` with fake jobs and a store that fails on demand;
+what needs real sockets (a body refused before it is read) is in
+``tests/integration/test_agent_hardening.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from nodeagent._audit import AuditLog
+from nodeagent._auth import Scope, create_token
+from nodeagent._clock import TrioClock
+from nodeagent._http import trusted
+from nodeagent._store import StoreError
+from nodeagent.agent._agent import Agent
+from nodeagent.agent._api import BODY_LIMIT, agent_openapi, build_app
+from nodeagent.agent._metrics import AgentMetrics
+from nodeagent.agent._processes import LaunchSpec
+from nodeagent.agent._store import ProcessRecord, Store
+from nodeagent.testing import FakeBehaviour, FakeRunner
+from slots import Machine, MachinePolicy, Resources
+
+EPOCH = 1_800_000_000.0
+KEY = b"k" * 32
+
+
+class FailingStore:
+    """The store seam's fake: a real store that refuses to write while ``failing``."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = Store(path)
+        self.failing = False
+
+    def save(self, machine: dict[str, Any], processes: Mapping[str, ProcessRecord]) -> None:
+        if self.failing:
+            raise StoreError("database or disk is full")
+        self.store.save(machine, processes)
+
+
+@dataclass
+class Api:
+    agent: Agent
+    runner: FakeRunner
+    store: FailingStore
+    audit_path: Path
+    local: httpx.AsyncClient  # as over the Unix socket: ADMINISTRATOR
+    tcp: httpx.AsyncClient  # as over TCP: tokens needed
+
+    def token(self, scope: Scope, subject: str = "tester") -> dict[str, str]:
+        token = create_token(KEY, subject=subject, scope=scope, lifetime_s=3600, now=EPOCH)
+        return {"Authorization": f"Bearer {token}"}
+
+    def audited(self) -> list[tuple[str, str, str, str | None]]:
+        lines = self.audit_path.read_text().splitlines()
+        return [
+            (r["subject"], r["action"], r["result"], r["request_id"])
+            for r in map(json.loads, lines)
+        ]
+
+
+def _behaviour(spec: LaunchSpec) -> FakeBehaviour:
+    return FakeBehaviour()
+
+
+@asynccontextmanager
+async def api(tmp_path: Path, *, body_limit: int = BODY_LIMIT) -> AsyncIterator[Api]:
+    clock = TrioClock(EPOCH)
+    runner = FakeRunner(_behaviour, clock=clock)
+    machine = Machine(
+        host="vnode", total=Resources(cpus=8, memory=16384), policy=MachinePolicy(), now=EPOCH
+    )
+    store = FailingStore(tmp_path / "agent.db")
+    agent = Agent(
+        machine=machine,
+        store=store,
+        runner=runner,
+        clock=clock,
+        execute_dir=tmp_path / "execute",
+        usage_interval=0,
+    )
+    audit_path = tmp_path / "audit.log"
+    with AuditLog(audit_path) as audit:
+        app = build_app(
+            agent, key=KEY, audit=audit, metrics=AgentMetrics(agent.ad), body_limit=body_limit
+        )
+        async with (
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=trusted(app)), base_url="http://unix"
+            ) as local,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app, client=("192.0.2.7", 40000)),
+                base_url="http://tcp",
+            ) as tcp,
+            trio.open_nursery() as nursery,
+        ):
+            await nursery.start(runner.run)
+            await nursery.start(agent.run)
+            yield Api(
+                agent=agent,
+                runner=runner,
+                store=store,
+                audit_path=audit_path,
+                local=local,
+                tcp=tcp,
+            )
+            nursery.cancel_scope.cancel()
+    store.store.close()
+
+
+def code(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+# ------------------------------------------------------------------ authentication first
+
+
+async def test_an_anonymous_write_is_401_before_its_body_is_looked_at(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        for body in (b"{not json", json.dumps({"schedule": "slow"}).encode(), b"\xff" * 10):
+            response = await a.tcp.post("/v1/drain", content=body)
+            assert code(response) == (401, "auth.unauthenticated")
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+        # Over the cap too: the size is not looked at before the caller is known.
+        big = await a.tcp.post("/v1/claims", content=b"x" * (BODY_LIMIT + 1))
+        assert code(big) == (401, "auth.unauthenticated")
+        read = await a.tcp.post("/v1/drain", content=b"{", headers=a.token(Scope.READ))
+        assert code(read) == (403, "auth.forbidden")
+        assert a.agent.machine.request is None
+
+
+async def test_only_healthz_is_anonymous_on_tcp(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        assert (await a.tcp.get("/healthz")).status_code == 200
+        for path in ("/v1/openapi.json", "/v1/ad", "/metrics", "/no/such/path"):
+            assert code(await a.tcp.get(path)) == (401, "auth.unauthenticated"), path
+        assert code(await a.tcp.put("/v1/drain")) == (401, "auth.unauthenticated")
+        read = a.token(Scope.READ)
+        assert (await a.tcp.get("/v1/openapi.json", headers=read)).json() == agent_openapi()
+        assert code(await a.tcp.get("/no/such/path", headers=read)) == (404, "http.not_found")
+        assert (await a.local.get("/v1/openapi.json")).status_code == 200
+
+
+async def test_405_names_the_allowed_methods(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        for path, allowed in [
+            ("/v1/drain", "DELETE, GET, POST"),
+            ("/v1/claims/7", "DELETE, GET"),
+            ("/v1/drain/1/commit", "POST"),
+        ]:
+            response = await a.local.put(path)
+            assert code(response) == (405, "http.method_not_allowed")
+            assert response.headers["Allow"] == allowed
+
+
+# ------------------------------------------------------------------ bodies
+
+
+async def test_a_body_over_the_cap_is_413(tmp_path: Path) -> None:
+    async with api(tmp_path, body_limit=1000) as a:
+        text = json.dumps({"schedule": "graceful", "reason": "r"})
+        exact = (text[:-1] + " " * (1000 - len(text)) + "}").encode()
+        over = exact[:-1] + b" }"
+        assert (len(exact), len(over)) == (1000, 1001)
+        as_json = {"content-type": "application/json"}
+        response = await a.local.post("/v1/drain", content=over, headers=as_json)
+        assert code(response) == (413, "request.too_large")
+        admin = a.token(Scope.ADMINISTRATOR)
+        response = await a.tcp.post("/v1/drain", content=over, headers=as_json | admin)
+        assert code(response) == (413, "request.too_large")
+        assert a.agent.machine.request is None
+        response = await a.local.post("/v1/drain", content=exact, headers=as_json)
+        assert response.status_code == 201
+
+
+async def test_a_chunked_body_is_refused_once_past_the_cap(tmp_path: Path) -> None:
+    async with api(tmp_path, body_limit=1000) as a:
+        app = build_app(
+            a.agent, key=KEY, audit=None, metrics=AgentMetrics(a.agent.ad), body_limit=1000
+        )
+        chunks = [b'{"reason": "', *([b"a" * 300] * 100), b'"}']
+        read: list[int] = []
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            read.append(len(read))
+            return {"type": "http.request", "body": chunks[len(read) - 1], "more_body": True}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "path": "/v1/drain",
+            "raw_path": b"/v1/drain",
+            "root_path": "",
+            "scheme": "http",
+            "query_string": b"",
+            "headers": [(b"transfer-encoding", b"chunked")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+            "nodeagent.unix": True,
+        }
+        await app(scope, receive, send)
+        assert sent[0]["status"] == 413
+        assert json.loads(sent[1]["body"])["error"]["code"] == "request.too_large"
+        assert len(read) == 5  # 12 + 3 * 300 bytes fit; the fifth chunk passes the cap
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"reason": "\xff\xfe"}', id="invalid-utf8"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, id="deep"),
+        pytest.param(b'{"reason": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001, id="deep-object"),
+        pytest.param(b"{not json", id="not-json"),
+    ],
+)
+async def test_unreadable_bodies_are_422(tmp_path: Path, body: bytes) -> None:
+    async with api(tmp_path) as a:
+        response = await a.local.post("/v1/drain", content=body)
+        assert code(response) == (422, "request.invalid")
+        assert a.agent.machine.request is None
+
+
+# ------------------------------------------------------------------ bad values
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        pytest.param("/v1/claims", {"pid": 3453422734}, id="pid-beyond-linux"),
+        pytest.param("/v1/claims", {"pid": 2**70}, id="pid-beyond-int64"),
+        pytest.param("/v1/claims", {"command": ["true"], "env": {"A": "b\x00"}}, id="env-nul"),
+        pytest.param("/v1/claims", {"command": ["true"], "env": {"A=B": "x"}}, id="env-equals"),
+        pytest.param("/v1/claims", {"command": ["true"], "env": {"": "x"}}, id="env-empty-name"),
+        pytest.param("/v1/claims", {"command": ["true"], "cwd": "a\x00"}, id="cwd-nul"),
+        pytest.param("/v1/claims", {"command": ["true"], "cwd": "/etc"}, id="cwd-absolute"),
+        pytest.param("/v1/claims", {"command": ["true"], "cwd": "../.."}, id="cwd-escapes"),
+        pytest.param("/v1/claims", {"command": ["true"], "cwd": "a/../../b"}, id="cwd-escapes-2"),
+        pytest.param("/v1/claims", {"command": ["true"], "user": "root\x00"}, id="user-nul"),
+        pytest.param("/v1/claims", {"command": ["tr\x00ue"]}, id="argv-nul"),
+        pytest.param("/v1/claims", {"command": ["true"], "owner": "eve\x85"}, id="owner-c1"),
+        pytest.param("/v1/claims", {"command": ["true"], "owner": "eve\u2028"}, id="owner-ls"),
+        pytest.param("/v1/claims", {"command": ["true"], "job_id": "j\u2029"}, id="job-id-ps"),
+        pytest.param("/v1/claims", {"pid": 1234, "env": {}}, id="pid-with-env"),
+        pytest.param("/v1/drain", {"reason": "a\u2028b"}, id="reason-ls"),
+        pytest.param("/v1/drain", {"reason": "a\x9bb"}, id="reason-c1"),
+        pytest.param("/v1/drain", {"reason": "a\u200bb"}, id="reason-zero-width"),
+        pytest.param("/v1/drain", {"check": "true\x00", "commit": True}, id="check-nul"),
+        pytest.param("/v1/drain", {"start": "Cpus > 1\x00"}, id="start-nul"),
+        pytest.param(
+            "/v1/drain", {"check": "1" + "+1" * 600 + " > 0", "commit": True}, id="check-deep"
+        ),
+        pytest.param(
+            "/v1/drain", {"start": "Cpus" + " && Cpus" * 450}, id="start-over-the-library"
+        ),
+    ],
+)
+async def test_bad_values_are_422_audited_and_change_nothing(
+    tmp_path: Path, path: str, body: dict[str, Any]
+) -> None:
+    async with api(tmp_path) as a:
+        before = a.agent.machine.snapshot()
+        response = await a.local.post(path, json=body)
+        assert code(response) == (422, "request.invalid"), response.text
+        assert a.agent.machine.snapshot() == before
+        assert a.runner.launched == []
+        action = "claim.create" if path == "/v1/claims" else "drain.start"
+        assert a.audited() == [("local", action, "request.invalid", None)]
+
+
+async def test_a_deep_but_accepted_expression_evaluates(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        check = "true" + " && true" * 100
+        response = await a.local.post("/v1/drain", json={"check": check, "commit": True})
+        assert response.status_code == 201, response.text
+
+
+# ------------------------------------------------------------------ audit
+
+
+async def test_every_refused_write_is_audited_with_its_code(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        admin = a.token(Scope.ADMINISTRATOR, subject="alice")
+        await a.tcp.post("/v1/drain", json={})  # anonymous
+        await a.tcp.delete("/v1/drain", headers=a.token(Scope.READ, subject="bob"))
+        created = await a.tcp.post("/v1/drain", json={"reason": "r"}, headers=admin)
+        await a.tcp.post("/v1/drain", json={}, headers=admin)  # a second one
+        await a.tcp.post("/v1/drain/99/commit", headers=admin)
+        await a.tcp.post(f"/v1/drain/{created.json()['id']}/cancel", headers=admin)
+        await a.tcp.post("/v1/claims/5/suspend", headers=admin)
+        await a.tcp.post("/v1/claims", json={"pid": 1}, headers=admin)
+        assert a.audited() == [
+            ("anonymous", "drain.start", "auth.unauthenticated", None),
+            ("bob", "drain.cancel", "auth.forbidden", None),
+            ("alice", "drain.start", "ok", "1"),
+            ("alice", "drain.start", "drain.in_progress", None),
+            ("alice", "drain.commit", "drain.no_such_request", "99"),
+            ("alice", "drain.cancel", "ok", "1"),
+            ("alice", "claim.suspend", "claim.no_such_claim", "5"),
+            ("alice", "claim.create", "request.invalid", None),
+        ]
+        peers = {json.loads(line)["peer"] for line in a.audit_path.read_text().splitlines()}
+        assert peers == {"192.0.2.7:40000"}
+
+
+# ------------------------------------------------------------------ a failed write
+
+
+async def test_a_failed_write_is_503_store_error_and_changes_nothing(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        claim = await a.local.post("/v1/claims", json={"command": ["job"]})
+        claim_id = claim.json()["id"]
+        drain = await a.local.post("/v1/drain", json={"ttl": 100})
+        a.store.failing = True
+        refused = [
+            await a.local.post(f"/v1/drain/{drain.json()['id']}/commit"),
+            await a.local.post(f"/v1/drain/{drain.json()['id']}/cancel"),
+            await a.local.delete("/v1/drain"),
+        ]
+        a.store.failing = False
+        await a.local.delete("/v1/drain")
+        a.store.failing = True
+        refused += [
+            await a.local.post("/v1/claims", json={"command": ["job"]}),
+            await a.local.post("/v1/drain", json={}),
+            await a.local.post(f"/v1/claims/{claim_id}/suspend"),
+            await a.local.delete(f"/v1/claims/{claim_id}"),
+        ]
+        for response in refused:
+            assert code(response) == (503, "store.error"), response.text
+        listed = (await a.local.get("/v1/claims")).json()["claims"]
+        assert [(c["id"], c["activity"]) for c in listed] == [(claim_id, "Busy")]
+        assert (await a.local.get("/v1/drain")).json()["state"] == "none"
+        second = list(a.runner.processes.values())[1]
+        assert not second.started
+        assert second.exited()
+        assert [r[1:3] for r in a.audited()][2:] == [
+            ("drain.commit", "store.error"),
+            ("drain.cancel", "store.error"),
+            ("drain.cancel", "store.error"),
+            ("drain.cancel", "ok"),
+            ("claim.create", "store.error"),
+            ("drain.start", "store.error"),
+            ("claim.suspend", "store.error"),
+            ("claim.release", "store.error"),
+        ]
