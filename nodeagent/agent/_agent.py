@@ -14,14 +14,15 @@ Concurrency (one trio task tree, no threads touch the model):
 
 A failed write (:class:`~nodeagent._store.StoreError`: a full disk, an I/O error):
 
-* A **request** (claim, release, suspend, continue, a drain's start, commit or cancel,
-  a policy reload) is decided, written, and only then carried out (signals, publication,
+* A **request** (claim, release, suspend, continue, a drain's start, commit or cancel)
+  is decided, written, and only then carried out (signals, publication,
   completion action). When the write fails, the model and the process records are put
   back as they were before the request, nothing is carried out, and the StoreError is
   raised: the state in memory is the state on disk, plus the facts below.
 * A **fact** (a job's exit, a timer that is due, an expired transaction, the master's
-  maintenance mode) is carried out whatever the write does: it happened or it is due, and
-  undoing it would only delay it. The write is retried by the persist service; should the
+  maintenance mode, a reloaded policy, which the configuration file holds) is carried out
+  whatever the write does: it happened, is due, or is the configuration, and undoing it
+  would only delay it. The write is retried by the persist service; should the
   daemon stop first, the next start finds the fact again (an exit by re-adoption, a due
   move by the clock). A drain's completion action waits until its state is written.
 
@@ -328,8 +329,9 @@ class Agent:
         self._apply(self.machine.set_maintenance(mode, window))
 
     def reload_policy(self, policy: Any) -> None:
-        """Apply a reloaded policy (a request: a failed write leaves the old one)."""
-        self._transact(lambda: (None, self.machine.set_policy(self.clock.now(), policy)))
+        """Apply a reloaded policy: a fact (the configuration file holds it, and a next start
+        reads it again), carried out at once and written when the store takes it."""
+        self._apply(self.machine.set_policy(self.clock.now(), policy))
 
     # ------------------------------------------------------------------ internals
 

@@ -293,3 +293,20 @@ async def test_a_pid_cannot_be_adopted_twice(
         assert (info.value.code, info.value.http_status) == ("job.already_claimed", 409)
         assert len(r.agent.claims()) == 1
         assert proc.signals == []  # an adoption refused never touches the process
+
+
+async def test_a_reloaded_policy_applies_even_while_the_store_fails(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with rig(tmp_path, max_job_retirement_time=100, machine_max_vacate_time=10) as r:
+        await claim(r)
+        drain(r, commit=True)
+        await trio.sleep(1)
+        assert procs(r)[0].signals == []  # retiring: soft kill due at +90
+        r.store.failing = True
+        r.agent.reload_policy(MachinePolicy(max_job_retirement_time=0, machine_max_vacate_time=10))
+        await trio.sleep(1)
+        assert [s for _, s in procs(r)[0].signals] == [signal.SIGTERM]  # evicted at once
+        r.store.failing = False
+        await trio.sleep(60)
+        assert r.memory_is_disk()
