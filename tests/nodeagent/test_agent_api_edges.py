@@ -71,6 +71,8 @@ class Api:
 
 
 def _behaviour(spec: LaunchSpec) -> FakeBehaviour:
+    if spec.argv[0] == "fault":
+        raise RuntimeError("a fault in the agent")
     return FakeBehaviour()
 
 
@@ -360,3 +362,12 @@ async def test_a_failed_write_is_503_store_error_and_changes_nothing(tmp_path: P
             ("claim.suspend", "store.error"),
             ("claim.release", "store.error"),
         ]
+
+
+async def test_a_fault_is_a_clean_audited_500(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        response = await a.local.post("/v1/claims", json={"command": ["fault"]})
+        assert code(response) == (500, "internal.error")
+        assert "fault in the agent" not in response.text  # the details stay in the log
+        assert a.audited() == [("local", "claim.create", "internal.error", None)]
+        assert (await a.local.get("/healthz")).status_code == 200
