@@ -124,6 +124,7 @@ class _Reply:
         self.held: list[Message] = []
         self.status = 500
         self.sent = False
+        self.abandoned = False  # the client went away before its body was read
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -287,6 +288,7 @@ class _Gate:
             await self._refuse(reply, exc.http_status, exc.code, str(exc))
             return
         if body is None:  # the client went away
+            reply.abandoned = True
             return
         if body:
             problem = _json_problem(body)
@@ -324,7 +326,7 @@ class _Gate:
         else:
             client = scope.get("client")
             peer = f"{client[0]}:{client[1]}" if client else "unknown"
-        result = _result(reply.status, body)
+        result = "request.abandoned" if reply.abandoned else _result(reply.status, body)
         try:
             await self.audit.record_async(
                 subject=who.subject if who is not None else _ANONYMOUS,

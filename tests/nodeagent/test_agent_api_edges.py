@@ -223,6 +223,45 @@ async def test_a_chunked_body_is_refused_once_past_the_cap(tmp_path: Path) -> No
         assert len(read) == 5  # 12 + 3 * 300 bytes fit; the fifth chunk passes the cap
 
 
+async def test_a_client_gone_before_its_body_is_audited_as_abandoned(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        audit = AuditLog(tmp_path / "raw.log")
+        app = build_app(a.agent, key=KEY, audit=audit, metrics=AgentMetrics(a.agent.ad))
+        messages: list[dict[str, Any]] = [
+            {"type": "http.request", "body": b'{"reason": ', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0)
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "path": "/v1/drain",
+            "raw_path": b"/v1/drain",
+            "root_path": "",
+            "scheme": "http",
+            "query_string": b"",
+            "headers": [],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+            "nodeagent.unix": True,
+        }
+        await app(scope, receive, send)
+        audit.close()
+        assert sent == []
+        assert a.agent.machine.request is None
+        (line,) = (tmp_path / "raw.log").read_text().splitlines()
+        assert json.loads(line)["result"] == "request.abandoned"
+
+
 @pytest.mark.parametrize(
     "body",
     [
