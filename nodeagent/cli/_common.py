@@ -1,7 +1,8 @@
-"""What every ``nodeagent`` command group shares: running a daemon, reporting an outcome.
+"""What every ``nodeagent`` command shares: printing a reply, reporting an outcome,
+running a daemon.
 
-Light on purpose (the standard library; typer only where it is needed): the hot path
-imports it.
+Standard library only at import (typer inside the two helpers that only the typer
+application calls): the entry point's typer-free path imports it.
 """
 
 from __future__ import annotations
@@ -9,10 +10,23 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nodeagent.cli._http import AgentError, CliError, Interrupted, Reply
+from nodeagent._durations import parse_duration
+from nodeagent.cli._errors import AgentError, CliError, Interrupted, UsageError
 
-__all__ = ["emit_json", "emit_text", "finish", "outcome", "run_daemon"]
+if TYPE_CHECKING:
+    from nodeagent.cli._http import Reply
+
+__all__ = [
+    "duration",
+    "emit_json",
+    "emit_text",
+    "finish",
+    "outcome",
+    "run_daemon",
+    "version",
+]
 
 
 def emit_text(text: str) -> None:
@@ -26,10 +40,31 @@ def emit_json(reply: Reply) -> None:
     emit_text(reply.text)
 
 
+def duration(option: str, value: str | None, *, whole: bool = False) -> float | None:
+    """``value`` of ``option`` in seconds (``None`` stays ``None``); a bad one is
+    ``cli.bad_duration``, as is a fraction where ``whole`` seconds are asked for."""
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise UsageError("cli.bad_duration", f"{option}: {exc}") from None
+    if whole and seconds != int(seconds):
+        raise UsageError("cli.bad_duration", f"{option}: {value!r} is not whole seconds")
+    return seconds
+
+
+def version() -> None:
+    """``nodeagent version``: print the version."""
+    from nodeagent import __version__  # noqa: PLC0415
+
+    sys.stdout.write(__version__ + "\n")
+
+
 def outcome(action: Callable[[], None], *, json_output: bool) -> int:
     """Run a client command; map its error to ``code: message`` on stderr and an exit status.
 
-    With ``--json``, an error the server sent is also printed to stdout, exactly.
+    With ``json_output``, an error body the server sent is also printed to stdout, exactly.
     """
     try:
         action()
@@ -46,7 +81,7 @@ def outcome(action: Callable[[], None], *, json_output: bool) -> int:
 
 
 def finish(action: Callable[[], None], *, json_output: bool) -> None:
-    """:func:`outcome`, raising ``typer.Exit`` with a failure's status."""
+    """:func:`outcome`, raising ``typer.Exit`` with a failure's status (the typer path)."""
     import typer  # noqa: PLC0415
 
     status = outcome(action, json_output=json_output)

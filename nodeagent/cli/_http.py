@@ -1,37 +1,23 @@
-"""How the command line finds and reaches an agent, with the standard library only.
+"""How the command line finds and reaches a daemon, with the standard library's HTTP client.
 
-Every client command imports this module, so it imports nothing beyond the standard
-library (``tomllib`` only when a configuration file exists). That keeps
-``nodeagent status`` fast: no pydantic, no httpx, no trio, no server stack.
+Only the commands that make a request import this module (it brings ``http.client``, and
+with it ``email`` and ``ssl``, ≈ 20 ms); nothing here imports pydantic, httpx or trio.
 
 * :func:`resolve_target` turns the common options (``--host``, ``--token``, ``--socket``)
   and their environment variables into a :class:`Target`; without ``--host`` the target
-  is the local Unix socket, at the path the daemon itself uses (:func:`default_socket`).
-  :func:`resolve_master_target` does the same for ``nodeagent master …``: the
-  ``NODEAGENT_MASTER_*`` variables, port 9622, the master's socket
-  (:func:`default_master_socket`).
+  is the local Unix socket, at the path the daemon itself uses
+  (:func:`nodeagent._paths.default_socket`). :func:`resolve_master_target` does the same
+  for ``nodeagent master …``: the ``NODEAGENT_MASTER_*`` variables, port 9622, the
+  master's socket (:func:`nodeagent._paths.default_master_socket`).
 * :func:`call` sends one HTTP/1.1 request over the Unix socket or TCP (TLS for
   ``https://``) with the bearer token, and returns a :class:`Reply` (status, raw text and
-  parsed JSON); :func:`check` turns an error reply into an exception.
-* :func:`parse_duration` reads ``90s``, ``15m``, ``2h`` (the same grammar as the daemon's
-  configuration).
+  parsed JSON); :func:`check` turns an error reply into its
+  :class:`~nodeagent.cli._errors.AgentError` (the body read by
+  :func:`nodeagent._wire.error_fields`, as every other caller reads it).
 
-Errors (each carries a stable ``code``, a ``message`` and the process ``exit_status``
-documented in ``docs/cli.md``)::
-
-    CliError           1  drain.cancelled, drain.ended: a waited-for drain ended otherwise
-    ├── UsageError     2  cli.usage, cli.bad_duration, cli.bad_url, cli.token_file, …
-    ├── Unreachable    3  agent.unreachable, agent.timeout: no answer from the agent
-    │                     (master.unreachable, master.timeout for the master)
-    ├── AgentError        the agent answered with an error body (``reply`` holds it)
-    │   ├── Refused        1  any 4xx but 401/403: the agent's code (drain.in_progress, …)
-    │   ├── Unauthorized   4  401/403: auth.unauthenticated, auth.forbidden
-    │   └── AgentFailed    5  5xx, or a reply that is not the API's JSON (agent.bad_reply)
-    ├── Declined       6  cli.declined: the drain was not committed at the prompt
-    └── Interrupted  130  cli.interrupted: Ctrl-C
-
-Raising any of them leaves nothing behind on the client side; what the agent did is
-what its reply says.
+Errors are those of :mod:`nodeagent.cli._errors`: a connection that fails is
+:class:`~nodeagent.cli._errors.Unreachable`, an unusable option a
+:class:`~nodeagent.cli._errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -40,44 +26,31 @@ import http.client
 import json
 import os
 import socket
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote, urlsplit
 
-from nodeagent._durations import parse_duration
-from nodeagent._paths import (
-    DEFAULT_AGENT_CONFIG_PATH,
-    DEFAULT_MASTER_CONFIG_PATH,
-    default_master_socket,
-    default_runtime_dir,
-    default_socket,
+from nodeagent._paths import default_master_socket, default_socket
+from nodeagent._wire import TokenFileError, error_fields, read_token_file
+from nodeagent.cli._errors import (
+    AgentError,
+    AgentFailed,
+    Refused,
+    Unauthorized,
+    Unreachable,
+    UsageError,
 )
 
 __all__ = [
-    "DEFAULT_AGENT_CONFIG_PATH",
-    "DEFAULT_MASTER_CONFIG_PATH",
     "DEFAULT_MASTER_PORT",
     "DEFAULT_PORT",
-    "AgentError",
-    "AgentFailed",
-    "CliError",
-    "Declined",
-    "Interrupted",
-    "Refused",
+    "DEFAULT_TIMEOUT_S",
     "Reply",
     "Target",
-    "Unauthorized",
-    "Unreachable",
-    "UsageError",
     "call",
     "check",
-    "default_master_socket",
-    "default_runtime_dir",
-    "default_socket",
-    "parse_duration",
     "path_segment",
     "request",
     "resolve_master_target",
@@ -94,76 +67,6 @@ DEFAULT_TIMEOUT_S = 75.0
 """Per-request socket timeout. Longer than the daemon's default transaction lifetime
 (30 s), because a state-changing request waits while a drain transaction is pending."""
 
-
-# --- errors -------------------------------------------------------------------------------
-
-
-class CliError(Exception):
-    """A command failed; ``code: message`` goes to stderr and ``exit_status`` to the shell."""
-
-    exit_status: ClassVar[int] = 1
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-class UsageError(CliError):
-    """The command as given cannot run: bad option value, unreadable token file, …"""
-
-    exit_status: ClassVar[int] = 2
-
-
-class Unreachable(CliError):
-    """No answer from the agent: no socket, connection refused or reset, timed out."""
-
-    exit_status: ClassVar[int] = 3
-
-
-class AgentError(CliError):
-    """The agent answered with an error; ``reply`` is its answer, ``condor_code`` its
-    HTCondor code when it has one."""
-
-    def __init__(
-        self, code: str, message: str, *, reply: Reply, condor_code: int | None = None
-    ) -> None:
-        super().__init__(code, message)
-        self.reply = reply
-        self.condor_code = condor_code
-
-
-class Refused(AgentError):
-    """The agent refused the request (4xx other than 401 and 403); nothing changed."""
-
-    exit_status: ClassVar[int] = 1
-
-
-class Unauthorized(AgentError):
-    """Missing, bad or expired token (401), or a token without the scope (403)."""
-
-    exit_status: ClassVar[int] = 4
-
-
-class AgentFailed(AgentError):
-    """The agent failed (5xx) or sent something that is not the API's JSON."""
-
-    exit_status: ClassVar[int] = 5
-
-
-class Declined(CliError):
-    """The drain transaction was not committed at the prompt (and has been cancelled)."""
-
-    exit_status: ClassVar[int] = 6
-
-
-class Interrupted(CliError):
-    """Ctrl-C: the command stopped early; the message says what it left behind."""
-
-    exit_status: ClassVar[int] = 130
-
-
-# --- durations ----------------------------------------------------------------------------
 
 # --- targets ------------------------------------------------------------------------------
 
@@ -212,13 +115,9 @@ def _parse_host(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, str,
 
 def _read_token(path: str) -> str:
     try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise UsageError("cli.token_file", f"cannot read token file {path}: {reason}") from None
-    if not token or any(c.isspace() for c in token):
-        raise UsageError("cli.token_file", f"token file {path} does not hold one token")
-    return token
+        return read_token_file(path)
+    except TokenFileError as exc:
+        raise UsageError("cli.token_file", str(exc)) from None
 
 
 def resolve_target(
@@ -233,8 +132,9 @@ def resolve_target(
 
     Each option falls back to its variable: ``--host`` to ``NODEAGENT_HOST``, ``--token``
     to ``NODEAGENT_TOKEN_FILE``, ``--socket`` to ``NODEAGENT_SOCKET``. A host (from either)
-    selects TCP; otherwise the Unix socket (``--socket`` or :func:`default_socket`). The
-    token file is read here. Raises :class:`UsageError`.
+    selects TCP; otherwise the Unix socket (``--socket`` or
+    :func:`~nodeagent._paths.default_socket`). The token file is read here. Raises
+    :class:`~nodeagent.cli._errors.UsageError`.
     """
     host = host or env.get("NODEAGENT_HOST") or None
     token_file = token_file or env.get("NODEAGENT_TOKEN_FILE") or None
@@ -258,8 +158,9 @@ def resolve_master_target(
 
     As :func:`resolve_target`, with the master's variables (``NODEAGENT_MASTER_HOST``,
     ``NODEAGENT_MASTER_TOKEN_FILE``, ``NODEAGENT_MASTER_SOCKET``), its default port
-    (:data:`DEFAULT_MASTER_PORT`) and its socket (:func:`default_master_socket`).
-    Raises :class:`UsageError`.
+    (:data:`DEFAULT_MASTER_PORT`) and its socket
+    (:func:`~nodeagent._paths.default_master_socket`). Raises
+    :class:`~nodeagent.cli._errors.UsageError`.
     """
     host = host or env.get("NODEAGENT_MASTER_HOST") or None
     token_file = token_file or env.get("NODEAGENT_MASTER_TOKEN_FILE") or None
@@ -308,6 +209,8 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
     if target.unix is not None:
         return _UnixConnection(target.unix, timeout=timeout)
     if target.scheme == "https":
+        import ssl  # noqa: PLC0415  (its context loads the CA store: only for https)
+
         context = ssl.create_default_context()
         return http.client.HTTPSConnection(
             target.host, target.port, timeout=timeout, context=context
@@ -348,12 +251,13 @@ def call(
     content: bytes | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> Reply:
-    """Send one request and return the agent's reply, whatever its status.
+    """Send one request and return the daemon's reply, whatever its status.
 
     ``path`` is the API path (``/v1/drain``); ``body`` is sent as JSON, ``content`` (bytes
     already in JSON, sent as they are) instead of it. A body that announces JSON but does
-    not parse raises :class:`AgentFailed`; every connection failure (socket missing,
-    refused, reset, timed out, TLS) raises :class:`Unreachable`.
+    not parse raises :class:`~nodeagent.cli._errors.AgentFailed`; every connection failure
+    (socket missing, refused, reset, timed out, TLS) raises
+    :class:`~nodeagent.cli._errors.Unreachable`.
     """
     headers = {"Accept": "application/json", "User-Agent": "nodeagent-cli"}
     if target.token is not None:
@@ -390,19 +294,17 @@ def call(
 
 
 def check(reply: Reply, *, peer: str = "agent") -> Reply:
-    """Return ``reply`` if it is a success (2xx); raise its :class:`AgentError` if not.
+    """Return ``reply`` if it is a success (2xx); raise its
+    :class:`~nodeagent.cli._errors.AgentError` if not.
 
     A reply without the API's error body gets the code ``<peer>.error`` (5xx) or
     ``<peer>.bad_reply``."""
     if 200 <= reply.status < 300:
         return reply
-    error = reply.data.get("error") if isinstance(reply.data, dict) else None
+    fields = error_fields(reply.data)
     condor_code: int | None = None
-    if isinstance(error, dict) and isinstance(error.get("code"), str):
-        code = error["code"]
-        message = str(error.get("message", ""))
-        condor = error.get("condor_code")
-        condor_code = condor if isinstance(condor, int) else None
+    if fields is not None:
+        code, message, condor_code = fields
     else:
         code = f"{peer}.error" if reply.status >= 500 else f"{peer}.bad_reply"
         lines = reply.text.strip().splitlines()

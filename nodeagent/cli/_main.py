@@ -1,113 +1,47 @@
-"""The console script's entry point, and ``status`` and ``ad`` without typer.
+"""The console script's entry point: a plain command line without typer, the rest with it.
 
-``nodeagent status`` is what an admin runs in a loop, so its plain forms (and ``ad``'s)
-are recognised here and run with the standard library's HTTP client, importing neither
-typer nor the rest of the command line. Anything else, including every malformed
-command line, goes to the typer application in :mod:`nodeagent.cli._app`.
+:func:`main` asks :func:`nodeagent.cli._fast.parse` whether the command line is plain
+(every client command with the options it declares) and runs it without importing typer;
+anything else (``--help``, completion, a malformed command line, the daemons, the demo)
+goes to the typer application, :mod:`nodeagent.cli._app`, imported only then. Nothing
+imports this module back.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import NoReturn
 
-from nodeagent.cli._common import emit_json, outcome
-from nodeagent.cli._http import UsageError, request, resolve_target
-
-__all__ = ["ShowCommand", "fast_parse", "main", "show"]
+__all__ = ["main"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ShowCommand:
-    """A read-only ``status`` or ``ad`` command line (without ``--watch``)."""
-
-    command: Literal["status", "ad"]
-    json_output: bool = False
-    long: bool = False
-    host: str | None = None
-    token: str | None = None
-    socket_path: str | None = None
-
-
-_SHOW_FLAGS: Mapping[str, Mapping[str, str]] = {
-    "status": {"--json": "json_output"},
-    "ad": {"--json": "json_output", "--long": "long", "-l": "long"},
-}
-_SHOW_VALUES = {"--host": "host", "--token": "token", "--socket": "socket_path"}
+def _exit(status: int) -> NoReturn:
+    """End the process with ``status`` once stdout and stderr are flushed, skipping the
+    interpreter's finalization: freeing the ≈ 200 modules a command loaded costs ≈ 12 ms
+    and does nothing for a command that has finished (it leaves no thread, no open file
+    and no ``atexit`` work behind). When flushing fails (a closed pipe), the ordinary
+    exit reports it as before."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        sys.exit(status)
+    os._exit(status)
 
 
-def fast_parse(argv: Sequence[str]) -> ShowCommand | None:
-    """Recognise a plain ``status`` or ``ad`` command line; ``None`` for anything else.
+def main(end: Callable[[int], NoReturn] = _exit) -> None:
+    """Run ``nodeagent`` with :data:`sys.argv`; exits with the command's status.
 
-    Plain means: only the flags and options those commands declare, each at most once,
-    values given as ``--opt VALUE`` or ``--opt=VALUE`` and not starting with ``-``.
-    Whatever is not plain (``--help``, ``--watch``, a typo, a repeated option) is left to
-    typer, which then parses it, or reports the usage error, itself.
+    A plain command line ends with ``end(status)`` (:func:`sys.exit` lets a caller see
+    the process as it ends); the typer application exits as typer does.
     """
-    if not argv or argv[0] not in _SHOW_FLAGS:
-        return None
-    command: Literal["status", "ad"] = "status" if argv[0] == "status" else "ad"
-    flags = _SHOW_FLAGS[command]
-    fields: dict[str, Any] = {}
-    rest = iter(argv[1:])
-    for arg in rest:
-        name, eq, value = arg.partition("=")
-        if name in _SHOW_VALUES:
-            if not eq:
-                value = next(rest, "")
-            key = _SHOW_VALUES[name]
-            if not value or value.startswith("-") or key in fields:
-                return None
-            fields[key] = value
-        elif arg in flags and not eq:
-            key = flags[arg]
-            if key in fields:
-                return None
-            fields[key] = True
-        else:
-            return None
-    return ShowCommand(command=command, **fields)
+    from nodeagent.cli._fast import parse, run  # noqa: PLC0415
 
-
-def show(cmd: ShowCommand) -> None:
-    """Run a ``status`` or ``ad`` command: the JSON, the long ClassAd form or a table."""
-    if cmd.json_output and cmd.long:
-        raise UsageError("cli.usage", "choose one of --long and --json")
-    target = resolve_target(
-        host=cmd.host,
-        token_file=cmd.token,
-        socket_path=cmd.socket_path,
-        env=os.environ,
-        uid=os.geteuid(),
-    )
-    if cmd.long:
-        reply = request(target, "GET", "/v1/ad?format=classad")
-        sys.stdout.write(reply.text if reply.text.endswith("\n") else reply.text + "\n")
-        return
-    reply = request(target, "GET", "/v1/ad")
-    if cmd.json_output:
-        emit_json(reply)
-        return
-    from nodeagent.cli._render import (  # noqa: PLC0415
-        make_console,
-        render_ad_table,
-        render_status,
-    )
-
-    if cmd.command == "status":
-        render_status(make_console(sys.stdout), reply.data)
-    else:
-        render_ad_table(make_console(sys.stdout), reply.data)
-
-
-def main() -> None:
-    """Run a plain ``status``/``ad`` here, anything else through typer."""
-    fast = None if "_NODEAGENT_COMPLETE" in os.environ else fast_parse(sys.argv[1:])
-    if fast is not None:
-        sys.exit(outcome(lambda: show(fast), json_output=fast.json_output))
+    plain = None if "_NODEAGENT_COMPLETE" in os.environ else parse(sys.argv[1:], os.environ)
+    if plain is not None:
+        end(run(plain))
     from nodeagent.cli._app import app  # noqa: PLC0415
 
     app()

@@ -1,10 +1,18 @@
-"""Human output of the command line: drain summaries, the status view, progress lines.
+"""Every human view of the command line: the agent's, the master's and the defrag daemon's.
 
-Everything here reads the API's JSON (``dict``) and writes to a :class:`rich.console.Console`;
-nothing talks to the agent. rich is imported when this module is, so client commands
-import this module only when they print for humans (``--json`` never does).
+Everything here reads the API's JSON (``dict``) and writes to a
+:class:`rich.console.Console` (or returns text); nothing talks to a daemon. rich is
+imported by the functions that draw with it, not by this module, so a command imports
+rich (≈ 35 ms) only when it prints for humans (``--json`` never does), and a plain-text
+view (:func:`render_stats`) costs nothing.
 
-The ``format_*`` helpers are pure: times are epoch seconds, ``now`` is the agent's clock
+* the agent's: :func:`render_status` (:func:`status_view`), :func:`render_ad_table`,
+  :func:`render_drain` and :class:`DrainProgress` for ``drain``, :func:`render_claim`;
+* the master's: :func:`master_status_view`, :func:`schedule_view`, :func:`ads_table`,
+  :func:`render_transition`, and the plan's timeline :func:`plan_view`;
+* the defrag daemon's: :func:`render_stats`.
+
+The ``format_*`` helpers are pure: times are epoch seconds, ``now`` is the daemon's clock
 (``MyCurrentTime``, or the estimate's ``now``) so "in 42m" is right for a remote agent
 whose clock differs from ours; ``tz`` defaults to the local time zone.
 """
@@ -13,27 +21,41 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
-from typing import Any, TextIO
+from itertools import groupby
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = [
     "DrainProgress",
+    "ads_table",
     "format_core_hours",
     "format_duration",
     "format_local_time",
+    "format_machine",
     "format_relative",
     "make_console",
+    "master_status_view",
+    "plan_text",
+    "plan_view",
+    "plan_width",
     "progress_line",
     "render_ad_table",
     "render_claim",
     "render_drain",
     "render_drain_end",
+    "render_stats",
     "render_status",
+    "render_transition",
+    "schedule_view",
     "status_view",
 ]
 
@@ -58,6 +80,8 @@ _DRAIN_STYLES = {"pending": "yellow", "draining": "yellow", "drained": "bold yel
 def make_console(stream: TextIO | None = None) -> Console:
     """A console on ``stream`` (default stdout): colour only on a terminal (and never with
     ``NO_COLOR``); off a terminal, wide enough that tables are not cut (``COLUMNS`` wins)."""
+    from rich.console import Console  # noqa: PLC0415
+
     console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 200
@@ -123,6 +147,9 @@ def _num(value: object) -> float:
 
 
 def _blockers_table(blockers: Sequence[Mapping[str, Any]], now: float, tz: tzinfo | None) -> Table:
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
     table = Table(
         title="Blockers (latest first: the first sets the completion)", title_justify="left"
     )
@@ -154,6 +181,8 @@ def render_drain(
 ) -> None:
     """A drain request with its estimate: the completion as local time and as "in 42m",
     the badput in core-hours, and the blockers table. ``body`` is a drain reply."""
+    from rich.text import Text  # noqa: PLC0415
+
     state = str(body.get("state", "none"))
     head = Text(f"{heading}: ", style="bold")
     head.append(f"request {body.get('id')} ", style="bold")
@@ -249,6 +278,8 @@ class DrainProgress:
 
 def render_drain_end(console: Console, body: Mapping[str, Any], request_id: str) -> None:
     """How a waited-for drain ended, from the final ``GET /v1/drain`` reply."""
+    from rich.text import Text  # noqa: PLC0415
+
     if body.get("id") == request_id:
         console.print(Text(f"drained: request {request_id}", style="bold green"))
         return
@@ -267,6 +298,8 @@ def render_drain_end(console: Console, body: Mapping[str, Any], request_id: str)
 
 def render_claim(console: Console, claim: Mapping[str, Any], *, verb: str) -> None:
     """One line for a claim reply: ``claim 3 slot1_3@host Claimed/Busy pid 1234 (2 cpus)``."""
+    from rich.text import Text  # noqa: PLC0415
+
     job = claim.get("job") or {}
     resources = claim.get("resources") or {}
     line = Text(f"{verb} claim {claim.get('id')} ", style="bold")
@@ -287,6 +320,8 @@ def render_claim(console: Console, claim: Mapping[str, Any], *, verb: str) -> No
 
 
 def _machine_line(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]) -> Text:
+    from rich.text import Text  # noqa: PLC0415
+
     now = _num(machine.get("MyCurrentTime"))
     dynamic = [s for s in slots if s.get("SlotType") == "Dynamic"]
     busy_cpus = sum(int(_num(s.get("Cpus"))) for s in dynamic)
@@ -337,6 +372,9 @@ def _estimates_line(machine: Mapping[str, Any], tz: tzinfo | None) -> str:
 def _slot_table(slots: Sequence[Mapping[str, Any]]) -> Table:
     """One row per slot; the name says its type (``slot1@…`` partitionable, ``slot1_N@…``
     dynamic). Names, states and activities are never cut; other columns give way."""
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for header in ("Slot", "State", "Activity"):
         table.add_column(header, no_wrap=True)
@@ -365,6 +403,8 @@ def _slot_table(slots: Sequence[Mapping[str, Any]]) -> Table:
 
 def status_view(ad: Mapping[str, Any], *, tz: tzinfo | None = None) -> Group:
     """``nodeagent status``: the machine line, the expected drain figures, the slot table."""
+    from rich.console import Group  # noqa: PLC0415
+
     machine = ad.get("machine") or {}
     slots = ad.get("slots") or []
     return Group(_machine_line(machine, slots), _estimates_line(machine, tz), _slot_table(slots))
@@ -377,6 +417,8 @@ def render_status(console: Console, ad: Mapping[str, Any], *, tz: tzinfo | None 
 
 def render_ad_table(console: Console, ad: Mapping[str, Any]) -> None:
     """``nodeagent ad``: one row per slot, like ``condor_status`` without ``-l``."""
+    from rich.table import Table  # noqa: PLC0415
+
     slots = ad.get("slots") or []
     table = Table(box=None, pad_edge=False, header_style="bold")
     for header in ("Name", "State", "Activity", "Cpus", "Mem", "ActvtyTime"):
@@ -394,3 +436,503 @@ def render_ad_table(console: Console, ad: Mapping[str, Any]) -> None:
             format_duration(now - since),
         )
     console.print(table)
+
+
+# --- the master: status, schedule, machines, ads ------------------------------------------
+
+_MODE_STYLES = {"UP": "green", "DRAINING": "yellow", "DOWN": "magenta"}
+
+
+def format_machine(machine_id: Mapping[str, Any]) -> str:
+    """A machine id as the command line takes it: ``host/ip``, ``host`` or ``ip``."""
+    parts = [str(machine_id[k]) for k in ("hostname", "ip") if machine_id.get(k) is not None]
+    return "/".join(parts)
+
+
+def master_status_view(status: Mapping[str, Any]) -> Group:
+    """``nodeagent master status``: the machines in maintenance and their modes."""
+    from rich.console import Group  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    rows = [(m.get("id") or {}, "DRAINING") for m in status.get("draining_machines") or []]
+    rows += [(m, "DOWN") for m in status.get("down_machines") or []]
+    if not rows:
+        return Group(Text("no machine is in maintenance: every machine is UP"))
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for header in ("MACHINE", "IP", "MODE"):
+        table.add_column(header, no_wrap=True)
+    for machine_id, mode in rows:
+        table.add_row(
+            str(machine_id.get("hostname", "")),
+            str(machine_id.get("ip", "")),
+            Text(mode, style=_MODE_STYLES[mode]),
+        )
+    draining = sum(mode == "DRAINING" for _, mode in rows)
+    summary = Text(f"{draining} DRAINING, {len(rows) - draining} DOWN", style="dim")
+    return Group(table, summary)
+
+
+_NS = 1_000_000_000
+
+
+def _nanoseconds(value: object) -> float | None:
+    if isinstance(value, Mapping) and isinstance(value.get("nanoseconds"), int | float):
+        return float(value["nanoseconds"]) / _NS
+    return None
+
+
+def schedule_view(schedule: Mapping[str, Any], now: float, tz: tzinfo | None = None) -> Group:
+    """``nodeagent master schedule get``: one row per window (Mesos JSON)."""
+    from rich.console import Group  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    windows = schedule.get("windows") or []
+    if not windows:
+        return Group(Text("the schedule is empty: no maintenance planned"))
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("WINDOW", justify="right", no_wrap=True)
+    table.add_column("START", no_wrap=True)
+    table.add_column("DURATION", justify="right", no_wrap=True)
+    table.add_column("MACHINES")
+    machines = 0
+    for number, window in enumerate(windows, 1):
+        unavailability = window.get("unavailability") or {}
+        start = _nanoseconds(unavailability.get("start"))
+        duration = _nanoseconds(unavailability.get("duration"))
+        ids = window.get("machine_ids") or []
+        machines += len(ids)
+        table.add_row(
+            str(number),
+            "-"
+            if start is None
+            else f"{format_local_time(start, now, tz)} ({format_relative(start, now)})",
+            "indefinite" if duration is None else format_duration(duration),
+            ", ".join(format_machine(m) for m in ids),
+        )
+    summary = f"{len(windows)} window{'' if len(windows) == 1 else 's'}, "
+    summary += f"{machines} machine{'' if machines == 1 else 's'}"
+    return Group(table, Text(summary, style="dim"))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    import json  # noqa: PLC0415
+
+    return json.dumps(value, separators=(",", ":"))
+
+
+def render_transition(
+    console: Console, mode: str, machine_ids: Sequence[Mapping[str, Any]]
+) -> None:
+    """``nodeagent master down``/``up``: ``DOWN: node7/10.0.0.7, …`` in the mode's colour."""
+    from rich.text import Text  # noqa: PLC0415
+
+    line = Text(f"{mode}: ", style=_MODE_STYLES[mode])
+    line.append(", ".join(format_machine(m) for m in machine_ids))
+    console.print(line)
+
+
+def ads_table(
+    ads: Sequence[Mapping[str, Any]], *, projection: Sequence[str], slots: bool, now: float
+) -> Table:
+    """``nodeagent master ads``: one row per node ad (or slot ad, or the projection)."""
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    if projection:
+        for name in projection:
+            table.add_column(name)
+        for ad in ads:
+            table.add_row(*(_cell(ad.get(name)) for name in projection))
+        return table
+    if slots:
+        headers = {"Name": "Name", "State": "State", "Activity": "Activity", "Cpus": "Cpus"}
+        headers |= {"Memory": "Mem", "JobId": "Job", "RemoteOwner": "Owner"}
+        for attr, header in headers.items():
+            table.add_column(header, justify="right" if attr in ("Cpus", "Memory") else "left")
+        for ad in ads:
+            table.add_row(*(_cell(ad.get(attr)) for attr in headers))
+        return table
+    for header in ("Name", "Mode", "Drain", "Start", "Cpus", "Heard"):
+        table.add_column(header, justify="right" if header == "Cpus" else "left", no_wrap=True)
+    for ad in ads:
+        mode = str(ad.get("MaintenanceMode", "UP"))
+        heard = ad.get("LastHeardFrom")
+        when = Text(format_relative(float(heard), now) if isinstance(heard, int | float) else "-")
+        if ad.get("Lost") is True:
+            when.append(" (lost)", style="bold yellow")
+        table.add_row(
+            _cell(ad.get("Name")),
+            Text(mode, style=_MODE_STYLES.get(mode, "")),
+            _cell(ad.get("DrainState", "none")),
+            _cell(ad.get("Start")),
+            _cell(ad.get("TotalCpus")),
+            when,
+        )
+    return table
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+_MINUTE, _HOUR, _DAY = 60, 3600, 86400
+_STEPS: tuple[int, ...] = (
+    *(1, 2, 5, 10, 15, 30),
+    *(n * _MINUTE for n in (1, 2, 5, 10, 15, 30)),
+    *(n * _HOUR for n in (1, 2, 3, 6, 12)),
+    *(n * _DAY for n in (1, 2, 7, 14, 28, 91, 364)),
+)
+"""Tick spacings of the plan's time axis: the first that leaves room for a label."""
+_IDLE, _CLOSED, _WINDOW = "·", "━", "█"
+_DRAIN_START, _EMPTY, _BEYOND = "▷", "◆", "»"
+_LEGEND = (
+    f"{_DRAIN_START} drain starts  {_CLOSED} closed, draining  {_EMPTY} expected empty  "
+    f"[{_WINDOW}] window  {_IDLE} open"
+)
+_MIN_SPAN = 60.0
+_MIN_AXIS = 12
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Axis:
+    """Columns ``0 … width-1`` stand for ``now … now + span`` (seconds)."""
+
+    now: float
+    span: float
+    width: int
+
+    def column(self, when: float) -> int:
+        offset = (when - self.now) / self.span * (self.width - 1)
+        return min(self.width - 1, max(0, round(offset)))
+
+    def inside(self, when: float) -> bool:
+        return self.now <= when <= self.now + self.span
+
+
+def _axis_span(machines: Sequence[Mapping[str, Any]], now: float) -> float:
+    """From now to the last window end; an indefinite window gets a quarter more room."""
+    last = now
+    indefinite = False
+    for m in machines:
+        window = m.get("window") or {}
+        start, end = _number(window.get("start")), _number(window.get("end"))
+        if end is not None:
+            last = max(last, end)
+        elif start is not None:
+            last = max(last, start)
+            indefinite = True
+    span = last - now
+    if indefinite:
+        span *= 1.25
+    return max(span, _MIN_SPAN)
+
+
+def _row_status(m: Mapping[str, Any]) -> tuple[str, str]:
+    """The status word and the row's colour."""
+    lost = any(n.get("lost") and n.get("name") == m.get("node") for n in m.get("nodes") or [])
+    if m.get("mode") == "DOWN":
+        return "DOWN", "magenta"
+    if m.get("node") is None:
+        return "no node", "dim"
+    if lost:
+        return "lost", "yellow"
+    if m.get("empty"):
+        return "empty", "bold green"
+    if m.get("escalated"):
+        return "escalated", "red"
+    if m.get("on_time") is False:
+        return f"late {format_duration(_number(m.get('late_by')) or 0.0)}", "red"
+    return "on time", "green"
+
+
+def _row_cells(m: Mapping[str, Any], axis: _Axis, style: str) -> list[tuple[str, str]]:
+    """The machine's line on the time axis: open, closed, the window, the marks."""
+    cells = [(_IDLE, "dim")] * axis.width
+    window = m.get("window") or {}
+    start, end = _number(window.get("start")), _number(window.get("end"))
+    drain = m.get("drain") or {}
+    state = str(drain.get("state") or "none")
+    planned = _number(m.get("planned_drain_start"))
+    has_node = m.get("node") is not None
+    # Closed: from the drain's start (now if it runs already, or for a DOWN machine).
+    closed_from: float | None = None
+    if has_node and (state != "none" or m.get("mode") == "DOWN"):
+        closed_from = axis.now
+    elif has_node and planned is not None:
+        closed_from = max(planned, axis.now)
+    if closed_from is not None and axis.inside(closed_from):
+        for c in range(axis.column(closed_from), axis.width):
+            cells[c] = (_CLOSED, "dim")
+    # The window, with its bounds when they are on the axis.
+    if start is not None and (end is None or end >= axis.now) and start <= axis.now + axis.span:
+        first = axis.column(start)
+        last = axis.width - 1 if end is None or not axis.inside(end) else axis.column(end)
+        for c in range(first, last + 1):
+            cells[c] = (_WINDOW, style)
+        if start >= axis.now:
+            cells[first] = ("[", f"bold {style}")
+        if end is not None and axis.inside(end):
+            cells[last] = ("]", f"bold {style}")
+            # What follows the window is up to the operator (machine up): left blank.
+            cells[last + 1 :] = [(" ", "")] * (axis.width - last - 1)
+        else:
+            cells[last] = (_BEYOND, f"bold {style}")
+    # The planned drain start, while the drain is still to come.
+    to_come = has_node and state == "none" and m.get("mode") == "DRAINING"
+    if to_come and planned is not None and planned <= axis.now + axis.span:
+        cells[axis.column(planned)] = (_DRAIN_START, f"bold {style}")
+    # When the node is empty: now, or when the running (else a graceful) drain ends.
+    expected = m.get("expected") or {}
+    schedule = str(drain.get("schedule") or "graceful")
+    if state not in ("draining", "drained") or schedule not in expected:
+        schedule = "graceful"
+    completion = _number((expected.get(schedule) or {}).get("completion"))
+    if has_node and m.get("empty"):
+        completion = axis.now
+    if completion is not None:
+        late = m.get("on_time") is False
+        mark_style = "bold red" if late else "bold green"
+        if completion > axis.now + axis.span:
+            cells[-1] = (_BEYOND, mark_style)
+        else:
+            cells[axis.column(completion)] = (_EMPTY, mark_style)
+    return cells
+
+
+def _labels(machines: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Hostnames (or ips); ``host/ip`` where a hostname appears more than once."""
+    hosts = [str((m.get("machine_id") or {}).get("hostname", "")).lower() for m in machines]
+    counts = Counter(hosts)
+    out = []
+    for m, host in zip(machines, hosts, strict=True):
+        machine_id = m.get("machine_id") or {}
+        if host and counts[host] == 1:
+            out.append(str(machine_id["hostname"]))
+        else:
+            out.append(format_machine(machine_id))
+    return out
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _ticks(axis: _Axis) -> tuple[str, str]:
+    """The label line (``now``, ``+10m``, …) and the ruler (``├───┼───┤``)."""
+    room = 8
+    step = next((s for s in _STEPS if s / axis.span * (axis.width - 1) >= room), float(_STEPS[-1]))
+    labels = [" "] * axis.width
+    ruler = ["─"] * axis.width
+    ruler[0], ruler[-1] = "├", "┤"
+    labels[0:3] = "now"
+    free = 4
+    k = 1
+    while k * step <= axis.span:
+        c = axis.column(axis.now + k * step)
+        if 0 < c < axis.width - 1:
+            ruler[c] = "┼"
+        text = "+" + format_duration(k * step)
+        if c >= free and c + len(text) <= axis.width:
+            labels[c : c + len(text)] = text
+            free = c + len(text) + 1
+        k += 1
+    return "".join(labels)[: axis.width], "".join(ruler)
+
+
+def _totals_lines(totals: Mapping[str, Any]) -> list[str]:
+    """The cluster totals in two lines; counts that are zero and rarely so are left out."""
+
+    def n(key: str) -> int:
+        return int(_number(totals.get(key)) or 0)
+
+    modes = totals.get("modes") or {}
+    count = n("machines")
+    first = f"{count} machine{'' if count == 1 else 's'}: "
+    first += f"{int(modes.get('DRAINING', 0))} DRAINING, {int(modes.get('DOWN', 0))} DOWN"
+    first += f" · {n('on_time')} on time, {n('late')} late, {n('empty')} empty"
+    if n("without_node"):
+        first += f", {n('without_node')} without a node"
+    if n("lost"):
+        first += f", {n('lost')} lost"
+    graceful = n("expected_graceful_badput") / 3600
+    quick = n("expected_quick_badput") / 3600
+    second = f"expected badput: graceful {graceful:.2f}, quick {quick:.2f} core-h"
+    second += f" · drains {n('drains_started')} started, {n('drains_escalated')} escalated"
+    if n("drain_failures"):
+        second += f", {n('drain_failures')} failed"
+    return [first, second]
+
+
+def _late_lines(
+    machines: Sequence[Mapping[str, Any]], labels: Sequence[str], now: float, tz: tzinfo | None
+) -> list[str]:
+    """Why each late machine is late: when it will be empty, and its last blocker."""
+    out = []
+    for m, label in zip(machines, labels, strict=True):
+        if m.get("node") is None or m.get("on_time") is not False or m.get("mode") == "DOWN":
+            continue
+        completion = _number(((m.get("expected") or {}).get("graceful") or {}).get("completion"))
+        line = f"late: {label}"
+        if completion is not None:
+            line += f" empty {format_local_time(completion, now, tz)}"
+        line += f", {format_duration(_number(m.get('late_by')) or 0.0)} into its window"
+        blockers = m.get("blockers") or []
+        if blockers:
+            b = blockers[0]
+            line += f"; last {b.get('slot')} (job {b.get('job_id')}, {b.get('owner')})"
+        out.append(line)
+    if len(out) > 5:
+        out = [*out[:5], f"… and {len(out) - 5} more late"]
+    return out
+
+
+def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = None) -> Group:
+    """``GET /v1/maintenance/plan`` as a timeline ``width`` columns wide.
+
+    One row per machine (sorted by window start): machine, mode, drain state, the time
+    axis from the plan's ``now`` to the last window end, and a status word (``on time``,
+    ``late 12m``, ``empty``, ``DOWN``, ``escalated``, ``no node``, ``lost``) in the row's
+    colour. On the axis: ``·`` open, ``▷`` the planned drain start, ``━`` closed (the
+    drain runs, or will), ``◆`` when the node is empty (the running drain's schedule,
+    else a graceful drain started now), ``[█]`` the window, ``»`` beyond the axis. Then a
+    legend, the totals, and why late machines are late. Pure: ``now`` is the plan's.
+    """
+    from rich.console import Group  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    now = _number(plan.get("now")) or 0.0
+    machines = sorted(
+        plan.get("machines") or [],
+        key=lambda m: _number((m.get("window") or {}).get("start")) or 0.0,
+    )
+    policy = plan.get("policy") or {}
+    head = Text(f"Maintenance plan · now {format_local_time(now, now, tz)}", style="bold")
+    lines: list[Text] = [head]
+    if policy:
+        lines.append(
+            Text(
+                f"policy: {str(policy.get('drain_policy', '')).replace('_', ' ')}, "
+                f"margin {format_duration(_number(policy.get('drain_margin')) or 0.0)}, "
+                f"escalation {policy.get('escalation')}",
+                style="dim",
+            )
+        )
+    if not machines:
+        lines.append(Text("no machine is scheduled for maintenance"))
+        lines.extend(Text(t, style="dim") for t in _totals_lines(plan.get("totals") or {}))
+        return Group(*lines)
+
+    labels = _labels(machines)
+    statuses = [_row_status(m) for m in machines]
+    drains = [str((m.get("drain") or {}).get("state") or "-") for m in machines]
+    status_w = min(max(len("STATUS"), *(len(s) for s, _ in statuses)), 12)
+    mode_w, drain_w = len("DRAINING"), max(len("DRAIN"), *(len(d) for d in drains))
+    name_w = min(max(len("MACHINE"), *(len(x) for x in labels)), 24)
+    fixed = mode_w + drain_w + status_w + 8  # four gaps of two columns
+    axis_w = width - fixed - name_w
+    if axis_w < _MIN_AXIS:
+        name_w = max(len("MACHINE"), name_w - (_MIN_AXIS - axis_w))
+        axis_w = max(_MIN_AXIS, width - fixed - name_w)
+    axis = _Axis(now=now, span=_axis_span(machines, now), width=axis_w)
+    label_line, ruler = _ticks(axis)
+    head.append(f" · axis to {format_local_time(now + axis.span, now, tz)}")
+    left = f"{'MACHINE':<{name_w}}  {'MODE':<{mode_w}}  {'DRAIN':<{drain_w}}  "
+    lines.append(Text(f"{left}{label_line}  STATUS", style="bold"))
+    lines.append(Text(" " * len(left) + ruler, style="dim"))
+    for m, label, (word, style), drain in zip(machines, labels, statuses, drains, strict=True):
+        mode = str(m.get("mode", ""))
+        line = Text(f"{_fit(label, name_w):<{name_w}}  ")
+        line.append(f"{mode:<{mode_w}}", style=_MODE_STYLES.get(mode, ""))
+        line.append(f"  {drain:<{drain_w}}  ")
+        for cell_style, run in groupby(_row_cells(m, axis, style), key=lambda cell: cell[1]):
+            line.append("".join(char for char, _ in run), style=cell_style)
+        line.append(f"  {_fit(word, status_w)}", style=style)
+        lines.append(line)
+    lines.append(Text(_fit(_LEGEND, width), style="dim"))
+    lines.extend(Text(t) for t in _totals_lines(plan.get("totals") or {}))
+    lines.extend(Text(t, style="red") for t in _late_lines(machines, labels, now, tz))
+    return Group(*lines)
+
+
+def plan_text(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = None) -> str:
+    """:func:`plan_view` as plain text, without colour."""
+    import io  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False)
+    console.print(plan_view(plan, width=width, tz=tz))
+    return out.getvalue()
+
+
+def plan_width(console: Console) -> int:
+    """The plan's width on ``console``: the terminal's; 100 columns when writing elsewhere
+    (unless ``COLUMNS``)."""
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console.width
+    return 100
+
+
+# --- the defrag daemon --------------------------------------------------------------------
+
+
+def _ago(when: Any, now: float) -> str:
+    if not isinstance(when, int | float):
+        return "never"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    return f"{stamp} ({max(0, round(now - when))} s ago)"
+
+
+def render_stats(ad: dict[str, Any], *, now: float) -> str:
+    """The Defrag ad as a short human summary."""
+
+    def pair(total: str, recent: str) -> str:
+        return f"{ad.get(total, 0):<6} last hour {ad.get(recent, 0)}"
+
+    def percent(value: Any) -> str:
+        return f"{100 * value:.2f} %" if isinstance(value, int | float) else "-"
+
+    lines = [
+        f"{ad.get('Name', 'defrag')}: drains with reason {ad.get('DrainReason', '?')!r}",
+        f"  last cycle          {_ago(ad.get('LastPollTime'), now)}",
+        f"  machines draining   {ad.get('MachinesDraining', 0):<6} peak "
+        f"{ad.get('MachinesDrainingPeak', 0)}",
+        f"  whole machines      {ad.get('WholeMachines', 0):<6} peak "
+        f"{ad.get('WholeMachinesPeak', 0)}",
+        f"  drains started      {pair('DrainSuccesses', 'RecentDrainSuccesses')}",
+        f"  drains failed       {pair('DrainFailures', 'RecentDrainFailures')}",
+        f"  drains skipped      {pair('DrainSkips', 'RecentDrainSkips')}",
+        f"  drains cancelled    {pair('Cancels', 'RecentCancels')}",
+        f"  draining badput     {percent(ad.get('AvgDrainingBadput'))} of the pool's core time",
+        f"  idle while draining {percent(ad.get('AvgDrainingUnclaimed'))} of the pool's core time",
+    ]
+    drains = ad.get("RecentDrainsList") or []
+    if drains:
+        lines.append("recent drains (newest first):")
+        for entry in drains:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("when", 0)))
+            lines.append(
+                f"  {stamp}  {entry.get('who', '?')}  {entry.get('what', '')}  "
+                f"{entry.get('result', '')}"
+            )
+    cancels = ad.get("RecentCancelsList") or []
+    if cancels:
+        lines.append("recent cancels (newest first):")
+        for entry in cancels:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("when", 0)))
+            lines.append(f"  {stamp}  {entry.get('who', '?')}")
+    return "\n".join(lines)

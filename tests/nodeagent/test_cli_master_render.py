@@ -1,5 +1,6 @@
 """``nodeagent master``'s pure parts: the plan's timeline (plan JSON + width → text, with an
-explicit ``now``), machine ids on the command line, and the master's default socket."""
+explicit ``now``; :mod:`nodeagent.cli._render`), machine ids on the command line, and the
+master's default socket."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 import pytest
 from rich.text import Text
 
-from nodeagent.cli._http import UsageError, default_master_socket, resolve_master_target
-from nodeagent.cli._master import parse_machine, plan_text, plan_view, resolve_machines
+from nodeagent._paths import default_master_socket
+from nodeagent.cli._errors import UsageError
+from nodeagent.cli._http import resolve_master_target
+from nodeagent.cli._master import parse_machine, resolve_machines
+from nodeagent.cli._render import plan_text, plan_view
 from nodeagent.master import _config
 
 NOW = 1_800_000_000  # 2027-01-15 08:00:00 UTC

@@ -1,5 +1,5 @@
 """The command line's pure parts: durations, the default socket, targets, error mapping,
-the fast path's parser, and the human rendering."""
+and the human rendering. (The entry point's parser: test_cli_parser.py.)"""
 
 from __future__ import annotations
 
@@ -13,26 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer.main
 from rich.console import Console
 
 from nodeagent import _durations, _paths
+from nodeagent._durations import parse_duration
+from nodeagent._paths import default_socket
+from nodeagent._settings import ConfigError
 from nodeagent.agent import _config
-from nodeagent.cli._app import ShowCommand, app, fast_parse
-from nodeagent.cli._http import (
-    AgentError,
-    AgentFailed,
-    Refused,
-    Reply,
-    Target,
-    Unauthorized,
-    UsageError,
-    check,
-    default_runtime_dir,
-    default_socket,
-    parse_duration,
-    resolve_target,
-)
+from nodeagent.cli._common import duration
+from nodeagent.cli._errors import AgentError, AgentFailed, Refused, Unauthorized, UsageError
+from nodeagent.cli._http import Reply, Target, check, resolve_target
+from nodeagent.cli._locate import agent_key_file, defrag_socket
 from nodeagent.cli._render import (
     format_core_hours,
     format_duration,
@@ -42,6 +33,7 @@ from nodeagent.cli._render import (
     render_drain,
     render_status,
 )
+from nodeagent.defrag._config import load_defrag_config
 
 # --- durations ----------------------------------------------------------------------------
 
@@ -73,8 +65,17 @@ def test_bad_durations_are_refused_with_the_accepted_forms(text: str) -> None:
         assert "90s, 15m, 2h" in str(info.value)
 
 
-def test_the_command_line_and_the_configuration_share_one_duration_parser() -> None:
-    assert parse_duration is _durations.parse_duration
+def test_the_command_line_reads_durations_with_the_configurations_parser() -> None:
+    assert duration("--deadline", "1h30m") == parse_duration("1h30m") == 5400.0
+    assert duration("--deadline", None) is None
+    with pytest.raises(UsageError) as info:
+        duration("--deadline", "5x")
+    assert info.value.code == "cli.bad_duration"
+    with pytest.raises(ValueError, match=r"invalid duration") as parsed:
+        _durations.parse_duration("5x")
+    assert info.value.message == f"--deadline: {parsed.value}"
+    with pytest.raises(UsageError, match="not whole seconds"):
+        duration("--vacate", "1.5", whole=True)
 
 
 # --- the default socket -------------------------------------------------------------------
@@ -91,8 +92,9 @@ ENVS: list[dict[str, str]] = [
 
 @pytest.mark.parametrize("uid", [0, 1000])
 @pytest.mark.parametrize("env", ENVS)
-def test_default_runtime_dir_is_the_daemons(env: dict[str, str], uid: int) -> None:
-    assert default_runtime_dir(env, uid) == _paths.default_runtime_dir(env, uid)
+def test_without_options_the_target_is_the_daemons_socket(env: dict[str, str], uid: int) -> None:
+    target = resolve_target(host=None, token_file=None, socket_path=None, env=env, uid=uid)
+    assert target == Target(unix=_paths.default_socket(env, uid))
 
 
 @pytest.mark.parametrize("uid", [0, 1000])
@@ -128,6 +130,79 @@ def test_an_unreadable_configuration_falls_back_to_the_defaults(tmp_path: Path) 
     path = tmp_path / "broken.toml"
     path.write_text("socket = [unterminated\n")
     assert default_socket({}, 1000, config_path=path) == Path("/tmp/nodeagent-1000/nodeagent.sock")
+
+
+# --- what a command reads from a daemon's configuration -----------------------------------
+
+DEFRAG_ENVS: list[dict[str, str]] = [
+    {"HOME": "/home/u"},
+    {"XDG_RUNTIME_DIR": "/run/user/1000"},
+    {"RUNTIME_DIRECTORY": "/run/unit:/run/other"},
+    {"NODEAGENT_RUNTIME_DIR": "/srv/run"},
+    {"nodeagent_runtime_dir": "/srv/lower"},
+]
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+@pytest.mark.parametrize("env", DEFRAG_ENVS)
+@pytest.mark.parametrize("toml", [None, "", 'runtime_dir = "/from/file"\ninterval = 60'])
+def test_defrag_socket_is_where_the_defrag_daemon_listens(
+    env: dict[str, str], uid: int, toml: str | None, tmp_path: Path
+) -> None:
+    config = None
+    if toml is not None:
+        config = tmp_path / "defrag.toml"
+        config.write_text(toml + "\n")
+    daemon = load_defrag_config(config, env, uid=uid)
+    assert defrag_socket(config, env, uid) == daemon.runtime_dir / "defrag.sock"
+
+
+AGENT_ENVS: list[dict[str, str]] = [
+    {"HOME": "/home/u"},
+    {"XDG_STATE_HOME": "/xdg/state"},
+    {"STATE_DIRECTORY": "/var/lib/unit:/var/lib/other"},
+    {"NODEAGENT_STATE_DIR": "/srv/state"},
+    {"NODEAGENT_KEY_FILE": "/srv/pool.key", "NODEAGENT_STATE_DIR": "/srv/state"},
+    {"nodeagent_key_file": "/srv/lower.key"},
+]
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+@pytest.mark.parametrize("env", AGENT_ENVS)
+@pytest.mark.parametrize(
+    "toml",
+    [
+        None,
+        'state_dir = "/from/file"',
+        'key_file = "/file/pool.key"\nstate_dir = "/from/file"',
+        'hostname = "n1"\n[policy]\nstart = "true"',
+    ],
+)
+def test_agent_key_file_is_the_daemons(
+    env: dict[str, str], uid: int, toml: str | None, tmp_path: Path
+) -> None:
+    env = dict(env)
+    if toml is not None:
+        config = tmp_path / "nodeagent.toml"
+        config.write_text(toml + "\n")
+        env["NODEAGENT_CONFIG"] = str(config)
+    daemon = _config.load_agent_config(None if toml is None else config, env, uid=uid)
+    assert agent_key_file(env, uid) == daemon.key_file
+
+
+def test_a_configuration_the_daemon_would_refuse_is_a_usage_error(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.toml"
+    broken = tmp_path / "broken.toml"
+    broken.write_text("runtime_dir = [unterminated\n")
+    for config in (missing, broken):
+        with pytest.raises(ConfigError) as daemon:
+            load_defrag_config(config, {})
+        with pytest.raises(UsageError) as cli:
+            defrag_socket(config, {}, 1000)
+        assert (cli.value.code, cli.value.message) == ("cli.config", str(daemon.value))
+        with pytest.raises(UsageError) as key:
+            agent_key_file({"NODEAGENT_CONFIG": str(config)}, 1000)
+        assert key.value.code == "cli.config"
 
 
 # --- targets ------------------------------------------------------------------------------
@@ -221,53 +296,7 @@ def test_a_reply_without_the_error_shape_still_has_a_code() -> None:
     assert check(_reply(201, {"id": "1"})).data == {"id": "1"}
 
 
-# --- the fast path ------------------------------------------------------------------------
-
-FAST = [
-    ["status"],
-    ["status", "--json"],
-    ["status", "--socket", "/s.sock", "--json"],
-    ["status", "--host=node1:9621", "--token", "/t"],
-    ["ad"],
-    ["ad", "-l"],
-    ["ad", "--long", "--socket=/x"],
-    ["ad", "--json", "--host", "https://n", "--token=/t", "--socket", "/s"],
-]
-NOT_FAST = [
-    [],
-    ["version"],
-    ["drain"],
-    ["status", "--watch"],
-    ["status", "--help"],
-    ["status", "--host"],
-    ["status", "--host", "--json"],
-    ["status", "--json", "--json"],
-    ["status", "-l"],
-    ["status", "--jso"],
-    ["status", "--json=1"],
-    ["ad", "-lj"],
-    ["ad", "extra"],
-    ["ad", "--host=", "x"],
-]
-
-
-@pytest.mark.parametrize("argv", FAST)
-def test_the_fast_path_parses_like_typer(argv: list[str]) -> None:
-    group = typer.main.get_command(app)
-    assert isinstance(group, typer.core.TyperGroup)
-    parent = group.make_context("nodeagent", [argv[0]], resilient_parsing=True)
-    command = group.get_command(parent, argv[0])
-    assert command is not None
-    params = command.make_context(argv[0], argv[1:], parent=parent).params
-    assert params.pop("watch", False) is False
-    params.pop("interval", None)
-    expected = ShowCommand(command=argv[0], long=params.pop("long", False), **params)  # type: ignore[arg-type]
-    assert fast_parse(argv) == expected
-
-
-@pytest.mark.parametrize("argv", NOT_FAST)
-def test_anything_else_is_left_to_typer(argv: list[str]) -> None:
-    assert fast_parse(argv) is None
+# --- the entry point ---------------------------------------------------------------------
 
 
 def test_the_hot_path_imports_no_heavy_stack(tmp_path: Path) -> None:
@@ -276,7 +305,7 @@ def test_the_hot_path_imports_no_heavy_stack(tmp_path: Path) -> None:
         "sys.argv = ['nodeagent', 'status', '--json', '--socket', sys.argv[1]]\n"
         "from nodeagent.cli import _main\n"
         "try:\n"
-        "    _main.main()\n"
+        "    _main.main(end=sys.exit)\n"
         "except SystemExit as exc:\n"
         "    print(exc.code)\n"
         "heavy = ('pydantic', 'httpx', 'httpcore', 'trio', 'fastapi', 'rich', 'jwt', 'psutil',\n"

@@ -23,7 +23,9 @@ from nodeagent._lifecycle import reload_config
 from nodeagent._peer import AgentCallFailed
 from nodeagent._settings import ConfigError
 from nodeagent._store import DocumentStore
-from nodeagent.cli._defrag import defrag_app, render_stats, with_default_port
+from nodeagent.cli._defrag import with_default_port
+from nodeagent.cli._defrag_app import defrag_app
+from nodeagent.cli._render import render_stats
 from nodeagent.defrag._config import DefragConfig, load_defrag_config
 from nodeagent.defrag._daemon import DefragDaemon, defrag_policy
 from nodeagent.defrag._policy import (

@@ -1,0 +1,484 @@
+"""What the agent's client commands do: ``status``, ``ad``, ``drain``, ``cancel``,
+``claim``, ``release``, ``suspend``, ``continue``.
+
+One function per command, taking the parsed command line as keyword arguments (the names
+of :mod:`nodeagent.cli._agent_app`'s parameters, which the entry point's parser
+:mod:`nodeagent.cli._fast` produces too). Each talks to one agent through
+:mod:`nodeagent.cli._http`, prints the API's JSON with ``json_output`` or a human view
+(:mod:`nodeagent.cli._render`), and raises a :class:`~nodeagent.cli._errors.CliError`
+for the caller to turn into ``code: message`` and an exit status. No typer here: the
+entry point runs these without it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nodeagent.cli._common import duration, emit_json
+from nodeagent.cli._errors import (
+    CliError,
+    Declined,
+    Interrupted,
+    Refused,
+    Unreachable,
+    UsageError,
+)
+from nodeagent.cli._http import Reply, Target, path_segment, request, resolve_target
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = [
+    "ad",
+    "cancel",
+    "claim",
+    "continue_",
+    "drain",
+    "release",
+    "status",
+    "suspend",
+]
+
+_POLL_S = 0.2
+"""How often ``drain --wait`` asks the agent (a GET over the local socket costs ~1 ms)."""
+
+
+def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
+    return resolve_target(
+        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
+    )
+
+
+def _console(*, err: bool = False) -> Console:
+    from nodeagent.cli._render import make_console  # noqa: PLC0415
+
+    return make_console(sys.stderr if err else sys.stdout)
+
+
+# --- status and ad ------------------------------------------------------------------------
+
+
+def _watch(target: Target, *, json_output: bool, interval: float) -> None:
+    """Refresh the status view every ``interval`` seconds until Ctrl-C (which ends it, 0).
+
+    The first fetch's error ends the command; later ones are shown and retried.
+    """
+    first = request(target, "GET", "/v1/ad")
+    try:
+        if json_output:
+            emit_json(first)
+            while True:
+                time.sleep(interval)
+                try:
+                    emit_json(request(target, "GET", "/v1/ad"))
+                except CliError as exc:
+                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
+        from rich.live import Live  # noqa: PLC0415
+        from rich.text import Text  # noqa: PLC0415
+
+        from nodeagent.cli._render import status_view  # noqa: PLC0415
+
+        console = _console()
+        if not console.is_terminal:
+            while True:
+                console.print(status_view(first.data))
+                console.print()
+                time.sleep(interval)
+                try:
+                    first = request(target, "GET", "/v1/ad")
+                except CliError as exc:
+                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
+        with Live(status_view(first.data), console=console, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                try:
+                    live.update(status_view(request(target, "GET", "/v1/ad").data), refresh=True)
+                except CliError as exc:
+                    live.update(Text(f"{exc.code}: {exc.message} (retrying)", "red"), refresh=True)
+    except KeyboardInterrupt:
+        return
+
+
+def status(
+    *,
+    watch: bool,
+    interval: str | None,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent status``: one ``GET /v1/ad`` as the machine line and the slot table
+    (``--json``: the reply); with ``watch``, one refresh per ``interval`` until Ctrl-C."""
+    if watch:
+        seconds = duration("--interval", interval) or 1.0
+        _watch(_target(host, token, socket_path), json_output=json_output, interval=seconds)
+        return
+    reply = request(_target(host, token, socket_path), "GET", "/v1/ad")
+    if json_output:
+        emit_json(reply)
+        return
+    from nodeagent.cli._render import render_status  # noqa: PLC0415
+
+    render_status(_console(), reply.data)
+
+
+def ad(
+    *,
+    long: bool,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent ad``: the slot table, ``long`` the ClassAd long format, ``json_output``
+    the reply of ``GET /v1/ad``; both together are ``cli.usage``."""
+    if json_output and long:
+        raise UsageError("cli.usage", "choose one of --long and --json")
+    target = _target(host, token, socket_path)
+    if long:
+        reply = request(target, "GET", "/v1/ad?format=classad")
+        sys.stdout.write(reply.text if reply.text.endswith("\n") else reply.text + "\n")
+        return
+    reply = request(target, "GET", "/v1/ad")
+    if json_output:
+        emit_json(reply)
+        return
+    from nodeagent.cli._render import render_ad_table  # noqa: PLC0415
+
+    render_ad_table(_console(), reply.data)
+
+
+# --- drain and cancel ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _DrainPlan:
+    body: dict[str, Any]
+    one_shot: bool
+    dry_run: bool
+    wait: bool
+    json_output: bool
+
+
+def _ask(question: str) -> bool | None:
+    """Ask on stderr, read a line from stdin: True for y/yes, None at end of input."""
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        sys.stderr.write("\n")
+        return None
+    return line.strip().lower() in ("y", "yes")
+
+
+def _cancel_pending(target: Target, request_id: str, plan: _DrainPlan) -> None:
+    """Cancel the transaction left pending by an unanswered prompt; an already ended one
+    (expired meanwhile) counts as cancelled."""
+    try:
+        reply = request(target, "POST", f"/v1/drain/{path_segment(request_id)}/cancel")
+    except Refused:
+        return
+    if plan.json_output:
+        emit_json(reply)
+
+
+def _show_drain(reply: Reply, heading: str, plan: _DrainPlan) -> None:
+    if plan.json_output:
+        emit_json(reply)
+        return
+    from nodeagent.cli._render import render_drain  # noqa: PLC0415
+
+    render_drain(_console(), reply.data, heading=heading)
+
+
+def _decide(target: Target, phase1: Reply, plan: _DrainPlan) -> Reply | None:
+    """Show the estimate, ask, then commit (the commit reply) or cancel (``None`` for a
+    dry run; :class:`Declined` or :class:`Interrupted` otherwise).
+
+    From the phase-1 reply until the question is answered, Ctrl-C cancels the transaction.
+    """
+    request_id = str(phase1.data["id"])
+    try:
+        _show_drain(phase1, "Drain estimate (not committed yet)", plan)
+        answer = False if plan.dry_run else _ask("Commit? [y/N] ")
+    except KeyboardInterrupt:
+        _cancel_pending(target, request_id, plan)
+        raise Interrupted(
+            "cli.interrupted", f"not committed; drain request {request_id} cancelled"
+        ) from None
+    if not answer:
+        _cancel_pending(target, request_id, plan)
+        if plan.dry_run:
+            if not plan.json_output:
+                _console().print(f"dry run: drain request {request_id} cancelled")
+            return None
+        raise Declined("cli.declined", f"not committed; drain request {request_id} cancelled")
+    committed = request(target, "POST", f"/v1/drain/{path_segment(request_id)}/commit")
+    _show_drain(committed, "Drain committed", plan)
+    return committed
+
+
+def _drain_finished(body: Mapping[str, Any], request_id: str) -> bool:
+    """Whether a ``GET /v1/drain`` reply says request ``request_id`` has drained the node.
+
+    Raises CliError (exit 1) when it ended otherwise (cancelled, or another request).
+    """
+    if body.get("id") == request_id:
+        return body.get("state") in ("drained", "completed")
+    last = body.get("last") or {}
+    if last.get("id") == request_id:
+        if last.get("state") == "completed":
+            return True
+        raise CliError(
+            "drain.cancelled", f"drain request {request_id} was cancelled before the node drained"
+        )
+    raise CliError("drain.ended", f"drain request {request_id} is no longer in force")
+
+
+def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: bool) -> None:
+    """Poll ``GET /v1/drain`` until the node is drained; show progress on stderr.
+
+    With on-completion ``exit`` or ``restart`` the agent exits once drained: losing it
+    then counts as drained. Ctrl-C stops waiting and leaves the drain running (130).
+    """
+    request_id = str(committed["id"])
+    exits = committed.get("on_completion") in ("exit", "restart")
+    progress = None
+    if not json_output:
+        from nodeagent.cli._render import DrainProgress  # noqa: PLC0415
+
+        progress = DrainProgress(_console(err=True), committed)
+    body: Mapping[str, Any] = committed
+    final: Reply | None = None
+    gone = False
+    try:
+        while not _drain_finished(body, request_id):
+            time.sleep(_POLL_S)
+            try:
+                final = request(target, "GET", "/v1/drain")
+            except Unreachable:
+                if not exits:
+                    raise
+                gone = True
+                break
+            body = final.data
+            if progress is not None:
+                progress.update(body)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            "cli.interrupted",
+            f"stopped waiting; drain request {request_id} goes on "
+            f"(nodeagent cancel {request_id} stops it)",
+        ) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    if json_output:
+        if final is None and not gone:
+            try:
+                final = request(target, "GET", "/v1/drain")
+            except Unreachable:
+                if not exits:
+                    raise
+                gone = True
+        if final is not None and not gone:
+            emit_json(final)
+        return
+    if gone:
+        _console().print(
+            f"the agent exited (on completion {committed.get('on_completion')}): "
+            f"drain request {request_id} completed"
+        )
+        return
+    from nodeagent.cli._render import render_drain_end  # noqa: PLC0415
+
+    render_drain_end(_console(), body, request_id)
+
+
+def drain(
+    *,
+    graceful: bool,
+    quick: bool,
+    fast: bool,
+    reason: str,
+    on_completion: str,
+    deadline: str | None,
+    start: str | None,
+    check: str | None,
+    yes: bool,
+    dry_run: bool,
+    wait: bool,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent drain``: phase 1, the estimate, the prompt, then commit or cancel
+    (``yes`` or ``check``: one-shot); with ``wait``, progress until the node is drained."""
+    if graceful + quick + fast > 1:
+        raise UsageError("cli.usage", "choose one of --graceful, --quick and --fast")
+    if dry_run and (yes or check is not None or wait):
+        raise UsageError("cli.usage", "--dry-run cannot go with --yes, --check or --wait")
+    schedule = "quick" if quick else "fast" if fast else "graceful"
+    body: dict[str, Any] = {
+        "schedule": schedule,
+        "reason": reason,
+        "on_completion": on_completion,
+        "commit": yes or check is not None,
+    }
+    seconds = duration("--deadline", deadline)
+    if seconds is not None:
+        body["deadline"] = seconds
+    if start is not None:
+        body["start"] = start
+    if check is not None:
+        body["check"] = check
+    plan = _DrainPlan(
+        body=body, one_shot=body["commit"], dry_run=dry_run, wait=wait, json_output=json_output
+    )
+    target = _target(host, token, socket_path)
+    reply = request(target, "POST", "/v1/drain", plan.body)
+    if plan.one_shot:
+        _show_drain(reply, "Drain committed", plan)
+        committed: Reply | None = reply
+    else:
+        committed = _decide(target, reply, plan)
+    if committed is not None and plan.wait:
+        _wait_drained(target, committed.data, json_output=plan.json_output)
+
+
+def cancel(
+    *,
+    request_id: str | None,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent cancel``: ``DELETE /v1/drain`` (whatever is in force), or cancel
+    ``request_id``."""
+    target = _target(host, token, socket_path)
+    if request_id is None:
+        reply = request(target, "DELETE", "/v1/drain")
+    else:
+        reply = request(target, "POST", f"/v1/drain/{path_segment(request_id)}/cancel")
+    if json_output:
+        emit_json(reply)
+        return
+    last = reply.data.get("last")
+    if last is None:
+        _console().print("no drain request in force: nothing to cancel")
+    else:
+        _console().print(f"cancelled drain request {last['id']} ({last['schedule']})")
+
+
+# --- claims -------------------------------------------------------------------------------
+
+
+def claim(
+    *,
+    command: list[str] | None,
+    cpus: int,
+    memory: int,
+    disk: int,
+    gpus: int,
+    retirement: str | None,
+    vacate: str | None,
+    pid: int | None,
+    owner: str | None,
+    job_id: str | None,
+    kill_signal: str,
+    env: list[str] | None,
+    cwd: str | None,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent claim``: ``POST /v1/claims`` running ``command`` or adopting ``pid``."""
+    if (pid is None) == (not command):
+        raise UsageError("cli.usage", "give either --pid PID or -- CMD..., not both")
+    body: dict[str, Any] = {"cpus": cpus, "memory": memory, "disk": disk, "gpus": gpus}
+    body["kill_signal"] = kill_signal
+    if command:
+        body["command"] = list(command)
+    else:
+        body["pid"] = pid
+    mjrt = duration("--retirement", retirement, whole=True)
+    if mjrt is not None:
+        body["max_job_retirement_time"] = int(mjrt)
+    jmvt = duration("--vacate", vacate, whole=True)
+    if jmvt is not None:
+        body["job_max_vacate_time"] = int(jmvt)
+    if env:
+        pairs = [item.partition("=") for item in env]
+        if any(not key or not sep for key, sep, _ in pairs):
+            raise UsageError("cli.usage", "--env takes KEY=VALUE")
+        body["env"] = {key: value for key, _, value in pairs}
+    for key, value in (("owner", owner), ("job_id", job_id), ("cwd", cwd)):
+        if value is not None:
+            body[key] = value
+    reply = request(_target(host, token, socket_path), "POST", "/v1/claims", body)
+    _show_claim(reply, "created", json_output=json_output)
+
+
+def _show_claim(reply: Reply, verb: str, *, json_output: bool) -> None:
+    if json_output:
+        emit_json(reply)
+        return
+    from nodeagent.cli._render import render_claim  # noqa: PLC0415
+
+    render_claim(_console(), reply.data, verb=verb)
+
+
+def _claim_call(
+    target: Target, method: str, suffix: str, verb: str, claim_id: str, *, json_output: bool
+) -> None:
+    reply = request(target, method, f"/v1/claims/{path_segment(claim_id)}{suffix}")
+    _show_claim(reply, verb, json_output=json_output)
+
+
+def release(
+    *,
+    claim_id: str,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent release``: ``DELETE /v1/claims/{id}`` (soft kill now, hard kill after
+    the vacate time)."""
+    target = _target(host, token, socket_path)
+    _claim_call(target, "DELETE", "", "releasing", claim_id, json_output=json_output)
+
+
+def suspend(
+    *,
+    claim_id: str,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent suspend``: ``POST /v1/claims/{id}/suspend`` (SIGSTOP)."""
+    target = _target(host, token, socket_path)
+    _claim_call(target, "POST", "/suspend", "suspended", claim_id, json_output=json_output)
+
+
+def continue_(
+    *,
+    claim_id: str,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent continue``: ``POST /v1/claims/{id}/continue`` (SIGCONT)."""
+    target = _target(host, token, socket_path)
+    _claim_call(target, "POST", "/continue", "continued", claim_id, json_output=json_output)

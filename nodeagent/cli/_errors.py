@@ -1,0 +1,105 @@
+"""How a ``nodeagent`` client command fails: one error tree, one exit status per branch.
+
+Standard library only, and no HTTP: every command imports it, including those that make
+no request (``token create``). Each error carries a stable ``code``, a ``message`` and
+the process ``exit_status`` documented in ``docs/cli.md``; :func:`nodeagent.cli._common.
+outcome` prints ``code: message`` on stderr and exits with the status::
+
+    CliError           1  drain.cancelled, drain.ended: a waited-for drain ended otherwise
+    ├── UsageError     2  cli.usage, cli.bad_duration, cli.bad_url, cli.token_file, …
+    ├── Unreachable    3  agent.unreachable, agent.timeout: no answer from the agent
+    │                     (master.…, defrag.… for the other daemons)
+    ├── AgentError        the daemon answered with an error body (``reply`` holds it)
+    │   ├── Refused        1  any 4xx but 401/403: the daemon's code (drain.in_progress, …)
+    │   ├── Unauthorized   4  401/403: auth.unauthenticated, auth.forbidden
+    │   └── AgentFailed    5  5xx, or a reply that is not the API's JSON (agent.bad_reply)
+    ├── Declined       6  cli.declined: the drain was not committed at the prompt
+    └── Interrupted  130  cli.interrupted: Ctrl-C
+
+Raising any of them leaves nothing behind on the client side; what the daemon did is
+what its reply says.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from nodeagent.cli._http import Reply
+
+__all__ = [
+    "AgentError",
+    "AgentFailed",
+    "CliError",
+    "Declined",
+    "Interrupted",
+    "Refused",
+    "Unauthorized",
+    "Unreachable",
+    "UsageError",
+]
+
+
+class CliError(Exception):
+    """A command failed; ``code: message`` goes to stderr and ``exit_status`` to the shell."""
+
+    exit_status: ClassVar[int] = 1
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class UsageError(CliError):
+    """The command as given cannot run: bad option value, unreadable token file, …"""
+
+    exit_status: ClassVar[int] = 2
+
+
+class Unreachable(CliError):
+    """No answer from the daemon: no socket, connection refused or reset, timed out."""
+
+    exit_status: ClassVar[int] = 3
+
+
+class AgentError(CliError):
+    """The daemon answered with an error; ``reply`` is its answer, ``condor_code`` its
+    HTCondor code when it has one."""
+
+    def __init__(
+        self, code: str, message: str, *, reply: Reply, condor_code: int | None = None
+    ) -> None:
+        super().__init__(code, message)
+        self.reply = reply
+        self.condor_code = condor_code
+
+
+class Refused(AgentError):
+    """The daemon refused the request (4xx other than 401 and 403); nothing changed."""
+
+    exit_status: ClassVar[int] = 1
+
+
+class Unauthorized(AgentError):
+    """Missing, bad or expired token (401), or a token without the scope (403)."""
+
+    exit_status: ClassVar[int] = 4
+
+
+class AgentFailed(AgentError):
+    """The daemon failed (5xx) or sent something that is not the API's JSON."""
+
+    exit_status: ClassVar[int] = 5
+
+
+class Declined(CliError):
+    """The drain transaction was not committed at the prompt (and has been cancelled)."""
+
+    exit_status: ClassVar[int] = 6
+
+
+class Interrupted(CliError):
+    """Ctrl-C: the command stopped early; the message says what it left behind."""
+
+    exit_status: ClassVar[int] = 130

@@ -1,0 +1,82 @@
+"""What ``nodeagent token create`` does: sign a bearer token with the pool key.
+
+No daemon is contacted. The default pool key is the agent's ``key_file``, found with the
+standard library (:func:`nodeagent.cli._locate.agent_key_file`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from nodeagent.cli._common import duration
+from nodeagent.cli._errors import UsageError
+from nodeagent.cli._locate import agent_key_file
+
+__all__ = ["create"]
+
+
+def _write_secret(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600 (created or truncated)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise UsageError("cli.output", f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+
+
+def create(
+    *,
+    scope: str,
+    subject: str,
+    lifetime: str,
+    key_file: Path | None,
+    output: Path | None,
+    json_output: bool,
+) -> None:
+    """Sign a token for ``subject`` with ``scope`` (``READ``, ``ADMINISTRATOR`` or
+    ``DAEMON``, any case) valid for ``lifetime``; print it, write it to ``output`` (mode
+    0600), or print ``{token, subject, scope, expires_at}`` with ``json_output``."""
+    from nodeagent._auth import KeyFileError, Scope, create_token, load_key  # noqa: PLC0415
+
+    seconds = duration("--lifetime", lifetime)
+    assert seconds is not None
+    if seconds <= 0:
+        raise UsageError("cli.bad_duration", "--lifetime must be positive")
+    if not subject:
+        raise UsageError("cli.usage", "--subject must not be empty")
+    path = key_file or agent_key_file(os.environ, os.geteuid())
+    try:
+        key = load_key(path)
+    except KeyFileError as exc:
+        raise UsageError(exc.code, str(exc)) from None
+    now = time.time()
+    token = create_token(
+        key, subject=subject, scope=Scope(scope.upper()), lifetime_s=seconds, now=now
+    )
+    expires_at = int(now + seconds)
+    if output is not None:
+        _write_secret(output, token + "\n")
+    if json_output:
+        import json  # noqa: PLC0415
+
+        document = {
+            "token": token,
+            "subject": subject,
+            "scope": scope.upper(),
+            "expires_at": expires_at,
+        }
+        sys.stdout.write(json.dumps(document) + "\n")
+    elif output is None:
+        sys.stdout.write(token + "\n")
+    else:
+        from nodeagent.cli._render import format_local_time  # noqa: PLC0415
+
+        sys.stderr.write(
+            f"token for {subject} ({scope.upper()}) written to {output}, "
+            f"valid until {format_local_time(expires_at, now)}\n"
+        )
