@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.cli._common import duration, emit_json
+from nodeagent.cli._common import duration, emit_json, emit_text
 from nodeagent.cli._errors import (
     CliError,
     Declined,
@@ -159,6 +159,8 @@ def ad(
 
 @dataclass(frozen=True, kw_only=True)
 class _DrainPlan:
+    """A drain command line: the ``POST /v1/drain`` body, and what to do with its reply."""
+
     body: dict[str, Any]
     one_shot: bool
     dry_run: bool
@@ -216,7 +218,7 @@ def _decide(target: Target, phase1: Reply, plan: _DrainPlan) -> Reply | None:
         _cancel_pending(target, request_id, plan)
         if plan.dry_run:
             if not plan.json_output:
-                _console().print(f"dry run: drain request {request_id} cancelled")
+                emit_text(f"dry run: drain request {request_id} cancelled")
             return None
         raise Declined("cli.declined", f"not committed; drain request {request_id} cancelled")
     committed = request(target, "POST", f"/v1/drain/{path_segment(request_id)}/commit")
@@ -291,7 +293,7 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
             emit_json(final)
         return
     if gone:
-        _console().print(
+        emit_text(
             f"the agent exited (on completion {committed.get('on_completion')}): "
             f"drain request {request_id} completed"
         )
@@ -373,9 +375,9 @@ def cancel(
         return
     last = reply.data.get("last")
     if last is None:
-        _console().print("no drain request in force: nothing to cancel")
+        emit_text("no drain request in force: nothing to cancel")
     else:
-        _console().print(f"cancelled drain request {last['id']} ({last['schedule']})")
+        emit_text(f"cancelled drain request {last['id']} ({last['schedule']})")
 
 
 # --- claims -------------------------------------------------------------------------------

@@ -181,9 +181,9 @@ def _replace_schedule(target: Target, content: bytes, *, json_output: bool, verb
     windows = (reply.data or {}).get("windows") or []
     machines = len(_scheduled(reply.data or {}))
     if not windows:
-        _console().print(f"schedule {verb}: no machine is scheduled")
+        emit_text(f"schedule {verb}: no machine is scheduled")
         return
-    _console().print(
+    emit_text(
         f"schedule {verb}: {len(windows)} window{'' if len(windows) == 1 else 's'}, "
         f"{machines} machine{'' if machines == 1 else 's'}"
     )

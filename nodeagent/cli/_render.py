@@ -79,10 +79,15 @@ _DRAIN_STYLES = {"pending": "yellow", "draining": "yellow", "drained": "bold yel
 
 def make_console(stream: TextIO | None = None) -> Console:
     """A console on ``stream`` (default stdout): colour only on a terminal (and never with
-    ``NO_COLOR``); off a terminal, wide enough that tables are not cut (``COLUMNS`` wins)."""
+    ``NO_COLOR``); off a terminal, wide enough that tables are not cut (``COLUMNS`` wins).
+
+    Text is printed as it is: a daemon's strings (a drain reason, a START expression with
+    ``[…]``, an owner) are neither rich markup nor ``:emoji:`` codes."""
     from rich.console import Console  # noqa: PLC0415
 
-    console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=False)
+    console = Console(
+        file=stream or sys.stdout, highlight=False, markup=False, emoji=False, soft_wrap=False
+    )
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 200
     return console
