@@ -8,9 +8,14 @@ with the ads and acts:
 
 * a DRAINING machine's node gets a graceful drain (reason ``maintenance``, two-phase:
   estimate, then commit) at its planned start (just in time, or at once);
-* when its window starts and the node is not empty, the drain escalates: ``quick`` is
-  carried by the drain's own deadline (set to the window start at commit), ``fast``
-  replaces it by a fast drain;
+* when its window starts and the node is not empty, the drain escalates, whatever the
+  order of events (see :meth:`Master._escalate`): with ``quick`` a drain started before the
+  window carries the window start as its deadline, so the agent itself evicts at that
+  instant; a drain started once the window has opened (the master was down across it) is
+  started ``quick`` (or ``fast``) at once; a drain of the master's whose deadline the ad
+  does not show at or before the window (never set, lost, or the window moved earlier) is
+  replaced by a ``quick`` one; ``fast`` replaces the drain by a fast one. A plan row says
+  ``escalated`` only once the node has been told;
 * a DOWN machine's node is fast-drained and stays closed;
 * a machine brought up (or dropped from the schedule) has the master's drain cancelled,
   so its node resumes.
@@ -77,6 +82,7 @@ _RECONCILE_ATTRIBUTES = (
     "DrainState",
     "DrainingRequestId",
     "DrainSchedule",
+    "DrainingDeadline",
     "MaxJobRetirementTime",
     "MachineMaxVacateTime",
 )
@@ -85,6 +91,22 @@ _RECONCILE_ATTRIBUTES = (
 def _reconcile_key(entry: AdEntry) -> tuple[Any, ...]:
     machine = entry.machine
     return tuple(machine.get(name) for name in _RECONCILE_ATTRIBUTES)
+
+
+def _evicts_at_window(machine: Mapping[str, Any], window_start: float, escalation: str) -> bool:
+    """Whether the drain in force on the node, as its ad shows it, carries the escalation.
+
+    ``fast``: a fast drain. ``quick``: a quick or fast drain (they evict at once), or a
+    drain whose ``DrainingDeadline`` is at or before ``window_start`` (the agent evicts
+    what still runs at its deadline by itself; the ad shows it in whole seconds).
+    """
+    schedule = machine.get("DrainSchedule")
+    if schedule == "fast":
+        return True
+    if escalation != "quick":
+        return False
+    deadline = machine.get("DrainingDeadline")
+    return schedule == "quick" or (deadline is not None and deadline <= window_start)
 
 
 @dataclass
@@ -312,17 +334,26 @@ class Master:
             assert record is not None
             if now < plan.window_start:
                 # Remembered for the window: with `quick` the agent evicts at that very
-                # instant (the drain's deadline), and may be empty before the next pass.
+                # instant (the drain's deadline), and may be empty before the next pass;
+                # saved, so that a master restarted across the window knows it too.
                 assert plan.node is not None
                 completion = plan.node.forecast.estimates(now)[_GRACEFUL_END]
-                record["late"] = not plan.empty and completion > plan.window_start
+                late = not plan.empty and completion > plan.window_start
+                if record.get("late", False) != late:
+                    record["late"] = late
+                    self.save()
                 return None
-            escalate = (
-                (not plan.empty or record.get("late"))
-                and not record.get("escalated")
-                and self.policy.escalation != "none"
+            if record.get("escalated") or self.policy.escalation == "none":
+                return None
+            if not plan.empty:
+                return "escalate"
+            # Empty already: escalated only if the drain's deadline evicted what was late.
+            late = record.get("late", False)
+            return (
+                "escalate"
+                if late and _evicts_at_window(machine, plan.window_start, "quick")
+                else None
             )
-            return "escalate" if escalate else None
         if state != "none":
             return None  # someone else's drain (an admin, defrag): left alone
         if plan.drain_start is not None and now >= plan.drain_start:
@@ -355,46 +386,125 @@ class Master:
             self._busy.discard(plan.key)
 
     async def _start(self, plan: MachinePlan, address: str, actor: str) -> None:
+        """Start the machine's drain, as its window requires at this instant.
+
+        Before the window: graceful, and with ``quick`` its deadline is the window start
+        (what still runs then is evicted by the agent itself, at that instant). Once the
+        window has opened (the master was down, the node came late, the schedule was
+        posted late): the escalation's own schedule at once, ``quick`` or ``fast``
+        (graceful under ``none``); the record says ``escalated`` when the commit found
+        work on the node (its drain is not already ``drained``).
+        """
         now = self.clock.now()
-        body: dict[str, Any] = {"schedule": "graceful", "reason": REASON, "ttl": 30}
-        if self.policy.escalation == "quick" and plan.window_start > now:
+        escalation = self.policy.escalation
+        opened = now >= plan.window_start
+        schedule = escalation if opened and escalation != "none" else "graceful"
+        body: dict[str, Any] = {"schedule": schedule, "reason": REASON, "ttl": 30}
+        if schedule == "graceful" and escalation == "quick":
             body["deadline"] = plan.window_start - now
-        phase1 = await self.link.call(address, "POST", "/v1/drain", actor=actor, body=body)
-        estimate = phase1.get("estimate") or {}
-        completion = estimate.get("completion")
-        if completion is not None and completion > plan.window_start:
+        phase1, committed = await self._transaction(address, actor, body)
+        completion = (phase1.get("estimate") or {}).get("completion")
+        if schedule == "graceful" and completion is not None and completion > plan.window_start:
             log.warning(
                 "%s: graceful drain ends %.0f s after its window starts",
                 plan.node_name,
                 completion - plan.window_start,
             )
-        committed = await self.link.call(
-            address, "POST", f"/v1/drain/{phase1['id']}/commit", actor=actor
-        )
+        escalated = schedule != "graceful" and committed.get("state") != "drained"
         self.drains[plan.key] = {
             "node": plan.node_name,
             "request_id": committed["id"],
-            "schedule": "graceful",
+            "schedule": schedule,
             "started_at": now,
             "window_start": plan.window_start,
             "actor": actor,
-            "escalated": False,
+            "escalated": escalated,
             "down": False,
         }
         self.counters.drains_started += 1
+        if escalated:
+            self.counters.drains_escalated += 1
         self.save()
-        log.info("%s: started graceful drain %s for %s", plan.node_name, committed["id"], actor)
+        if opened:
+            log.info(
+                "%s: window open for %.0f s: started %s drain %s for %s%s",
+                plan.node_name,
+                now - plan.window_start,
+                schedule,
+                committed["id"],
+                actor,
+                " (escalated)" if escalated else "",
+            )
+        else:
+            log.info("%s: started graceful drain %s for %s", plan.node_name, committed["id"], actor)
 
     async def _escalate(self, plan: MachinePlan, address: str, actor: str) -> None:
+        """The window has opened and the node is not empty (or is, because its drain's
+        deadline evicted what was forecast late): make sure the node evicts now, then
+        record ``escalated``.
+
+        The node's ad says what it was told. A drain of the master's that already carries
+        the escalation (a ``fast`` drain; with ``quick`` also a ``quick`` one, or one whose
+        ``DrainingDeadline`` is at or before the window start: the agent evicts at its
+        deadline by itself) needs no call. Otherwise (no deadline: started under another
+        policy, by an older master, or lost; a deadline after the window: the window
+        moved earlier; a drain that is not fast under ``fast``) the drain is replaced by
+        one of the escalation's schedule (:meth:`_replace`). ``escalated`` is recorded
+        only after that: a failed call leaves it false, and a later pass acts again.
+        """
         record = self.drains[plan.key]
-        if self.policy.escalation == "fast" and not plan.empty:
-            await self._fast(address, actor, record)
+        assert plan.node is not None
+        machine = plan.node.machine
+        escalation = self.policy.escalation
+        if plan.empty or _evicts_at_window(machine, plan.window_start, escalation):
+            how = f"{machine.get('DrainSchedule')} drain {record.get('request_id')}"
+            if machine.get("DrainSchedule") == "graceful":
+                how += f", deadline {machine.get('DrainingDeadline')}"
+        else:
+            replaced = record.get("request_id")
+            await self._replace(address, actor, record, escalation)
+            how = f"drain {replaced} replaced by {escalation} drain {record['request_id']}"
         record["escalated"] = True
         self.counters.drains_escalated += 1
         self.save()
-        log.info(
-            "%s: not empty at its window: escalated (%s)", plan.node_name, self.policy.escalation
+        log.info("%s: at its window: escalated (%s)", plan.node_name, how)
+
+    async def _replace(
+        self, address: str, actor: str, record: dict[str, Any], schedule: str
+    ) -> None:
+        """Cancel the master's drain on the node and commit a ``schedule`` drain instead.
+
+        A drain in force cannot be changed and a node holds one request at a time, so
+        the drain is cancelled (by its id: never someone else's; already gone is fine)
+        and a new one goes through the two-phase transaction. On failure the record
+        keeps the old request id: if the cancel went through, the next pass finds no
+        drain on the node and :meth:`_start` starts one as the open window requires.
+        """
+        try:
+            await self.link.call(
+                address, "POST", f"/v1/drain/{record['request_id']}/cancel", actor=actor
+            )
+        except AgentCallFailed as exc:
+            if exc.code != "drain.no_such_request":
+                raise
+        body = {"schedule": schedule, "reason": REASON, "ttl": 30}
+        _, committed = await self._transaction(address, actor, body)
+        record["request_id"] = committed["id"]
+        record["schedule"] = schedule
+
+    async def _transaction(
+        self, address: str, actor: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The two-phase drain transaction: phase 1 (the agent's estimate), then commit.
+
+        Returns both replies; raises :class:`AgentCallFailed` from either call (a phase 1
+        left pending expires on the agent after its ``ttl``).
+        """
+        phase1 = await self.link.call(address, "POST", "/v1/drain", actor=actor, body=body)
+        committed = await self.link.call(
+            address, "POST", f"/v1/drain/{phase1['id']}/commit", actor=actor
         )
+        return phase1, committed
 
     async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
         record = self.drains.setdefault(

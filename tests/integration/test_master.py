@@ -315,3 +315,54 @@ def test_ads_query_expiry_and_on_demand_fetch(tmp_path: Path) -> None:
         )
         names = [a["Name"] for a in master.call("GET", "/v1/ads").json()["ads"]]
         assert "q2.test" in names  # lost, not deleted
+
+
+def test_a_master_down_across_the_window_escalates_the_node_at_its_first_pass(
+    tmp_path: Path,
+) -> None:
+    """The schedule is in the master's store, the master is down when the window opens and
+    the job is promised a minute past it: the master's first pass starts the drain quick
+    (the job is soft-killed then, not at its promise), and the plan says escalated only
+    once the node has committed that drain."""
+    settings = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
+    policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}
+    with MasterProcess(tmp_path / "master", settings=settings) as master:
+        port = httpx.URL(master.url).port
+        start = time.time() + 3
+        master.call("POST", "/maintenance/schedule", json=window(["late.test"], start))
+        link = master.agent_settings(tmp_path / "late.test", update_interval=0.5)
+        master.stop()
+        # back on the same port: the agent's [master] url stays right
+        config = master.config_path.read_text()
+        master.config_path.write_text(config.replace("127.0.0.1:0", f"127.0.0.1:{port}"))
+        with AgentProcess(
+            tmp_path / "late.test", hostname="late.test", policy=policy, master=link
+        ) as agent:
+            argv, record = job_script(tmp_path, "long", term_delay=0)
+            promise_end = agent.claim(argv)["job"]["started_at"] + 60
+            time.sleep(max(0.0, start + 1 - time.time()))
+            assert drain_of(agent)["state"] == "none"  # nobody told it: the job runs on
+            assert not record.exists()
+            restarted = time.time()
+            master.start()
+            plans: list[tuple[float, bool]] = []
+
+            def escalated() -> bool:
+                row = plan_for(master, "late.test")
+                plans.append((time.time(), row["escalated"]))
+                return bool(row["escalated"])
+
+            wait_for(escalated, interval=0.01)
+            drain = drain_of(agent)
+            assert (drain["schedule"], drain["reason"]) == ("quick", "maintenance")
+            assert drain["requested_by"] == "master:local"
+            first = next(t for t, said in plans if said)
+            assert restarted < drain["committed_at"] <= first  # told, then said so
+            assert not any(said for t, said in plans if t < drain["committed_at"])
+            (received,) = [float(x) for x in wait_for(record.read_text).split()]
+            # soft-killed by the quick drain of the first pass, within its vacate time
+            assert drain["committed_at"] - 0.01 <= received < drain["committed_at"] + 1
+            assert received < restarted + 5 < promise_end - 40
+            wait_for(lambda: agent.jobs_alive() == [])
+            totals = master.call("GET", "/v1/maintenance/plan").json()["totals"]
+            assert (totals["drains_started"], totals["drains_escalated"]) == (1, 1)
