@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -459,14 +459,22 @@ def build_app(
 
     rule("GET", "/v1/ad", AuthScope.READ)
 
-    @app.get("/v1/ad", tags=["ads"], responses=_errors(*_READ_ERRORS, 422))
-    async def get_ad(request: Request, format: str = "json") -> Response:
+    @app.get(
+        "/v1/ad",
+        tags=["ads"],
+        responses={
+            200: {
+                "description": "JSON, or ClassAd long format with ``?format=classad``",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            **_errors(*_READ_ERRORS, 422),
+        },
+    )
+    async def get_ad(request: Request, format: Literal["json", "classad"] = "json") -> Response:
         """The machine ad and every slot ad; ``?format=classad`` gives ClassAd long format."""
         ad = agent.ad()
         if format == "classad":
             return PlainTextResponse(render_long([ad["machine"], *ad["slots"]]))
-        if format != "json":
-            return _error(422, "request.invalid", "format must be 'json' or 'classad'")
         return JSONResponse(ad)
 
     rule("GET", "/v1/drain", AuthScope.READ)

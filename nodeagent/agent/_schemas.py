@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from nodeagent.agent._processes import PID_MAX_LIMIT, cwd_problem
 from nodeagent.agent._store import ProcessRecord
@@ -36,8 +36,17 @@ __all__ = [
     "request_json",
 ]
 
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-WholeSeconds = Annotated[int, Field(ge=0, le=2**31 - 1)]
+
+def _json_number(value: Any) -> Any:
+    """A JSON number, nothing else: pydantic alone would read ``true`` as 1 and ``"5"`` as 5."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")  # noqa: TRY004 (pydantic reports ValueError only)
+    return value
+
+
+Number = BeforeValidator(_json_number)
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), Number]
+WholeSeconds = Annotated[int, Field(ge=0, le=2**31 - 1), Number]
 
 EXPRESSION_MAX_OPERATORS = 256
 """Most operator and bracket characters a START or check expression may hold.
@@ -143,8 +152,8 @@ class DrainBody(_Body):
     check: Expression | None = Field(
         None, description="One-shot only: ClassAd expression that must be true on the machine ad"
     )
-    commit: bool = False
-    ttl: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] | None = Field(
+    commit: Annotated[bool, Field(strict=True)] = False
+    ttl: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False), Number] | None = Field(
         None, description="Seconds the pending transaction lives (default: the agent's policy)"
     )
 
@@ -187,7 +196,7 @@ class ClaimBody(_Body):
         ]
         | None
     ) = None
-    pid: Annotated[int, Field(gt=1, le=PID_MAX_LIMIT)] | None = None
+    pid: Annotated[int, Field(gt=1, le=PID_MAX_LIMIT), Number] | None = None
     env: Annotated[dict[str, str], AfterValidator(_environment)] | None = None
     cwd: Annotated[str, Field(max_length=4096), AfterValidator(_cwd)] | None = Field(
         None, description="Relative to the slot's execute directory, and inside it"
@@ -195,10 +204,10 @@ class ClaimBody(_Body):
     user: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable)] | None = (
         None
     )
-    cpus: Annotated[int, Field(ge=1)] = 1
-    memory: Annotated[int, Field(ge=0)] = 0
-    disk: Annotated[int, Field(ge=0)] = 0
-    gpus: Annotated[int, Field(ge=0)] = 0
+    cpus: Annotated[int, Field(ge=1), Number] = 1
+    memory: Annotated[int, Field(ge=0), Number] = 0
+    disk: Annotated[int, Field(ge=0), Number] = 0
+    gpus: Annotated[int, Field(ge=0), Number] = 0
     max_job_retirement_time: WholeSeconds | None = None
     job_max_vacate_time: WholeSeconds | None = None
     owner: Annotated[Text, Field(min_length=1)] | None = None
