@@ -1,0 +1,39 @@
+"""Schemathesis over the agent's OpenAPI document, against a real daemon on loopback TCP.
+
+Every operation gets a bounded number of schema-valid and schema-invalid requests
+(:mod:`tests.fuzzing`): no reply is a 5xx, every reply matches the document, and a 4xx
+changes nothing. ``FUZZ_SEED`` replays a run; ``FUZZ_EXAMPLES`` sets the examples per
+operation and mode. The longer run is ``tests/bench/fuzz.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from tests.fuzzing import AgentTarget, fuzz
+from tests.harness import AgentProcess
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+BUDGET_S = 45.0
+
+
+def _seed() -> int:
+    return int(os.environ.get("FUZZ_SEED") or random.randrange(2**32))
+
+
+def test_agent_api_under_fuzz(tmp_path: Path) -> None:
+    seed = _seed()
+    with AgentProcess(tmp_path / "agent") as agent:
+        target = AgentTarget(agent)
+        try:
+            report = fuzz(target, max_examples=EXAMPLES, seed=seed, time_budget_s=BUDGET_S)
+        finally:
+            target.close()
+    assert report.operations >= 14, report.figures()
+    assert report.examples >= report.operations * 2, report.figures()
+    findings = "\n".join(
+        f"{f.operation} -> {f.status}: {f.problem}\n  {f.request}" for f in report.findings
+    )
+    assert not report.findings, f"FUZZ_SEED={seed}\n{findings}"
