@@ -38,7 +38,7 @@ from schemathesis.core.result import Err
 
 from nodeagent.agent._processes import PID_MAX_LIMIT
 
-__all__ = ["AgentTarget", "Finding", "Report", "Target", "fuzz"]
+__all__ = ["AgentTarget", "Finding", "MasterTarget", "Report", "Target", "fuzz"]
 
 #: A schema-valid request may still be refused with 422: the APIs' own rules (printable
 #: text, ClassAd expressions, environment names, fields that go together) are stricter
@@ -316,4 +316,44 @@ class AgentTarget:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait()
+        self._client.close()
+
+
+# ---------------------------------------------------------------------------------- the master
+
+
+class MasterTarget:
+    """A :class:`~tests.harness.MasterProcess` whose baseline is empty: no schedule, no
+    machine down, no ad. Its state is the schedule, ``/maintenance/status`` and the ads."""
+
+    def __init__(self, master: Any) -> None:
+        self.master = master
+        self.base_url: str = master.url
+        self.token: str = master.token("ADMINISTRATOR", subject="fuzz")
+        self._client = master.client()
+
+    def document(self) -> dict[str, Any]:
+        response = self._client.get("/v1/openapi.json")
+        response.raise_for_status()
+        document: dict[str, Any] = response.json()
+        return document
+
+    def snapshot(self) -> Any:
+        ads = self._client.get("/v1/ads", params={"projection": "Name"}).json()["ads"]
+        return {
+            "schedule": self._client.get("/maintenance/schedule").json(),
+            "status": self._client.get("/maintenance/status").json(),
+            "ads": sorted(ad.get("Name", "") for ad in ads),
+        }
+
+    def rewrite(self, method: str, path: str, case: Any) -> None:
+        """Nothing the master does reaches outside it: requests go as generated."""
+
+    def reset(self) -> None:
+        down = self._client.get("/maintenance/status").json().get("down_machines", [])
+        if down:
+            self._client.post("/machine/up", json=down).raise_for_status()
+        self._client.post("/maintenance/schedule", json={"windows": []}).raise_for_status()
+
+    def close(self) -> None:
         self._client.close()

@@ -1,4 +1,5 @@
-"""Schemathesis over the agent's OpenAPI document, against a real daemon on loopback TCP.
+"""Schemathesis over the agent's and the master's OpenAPI documents, against real daemons
+on loopback TCP.
 
 Every operation gets a bounded number of schema-valid and schema-invalid requests
 (:mod:`tests.fuzzing`): no reply is a 5xx, every reply matches the document, and a 4xx
@@ -12,8 +13,10 @@ import os
 import random
 from pathlib import Path
 
-from tests.fuzzing import AgentTarget, fuzz
-from tests.harness import AgentProcess
+import pytest
+
+from tests.fuzzing import AgentTarget, MasterTarget, Report, fuzz
+from tests.harness import AgentProcess, MasterProcess
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 BUDGET_S = 45.0
@@ -31,7 +34,27 @@ def test_agent_api_under_fuzz(tmp_path: Path) -> None:
             report = fuzz(target, max_examples=EXAMPLES, seed=seed, time_budget_s=BUDGET_S)
         finally:
             target.close()
-    assert report.operations >= 14, report.figures()
+    _assert_clean(report, seed, operations=14)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the master's OpenAPI has no request bodies for /v1/ads and the Mesos endpoints, "
+    "and no error statuses (400, 404, 413, 422): issue 12",
+)
+def test_master_api_under_fuzz(tmp_path: Path) -> None:
+    seed = _seed()
+    with MasterProcess(tmp_path / "master") as master:
+        target = MasterTarget(master)
+        try:
+            report = fuzz(target, max_examples=EXAMPLES, seed=seed, time_budget_s=BUDGET_S)
+        finally:
+            target.close()
+    _assert_clean(report, seed, operations=11)
+
+
+def _assert_clean(report: Report, seed: int, *, operations: int) -> None:
+    assert report.operations >= operations, report.figures()
     assert report.examples >= report.operations * 2, report.figures()
     findings = "\n".join(
         f"{f.operation} -> {f.status}: {f.problem}\n  {f.request}" for f in report.findings
