@@ -51,8 +51,8 @@ def _run(target: Target, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=300, help="per operation and mode")
-    parser.add_argument("--budget", type=float, default=600.0, help="seconds per daemon")
+    parser.add_argument("--examples", type=int, default=200, help="per operation and mode")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds per daemon")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--only", choices=("agent", "master"), default=None)
     args = parser.parse_args()
