@@ -26,25 +26,47 @@ Reload (:func:`reload_daemon`, on SIGHUP): the file is read again; an invalid fi
 logged and changes nothing. Otherwise the keys that need a restart keep their running
 values (and are logged as such), the reloadable ones go to :meth:`Program.reconfigure`,
 which may refuse them (then nothing changes either), and ``READY=1`` follows.
+
+A daemon that cannot start raises before anything answers, with one exception whose text
+is one line naming the file or address and what to do; :func:`start_failure` gives its
+exit status (``docs/cli.md``, ``docs/systemd.md``)::
+
+    status  raised                                  what
+    2       ConfigError, KeyFileError               the configuration file, the pool key,
+                                                    the TLS certificate or key
+    7       StoreError, StateUnusable               a directory, the store or the audit log
+                                                    cannot be used (corrupt, read-only, full)
+    8       StateLost                               the store is empty but the daemon's other
+                                                    files show a previous life (agent)
+    9       AddressUnavailable, StateInUse          the Unix socket, a TCP listener or the
+                                                    state directory is taken (another daemon,
+                                                    a port in use) or cannot be bound
+
+Jobs and other processes are never touched on the way out.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import errno
+import fcntl
+import json
 import logging
+import os
 import signal
-from collections.abc import Mapping
+import ssl
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import trio
 from starlette.types import ASGIApp
 
 from nodeagent import _sdnotify
 from nodeagent._audit import AuditLog
-from nodeagent._auth import generate_key, load_key
+from nodeagent._auth import KeyFileError, generate_key, load_key
 from nodeagent._http import trusted
 from nodeagent._http11 import serve_http
 from nodeagent._serving import SHUTDOWN_GRACE, free_stale_socket, serve, write_runtime_info
@@ -55,17 +77,86 @@ from nodeagent._settings import (
     merge_reloadable,
     reloadable_changes,
 )
+from nodeagent._store import StoreError
 
 __all__ = [
+    "EXIT_CONFIG",
+    "EXIT_STATE",
+    "EXIT_STATE_LOST",
+    "EXIT_UNAVAILABLE",
+    "AddressUnavailable",
     "DaemonSpec",
     "Listening",
     "Opened",
     "Program",
+    "StartFailed",
+    "StateInUse",
+    "StateLost",
+    "StateUnusable",
     "reload_config",
     "reload_daemon",
     "serve_daemon",
+    "start_failure",
     "tls_files",
 ]
+
+#: Exit status of a daemon whose configuration (file, pool key, TLS files) is unusable.
+EXIT_CONFIG = 2
+#: Exit status of a daemon whose state (a directory, the store, the audit log) is unusable.
+EXIT_STATE = 7
+#: Exit status of a daemon that found its store empty after a previous life.
+EXIT_STATE_LOST = 8
+#: Exit status of a daemon whose socket, TCP listeners or state directory it cannot have.
+EXIT_UNAVAILABLE = 9
+
+
+class StartFailed(Exception):
+    """A daemon cannot start; the text is one line naming the file or address and what
+    to do, ``exit_status`` the daemon's exit status. Nothing listens yet."""
+
+    exit_status: ClassVar[int] = EXIT_STATE
+
+
+class StateUnusable(StartFailed):
+    """A directory of the daemon, or its audit log, cannot be created, opened or written."""
+
+    exit_status: ClassVar[int] = EXIT_STATE
+
+
+class StateLost(StartFailed):
+    """The store holds nothing, yet the daemon's other files show a previous life: the
+    operator decides how to start (the agent's ``--recover`` or ``--fresh``)."""
+
+    exit_status: ClassVar[int] = EXIT_STATE_LOST
+
+
+class AddressUnavailable(StartFailed):
+    """The Unix socket or a TCP listener cannot be bound: another daemon answers on the
+    socket, the port is in use, the address is not on this host."""
+
+    exit_status: ClassVar[int] = EXIT_UNAVAILABLE
+
+
+class StateInUse(StartFailed):
+    """Another daemon of the same kind runs on this state directory (it holds the lock)."""
+
+    exit_status: ClassVar[int] = EXIT_UNAVAILABLE
+
+
+def start_failure(exc: BaseException) -> tuple[int, str] | None:
+    """The exit status and the one line for ``exc`` when it says why a daemon cannot
+    start (or could not go on with its configuration or its state); ``None`` otherwise
+    (a bug: let its traceback show). An exception group holding one such error is that
+    error."""
+    if isinstance(exc, BaseExceptionGroup):
+        exc = _only(exc)
+    if isinstance(exc, StartFailed):
+        return exc.exit_status, str(exc)
+    if isinstance(exc, ConfigError | KeyFileError):
+        return EXIT_CONFIG, str(exc)
+    if isinstance(exc, StoreError):
+        return EXIT_STATE, str(exc)
+    return None
 
 
 class _Closeable(Protocol):
@@ -82,8 +173,10 @@ class DaemonSpec:
     """A daemon's parameters to the lifecycle, from the configuration it started with.
 
     ``name`` begins its log lines and its ``STATUS=``; ``log`` is its logger.
-    ``directories`` are created with mode 0700. The pool key at ``key_file`` is made when
-    missing if ``create_key``, else a missing key is a
+    ``directories`` are created with mode 0700 and must be writable; the first is the
+    state directory, where the daemon holds ``<runtime file's stem>.lock`` locked for its
+    whole life, so that no two daemons of a kind share a state. The pool key at
+    ``key_file`` is made when missing if ``create_key``, else a missing key is a
     :class:`~nodeagent._auth.KeyFileError`. ``audit_log``: none for a daemon that audits
     nothing. ``runtime_file`` gets ``{"pid", "urls", "socket", **runtime_info}``.
     ``tcp_server``: hypercorn's trio worker, or :mod:`nodeagent._http11` for many small
@@ -199,25 +292,43 @@ async def serve_daemon(
     Reports ``program`` as started once it serves (and ``READY=1``). ``handle_signals`` is
     off when the daemon is embedded in another trio program, whose signals they are. On the
     way out, however it ends, the runtime file and the socket this run bound are removed
-    and the store and the audit log closed. A pool key that cannot be read, a store that
-    cannot be opened, an error of :meth:`Program.build` or another daemon on the socket
-    raise before anything listens.
+    (not another daemon's), the store and the audit log closed and the state lock let go.
+
+    Raises before anything listens (see the module docstring for the exit statuses): a
+    directory that cannot be created or written, the audit log that cannot be opened
+    (:class:`StateUnusable`); another daemon on the state directory
+    (:class:`StateInUse`); a pool key that cannot be read (``KeyFileError``), TLS files
+    that do not load (:class:`ConfigError`); another daemon on the socket, a TCP address
+    that cannot be bound (:class:`AddressUnavailable`); a store that cannot be opened
+    (``StoreError``); an error of :meth:`Program.build` as itself.
     """
     spec = program.spec()
     for directory in spec.directories:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if spec.create_key and not spec.key_file.exists():
-        generate_key(spec.key_file)
-        spec.log.info("generated a new pool key in %s", spec.key_file)
-    key = load_key(spec.key_file)
+        _make_directory(directory)
     with contextlib.ExitStack() as opened:
+        opened.enter_context(_state_lock(spec))
+        if spec.create_key and not spec.key_file.exists():
+            generate_key(spec.key_file)
+            spec.log.info("generated a new pool key in %s", spec.key_file)
+        key = load_key(spec.key_file)
+        if spec.tls is not None:
+            _check_tls(*spec.tls)
+        try:
+            free_stale_socket(spec.socket)
+        except RuntimeError as exc:  # the one error it raises: a daemon answers there
+            raise AddressUnavailable(
+                f"{exc}: stop that daemon first, or give this one another runtime_dir"
+            ) from None
+        except OSError as exc:
+            raise AddressUnavailable(
+                f"cannot use the socket {spec.socket}: {exc.strerror}"
+            ) from exc
         store = program.open_store()
         opened.callback(store.close)
         audit = None
         if spec.audit_log is not None:
-            audit = opened.enter_context(AuditLog(spec.audit_log))
+            audit = opened.enter_context(_open_audit(spec.audit_log))
         app = program.build(Opened(key=key, store=store, audit=audit))
-        free_stale_socket(spec.socket)
         try:
             await _serve(
                 program,
@@ -227,10 +338,121 @@ async def serve_daemon(
                 handle_signals=handle_signals,
                 task_status=task_status,
             )
+        except BaseExceptionGroup as group:
+            # Bound in a nursery: a failure to listen arrives wrapped; raise it as itself.
+            failure = _only(group)
+            if isinstance(failure, StartFailed):
+                raise failure from None
+            raise
         finally:
             for leftover in (spec.runtime_file, spec.socket):
-                with contextlib.suppress(FileNotFoundError):
-                    leftover.unlink()
+                if _ours(leftover):
+                    with contextlib.suppress(FileNotFoundError):
+                        leftover.unlink()
+
+
+def _only(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a group holds, through nested groups; else the group itself."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _ours(path: Path) -> bool:
+    """Whether this run may remove ``path``: the socket it bound (another daemon's was
+    refused before), or a runtime file naming this process (not one that another daemon
+    sharing the runtime directory wrote)."""
+    if path.suffix != ".json":
+        return True
+    try:
+        return bool(json.loads(path.read_text()).get("pid") == os.getpid())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def _state_lock(spec: DaemonSpec) -> Iterator[None]:
+    """Hold ``<state directory>/<runtime file's stem>.lock`` (``flock``, exclusive) while
+    the daemon runs; raises :class:`StateInUse` when another process holds it."""
+    path = spec.directories[0] / f"{spec.runtime_file.stem}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StateUnusable(f"cannot open the lock file {path}: {exc.strerror}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise StateInUse(
+                f"another daemon (pid {holder}) runs on the state directory "
+                f"{spec.directories[0]}: stop it first, or give this one another state_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _make_directory(directory: Path) -> None:
+    """Create ``directory`` (0700) if missing; it must be writable. Raises
+    :class:`StateUnusable` naming it and what to do."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise StateUnusable(
+            f"cannot create the directory {directory}: {exc.strerror}: create it, or name "
+            "another one in the configuration"
+        ) from exc
+    try:
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError as exc:
+        raise StateUnusable(f"cannot use the directory {directory}: {exc.strerror}") from exc
+    if read_only:
+        raise StateUnusable(
+            f"the directory {directory} is on a read-only file system: remount it "
+            "read-write, or name another directory in the configuration"
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StateUnusable(
+            f"the directory {directory} is not writable by this user: fix its owner or mode"
+        )
+
+
+def _open_audit(path: Path) -> AuditLog:
+    try:
+        return AuditLog(path)
+    except OSError as exc:
+        raise StateUnusable(
+            f"cannot open the audit log {path}: {exc.strerror}: fix the file's owner or mode, "
+            "or name another audit_log"
+        ) from exc
+
+
+def _check_tls(cert: Path, key: Path) -> None:
+    """Load the TLS certificate and key once, so that a bad pair is a configuration error
+    before anything listens."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except OSError as exc:
+        what = exc.strerror or str(exc)
+        raise ConfigError(
+            f"tls_cert {cert} / tls_key {key}: {what}: name a readable PEM certificate and its key"
+        ) from exc
+
+
+def _address_failure(binds: list[str], exc: OSError) -> AddressUnavailable:
+    """One line for a listener that cannot be bound, with what to do."""
+    where = ", ".join(binds)
+    advice = {
+        errno.EADDRINUSE: "another process listens there: stop it, or change listen",
+        errno.EADDRNOTAVAIL: "no such address on this host: change listen",
+        errno.EACCES: "a port below 1024 needs root or CAP_NET_BIND_SERVICE: change listen",
+    }.get(exc.errno or 0, "change listen")
+    return AddressUnavailable(f"cannot listen on {where}: {exc.strerror or exc}: {advice}")
 
 
 async def _serve(
@@ -245,13 +467,20 @@ async def _serve(
     async with trio.open_nursery() as services:
         await program.start(services)
         async with trio.open_nursery() as servers:
-            unix = await serve(
-                servers, trusted(app), [f"unix:{spec.socket}"], shutdown=stop.wait, unix=True
-            )
-            if spec.tcp_server == "h11":
-                tcp = await serve_http(servers, app, list(spec.listen), tls=spec.tls)
-            else:
-                tcp = await serve(servers, app, list(spec.listen), shutdown=stop.wait, tls=spec.tls)
+            binds = [f"unix:{spec.socket}"]
+            try:
+                unix = await serve(servers, trusted(app), binds, shutdown=stop.wait, unix=True)
+                binds = list(spec.listen)
+                if spec.tcp_server == "h11":
+                    tcp = await serve_http(servers, app, binds, tls=spec.tls)
+                else:
+                    tcp = await serve(servers, app, binds, shutdown=stop.wait, tls=spec.tls)
+            except OSError as exc:
+                raise _address_failure(binds, exc) from exc
+            except BaseExceptionGroup as group:  # hypercorn binds inside its own nurseries
+                if isinstance(leaf := _only(group), OSError):
+                    raise _address_failure(binds, leaf) from leaf
+                raise
             listening = Listening(unix=tuple(unix), tcp=tuple(tcp))
             program.urls = listening.urls
             await program.serving(services, listening)

@@ -1,63 +1,160 @@
-"""The agent's durable state in SQLite (WAL, synchronous=FULL).
+"""The daemons' durable state in SQLite (WAL, synchronous=FULL).
 
-One row holds the machine's snapshot (drain request, counters, statistics, claims)
-and the identity of every job process (pid, start time, process group), written in
-one transaction before a state-changing request is acknowledged. A crash at any
-moment leaves either the previous state or the new one, never a mix.
+Each daemon keeps one file (the agent's ``agent.db``, the master's ``master.db``, the
+defrag daemon's ``defrag.db``), written in one transaction before a state-changing
+request is acknowledged. A crash at any moment leaves either the previous state or the
+new one, never a mix.
+
+A database that cannot be used is a :class:`StoreError` whose message is one line naming
+the file and what to do (:func:`open_database`). A file deleted or replaced while its
+daemon runs is noticed at the next write (:class:`FileIdentity`), which then goes to a
+new file at the same path: the daemon's memory holds the whole state.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["DocumentStore", "StoreError", "open_database"]
+__all__ = ["DocumentStore", "FileIdentity", "StoreError", "open_database"]
+
+log = logging.getLogger("nodeagent.store")
 
 
 class StoreError(Exception):
-    """The database cannot be opened or holds something this version cannot read."""
+    """The database cannot be opened, read or written, or holds something this version
+    cannot read. The message names the file and, at start, what to do."""
 
     code = "store.error"
     http_status = 500
 
 
+#: What to do with a file that is not a database the daemon can read.
+_MOVE_ASIDE = (
+    "move it aside (with its -wal and -shm files, if any) to start without it, or put back a backup"
+)
+
+
+def _directory_problem(directory: Path) -> str | None:
+    """Why the daemon cannot create files in ``directory``, or ``None``."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return f"{directory} is on a read-only file system: make it writable"
+    except OSError as exc:
+        return f"{directory}: {exc.strerror}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{directory} is not writable by this user: fix its owner or mode"
+    return None
+
+
+def _open_problem(path: Path, exc: sqlite3.Error) -> str:
+    """One line: why ``path`` could not be opened, and what to do."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        return f"{path} is not a SQLite database this daemon can read ({exc}): {_MOVE_ASIDE}"
+    if name == "SQLITE_FULL":
+        return f"cannot open the state database {path}: its file system is full: free some space"
+    problem = _directory_problem(path.parent)
+    if problem is not None:
+        return f"cannot open the state database {path}: {problem}"
+    return (
+        f"cannot open the state database {path} ({exc}): check the file, the permissions "
+        "of its directory and the free space"
+    )
+
+
 def open_database(path: Path, schema: str) -> sqlite3.Connection:
     """Open (creating) a SQLite file in WAL mode with ``synchronous=FULL`` and ``schema``.
 
-    A write is durable once its statement returns (autocommit).
+    A write is durable once its statement returns (autocommit). The file must pass
+    SQLite's ``quick_check`` (a damaged page is found now, not by a later request).
+    Raises :class:`StoreError`, whose message names the file and what to do, when the
+    directory cannot be created or written, or the file is not a sound SQLite database;
+    nothing is left open then.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the state directory {path.parent}: {exc.strerror}"
+        ) from exc
     try:
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(_open_problem(path, exc)) from exc
+    try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA busy_timeout=5000")
+        _quick_check(db, path)
         db.executescript(schema)
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+        db.close()
+        raise StoreError(_open_problem(path, exc)) from exc
+    except BaseException:
+        db.close()
+        raise
     return db
 
 
+def _quick_check(db: sqlite3.Connection, path: Path) -> None:
+    """Raise :class:`StoreError` unless SQLite's ``quick_check`` finds ``path`` sound."""
+    verdict = [str(row[0]) for row in db.execute("PRAGMA quick_check")]
+    if verdict != ["ok"]:
+        found = "; ".join(verdict[:3])
+        raise StoreError(f"{path} is damaged (SQLite's quick check: {found}): {_MOVE_ASIDE}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileIdentity:
+    """Which file a path names (device and inode), to notice it deleted or replaced."""
+
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> Self | None:
+        """The identity of the file at ``path`` now; ``None`` when there is none."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return cls(device=st.st_dev, inode=st.st_ino)
+
+
 class DocumentStore:
-    """A SQLite file holding named JSON documents, each replaced whole and durably."""
+    """A SQLite file holding named JSON documents, each replaced whole and durably.
+
+    A file deleted or replaced while the store is open is noticed by :meth:`save`, which
+    then writes to a new file at the same path (the daemons using it save every
+    document they keep in each call).
+    """
+
+    _SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS documents ("
+        "name TEXT PRIMARY KEY, saved_at REAL NOT NULL, doc TEXT NOT NULL);"
+    )
 
     def __init__(self, path: Path) -> None:
-        self._db = open_database(
-            path,
-            "CREATE TABLE IF NOT EXISTS documents ("
-            "name TEXT PRIMARY KEY, saved_at REAL NOT NULL, doc TEXT NOT NULL);",
-        )
+        self._db = open_database(path, self._SCHEMA)
+        self._identity = FileIdentity.of(path)
         self.path = path
 
     def close(self) -> None:
         self._db.close()
 
     def load(self, name: str) -> Any:
-        """The document saved under ``name``, or ``None``."""
-        row = self._db.execute("SELECT doc FROM documents WHERE name = ?", (name,)).fetchone()
+        """The document saved under ``name``, or ``None``; raises :class:`StoreError`."""
+        try:
+            row = self._db.execute("SELECT doc FROM documents WHERE name = ?", (name,)).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}") from exc
         if row is None:
             return None
         try:
@@ -67,6 +164,14 @@ class DocumentStore:
 
     def save(self, **documents: Any) -> None:
         """Replace the given documents in one transaction; durable when this returns."""
+        if FileIdentity.of(self.path) != self._identity:
+            log.error(
+                "%s was deleted or replaced while this daemon ran: its state goes to a new file",
+                self.path,
+            )
+            self._db.close()
+            self._db = open_database(self.path, self._SCHEMA)
+            self._identity = FileIdentity.of(self.path)
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
             for name, doc in documents.items():

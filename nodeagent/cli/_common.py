@@ -90,20 +90,35 @@ def finish(action: Callable[[], None], *, json_output: bool) -> None:
 
 
 def run_daemon(run: Callable[[Path | None], int], config: Path | None, log_level: str) -> None:
-    """Run a daemon in the foreground; a configuration it cannot use exits with status 2."""
+    """Run a daemon in the foreground, its log lines escaped one record per line
+    (:class:`~nodeagent._logsafe.SafeFormatter`).
+
+    A daemon that cannot start (or stops on an unusable configuration or state) prints one
+    line, ``nodeagent: <what, where, what to do>``, on stderr, sends it as the service
+    manager's ``STATUS=``, and exits with the status of
+    :func:`~nodeagent._lifecycle.start_failure`: 2 configuration, 7 state, 8 state lost
+    after a previous life, 9 an address. Any other error is a bug and shows its traceback.
+    """
     import logging  # noqa: PLC0415
 
     import typer  # noqa: PLC0415
 
-    from nodeagent._auth import KeyFileError  # noqa: PLC0415
-    from nodeagent._settings import ConfigError  # noqa: PLC0415
+    from nodeagent import _logsafe, _sdnotify  # noqa: PLC0415
+    from nodeagent._lifecycle import start_failure  # noqa: PLC0415
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _logsafe.install()
     try:
         status = run(config)
-    except (ConfigError, KeyFileError) as exc:
-        typer.echo(f"nodeagent: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except Exception as exc:
+        failure = start_failure(exc)
+        if failure is None:
+            raise
+        status, line = failure
+        line = _logsafe.escape_controls(line)
+        _sdnotify.status(f"failed: {line}")
+        typer.echo(f"nodeagent: {line}", err=True)
+        raise typer.Exit(status) from None
     raise typer.Exit(status)

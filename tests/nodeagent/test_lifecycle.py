@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from nodeagent._lifecycle import (
+    AddressUnavailable,
     DaemonSpec,
     Listening,
     Opened,
@@ -293,7 +294,7 @@ async def test_another_daemon_on_the_socket_is_left_alone(root: Path) -> None:
         other.bind(str(spec.socket))
         other.listen()
         spec.runtime_file.write_text('{"pid": 1}')
-        with pytest.raises(RuntimeError, match="another daemon is listening"):
+        with pytest.raises(AddressUnavailable, match="another daemon is listening"):
             await serve_daemon(daemon, stop=trio.Event(), handle_signals=False)
         assert spec.socket.exists()
         assert spec.runtime_file.read_text() == '{"pid": 1}'
