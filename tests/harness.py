@@ -165,7 +165,7 @@ class DaemonProcess:
 class AgentProcess(DaemonProcess):
     """One agent daemon subprocess; use as a context manager."""
 
-    command = ("run",)
+    command: tuple[str, ...] = ("run",)
     info_name = "nodeagent.json"
 
     def __init__(

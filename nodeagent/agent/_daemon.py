@@ -9,6 +9,13 @@ by the next start). SIGHUP reloads the policy, the master link and
 ``metrics_require_auth``; a policy the model refuses changes nothing. A drain's
 completion action ``exit`` ends the daemon with status 0, ``restart`` with
 :data:`RESTART_EXIT_STATUS`, which its unit restarts.
+
+Start-up safety: an ``agent.db`` that cannot be read refuses the start
+(:class:`~nodeagent._store.StoreError`, exit status 7); one that holds nothing while the
+state directory shows a previous life (:mod:`nodeagent.agent._recovery`) refuses it too
+(:class:`~nodeagent._lifecycle.StateLost`, exit status 8), unless the daemon was told
+what to do (``lost_state``: ``recover`` or ``fresh``, ``nodeagent run --recover`` or
+``--fresh``). Jobs are never touched on the way out.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import trio
 from starlette.types import ASGIApp
@@ -26,27 +34,35 @@ from nodeagent._lifecycle import (
     Listening,
     Opened,
     Program,
+    StateLost,
     reload_daemon,
     serve_daemon,
     tls_files,
 )
 from nodeagent._serving import advertised_url
 from nodeagent._settings import ConfigChanges, ConfigError
+from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, policy_seconds
 from nodeagent.agent._api import build_app
 from nodeagent.agent._config import AgentConfig, PolicyConfig, load_agent_config, machine_resources
 from nodeagent.agent._metrics import AgentMetrics
 from nodeagent.agent._processes import OsProcessRunner, ProcessRunner
 from nodeagent.agent._push import MasterLink
+from nodeagent.agent._recovery import look_for_previous_life, recovered_machine
 from nodeagent.agent._store import ProcessRecord, Store
 from slots import Machine, MachinePolicy, OnCompletion, Resources, SlotsError, SuspendPolicy
 
-__all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "machine_policy", "run_agent"]
+__all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "LostState", "machine_policy", "run_agent"]
 
 log = logging.getLogger("nodeagent.daemon")
 
 #: Exit status of the ``restart`` completion action (``RestartForceExitStatus=`` in the unit).
 RESTART_EXIT_STATUS = 75
+
+LostState = Literal["refuse", "recover", "fresh"]
+"""What to do when ``agent.db`` holds nothing but a previous life shows: refuse to start
+(the default), ``recover`` its running jobs, or start ``fresh`` without them; ids continue
+past the previous life's either way (:mod:`nodeagent.agent._recovery`)."""
 
 
 def machine_policy(policy: PolicyConfig) -> MachinePolicy:
@@ -76,11 +92,13 @@ class AgentDaemon(Program[AgentConfig, Store]):
     ``runner`` and ``clock`` are seams for tests; ``handle_signals`` is off when the
     daemon is embedded in another trio program (signals belong to the main program).
     ``config`` is the running configuration (after a reload: the fixed keys as started,
-    the reloadable ones as reloaded).
+    the reloadable ones as reloaded). ``lost_state`` decides a start whose store holds
+    nothing after a previous life (see :data:`LostState`).
     """
 
     config: AgentConfig
     config_path: Path | None = None
+    lost_state: LostState = "refuse"
     runner: ProcessRunner | None = None
     clock: Clock = field(default_factory=WallClock)
     handle_signals: bool = True
@@ -134,30 +152,15 @@ class AgentDaemon(Program[AgentConfig, Store]):
         return Store(self.config.state_dir / "agent.db")
 
     def build(self, opened: Opened[Store]) -> ASGIApp:
-        """The machine restored from the store (or a new one), the agent, its API."""
+        """The machine restored from the store (or a new one, or one recovered after a
+        previous life), the agent, its API.
+
+        Raises :class:`StoreError` for a saved state it cannot read and
+        :class:`StateLost` for a store that holds nothing after a previous life, unless
+        ``lost_state`` says what to do.
+        """
         config = self.config
-        found = machine_resources(config)
-        total = Resources(
-            cpus=found.cpus, memory=found.memory_mib, disk=found.disk_kib, gpus=found.gpus
-        )
-        policy = machine_policy(config.policy)
-        now = self.clock.now()
-        saved = opened.store.load()
-        if saved is None:
-            machine = Machine(
-                host=config.hostname, ip=config.ip, total=total, policy=policy, now=now
-            )
-            processes: dict[str, ProcessRecord] = {}
-        else:
-            document, processes = saved
-            machine = Machine.restore(
-                document, host=config.hostname, ip=config.ip, total=total, policy=policy, now=now
-            )
-            log.info(
-                "restored state: %d claims, drain %s",
-                len(machine.claims(now)),
-                machine.request.id if machine.request else "none",
-            )
+        machine, processes = self._machine(opened.store)
         agent = Agent(
             machine=machine,
             store=opened.store,
@@ -172,6 +175,70 @@ class AgentDaemon(Program[AgentConfig, Store]):
             agent=agent, link=MasterLink(agent, config.master, clock=self.clock), metrics=metrics
         )
         return build_app(agent, key=opened.key, audit=opened.audit, metrics=metrics)
+
+    def _machine(self, store: Store) -> tuple[Machine, dict[str, ProcessRecord]]:
+        config = self.config
+        found = machine_resources(config)
+        total = Resources(
+            cpus=found.cpus, memory=found.memory_mib, disk=found.disk_kib, gpus=found.gpus
+        )
+        policy = machine_policy(config.policy)
+        now = self.clock.now()
+        saved = store.load()
+        if saved is not None:
+            document, processes = saved
+            machine = _restore(
+                document,
+                store.path,
+                host=config.hostname,
+                ip=config.ip,
+                total=total,
+                policy=policy,
+                now=now,
+            )
+            log.info(
+                "restored state: %d claims, drain %s",
+                len(machine.claims(now)),
+                machine.request.id if machine.request else "none",
+            )
+            if self.lost_state != "refuse":
+                log.info("state found in %s: --%s has nothing to do", store.path, self.lost_state)
+            return machine, processes
+        life = look_for_previous_life(execute_dir=config.execute_dir, audit_log=config.audit_log)
+        if not life.found:
+            fresh = Machine(host=config.hostname, ip=config.ip, total=total, policy=policy, now=now)
+            return fresh, {}
+        if self.lost_state == "refuse":
+            raise StateLost(
+                f"{store.path} holds no state, yet this node had a previous life: "
+                f"{life.summary()}. Refusing to start over with request ids from 1: start once "
+                "with `nodeagent run --recover` to re-adopt the jobs still running, or "
+                "`--fresh` to start with no claims (those jobs are left alone); the ids "
+                "continue past the previous life's either way"
+            )
+        machine, processes = recovered_machine(
+            life,
+            how=self.lost_state,
+            host=config.hostname,
+            ip=config.ip,
+            total=total,
+            policy=policy,
+            now=now,
+        )
+        # On disk before anything answers: the next start is an ordinary one.
+        store.save(machine.snapshot(), processes)
+        log.warning(
+            "%s held no state after a previous life (%s); started --%s: %d jobs re-adopted "
+            "(claims %s), next drain request %d, next claim %d",
+            store.path,
+            life.summary(),
+            self.lost_state,
+            len(processes),
+            ", ".join(processes) or "none",
+            machine.next_request_id,
+            machine.next_slot_number,
+        )
+        return machine, processes
 
     def _built(self) -> _Parts:
         if self._parts is None:
@@ -221,15 +288,30 @@ class AgentDaemon(Program[AgentConfig, Store]):
         self.stop()
 
 
-def run_agent(config_path: Path | None) -> int:
+def _restore(document: dict[str, Any], path: Path, **machine: Any) -> Machine:
+    """The machine of a saved document; a document this version cannot read is a
+    :class:`StoreError` naming the file."""
+    try:
+        return Machine.restore(document, **machine)
+    except (SlotsError, KeyError, TypeError, ValueError) as exc:
+        what = exc.message if isinstance(exc, SlotsError) else f"{type(exc).__name__}: {exc}"
+        raise StoreError(
+            f"{path} holds a state this agent cannot read ({what}): move it aside (with its "
+            "-wal and -shm files) and start with --recover, or put back a backup"
+        ) from exc
+
+
+def run_agent(config_path: Path | None, *, lost_state: LostState = "refuse") -> int:
     """Run the daemon in the foreground until stopped; returns the exit status.
 
-    Raises :class:`ConfigError` for a configuration the daemon cannot run with.
+    Raises :class:`ConfigError` for a configuration the daemon cannot run with, and the
+    start failures of :func:`~nodeagent._lifecycle.serve_daemon` (see the module
+    docstring).
     """
     config = load_agent_config(config_path)
     try:
         machine_policy(config.policy)
     except SlotsError as exc:
         raise ConfigError(f"[policy]: {exc.message}") from None
-    daemon = AgentDaemon(config=config, config_path=config_path)
+    daemon = AgentDaemon(config=config, config_path=config_path, lost_state=lost_state)
     return trio.run(daemon.serve)

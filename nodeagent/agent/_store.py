@@ -1,12 +1,15 @@
 """The agent's durable state: the machine document and its job processes.
 
 The agent writes through :class:`StateStore`, a seam that tests fill with a store that
-fails on demand; :class:`Store` is the SQLite one.
+fails on demand; :class:`Store` is the SQLite one. An ``agent.db`` deleted or replaced
+while the agent runs is noticed by the next write, which puts the whole state in a new
+file at the same path (the agent's memory holds all of it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -14,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from nodeagent._store import StoreError, open_database
+from nodeagent._store import FileIdentity, StoreError, open_database
 
 __all__ = ["ProcessRecord", "StateStore", "Store"]
+
+log = logging.getLogger("nodeagent.store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_state (
@@ -56,7 +61,10 @@ class Store:
     """A SQLite file holding one agent's state. Not shared between processes."""
 
     def __init__(self, path: Path) -> None:
+        """Open (creating) ``path``; raises :class:`StoreError` naming the file and what to
+        do when it cannot be used (see :func:`~nodeagent._store.open_database`)."""
         self._db = open_database(path, _SCHEMA)
+        self._identity = FileIdentity.of(path)
         self.path = path
 
     def __enter__(self) -> Self:
@@ -69,7 +77,8 @@ class Store:
         self._db.close()
 
     def load(self) -> tuple[dict[str, Any], dict[str, ProcessRecord]] | None:
-        """The last saved state, or ``None`` for a fresh database."""
+        """The last saved state, or ``None`` when nothing was ever saved (a new, empty or
+        re-created file); raises :class:`StoreError` for a state it cannot read."""
         try:
             row = self._db.execute(
                 "SELECT machine, processes FROM agent_state WHERE id = 1"
@@ -100,8 +109,18 @@ class Store:
 
         One statement in autocommit mode: SQLite either commits all of it or none, so a
         failure (:class:`StoreError`, e.g. ``database or disk is full``) leaves the
-        previous state in place.
+        previous state in place. When the file was deleted or replaced since it was
+        opened, the state is written to a new file at the same path (logged).
         """
+        if FileIdentity.of(self.path) != self._identity:
+            log.error(
+                "%s was deleted or replaced while the agent ran: the whole state goes to a "
+                "new file",
+                self.path,
+            )
+            self._db.close()
+            self._db = open_database(self.path, _SCHEMA)
+            self._identity = FileIdentity.of(self.path)
         doc = {
             claim_id: {
                 "pid": p.pid,

@@ -32,11 +32,40 @@ agent_app = typer.Typer()
 
 
 @agent_app.command()
-def run(config: AgentConfig = None, log_level: LogLevel = "info") -> None:
-    """Run the node agent daemon in the foreground."""
-    from nodeagent.agent._daemon import run_agent  # noqa: PLC0415
+def run(
+    config: AgentConfig = None,
+    log_level: LogLevel = "info",
+    *,
+    recover: Annotated[
+        bool,
+        typer.Option(
+            "--recover",
+            help="If agent.db holds no state after a previous life: re-adopt the jobs still "
+            "running from the execute directory; ids continue past the previous life's.",
+        ),
+    ] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="If agent.db holds no state after a previous life: start with no claims, "
+            "leaving those jobs alone; ids continue past the previous life's.",
+        ),
+    ] = False,
+) -> None:
+    """Run the node agent daemon in the foreground.
 
-    run_daemon(run_agent, config, log_level)
+    It refuses to start (exit 8) when agent.db holds no state but the execute directory
+    or the audit log show a previous life, unless --recover or --fresh says what to do.
+    """
+    import functools  # noqa: PLC0415
+
+    from nodeagent.agent._daemon import LostState, run_agent  # noqa: PLC0415
+
+    if recover and fresh:
+        raise typer.BadParameter("--recover and --fresh exclude each other", param_hint="--fresh")
+    lost_state: LostState = "recover" if recover else "fresh" if fresh else "refuse"
+    run_daemon(functools.partial(run_agent, lost_state=lost_state), config, log_level)
 
 
 @agent_app.command()
