@@ -15,13 +15,16 @@ from typing import Any
 
 from slots._errors import InvalidRequest
 from slots._estimates import (
+    Escalation,
+    Eviction,
     JobTiming,
     Phase,
     Schedule,
     SuspendPolicy,
     clamp,
     estimate,
-    plan_evictions,
+    plan_drain,
+    promise_cut,
 )
 from slots._states import ACTIVE, Activity, State
 
@@ -140,48 +143,97 @@ def machine_inputs(ads: list[Mapping[str, Any]]) -> tuple[int, SuspendPolicy, fl
     return 600, SuspendPolicy.KEEP, None
 
 
-def ad_blockers(
-    slot_ads: Iterable[Mapping[str, Any]], now: float, schedule: Schedule = Schedule.GRACEFUL
-) -> list[dict[str, Any]]:
-    """The jobs a drain of ``schedule`` started at ``now`` would wait for, from slot ads.
+def window_second(window_start: float | None) -> int | None:
+    """The whole second at which an escalation at ``window_start`` acts, as ads carry it.
 
-    Latest ``gone_by`` first, as the agent's own blockers; each entry names the slot,
-    job, owner and cpus, and gives run, retirement remaining, vacate, ``evict_at`` (soft
-    kill) and ``gone_by`` (hard kill) in whole seconds.
+    The master's drain is given its deadline at the window start, and the agent
+    publishes ``DrainingDeadline`` in whole seconds (truncated), so the figures read the
+    escalation at that second. Raises :class:`~slots.InvalidRequest` for a window start
+    that is not a finite number.
+    """
+    if window_start is None:
+        return None
+    if isinstance(window_start, bool) or not isinstance(window_start, int | float):
+        raise InvalidRequest(f"a window start must be a number, not {window_start!r}")
+    if not math.isfinite(window_start):
+        raise InvalidRequest(f"a window start must be finite, not {window_start!r}")
+    return math.floor(window_start)
+
+
+def ad_blockers(
+    slot_ads: Iterable[Mapping[str, Any]],
+    now: float,
+    schedule: Schedule = Schedule.GRACEFUL,
+    *,
+    window_start: float | None = None,
+    escalation: Escalation = Escalation.NONE,
+) -> list[dict[str, Any]]:
+    """The jobs a drain of ``schedule`` would wait for, from slot ads, at ``now``.
+
+    The drain is the one in force (its ``DrainingDeadline`` applies) or one started at
+    ``now``; with ``window_start``, the escalation at the window start acts on it too,
+    exactly as :func:`~slots.drain_verdicts` plans it (:func:`~slots.plan_drain`). Latest
+    ``gone_by`` first, as the agent's own blockers; each entry names the slot, job, owner
+    and cpus, and gives in whole seconds: run, retirement remaining, vacate, ``evict_at``
+    (soft kill) and ``gone_by`` (hard kill) as planned; ``promise_end``, when the job would
+    be gone had it kept its retirement promise (a graceful drain with no deadline and no
+    escalation); and which promise the drain breaks: ``cut_by`` (seconds of the promise
+    lost, ``promise_end − evict_at``: for a running job, its ``RetirementTimeRemaining``
+    at the cut) and ``cut_badput`` (cpu-seconds: ``Cpus · run`` at the cut), both 0 when
+    the promise is kept (see :class:`~slots.Cut`).
     """
     whole = math.floor(now)
     everything = list(slot_ads)
     ads = [ad for ad in everything if active(ad)]
     machine_vacate, policy, deadline_at = machine_inputs(everything)
     jobs = [_timing(ad, whole) for ad in ads]
-    plans = plan_evictions(
+    planned, promised = plan_drain(
         jobs,
-        schedule=schedule,
         now=whole,
         machine_max_vacate_time=machine_vacate,
         suspend_policy=policy,
         deadline_at=deadline_at,
+        schedule=schedule,
+        window_at=window_second(window_start),
+        escalation=escalation,
     )
     rows = [
-        {
-            "slot": ad.get("Name"),
-            "claim_id": ad.get("ClaimId"),
-            "job_id": ad.get("JobId"),
-            "owner": ad.get("RemoteOwner"),
-            "cpus": job.cpus,
-            "activity": ad.get("Activity"),
-            "run": int(job.run),
-            "retirement_remaining": int(plan.retirement_remaining),
-            "vacate": int(plan.vacate),
-            "evict_at": None if plan.soft_kill_at is None else clamp(plan.soft_kill_at),
-            "gone_by": clamp(plan.hard_kill_at),
-            "accepted_while_draining": job.accepted_while_draining,
-        }
-        for ad, job, plan in sorted(
-            zip(ads, jobs, plans, strict=True), key=lambda triple: -triple[2].hard_kill_at
+        _blocker_row(ad, job=job, plan=plan, promise=promise, now=whole, policy=policy)
+        for ad, job, plan, promise in sorted(
+            zip(ads, jobs, planned, promised, strict=True),
+            key=lambda four: -four[2].hard_kill_at,
         )
     ]
     return rows
+
+
+def _blocker_row(
+    ad: Mapping[str, Any],
+    *,
+    job: JobTiming,
+    plan: Eviction,
+    promise: Eviction,
+    now: int,
+    policy: SuspendPolicy,
+) -> dict[str, Any]:
+    cut = promise_cut(job, plan, promise, now=now, suspend_policy=policy)
+    return {
+        "slot": ad.get("Name"),
+        "claim_id": ad.get("ClaimId"),
+        "job_id": ad.get("JobId"),
+        "owner": ad.get("RemoteOwner"),
+        "cpus": job.cpus,
+        "activity": ad.get("Activity"),
+        "run": int(job.run),
+        "retirement_remaining": int(plan.retirement_remaining),
+        "vacate": int(plan.vacate),
+        "evict_at": None if plan.soft_kill_at is None else clamp(plan.soft_kill_at),
+        "gone_by": clamp(plan.hard_kill_at),
+        "promise_end": clamp(promise.hard_kill_at),
+        "cut_by": clamp(cut.by),
+        "cut_badput": clamp(cut.badput),
+        "accepted_while_draining": job.accepted_while_draining,
+    }
 
 
 def active(ad: Mapping[str, Any]) -> bool:

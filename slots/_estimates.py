@@ -8,6 +8,11 @@ HTCondor's arithmetic, per active job *i* (DESIGN §3.1–3.2):
   retirement time as vacate time;
 * ``G_i = max(R_i, V_i)``.
 
+A drain's plan is set against the jobs' promises (:func:`plan_drain`): each job's eviction
+as promised (a graceful drain with no deadline and no escalation) and as planned (the
+drain's deadline and the escalation at a window start applied), and what the planned one
+cuts from the promised one (:func:`promise_cut`).
+
 Everything here is a pure function of its arguments; ``now`` is always one of them.
 """
 
@@ -19,6 +24,8 @@ from enum import StrEnum
 
 __all__ = [
     "MAX_PUBLISHED",
+    "Cut",
+    "Escalation",
     "Estimate",
     "Eviction",
     "JobTiming",
@@ -27,11 +34,16 @@ __all__ = [
     "SuspendPolicy",
     "clamp",
     "effective_retirement",
+    "escalate_eviction",
     "estimate",
     "graceful_time",
+    "plan_drain",
     "plan_eviction",
     "plan_evictions",
+    "promise_cut",
+    "remaining_at",
     "retirement_remaining",
+    "run_at",
     "sticky_completion",
     "vacate_time",
 ]
@@ -60,6 +72,19 @@ class SuspendPolicy(StrEnum):
     KEEP = "keep"
     EVICT = "evict"
     RESUME = "resume"
+
+
+class Escalation(StrEnum):
+    """What happens at a machine's window start to what its drain has not yet evicted.
+
+    The master's ``escalation`` policy (DESIGN §7): ``quick`` soft-kills every job still
+    running at the window start (each is gone within its vacate time), ``fast`` hard-kills
+    them, ``none`` leaves the drain alone (it keeps every promise, bar its own deadline).
+    """
+
+    QUICK = "quick"
+    FAST = "fast"
+    NONE = "none"
 
 
 class Phase(StrEnum):
@@ -178,16 +203,8 @@ def plan_eviction(
 
     suspended = job.phase is Phase.SUSPENDED
     counts_as_retired = suspended and suspend_policy is SuspendPolicy.EVICT
-    mjrt = job.max_job_retirement_time
-    remaining = 0.0 if counts_as_retired else retirement_remaining(mjrt, job.run)
-    accrues = not suspended or suspend_policy is SuspendPolicy.RESUME
-
-    def remaining_at(t: float) -> float:
-        if counts_as_retired:
-            return 0.0
-        if accrues:
-            return retirement_remaining(mjrt, job.run + (t - now))
-        return remaining
+    remaining = remaining_at(job, now, now=now, suspend_policy=suspend_policy)
+    accrues = _accrues(job, suspend_policy)
 
     if schedule is Schedule.QUICK or counts_as_retired:
         soft = now
@@ -202,7 +219,7 @@ def plan_eviction(
         if deadline_at is not None and soft > max(now, deadline_at):
             soft = max(now, deadline_at)
             firm = True
-    vacate = vacate_time(vm, vj, remaining_at(soft))
+    vacate = vacate_time(vm, vj, remaining_at(job, soft, now=now, suspend_policy=suspend_policy))
     hard = soft + vacate
     return Eviction(
         retirement_remaining=remaining,
@@ -212,6 +229,186 @@ def plan_eviction(
         firm=firm,
         badput=job.cpus * (job.run + (hard - now)),
     )
+
+
+def _accrues(job: JobTiming, suspend_policy: SuspendPolicy) -> bool:
+    """Whether the job's run time advances with ``now`` (running, or suspended under
+    ``resume``: a drain continues it)."""
+    return job.phase is Phase.RUNNING or (
+        job.phase is Phase.SUSPENDED and suspend_policy is SuspendPolicy.RESUME
+    )
+
+
+def remaining_at(job: JobTiming, t: float, *, now: float, suspend_policy: SuspendPolicy) -> float:
+    """``R_i`` at ``t`` of a job in retirement (running or suspended) as seen at ``now``.
+
+    A running job's retirement runs down second by second; a suspended one's stays frozen
+    under ``keep`` (and is 0 under ``evict``); under ``resume`` it runs down as a running
+    job's does.
+    """
+    if job.phase is Phase.SUSPENDED and suspend_policy is SuspendPolicy.EVICT:
+        return 0.0
+    if _accrues(job, suspend_policy):
+        return retirement_remaining(job.max_job_retirement_time, job.run + (t - now))
+    return retirement_remaining(job.max_job_retirement_time, job.run)
+
+
+def run_at(job: JobTiming, t: float, *, now: float, suspend_policy: SuspendPolicy) -> float:
+    """The job's unsuspended run time at ``t`` as seen at ``now`` (frozen while it does
+    not accrue: see :func:`remaining_at`)."""
+    return job.run + (t - now) if _accrues(job, suspend_policy) else job.run
+
+
+def escalate_eviction(
+    job: JobTiming,
+    plan: Eviction,
+    *,
+    escalation: Escalation,
+    at: float,
+    now: float,
+    machine_max_vacate_time: float,
+    suspend_policy: SuspendPolicy = SuspendPolicy.KEEP,
+) -> Eviction:
+    """``plan`` once the escalation at ``at`` (≥ ``now``) reaches the job.
+
+    A job whose plan still has it running at ``at`` (its soft kill comes later) is
+    soft-killed at ``at`` and given the vacate time it has then (``quick``), or
+    hard-killed at ``at`` (``fast``); any other plan, and any plan under ``none``, is
+    returned as it is: a job already being evicted then keeps dying as it was (a
+    cancelled drain and a new one do not touch a Vacating job). Badput counts as the
+    estimates do: ``Cpus · (run + time until gone)``.
+    """
+    soft = plan.soft_kill_at
+    if escalation is Escalation.NONE or soft is None or not soft > at:
+        return plan
+    if escalation is Escalation.FAST:
+        vacate = 0.0
+    else:
+        left = remaining_at(job, at, now=now, suspend_policy=suspend_policy)
+        vacate = vacate_time(machine_max_vacate_time, job.job_max_vacate_time, left)
+    hard = at + vacate
+    return Eviction(
+        retirement_remaining=plan.retirement_remaining,
+        vacate=vacate,
+        soft_kill_at=at,
+        hard_kill_at=hard,
+        firm=True,
+        badput=job.cpus * (job.run + (hard - now)),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cut:
+    """What a drain takes from one job's promise (zeros: the promise is kept).
+
+    ``by``: seconds, from the instant the drain starts evicting the job (its soft kill,
+    or its hard kill under ``fast``) to its promise end (when it would be gone had it
+    kept its retirement promise). For a running job that is its retirement end minus the
+    cut, which is exactly the ``RetirementTimeRemaining`` its slot ad shows at the cut:
+    HTCondor's own measure of the retirement a preempted job did not get. It includes
+    the vacate time a graceful drain carves out of the retirement (the soft kill comes
+    ``V_i`` before the retirement end, so that the job is gone by it); the vacate the
+    escalation grants after the cut is the vacate every eviction gets, not retirement
+    kept. Like the promise itself, it slides for a suspended job under ``keep`` (its
+    promise end is counted from ``now``, as the graceful estimate counts it).
+    ``badput``: cpu-seconds, ``Cpus · run`` at the cut (the unsuspended run time an
+    eviction then throws away: what it adds to ``TotalMachineDrainingBadput``).
+    """
+
+    by: float
+    badput: float
+
+
+def promise_cut(
+    job: JobTiming,
+    planned: Eviction,
+    promised: Eviction,
+    *,
+    now: float,
+    suspend_policy: SuspendPolicy = SuspendPolicy.KEEP,
+) -> Cut:
+    """What the ``planned`` eviction of ``job`` takes from its ``promised`` one.
+
+    ``promised`` is the job's eviction by a graceful drain with no deadline and no
+    escalation (its promise kept); ``planned`` the eviction it will actually get. The
+    promise is cut when the planned eviction starts earlier, or ends earlier (a hard
+    kill instead of the promised vacate). A job already being evicted (Vacating,
+    Killing) has no promise left to cut: its cost was counted when its eviction began.
+    """
+    soft = planned.soft_kill_at
+    promised_soft = promised.soft_kill_at
+    if soft is None or promised_soft is None:
+        return Cut(by=0.0, badput=0.0)
+    if not (soft < promised_soft or planned.hard_kill_at < promised.hard_kill_at):
+        return Cut(by=0.0, badput=0.0)
+    return Cut(
+        by=promised.hard_kill_at - soft,
+        badput=job.cpus * run_at(job, soft, now=now, suspend_policy=suspend_policy),
+    )
+
+
+def plan_drain(
+    jobs: list[JobTiming],
+    *,
+    now: float,
+    machine_max_vacate_time: float,
+    suspend_policy: SuspendPolicy,
+    deadline_at: float | None,
+    schedule: Schedule = Schedule.GRACEFUL,
+    window_at: float | None = None,
+    escalation: Escalation = Escalation.NONE,
+) -> tuple[list[Eviction], list[Eviction]]:
+    """Every job's eviction as planned, and as promised; both in the order given.
+
+    *Promised*: by a graceful drain with no deadline and no escalation
+    (:func:`plan_evictions` without ``deadline_at``). *Planned*: by a drain of
+    ``schedule`` under the deadline in force (``deadline_at``), then, at ``window_at``
+    (or ``now`` when the window has opened), by ``escalation``
+    (:func:`escalate_eviction`) — unless the deadline already carries it: with
+    ``quick``, a deadline at or before ``window_at`` evicts at that deadline what the
+    escalation would evict (the agent does it by itself, and jobs admitted by a ``start``
+    expression still go once the original jobs are gone, as the agent sends them).
+    With no deadline, a ``quick`` escalation plans each original job exactly as a
+    deadline at ``window_at`` would (:func:`plan_eviction` cuts at a deadline the same
+    way): the figure for the master's graceful drain about to start with that deadline.
+    """
+    promised = plan_evictions(
+        jobs,
+        schedule=Schedule.GRACEFUL,
+        now=now,
+        machine_max_vacate_time=machine_max_vacate_time,
+        suspend_policy=suspend_policy,
+        deadline_at=None,
+    )
+    if schedule is Schedule.GRACEFUL and deadline_at is None:
+        planned = promised
+    else:
+        planned = plan_evictions(
+            jobs,
+            schedule=schedule,
+            now=now,
+            machine_max_vacate_time=machine_max_vacate_time,
+            suspend_policy=suspend_policy,
+            deadline_at=deadline_at,
+        )
+    if window_at is None or escalation is Escalation.NONE:
+        return planned, promised
+    if escalation is Escalation.QUICK and deadline_at is not None and deadline_at <= window_at:
+        return planned, promised
+    at = max(now, window_at)
+    escalated = [
+        escalate_eviction(
+            job,
+            plan,
+            escalation=escalation,
+            at=at,
+            now=now,
+            machine_max_vacate_time=machine_max_vacate_time,
+            suspend_policy=suspend_policy,
+        )
+        for job, plan in zip(jobs, planned, strict=True)
+    ]
+    return escalated, promised
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,11 +12,20 @@ past that horizon the forecast computes a new piece. Reading a piece costs a
 multiplication per value, so a master can keep one forecast per node ad and bring
 thousands of them up to ``now`` for each plan.
 
+The same lines give the promise figure (the graceful drain with no deadline) and, for
+a window start and an escalation, the figure as planned and the cost of its cuts, so a
+plan reads both verdicts of a node (:meth:`DrainForecast.verdicts`) and its blockers
+with their cuts for the price of the estimates. A piece is made for one window start and
+escalation (the plan passes the same ones until the schedule changes); another window
+makes a new piece, and any piece serves the window-free reads.
+
 For the same slot ads, ``previous`` and ``now``, :meth:`DrainForecast.estimates` equals
-:func:`~slots.drain_estimates` and :meth:`DrainForecast.blockers` equals
-:func:`~slots.ad_blockers` (graceful); a property test holds them to it on random ads at
-random instants. Ads whose drain deadline is not a whole second are served by those
-functions directly.
+:func:`~slots.drain_estimates`, :meth:`DrainForecast.blockers` equals
+:func:`~slots.ad_blockers` (graceful, with the same window and escalation),
+:meth:`DrainForecast.promise` equals :func:`~slots.promise_completion` and
+:meth:`DrainForecast.verdicts` equals :func:`~slots.drain_verdicts`; property tests hold
+them to it on random ads at random instants. Ads whose drain deadline is not a whole
+second are served by those functions directly.
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ from slots._ads import (
     drain_estimates,
     job_inputs,
     machine_inputs,
+    window_second,
 )
-from slots._estimates import MAX_PUBLISHED, Phase, Schedule, SuspendPolicy, clamp
+from slots._estimates import MAX_PUBLISHED, Escalation, Phase, Schedule, SuspendPolicy, clamp
+from slots._verdicts import Verdicts, drain_verdicts, judged, promise_completion
 
 __all__ = ["DrainForecast"]
 
@@ -98,6 +109,18 @@ class _Trace:
             a, b = b, a
         self._until(b.at - a.at, a.slope - b.slope)
         return a
+
+    def lt(self, a: _Line, b: _Line) -> bool:
+        """``a < b`` at the base, noting for how long the answer stays the same."""
+        gap = b.at - a.at
+        drift = a.slope - b.slope  # how fast the gap shrinks
+        if gap > 0:
+            if drift > 0:  # still true while gap − drift × d > 0
+                self.horizon = min(self.horizon, -(-gap // drift) - 1)
+            return True
+        if drift < 0:  # still false while gap − drift × d ≤ 0
+            self.horizon = min(self.horizon, -gap // -drift)
+        return False
 
 
 @dataclass(slots=True)
@@ -220,6 +243,82 @@ def _evictions(
     ]
 
 
+def _accrues(spec: JobInputs, policy: SuspendPolicy) -> bool:
+    """:func:`~slots._estimates._accrues`: the job's run time advances with ``now``."""
+    return spec.phase is Phase.RUNNING or (
+        spec.phase is Phase.SUSPENDED and policy is SuspendPolicy.RESUME
+    )
+
+
+def _remaining_at(trace: _Trace, job: _Job, t: _Line, policy: SuspendPolicy) -> _Line:
+    """:func:`~slots.remaining_at` on lines."""
+    spec = job.inputs
+    if spec.phase is Phase.SUSPENDED and policy is SuspendPolicy.EVICT:
+        return _ZERO
+    mjrt = _const(spec.max_job_retirement_time)
+    if _accrues(spec, policy):
+        return trace.max(_ZERO, mjrt - (job.run + (t - trace.now)))
+    return trace.max(_ZERO, mjrt - job.run)
+
+
+def _run_at(trace: _Trace, job: _Job, t: _Line, policy: SuspendPolicy) -> _Line:
+    """:func:`~slots.run_at` on lines."""
+    return job.run + (t - trace.now) if _accrues(job.inputs, policy) else job.run
+
+
+def _escalate(
+    trace: _Trace,
+    job: _Job,
+    plan: _Eviction,
+    *,
+    escalation: Escalation,
+    at: _Line,
+    machine_vacate: int,
+    policy: SuspendPolicy,
+) -> _Eviction:
+    """:func:`~slots.escalate_eviction` on lines (the same plan when it does not act)."""
+    soft = plan.soft_kill_at
+    if soft is None or not trace.lt(at, soft):
+        return plan
+    spec = job.inputs
+    if escalation is Escalation.FAST:
+        vacate = _ZERO
+    else:
+        left = _remaining_at(trace, job, at, policy)
+        vacate = _vacate(trace, machine_vacate, spec.job_max_vacate_time, left)
+    hard = at + vacate
+    badput = (job.run + hard - trace.now).times(spec.cpus)
+    return _Eviction(plan.retirement_remaining, vacate, at, hard, badput)
+
+
+def _cut(
+    trace: _Trace, job: _Job, plan: _Eviction, promise: _Eviction, policy: SuspendPolicy
+) -> tuple[_Line, _Line] | None:
+    """:func:`~slots.promise_cut` on lines: ``(by, badput)``, or ``None`` when kept."""
+    soft, promised_soft = plan.soft_kill_at, promise.soft_kill_at
+    if plan is promise or soft is None or promised_soft is None:
+        return None
+    if not (trace.lt(soft, promised_soft) or trace.lt(plan.hard_kill_at, promise.hard_kill_at)):
+        return None
+    badput = _run_at(trace, job, soft, policy).times(job.inputs.cpus)
+    return promise.hard_kill_at - soft, badput
+
+
+def _latest(trace: _Trace, plans: list[_Eviction]) -> _Line:
+    """The latest hard kill of ``plans`` (not empty)."""
+    latest = plans[0].hard_kill_at
+    for plan in plans[1:]:
+        latest = trace.max(latest, plan.hard_kill_at)
+    return latest
+
+
+def _total(lines: Iterable[_Line]) -> _Line:
+    total = _ZERO
+    for line in lines:
+        total = total + line
+    return total
+
+
 class _Frame(NamedTuple):
     """A dict as it reads at a piece's base, and its moving entries: key, value, slope.
 
@@ -256,13 +355,27 @@ def _clamped(trace: _Trace, line: _Line) -> _Line:
     return trace.min(line, _MAX)
 
 
+#: A piece's window: the escalation's whole second and the escalation (``None``: no
+#: escalation, whatever the window).
+_Window = tuple[int, Escalation] | None
+
+
 class _Piece(NamedTuple):
-    """The forecast for the whole seconds ``base`` … ``base + horizon``."""
+    """The forecast for the whole seconds ``base`` … ``base + horizon``.
+
+    ``verdicts`` are the values and slopes of the promise completion, then, for
+    ``window``, the planned completion and badput and the cut core-seconds and badput.
+    """
 
     base: int
     horizon: int | float
     estimates: tuple[tuple[int, int], ...]  # published value and slope, as EXPECTED_ATTRIBUTES
-    blockers: tuple[_Frame, ...]  # latest gone_by first
+    blockers: tuple[_Frame, ...]  # the drain in force, latest gone_by first
+    window: _Window
+    active: bool
+    verdicts: tuple[tuple[int, int], ...]
+    cut_jobs: int
+    planned_blockers: tuple[_Frame, ...]  # as planned for `window`, latest gone_by first
 
 
 def _sticky(trace: _Trace, previous: Any) -> _Line:
@@ -287,12 +400,17 @@ def _keep_order(trace: _Trace, ahead: tuple[int, _Line], behind: tuple[int, _Lin
 
 
 class DrainForecast:
-    """A node's six ``ExpectedMachine*`` values and graceful blockers at any ``now``.
+    """A node's six ``ExpectedMachine*`` values, graceful blockers and two verdicts at any
+    ``now``.
 
     Built from the node's slot ads and its last published completions (``previous``, for
     the idle rule), which it keeps and reads again for each new piece (rarely). Besides
-    them it keeps only its current piece; :meth:`estimates` and :meth:`blockers` return
-    fresh objects.
+    them it keeps only its current piece; every read returns fresh objects.
+
+    The reads that take a window (``window_start`` and ``escalation``, as
+    :func:`~slots.drain_verdicts` takes them) need a piece made for that window; the
+    others are served by any piece. A plan that reads a node with its window should
+    :meth:`prepare` it with that window too.
     """
 
     def __init__(
@@ -309,19 +427,44 @@ class DrainForecast:
         # The jobs are read from the ads anew for each piece (rarely): between pieces the
         # forecast holds nothing but the piece.
         self._piece: _Piece | None = None
+        # The window last asked for, and its piece window: a plan asks for the same one.
+        self._asked: tuple[float, Escalation] | None = None
+        self._asked_window: _Window = None
 
-    def ready(self, now: float) -> bool:
-        """Whether reading at ``now`` is cheap: the piece holding ``now`` is made."""
+    def ready(
+        self,
+        now: float,
+        *,
+        window_start: float | None = None,
+        escalation: Escalation = Escalation.NONE,
+    ) -> bool:
+        """Whether reading at ``now`` (with this window, if any) is cheap: its piece is made."""
         if not self._exact:
             return True
         piece = self._piece
         whole = math.floor(now)
-        return piece is not None and piece.base <= whole <= piece.base + piece.horizon
+        return (
+            piece is not None
+            and piece.base <= whole <= piece.base + piece.horizon
+            and (window_start is None or piece.window == self._window(window_start, escalation))
+        )
 
-    def prepare(self, now: float) -> None:
-        """Make the piece holding ``now`` (the costly part), ahead of reads near ``now``."""
-        if self._exact:
-            self._piece_at(math.floor(now))
+    def prepare(
+        self,
+        now: float,
+        *,
+        window_start: float | None = None,
+        escalation: Escalation = Escalation.NONE,
+    ) -> None:
+        """Make the piece holding ``now`` (the costly part), ahead of reads near ``now``;
+        with a window, the piece for that window."""
+        if not self._exact:
+            return
+        whole = math.floor(now)
+        if window_start is None:
+            self._piece_at(whole)
+        else:
+            self._piece_for(whole, self._window(window_start, escalation))
 
     def estimates(self, now: float) -> dict[str, int]:
         """:func:`~slots.drain_estimates` of the ads at ``now``."""
@@ -337,17 +480,66 @@ class DrainForecast:
         d = whole - piece.base
         return tuple([at + slope * d for at, slope in piece.estimates])
 
-    def blockers(self, now: float) -> list[dict[str, Any]]:
-        """:func:`~slots.ad_blockers` of the ads at ``now`` (graceful schedule)."""
+    def promise(self, now: float) -> int:
+        """:func:`~slots.promise_completion` of the ads at ``now``."""
         if not self._exact:
-            return ad_blockers(self._ads, now)
+            return promise_completion(self._ads, now, self._previous)
         whole = math.floor(now)
         piece = self._piece_at(whole)
+        at, slope = piece.verdicts[0]
+        return at + slope * (whole - piece.base)
+
+    def verdicts(self, now: float, *, window_start: float, escalation: Escalation) -> Verdicts:
+        """:func:`~slots.drain_verdicts` of the ads at ``now`` against this window."""
+        if not self._exact:
+            return drain_verdicts(
+                self._ads,
+                now,
+                window_start=window_start,
+                escalation=escalation,
+                previous=self._previous,
+            )
+        whole = math.floor(now)
+        piece = self._piece_for(whole, self._window(window_start, escalation))
+        d = whole - piece.base
+        promised, completion, badput, core_seconds, cut_badput = [
+            at + slope * d for at, slope in piece.verdicts
+        ]
+        return judged(
+            window_start=window_start,
+            escalation=escalation,
+            active=piece.active,
+            promise_completion=promised,
+            planned_completion=completion,
+            planned_badput=badput,
+            cut_jobs=piece.cut_jobs,
+            cut_core_seconds=core_seconds,
+            cut_badput=cut_badput,
+        )
+
+    def blockers(
+        self,
+        now: float,
+        *,
+        window_start: float | None = None,
+        escalation: Escalation = Escalation.NONE,
+    ) -> list[dict[str, Any]]:
+        """:func:`~slots.ad_blockers` of the ads at ``now`` (graceful schedule; with a
+        window, as planned for it)."""
+        if not self._exact:
+            return ad_blockers(self._ads, now, window_start=window_start, escalation=escalation)
+        whole = math.floor(now)
+        if window_start is None:
+            piece = self._piece_at(whole)
+            frames = piece.blockers
+        else:
+            piece = self._piece_for(whole, self._window(window_start, escalation))
+            frames = piece.planned_blockers
         d = whole - piece.base
         # A copy of each frame's dict with its moving values brought to `d`: this loop is
         # what a plan of thousands of nodes repeats.
         result = []
-        for frame in piece.blockers:
+        for frame in frames:
             values = frame.at_base.copy()
             for key, at, slope in frame.moving:
                 values[key] = at + slope * d
@@ -356,13 +548,34 @@ class DrainForecast:
 
     # ------------------------------------------------------------------ pieces
 
+    def _window(self, window_start: float, escalation: Escalation) -> _Window:
+        """The piece window of a read's ``window_start`` and ``escalation``."""
+        asked = self._asked
+        if asked is not None and asked[0] == window_start and asked[1] is escalation:
+            return self._asked_window
+        window = _window_of(window_start, escalation)
+        self._asked, self._asked_window = (window_start, escalation), window
+        return window
+
     def _piece_at(self, whole: int) -> _Piece:
+        """A piece holding ``whole``, for whatever window the current one has."""
         piece = self._piece
         if piece is None or not piece.base <= whole <= piece.base + piece.horizon:
-            piece = self._piece = self._compute(whole)
+            piece = self._piece = self._compute(whole, None if piece is None else piece.window)
         return piece
 
-    def _compute(self, base: int) -> _Piece:
+    def _piece_for(self, whole: int, window: _Window) -> _Piece:
+        """The piece holding ``whole`` for ``window``."""
+        piece = self._piece
+        if (
+            piece is None
+            or piece.window != window
+            or not piece.base <= whole <= piece.base + piece.horizon
+        ):
+            piece = self._piece = self._compute(whole, window)
+        return piece
+
+    def _compute(self, base: int, window: _Window) -> _Piece:
         trace = _Trace(base)
         active_ads = [ad for ad in self._ads if active(ad)]
         inputs = [job_inputs(ad) for ad in active_ads]
@@ -392,51 +605,151 @@ class DrainForecast:
             name = _NAMES[schedule]
             completion_attr = f"ExpectedMachine{name}DrainingCompletion"
             if plans:
-                completion = plans[0].hard_kill_at
-                for plan in plans[1:]:
-                    completion = trace.max(completion, plan.hard_kill_at)
-                badput = _ZERO
-                for plan in plans:
-                    badput = badput + plan.badput
+                completion = _latest(trace, plans)
+                badput = _total(plan.badput for plan in plans)
             else:
                 before = None if self._previous is None else self._previous.get(completion_attr)
                 completion, badput = _sticky(trace, before), _ZERO
             estimates.append((completion_attr, completion))
             estimates.append((f"ExpectedMachine{name}DrainingBadput", badput))
-        order = sorted(range(len(jobs)), key=lambda i: (-graceful[i].hard_kill_at.at, i))
+        graceful_end, graceful_badput = estimates[0][1], estimates[1][1]
+
+        # The promises: the graceful drain with no deadline (the same plans without one).
+        promised = graceful
+        if deadline is not None:
+            promised = _evictions(
+                trace,
+                jobs,
+                schedule=Schedule.GRACEFUL,
+                machine_vacate=self._machine_vacate,
+                policy=self._policy,
+                deadline=None,
+            )
+        promise_end = graceful_end if promised is graceful or not jobs else _latest(trace, promised)
+
+        # As planned for the window: the drain in force, escalated (plan_drain).
+        planned = graceful
+        if window is not None and jobs:
+            window_at, escalation = window
+            carried = (
+                escalation is Escalation.QUICK
+                and self._deadline is not None
+                and self._deadline <= window_at
+            )
+            if not carried:
+                at = trace.max(trace.now, _const(window_at))
+                escalated = [
+                    _escalate(
+                        trace,
+                        job,
+                        plan,
+                        escalation=escalation,
+                        at=at,
+                        machine_vacate=self._machine_vacate,
+                        policy=self._policy,
+                    )
+                    for job, plan in zip(jobs, graceful, strict=True)
+                ]
+                if any(new is not old for new, old in zip(escalated, graceful, strict=True)):
+                    planned = escalated
+        in_force_cuts = [
+            _cut(trace, job, plan, promise, self._policy)
+            for job, plan, promise in zip(jobs, graceful, promised, strict=True)
+        ]
+        blockers = self._frames(
+            trace,
+            jobs=jobs,
+            active_ads=active_ads,
+            plans=graceful,
+            promised=promised,
+            cuts=in_force_cuts,
+        )
+        if planned is graceful:
+            planned_end, planned_badput = graceful_end, graceful_badput
+            cuts, planned_blockers = in_force_cuts, blockers
+        else:
+            planned_end = _latest(trace, planned)
+            planned_badput = _total(plan.badput for plan in planned)
+            cuts = [
+                _cut(trace, job, plan, promise, self._policy)
+                for job, plan, promise in zip(jobs, planned, promised, strict=True)
+            ]
+            planned_blockers = self._frames(
+                trace, jobs=jobs, active_ads=active_ads, plans=planned, promised=promised, cuts=cuts
+            )
+        cut_jobs = 0
+        core_seconds = cut_badput = _ZERO
+        for job, cut in zip(jobs, cuts, strict=True):
+            if cut is not None:
+                cut_jobs += 1
+                core_seconds = core_seconds + cut[0].times(job.inputs.cpus)
+                cut_badput = cut_badput + cut[1]
+        verdicts = (promise_end, planned_end, planned_badput, core_seconds, cut_badput)
+        return _Piece(
+            base=base,
+            horizon=max(0, trace.horizon),
+            estimates=_published(trace, (line for _, line in estimates)),
+            blockers=blockers,
+            window=window,
+            active=bool(jobs),
+            verdicts=_published(trace, verdicts),
+            cut_jobs=cut_jobs,
+            planned_blockers=planned_blockers,
+        )
+
+    def _frames(
+        self,
+        trace: _Trace,
+        *,
+        jobs: list[_Job],
+        active_ads: list[Mapping[str, Any]],
+        plans: list[_Eviction],
+        promised: list[_Eviction],
+        cuts: list[tuple[_Line, _Line] | None],
+    ) -> tuple[_Frame, ...]:
+        """The blockers' rows of ``plans``, latest ``gone_by`` first (as ad_blockers)."""
+        order = sorted(range(len(jobs)), key=lambda i: (-plans[i].hard_kill_at.at, i))
         for ahead, behind in itertools.pairwise(order):
             _keep_order(
                 trace,
-                (ahead, graceful[ahead].hard_kill_at),
-                (behind, graceful[behind].hard_kill_at),
+                (ahead, plans[ahead].hard_kill_at),
+                (behind, plans[behind].hard_kill_at),
             )
-        blockers = []
+        frames = []
         for i in order:
-            plan = graceful[i]
-            ad = active_ads[i]
+            plan, cut = plans[i], cuts[i]
+            ad, spec = active_ads[i], jobs[i].inputs
             soft = plan.soft_kill_at
-            blockers.append(
+            frames.append(
                 _frame(
                     slot=ad.get("Name"),
                     claim_id=ad.get("ClaimId"),
                     job_id=ad.get("JobId"),
                     owner=ad.get("RemoteOwner"),
-                    cpus=inputs[i].cpus,
+                    cpus=spec.cpus,
                     activity=ad.get("Activity"),
                     run=jobs[i].run,
                     retirement_remaining=plan.retirement_remaining,
                     vacate=plan.vacate,
                     evict_at=None if soft is None else _clamped(trace, soft),
                     gone_by=_clamped(trace, plan.hard_kill_at),
-                    accepted_while_draining=inputs[i].accepted_while_draining,
+                    promise_end=_clamped(trace, promised[i].hard_kill_at),
+                    cut_by=0 if cut is None else _clamped(trace, cut[0]),
+                    cut_badput=0 if cut is None else _clamped(trace, cut[1]),
+                    accepted_while_draining=spec.accepted_while_draining,
                 )
             )
-        return _Piece(
-            base=base,
-            horizon=max(0, trace.horizon),
-            estimates=tuple(
-                (int(line.at), line.slope)
-                for line in (_clamped(trace, line) for _, line in estimates)
-            ),
-            blockers=tuple(blockers),
-        )
+        return tuple(frames)
+
+
+def _window_of(window_start: float, escalation: Escalation) -> _Window:
+    """A piece's window for a read's ``window_start`` and ``escalation``."""
+    at = window_second(window_start)
+    if at is None or escalation is Escalation.NONE:
+        return None
+    return (at, escalation)
+
+
+def _published(trace: _Trace, lines: Iterable[_Line]) -> tuple[tuple[int, int], ...]:
+    """Published values (clamped whole seconds) and their slopes."""
+    return tuple((int(line.at), line.slope) for line in (_clamped(trace, x) for x in lines))
