@@ -460,8 +460,10 @@ def build_master_app(
 
     @app.get("/v1/maintenance/plan", tags=["maintenance"], response_class=JSONResponse)
     async def plan(request: Request, blockers: bool = True) -> Response:
-        """The cluster maintenance plan: per machine and totals."""
+        """The cluster maintenance plan: per machine and totals (first, the ads that
+        predate their machine's window are fetched: ``Master.refresh_figures``)."""
         allowed(request, Scope.READ)
+        await master.refresh_figures()
         return Response(plan_body(master, with_blockers=blockers), media_type="application/json")
 
     return app

@@ -5,7 +5,10 @@ a local Unix socket (ADMINISTRATOR), the reconcile service; then ``READY=1``. Af
 restart it reconciles with the agents' ads as they arrive again. SIGTERM/SIGINT stop
 it at once (state is saved before every reply, so a request cut off either took effect
 or did not). SIGHUP reloads the drain policy, the reconcile interval, the ad lifetime,
-``metrics_require_auth`` and ``agent_timeout`` (the next call to an agent uses it).
+``metrics_require_auth`` and ``agent_timeout`` (the next call to an agent uses it, and
+it bounds how long a plan waits for fresh ads: :meth:`Master.refresh_figures`). A drain
+the master left ``pending`` in its store (stopped between the record and the commit)
+is settled with its node by the first reconcile pass.
 
 The TCP listeners take every agent's ad pushes, thousands a second in a large pool, so
 they are served by :mod:`nodeagent._http11` (HTTP/1.1 with h11 on trio), whose cost per
@@ -150,6 +153,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
             ads=AdStore(lifetime=config.ad_lifetime),
             policy=plan_policy(config),
             reconcile_interval=config.reconcile_interval,
+            fetch_timeout=config.agent_timeout,
         )
         master.load()
         metrics = MasterMetrics(master, require_auth=config.metrics_require_auth)
@@ -177,6 +181,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         parts.master.policy = plan_policy(running)
         parts.master.reconcile_interval = running.reconcile_interval
         parts.master.ads.lifetime = running.ad_lifetime
+        parts.master.fetch_timeout = running.agent_timeout
         parts.metrics.require_auth = running.metrics_require_auth
         if parts.agents is not None:
             parts.agents.timeout = running.agent_timeout

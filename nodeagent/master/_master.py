@@ -21,6 +21,25 @@ with the ads and acts:
   so its node resumes.
 
 Modes change only by operator request, as in Mesos.
+
+**Its own record first.** A drain the master starts is recorded (saved) after phase 1
+returns its request id and before the commit, in phase ``pending``; the commit's reply
+moves it to ``committed`` (with the node's ``committed_at``). A pass never acts on an ad
+older than that record (:func:`ad_knows`: the ad shows that request id or a later one,
+or was made after the commit): before the window it waits for the next ad, from the
+window on it fetches one. A record left ``pending`` (the commit failed, or the master
+stopped between record and commit) is settled from the node's ad, fetched: the drain is
+committed (adopted: escalated at the window like any other), still pending (cancelled,
+and the record forgotten: the next pass starts one as the window then requires), or
+gone (forgotten; an abandoned transaction expires on the agent after its ``ttl``).
+
+**No verdict from an ad that predates the truth.** The master remembers when each
+machine entered its window (the schedule change, by its clock; soft state, since every
+ad a restarted master holds is newer). A scheduled node whose stored ad predates that
+change has its ad fetched (:meth:`Master.refresh_figures`: at most once per change and
+node, ``fetch_concurrency`` at a time, within ``fetch_timeout``); a pass starts that in
+the background and a plan waits for it. A node that does not answer keeps its old
+figures, which its plan row flags ``figures_stale``.
 """
 
 from __future__ import annotations
@@ -51,9 +70,11 @@ from nodeagent.master._plan import (
     machine_key,
     machine_plan,
     plan_row,
+    planned_escalation,
 )
+from slots import InvalidRequest
 
-__all__ = ["Master", "MasterCounters"]
+__all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
 log = logging.getLogger("nodeagent.master")
 
@@ -61,6 +82,9 @@ log = logging.getLogger("nodeagent.master")
 _MAX_BACKOFF = 60.0
 REASON = "maintenance"
 _GRACEFUL_END = "ExpectedMachineGracefulDrainingCompletion"
+#: The phases of the master's record of a drain it starts (see :meth:`Master._transaction`).
+PENDING = "pending"
+COMMITTED = "committed"
 
 
 @dataclass
@@ -109,6 +133,46 @@ def _evicts_at_window(machine: Mapping[str, Any], window_start: float, escalatio
     return schedule == "quick" or (deadline is not None and deadline <= window_start)
 
 
+def _needs_attention(row: Mapping[str, Any]) -> bool:
+    """A plan row late by its promises, or whose node the plan will escalate."""
+    planned = row["as_planned"]
+    return row["on_time"] is False or (planned is not None and planned["will_escalate"])
+
+
+def _request_number(request_id: Any) -> int | None:
+    """A drain request id as the number it is (ids are increasing decimal strings)."""
+    if isinstance(request_id, int) and not isinstance(request_id, bool):
+        return request_id
+    if isinstance(request_id, str) and request_id.isdecimal():
+        return int(request_id)
+    return None
+
+
+def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
+    """Whether the node's ad is not older than the master's record of its drain.
+
+    True when the ad shows the record's request id or a later one (the node had the
+    request when it made the ad), or, failing that, when it was made after the drain was
+    committed: its ``MyCurrentTime`` (whole seconds, the node's clock) is past the record's
+    ``committed_at`` (the node's clock too); for a record without ``committed_at``, when
+    the master received it after it wrote the record (``recorded_at``, the master's clock).
+    A record without a request id (a ``down`` record being made) is known by every ad.
+    """
+    own = _request_number(record.get("request_id"))
+    if own is None:
+        return True
+    machine = entry.machine
+    shown = _request_number(machine.get("DrainingRequestId"))
+    if shown is not None and shown >= own:
+        return True
+    committed_at = record.get("committed_at")
+    made = machine.get("MyCurrentTime")
+    if isinstance(committed_at, int | float) and isinstance(made, int | float):
+        return bool(made > committed_at)
+    recorded_at = record.get("recorded_at")
+    return not isinstance(recorded_at, int | float) or entry.received_at > recorded_at
+
+
 @dataclass
 class Master:
     """See the module docstring. ``run`` is the reconcile service."""
@@ -129,6 +193,18 @@ class Master:
     _busy: set[str] = field(default_factory=set)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
     _scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]] = ((), ())
+    #: Node ads fetched at once at most (see :meth:`refresh_figures`).
+    fetch_concurrency: int = 32
+    #: How long a refresh of stale figures may take (a plan waits that long at most).
+    fetch_timeout: float = 10.0
+    #: When each scheduled machine entered its window (the schedule change), by key.
+    window_since: dict[str, float] = field(default_factory=dict)
+    #: Machines whose node's ad may predate ``window_since``: the change time, the id.
+    _to_fetch: dict[str, tuple[float, MachineId]] = field(default_factory=dict)
+    _fetches: dict[str, trio.Event] = field(default_factory=dict)
+    _refreshing: bool = False
+    #: Drain records loaded from the store whose node has not been heard from since.
+    _unseen: set[str] = field(default_factory=set)
 
     # ------------------------------------------------------------------ durability
 
@@ -138,6 +214,7 @@ class Master:
         if snapshot is not None:
             self.state = MaintenanceState.restore(snapshot)
         self.drains = dict(self.store.load("drains") or {})
+        self._unseen = set(self.drains)
         self.actors = dict(self.store.load("actors") or {})
         counters = self.store.load("counters")
         if counters:
@@ -158,12 +235,34 @@ class Master:
     # ------------------------------------------------------------------ operator requests
 
     def set_schedule(self, schedule: MaintenanceSchedule, *, actor: str) -> None:
-        """POST /maintenance/schedule: replace the schedule (Mesos rules); raises on error."""
+        """POST /maintenance/schedule: replace the schedule (Mesos rules); raises on error.
+
+        A machine that enters a window, or whose window moves, is remembered with the
+        time of this change (``window_since``): its node's ad, if older, is fetched
+        before a plan shows its figures (:meth:`refresh_figures`).
+        """
+        before = {machine_key(m.id): m.window for m in self.state.machines()}
         self.state.update_schedule(schedule)
-        scheduled = {machine_key(m.id) for m in self.state.machines()}
+        now = self.clock.now()
+        statuses = self.state.machines()
+        scheduled = {machine_key(m.id) for m in statuses}
         for key in scheduled:
             self.actors.setdefault(key, actor)
         self.actors = {k: v for k, v in self.actors.items() if k in scheduled}
+        since: dict[str, float] = {}
+        for status in statuses:
+            key = machine_key(status.id)
+            if status.window is None:
+                continue
+            earlier = before.get(key)
+            if earlier is not None and earlier.unavailability == status.window.unavailability:
+                if key in self.window_since:
+                    since[key] = self.window_since[key]
+                continue
+            since[key] = now
+            self._to_fetch[key] = (now, status.id)
+        self.window_since = since
+        self._to_fetch = {k: v for k, v in self._to_fetch.items() if k in since}
         self.save()
         self.wake()
 
@@ -219,6 +318,81 @@ class Master:
         ad = await self.link.call(entry.address, "GET", "/v1/ad", actor="master")
         return self.ads.update(ad, self.clock.now())
 
+    def _live_node(self, machine_id: MachineId, now: float) -> AdEntry | None:
+        is_lost = self.ads.lost_at(now)
+        for entry in self.ads.find(machine_id.hostname, machine_id.ip):
+            if not is_lost(entry):
+                return entry
+        return None
+
+    async def refresh_figures(self) -> None:
+        """Fetch the ad of every scheduled node whose stored ad predates the schedule
+        change that put its machine in its window; return when they are all in, or
+        after ``fetch_timeout``.
+
+        Each node is asked at most once per such change (a fetch already under way is
+        waited for, not repeated), ``fetch_concurrency`` at a time. A node that does not
+        answer in time, or refuses, keeps its old figures (its plan row says
+        ``figures_stale``) until it pushes again. A machine without a live node needs
+        no fetch: the first ad of its node is newer than the change.
+        """
+        now = self.clock.now()
+        waits: list[trio.Event] = []
+        starts: list[tuple[str, AdEntry, float, trio.Event]] = []
+        for key, (since, machine_id) in list(self._to_fetch.items()):
+            event = self._fetches.get(key)
+            if event is not None:
+                waits.append(event)
+                continue
+            entry = self._live_node(machine_id, now)
+            if entry is None or entry.received_at >= since or not entry.address:
+                del self._to_fetch[key]
+                continue
+            event = self._fetches[key] = trio.Event()
+            starts.append((key, entry, since, event))
+        if not waits and not starts:
+            return
+        limiter = trio.CapacityLimiter(self.fetch_concurrency)
+        with trio.move_on_after(self.fetch_timeout):
+            async with trio.open_nursery() as nursery:
+                for key, entry, since, event in starts:
+                    nursery.start_soon(self._fetch_figures, limiter, key, entry, since, event)
+                for event in waits:
+                    nursery.start_soon(event.wait)
+
+    async def _fetch_figures(
+        self,
+        limiter: trio.CapacityLimiter,
+        key: str,
+        entry: AdEntry,
+        since: float,
+        event: trio.Event,
+    ) -> None:
+        """One fetch of :meth:`refresh_figures`; counted as made however it ends."""
+        try:
+            async with limiter:
+                await self.fetch_ad(entry)
+        except (AgentCallFailed, InvalidRequest) as exc:
+            log.warning(
+                "%s: fresh ad not fetched, its figures are %.0f s old: %s",
+                entry.name,
+                self.clock.now() - entry.received_at,
+                exc,
+            )
+        finally:
+            if self._to_fetch.get(key, (None,))[0] == since:
+                del self._to_fetch[key]
+            if self._fetches.get(key) is event:
+                del self._fetches[key]
+            event.set()
+
+    async def _refresh_in_background(self) -> None:
+        self._refreshing = True
+        try:
+            await self.refresh_figures()
+        finally:
+            self._refreshing = False
+
     # ------------------------------------------------------------------ the plan
 
     def scheduled(self) -> tuple[ScheduledMachine, ...]:
@@ -247,17 +421,42 @@ class Master:
             for machine in self.scheduled()
         ]
 
-    def plan(self, *, with_blockers: bool = True) -> dict[str, Any]:
-        """GET /v1/maintenance/plan."""
+    def plan(
+        self, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
+    ) -> dict[str, Any]:
+        """GET /v1/maintenance/plan, from the ads held now (the API first awaits
+        :meth:`refresh_figures`, so that no row's figures predate its window).
+
+        ``totals`` always count every scheduled machine. ``machines`` holds every row
+        (schedule order) or, with ``late``, only the rows of machines late by their
+        promises or that the plan will escalate (window-start order); ``limit`` keeps the
+        first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
+        """
         now = self.clock.now()
         plans = self.plans(now)
         is_lost = self.ads.lost_at(now)
+        since = self.window_since
         rows = []
-        added = PlanTotals()
+        added = PlanTotals(now)
+        escalation = self.policy.escalation
         for each in plans:
-            row = plan_row(each, now, is_lost=is_lost, with_blockers=with_blockers)
+            row = plan_row(
+                each,
+                now,
+                is_lost=is_lost,
+                with_blockers=with_blockers,
+                window_since=since.get(each.key),
+                escalation=escalation,
+            )
             added.add(each, row)
+            if late and not _needs_attention(row):
+                continue
             rows.append(row)
+        if late:
+            rows.sort(key=lambda row: row["window"]["start"])
+        matched = len(rows)
+        if limit is not None:
+            del rows[limit:]
         totals = added.to_json()
         totals.update(vars(self.counters))
         totals["nodes"] = len(self.ads)
@@ -268,6 +467,7 @@ class Master:
                 "drain_margin": self.policy.drain_margin,
                 "escalation": self.policy.escalation,
             },
+            "matched": matched,
             "machines": rows,
             "totals": totals,
         }
@@ -299,11 +499,32 @@ class Master:
         # forecasts of nodes whose ad changed, a bounded number per pass, so that a plan
         # finds them made (a forecast costs ≈ 0.2 ms to make, µs to read).
         budget = self.forecasts_per_pass
+        if self._to_fetch and not self._refreshing:
+            nursery.start_soon(self._refresh_in_background)
+        # A record left pending is settled from the node first (see _settle); a record
+        # loaded from the store whose node has not pushed yet has its node asked once.
+        for key, record in self.drains.items():
+            if key in self._busy or self._backoff.get(key, (0, 0.0))[1] > now:
+                continue
+            if record.get("phase") == PENDING:
+                self._busy.add(key)
+                nursery.start_soon(self._settle, key)
+            elif key in self._unseen:
+                if self.ads.get(record.get("node") or "") is not None:
+                    self._unseen.discard(key)
+                elif record.get("address"):
+                    self._busy.add(key)
+                    nursery.start_soon(self._look_up, key)
         for plan in self.plans(now):
             scheduled.add(plan.key)
-            if budget and plan.node is not None and not plan.node.forecast.ready(now):
-                plan.node.forecast.prepare(now)
-                budget -= 1
+            if budget and plan.node is not None:
+                # Made for the window and escalation the plan reads (plan_row).
+                window = plan.window_start
+                escalation = planned_escalation(plan, self.policy.escalation)
+                forecast = plan.node.forecast
+                if not forecast.ready(now, window_start=window, escalation=escalation):
+                    forecast.prepare(now, window_start=window, escalation=escalation)
+                    budget -= 1
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
             if self._backoff.get(plan.key, (0, 0.0))[1] > now:
@@ -317,8 +538,25 @@ class Master:
             nursery.start_soon(self._release, key)
 
     def _decide(self, plan: MachinePlan, now: float) -> str | None:
-        machine = plan.node.machine if plan.node is not None else {}
+        """What the pass does for one machine now: ``start``, ``escalate``, ``down``,
+        ``mark-down``, ``refresh`` (fetch the node's ad: the one held predates the
+        master's record of its drain, and the window needs a decision) or nothing."""
+        assert plan.node is not None
+        machine = plan.node.machine
         record = self.drains.get(plan.key)
+        if record is not None and record.get("phase") == PENDING:
+            return None  # settled first (see reconcile)
+        if (
+            record is not None
+            and plan.mode == "DRAINING"
+            and not record.get("down")
+            and not ad_knows(record, plan.node)
+        ):
+            # The ad predates the drain the master recorded: never a second drain from
+            # it. Before the window nothing is due; from the window on, ask the node.
+            if now < plan.window_start or record.get("escalated"):
+                return None
+            return "refresh"
         state = machine.get("DrainState", "none")
         ours = record is not None and machine.get("DrainingRequestId") == record.get("request_id")
         mode = plan.mode
@@ -374,12 +612,13 @@ class Master:
             elif action == "mark-down":
                 self.drains[plan.key]["down"] = True
                 self.save()
-        except AgentCallFailed as exc:
-            self.counters.drain_failures += 1
-            failures = self._backoff.get(plan.key, (0, 0.0))[0] + 1
-            delay = min(_MAX_BACKOFF, self.reconcile_interval * 2**failures)
-            self._backoff[plan.key] = (failures, self.clock.now() + delay)
-            log.warning("%s of %s failed (retry in %.0f s): %s", action, plan.node.name, delay, exc)
+            elif action == "refresh":
+                record = self.drains.get(plan.key)
+                entry = await self.fetch_ad(plan.node)
+                if record is None or ad_knows(record, entry):
+                    self.wake()  # else the next periodic pass looks again
+        except (AgentCallFailed, InvalidRequest) as exc:
+            self._failed(plan.key, f"{action} of {plan.node.name}", exc)
         else:
             self._backoff.pop(plan.key, None)
         finally:
@@ -393,7 +632,8 @@ class Master:
         window has opened (the master was down, the node came late, the schedule was
         posted late): the escalation's own schedule at once, ``quick`` or ``fast``
         (graceful under ``none``); the record says ``escalated`` when the commit found
-        work on the node (its drain is not already ``drained``).
+        work on the node (its drain is not already ``drained``). The record is saved
+        before the commit (:meth:`_transaction`).
         """
         now = self.clock.now()
         escalation = self.policy.escalation
@@ -402,7 +642,18 @@ class Master:
         body: dict[str, Any] = {"schedule": schedule, "reason": REASON, "ttl": 30}
         if schedule == "graceful" and escalation == "quick":
             body["deadline"] = plan.window_start - now
-        phase1, committed = await self._transaction(address, actor, body)
+        record: dict[str, Any] = {
+            "node": plan.node_name,
+            "address": address,
+            "schedule": schedule,
+            "deadline": body.get("deadline"),
+            "started_at": now,
+            "window_start": plan.window_start,
+            "actor": actor,
+            "escalated": False,
+            "down": False,
+        }
+        phase1, committed = await self._transaction(plan.key, address, actor, body, record)
         completion = (phase1.get("estimate") or {}).get("completion")
         if schedule == "graceful" and completion is not None and completion > plan.window_start:
             log.warning(
@@ -411,16 +662,7 @@ class Master:
                 completion - plan.window_start,
             )
         escalated = schedule != "graceful" and committed.get("state") != "drained"
-        self.drains[plan.key] = {
-            "node": plan.node_name,
-            "request_id": committed["id"],
-            "schedule": schedule,
-            "started_at": now,
-            "window_start": plan.window_start,
-            "actor": actor,
-            "escalated": escalated,
-            "down": False,
-        }
+        record["escalated"] = escalated
         self.counters.drains_started += 1
         if escalated:
             self.counters.drains_escalated += 1
@@ -462,7 +704,7 @@ class Master:
                 how += f", deadline {machine.get('DrainingDeadline')}"
         else:
             replaced = record.get("request_id")
-            await self._replace(address, actor, record, escalation)
+            await self._replace(plan.key, address, actor, record, escalation)
             how = f"drain {replaced} replaced by {escalation} drain {record['request_id']}"
         record["escalated"] = True
         self.counters.drains_escalated += 1
@@ -470,15 +712,17 @@ class Master:
         log.info("%s: at its window: escalated (%s)", plan.node_name, how)
 
     async def _replace(
-        self, address: str, actor: str, record: dict[str, Any], schedule: str
+        self, key: str, address: str, actor: str, record: dict[str, Any], schedule: str
     ) -> None:
         """Cancel the master's drain on the node and commit a ``schedule`` drain instead.
 
         A drain in force cannot be changed and a node holds one request at a time, so
         the drain is cancelled (by its id: never someone else's; already gone is fine)
-        and a new one goes through the two-phase transaction. On failure the record
-        keeps the old request id: if the cancel went through, the next pass finds no
-        drain on the node and :meth:`_start` starts one as the open window requires.
+        and a new one goes through the two-phase transaction, recorded before its
+        commit. A phase 1 refused leaves the record with the old request id: if the
+        cancel went through, the next pass finds no drain on the node and :meth:`_start`
+        starts one as the open window requires; a commit failed leaves the new one
+        ``pending``, settled by the next pass (:meth:`_settle`).
         """
         try:
             await self.link.call(
@@ -488,29 +732,137 @@ class Master:
             if exc.code != "drain.no_such_request":
                 raise
         body = {"schedule": schedule, "reason": REASON, "ttl": 30}
-        _, committed = await self._transaction(address, actor, body)
-        record["request_id"] = committed["id"]
-        record["schedule"] = schedule
+        await self._transaction(key, address, actor, body, record)
 
     async def _transaction(
-        self, address: str, actor: str, body: dict[str, Any]
+        self,
+        key: str,
+        address: str,
+        actor: str,
+        body: dict[str, Any],
+        record: dict[str, Any],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The two-phase drain transaction: phase 1 (the agent's estimate), then commit.
+        """The two-phase drain transaction, recorded before it is committed.
 
-        Returns both replies; raises :class:`AgentCallFailed` from either call (a phase 1
-        left pending expires on the agent after its ``ttl``).
+        Phase 1 (the agent's estimate) returns the request id; ``record`` then takes it
+        in phase ``pending`` and is saved as the machine's (``key``) drain record; then
+        the commit, whose reply moves it to ``committed`` (with the node's
+        ``committed_at``; saving that is the caller's). Returns both replies; raises
+        :class:`AgentCallFailed` from either call. A phase 1 refused leaves the records
+        as they were; a failed commit leaves the record ``pending``, for the next pass
+        to settle with the node (:meth:`_settle`; a transaction nobody commits expires
+        on the agent after its ``ttl``).
         """
         phase1 = await self.link.call(address, "POST", "/v1/drain", actor=actor, body=body)
+        record["request_id"] = phase1["id"]
+        record["schedule"] = body["schedule"]
+        record["deadline"] = body.get("deadline")
+        record["phase"] = PENDING
+        record["recorded_at"] = self.clock.now()
+        record.pop("committed_at", None)
+        self.drains[key] = record
+        self.save()
         committed = await self.link.call(
             address, "POST", f"/v1/drain/{phase1['id']}/commit", actor=actor
         )
+        record["phase"] = COMMITTED
+        record["committed_at"] = committed.get("committed_at")
         return phase1, committed
+
+    async def _settle(self, key: str) -> None:
+        """Settle a record left ``pending`` with the node: fetch its ad and look for the
+        request there.
+
+        Committed (``draining`` or ``drained`` under that id): the drain is adopted as
+        the master's (``committed``; escalated at the window like any other). Still
+        pending: cancelled by its id, and the record forgotten. Gone (expired, cancelled,
+        never made): the record is forgotten. Either way a later pass starts the drain
+        the window then requires. The node is asked at the record's address (a restarted
+        master holds no ad yet), else at its ad's; a failure is retried with backoff.
+        """
+        record = self.drains[key]
+        name = record.get("node") or ""
+        try:
+            address = record.get("address")
+            if not address:
+                entry = self.ads.get(name)
+                address = None if entry is None else entry.address
+            if address:
+                await self._settle_with(key, record, address)
+            else:
+                self._failed(
+                    key, f"settling drain {record.get('request_id')} of {name}", "no address known"
+                )
+                return
+        except (AgentCallFailed, InvalidRequest) as exc:
+            self._failed(key, f"settling drain {record.get('request_id')} of {name}", exc)
+        else:
+            self._backoff.pop(key, None)
+            self.wake()
+        finally:
+            self._busy.discard(key)
+
+    async def _look_up(self, key: str) -> None:
+        """Fetch, once, the ad of the node of a drain record loaded from the store, so
+        that a restarted master acts on its own drains (at their window) without waiting
+        for the node's next push."""
+        record = self.drains[key]
+        self._unseen.discard(key)
+        try:
+            ad = await self.link.call(record["address"], "GET", "/v1/ad", actor="master")
+            self.ads.update(ad, self.clock.now())
+        except (AgentCallFailed, InvalidRequest) as exc:
+            log.warning("%s: ad not fetched (its next push will do): %s", record.get("node"), exc)
+        else:
+            self.wake()
+        finally:
+            self._busy.discard(key)
+
+    async def _settle_with(self, key: str, record: dict[str, Any], address: str) -> None:
+        name = record.get("node") or ""
+        request_id = record.get("request_id")
+        ad = await self.link.call(address, "GET", "/v1/ad", actor="master")
+        machine = self.ads.update(ad, self.clock.now()).machine
+        state = machine.get("DrainState")
+        shown = machine.get("DrainingRequestId") == request_id
+        if shown and state in ("draining", "drained"):
+            record["phase"] = COMMITTED
+            record["committed_at"] = machine.get("MyCurrentTime")
+            self.counters.drains_started += 1
+            self.save()
+            log.info("%s: drain %s adopted: committed, the master's own", name, request_id)
+            return
+        how = "gone from the node"
+        if shown and state == "pending":
+            try:
+                await self.link.call(
+                    address,
+                    "POST",
+                    f"/v1/drain/{request_id}/cancel",
+                    actor=record.get("actor", "operator"),
+                )
+            except AgentCallFailed as exc:
+                if exc.code != "drain.no_such_request":
+                    raise
+            how = "pending: cancelled"
+        del self.drains[key]
+        self.save()
+        log.info("%s: drain %s forgotten (%s)", name, request_id, how)
+
+    def _failed(self, key: str, what: str, why: object) -> None:
+        """A call for machine ``key`` failed: counted, and retried after 2, 4, 8 … passes."""
+        self.counters.drain_failures += 1
+        failures = self._backoff.get(key, (0, 0.0))[0] + 1
+        delay = min(_MAX_BACKOFF, self.reconcile_interval * 2**failures)
+        self._backoff[key] = (failures, self.clock.now() + delay)
+        log.warning("%s failed (retry in %.0f s): %s", what, delay, why)
 
     async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
         record = self.drains.setdefault(
             plan.key,
             {"node": plan.node_name, "actor": actor, "escalated": False, "started_at": None},
         )
+        record["address"] = address
         await self._fast(address, actor, record)
         record["down"] = True
         self.counters.down_drains += 1
@@ -529,24 +881,39 @@ class Master:
         )
         record["request_id"] = reply["id"]
         record["schedule"] = "fast"
+        record["phase"] = COMMITTED
+        record["committed_at"] = reply.get("committed_at")
+        record["recorded_at"] = self.clock.now()
 
     async def _release(self, key: str) -> None:
-        """The machine left the schedule (up, or dropped): cancel the master's drain."""
+        """The machine left the schedule (up, or dropped): cancel the master's drain.
+
+        The drain is cancelled by its id (never someone else's) unless the node's ad,
+        not older than the record (:func:`ad_knows`), shows it gone; a record left
+        ``pending`` is settled first (:meth:`_settle`).
+        """
         record = self.drains[key]
+        if record.get("phase") == PENDING:
+            self._busy.discard(key)
+            return
         try:
             entry = self.ads.get(record.get("node") or "")
-            ours = entry is not None and (
-                entry.machine.get("DrainingRequestId") == record.get("request_id")
+            request_id = record.get("request_id")
+            address = (entry.address if entry is not None else None) or record.get("address")
+            gone = (
+                entry is not None
+                and ad_knows(record, entry)
+                and (entry.machine.get("DrainingRequestId") != request_id)
             )
-            if entry is not None and entry.address and ours:
+            if address and request_id is not None and not gone:
                 await self.link.call(
-                    entry.address,
+                    address,
                     "POST",
-                    f"/v1/drain/{record['request_id']}/cancel",
+                    f"/v1/drain/{request_id}/cancel",
                     actor=record.get("actor", "operator"),
                 )
                 self.counters.drains_cancelled += 1
-                log.info("%s: up: drain %s cancelled", entry.name, record["request_id"])
+                log.info("%s: up: drain %s cancelled", record.get("node"), request_id)
             del self.drains[key]
             self.save()
         except AgentCallFailed as exc:

@@ -22,6 +22,7 @@ from typing import Any
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._maintenance import MachineId, MachineStatus
+from slots import Escalation
 
 __all__ = [
     "MachinePlan",
@@ -31,9 +32,11 @@ __all__ = [
     "machine_key",
     "machine_plan",
     "plan_row",
+    "planned_escalation",
 ]
 
 _NS = 1_000_000_000
+_CUT_FIELDS = ("slot", "job_id", "owner", "cpus", "evict_at", "promise_end", "cut_by", "cut_badput")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,21 +166,66 @@ def machine_plan(
     )
 
 
+def planned_escalation(plan: MachinePlan, escalation: str) -> Escalation:
+    """What the master will do at the machine's window start to what still runs there.
+
+    ``escalation`` is the master's policy (``quick``, ``fast``, ``none``); a DOWN machine's
+    node is drained ``fast``; a drain in force that the master did not start (no record:
+    an administrator's, the defrag daemon's) is left alone, so ``none``.
+    """
+    node = plan.node
+    if node is None or plan.mode not in ("DRAINING", "DOWN"):
+        return Escalation.NONE
+    if plan.mode == "DOWN":
+        return Escalation.FAST
+    if plan.drain_record is None and node.machine.get("DrainState", "none") != "none":
+        return Escalation.NONE
+    return Escalation(escalation)
+
+
 def plan_row(
     plan: MachinePlan,
     now: float,
     *,
     is_lost: Callable[[AdEntry], bool],
     with_blockers: bool = True,
+    window_since: float | None = None,
+    escalation: str = "none",
 ) -> dict[str, Any]:
-    """The machine's line of ``GET /v1/maintenance/plan``.
+    """The machine's line of ``GET /v1/maintenance/plan``: its two verdicts, never mixed.
 
     The node's ad is brought up to ``now`` by its :class:`~slots.DrainForecast` (exactly
-    :func:`slots.drain_estimates` and :func:`slots.ad_blockers`); without a node,
-    ``expected``, ``on_time`` and ``late_by`` are ``None``.
+    :func:`slots.drain_estimates`, :func:`slots.drain_verdicts` and
+    :func:`slots.ad_blockers`), against the window start and the escalation the master will
+    apply there (:func:`planned_escalation` of the policy's ``escalation``):
+
+    * ``promises``: when the node would be empty had every job kept its retirement
+      promise (no deadline, no escalation): ``completion``, ``on_time``, ``late_by``. A
+      drain the master starts does not change it. The row's top-level ``on_time`` and
+      ``late_by`` are these.
+    * ``as_planned``: when the node will actually be empty under the drain in force (or
+      about to start) with the escalation applied: ``completion``, ``badput``,
+      ``escalation`` (what is applied), ``will_escalate`` (some promise is cut),
+      ``escalated`` (the master has told the node, from its record), the cost
+      (``cut_jobs``, ``cut_core_seconds`` = Σ cpus · cut, ``cut_badput`` = Σ cpus · run at
+      the cut) and ``cuts``, one per cut job (slot, job, owner, cpus, ``evict_at``,
+      ``promise_end``, ``cut_by``, ``cut_badput``; latest first).
+
+    ``blockers`` (with ``with_blockers``, for a node not empty) are the jobs as planned,
+    each saying which promise the escalation breaks (``promise_end``, ``cut_by``,
+    ``cut_badput``). ``expected`` holds the node's six ``ExpectedMachine*`` values at
+    ``now``. Without a node, the verdicts, ``expected``, ``on_time`` and ``late_by`` are
+    ``None``.
+
+    How old the figures are: ``figures_at`` is when the master received the ad they
+    come from (its clock, as ``now``), ``figures_age`` is ``now`` minus that, and
+    ``figures_stale`` says the ad predates ``window_since``, the schedule change that
+    put the machine in its window (the master fetches a fresher one, and this stays true
+    only if the node did not answer); all three are ``None`` without a node.
     """
     record = plan.drain_record
     node = plan.node
+    escalated = bool(record and record.get("escalated"))
     row: dict[str, Any] = {
         "machine_id": plan.machine.machine_id,
         "mode": plan.machine.mode,
@@ -192,24 +240,35 @@ def plan_row(
             for n in plan.nodes
         ],
         "node": None if node is None else node.name,
+        "figures_at": None,
+        "figures_age": None,
+        "figures_stale": None,
         "drain": None,
         "expected": None,
         "on_time": None,
         "late_by": None,
+        "promises": None,
+        "as_planned": None,
         "planned_drain_start": plan.drain_start,
         "empty": None,
         "blockers": [],
         "started_by_master": record is not None,
-        "escalated": bool(record and record.get("escalated")),
+        "escalated": escalated,
     }
     if node is None:
         return row
+    row["figures_at"] = node.received_at
+    row["figures_age"] = round(node.age(now), 3)
+    row["figures_stale"] = window_since is not None and node.received_at < window_since
     empty = node.empty
     forecast = node.forecast
+    window_start = plan.machine.window_start
+    applied = planned_escalation(plan, escalation)
     graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput = forecast.values(
         now
     )
-    late_by = 0 if empty else max(0.0, graceful_end - plan.machine.window_start)
+    verdicts = forecast.verdicts(now, window_start=window_start, escalation=applied)
+    late_by = 0 if empty else verdicts.late_by
     row["drain"] = node.drain
     row["expected"] = {
         "graceful": {"completion": graceful_end, "badput": graceful_badput},
@@ -218,21 +277,48 @@ def plan_row(
     }
     row["on_time"] = late_by == 0
     row["late_by"] = late_by
+    row["promises"] = {
+        "completion": verdicts.promise_completion,
+        "on_time": late_by == 0,
+        "late_by": late_by,
+    }
+    will_escalate = not empty and verdicts.escalated
+    blockers: list[dict[str, Any]] = []
+    if not empty and (with_blockers or will_escalate):
+        blockers = forecast.blockers(now, window_start=window_start, escalation=applied)
+    row["as_planned"] = {
+        "completion": verdicts.planned_completion,
+        "badput": verdicts.planned_badput,
+        "escalation": str(applied),
+        "will_escalate": will_escalate,
+        "escalated": escalated,
+        "cut_jobs": verdicts.cut_jobs if will_escalate else 0,
+        "cut_core_seconds": verdicts.cut_core_seconds if will_escalate else 0,
+        "cut_badput": verdicts.cut_badput if will_escalate else 0,
+        "cuts": [{name: b[name] for name in _CUT_FIELDS} for b in blockers if b["cut_by"] > 0],
+    }
     row["empty"] = empty
-    if with_blockers and not empty:
-        row["blockers"] = forecast.blockers(now)
+    if with_blockers:
+        row["blockers"] = blockers
     row["statistics"] = node.statistics
     return row
 
 
 class PlanTotals:
     """Cluster totals of a plan, added up row by row (:meth:`add`, then :meth:`to_json`):
-    machines per mode, timeliness, expected badput, draining statistics."""
+    machines per mode, the promise verdict (``on_time``, ``late``), the escalations to come
+    (``escalations``: rows that will escalate and are not yet escalated;
+    ``escalations_next_hour``: those whose window starts within an hour of ``now``), their
+    cost (``cut_jobs``, ``cut_core_seconds``, ``escalation_badput``), expected badput and
+    draining statistics."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
         self.modes: dict[str, int] = {"UP": 0, "DRAINING": 0, "DOWN": 0}
         self.machines = self.without_node = self.lost = self.on_time = self.empty = 0
         self.graceful_badput = self.quick_badput = self.badput = self.unclaimed = 0
+        self.escalations = self.next_hour = self.cut_jobs = 0
+        self.cut_core_seconds = self.escalation_badput = 0
 
     def add(self, plan: MachinePlan, row: Mapping[str, Any]) -> None:
         self.machines += 1
@@ -243,6 +329,13 @@ class PlanTotals:
         self.lost += plan.lost
         self.empty += bool(row["empty"])
         self.on_time += bool(row["on_time"])
+        planned = row["as_planned"]
+        if planned["will_escalate"] and not planned["escalated"]:
+            self.escalations += 1
+            self.next_hour += plan.window_start <= self.now + 3600
+        self.cut_jobs += planned["cut_jobs"]
+        self.cut_core_seconds += planned["cut_core_seconds"]
+        self.escalation_badput += planned["cut_badput"]
         expected = row["expected"]
         self.graceful_badput += expected["graceful"]["badput"]
         self.quick_badput += expected["quick"]["badput"]
@@ -258,6 +351,11 @@ class PlanTotals:
             "on_time": self.on_time,
             "late": self.machines - self.without_node - self.on_time,
             "empty": self.empty,
+            "escalations": self.escalations,
+            "escalations_next_hour": self.next_hour,
+            "cut_jobs": self.cut_jobs,
+            "cut_core_seconds": self.cut_core_seconds,
+            "escalation_badput": self.escalation_badput,
             "expected_graceful_badput": self.graceful_badput,
             "expected_quick_badput": self.quick_badput,
             "TotalMachineDrainingBadput": self.badput,

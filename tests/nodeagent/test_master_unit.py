@@ -246,12 +246,23 @@ class ModelNode:
     Replies are the agent's own bodies (``drain_json``) and refusals its error codes; the
     model's actions are carried out as the agent does (a soft-killed job exits
     ``TERM_DELAY`` later, a hard-killed one at once, timers at ``next_wakeup``); the ad
-    goes to ``master`` (while one runs) at once after a change and every half second.
+    goes to ``master`` (while one runs) every ``push_every`` seconds, and at once after a
+    change unless ``push_on_change`` is false (an agent whose pushes lag).
     Every call and every signal is logged with its offset from ``EPOCH``; ``refusals``
-    holds calls (``"POST /v1/drain"``) to refuse once, as a node that fails would.
+    holds calls (``"POST /v1/drain"``) to refuse once, as a node that fails would;
+    ``hangs`` holds calls never answered, once each: ``"before"`` they are carried out
+    (the request never arrived), ``"after"`` (the reply was lost).
     """
 
-    def __init__(self, clock: TrioClock, *, retirement: int, jobs: int) -> None:
+    def __init__(
+        self,
+        clock: TrioClock,
+        *,
+        retirement: int,
+        jobs: int,
+        push_every: float = 0.5,
+        push_on_change: bool = True,
+    ) -> None:
         now = clock.now()
         self.clock = clock
         self.machine = Machine(
@@ -268,6 +279,9 @@ class ModelNode:
         self.calls: list[tuple[float, str]] = []
         self.signals: list[tuple[float, str]] = []
         self.refusals: set[str] = set()
+        self.hangs: dict[str, str] = {}
+        self.push_every = push_every
+        self.push_on_change = push_on_change
         self._exits: dict[str, float] = {}
         self._dirty = True
         self._changed = trio.Event()
@@ -279,22 +293,32 @@ class ModelNode:
         assert address == ADDRESS
         now = self.clock.now()
         words = path.split("/")
-        said = (
-            f"start {body['schedule']}"
-            + ("" if body.get("deadline") is None else f" deadline {body['deadline']:g}")
-            if (method, path) == ("POST", "/v1/drain")
-            else f"{words[-1]} {words[-2]}"
-        )
+        if (method, path) == ("GET", "/v1/ad"):
+            said = "ad"
+        elif (method, path) == ("POST", "/v1/drain"):
+            said = f"start {body['schedule']}" + (
+                "" if body.get("deadline") is None else f" deadline {body['deadline']:g}"
+            )
+        else:
+            said = f"{words[-1]} {words[-2]}"
         if f"{method} {path}" in self.refusals:
             self.refusals.discard(f"{method} {path}")
             self.calls.append((now - EPOCH, f"{said} refused"))
             raise AgentCallFailed("agent.error", "refused by the test", 503)
-        self.calls.append((now - EPOCH, said))
+        hang = self.hangs.pop(f"{method} {path}", None)
+        if hang == "before":
+            self.calls.append((now - EPOCH, f"{said} never arrived"))
+            await trio.sleep_forever()
+        self.calls.append((now - EPOCH, said if hang is None else f"{said}, reply lost"))
+        if said == "ad":
+            return self.machine.ad(now)
         try:
             reply, actions = self._serve(now, method, words, body or {}, actor)
         except SlotsError as exc:
             raise AgentCallFailed(exc.code, exc.message, exc.http_status) from None
         self._carry_out(now, actions)
+        if hang == "after":
+            await trio.sleep_forever()
         return reply
 
     def _serve(
@@ -349,9 +373,11 @@ class ModelNode:
                 if at <= now:
                     del self._exits[claim_id]
                     self._carry_out(now, self.machine.job_exited(now, claim_id))
-            if self.master is not None and (self._dirty or now >= next_push):
+            if self.master is not None and (
+                (self._dirty and self.push_on_change) or now >= next_push
+            ):
                 self.master.receive_ad(self.machine.ad(now))
-                self._dirty, next_push = False, now + 0.5
+                self._dirty, next_push = False, now + self.push_every
             wake = self.machine.next_wakeup()
             wakeups = [*self._exits.values(), *([] if wake is None else [wake])]
             if self.master is not None:
@@ -383,13 +409,19 @@ class Story:
     Events: ``up`` the master (re)starts from its store; ``down`` it stops (a crash:
     nothing more is saved); ``schedule`` a window opening at ``arg`` is posted (to a
     master loaded from the store when none runs); ``escalation`` the policy is reloaded;
-    ``refuse`` the node refuses its next ``arg`` call once.
+    ``refuse`` the node refuses its next ``arg`` call once; ``hang`` the node never
+    answers its next ``arg[0]`` call (``arg[1]``: ``"before"`` or ``"after"`` carrying
+    it out). ``push_every`` and ``push_on_change`` are the node's (:class:`ModelNode`).
     """
 
     events: tuple[tuple[float, str, Any], ...]
     escalation: str = "quick"
     jobs: int = 1
+    push_every: float = 0.5
+    push_on_change: bool = True
     calls: tuple[str, ...]
+    #: ``drains_started`` at the end (None: not checked).
+    started: int | None = None
     #: The job's first signal: which, and the offsets it falls between (None: never).
     evicted: tuple[str, float, float] | None
     #: The offsets between which the plan first says escalated (None: never).
@@ -476,6 +508,68 @@ STORIES = {
         escalated=None,
         end=620,
     ),
+    # ---- the master's own record first (a pass never acts on an ad older than it)
+    "a pass before the node's next push starts no second drain; at the window it asks": Story(
+        events=((0, "schedule", 30), (1, "up", None)),
+        push_every=50,  # the next push after the commit comes after the window
+        push_on_change=False,
+        calls=("start graceful deadline 29", "commit 1", "ad"),
+        evicted=("SIGTERM", 30, 30),
+        escalated=(30, 31.5),
+        started=1,
+    ),
+    "stopped between record and commit, unsent: the pending drain is cancelled, redone": Story(
+        events=(
+            (0, "up", None),
+            (0.5, "hang", ("POST /v1/drain/1/commit", "before")),
+            (1, "schedule", 100),
+            (5, "down", None),
+            (10, "up", None),
+        ),
+        calls=(
+            "start graceful deadline 99",
+            "commit 1 never arrived",
+            "ad",
+            "cancel 1",
+            "start graceful deadline 90",
+            "commit 2",
+        ),
+        evicted=("SIGTERM", 100, 100),
+        escalated=(100, 101.5),
+        started=1,
+    ),
+    "stopped between record and commit, expired on the node: forgotten, redone": Story(
+        events=(
+            (0, "up", None),
+            (0.5, "hang", ("POST /v1/drain/1/commit", "before")),
+            (1, "schedule", 100),
+            (5, "down", None),
+            (40, "up", None),
+        ),
+        calls=(
+            "start graceful deadline 99",
+            "commit 1 never arrived",
+            "ad",
+            "start graceful deadline 60",
+            "commit 2",
+        ),
+        evicted=("SIGTERM", 100, 100),
+        escalated=(100, 101.5),
+        started=1,
+    ),
+    "stopped after the commit before its reply: adopted, escalated at the window": Story(
+        events=(
+            (0, "up", None),
+            (0.5, "hang", ("POST /v1/drain/1/commit", "after")),
+            (1, "schedule", 100),
+            (5, "down", None),
+            (10, "up", None),
+        ),
+        calls=("start graceful deadline 99", "commit 1, reply lost", "ad"),
+        evicted=("SIGTERM", 100, 100),
+        escalated=(100, 101.5),
+        started=1,
+    ),
     "an empty node at an open window is drained, with nothing to escalate": Story(
         events=((0, "schedule", 100), (150, "up", None)),
         jobs=0,
@@ -491,7 +585,13 @@ async def test_escalation_acts_on_the_node_whatever_the_order_of_events(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, story: Story
 ) -> None:
     clock = TrioClock(EPOCH)
-    node = ModelNode(clock, retirement=600, jobs=story.jobs)
+    node = ModelNode(
+        clock,
+        retirement=600,
+        jobs=story.jobs,
+        push_every=story.push_every,
+        push_on_change=story.push_on_change,
+    )
     policy = PlanPolicy(drain_margin=10, escalation=story.escalation)
     stores: list[DocumentStore] = []
     window = math.inf
@@ -551,6 +651,8 @@ async def test_escalation_acts_on_the_node_whatever_the_order_of_events(
                 policy = PlanPolicy(drain_margin=10, escalation=arg)
                 assert running is not None
                 running[0].policy = policy
+            elif what == "hang":
+                node.hangs[arg[0]] = arg[1]
             else:
                 assert what == "refuse"
                 node.refusals.add(arg)
@@ -572,5 +674,119 @@ async def test_escalation_acts_on_the_node_whatever_the_order_of_events(
         assert story.escalated[0] <= first_escalated <= story.escalated[1]
         assert node.signals[0][0] <= first_escalated  # told first, then said so
         assert last.counters.drains_escalated == 1
+    if story.started is not None:
+        assert last.counters.drains_started == story.started
+    assert all(r.get("phase") != "pending" for r in last.drains.values())
     for store in stores:
         store.close()
+
+
+# ----------------------------------------------------------------------- fresh figures
+
+#: How the node answers ``GET /v1/ad``; what the first plan after the schedule shows.
+FETCHES = {
+    "answers: the plan shows the job": ("answers", ["ad"], False, 0.0),
+    "refuses: old figures, flagged stale": ("refuses", ["ad refused"], True, 0.0),
+    "never answers: old figures after the timeout": ("hangs", ["ad never arrived"], True, 5.0),
+}
+
+
+@pytest.mark.parametrize(("how", "calls", "stale", "waited"), FETCHES.values(), ids=list(FETCHES))
+async def test_the_first_plan_after_a_schedule_change_has_figures_newer_than_it(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    how: str,
+    calls: list[str],
+    stale: bool,
+    waited: float,
+) -> None:
+    """The node's ad predates a job (its pushes lag); a schedule puts it in a window:
+    the plan fetches its ad once (per schedule change), or says its figures are stale."""
+    clock = TrioClock(EPOCH)
+    node = ModelNode(clock, retirement=600, jobs=0, push_every=1000, push_on_change=False)
+    master = Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=node,
+        clock=clock,
+        ads=AdStore(lifetime=10_000),
+        fetch_timeout=5.0,
+    )
+    master.receive_ad(node.machine.ad(clock.now()))  # empty
+    await trio.sleep(5)
+    node.machine.claim(clock.now(), resources=Resources(cpus=1), spec=JobSpec(job_id="7.0"))
+    await trio.sleep(5)
+    master.set_schedule(schedule(EPOCH + 3600), actor="ops")
+    (before,) = master.plan()["machines"]
+    assert (before["empty"], before["figures_stale"], before["figures_age"]) == (True, True, 10)
+    if how == "refuses":
+        node.refusals.add("GET /v1/ad")
+    elif how == "hangs":
+        node.hangs["GET /v1/ad"] = "before"
+    t0 = clock.now()
+    await master.refresh_figures()
+    assert clock.now() - t0 == waited
+    (row,) = master.plan()["machines"]
+    assert [said for _, said in node.calls] == calls
+    assert row["figures_stale"] is stale
+    assert row["empty"] is stale  # the job shows once fetched
+    assert row["figures_at"] == (EPOCH if stale else EPOCH + 10)
+    if not stale:
+        assert [b["job_id"] for b in row["blockers"]] == ["7.0"]
+        assert row["figures_age"] == 0
+    # at most once per schedule change: neither a plan nor a pass asks again
+    await master.refresh_figures()
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        nursery.cancel_scope.cancel()
+    master.set_schedule(schedule(EPOCH + 3600), actor="ops")  # the same window
+    await master.refresh_figures()
+    assert len(node.calls) == 1
+    # a window that moves is a change of its own: the node is asked again
+    await trio.sleep(1)
+    master.set_schedule(schedule(EPOCH + 7200), actor="ops")
+    await master.refresh_figures()
+    assert len(node.calls) == 2
+    assert master.plan()["machines"][0]["figures_stale"] is False
+    master.store.close()
+
+
+async def test_a_plan_waits_for_the_fetch_a_pass_started_and_does_not_repeat_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    node = ModelNode(clock, retirement=600, jobs=1, push_every=1000, push_on_change=False)
+    slow = SlowLink(node, delay=2.0)
+    master = Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=slow,
+        clock=clock,
+        ads=AdStore(lifetime=10_000),
+        policy=PlanPolicy(drain_policy="just_in_time"),  # no drain due a day ahead
+    )
+    master.receive_ad(node.machine.ad(clock.now()))
+    await trio.sleep(1)
+    master.set_schedule(schedule(EPOCH + 86400), actor="ops")
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)  # starts the fetch
+        await trio.sleep(0.5)
+        t0 = clock.now()
+        await master.refresh_figures()  # waits for it
+        assert clock.now() - t0 == 1.5
+        nursery.cancel_scope.cancel()
+    assert [said for _, said in node.calls] == ["ad"]
+    assert master.plan()["machines"][0]["figures_stale"] is False
+    master.store.close()
+
+
+class SlowLink:
+    """``link``'s answers, each ``delay`` seconds late."""
+
+    def __init__(self, link: ModelNode, *, delay: float) -> None:
+        self.link = link
+        self.delay = delay
+
+    async def call(
+        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        await trio.sleep(self.delay)
+        return await self.link.call(address, method, path, actor=actor, body=body)
