@@ -21,10 +21,10 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -100,7 +100,9 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def plan_body(master: Master, *, with_blockers: bool = True) -> bytes:
+def plan_body(
+    master: Master, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
+) -> bytes:
     """``GET /v1/maintenance/plan``'s body: the plan, encoded by orjson.
 
     orjson writes what :class:`~fastapi.responses.JSONResponse` would, several times
@@ -108,7 +110,7 @@ def plan_body(master: Master, *, with_blockers: bool = True) -> bytes:
     which an agent's ad could carry, and such a plan is encoded by :mod:`json` instead.
     """
     with _collector_paused():
-        plan = master.plan(with_blockers=with_blockers)
+        plan = master.plan(with_blockers=with_blockers, late=late, limit=limit)
         try:
             body = orjson.dumps(plan)
         except orjson.JSONEncodeError:
@@ -459,11 +461,20 @@ def build_master_app(
         return _mesos_json(master.state.status().to_json())
 
     @app.get("/v1/maintenance/plan", tags=["maintenance"], response_class=JSONResponse)
-    async def plan(request: Request, blockers: bool = True) -> Response:
+    async def plan(
+        request: Request,
+        blockers: bool = True,
+        late: bool = False,
+        limit: Annotated[int | None, Query(ge=0)] = None,
+    ) -> Response:
         """The cluster maintenance plan: per machine and totals (first, the ads that
-        predate their machine's window are fetched: ``Master.refresh_figures``)."""
+        predate their machine's window are fetched: ``Master.refresh_figures``).
+        ``late=true``: only the rows late by their promises or to be escalated;
+        ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
+        The totals count every machine."""
         allowed(request, Scope.READ)
         await master.refresh_figures()
-        return Response(plan_body(master, with_blockers=blockers), media_type="application/json")
+        body = plan_body(master, with_blockers=blockers, late=late, limit=limit)
+        return Response(body, media_type="application/json")
 
     return app
