@@ -34,8 +34,9 @@ exit status (``docs/cli.md``, ``docs/systemd.md``)::
     status  raised                                  what
     2       ConfigError, KeyFileError               the configuration file, the pool key,
                                                     the TLS certificate or key
-    7       StoreError, StateUnusable               a directory, the store or the audit log
-                                                    cannot be used (corrupt, read-only, full)
+    7       StateUnusable                           a directory, the store (its StoreError
+                                                    at open or build) or the audit log
+                                                    cannot be used (corrupt, read-only)
     8       StateLost                               the store is empty but the daemon's other
                                                     files show a previous life (agent)
     9       AddressUnavailable, StateInUse          the Unix socket, a TCP listener or the
@@ -145,17 +146,15 @@ class StateInUse(StartFailed):
 
 def start_failure(exc: BaseException) -> tuple[int, str] | None:
     """The exit status and the one line for ``exc`` when it says why a daemon cannot
-    start (or could not go on with its configuration or its state); ``None`` otherwise
-    (a bug: let its traceback show). An exception group holding one such error is that
-    error."""
+    start; ``None`` otherwise (a failure while it ran, such as a store that cannot be
+    written, or a bug: its traceback shows, and its unit restarts it). An exception group
+    holding one such error is that error."""
     if isinstance(exc, BaseExceptionGroup):
         exc = _only(exc)
     if isinstance(exc, StartFailed):
         return exc.exit_status, str(exc)
     if isinstance(exc, ConfigError | KeyFileError):
         return EXIT_CONFIG, str(exc)
-    if isinstance(exc, StoreError):
-        return EXIT_STATE, str(exc)
     return None
 
 
@@ -299,8 +298,10 @@ async def serve_daemon(
     (:class:`StateUnusable`); another daemon on the state directory
     (:class:`StateInUse`); a pool key that cannot be read (``KeyFileError``), TLS files
     that do not load (:class:`ConfigError`); another daemon on the socket, a TCP address
-    that cannot be bound (:class:`AddressUnavailable`); a store that cannot be opened
-    (``StoreError``); an error of :meth:`Program.build` as itself.
+    that cannot be bound (:class:`AddressUnavailable`); a ``StoreError`` of
+    :meth:`Program.open_store` or :meth:`Program.build` (a store that cannot be opened or
+    whose state cannot be read) as :class:`StateUnusable`; any other error of
+    :meth:`Program.build` as itself.
     """
     spec = program.spec()
     for directory in spec.directories:
@@ -323,12 +324,18 @@ async def serve_daemon(
             raise AddressUnavailable(
                 f"cannot use the socket {spec.socket}: {exc.strerror}"
             ) from exc
-        store = program.open_store()
+        try:
+            store = program.open_store()
+        except StoreError as exc:
+            raise StateUnusable(str(exc)) from exc
         opened.callback(store.close)
         audit = None
         if spec.audit_log is not None:
             audit = opened.enter_context(_open_audit(spec.audit_log))
-        app = program.build(Opened(key=key, store=store, audit=audit))
+        try:
+            app = program.build(Opened(key=key, store=store, audit=audit))
+        except StoreError as exc:  # a saved state it cannot read
+            raise StateUnusable(str(exc)) from exc
         try:
             await _serve(
                 program,

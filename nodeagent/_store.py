@@ -163,7 +163,11 @@ class DocumentStore:
             raise StoreError(f"unreadable document {name!r} in {self.path}: {exc}") from exc
 
     def save(self, **documents: Any) -> None:
-        """Replace the given documents in one transaction; durable when this returns."""
+        """Replace the given documents in one transaction; durable when this returns.
+
+        Raises :class:`StoreError` when the write fails (a full disk, an I/O error); the
+        documents saved before are then still the saved ones.
+        """
         if FileIdentity.of(self.path) != self._identity:
             log.error(
                 "%s was deleted or replaced while this daemon ran: its state goes to a new file",
@@ -172,12 +176,15 @@ class DocumentStore:
             self._db.close()
             self._db = open_database(self.path, self._SCHEMA)
             self._identity = FileIdentity.of(self.path)
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            for name, doc in documents.items():
-                self._db.execute(
-                    "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, "
-                    "doc = excluded.doc",
-                    (name, time.time(), json.dumps(doc, separators=(",", ":"))),
-                )
+        try:
+            with self._db:
+                self._db.execute("BEGIN IMMEDIATE")
+                for name, doc in documents.items():
+                    self._db.execute(
+                        "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, "
+                        "doc = excluded.doc",
+                        (name, time.time(), json.dumps(doc, separators=(",", ":"))),
+                    )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc

@@ -46,12 +46,11 @@ from tests.nodeagent.test_lifecycle import Toy, serving, toy
     [
         (ConfigError("bad file"), EXIT_CONFIG),
         (KeyFileError("bad key"), EXIT_CONFIG),
-        (StoreError("bad store"), EXIT_STATE),
         (StateUnusable("bad directory"), EXIT_STATE),
         (StateLost("a previous life"), EXIT_STATE_LOST),
         (StateInUse("another daemon"), EXIT_UNAVAILABLE),
         (AddressUnavailable("port in use"), EXIT_UNAVAILABLE),
-        (ExceptionGroup("one", [ExceptionGroup("inner", [StoreError("wrapped")])]), EXIT_STATE),
+        (ExceptionGroup("one", [ExceptionGroup("in", [StateUnusable("wrapped")])]), EXIT_STATE),
     ],
 )
 def test_each_start_failure_has_its_status_and_line(error: Exception, status: int) -> None:
@@ -63,7 +62,11 @@ def test_each_start_failure_has_its_status_and_line(error: Exception, status: in
 
 @pytest.mark.parametrize(
     "error",
-    [RuntimeError("a bug"), ExceptionGroup("two", [StoreError("a"), StoreError("b")])],
+    [
+        RuntimeError("a bug"),
+        StoreError("a state that cannot be written while the daemon runs"),
+        ExceptionGroup("two", [StateUnusable("a"), StateUnusable("b")]),
+    ],
 )
 def test_anything_else_is_not_a_start_failure(error: Exception) -> None:
     assert start_failure(error) is None
@@ -182,12 +185,12 @@ _RUN = textwrap.dedent(
     import logging, sys
     import typer
     from nodeagent.cli._common import run_daemon
-    from nodeagent._store import StoreError
+    from nodeagent._lifecycle import StateUnusable
 
     def run(config):
         logging.getLogger("nodeagent.test").warning("a name\\nwith a forged line")
         if sys.argv[1] == "fail":
-            raise StoreError("cannot open /x/agent.db\\u2028: move it aside")
+            raise StateUnusable("cannot open /x/agent.db\\u2028: move it aside")
         return 75
 
     try:
