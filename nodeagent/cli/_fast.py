@@ -207,7 +207,13 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         words=("master", "plan"),
         run=f"{_MASTER}:plan",
-        options=(_flag("--watch", "-w"), _value("--interval", default="2s"), *_CLIENT),
+        options=(
+            _flag("--watch", "-w"),
+            _value("--interval", default="2s"),
+            _flag("--all", dest="all_rows"),
+            _value("--limit", kind="int", minimum=0, default=20),
+            *_CLIENT,
+        ),
     ),
     Command(
         words=("master", "ads"),

@@ -22,7 +22,7 @@ import re
 import string
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -304,14 +304,30 @@ def ads(
 # --- the plan -----------------------------------------------------------------------------
 
 
-def _watch_plan(target: Target, *, json_output: bool, interval: float) -> None:
+def _plan_path(*, all_rows: bool, limit: int) -> str:
+    """What the plan command asks the master for: every row, or only what the summary
+    draws (the late machines, at most ``limit``, without their blockers)."""
+    if all_rows:
+        return "/v1/maintenance/plan"
+    return f"/v1/maintenance/plan?late=true&blockers=false&limit={limit}"
+
+
+def _plan_views(*, all_rows: bool) -> Callable[[Any, int], Any]:
+    """The view of one plan reply at a width: the timeline, or the summary."""
+    from nodeagent.cli._render import plan_summary_view, plan_view  # noqa: PLC0415
+
+    if all_rows:
+        return lambda data, width: plan_view(data, width=width)
+    return lambda data, width: plan_summary_view(data)
+
+
+def _watch_plan(
+    target: Target, path: str, *, json_output: bool, interval: float, all_rows: bool
+) -> None:
     """Refresh the plan every ``interval`` seconds until Ctrl-C (which ends it, 0).
 
     The first fetch's error ends the command; later ones are shown and retried.
     """
-    from nodeagent.cli._render import plan_view, plan_width  # noqa: PLC0415
-
-    path = "/v1/maintenance/plan"
     first = request(target, "GET", path)
     try:
         if json_output:
@@ -325,23 +341,25 @@ def _watch_plan(target: Target, *, json_output: bool, interval: float) -> None:
         from rich.live import Live  # noqa: PLC0415
         from rich.text import Text  # noqa: PLC0415
 
+        from nodeagent.cli._render import plan_width  # noqa: PLC0415
+
+        view = _plan_views(all_rows=all_rows)
         console = _console()
         if not console.is_terminal:
             while True:
-                console.print(plan_view(first.data, width=plan_width(console)))
+                console.print(view(first.data, plan_width(console)))
                 console.print()
                 time.sleep(interval)
                 try:
                     first = request(target, "GET", path)
                 except CliError as exc:
                     sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
-        view = plan_view(first.data, width=console.width)
-        with Live(view, console=console, auto_refresh=False) as live:
+        with Live(view(first.data, console.width), console=console, auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
                 try:
                     data = request(target, "GET", path).data
-                    live.update(plan_view(data, width=console.width), refresh=True)
+                    live.update(view(data, console.width), refresh=True)
                 except CliError as exc:
                     live.update(Text(f"{exc.code}: {exc.message} (retrying)", "red"), refresh=True)
     except KeyboardInterrupt:
@@ -352,24 +370,30 @@ def plan(
     *,
     watch: bool,
     interval: str,
+    all_rows: bool = False,
+    limit: int = 20,
     json_output: bool,
     host: str | None,
     token: str | None,
     socket_path: str | None,
 ) -> None:
-    """``nodeagent master plan``: ``GET /v1/maintenance/plan`` as a timeline; with
+    """``nodeagent master plan``: the summary (``GET /v1/maintenance/plan?late=true&
+    blockers=false&limit=N``) or with ``all_rows`` every row as a timeline; with
     ``watch``, one refresh per ``interval`` until Ctrl-C."""
     seconds = duration("--interval", interval)
     assert seconds is not None
     target = _target(host, token, socket_path)
+    path = _plan_path(all_rows=all_rows, limit=limit)
     if watch:
-        _watch_plan(target, json_output=json_output, interval=seconds or 2.0)
+        _watch_plan(
+            target, path, json_output=json_output, interval=seconds or 2.0, all_rows=all_rows
+        )
         return
-    reply = request(target, "GET", "/v1/maintenance/plan")
+    reply = request(target, "GET", path)
     if json_output:
         emit_text(reply.text)
         return
-    from nodeagent.cli._render import plan_view, plan_width  # noqa: PLC0415
+    from nodeagent.cli._render import plan_width  # noqa: PLC0415
 
     console = _console()
-    console.print(plan_view(reply.data, width=plan_width(console)))
+    console.print(_plan_views(all_rows=all_rows)(reply.data, plan_width(console)))

@@ -234,21 +234,32 @@ def plan(
     interval: Annotated[
         str, typer.Option(metavar="DURATION", help="Time between refreshes with --watch.")
     ] = "2s",
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="Every machine's row: the whole timeline.")
+    ] = False,
+    limit: Annotated[
+        int, typer.Option(min=0, help="Late machines the summary lists (without --all).")
+    ] = 20,
     json_output: JsonOption = False,
     host: MasterHost = None,
     token: MasterToken = None,
     socket_path: MasterSocket = None,
 ) -> None:
-    """The maintenance plan as a timeline, and the cluster totals.
+    """The maintenance plan: a summary, or with --all every row as a timeline.
 
-    One row per machine: when its drain starts, when it will be empty, its window; on
-    time, late, empty or DOWN. --json prints GET /v1/maintenance/plan. With --watch, one
-    refresh per --interval until Ctrl-C.
+    The summary: counts per mode and verdict, the escalations coming (in the next hour)
+    and what they cut, then the machines late by their promises or to be escalated, in
+    window order (at most --limit), each with its two verdicts and the cost. With --all,
+    one row per machine: when its drain starts, when it will be empty, its window; on
+    time, late, empty or DOWN. --json prints what GET /v1/maintenance/plan answered. With
+    --watch, one refresh per --interval until Ctrl-C.
     """
     finish(
         lambda: _master.plan(
             watch=watch,
             interval=interval,
+            all_rows=all_rows,
+            limit=limit,
             json_output=json_output,
             host=host,
             token=token,

@@ -9,7 +9,8 @@ view (:func:`render_stats`) costs nothing.
 * the agent's: :func:`render_status` (:func:`status_view`), :func:`render_ad_table`,
   :func:`render_drain` and :class:`DrainProgress` for ``drain``, :func:`render_claim`;
 * the master's: :func:`master_status_view`, :func:`schedule_view`, :func:`ads_table`,
-  :func:`render_transition`, and the plan's timeline :func:`plan_view`;
+  :func:`render_transition`, the plan's summary :func:`plan_summary_view` and timeline
+  :func:`plan_view`, each machine's two verdicts in words :func:`verdict_sentence`;
 * the defrag daemon's: :func:`render_stats`.
 
 The ``format_*`` helpers are pure: times are epoch seconds, ``now`` is the daemon's clock
@@ -44,6 +45,7 @@ __all__ = [
     "format_relative",
     "make_console",
     "master_status_view",
+    "plan_summary_view",
     "plan_text",
     "plan_view",
     "plan_width",
@@ -57,6 +59,7 @@ __all__ = [
     "render_transition",
     "schedule_view",
     "status_view",
+    "verdict_sentence",
 ]
 
 _ACTIVITY_STYLES = {
@@ -705,6 +708,9 @@ def _row_cells(m: Mapping[str, Any], axis: _Axis, style: str) -> list[tuple[str,
     if state not in ("draining", "drained") or schedule not in expected:
         schedule = "graceful"
     completion = _number((expected.get(schedule) or {}).get("completion"))
+    planned_end = _number((m.get("as_planned") or {}).get("completion"))
+    if planned_end is not None:  # as planned: the drain in force, escalated at the window
+        completion = planned_end
     if has_node and m.get("empty"):
         completion = axis.now
     if completion is not None:
@@ -781,13 +787,69 @@ def _totals_lines(totals: Mapping[str, Any]) -> list[str]:
     return [first, second]
 
 
+def verdict_sentence(m: Mapping[str, Any]) -> str:
+    """A plan row's two verdicts in words, never mixed.
+
+    Promises: ``promises end 60s after the window opens`` (or ``promises end 2m before
+    the window``); as planned: ``the quick escalation will cut job 7 by 45s, 90 core-s
+    lost`` (the cut promise, ``cpus · cut`` core-seconds), or ``empty 5s after the window
+    by escalation`` when the cut jobs are not named, or ``no escalation`` when every
+    promise is kept. Empty for a row without a node; ``empty`` for an empty node.
+    """
+    promises = m.get("promises")
+    planned = m.get("as_planned")
+    if m.get("node") is None or not isinstance(promises, Mapping):
+        return ""
+    if m.get("empty"):
+        return "empty"
+    window = _number((m.get("window") or {}).get("start")) or 0.0
+    end = _number(promises.get("completion")) or 0.0
+    if end > window:
+        words = f"promises end {format_duration(end - window)} after the window opens"
+    else:
+        words = f"promises end {format_duration(window - end)} before the window"
+    if not isinstance(planned, Mapping):
+        return words
+    escalation = str(planned.get("escalation") or "none")
+    if not planned.get("will_escalate"):
+        return words + "; every promise is kept" if end > window else words
+    told = "has cut" if planned.get("escalated") else "will cut"
+    cuts = planned.get("cuts") or []
+    named = [
+        f"job {c.get('job_id')} by {format_duration(_number(c.get('cut_by')) or 0.0)}"
+        for c in cuts[:3]
+    ]
+    if len(cuts) > 3:
+        named.append(f"{len(cuts) - 3} more")
+    cost = int(_number(planned.get("cut_core_seconds")) or 0)
+    lost = int(_number(planned.get("cut_badput")) or 0)
+    what = ", ".join(named) if named else f"{int(_number(planned.get('cut_jobs')) or 0)} jobs"
+    completion = _number(planned.get("completion"))
+    empty_at = ""
+    if completion is not None:
+        after = completion - window
+        empty_at = (
+            f"; empty {format_duration(after)} after the window opens"
+            if after > 0
+            else " at the window"
+        )
+    who = "the drain's deadline" if escalation == "none" else f"the {escalation} escalation"
+    return (
+        f"{words}; {who} {told} {what}{empty_at}: "
+        f"{cost} core-s of promises, {lost} core-s of work lost"
+    )
+
+
 def _late_lines(
     machines: Sequence[Mapping[str, Any]], labels: Sequence[str], now: float, tz: tzinfo | None
 ) -> list[str]:
-    """Why each late machine is late: when it will be empty, and its last blocker."""
+    """Why each late machine is late, in both verdicts (:func:`verdict_sentence`)."""
     out = []
     for m, label in zip(machines, labels, strict=True):
         if m.get("node") is None or m.get("on_time") is not False or m.get("mode") == "DOWN":
+            continue
+        if isinstance(m.get("promises"), Mapping):
+            out.append(f"late: {label}: {verdict_sentence(m)}")
             continue
         completion = _number(((m.get("expected") or {}).get("graceful") or {}).get("completion"))
         line = f"late: {label}"
@@ -804,6 +866,71 @@ def _late_lines(
     return out
 
 
+def _verdict_totals_line(totals: Mapping[str, Any]) -> str:
+    """The escalations to come and their cost, from the totals."""
+
+    def n(key: str) -> int:
+        return int(_number(totals.get(key)) or 0)
+
+    line = f"escalations coming: {n('escalations')} ({n('escalations_next_hour')} in the next hour)"
+    line += f" · {n('cut_jobs')} promise{'' if n('cut_jobs') == 1 else 's'} cut, "
+    line += f"{n('cut_core_seconds') / 3600:.2f} core-h of promises, "
+    line += f"{n('escalation_badput') / 3600:.2f} core-h of work lost"
+    return line
+
+
+def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> Group:
+    """The plan an operator reads at any size: counts, the late machines, their cost.
+
+    ``plan`` is ``GET /v1/maintenance/plan?late=true&blockers=false&limit=N``: the totals
+    count every machine (per mode, on time and late by their promises, escalations to
+    come, in the next hour, and their cost), and the rows are the machines late by their
+    promises or to be escalated, in window order, one line each: the machine, when its
+    window opens, and its two verdicts (:func:`verdict_sentence`). Pure.
+    """
+    from rich.console import Group  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    now = _number(plan.get("now")) or 0.0
+    policy = plan.get("policy") or {}
+    totals = plan.get("totals") or {}
+    lines: list[Text] = [
+        Text(f"Maintenance plan · now {format_local_time(now, now, tz)}", style="bold")
+    ]
+    if policy:
+        lines.append(
+            Text(
+                f"policy: {str(policy.get('drain_policy', '')).replace('_', ' ')}, "
+                f"margin {format_duration(_number(policy.get('drain_margin')) or 0.0)}, "
+                f"escalation {policy.get('escalation')}",
+                style="dim",
+            )
+        )
+    first, second = _totals_lines(totals)
+    lines.append(Text(first.replace(" late,", " late by their promises,", 1)))
+    lines.append(Text(_verdict_totals_line(totals)))
+    lines.append(Text(second, style="dim"))
+    machines = list(plan.get("machines") or [])
+    matched = int(_number(plan.get("matched")) or len(machines))
+    if not machines:
+        lines.append(Text("no machine is late by its promises or to be escalated", "green"))
+        return Group(*lines)
+    shown = f"{len(machines)} of {matched}" if matched > len(machines) else f"{matched}"
+    lines.append(Text(f"late or to be escalated ({shown}, window order):", style="bold"))
+    labels = _labels(machines)
+    width = min(max(len(label) for label in labels), 24)
+    for m, label in zip(machines, labels, strict=True):
+        start = _number((m.get("window") or {}).get("start"))
+        when = "-" if start is None else format_relative(start, now)
+        style = "red" if (m.get("as_planned") or {}).get("will_escalate") else "yellow"
+        line = Text(f"{_fit(label, width):<{width}}  window {when:<10}  ")
+        line.append(verdict_sentence(m) or "no node", style=style)
+        lines.append(line)
+    if matched > len(machines):
+        lines.append(Text(f"… {matched - len(machines)} more: --all for every row", "dim"))
+    return Group(*lines)
+
+
 def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = None) -> Group:
     """``GET /v1/maintenance/plan`` as a timeline ``width`` columns wide.
 
@@ -811,9 +938,12 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     axis from the plan's ``now`` to the last window end, and a status word (``on time``,
     ``late 12m``, ``empty``, ``DOWN``, ``escalated``, ``no node``, ``lost``) in the row's
     colour. On the axis: ``·`` open, ``▷`` the planned drain start, ``━`` closed (the
-    drain runs, or will), ``◆`` when the node is empty (the running drain's schedule,
-    else a graceful drain started now), ``[█]`` the window, ``»`` beyond the axis. Then a
-    legend, the totals, and why late machines are late. Pure: ``now`` is the plan's.
+    drain runs, or will), ``◆`` when the node will be empty as planned (the drain in force
+    or about to start, escalated at the window; from a master without verdicts: the
+    running drain's schedule, else a graceful drain started now), ``[█]`` the window,
+    ``»`` beyond the axis. The status word ``late`` is the promise verdict. Then a legend,
+    the totals, and why late machines are late in both verdicts (:func:`verdict_sentence`).
+    Pure: ``now`` is the plan's.
     """
     from rich.console import Group  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
@@ -868,6 +998,8 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
         lines.append(line)
     lines.append(Text(_fit(_LEGEND, width), style="dim"))
     lines.extend(Text(t) for t in _totals_lines(plan.get("totals") or {}))
+    if "escalations" in (plan.get("totals") or {}):
+        lines.append(Text(_verdict_totals_line(plan.get("totals") or {})))
     lines.extend(Text(t, style="red") for t in _late_lines(machines, labels, now, tz))
     return Group(*lines)
 

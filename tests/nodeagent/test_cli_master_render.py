@@ -15,7 +15,7 @@ from nodeagent._paths import default_master_socket
 from nodeagent.cli._errors import UsageError
 from nodeagent.cli._http import resolve_master_target
 from nodeagent.cli._master import parse_machine, resolve_machines
-from nodeagent.cli._render import plan_text, plan_view
+from nodeagent.cli._render import plan_summary_view, plan_text, plan_view, verdict_sentence
 from nodeagent.master import _config
 
 NOW = 1_800_000_000  # 2027-01-15 08:00:00 UTC
@@ -458,3 +458,138 @@ def test_the_master_target_has_its_own_variables_and_port(tmp_path: Path) -> Non
     path.write_text('runtime_dir = "/elsewhere"\n')
     env = {"NODEAGENT_MASTER_CONFIG": str(path)}
     assert default_master_socket(env, 1000) == Path("/elsewhere/master.sock")
+
+
+# --- both verdicts ------------------------------------------------------------------------
+
+
+def with_verdicts(
+    row: dict[str, Any],
+    *,
+    promise: float,
+    planned: float,
+    cuts: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    escalation: str = "quick",
+    escalated: bool = False,
+) -> dict[str, Any]:
+    """``row`` with its two verdicts (times after NOW); the cost from ``cuts``."""
+    window = row["window"]["start"]
+    late_by = max(0.0, NOW + promise - window)
+    cut = [dict(c) for c in cuts]
+    row.update(
+        on_time=late_by == 0,
+        late_by=late_by,
+        promises={"completion": NOW + promise, "on_time": late_by == 0, "late_by": late_by},
+        as_planned={
+            "completion": NOW + planned,
+            "badput": 0,
+            "escalation": escalation,
+            "will_escalate": bool(cut),
+            "escalated": escalated,
+            "cut_jobs": len(cut),
+            "cut_core_seconds": sum(c["cpus"] * c["cut_by"] for c in cut),
+            "cut_badput": sum(c["cut_badput"] for c in cut),
+            "cuts": cut,
+        },
+    )
+    return row
+
+
+JOB_7 = {"slot": "slot1_1@n3", "job_id": "7", "owner": "alice", "cpus": 4, "cut_by": 60}
+JOB_7["cut_badput"] = 400
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        (
+            with_verdicts(machine("n3", start=60), promise=120, planned=65, cuts=[JOB_7]),
+            "promises end 1m after the window opens; the quick escalation will cut job 7 by "
+            "1m; empty 5s after the window opens: 240 core-s of promises, 400 core-s of "
+            "work lost",
+        ),
+        (
+            with_verdicts(
+                machine("n3", start=60), promise=120, planned=60, cuts=[JOB_7], escalated=True
+            ),
+            "promises end 1m after the window opens; the quick escalation has cut job 7 by "
+            "1m at the window: 240 core-s of promises, 400 core-s of work lost",
+        ),
+        (
+            with_verdicts(machine("n3", start=60), promise=120, planned=120, escalation="none"),
+            "promises end 1m after the window opens; every promise is kept",
+        ),
+        (
+            with_verdicts(machine("n3", start=600), promise=120, planned=120),
+            "promises end 8m before the window",
+        ),
+        (with_verdicts(machine("n3", empty=True), promise=0, planned=0), "empty"),
+        (machine("n3", node=False), ""),
+    ],
+    ids=["will cut", "has cut", "kept, late", "on time", "empty", "no node"],
+)
+def test_a_row_s_verdicts_in_words(row: dict[str, Any], words: str) -> None:
+    assert verdict_sentence(row) == words
+
+
+def test_the_summary_counts_and_lists_the_late_machines_with_their_cost() -> None:
+    late = with_verdicts(machine("n3", start=60), promise=120, planned=65, cuts=[JOB_7])
+    kept = with_verdicts(machine("n4", start=7200), promise=7300, planned=7300, escalation="none")
+    totals = {
+        "machines": 10_000,
+        "modes": {"UP": 0, "DRAINING": 9990, "DOWN": 10},
+        "on_time": 9998,
+        "late": 2,
+        "empty": 3,
+        "escalations": 1,
+        "escalations_next_hour": 1,
+        "cut_jobs": 1,
+        "cut_core_seconds": 240,
+        "escalation_badput": 400,
+    }
+    body = plan(late, kept, **totals) | {"matched": 5}
+    out = _summary_text(body)
+    assert out[2:] == [
+        "10000 machines: 9990 DRAINING, 10 DOWN · 9998 on time, 2 late by their promises, 3 empty",
+        "escalations coming: 1 (1 in the next hour) · 1 promise cut, 0.07 core-h of promises, "
+        "0.11 core-h of work lost",
+        "expected badput: graceful 0.00, quick 0.00 core-h · drains 0 started, 0 escalated",
+        "late or to be escalated (2 of 5, window order):",
+        "n3  window in 1m       promises end 1m after the window opens; the quick escalation "
+        "will cut job 7 by 1m; empty 5s after the window opens: 240 core-s of promises, 400 "
+        "core-s of work lost",
+        "n4  window in 2h       promises end 1m40s after the window opens; every promise is kept",
+        "… 3 more: --all for every row",
+    ]
+    nothing = _summary_text(plan(**{**totals, "late": 0, "escalations": 0}) | {"matched": 0})
+    assert nothing[-1] == "no machine is late by its promises or to be escalated"
+
+
+def _summary_text(body: dict[str, Any]) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=400, color_system=None).print(plan_summary_view(body, tz=UTC))
+    return out.getvalue().splitlines()
+
+
+def test_the_timeline_says_why_late_in_both_verdicts_and_marks_the_planned_end() -> None:
+    late = with_verdicts(
+        machine("n3", start=2000, planned=-500, completion=3500),
+        promise=2120,
+        planned=2005,
+        cuts=[JOB_7],
+    )
+    lines = text(plan(late, late=1, escalations=1, cut_jobs=1, cut_core_seconds=240), 100)
+    at = next(i for i, line in enumerate(lines) if line.startswith("late: n3: "))
+    wrapped = " ".join(line.strip() for line in lines[at:])  # rich wraps it at 100
+    assert wrapped.split() == f"late: n3: {verdict_sentence(late)}".split()
+    assert any(
+        x.startswith("escalations coming: 1 (0 in the next hour) · 1 promise") for x in lines
+    )
+    # ◆ at the planned end (+2005 s, as the window opens), not the graceful one (+3500 s).
+    axis = axis_of(lines, "n3")
+    assert axis.index("◆") == round(2005 / 3000 * (len(axis) - 1))
+    assert axis.count("◆") == 1
