@@ -79,17 +79,24 @@ def load_library() -> None:
 
 
 def _to_classad(ad: Mapping[str, AdValue]) -> classad2.ClassAd:
-    return _classad().ClassAd({k: _plain(v) for k, v in ad.items() if v is not None})
+    # Most values are plain scalars: tested by exact type first (an ABC check costs more
+    # than the rest of the conversion).
+    return _classad().ClassAd(
+        {k: v if type(v) in _SCALARS else _plain(v) for k, v in ad.items() if v is not None}
+    )
+
+
+_SCALARS = frozenset((str, bool, float))
 
 
 def _plain(value: AdValue) -> Any:
     """A value as ``classad2`` takes it: integers beyond 64 bits become reals."""
+    if type(value) is int:
+        return value if _INT64[0] <= value <= _INT64[1] else float(value)
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [_plain(v) for v in value]
-    if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
-        return float(value)
     return value
 
 
@@ -182,11 +189,45 @@ def validate_expression(text: str) -> None:
         _tree(text)
 
 
-def _scope(ad: Mapping[str, AdValue] | None) -> Any:
-    """``ad`` as a ClassAd; ``None`` for no ad, or for one the library cannot hold
-    (an attribute name with NUL, …), which evaluation then treats as an error."""
+# ``eval("…")`` looks attributes up by a name computed at evaluation time.
+_DYNAMIC = re.compile(r"\beval\s*\(", re.IGNORECASE)
+_SCOPES = frozenset(("my", "target"))
+
+
+def _references(text: str, tree: classad2.ExprTree) -> frozenset[str] | None:
+    """The attribute names (lower case) ``tree`` can look up in an ad, or ``None`` when
+    they cannot all be known before evaluating it (``eval()``, a quoted name).
+
+    Ad values here are literals, never expressions, so an ad reduced to these attributes
+    evaluates ``tree`` exactly as the whole ad does; converting only them is most of the
+    saving when an ad has dozens of attributes.
+    """
+    if _DYNAMIC.search(_QUOTED.sub("", text)):
+        return None
+    lib = _classad()
+    try:
+        references = lib.ClassAd().externalRefs(tree)
+    except lib.ClassAdException:
+        return None
+    names = set()
+    for reference in references:
+        parts = str(reference).lower().split(".")
+        if len(parts) > 1 and parts[0] in _SCOPES:
+            parts = parts[1:]
+        if not parts[0] or "'" in parts[0]:
+            return None
+        names.add(parts[0])
+    return frozenset(names)
+
+
+def _scope(ad: Mapping[str, AdValue] | None, references: frozenset[str] | None) -> Any:
+    """``ad`` (only its ``references``, when known) as a ClassAd; ``None`` for no ad, or
+    for one the library cannot hold (an attribute name with NUL, …), which evaluation
+    then treats as an error."""
     if ad is None:
         return None
+    if references is not None:
+        ad = {k: v for k, v in ad.items() if k.lower() in references}
     lib = _classad()
     try:
         return _to_classad(ad)
@@ -215,14 +256,18 @@ def evaluate(
     literal = _literal(check_expression(text))
     if literal is not None:
         return literal
-    return _evaluate(_tree(text), my, target)
+    tree = _tree(text)
+    return _evaluate(tree, _references(text, tree), my, target)
 
 
 def _evaluate(
-    tree: classad2.ExprTree, my: Mapping[str, AdValue], target: Mapping[str, AdValue] | None
+    tree: classad2.ExprTree,
+    references: frozenset[str] | None,
+    my: Mapping[str, AdValue],
+    target: Mapping[str, AdValue] | None,
 ) -> Any:
-    scope = _scope(my)
-    target_scope = None if target is None else _scope(target)
+    scope = _scope(my, references)
+    target_scope = None if target is None else _scope(target, references)
     if scope is None or (target is not None and target_scope is None):
         return _classad().Value.Error
     return _eval(tree, scope, target_scope)
@@ -240,7 +285,8 @@ def evaluate_each(
     if literal is not None:
         return [literal] * len(ads)
     tree = _tree(text)
-    return [_evaluate(tree, ad, target) for ad in ads]
+    references = _references(text, tree)
+    return [_evaluate(tree, references, ad, target) for ad in ads]
 
 
 def is_true(

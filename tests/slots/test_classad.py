@@ -81,10 +81,38 @@ def test_what_the_library_cannot_evaluate_is_an_error_value_not_an_exception() -
 
 
 def test_ads_the_library_cannot_hold_evaluate_to_error() -> None:
-    # Integers beyond 64 bits become reals; a name with NUL cannot be held at all.
+    # Integers beyond 64 bits become reals; a name with NUL cannot be held at all, which
+    # matters only when the expression may look it up.
     assert is_true("X > 1e20", {"X": 2**70}) is True
-    assert is_true("Y == 1", {"Y": 1}, {"T\x00": 1}) is False
-    assert evaluate("Y", {"a\x00": 1}).name == "Error"
+    assert is_true("Y == 1", {"Y": 1, "a\x00": 1}) is True
+    assert evaluate('eval("Y")', {"Y": 1, "a\x00": 1}).name == "Error"
+    assert is_true("Y == 1", {"Y": 1}, {"T\x00": 1, "t": 2}) is True
+    assert is_true('eval("t") == 2', {"Y": 1}, {"T\x00": 1, "t": 2}) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("totalcpus * 2", 16),  # names are case-insensitive
+        ("MY.TotalCpus + TARGET.Cpus", 9),
+        ("TARGET.Cpus + Memory", 2049),
+        ("[a = 1; b = a + TotalCpus].b", 9),
+        ("Rec.x + size(List)", 12),
+        ('eval(strcat("Total", "Cpus")) + 1', 9),
+        ("ifThenElse(isUndefined(Missing), Memory, 0)", 2048),
+        ("'Odd Name' + 1", 4),
+        ("unparse(Rec)", "\n    [\n        x = 10\n    ]"),
+    ],
+)
+def test_an_expression_sees_every_attribute_it_refers_to(text: str, expected: Any) -> None:
+    """Only the attributes an expression refers to are handed to the library, unless it
+    refers to names only known when evaluated (``eval``)."""
+    my = {"TotalCpus": 8, "Memory": 2048, "Rec": {"x": 10}, "List": [1, 2], "Odd Name": 3}
+    assert plain_result(evaluate(text, my, {"Cpus": 1})) == expected
+    assert [plain_result(v) for v in evaluate_each(text, [my, my], {"Cpus": 1})] == [
+        expected,
+        expected,
+    ]
 
 
 def test_evaluate_each_parses_once_and_answers_per_ad() -> None:
