@@ -23,13 +23,13 @@ starts a new worker.
   ``expression.unavailable``).
 
 Use ``async with Evaluator() as evaluator:`` or call :meth:`Evaluator.aclose`, which ends
-every worker. A worker also ends with the end of its stdin and, on Linux, with its parent.
+every worker. A worker whose parent is gone ends too: at the end of its stdin when idle, by
+its own timer when evaluating (:mod:`nodeagent._expression_worker`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -59,6 +59,9 @@ DEFAULT_WORKERS = 2
 START_TIMEOUT = 30.0
 #: Seconds an ended worker may take to exit before it is killed.
 EXIT_TIMEOUT = 5.0
+#: A worker ends itself past twice the budget and this many seconds, should its parent
+#: be gone (see :mod:`nodeagent._expression_worker`); its parent kills it at the budget.
+SELF_KILL_MARGIN = 5.0
 _LITERALS = {"true": True, "false": False}
 
 
@@ -168,7 +171,7 @@ class Evaluator:
         self.command = (
             list(command)
             if command is not None
-            else [sys.executable, "-m", "nodeagent._expression_worker", str(os.getpid())]
+            else [sys.executable, "-m", "nodeagent._expression_worker"]
         )
         self._limiter = trio.CapacityLimiter(workers)
         self._idle: list[_Worker] = []
@@ -243,7 +246,15 @@ class Evaluator:
     ) -> list[Any]:
         if not ads:
             return []
-        frame = _encode({"text": text, "ads": list(ads), "target": target, "want": want})
+        frame = _encode(
+            {
+                "text": text,
+                "ads": list(ads),
+                "target": target,
+                "want": want,
+                "limit": self.budget * 2 + SELF_KILL_MARGIN,
+            }
+        )
         if self._closed:
             raise EvaluatorUnavailable("the evaluator is closed")
         async with self._limiter:

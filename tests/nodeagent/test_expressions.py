@@ -8,6 +8,8 @@ itself, which is kept short.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -15,6 +17,7 @@ import psutil
 import pytest
 import trio
 
+from nodeagent._expression_worker import read_frame, write_frame
 from nodeagent._expressions import (
     Evaluator,
     EvaluatorUnavailable,
@@ -23,7 +26,8 @@ from nodeagent._expressions import (
 from slots import InvalidRequest
 
 ADS: list[dict[str, Any]] = [{"Name": f"n{i}", "TotalCpus": i % 8} for i in range(50)]
-#: Catastrophic backtracking: seconds per ad, the library holding the GIL throughout.
+#: Catastrophic backtracking: ≈ 0.2 s per ad (up to the regex library's own match limit),
+#: the ClassAd library holding the GIL throughout.
 RUNAWAY = 'regexp("^(a+)+$", "' + "a" * 40 + '!")'
 #: A record whose attributes double each other, 2^21 additions.
 CHAIN = "[A0 = 1; " + "; ".join(f"A{i + 1} = A{i} + A{i}" for i in range(21)) + "].A21 > 0"
@@ -191,3 +195,22 @@ async def test_closing_ends_every_worker_and_refuses_later_requests() -> None:
     assert not any(alive(pid) for pid in pids)
     with pytest.raises(EvaluatorUnavailable, match="closed"):
         await evaluator.select("TotalCpus > 1", ADS)
+
+
+def test_a_worker_left_alone_ends_itself_past_its_limit_and_at_the_end_of_stdin() -> None:
+    """The backstop for a worker whose daemon is gone: no one kills it, its timer does."""
+    command = [sys.executable, "-m", "nodeagent._expression_worker"]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as worker:
+        assert worker.stdin is not None
+        assert worker.stdout is not None
+        assert read_frame(worker.stdout) == {"ready": True}
+        write_frame(worker.stdin, {"text": "TotalCpus > 1", "ads": ADS[:3], "limit": 60})
+        assert read_frame(worker.stdout) == {"results": [False, False, True]}
+        write_frame(worker.stdin, {"text": RUNAWAY, "ads": ADS, "limit": 0.5})
+        assert worker.wait(timeout=60) == -signal.SIGALRM
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as idle:
+        assert idle.stdout is not None
+        assert read_frame(idle.stdout) == {"ready": True}
+        assert idle.stdin is not None
+        idle.stdin.close()
+        assert idle.wait(timeout=60) == 0
