@@ -53,13 +53,29 @@ def _directory_problem(directory: Path) -> str | None:
     return None
 
 
+#: Less free space than this where the database lives reads as a full file system: SQLite
+#: needs a few pages to open a database in WAL mode (its -wal and -shm files).
+_NEARLY_FULL = 256 * 1024
+
+
+def _full(directory: Path) -> bool:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _NEARLY_FULL
+
+
 def _open_problem(path: Path, exc: sqlite3.Error) -> str:
     """One line: why ``path`` could not be opened, and what to do."""
     name = getattr(exc, "sqlite_errorname", "")
     if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
         return f"{path} is not a SQLite database this daemon can read ({exc}): {_MOVE_ASIDE}"
-    if name == "SQLITE_FULL":
-        return f"cannot open the state database {path}: its file system is full: free some space"
+    if name == "SQLITE_FULL" or _full(path.parent):
+        return (
+            f"cannot open the state database {path} ({exc}): its file system is full: "
+            "free some space"
+        )
     problem = _directory_problem(path.parent)
     if problem is not None:
         return f"cannot open the state database {path}: {problem}"

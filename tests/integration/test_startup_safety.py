@@ -149,6 +149,24 @@ def test_a_read_only_state_directory_is_status_7(tmp_path: Path) -> None:
     assert "read-only file system" in line
 
 
+def test_a_full_state_directory_at_start_is_status_7(tmp_path: Path) -> None:
+    root = tmp_path / "a"
+    agent = AgentProcess(root, policy=POLICY)
+    with mounted(root / "state"):
+        with agent:
+            agent.stop()  # a clean stop: agent.db alone, no -wal or -shm to reuse
+        filler = os.open(root / "state" / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with contextlib.suppress(OSError):  # ENOSPC: full
+                while True:
+                    os.write(filler, b"\0" * 65536)
+        finally:
+            os.close(filler)
+        line = start_fails(["run"], agent.config_path, status=7)
+    assert str(root / "state" / "agent.db") in line
+    assert "its file system is full: free some space" in line
+
+
 def test_an_unreadable_pool_key_is_status_2(tmp_path: Path) -> None:
     with AgentProcess(tmp_path / "a") as agent:
         agent.stop()
