@@ -35,6 +35,7 @@ import trio
 from nodeagent._auth import Scope, create_token, generate_key, load_key
 from nodeagent.agent._config import load_agent_config
 from nodeagent.agent._daemon import AgentDaemon
+from nodeagent.cli._render import verdict_sentence
 from nodeagent.master._config import load_master_config
 from nodeagent.master._daemon import MasterDaemon
 
@@ -301,16 +302,10 @@ async def _narrate_plan(
         if row is None:
             continue
         start = row["planned_drain_start"] - time.time()
-        verdict = (
-            "on time"
-            if row["on_time"]
-            else f"LATE by {row['late_by']:.0f}s (its drain escalates at the window)"
-        )
+        verdict = "on time" if row["on_time"] else f"LATE by {row['late_by']:.0f}s"
         narrator.say(
-            f"plan: {name} drains in {max(0.0, start):.0f}s (just in time), "
-            f"a graceful drain now would end "
-            f"{row['expected']['graceful']['completion'] - window_start:+.0f}s from the window: "
-            f"{verdict}"
+            f"plan: {name} drains in {max(0.0, start):.0f}s (just in time); "
+            f"{verdict_sentence(row)} ({verdict} by its promises)"
         )
 
 
