@@ -36,12 +36,15 @@ exit status (``docs/cli.md``, ``docs/systemd.md``)::
                                                     the TLS certificate or key
     7       StateUnusable                           a directory, the store (its StoreError
                                                     at open or build) or the audit log
-                                                    cannot be used (corrupt, read-only)
+                                                    cannot be used until the operator acts
+                                                    (corrupt, read-only, permissions)
     8       StateLost                               the store is empty but the daemon's other
                                                     files show a previous life (agent)
-    9       AddressUnavailable, StateInUse          the Unix socket, a TCP listener or the
+    9       AddressUnavailable, StateInUse,         not to be had now, a restart may do:
+            StateFull                               the Unix socket, a TCP listener or the
                                                     state directory is taken (another daemon,
-                                                    a port in use) or cannot be bound
+                                                    a port in use), an address cannot be
+                                                    bound, the state's file system is full
 
 Jobs and other processes are never touched on the way out.
 """
@@ -78,7 +81,7 @@ from nodeagent._settings import (
     merge_reloadable,
     reloadable_changes,
 )
-from nodeagent._store import StoreError
+from nodeagent._store import StoreError, StoreFull
 
 __all__ = [
     "EXIT_CONFIG",
@@ -91,6 +94,7 @@ __all__ = [
     "Opened",
     "Program",
     "StartFailed",
+    "StateFull",
     "StateInUse",
     "StateLost",
     "StateUnusable",
@@ -107,7 +111,8 @@ EXIT_CONFIG = 2
 EXIT_STATE = 7
 #: Exit status of a daemon that found its store empty after a previous life.
 EXIT_STATE_LOST = 8
-#: Exit status of a daemon whose socket, TCP listeners or state directory it cannot have.
+#: Exit status of a daemon that cannot have now what it needs (its socket, a TCP address,
+#: its state directory, room on the state's file system): a restart may succeed.
 EXIT_UNAVAILABLE = 9
 
 
@@ -140,6 +145,13 @@ class AddressUnavailable(StartFailed):
 
 class StateInUse(StartFailed):
     """Another daemon of the same kind runs on this state directory (it holds the lock)."""
+
+    exit_status: ClassVar[int] = EXIT_UNAVAILABLE
+
+
+class StateFull(StartFailed):
+    """The store cannot be opened because its file system is full (a restart may succeed
+    once space is freed)."""
 
     exit_status: ClassVar[int] = EXIT_UNAVAILABLE
 
@@ -300,8 +312,8 @@ async def serve_daemon(
     that do not load (:class:`ConfigError`); another daemon on the socket, a TCP address
     that cannot be bound (:class:`AddressUnavailable`); a ``StoreError`` of
     :meth:`Program.open_store` or :meth:`Program.build` (a store that cannot be opened or
-    whose state cannot be read) as :class:`StateUnusable`; any other error of
-    :meth:`Program.build` as itself.
+    whose state cannot be read) as :class:`StateUnusable`, or as :class:`StateFull` when
+    its file system is full; any other error of :meth:`Program.build` as itself.
     """
     spec = program.spec()
     for directory in spec.directories:
@@ -326,6 +338,8 @@ async def serve_daemon(
             ) from exc
         try:
             store = program.open_store()
+        except StoreFull as exc:
+            raise StateFull(str(exc)) from exc
         except StoreError as exc:
             raise StateUnusable(str(exc)) from exc
         opened.callback(store.close)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["DocumentStore", "FileIdentity", "StoreError", "open_database"]
+__all__ = ["DocumentStore", "FileIdentity", "StoreError", "StoreFull", "open_database"]
 
 log = logging.getLogger("nodeagent.store")
 
@@ -33,6 +33,11 @@ class StoreError(Exception):
 
     code = "store.error"
     http_status = 500
+
+
+class StoreFull(StoreError):
+    """The database cannot be opened because its file system is full: a condition that
+    passes once space is freed (a restart may then succeed)."""
 
 
 #: What to do with a file that is not a database the daemon can read.
@@ -66,20 +71,22 @@ def _full(directory: Path) -> bool:
     return st.f_bavail * st.f_frsize < _NEARLY_FULL
 
 
-def _open_problem(path: Path, exc: sqlite3.Error) -> str:
-    """One line: why ``path`` could not be opened, and what to do."""
+def _open_error(path: Path, exc: sqlite3.Error) -> StoreError:
+    """Why ``path`` could not be opened, and what to do, in one line."""
     name = getattr(exc, "sqlite_errorname", "")
     if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
-        return f"{path} is not a SQLite database this daemon can read ({exc}): {_MOVE_ASIDE}"
+        return StoreError(
+            f"{path} is not a SQLite database this daemon can read ({exc}): {_MOVE_ASIDE}"
+        )
     if name == "SQLITE_FULL" or _full(path.parent):
-        return (
+        return StoreFull(
             f"cannot open the state database {path} ({exc}): its file system is full: "
             "free some space"
         )
     problem = _directory_problem(path.parent)
     if problem is not None:
-        return f"cannot open the state database {path}: {problem}"
-    return (
+        return StoreError(f"cannot open the state database {path}: {problem}")
+    return StoreError(
         f"cannot open the state database {path} ({exc}): check the file, the permissions "
         "of its directory and the free space"
     )
@@ -91,8 +98,8 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
     A write is durable once its statement returns (autocommit). The file must pass
     SQLite's ``quick_check`` (a damaged page is found now, not by a later request).
     Raises :class:`StoreError`, whose message names the file and what to do, when the
-    directory cannot be created or written, or the file is not a sound SQLite database;
-    nothing is left open then.
+    directory cannot be created or written, or the file is not a sound SQLite database
+    (:class:`StoreFull` when its file system is full); nothing is left open then.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +110,7 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
     try:
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
-        raise StoreError(_open_problem(path, exc)) from exc
+        raise _open_error(path, exc) from exc
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
@@ -112,7 +119,7 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
         db.executescript(schema)
     except sqlite3.Error as exc:
         db.close()
-        raise StoreError(_open_problem(path, exc)) from exc
+        raise _open_error(path, exc) from exc
     except BaseException:
         db.close()
         raise

@@ -3,8 +3,9 @@
 * A start that cannot go on ends with one line on stderr, ``nodeagent: <what, where, what
   to do>``, no traceback, and the documented exit status: 2 configuration (the pool key),
   7 state (a corrupt or unreadable store, a read-only state directory), 8 the agent's
-  state lost after a previous life, 9 something another daemon holds (the state
-  directory, the socket, a TCP port). Jobs are left alone.
+  state lost after a previous life, 9 what cannot be had now (the state directory, the
+  socket or a TCP port another process holds; room on a full file system). Jobs are left
+  alone.
 * An ``agent.db`` deleted or emptied while its jobs still run is refused until the
   operator says ``--recover`` (the running jobs are claimed again under their old claim
   ids; ids continue) or ``--fresh`` (no claims; ids continue).
@@ -149,7 +150,7 @@ def test_a_read_only_state_directory_is_status_7(tmp_path: Path) -> None:
     assert "read-only file system" in line
 
 
-def test_a_full_state_directory_at_start_is_status_7(tmp_path: Path) -> None:
+def test_a_full_state_directory_at_start_is_status_9(tmp_path: Path) -> None:
     root = tmp_path / "a"
     agent = AgentProcess(root, policy=POLICY)
     with mounted(root / "state"):
@@ -162,7 +163,7 @@ def test_a_full_state_directory_at_start_is_status_7(tmp_path: Path) -> None:
                     os.write(filler, b"\0" * 65536)
         finally:
             os.close(filler)
-        line = start_fails(["run"], agent.config_path, status=7)
+        line = start_fails(["run"], agent.config_path, status=9)
     assert str(root / "state" / "agent.db") in line
     assert "its file system is full: free some space" in line
 
