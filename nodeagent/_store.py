@@ -183,7 +183,9 @@ class DocumentStore:
         try:
             return json.loads(row[0])
         except ValueError as exc:
-            raise StoreError(f"unreadable document {name!r} in {self.path}: {exc}") from exc
+            raise StoreError(
+                f"unreadable document {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}"
+            ) from exc
 
     def save(self, **documents: Any) -> None:
         """Replace the given documents in one transaction; durable when this returns.

@@ -107,11 +107,17 @@ class PreviousLife:
                 pids = ", ".join(str(job.pid) for job in self.jobs[:5])
                 more = ", …" if len(self.jobs) > 5 else ""
                 running = f", {len(self.jobs)} of their jobs still running (pids {pids}{more})"
-            parts.append(f"{len(self.slots)} job directories in {self.execute_dir}{running}")
+            directories = _plural(len(self.slots), "job directory", "job directories")
+            parts.append(f"{directories} in {self.execute_dir}{running}")
         if self.audit_records:
             last = f", last drain request {self.last_request}" if self.last_request else ""
-            parts.append(f"{self.audit_records} records in {self.audit_log}{last}")
+            records = _plural(self.audit_records, "record", "records")
+            parts.append(f"{records} in {self.audit_log}{last}")
         return " and ".join(parts)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def look_for_previous_life(*, execute_dir: Path, audit_log: Path) -> PreviousLife:
