@@ -264,10 +264,11 @@ def plan_row(
     forecast = node.forecast
     window_start = plan.machine.window_start
     applied = planned_escalation(plan, escalation)
+    # The verdicts first: their piece (made for this window) serves the values too.
+    verdicts = forecast.verdicts(now, window_start=window_start, escalation=applied)
     graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput = forecast.values(
         now
     )
-    verdicts = forecast.verdicts(now, window_start=window_start, escalation=applied)
     late_by = 0 if empty else verdicts.late_by
     row["drain"] = node.drain
     row["expected"] = {
