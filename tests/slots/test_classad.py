@@ -107,7 +107,13 @@ def test_ads_the_library_cannot_hold_evaluate_to_error() -> None:
 def test_an_expression_sees_every_attribute_it_refers_to(text: str, expected: Any) -> None:
     """Only the attributes an expression refers to are handed to the library, unless it
     refers to names only known when evaluated (``eval``)."""
-    my = {"TotalCpus": 8, "Memory": 2048, "Rec": {"x": 10}, "List": [1, 2], "Odd Name": 3}
+    my: dict[str, Any] = {
+        "TotalCpus": 8,
+        "Memory": 2048,
+        "Rec": {"x": 10},
+        "List": [1, 2],
+        "Odd Name": 3,
+    }
     assert plain_result(evaluate(text, my, {"Cpus": 1})) == expected
     assert [plain_result(v) for v in evaluate_each(text, [my, my], {"Cpus": 1})] == [
         expected,
