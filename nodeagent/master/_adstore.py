@@ -7,10 +7,16 @@ not silently disappear. Node ads (``MyType = "Machine"``) are keyed by their ``N
 keyed by type and name, out of the nodes, the plans and the lost-node accounting. The
 master adds ``LastHeardFrom`` (when the ad arrived, by the master's clock) and ``Lost``
 to what it serves. No I/O here; ``now`` is an argument.
+
+What the master reads from an ad is checked when the ad arrives (:meth:`AdStore.update`),
+so that no node's ad can break a query, a plan or a reconcile pass later. Constraints
+are not evaluated here: the API evaluates them in killable worker processes
+(:class:`nodeagent._expressions.Evaluator`) over what :meth:`AdStore.query` returns.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,15 +27,77 @@ from slots import (
     DrainForecast,
     InvalidRequest,
     check_estimate_inputs,
-    is_true,
-    validate_expression,
 )
+from slots._classad import check_value
 
-__all__ = ["AdEntry", "AdStore"]
+__all__ = ["AdEntry", "AdStore", "check_node_ad", "project"]
 
 
 _ACTIVE_PAIRS = {(str(state), str(activity)) for state, activity in ACTIVE}
 _COMPLETIONS = tuple(f"ExpectedMachine{s}DrainingCompletion" for s in ("Graceful", "Quick", "Fast"))
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+#: Read with a default when absent, so ``null`` cannot stand for "absent".
+_NOT_NULL = (
+    "Cpus",
+    "TotalJobRunTime",
+    "MaxJobRetirementTime",
+    "MachineMaxVacateTime",
+    "VacateTimeRemaining",
+    "DrainSuspendedJobs",
+)
+#: Summed over the nodes by the plan.
+_STATISTICS = ("TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime")
+#: Compared with strings, or looked up in sets of them.
+_STRINGS = ("State", "Activity", "SlotType", "DrainSuspendedJobs")
+
+
+def _refuse(ad: Mapping[str, Any], message: str) -> InvalidRequest:
+    return InvalidRequest(f"{ad.get('Name', 'an ad')}: {message}")
+
+
+def check_node_ad(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`InvalidRequest` unless the master can read a node's machine ad and
+    slot ads wherever it reads them.
+
+    Each value nests lists and records at most :data:`slots._classad.MAX_NESTING` deep
+    (deeper ones cannot be evaluated, encoded as JSON nor rendered as ClassAds);
+    ``State``, ``Activity``, ``SlotType`` and ``DrainSuspendedJobs`` are strings; the
+    attributes read with a default (``Cpus``, ``TotalJobRunTime``,
+    ``MaxJobRetirementTime``, ``MachineMaxVacateTime``, ``VacateTimeRemaining``,
+    ``DrainSuspendedJobs``) are absent rather than ``null``; the machine's draining
+    statistics the plan sums (``TotalMachineDrainingBadput``,
+    ``TotalMachineDrainingUnclaimedTime``) are finite numbers; then
+    :func:`slots.check_estimate_inputs`. Agents' ads hold scalars and no ``null``: those
+    are checked at the cost of a scan of the values.
+    """
+    for name in _STATISTICS:
+        value = machine.get(name, 0)
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise _refuse(machine, f"{name} must be a finite number, not {value!r}")
+    ads = (machine, *slots)
+    for ad in ads:
+        values = ad.values()
+        if not _SCALARS.issuperset(map(type, values)):
+            for name, value in ad.items():
+                check_value(value, name=f"{ad.get('Name', 'an ad')}: {name}")
+        for name in _STRINGS:
+            value = ad.get(name, "")
+            if type(value) is not str and value is not None:
+                raise _refuse(ad, f"{name} must be a string, not {value!r}")
+        if None in values:
+            for name in _NOT_NULL:
+                if name in ad and ad[name] is None:
+                    raise _refuse(ad, f"{name} must be absent rather than null")
+    check_estimate_inputs(ads)
+
+
+def project(
+    ads: Iterable[dict[str, Any]], projection: Sequence[str] | None
+) -> list[dict[str, Any]]:
+    """``ads`` with only the attributes named in ``projection`` (all of them without one)."""
+    if not projection:
+        return list(ads)
+    return [{k: ad[k] for k in projection if k in ad} for ad in ads]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,10 +204,13 @@ class AdStore:
     def update(self, ad: Mapping[str, Any], now: float) -> AdEntry:
         """Store a pushed ad (``{"machine": {...}, "slots": [...]}``).
 
-        Raises :class:`InvalidRequest` when it is not shaped like an agent's ad, or when a
-        node's ad holds what its drain estimates cannot be computed from (see
-        :func:`slots.check_estimate_inputs`); the store is then unchanged.
+        Raises :class:`InvalidRequest` when it is not shaped like an agent's ad, or when it
+        holds what the master cannot read (:func:`check_node_ad`: a value nested too deep,
+        a wrong type, numbers the drain estimates cannot be computed from); the store is
+        then unchanged.
         """
+        if not isinstance(ad, Mapping):
+            raise InvalidRequest("an ad is {'machine': {...}, 'slots': [...]}")
         machine = ad.get("machine")
         slots = ad.get("slots")
         if not isinstance(machine, dict) or not isinstance(slots, list):
@@ -149,8 +220,15 @@ class AdStore:
             raise InvalidRequest("the machine ad has no Name")
         if not all(isinstance(s, dict) for s in slots):
             raise InvalidRequest("every slot ad must be an object")
-        my_type = str(machine.get("MyType", "Machine"))
+        my_type = machine.get("MyType", "Machine")
+        if type(my_type) is not str:
+            raise InvalidRequest(f"{name}: MyType must be a string, not {my_type!r}")
         if my_type != "Machine":
+            for attribute, value in machine.items():
+                check_value(value, name=f"{name}: {attribute}")
+            for slot in slots:
+                for attribute, value in slot.items():
+                    check_value(value, name=f"{name}: {attribute}")
             earlier = self._others.get((my_type, name))
             other = AdEntry(
                 name=name,
@@ -162,7 +240,7 @@ class AdStore:
             self._others[(my_type, name)] = other
             self.received += 1
             return other
-        check_estimate_inputs((machine, *slots))
+        check_node_ad(machine, slots)
         previous = self._entries.get(name)
         entry = AdEntry(
             name=name,
@@ -239,35 +317,24 @@ class AdStore:
         }
 
     def query(
-        self,
-        now: float,
-        *,
-        constraint: str | None = None,
-        projection: Sequence[str] | None = None,
-        slots: bool = False,
-        my_type: str = "Machine",
+        self, now: float, *, slots: bool = False, my_type: str = "Machine"
     ) -> list[dict[str, Any]]:
-        """Ads of ``my_type`` (for nodes, with ``slots``, their slot ads) matching
-        ``constraint``, projected.
+        """Every ad of ``my_type`` as served (for nodes with ``slots``: their slot ads, each
+        with its node's ``LastHeardFrom`` and ``Lost``), sorted by name.
 
-        Raises :class:`InvalidRequest` for a constraint that does not parse.
+        A constraint is the caller's to evaluate over them, then :func:`project`.
         """
-        if constraint is not None:
-            validate_expression(constraint)
-        results = []
+        results: list[dict[str, Any]] = []
         if my_type == "Machine":
             sources = self.entries()
         else:
             sources = [e for (t, _), e in sorted(self._others.items()) if t == my_type]
         for entry in sources:
-            extra = {"LastHeardFrom": int(entry.received_at), "Lost": self.lost(entry, now)}
-            candidates: Iterable[dict[str, Any]] = (
-                ({**s, **extra} for s in entry.slots) if slots else [self.served(entry, now)]
-            )
-            for ad in candidates:
-                if constraint is not None and not is_true(constraint, ad):
-                    continue
-                results.append({k: ad[k] for k in projection if k in ad} if projection else ad)
+            if slots:
+                extra = {"LastHeardFrom": int(entry.received_at), "Lost": self.lost(entry, now)}
+                results.extend({**s, **extra} for s in entry.slots)
+            else:
+                results.append(self.served(entry, now))
         return results
 
     def find(self, hostname: str | None, ip: str | None) -> list[AdEntry]:

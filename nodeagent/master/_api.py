@@ -5,8 +5,12 @@ is ``400`` with Mesos's plain-text message and changes nothing; a wrong method i
 ``405`` ("Expecting one of { 'GET', 'POST' }, but received 'PUT'"). The rest speaks
 the agent API's JSON errors. Scopes: READ for queries, status and the plan;
 ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes. Every state-changing
-request goes to the audit log, except ad pushes (each agent sends one every
-``update_interval``, and at once on every change).
+request goes to the audit log, refused ones included (401 and 403 too), except ad pushes
+(each agent sends one every ``update_interval``, and at once on every change).
+
+A query's ``constraint`` is evaluated by an :class:`~nodeagent._expressions.Evaluator`:
+in worker processes, off the event loop, within a time budget across all the ads it is
+evaluated against; past the budget the query is refused (422 ``expression.too_costly``).
 
 Ad pushes are the master's hot path: :func:`with_ad_fast_path` answers ``POST /v1/ads``
 in front of the FastAPI app, with the same function (:func:`push_ad`) as the app's own
@@ -41,7 +45,10 @@ from nodeagent._auth import (
     principal_from_authorization,
     require,
 )
+from nodeagent._expressions import Evaluator
 from nodeagent._http import auth_error_response, error_body, request_peer
+from nodeagent._peer import AgentCallFailed
+from nodeagent.master._adstore import project
 from nodeagent.master._maintenance import (
     MaintenanceError,
     MaintenanceSchedule,
@@ -51,7 +58,7 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
-from slots import SlotsError, render_long
+from slots import InvalidRequest, SlotsError, render_long
 
 __all__ = [
     "AdReply",
@@ -189,7 +196,7 @@ def push_ad(
 
     The reply carries the machine's mode and window. Errors are those of the rest of the
     API: 401 (with ``WWW-Authenticate: Bearer``) or 403, 422 for a body that is not a
-    JSON object, the model's status for an ad it refuses.
+    JSON object (or nests too deep to decode), the model's status for an ad it refuses.
     """
     try:
         require(principals(authorization, unix=unix), Scope.DAEMON)
@@ -203,6 +210,8 @@ def push_ad(
         ad = json.loads(body, parse_constant=_no_constant)
     except ValueError as exc:
         return AdReply(422, _json_bytes(error_body("request.invalid", f"not JSON: {exc}")))
+    except RecursionError:
+        return AdReply(422, _json_bytes(error_body("request.invalid", "JSON nested too deep")))
     if not isinstance(ad, dict):
         return AdReply(422, _json_bytes(error_body("request.invalid", "an ad is an object")))
     try:
@@ -253,9 +262,20 @@ def with_ad_fast_path(
 
 
 def build_master_app(
-    master: Master, *, key: bytes | None, audit: AuditLog | None, metrics: MasterMetrics
+    master: Master,
+    *,
+    key: bytes | None,
+    audit: AuditLog | None,
+    metrics: MasterMetrics,
+    evaluator: Evaluator | None = None,
 ) -> FastAPI:
-    """The master API bound to ``master``."""
+    """The master API bound to ``master``.
+
+    ``evaluator`` evaluates the queries' constraints; its owner closes it. Without one,
+    the app makes its own (with the default budget and workers), whose workers end with
+    the process.
+    """
+    constraints = Evaluator() if evaluator is None else evaluator
     app = FastAPI(
         title="nodeagent master API",
         version=__version__,
@@ -277,23 +297,33 @@ def build_master_app(
 
     peer = request_peer
 
-    async def record(request: Request, who: Principal, action: str, result: str) -> None:
+    async def record(request: Request, subject: str, action: str, result: str) -> None:
         if audit is not None:
             await audit.record_async(
-                subject=who.subject, peer=peer(request), action=action, result=result
+                subject=subject, peer=peer(request), action=action, result=result
             )
 
     async def mesos_change(
         request: Request, action: str, apply: Callable[[bytes, str], None]
     ) -> Response:
-        who = allowed(request, Scope.ADMINISTRATOR)
+        """Apply a Mesos change; every outcome is audited, refusals of the caller included."""
+        try:
+            who = principal(request)
+        except AuthError as exc:
+            await record(request, "anonymous", action, exc.code)
+            raise
+        try:
+            require(who, Scope.ADMINISTRATOR)
+        except AuthError as exc:
+            await record(request, who.subject, action, exc.code)
+            raise
         body = await request.body()
         try:
             apply(body, who.subject)
         except MaintenanceError as exc:
-            await record(request, who, action, exc.code)
+            await record(request, who.subject, action, exc.code)
             return PlainTextResponse(exc.message, status_code=400)
-        await record(request, who, action, "ok")
+        await record(request, who.subject, action, "ok")
         return Response(status_code=200)
 
     # ------------------------------------------------------------------ errors
@@ -379,22 +409,21 @@ def build_master_app(
         type: str = "Machine",
     ) -> Response:
         """Node ads (``slots=true``: slot ads; ``type=Defrag``: other daemons' ads)
-        matching a ClassAd ``constraint``."""
+        matching a ClassAd ``constraint``, evaluated within a time budget (422
+        ``expression.too_costly`` past it)."""
         allowed(request, Scope.READ)
-        fields = [p.strip() for p in projection.split(",") if p.strip()] if projection else None
-        ads = master.ads.query(
-            master.clock.now(),
-            constraint=constraint,
-            projection=fields,
-            slots=slots,
-            my_type=type,
-        )
-        if format == "classad":
-            return PlainTextResponse(render_long(ads))
-        if format != "json":
+        if format not in ("json", "classad"):
             return JSONResponse(
                 error_body("request.invalid", "format must be 'json' or 'classad'"), 422
             )
+        fields = [p.strip() for p in projection.split(",") if p.strip()] if projection else None
+        ads = master.ads.query(master.clock.now(), slots=slots, my_type=type)
+        if constraint is not None:
+            matching = await constraints.select(constraint, ads)
+            ads = [ad for ad, match in zip(ads, matching, strict=True) if match]
+        ads = project(ads, fields)
+        if format == "classad":
+            return PlainTextResponse(render_long(ads))
         return JSONResponse({"ads": ads})
 
     @app.get("/v1/ads/{name}", tags=["ads"])
@@ -402,13 +431,19 @@ def build_master_app(
         request: Request, name: str, *, fresh: bool = False, type: str = "Machine"
     ) -> JSONResponse:
         """One node's ad (``type=Defrag``: another daemon's); ``fresh=true`` fetches a
-        node's from the node (its ``MyAddress``) now."""
+        node's from the node (its ``MyAddress``) now: 502 with the call's code when the
+        node cannot be asked or answers an ad the master refuses (``agent.bad_reply``)."""
         allowed(request, Scope.READ)
         entry = master.ads.get(name, type)
         if entry is None:
             return JSONResponse(error_body("ads.no_such_node", f"no ad for {name!r}"), 404)
         if fresh and type == "Machine":
-            entry = await master.fetch_ad(entry)
+            try:
+                entry = await master.fetch_ad(entry)
+            except AgentCallFailed as exc:
+                return JSONResponse(error_body(exc.code, exc.message), 502)
+            except InvalidRequest as exc:
+                return JSONResponse(error_body("agent.bad_reply", exc.message), 502)
         now = master.clock.now()
         return JSONResponse(
             {

@@ -59,6 +59,11 @@ _LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 _JSON_WHITESPACE = " \t\n\r"
+#: How deep arrays and objects may nest in a request: Mesos's JSON parser (picojson, with
+#: its depth check) refuses the bracket that opens level 101.
+_MAX_JSON_DEPTH = 100
+# A JSON string (skipped when counting brackets), or a bracket.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 # How Mesos escapes a character in a JSON string; other controls and DEL become \\u00XX.
 _ESCAPES = {c: "\\" + e for c, e in zip('"\\/\b\f\n\r\t', '"\\/bfnrt', strict=True)}
 
@@ -139,13 +144,20 @@ def load_json(body: str | bytes, kind: Literal["object", "array"]) -> Any:
         except UnicodeDecodeError:
             raise _bad_json("Failed to decode the body as UTF-8") from None
     start = len(body) - len(body.lstrip(_JSON_WHITESPACE))
+    # Only what comes before a bracket nested too deep is decoded: an error there is
+    # reported first, as Mesos's parser would, and the decoder never recurses deeper.
+    deep = _too_deep(body)
+    text = body if deep is None else body[:deep]
     try:
-        value, end = json.JSONDecoder(parse_constant=_no_constant).raw_decode(body, start)
+        value, end = json.JSONDecoder(parse_constant=_no_constant).raw_decode(text, start)
     except _NotJson as exc:
         raise _bad_json(f"syntax error near: {exc}") from None
     except json.JSONDecodeError as exc:
-        near = "".join(c for c in body[exc.pos :].split("\n", 1)[0] if c >= " ")
-        raise _bad_json(f"syntax error at line {exc.lineno} near: {near}") from None
+        if deep is not None and exc.pos >= deep:
+            raise _syntax_error(body, deep) from None
+        raise _syntax_error(body, exc.pos) from None
+    if deep is not None:  # a prefix cut after an opening bracket never decodes whole
+        raise _syntax_error(body, deep)
     last = len(body.rstrip(_JSON_WHITESPACE))
     if end != last:
         trailing = body[end:last]
@@ -153,6 +165,31 @@ def load_json(body: str | bytes, kind: Literal["object", "array"]) -> Any:
     if not isinstance(value, dict if kind == "object" else list):
         raise _bad_json("Unexpected JSON type parsed")
     return value
+
+
+def _too_deep(body: str) -> int | None:
+    """The offset just past the first bracket (outside strings) that opens a level
+    deeper than :data:`_MAX_JSON_DEPTH`; ``None`` if there is none."""
+    if body.count("[") + body.count("{") <= _MAX_JSON_DEPTH:
+        return None
+    depth = 0
+    for token in _JSON_TOKEN.finditer(body):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > _MAX_JSON_DEPTH:
+                return token.end()
+        elif bracket in "]}":
+            depth -= 1
+    return None
+
+
+def _syntax_error(body: str, pos: int) -> MaintenanceError:
+    """Mesos's message for a parse that failed at ``pos``: the line, and what follows
+    ``pos`` on it without control characters."""
+    line = body.count("\n", 0, pos) + 1
+    near = "".join(c for c in body[pos:].split("\n", 1)[0] if c >= " ")
+    return _bad_json(f"syntax error at line {line} near: {near}")
 
 
 class _NotJson(ValueError):

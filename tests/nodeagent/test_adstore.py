@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeagent.master._adstore import AdStore
+import pytest
+
+from nodeagent.master._adstore import AdStore, project
+from slots import InvalidRequest, JobSpec, Machine, MachinePolicy, Resources
+from slots._classad import MAX_NESTING
 
 NOW = 1_800_000_000.0
 
@@ -57,3 +61,103 @@ def test_find_answers_with_the_latest_entry_of_a_node() -> None:
     latest = store.find("n1.test", "10.0.0.1")[0]
     assert latest is not first
     assert latest.received_at == NOW + 5
+
+
+# ------------------------------------------------------------------ what an ad may hold
+
+
+def node_ad(name: str = "n1") -> dict[str, Any]:
+    """A real agent's ad: a machine with one running claim."""
+    machine = Machine(
+        host=name,
+        ip="10.0.0.1",
+        address="http://10.0.0.1:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=60),
+        now=NOW,
+    )
+    machine.claim(NOW, resources=Resources(cpus=1), spec=JobSpec())
+    return machine.ad(NOW)
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("where", "attribute", "value", "message"),
+    [
+        ("slot", "DrainSuspendedJobs", [], "DrainSuspendedJobs must be a string"),
+        ("machine", "DrainSuspendedJobs", {"a": 1}, "DrainSuspendedJobs must be a string"),
+        ("slot", "DrainSuspendedJobs", None, "DrainSuspendedJobs must be absent rather than null"),
+        ("slot", "State", [], "State must be a string"),
+        ("slot", "Activity", {}, "Activity must be a string"),
+        ("slot", "SlotType", 3, "SlotType must be a string"),
+        ("slot", "Cpus", None, "Cpus must be absent rather than null"),
+        ("slot", "TotalJobRunTime", None, "TotalJobRunTime must be absent rather than null"),
+        ("machine", "MaxJobRetirementTime", None, "must be absent rather than null"),
+        ("machine", "MachineMaxVacateTime", None, "must be absent rather than null"),
+        ("machine", "TotalMachineDrainingBadput", [], "must be a finite number"),
+        ("machine", "TotalMachineDrainingUnclaimedTime", "x", "must be a finite number"),
+        ("machine", "Anything", nested(MAX_NESTING + 1), "Anything nests lists or records"),
+        ("slot", "JobAd", {"a": nested(MAX_NESTING)}, "JobAd nests lists or records"),
+        ("machine", "MyType", ["Machine"], "MyType must be a string"),
+    ],
+)
+def test_an_ad_the_master_cannot_read_is_refused_and_the_previous_one_stays(
+    where: str, attribute: str, value: Any, message: str
+) -> None:
+    store = AdStore(lifetime=60)
+    kept = store.update(node_ad(), NOW)
+    bad = node_ad()
+    target = bad["machine"] if where == "machine" else bad["slots"][-1]
+    target[attribute] = value
+    with pytest.raises(InvalidRequest, match=message):
+        store.update(bad, NOW + 1)
+    assert store.get("n1") is kept
+    assert store.received == 1
+    # What the refused values would have broken reads the kept ad.
+    assert kept.empty is False
+    assert kept.drain_bound == 600.0
+    assert kept.forecast is not None
+
+
+def test_values_within_the_nesting_bound_are_kept() -> None:
+    store = AdStore(lifetime=60)
+    ad = node_ad()
+    ad["slots"][-1]["JobAd"] = {"Args": nested(MAX_NESTING - 1)}
+    assert store.update(ad, NOW).slots[-1]["JobAd"] == {"Args": nested(MAX_NESTING - 1)}
+
+
+def test_an_other_daemons_ad_is_checked_for_nesting_too() -> None:
+    store = AdStore(lifetime=60)
+    with pytest.raises(InvalidRequest, match="Stats nests"):
+        store.update(
+            {"machine": {"Name": "d", "MyType": "Defrag", "Stats": nested(100)}, "slots": []}, NOW
+        )
+    assert store.query(NOW, my_type="Defrag") == []
+
+
+@pytest.mark.parametrize("ad", [[], "x", None, {"machine": [], "slots": []}])
+def test_what_is_not_an_ad_is_refused(ad: Any) -> None:
+    with pytest.raises(InvalidRequest, match="an ad is"):
+        AdStore(lifetime=60).update(ad, NOW)
+
+
+def test_query_serves_every_ad_and_project_keeps_the_named_attributes() -> None:
+    store = AdStore(lifetime=60)
+    store.update(node_ad("n2"), NOW)
+    store.update(node_ad("n1"), NOW + 1)
+    machines = store.query(NOW + 100)
+    assert [(a["Name"], a["LastHeardFrom"], a["Lost"]) for a in machines] == [
+        ("n1", int(NOW + 1), True),
+        ("n2", int(NOW), True),
+    ]
+    slot_ads = store.query(NOW + 2, slots=True)
+    assert len(slot_ads) == 4
+    assert all(s["Lost"] is False for s in slot_ads)
+    assert project(machines, ["Name", "Nope"]) == [{"Name": "n1"}, {"Name": "n2"}]
+    assert project(machines, None) == machines

@@ -263,6 +263,43 @@ def test_load_json() -> None:
     assert load_json(b"[{}]", "array") == [{}]
 
 
+DEEP = 100_000
+ERROR = "syntax error at line {} near: {}"
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "message"),
+    [
+        # Mesos's parser refuses the bracket that opens level 101, and says what follows.
+        ("[" * 101 + "]" * 101, "array", ERROR.format(1, "]" * 101)),
+        ("[" * DEEP, "array", ERROR.format(1, "[" * (DEEP - 101))),
+        ('{"windows":' + "[" * DEEP, "object", ERROR.format(1, "[" * (DEEP - 100))),
+        (
+            '{"a":\n' + '{"b":' * 100 + "1" + "}" * 101,
+            "object",
+            ERROR.format(2, '"b":1' + "}" * 101),
+        ),
+        # Brackets in strings do not nest.
+        ('["' + "[" * 200 + '", ' + "[" * 101, "array", ERROR.format(1, "[")),
+        # An error before the bracket too deep is the one reported.
+        ("[x" + "[" * DEEP, "array", ERROR.format(1, "x" + "[" * DEEP)),
+    ],
+)
+def test_json_nested_deeper_than_mesos_reads_is_refused_as_mesos_does(
+    body: str, kind: Any, message: str
+) -> None:
+    with pytest.raises(MaintenanceError) as refused:
+        load_json(body, kind)
+    assert refused.value.code == "maintenance.bad_json"
+    assert refused.value.message == message
+
+
+def test_json_nested_as_deep_as_mesos_reads_is_read() -> None:
+    assert load_json("[" * 100 + "]" * 100, "array") == json.loads("[" * 100 + "]" * 100)
+    body = '{"windows": ' + "[" * 99 + "]" * 99 + "}"
+    assert MaintenanceSchedule.from_json(load_json(body, "object")) == MaintenanceSchedule()
+
+
 # --- Rendering JSON: Mesos's shapes and bytes ----------------------------------------
 
 

@@ -1,0 +1,295 @@
+"""The master API's edges, in process: costly constraints refused while the loop stays
+free, bad input as clean 4xx, every refused Mesos change audited.
+
+The app (with the ad fast path in front, as the daemon serves it) runs over
+``httpx.ASGITransport``, which raises what the app does not handle: a 500 fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from nodeagent._audit import AuditLog
+from nodeagent._auth import Scope, create_token
+from nodeagent._clock import TrioClock
+from nodeagent._expressions import Evaluator
+from nodeagent._http import trusted
+from nodeagent._peer import AgentCallFailed
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._api import build_master_app, with_ad_fast_path
+from nodeagent.master._master import Master
+from nodeagent.master._metrics import MasterMetrics
+from slots import JobSpec, Machine, MachinePolicy, Resources
+
+EPOCH = 1_800_000_000.0
+KEY = b"k" * 32
+RUNAWAY = 'regexp("^(a+)+$", "' + "a" * 40 + '!")'
+MACHINE = {"hostname": "n1", "ip": "10.0.0.1"}
+SCHEDULE = {
+    "windows": [
+        {
+            "machine_ids": [MACHINE],
+            "unavailability": {"start": {"nanoseconds": 2 * 10**18}},
+        }
+    ]
+}
+
+
+class UnreachableLink:
+    async def call(
+        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        raise AgentCallFailed("agent.unreachable", f"{address}: connection refused")
+
+
+@dataclass
+class Api:
+    master: Master
+    evaluator: Evaluator
+    audit_path: Path
+    local: httpx.AsyncClient  # as over the Unix socket: ADMINISTRATOR
+    tcp: httpx.AsyncClient  # as over TCP: tokens needed
+
+    def token(self, scope: Scope, subject: str = "tester") -> dict[str, str]:
+        token = create_token(KEY, subject=subject, scope=scope, lifetime_s=3600, now=EPOCH)
+        return {"Authorization": f"Bearer {token}"}
+
+    def audited(self) -> list[tuple[str, str, str]]:
+        if not self.audit_path.exists():
+            return []
+        records = map(json.loads, self.audit_path.read_text().splitlines())
+        return [(r["subject"], r["action"], r["result"]) for r in records]
+
+    async def push(self, ad: Any, *, raw: bytes | None = None) -> httpx.Response:
+        body = raw if raw is not None else json.dumps(ad).encode()
+        return await self.tcp.post("/v1/ads", content=body, headers=self.token(Scope.DAEMON))
+
+
+@asynccontextmanager
+async def api(tmp_path: Path, *, budget: float = 0.5) -> AsyncIterator[Api]:
+    master = Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=UnreachableLink(),
+        clock=TrioClock(EPOCH),
+        ads=AdStore(lifetime=10_000),
+    )
+    audit_path = tmp_path / "audit.log"
+    metrics = MasterMetrics(master, require_auth=True)
+    try:
+        async with Evaluator(budget=budget, workers=1) as evaluator:
+            with AuditLog(audit_path) as audit:
+                app = with_ad_fast_path(
+                    build_master_app(
+                        master, key=KEY, audit=audit, metrics=metrics, evaluator=evaluator
+                    ),
+                    master,
+                    key=KEY,
+                    metrics=metrics,
+                )
+                async with (
+                    httpx.AsyncClient(
+                        transport=httpx.ASGITransport(app=trusted(app)), base_url="http://unix"
+                    ) as local,
+                    httpx.AsyncClient(
+                        transport=httpx.ASGITransport(app=app, client=("192.0.2.7", 40000)),
+                        base_url="http://tcp",
+                    ) as tcp,
+                ):
+                    yield Api(master, evaluator, audit_path, local, tcp)
+    finally:
+        master.store.close()
+
+
+def node_ad(name: str, *, cpus: int = 4) -> dict[str, Any]:
+    machine = Machine(
+        host=name,
+        ip="10.0.0.1",
+        address=f"http://{name}:9621",
+        total=Resources(cpus=cpus),
+        policy=MachinePolicy(max_job_retirement_time=60),
+        now=EPOCH,
+    )
+    machine.claim(EPOCH, resources=Resources(cpus=1), spec=JobSpec())
+    return machine.ad(EPOCH)
+
+
+def error_code(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+# ------------------------------------------------------------------ constraints
+
+
+async def test_a_costly_constraint_is_refused_while_the_loop_answers_others(
+    tmp_path: Path,
+) -> None:
+    async with api(tmp_path, budget=2.0) as a:
+        for i in range(50):
+            assert (await a.push(node_ad(f"n{i:02}"))).status_code == 200
+        replies: list[httpx.Response] = []
+
+        async def costly() -> None:
+            replies.append(await a.local.get("/v1/ads", params={"constraint": RUNAWAY}))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(costly)
+            # Polling on purpose: each turn here is one the loop was free to give.
+            while a.evaluator.running == 0:  # noqa: ASYNC110
+                await trio.sleep(0.005)
+            health = await a.tcp.get("/healthz")
+            listed = await a.local.get("/v1/ads", params={"projection": "Name"})
+            # Both answered while the costly query was still being evaluated.
+            assert (a.evaluator.running, replies) == (1, [])
+        assert health.status_code == 200
+        assert len(listed.json()["ads"]) == 50
+        (reply,) = replies
+        assert error_code(reply) == (422, "expression.too_costly")
+        assert "budget of 2 s" in reply.json()["error"]["message"]
+        # Within budget, a constraint over all 50 ads answers.
+        cheap = await a.local.get(
+            "/v1/ads", params={"constraint": 'Name >= "n48"', "projection": "Name"}
+        )
+        assert cheap.json() == {"ads": [{"Name": "n48"}, {"Name": "n49"}]}
+
+
+@pytest.mark.parametrize(
+    ("constraint", "message"),
+    [
+        ("true\x00", "control character U+0000"),
+        ('Name == "a\nb\x1b"', "control character U+001B"),
+        ("(" * 65 + "1" + ")" * 65, "nested 65 deep"),
+        ("Cpus > 1 || " * 1000 + "true", "characters: at most 8192"),
+        ("Cpus >", "not a ClassAd expression"),
+    ],
+)
+async def test_a_bad_constraint_is_422_request_invalid(
+    tmp_path: Path, constraint: str, message: str
+) -> None:
+    async with api(tmp_path) as a:
+        await a.push(node_ad("n1"))
+        reply = await a.local.get("/v1/ads", params={"constraint": constraint})
+        assert error_code(reply) == (422, "request.invalid")
+        assert message in reply.json()["error"]["message"]
+
+
+async def test_constraints_projection_and_formats(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        await a.push(node_ad("n1", cpus=4))
+        await a.push(node_ad("n2", cpus=8))
+        big = await a.local.get(
+            "/v1/ads", params={"constraint": "TotalCpus >= 8", "projection": "Name,TotalCpus"}
+        )
+        assert big.json() == {"ads": [{"Name": "n2", "TotalCpus": 8}]}
+        slot_ads = await a.local.get(
+            "/v1/ads", params={"slots": "true", "constraint": 'SlotType == "Dynamic"'}
+        )
+        assert [s["Name"] for s in slot_ads.json()["ads"]] == ["slot1_1@n1", "slot1_1@n2"]
+        text = await a.local.get(
+            "/v1/ads", params={"constraint": "true", "projection": "Name", "format": "classad"}
+        )
+        assert text.text == 'Name = "n1"\n\nName = "n2"\n'
+        bad = await a.local.get("/v1/ads", params={"constraint": RUNAWAY, "format": "xml"})
+        assert error_code(bad) == (422, "request.invalid")
+        assert a.evaluator.started == 1  # the bad format was refused before evaluating
+
+
+# ------------------------------------------------------------------ ads
+
+
+@pytest.mark.parametrize(
+    ("where", "change", "message"),
+    [
+        ("slot", {"DrainSuspendedJobs": []}, "DrainSuspendedJobs must be a string"),
+        ("slot", {"State": ["Claimed"]}, "State must be a string"),
+        ("slot", {"Cpus": None}, "Cpus must be absent rather than null"),
+        ("machine", {"TotalMachineDrainingBadput": "x"}, "must be a finite number"),
+    ],
+)
+async def test_an_ad_with_values_the_master_cannot_read_is_422(
+    tmp_path: Path, where: str, change: dict[str, Any], message: str
+) -> None:
+    async with api(tmp_path) as a:
+        ad = node_ad("n1")
+        (ad["machine"] if where == "machine" else ad["slots"][-1]).update(change)
+        reply = await a.push(ad)
+        assert error_code(reply) == (422, "request.invalid")
+        assert message in reply.json()["error"]["message"]
+        assert a.master.ads.get("n1") is None
+        plan = await a.local.get("/v1/maintenance/plan")
+        assert plan.status_code == 200
+
+
+@pytest.mark.parametrize("depth", [100, 5_000, 100_000])
+async def test_a_deeply_nested_ad_body_is_422(tmp_path: Path, depth: int) -> None:
+    async with api(tmp_path) as a:
+        deep = (
+            b'{"machine": {"Name": "n1", "X": ' + b"[" * depth + b"]" * depth + b'}, "slots": []}'
+        )
+        reply = await a.push(None, raw=deep)
+        assert error_code(reply) == (422, "request.invalid")
+        assert a.master.ads.get("n1") is None
+
+
+async def test_a_fresh_ad_from_an_unreachable_node_is_502(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        await a.push(node_ad("n1"))
+        reply = await a.local.get("/v1/ads/n1", params={"fresh": "true"})
+        assert error_code(reply) == (502, "agent.unreachable")
+        assert (await a.local.get("/v1/ads/n1")).json()["machine"]["Name"] == "n1"
+
+
+# ------------------------------------------------------------------ Mesos endpoints
+
+
+@pytest.mark.parametrize("depth", [101, 100_000])
+async def test_a_deeply_nested_schedule_is_400_as_mesos_and_changes_nothing(
+    tmp_path: Path, depth: int
+) -> None:
+    async with api(tmp_path) as a:
+        assert (await a.local.post("/maintenance/schedule", json=SCHEDULE)).status_code == 200
+        before = (await a.local.get("/maintenance/schedule")).json()
+        body = '{"windows": ' + "[" * depth + "]" * depth + "}"
+        reply = await a.local.post("/maintenance/schedule", content=body)
+        assert reply.status_code == 400
+        assert reply.headers["content-type"].startswith("text/plain")
+        assert (
+            reply.text == "syntax error at line 1 near: " + "[" * (depth - 100) + "]" * depth + "}"
+        )
+        assert (await a.local.get("/maintenance/schedule")).json() == before
+        down = await a.local.post("/machine/down", content="[" * depth)
+        assert down.status_code == 400
+        assert a.audited() == [
+            ("local", "maintenance.schedule", "ok"),
+            ("local", "maintenance.schedule", "maintenance.bad_json"),
+            ("local", "machine.down", "maintenance.bad_json"),
+        ]
+
+
+async def test_every_refused_mesos_change_is_audited(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        anonymous = await a.tcp.post("/maintenance/schedule", json=SCHEDULE)
+        reader = await a.tcp.post(
+            "/machine/up",
+            json=[MACHINE],
+            headers=a.token(Scope.READ, subject="bob"),
+        )
+        admin = a.token(Scope.ADMINISTRATOR, subject="alice")
+        bad = await a.tcp.post("/machine/down", json=[{"hostname": "n9"}], headers=admin)
+        assert [anonymous.status_code, reader.status_code, bad.status_code] == [401, 403, 400]
+        assert a.audited() == [
+            ("anonymous", "maintenance.schedule", "auth.unauthenticated"),
+            ("bob", "machine.up", "auth.forbidden"),
+            ("alice", "machine.down", "maintenance.not_scheduled"),
+        ]
+        assert (await a.local.get("/maintenance/status")).json() == {}
