@@ -182,6 +182,11 @@ class Evaluator:
         self._closed = False
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    @property
     def running(self) -> int:
         """Evaluations under way now."""
         return len(self._busy)
@@ -255,7 +260,7 @@ class Evaluator:
                 "limit": self.budget * 2 + SELF_KILL_MARGIN,
             }
         )
-        if self._closed:
+        if self.closed:
             raise EvaluatorUnavailable("the evaluator is closed")
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await self._start()
@@ -272,6 +277,8 @@ class Evaluator:
                 if reply is None:
                     self.killed += 1
                     await worker.end(kill=True)
+                elif self.closed:  # closed meanwhile: no worker is kept
+                    await worker.end(kill=False)
                 else:
                     self._idle.append(worker)
         if reply is None:

@@ -214,3 +214,20 @@ def test_a_worker_left_alone_ends_itself_past_its_limit_and_at_the_end_of_stdin(
         assert idle.stdin is not None
         idle.stdin.close()
         assert idle.wait(timeout=60) == 0
+
+
+async def test_a_worker_busy_when_the_evaluator_closes_ends_with_its_request() -> None:
+    evaluator = Evaluator(budget=30.0)
+    answers: list[list[bool]] = []
+
+    async def slow() -> None:
+        answers.append(await evaluator.select('regexp("^(a+)+$", "' + "a" * 22 + '!")', ADS[:5]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow)
+        await wait_until_running(evaluator, 1)
+        (pid,) = evaluator.pids()
+        await evaluator.aclose()
+    assert answers == [[False] * 5]
+    assert evaluator.pids() == []
+    assert not alive(pid)
