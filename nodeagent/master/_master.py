@@ -139,6 +139,21 @@ def _needs_attention(row: Mapping[str, Any]) -> bool:
     return row["on_time"] is False or (planned is not None and planned["will_escalate"])
 
 
+def _carries_the_window(
+    record: Mapping[str, Any], machine: Mapping[str, Any], window_start: float
+) -> bool:
+    """Whether the drain in force is the master's, started with this window's start as
+    its deadline. The agent counts the deadline from its commit, a round trip after the
+    master computed it, so the ad may show it a second past the window (whole seconds)."""
+    return (
+        record.get("deadline") is not None
+        and record.get("window_start") == window_start
+        and machine.get("DrainingRequestId") == record.get("request_id")
+        and machine.get("DrainState") in ("draining", "drained")
+        and machine.get("DrainingDeadline") is not None
+    )
+
+
 def _request_number(request_id: Any) -> int | None:
     """A drain request id as the number it is (ids are increasing decimal strings)."""
     if isinstance(request_id, int) and not isinstance(request_id, bool):
@@ -151,8 +166,9 @@ def _request_number(request_id: Any) -> int | None:
 def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
     """Whether the node's ad is not older than the master's record of its drain.
 
-    True when the ad shows the record's request id or a later one (the node had the
-    request when it made the ad), or, failing that, when it was made after the drain was
+    True when the ad shows a later request id than the record's, or the record's own
+    past the state the record knows (a committed drain's ad still ``pending`` was made
+    before the commit), or, failing that, when it was made after the drain was
     committed: its ``MyCurrentTime`` (whole seconds, the node's clock) is past the record's
     ``committed_at`` (the node's clock too); for a record without ``committed_at``, when
     the master received it after it wrote the record (``recorded_at``, the master's clock).
@@ -163,7 +179,11 @@ def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
         return True
     machine = entry.machine
     shown = _request_number(machine.get("DrainingRequestId"))
-    if shown is not None and shown >= own:
+    if shown is not None and shown > own:
+        return True
+    if shown == own and (
+        record.get("phase") != COMMITTED or machine.get("DrainState") != "pending"
+    ):
         return True
     committed_at = record.get("committed_at")
     made = machine.get("MyCurrentTime")
@@ -553,10 +573,12 @@ class Master:
             and not ad_knows(record, plan.node)
         ):
             # The ad predates the drain the master recorded: never a second drain from
-            # it. Before the window nothing is due; from the window on, ask the node.
-            if now < plan.window_start or record.get("escalated"):
+            # it. Before the window nothing is due (but whether the jobs it shows would
+            # outlast the window); from the window on, ask the node.
+            if now < plan.window_start:
+                self._remember_late(plan, record, now)
                 return None
-            return "refresh"
+            return None if record.get("escalated") else "refresh"
         state = machine.get("DrainState", "none")
         ours = record is not None and machine.get("DrainingRequestId") == record.get("request_id")
         mode = plan.mode
@@ -571,15 +593,7 @@ class Master:
         if ours:
             assert record is not None
             if now < plan.window_start:
-                # Remembered for the window: with `quick` the agent evicts at that very
-                # instant (the drain's deadline), and may be empty before the next pass;
-                # saved, so that a master restarted across the window knows it too.
-                assert plan.node is not None
-                completion = plan.node.forecast.estimates(now)[_GRACEFUL_END]
-                late = not plan.empty and completion > plan.window_start
-                if record.get("late", False) != late:
-                    record["late"] = late
-                    self.save()
+                self._remember_late(plan, record, now)
                 return None
             if record.get("escalated") or self.policy.escalation == "none":
                 return None
@@ -587,16 +601,29 @@ class Master:
                 return "escalate"
             # Empty already: escalated only if the drain's deadline evicted what was late.
             late = record.get("late", False)
-            return (
-                "escalate"
-                if late and _evicts_at_window(machine, plan.window_start, "quick")
-                else None
-            )
+            deadline_did_it = _evicts_at_window(
+                machine, plan.window_start, "quick"
+            ) or _carries_the_window(record, machine, plan.window_start)
+            return "escalate" if late and deadline_did_it else None
         if state != "none":
             return None  # someone else's drain (an admin, defrag): left alone
         if plan.drain_start is not None and now >= plan.drain_start:
             return "start"
         return None
+
+    def _remember_late(self, plan: MachinePlan, record: dict[str, Any], now: float) -> None:
+        """Whether the node's jobs, as its ad shows them, would outlast the window.
+
+        Remembered for the window: with ``quick`` the agent evicts at that very instant
+        (the drain's deadline), and may be empty before the next pass; saved, so that a
+        master restarted across the window knows it too.
+        """
+        assert plan.node is not None
+        completion = plan.node.forecast.estimates(now)[_GRACEFUL_END]
+        late = not plan.empty and completion > plan.window_start
+        if record.get("late", False) != late:
+            record["late"] = late
+            self.save()
 
     async def _act(self, plan: MachinePlan, action: str) -> None:
         assert plan.node is not None
@@ -698,7 +725,11 @@ class Master:
         assert plan.node is not None
         machine = plan.node.machine
         escalation = self.policy.escalation
-        if plan.empty or _evicts_at_window(machine, plan.window_start, escalation):
+        if (
+            plan.empty
+            or _evicts_at_window(machine, plan.window_start, escalation)
+            or (escalation == "quick" and _carries_the_window(record, machine, plan.window_start))
+        ):
             how = f"{machine.get('DrainSchedule')} drain {record.get('request_id')}"
             if machine.get("DrainSchedule") == "graceful":
                 how += f", deadline {machine.get('DrainingDeadline')}"

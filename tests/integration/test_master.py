@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -147,7 +148,9 @@ def test_auth_scopes(master: MasterProcess) -> None:
         assert c.post("/maintenance/schedule", json={}).status_code == 200
     audit = [json.loads(x) for x in (master.root / "state" / "audit.log").read_text().splitlines()]
     assert [(r["subject"], r["action"], r["result"]) for r in audit] == [
-        ("tester", "maintenance.schedule", "ok")
+        ("tester", "maintenance.schedule", "auth.forbidden"),  # READ
+        ("tester", "maintenance.schedule", "auth.forbidden"),  # DAEMON
+        ("tester", "maintenance.schedule", "ok"),
     ]
 
 
@@ -366,3 +369,125 @@ def test_a_master_down_across_the_window_escalates_the_node_at_its_first_pass(
             wait_for(lambda: agent.jobs_alive() == [])
             totals = master.call("GET", "/v1/maintenance/plan").json()["totals"]
             assert (totals["drains_started"], totals["drains_escalated"]) == (1, 1)
+
+
+# ----------------------------------------------------------------------- its own record first
+
+
+def audited(agent: AgentProcess, action: str) -> list[dict[str, Any]]:
+    """The agent's audit records of ``action`` (``drain.start``, ``drain.commit`` …)."""
+    path = agent.root / "state" / "audit.log"
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in records if r["action"] == action]
+
+
+def lagging(master: MasterProcess, root: Path) -> dict[str, Any]:
+    """An agent's link to ``master`` whose pushes lag: one at start, then one a minute,
+    and a change pushed ten seconds after it happened."""
+    return {**master.agent_settings(root, update_interval=60), "ad_debounce": 10}
+
+
+def test_a_pass_before_the_agents_next_push_never_starts_a_second_drain(
+    tmp_path: Path,
+) -> None:
+    """The agents' ads lag the drains the master starts by ten seconds; passes run five
+    times a second: one drain request per node, escalated at the window by its deadline."""
+    settings = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
+    policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}
+    names = ["lag1.test", "lag2.test"]
+    with MasterProcess(tmp_path / "master", settings=settings) as master, ExitStack() as stack:
+        agents = [
+            stack.enter_context(
+                AgentProcess(
+                    tmp_path / name,
+                    hostname=name,
+                    policy=policy,
+                    master=lagging(master, tmp_path / name),
+                )
+            )
+            for name in names
+        ]
+        wait_for(lambda: len(master.call("GET", "/v1/ads").json()["ads"]) == 2)
+        records = []
+        for agent in agents:
+            argv, record = job_script(tmp_path, f"job-{agent.hostname}", term_delay=0)
+            agent.claim(argv)
+            records.append(record)
+        start = time.time() + 5
+        master.call("POST", "/maintenance/schedule", json=window(names, start))
+        for agent in agents:
+            wait_for(lambda a=agent: drain_of(a)["state"] == "draining")
+        time.sleep(max(0.0, start - time.time()))  # passes on stale ads, up to the window
+        for agent in agents:
+            wait_for(lambda a=agent: drain_of(a)["state"] == "drained", timeout=30)
+        wait_for(lambda: all(plan_for(master, n)["escalated"] for n in names))
+        for agent, record in zip(agents, records, strict=True):
+            starts = audited(agent, "drain.start")
+            assert [(r["subject"], r["result"]) for r in starts] == [("master:local", "ok")]
+            assert len(audited(agent, "drain.commit")) == 1
+            (received,) = [float(x) for x in record.read_text().split()]
+            assert start - 0.01 <= received < start + 2  # the deadline at the window
+        log = master.log_path.read_text()
+        assert "drain.in_progress" not in log
+        totals = master.call("GET", "/v1/maintenance/plan").json()["totals"]
+        assert (totals["drains_started"], totals["drains_escalated"]) == (2, 2)
+
+
+def test_a_master_killed_after_the_commit_knows_the_drain_as_its_own_and_escalates_it(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL right after the agent audited the commit (passes 30 s apart, the agent's
+    pushes a minute apart): the restarted master finds its record, asks the node for its
+    ad, and escalates the drain at the window; no second drain."""
+    settings = {"reconcile_interval": 30, "drain_margin": 1, "escalation": "quick"}
+    policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}
+    with MasterProcess(tmp_path / "master", settings=settings) as master:
+        port = httpx.URL(master.url).port
+        link = lagging(master, tmp_path / "kill.test")
+        with AgentProcess(
+            tmp_path / "kill.test", hostname="kill.test", policy=policy, master=link
+        ) as agent:
+            wait_for(lambda: len(master.call("GET", "/v1/ads").json()["ads"]) == 1)
+            argv, record = job_script(tmp_path, "long", term_delay=0)
+            agent.claim(argv)
+            start = time.time() + 6
+            master.call("POST", "/maintenance/schedule", json=window(["kill.test"], start))
+            wait_for(lambda: audited(agent, "drain.commit"), interval=0.005)
+            assert master.stop(signal.SIGKILL) == -signal.SIGKILL
+            config = master.config_path.read_text()
+            master.config_path.write_text(config.replace("127.0.0.1:0", f"127.0.0.1:{port}"))
+            master.start()
+            row = wait_for(lambda: (r := plan_for(master, "kill.test"))["node"] and r)
+            assert row["started_by_master"] is True
+            assert time.time() < start  # known as its own before the window
+            wait_for(lambda: plan_for(master, "kill.test")["escalated"], timeout=30)
+            assert drain_of(agent)["state"] == "drained"
+            (received,) = [float(x) for x in record.read_text().split()]
+            assert start - 0.01 <= received < start + 2
+            assert len(audited(agent, "drain.start")) == 1
+            assert len(audited(agent, "drain.commit")) == 1
+
+
+def test_the_first_plan_after_a_schedule_shows_a_job_the_stored_ad_predates(
+    tmp_path: Path,
+) -> None:
+    """The node's ad reached the master before its job started, and its pushes lag: the
+    first plan after the schedule fetched its ad (the job, not an empty node)."""
+    settings = {"reconcile_interval": 0.2, "drain_margin": 1}
+    with MasterProcess(tmp_path / "master", settings=settings) as master:
+        link = lagging(master, tmp_path / "busy.test")
+        with AgentProcess(tmp_path / "busy.test", hostname="busy.test", master=link) as agent:
+            wait_for(lambda: len(master.call("GET", "/v1/ads").json()["ads"]) == 1)
+            argv, _ = job_script(tmp_path, "busy")
+            agent.claim(argv, job_id="42.0", max_job_retirement_time=600)
+            stored = master.call("GET", "/v1/ads", params={"slots": "true"}).json()["ads"]
+            assert not any(ad.get("JobId") == "42.0" for ad in stored)  # the ad predates it
+            far = time.time() + 86400
+            master.call("POST", "/maintenance/schedule", json=window(["busy.test"], far))
+            row = plan_for(master, "busy.test")
+            assert row["empty"] is False
+            assert row["figures_stale"] is False
+            assert row["figures_age"] < 2
+            assert [b["job_id"] for b in row["blockers"]] == ["42.0"]

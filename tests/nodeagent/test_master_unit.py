@@ -790,3 +790,69 @@ class SlowLink:
     ) -> dict[str, Any]:
         await trio.sleep(self.delay)
         return await self.link.call(address, method, path, actor=actor, body=body)
+
+
+# ----------------------------------------------------------------------- the record's phases
+
+#: (record, the ad's DrainingRequestId, DrainState, MyCurrentTime, received at) → known.
+RECORD_VS_AD = {
+    "committed, the ad shows the drain": (
+        {"request_id": "4", "phase": "committed", "committed_at": 100.5},
+        ("4", "draining", 100, 100.6),
+        True,
+    ),
+    "committed, the ad made before the commit shows none": (
+        {"request_id": "4", "phase": "committed", "committed_at": 100.5},
+        (None, "none", 100, 101.0),
+        False,
+    ),
+    "committed, the ad made between phase 1 and the commit": (
+        {"request_id": "4", "phase": "committed", "committed_at": 100.5},
+        ("4", "pending", 100, 100.9),
+        False,
+    ),
+    "committed, the drain gone in an ad made after the commit": (
+        {"request_id": "4", "phase": "committed", "committed_at": 100.5},
+        (None, "none", 101, 101.2),
+        True,
+    ),
+    "committed, a later request in the ad (someone else's)": (
+        {"request_id": "4", "phase": "committed", "committed_at": 100.5},
+        ("5", "draining", 100, 100.8),
+        True,
+    ),
+    "pending, the ad shows it pending": (
+        {"request_id": "4", "phase": "pending", "recorded_at": 100.0},
+        ("4", "pending", 100, 100.2),
+        True,
+    ),
+    "pending, an ad from before phase 1": (
+        {"request_id": "4", "phase": "pending", "recorded_at": 100.0},
+        ("3", "none", 99, 99.5),
+        False,
+    ),
+    "a record of an older master (no phase, no times)": (
+        {"request_id": "4"},
+        (None, "none", 100, 100.0),
+        True,
+    ),
+    "a down record before its drain": ({"down": False}, (None, "none", 100, 100.0), True),
+}
+
+
+@pytest.mark.parametrize(("record", "ad", "known"), RECORD_VS_AD.values(), ids=list(RECORD_VS_AD))
+async def test_a_pass_reads_an_ad_only_when_it_is_not_older_than_the_record(
+    record: dict[str, Any], ad: tuple[Any, str, int, float], known: bool
+) -> None:
+    from nodeagent.master._master import ad_knows
+
+    request_id, state, made, received = ad
+    machine = {
+        "Name": "n1.test",
+        "DrainingRequestId": request_id,
+        "DrainState": state,
+        "MyCurrentTime": made,
+    }
+    store = AdStore(lifetime=60)
+    entry = store.update({"machine": machine, "slots": []}, received)
+    assert ad_knows(record, entry) is known
