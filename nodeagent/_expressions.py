@@ -181,9 +181,8 @@ class Evaluator:
         self.killed = 0
         self._closed = False
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
+    def _closed_meanwhile(self) -> bool:
+        # A call, not the attribute: its value may have changed across an await.
         return self._closed
 
     @property
@@ -260,7 +259,7 @@ class Evaluator:
                 "limit": self.budget * 2 + SELF_KILL_MARGIN,
             }
         )
-        if self.closed:
+        if self._closed:
             raise EvaluatorUnavailable("the evaluator is closed")
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await self._start()
@@ -277,7 +276,7 @@ class Evaluator:
                 if reply is None:
                     self.killed += 1
                     await worker.end(kill=True)
-                elif self.closed:  # closed meanwhile: no worker is kept
+                elif self._closed_meanwhile():  # no worker is kept after aclose()
                     await worker.end(kill=False)
                 else:
                     self._idle.append(worker)
