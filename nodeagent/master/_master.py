@@ -44,6 +44,7 @@ figures, which its plan row flags ``figures_stale``.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -241,10 +242,15 @@ class Master:
             self.counters = MasterCounters(**counters)
 
     def save(self) -> None:
+        """Write the schedule, modes, drains, actors and counters; raises
+        :class:`~nodeagent._store.StoreError` (what was saved before stays saved)."""
+        self._save(self.state, self.actors)
+
+    def _save(self, state: MaintenanceState, actors: dict[str, str]) -> None:
         self.store.save(
-            maintenance=self.state.snapshot(),
+            maintenance=state.snapshot(),
             drains=self.drains,
-            actors=self.actors,
+            actors=actors,
             counters=vars(self.counters),
         )
 
@@ -255,21 +261,26 @@ class Master:
     # ------------------------------------------------------------------ operator requests
 
     def set_schedule(self, schedule: MaintenanceSchedule, *, actor: str) -> None:
-        """POST /maintenance/schedule: replace the schedule (Mesos rules); raises on error.
+        """POST /maintenance/schedule: replace the schedule (Mesos rules).
 
-        A machine that enters a window, or whose window moves, is remembered with the
-        time of this change (``window_since``): its node's ad, if older, is fetched
-        before a plan shows its figures (:meth:`refresh_figures`).
+        Raises :class:`MaintenanceError` for a schedule Mesos refuses and
+        :class:`~nodeagent._store.StoreError` when the new state cannot be saved; either
+        way nothing has changed, in memory or on disk. A machine that enters a window,
+        or whose window moves, is remembered with the time of this change
+        (``window_since``): its node's ad, if older, is fetched before a plan shows its
+        figures (:meth:`refresh_figures`).
         """
         before = {machine_key(m.id): m.window for m in self.state.machines()}
-        self.state.update_schedule(schedule)
+        state = copy.copy(self.state)  # mutators install new containers: a copy is apart
+        state.update_schedule(schedule)
         now = self.clock.now()
-        statuses = self.state.machines()
+        statuses = state.machines()
         scheduled = {machine_key(m.id) for m in statuses}
+        actors = {k: v for k, v in self.actors.items() if k in scheduled}
         for key in scheduled:
-            self.actors.setdefault(key, actor)
-        self.actors = {k: v for k, v in self.actors.items() if k in scheduled}
+            actors.setdefault(key, actor)
         since: dict[str, float] = {}
+        entering: dict[str, tuple[float, MachineId]] = {}
         for status in statuses:
             key = machine_key(status.id)
             if status.window is None:
@@ -280,23 +291,30 @@ class Master:
                     since[key] = self.window_since[key]
                 continue
             since[key] = now
-            self._to_fetch[key] = (now, status.id)
-        self.window_since = since
-        self._to_fetch = {k: v for k, v in self._to_fetch.items() if k in since}
-        self.save()
+            entering[key] = (now, status.id)
+        self._save(state, actors)
+        self.state, self.actors, self.window_since = state, actors, since
+        self._to_fetch = {k: v for k, v in self._to_fetch.items() if k in since} | entering
         self.wake()
 
     def machines_down(self, machine_ids: tuple[MachineId, ...], *, actor: str) -> None:
-        """POST /machine/down (Mesos rules); raises on error, changing nothing."""
-        for changed in self.state.down(machine_ids):
-            self.actors[machine_key(changed.id)] = actor
-        self.save()
+        """POST /machine/down (Mesos rules). Raises :class:`MaintenanceError` or
+        :class:`~nodeagent._store.StoreError`, changing nothing in memory or on disk."""
+        state = copy.copy(self.state)
+        actors = dict(self.actors)
+        for changed in state.down(machine_ids):
+            actors[machine_key(changed.id)] = actor
+        self._save(state, actors)
+        self.state, self.actors = state, actors
         self.wake()
 
     def machines_up(self, machine_ids: tuple[MachineId, ...], *, actor: str) -> None:
-        """POST /machine/up (Mesos rules); raises on error, changing nothing."""
-        self.state.up(machine_ids)
-        self.save()
+        """POST /machine/up (Mesos rules). Raises :class:`MaintenanceError` or
+        :class:`~nodeagent._store.StoreError`, changing nothing in memory or on disk."""
+        state = copy.copy(self.state)
+        state.up(machine_ids)
+        self._save(state, self.actors)
+        self.state = state
         self.wake()
 
     # ------------------------------------------------------------------ ads

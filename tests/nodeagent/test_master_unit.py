@@ -14,7 +14,7 @@ import trio.testing
 
 from nodeagent._clock import TrioClock
 from nodeagent._peer import AgentCallFailed
-from nodeagent._store import DocumentStore
+from nodeagent._store import DocumentStore, StoreError
 from nodeagent.agent._schemas import drain_json
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
@@ -856,3 +856,64 @@ async def test_a_pass_reads_an_ad_only_when_it_is_not_older_than_the_record(
     store = AdStore(lifetime=60)
     entry = store.update({"machine": machine, "slots": []}, received)
     assert ad_knows(record, entry) is known
+
+
+# ------------------------------------------------------------------ a failed write
+
+
+class FailingStore(DocumentStore):
+    """A :class:`DocumentStore` whose ``save`` raises :class:`StoreError` while ``failing``
+    is set, as on a full disk (the documents saved before stay saved)."""
+
+    failing = False
+
+    def save(self, **documents: Any) -> None:
+        if self.failing:
+            raise StoreError(f"cannot write {self.path}: database or disk is full")
+        super().save(**documents)
+
+
+def on_disk(path: Path) -> dict[str, Any]:
+    store = DocumentStore(path)
+    try:
+        return {name: store.load(name) for name in ("maintenance", "drains", "actors", "counters")}
+    finally:
+        store.close()
+
+
+def in_memory(master: Master) -> dict[str, Any]:
+    return {
+        "maintenance": master.state.snapshot(),
+        "actors": dict(master.actors),
+        "window_since": dict(master.window_since),
+        "to_fetch": dict(master._to_fetch),
+    }
+
+
+async def test_a_change_the_store_cannot_write_changes_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = FailingStore(tmp_path / "master.db")
+    master = Master(
+        store=store, link=DownLink(), clock=TrioClock(EPOCH), ads=AdStore(lifetime=10_000)
+    )
+    two = many_nodes_schedule(2, EPOCH + 3600)
+    first, second = two.windows[0].machine_ids
+    master.set_schedule(two, actor="ops")
+    master.machines_down((first,), actor="ops")
+    await trio.sleep(5)
+    memory, disk = in_memory(master), on_disk(store.path)
+    assert disk["maintenance"] == memory["maintenance"]
+    store.failing = True
+    with pytest.raises(StoreError):
+        master.set_schedule(many_nodes_schedule(3, EPOCH + 7200), actor="eve")
+    with pytest.raises(StoreError):
+        master.machines_down((second,), actor="eve")
+    with pytest.raises(StoreError):
+        master.machines_up((first,), actor="eve")
+    assert in_memory(master) == memory
+    assert on_disk(store.path) == disk
+    store.failing = False
+    master.machines_up((first,), actor="ops")
+    assert [str(m.id) for m in master.state.machines()] == [str(second)]
+    assert on_disk(store.path)["maintenance"] == master.state.snapshot()
