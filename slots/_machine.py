@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,10 @@ from slots._request_states import FINISHED, RequestEvent, check_request_move
 from slots._resources import Resources
 from slots._states import ACTIVE, Activity, State, check_move
 
-__all__ = ["ClaimInfo", "JobSpec", "Machine", "MachinePolicy"]
+__all__ = ["ClaimInfo", "JobSpec", "Machine", "MachinePolicy", "StartVerdict"]
+
+#: Whether a caller's start expression is true: ``(expression, my, target) -> bool``.
+StartVerdict = Callable[[str, Mapping[str, Any], Mapping[str, Any]], bool]
 
 _SIGNALS = frozenset(
     {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGKILL", "SIGALRM"}
@@ -350,12 +353,20 @@ class Machine:
 
     # ------------------------------------------------------------------ claims
 
-    def check_claim(self, now: float, *, resources: Resources, spec: JobSpec) -> None:
+    def check_claim(
+        self,
+        now: float,
+        *,
+        resources: Resources,
+        spec: JobSpec,
+        drain_start: StartVerdict | None = None,
+    ) -> None:
         """Raise whatever :meth:`claim` would raise for this request now; change nothing.
 
         The shell checks before it starts a job's process, then claims once it runs.
+        ``drain_start`` as in :meth:`claim`.
         """
-        self._admission(now, resources, spec, started_at=None)
+        self._admission(now, resources, spec, started_at=None, drain_start=drain_start)
 
     def claim(
         self,
@@ -364,14 +375,23 @@ class Machine:
         resources: Resources,
         spec: JobSpec,
         started_at: float | None = None,
+        drain_start: StartVerdict | None = None,
     ) -> tuple[ClaimInfo, list[Action]]:
         """Carve a dynamic slot for a job that starts (or started) at ``started_at``.
 
         Raises :class:`TransactionPending` while a transaction is pending,
         :class:`NotAccepting` when Start is false for this job, and
         :class:`ResourcesInsufficient` when the partitionable slot cannot fit it.
+
+        ``drain_start`` answers whether a graceful drain's caller-supplied ``start``
+        expression is true, called as ``drain_start(expression, my, target)`` with the
+        partitionable slot's scope as MY and the job's ad as TARGET, before anything
+        changes (so a shell may raise from it to evaluate elsewhere and call again);
+        ``None`` evaluates it here. The operator's configured START is evaluated here.
         """
-        accepted_in = self._admission(now, resources, spec, started_at=started_at)
+        accepted_in = self._admission(
+            now, resources, spec, started_at=started_at, drain_start=drain_start
+        )
         self._account(now)
         begun = now if started_at is None else started_at
         claim = _Claim(
@@ -394,7 +414,13 @@ class Machine:
         return self._info(claim, now), [Publish()]
 
     def _admission(
-        self, now: float, resources: Resources, spec: JobSpec, *, started_at: float | None
+        self,
+        now: float,
+        resources: Resources,
+        spec: JobSpec,
+        *,
+        started_at: float | None,
+        drain_start: StartVerdict | None,
     ) -> str | None:
         """Check a claim request; returns the drain request id that admits a latecomer."""
         self._no_pending()
@@ -405,7 +431,10 @@ class Machine:
         job_ad = self._job_ad(resources, spec)
         accepted_in: str | None = None
         if self._request is not None:
-            if not (self._admits_latecomers() and self._start_matches(self._request.start, job_ad)):
+            if not (
+                self._admits_latecomers()
+                and self._start_matches(self._request.start, job_ad, drain_start)
+            ):
                 raise NotAccepting(
                     f"{self.host} is draining (request {self._request.id}); Start is false"
                 )
@@ -490,6 +519,7 @@ class Machine:
         deadline: float | None = None,
         start: str | None = None,
         check: str | None = None,
+        check_result: bool | None = None,
         commit: bool = False,
         ttl: float | None = None,
         requested_by: str | None = None,
@@ -501,6 +531,9 @@ class Machine:
         Raises :class:`DrainInProgress` when a request exists, :class:`InvalidRequest`
         for bad arguments and :class:`CheckFailed` when ``check`` is not true against
         the machine ad (one-shot only); nothing changes then.
+
+        ``check_result`` is whether ``check`` is true against ``self.ad(now)["machine"]``
+        as the caller evaluated it (undefined is not true); ``None`` evaluates it here.
         """
         if self._request is not None:
             raise DrainInProgress(
@@ -522,8 +555,9 @@ class Machine:
             if not commit:
                 raise InvalidRequest("a check expression goes with a one-shot (commit) request")
             _classad.validate_expression(check)
-            machine_ad = self.ad(now)["machine"]
-            if not _classad.is_true(check, machine_ad):
+            if check_result is None:
+                check_result = _classad.is_true(check, self.ad(now)["machine"])
+            if not check_result:
                 raise CheckFailed(f"check expression is not true on {self.host}: {check}")
         request_id = str(self._next_request)
         check_request_move(
@@ -877,10 +911,16 @@ class Machine:
             "JobMaxVacateTime": spec.job_max_vacate_time,
         }
 
-    def _start_matches(self, expression: str | None, job_ad: Mapping[str, Any]) -> bool:
+    def _start_matches(
+        self,
+        expression: str | None,
+        job_ad: Mapping[str, Any],
+        verdict: StartVerdict | None = None,
+    ) -> bool:
         if expression is None:
             return False
-        return _classad.is_true(expression, self._start_scope(), job_ad)
+        evaluate = _classad.is_true if verdict is None else verdict
+        return evaluate(expression, self._start_scope(), job_ad)
 
     def _info(self, claim: _Claim, now: float) -> ClaimInfo:
         return ClaimInfo(

@@ -36,6 +36,16 @@ kills and reaps the held process, whose program never ran. A crash before the wr
 leaves a holder that exits by itself when the daemon's end of its pipe closes; a crash
 after it leaves a recorded pid whose holder exits the same way, which the next start sees
 as the job's end.
+
+Callers' expressions (a one-shot drain's ``check``, a graceful drain's ``start`` against
+each new claim's job) are evaluated by the agent's :class:`~nodeagent._expressions.Evaluator`
+in worker processes, within its time budget, never on the event loop; the model is then
+given the answer. A ``check`` is evaluated against the machine ad at the request's
+``now``; a ``start`` against exactly the scope and job ad the model would use, evaluated
+again should the machine change during the evaluation. Past the budget the request
+is refused (422 ``expression.too_costly``) and nothing changes. The workers start at the
+first such expression and end when :meth:`Agent.run` ends. The operator's configured
+START is the model's own, evaluated in-process.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ from typing import Any, TypeVar
 import trio
 
 from nodeagent._clock import Clock
+from nodeagent._expressions import EXIT_TIMEOUT, Evaluator, ExpressionTooCostly
 from nodeagent._store import StoreError
 from nodeagent.agent._processes import (
     AlreadyClaimed,
@@ -85,6 +96,10 @@ log = logging.getLogger("nodeagent.agent")
 
 T = TypeVar("T")
 
+#: Evaluations of one claim's start expression, each begun again because the machine
+#: changed while it ran, before the claim is refused as too costly.
+_START_ROUNDS = 5
+
 #: Seconds between retries of a deferred write that failed (doubling up to the maximum).
 _RETRY_MIN, _RETRY_MAX = 1.0, 30.0
 
@@ -115,6 +130,7 @@ class Agent:
         execute_dir: Path,
         processes: Mapping[str, ProcessRecord] | None = None,
         usage_interval: float = 10.0,
+        evaluator: Evaluator | None = None,
     ) -> None:
         self.machine = machine
         self.store = store
@@ -122,6 +138,8 @@ class Agent:
         self.clock = clock
         self.execute_dir = execute_dir
         self.usage_interval = usage_interval
+        #: Callers' expressions; its workers start at the first one, end with :meth:`run`.
+        self.evaluator = evaluator if evaluator is not None else Evaluator()
         self._records: dict[str, ProcessRecord] = dict(processes or {})
         self._procs: dict[str, JobProcess] = {}
         self._nursery: trio.Nursery | None = None
@@ -138,15 +156,22 @@ class Agent:
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Re-adopt the jobs of a previous run, then serve timers, exits and samples."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await self._readopt()
-            nursery.start_soon(self._timer_loop)
-            nursery.start_soon(self._persist_loop)
-            if self.usage_interval > 0:
-                nursery.start_soon(self._usage_loop)
-            task_status.started()
+        """Re-adopt the jobs of a previous run, then serve timers, exits and samples.
+
+        When it ends (cancelled, or failing), the expression workers end with it.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._readopt()
+                nursery.start_soon(self._timer_loop)
+                nursery.start_soon(self._persist_loop)
+                if self.usage_interval > 0:
+                    nursery.start_soon(self._usage_loop)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(2 * EXIT_TIMEOUT):
+                await self.evaluator.aclose()
 
     async def _readopt(self) -> None:
         now = self.clock.now()
@@ -205,8 +230,8 @@ class Agent:
         process is left alone. Adopting a pid that already runs a claim's job, or is in
         its process group, raises :class:`AlreadyClaimed`.
         """
-        await self._wait_writable()
-        self.machine.check_claim(self.clock.now(), resources=request.resources, spec=request.spec)
+        verdicts = _Verdicts()
+        await self._admissible(request, verdicts)
         if request.pid is not None:
             self._refuse_claimed(request.pid, None)
             proc = await self.runner.adopt(request.pid)
@@ -223,10 +248,11 @@ class Agent:
                 )
             )
         try:
-            await self._wait_writable()
+            await self._admissible(request, verdicts)
+            # No await from the check to the claim: the model sees what was checked.
             if request.pid is not None:
                 self._refuse_claimed(proc.identity.pid, proc.identity.pgid)
-            info = self._transact(lambda: self._claim(request, proc))
+            info = self._transact(lambda: self._claim(request, proc, verdicts))
         except BaseException:
             if request.pid is None:
                 proc.signal_group(signal.SIGKILL)
@@ -237,11 +263,39 @@ class Agent:
         proc.start()
         return self.machine.claim_info(info.claim_id, self.clock.now())
 
-    def _claim(self, request: ClaimRequest, proc: JobProcess) -> tuple[ClaimInfo, list[Action]]:
+    async def _admissible(self, request: ClaimRequest, verdicts: _Verdicts) -> None:
+        """Wait until the machine is writable and the model admits the claim, a drain's
+        start expression evaluated by the evaluator (into ``verdicts``); raise the
+        model's refusal. Returns with no await after the model's last check."""
+        for _ in range(_START_ROUNDS):
+            await self._wait_writable()
+            try:
+                self.machine.check_claim(
+                    self.clock.now(),
+                    resources=request.resources,
+                    spec=request.spec,
+                    drain_start=verdicts,
+                )
+            except _Unevaluated as missing:
+                await verdicts.evaluate(self.evaluator, missing)
+                continue
+            return
+        raise ExpressionTooCostly(
+            f"the machine changed during each of {_START_ROUNDS} evaluations of the drain's "
+            "start expression for this job"
+        )
+
+    def _claim(
+        self, request: ClaimRequest, proc: JobProcess, verdicts: _Verdicts
+    ) -> tuple[ClaimInfo, list[Action]]:
         now = self.clock.now()
         started_at = None if request.pid is None else min(proc.identity.start_time, now)
         info, actions = self.machine.claim(
-            now, resources=request.resources, spec=request.spec, started_at=started_at
+            now,
+            resources=request.resources,
+            spec=request.spec,
+            started_at=started_at,
+            drain_start=verdicts,
         )
         self._records[info.claim_id] = self._record(info.claim_id, proc, argv=request.argv or ())
         return info, actions
@@ -270,6 +324,16 @@ class Agent:
         self._transact(lambda: (None, self.machine.continue_(self.clock.now(), claim_id)))
         return self.claim(claim_id)
 
+    async def evaluate_check(self, check: str | None, *, commit: bool) -> bool | None:
+        """Whether a one-shot drain's ``check`` is true against the machine ad now (the
+        request's ``now``), evaluated by the evaluator, for :meth:`start_draining`'s
+        ``check_result``; ``None`` when the model will refuse the request before it asks
+        (no check, not a one-shot, a request in force). Raises as
+        :meth:`Evaluator.is_true`; nothing changes."""
+        if check is None or not commit or self.machine.request is not None:
+            return None
+        return await self.evaluator.is_true(check, self.machine.ad(self.clock.now())["machine"])
+
     def start_draining(
         self,
         *,
@@ -282,8 +346,15 @@ class Agent:
         commit: bool,
         ttl: float | None,
         requested_by: str | None,
+        check_result: bool | None = None,
     ) -> tuple[DrainRequest, DrainEstimate]:
-        """Phase 1 (or a one-shot drain). Never waits: a second request is refused."""
+        """Phase 1 (or a one-shot drain). Never waits: a second request is refused.
+
+        ``check_result`` is :meth:`evaluate_check`'s answer for ``check``, called with no
+        await in between; the model never evaluates a caller's check on the event loop.
+        """
+        if check_result is None and check is not None and commit and self.machine.request is None:
+            raise ValueError("a one-shot's check is evaluated by evaluate_check() first")
 
         def decide() -> tuple[tuple[DrainRequest, DrainEstimate], list[Action]]:
             request, estimate, actions = self.machine.start_draining(
@@ -294,6 +365,7 @@ class Agent:
                 deadline=deadline,
                 start=start,
                 check=check,
+                check_result=check_result,
                 commit=commit,
                 ttl=ttl,
                 requested_by=requested_by,
@@ -531,6 +603,35 @@ class Agent:
                     )
                 except NoSuchClaim:
                     continue
+
+
+class _Unevaluated(Exception):
+    """The model asked for a start expression's value that is not known yet."""
+
+    def __init__(self, text: str, my: Mapping[str, Any], target: Mapping[str, Any]) -> None:
+        super().__init__(text)
+        self.text = text
+        self.my = dict(my)
+        self.target = dict(target)
+
+
+class _Verdicts:
+    """The model's ``drain_start`` seam (:data:`slots._machine.StartVerdict`): answers
+    from values the evaluator gave for exactly these (expression, MY, TARGET), raises
+    :class:`_Unevaluated` for any other, before the model changes anything."""
+
+    def __init__(self) -> None:
+        self._known: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = []
+
+    def __call__(self, text: str, my: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+        for known_text, known_my, known_target, value in self._known:
+            if known_text == text and known_my == my and known_target == target:
+                return value
+        raise _Unevaluated(text, my, target)
+
+    async def evaluate(self, evaluator: Evaluator, missing: _Unevaluated) -> None:
+        value = await evaluator.is_true(missing.text, missing.my, missing.target)
+        self._known.append((missing.text, missing.my, missing.target, value))
 
 
 def _changes(actions: list[Action]) -> bool:

@@ -517,10 +517,18 @@ def build_app(
             412,
             s409="A drain request already exists (drain.in_progress, 10001)",
             s412="The one-shot's check is not true (drain.check_failed, 10003)",
+            s422="Invalid body (request.invalid), or a check costlier than its time budget "
+            "(expression.too_costly)",
+            s503="The state could not be written (store.error), or no expression worker "
+            "could start (expression.unavailable); nothing changed",
         ),
     )
     async def post_drain(request: Request, body: DrainBody) -> JSONResponse:
-        """Phase 1: a pending request with a fresh estimate (201); one-shot with ``commit``."""
+        """Phase 1: a pending request with a fresh estimate (201); one-shot with ``commit``.
+
+        A one-shot's ``check`` is evaluated off the event loop within a time budget:
+        ``422 expression.too_costly`` past it, nothing changed."""
+        check_result = await agent.evaluate_check(body.check, commit=body.commit)
         drain, estimate = agent.start_draining(
             schedule=body.schedule,
             reason=body.reason,
@@ -528,6 +536,7 @@ def build_app(
             deadline=body.deadline,
             start=body.start,
             check=body.check,
+            check_result=check_result,
             commit=body.commit,
             ttl=body.ttl,
             requested_by=caller(request).subject,
@@ -596,7 +605,10 @@ def build_app(
             s409="Start is false (machine.not_accepting), the job does not fit "
             "(resources.insufficient), or the pid already runs a claim (job.already_claimed)",
             s422="Invalid body (request.invalid), a command that cannot start "
-            "(job.launch_failed), or a pid that may not be adopted (job.not_adoptable)",
+            "(job.launch_failed), a pid that may not be adopted (job.not_adoptable), or a "
+            "drain's start expression costlier than its time budget (expression.too_costly)",
+            s503="The state could not be written (store.error), or no expression worker "
+            "could start (expression.unavailable); nothing changed",
         ),
     )
     async def post_claim(request: Request, body: ClaimBody) -> JSONResponse:

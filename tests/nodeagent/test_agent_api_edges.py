@@ -22,6 +22,7 @@ import trio
 from nodeagent._audit import AuditLog
 from nodeagent._auth import Scope, create_token
 from nodeagent._clock import TrioClock
+from nodeagent._expressions import Evaluator
 from nodeagent._http import trusted
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent
@@ -77,7 +78,9 @@ def _behaviour(spec: LaunchSpec) -> FakeBehaviour:
 
 
 @asynccontextmanager
-async def api(tmp_path: Path, *, body_limit: int = BODY_LIMIT) -> AsyncIterator[Api]:
+async def api(
+    tmp_path: Path, *, body_limit: int = BODY_LIMIT, evaluator: Evaluator | None = None
+) -> AsyncIterator[Api]:
     clock = TrioClock(EPOCH)
     runner = FakeRunner(_behaviour, clock=clock)
     machine = Machine(
@@ -91,6 +94,7 @@ async def api(tmp_path: Path, *, body_limit: int = BODY_LIMIT) -> AsyncIterator[
         clock=clock,
         execute_dir=tmp_path / "execute",
         usage_interval=0,
+        evaluator=evaluator,
     )
     audit_path = tmp_path / "audit.log"
     with AuditLog(audit_path) as audit:
@@ -410,3 +414,155 @@ async def test_a_fault_is_a_clean_audited_500(tmp_path: Path) -> None:
         assert "fault in the agent" not in response.text  # the details stay in the log
         assert a.audited() == [("local", "claim.create", "internal.error", None)]
         assert (await a.local.get("/healthz")).status_code == 200
+
+
+# ------------------------------------------------------------------ callers' expressions
+
+#: Some 5 s of evaluation (40 backtracking regexps of 0.13 s each), inside the size caps.
+COSTLY = " || ".join(['regexp("^(a+)+$", "' + "a" * 21 + '!")'] * 40)
+
+
+async def test_a_costly_check_is_422_audited_and_changes_nothing(tmp_path: Path) -> None:
+    evaluator = Evaluator(budget=0.3)
+    async with api(tmp_path, evaluator=evaluator) as a:
+        before = a.agent.machine.snapshot()
+        response = await a.local.post("/v1/drain", json={"check": COSTLY, "commit": True})
+        assert code(response) == (422, "expression.too_costly"), response.text
+        assert a.agent.machine.snapshot() == before
+        assert a.agent.machine.request is None
+        assert a.audited() == [("local", "drain.start", "expression.too_costly", None)]
+        assert evaluator.killed == 1
+        # the next check starts a new worker
+        response = await a.local.post("/v1/drain", json={"check": "TotalCpus == 8", "commit": True})
+        assert response.status_code == 201, response.text
+    assert evaluator.pids() == []
+
+
+async def test_a_cheap_check_is_evaluated_by_the_workers(tmp_path: Path) -> None:
+    evaluator = Evaluator()
+    async with api(tmp_path, evaluator=evaluator) as a:
+        for check in ("TotalCpus == 7", "NoSuchAttribute == 1", "Start =?= false"):
+            response = await a.local.post("/v1/drain", json={"check": check, "commit": True})
+            assert code(response) == (412, "drain.check_failed"), check
+        assert a.agent.machine.request is None
+        response = await a.local.post(
+            "/v1/drain", json={"check": "TotalCpus == 8 && Start", "commit": True}
+        )
+        assert response.status_code == 201, response.text
+        assert response.json()["state"] == "drained"
+        assert evaluator.started == 1
+        assert len(evaluator.pids()) == 1
+    assert evaluator.pids() == []
+
+
+async def test_the_literal_checks_need_no_worker(tmp_path: Path) -> None:
+    evaluator = Evaluator()
+    async with api(tmp_path, evaluator=evaluator) as a:
+        response = await a.local.post("/v1/drain", json={"check": "false", "commit": True})
+        assert code(response) == (412, "drain.check_failed")
+        response = await a.local.post("/v1/drain", json={"check": " TRUE ", "commit": True})
+        assert response.status_code == 201, response.text
+        assert evaluator.started == 0
+
+
+class RecordingEvaluator(Evaluator):
+    """Records what it was asked; optionally runs ``meanwhile`` during the first request."""
+
+    def __init__(self) -> None:
+        super().__init__(budget=5)
+        self.asked: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+        self.meanwhile: Any = None
+
+    async def is_true(
+        self,
+        text: str,
+        my: Mapping[str, Any],
+        target: Mapping[str, Any] | None = None,
+    ) -> bool:
+        self.asked.append((text, dict(my), None if target is None else dict(target)))
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return await super().is_true(text, my, target)
+
+
+async def _graceful_drain_with_start(a: Api, start: str) -> None:
+    a.agent.reload_policy(MachinePolicy(max_job_retirement_time=3600))
+    original = {"command": ["job"], "cpus": 2, "max_job_retirement_time": 3600}
+    response = await a.local.post("/v1/claims", json=original)
+    assert response.status_code == 201, response.text
+    response = await a.local.post(
+        "/v1/drain", json={"schedule": "graceful", "start": start, "commit": True}
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["state"] == "draining"
+
+
+async def test_a_drains_start_admits_and_refuses_claims_through_the_workers(
+    tmp_path: Path,
+) -> None:
+    evaluator = RecordingEvaluator()
+    async with api(tmp_path, evaluator=evaluator) as a:
+        await _graceful_drain_with_start(a, "TARGET.RequestCpus <= 2 && MY.Cpus >= 2")
+        small = {"command": ["job"], "cpus": 1, "job_id": "small"}
+        response = await a.local.post("/v1/claims", json=small)
+        assert response.status_code == 201, response.text
+        assert response.json()["accepted_while_draining"] is True
+        response = await a.local.post("/v1/claims", json={"command": ["job"], "cpus": 3})
+        assert code(response) == (409, "machine.not_accepting")
+        response = await a.local.post("/v1/claims", json={"command": ["job"], "cpus": 1})
+        assert response.status_code == 201, response.text
+        # each evaluation saw the slot's scope and the job's ad the model used then
+        (text, my, target), *_ = evaluator.asked
+        assert text == "TARGET.RequestCpus <= 2 && MY.Cpus >= 2"
+        assert (my["Cpus"], my["TotalCpus"], target) == (
+            6,
+            8,
+            {
+                "Owner": "local",
+                "JobId": "small",
+                "RequestCpus": 1,
+                "RequestMemory": 0,
+                "RequestDisk": 0,
+                "RequestGPUs": 0,
+                "MaxJobRetirementTime": None,
+                "JobMaxVacateTime": None,
+            },
+        )
+        assert len(a.runner.launched) == 3  # the refused job was never launched
+    assert evaluator.pids() == []
+
+
+async def test_a_start_is_evaluated_again_when_the_machine_changed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    evaluator = RecordingEvaluator()
+    async with api(tmp_path, evaluator=evaluator) as a:
+        await _graceful_drain_with_start(a, "MY.Cpus >= 6")
+        first = await a.local.post("/v1/claims", json={"command": ["job"], "cpus": 1})
+        assert first.status_code == 201
+        claim_id = first.json()["id"]
+
+        async def release_the_latecomer() -> None:
+            response = await a.local.delete(f"/v1/claims/{claim_id}")
+            assert response.status_code == 200, response.text
+            await trio.sleep(1)  # its job ends on SIGTERM: the slot gets its cpu back
+
+        evaluator.meanwhile = release_the_latecomer
+        response = await a.local.post("/v1/claims", json={"command": ["job"], "cpus": 1})
+        assert response.status_code == 201, response.text
+        # asked with 5 cpus free (false), then again with 6 once the slot came back (true)
+        assert [my["Cpus"] for _, my, _ in evaluator.asked[1:]] == [5, 6]
+
+
+async def test_a_costly_start_refuses_the_claim_and_launches_nothing(tmp_path: Path) -> None:
+    evaluator = Evaluator(budget=0.3)
+    async with api(tmp_path, evaluator=evaluator) as a:
+        await _graceful_drain_with_start(a, COSTLY)
+        before = a.agent.machine.snapshot()
+        response = await a.local.post("/v1/claims", json={"command": ["job"], "cpus": 1})
+        assert code(response) == (422, "expression.too_costly"), response.text
+        assert a.agent.machine.snapshot() == before
+        assert len(a.runner.launched) == 1
+        assert a.audited()[-1] == ("local", "claim.create", "expression.too_costly", None)
+    assert evaluator.pids() == []
