@@ -658,7 +658,13 @@ async def test_escalation_acts_on_the_node_whatever_the_order_of_events(
                 node.refusals.add(arg)
         nursery.cancel_scope.cancel()
 
-    assert [said for _, said in node.calls] == list(story.calls)
+    # Every call that changes the node is exactly the story's. A read of the node's ad
+    # ("ad") the story names must happen; another one may: whether a pass runs before the
+    # node's next push is up to trio's scheduling, which is deliberately not ordered, and
+    # a pass that finds the ad older than its own record reads it rather than act on it.
+    said = [said for _, said in node.calls]
+    assert [c for c in said if c != "ad"] == [c for c in story.calls if c != "ad"]
+    assert said.count("ad") >= story.calls.count("ad")
     if story.evicted is None:
         assert node.signals == []
     else:
