@@ -124,7 +124,9 @@ class StartFailed(Exception):
 
 
 class StateUnusable(StartFailed):
-    """A directory of the daemon, or its audit log, cannot be created, opened or written."""
+    """A directory of the daemon, its store or its audit log cannot be used until the
+    operator acts: not creatable or writable, not a sound database, a state this version
+    cannot read."""
 
     exit_status: ClassVar[int] = EXIT_STATE
 
