@@ -52,10 +52,12 @@ class Target(Protocol):
     """One daemon under fuzz."""
 
     base_url: str
-    token: str
 
     def document(self) -> dict[str, Any]:
         """The OpenAPI document the daemon serves."""
+
+    def token(self, method: str, path: str) -> str:
+        """The bearer token an operation is sent with: one whose scope allows it."""
 
     def snapshot(self) -> Any:
         """The daemon's state, without the fields that move with time alone."""
@@ -121,13 +123,13 @@ def fuzz(
     started = time.monotonic()
     report = Report()
     schema = schemathesis.openapi.from_dict(target.document())
-    headers = {"Authorization": f"Bearer {target.token}"}
     session = requests.Session()
     state = [target.snapshot()]
 
     def one(operation: Any, case: Any) -> None:
         method = case.method.upper()
         target.rewrite(method, operation.path, case)
+        headers = {"Authorization": f"Bearer {target.token(method, operation.path)}"}
         try:
             response = case.call(
                 base_url=target.base_url, session=session, headers=headers, timeout=30
@@ -238,7 +240,7 @@ class AgentTarget:
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         self.base_url: str = agent.url
-        self.token: str = agent.token("ADMINISTRATOR", subject="fuzz")
+        self._token: str = agent.token("ADMINISTRATOR", subject="fuzz")
         self._sleep = shutil.which("sleep") or "/bin/sleep"
         self._adoptable: list[subprocess.Popen[bytes]] = []
         self._client = agent.client()
@@ -248,6 +250,9 @@ class AgentTarget:
         response.raise_for_status()
         document: dict[str, Any] = response.json()
         return document
+
+    def token(self, method: str, path: str) -> str:
+        return self._token
 
     def snapshot(self) -> Any:
         ad = self._client.get("/v1/ad").json()
@@ -322,14 +327,21 @@ class AgentTarget:
 # ---------------------------------------------------------------------------------- the master
 
 
+#: Where a fuzzed ad's node is: a loopback port nothing listens on (TCP port 1).
+_NOWHERE = "http://127.0.0.1:1"
+
+
 class MasterTarget:
     """A :class:`~tests.harness.MasterProcess` whose baseline is empty: no schedule, no
-    machine down, no ad. Its state is the schedule, ``/maintenance/status`` and the ads."""
+    machine down, no ad. Its state is the schedule, ``/maintenance/status`` and the ads.
+    Ads are pushed with a DAEMON token (ADMINISTRATOR does not grant it), the rest is
+    sent with an ADMINISTRATOR one."""
 
     def __init__(self, master: Any) -> None:
         self.master = master
         self.base_url: str = master.url
-        self.token: str = master.token("ADMINISTRATOR", subject="fuzz")
+        self._admin: str = master.token("ADMINISTRATOR", subject="fuzz")
+        self._daemon: str = master.token("DAEMON", subject="fuzz-agent")
         self._client = master.client()
 
     def document(self) -> dict[str, Any]:
@@ -337,6 +349,9 @@ class MasterTarget:
         response.raise_for_status()
         document: dict[str, Any] = response.json()
         return document
+
+    def token(self, method: str, path: str) -> str:
+        return self._daemon if (method, path) == ("POST", "/v1/ads") else self._admin
 
     def snapshot(self) -> Any:
         ads = self._client.get("/v1/ads", params={"projection": "Name"}).json()["ads"]
@@ -347,7 +362,13 @@ class MasterTarget:
         }
 
     def rewrite(self, method: str, path: str, case: Any) -> None:
-        """Nothing the master does reaches outside it: requests go as generated."""
+        """A pushed ad's ``MyAddress`` is a closed loopback port: the master calls the
+        nodes it drains there (and ``fresh=true`` fetches from it), never elsewhere."""
+        body = case.body
+        if (method, path) == ("POST", "/v1/ads") and isinstance(body, dict):
+            machine = body.get("machine")
+            if isinstance(machine, dict) and "MyAddress" in machine:
+                machine["MyAddress"] = _NOWHERE
 
     def reset(self) -> None:
         down = self._client.get("/maintenance/status").json().get("down_machines", [])

@@ -47,7 +47,9 @@ from nodeagent._auth import (
 )
 from nodeagent._expressions import Evaluator
 from nodeagent._http import auth_error_response, error_body, request_peer
+from nodeagent._http11 import MAX_BODY
 from nodeagent._peer import AgentCallFailed
+from nodeagent._store import StoreError
 from nodeagent.master._adstore import project
 from nodeagent.master._maintenance import (
     MaintenanceError,
@@ -76,6 +78,124 @@ _MESOS_METHODS = {
     "/machine/down": ("POST",),
     "/machine/up": ("POST",),
 }
+
+
+# ---------------------------------------------------------------------------------- OpenAPI
+# The Mesos endpoints and ad pushes read their bodies by hand (Mesos's validation order
+# and messages; the ad fast path): their request bodies and error replies are declared
+# here, for clients and for fuzzing, and the document says what the parsers accept.
+
+_ERROR_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+_DESCRIPTIONS = {
+    400: "Refused as Mesos refuses it (its plain-text message); nothing changed",
+    401: "No, bad or expired token (TCP)",
+    403: "The token lacks the scope",
+    404: "No such resource",
+    405: "Wrong method",
+    413: f"Body over {MAX_BODY} bytes (empty reply)",
+    422: "Malformed body, bad values or expressions",
+    502: "The node could not be asked, or answered an ad the master refuses",
+    503: "The state could not be written (store.error); nothing changed",
+}
+_TEXT = {"text/plain": {"schema": {"type": "string"}}}
+_JSON_ERROR = {"application/json": {"schema": _ERROR_BODY}}
+
+
+def _errors(*statuses: int, text: tuple[int, ...] = ()) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for error statuses: a JSON error body, or plain text for
+    the statuses in ``text``; 413 (answered by the HTTP server) has no body."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in sorted(statuses):
+        reply: dict[str, Any] = {"description": _DESCRIPTIONS[status]}
+        if status != 413:
+            reply["content"] = _TEXT if status in text else _JSON_ERROR
+        out[status] = reply
+    return out
+
+
+def _json_body(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
+
+
+# Mesos reads JSON into protobuf messages leniently, and so does the master: ``null`` is
+# an absent field; a repeated field also takes a single value, its nested arrays are
+# flattened and its ``null`` items skipped; a number is truncated to a 64-bit integer. The
+# schemas say as much, so that a body they refuse is one the master refuses too (400).
+_NULL = {"type": "null"}
+
+
+def _optional(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, _NULL]}
+
+
+def _repeated(item: dict[str, Any]) -> dict[str, Any]:
+    one = {"anyOf": [item, {"type": "array"}, _NULL]}
+    return {"anyOf": [{"type": "array", "items": one}, item, _NULL]}
+
+
+_NANOSECONDS = {
+    "type": "object",
+    "required": ["nanoseconds"],
+    "properties": {
+        "nanoseconds": {"type": "number", "description": "Truncated to a 64-bit integer"}
+    },
+}
+_MACHINE_ID = {
+    "type": "object",
+    "properties": {"hostname": _optional({"type": "string"}), "ip": _optional({"type": "string"})},
+    "description": "A hostname, an IPv4 address, or both",
+}
+_WINDOW = {
+    "type": "object",
+    "required": ["unavailability"],
+    "properties": {
+        "machine_ids": _repeated(_MACHINE_ID),
+        "unavailability": {
+            "type": "object",
+            "required": ["start"],
+            "properties": {"start": _NANOSECONDS, "duration": _optional(_NANOSECONDS)},
+        },
+    },
+}
+_SCHEDULE = {"type": "object", "properties": {"windows": _repeated(_WINDOW)}}
+_MACHINE_IDS = {"type": "array", "items": _MACHINE_ID}
+_AD = {
+    "type": "object",
+    "required": ["machine", "slots"],
+    "properties": {
+        "machine": {
+            "type": "object",
+            "required": ["Name"],
+            "properties": {
+                "Name": {"type": "string", "minLength": 1},
+                "MyType": {"type": "string"},
+            },
+            "description": "The machine ad: ClassAd attributes as JSON",
+        },
+        "slots": {
+            "type": "array",
+            "items": {"type": "object", "description": "A slot ad"},
+        },
+    },
+}
+#: Mesos endpoints: 400 in plain text; the rest in JSON (401, 403 from the token check).
+_MESOS_ERRORS = _errors(400, 401, 403, 413, 503, text=(400, 503))
 
 
 def _mesos_json(value: Any) -> Response:
@@ -323,6 +443,11 @@ def build_master_app(
         except MaintenanceError as exc:
             await record(request, who.subject, action, exc.code)
             return PlainTextResponse(exc.message, status_code=400)
+        except StoreError as exc:
+            await record(request, who.subject, action, exc.code)
+            return PlainTextResponse(
+                f"The state could not be written; nothing changed: {exc}", status_code=503
+            )
         await record(request, who.subject, action, "ok")
         return Response(status_code=200)
 
@@ -371,7 +496,9 @@ def build_master_app(
         """Liveness. No auth."""
         return {"status": "ok", "version": __version__}
 
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    @app.get(
+        "/metrics", tags=["health"], response_class=PlainTextResponse, responses=_errors(401, 403)
+    )
     async def prometheus(request: Request) -> Response:
         """Prometheus text: machines per mode, ads received and expired, drains."""
         if metrics.require_auth:
@@ -381,7 +508,12 @@ def build_master_app(
 
     # ------------------------------------------------------------------ ads
 
-    @app.post("/v1/ads", tags=["ads"])
+    @app.post(
+        "/v1/ads",
+        tags=["ads"],
+        responses=_errors(401, 403, 413, 422),
+        openapi_extra=_json_body(_AD, "The node's ad, as its agent's ``GET /v1/ad`` gives it"),
+    )
     async def post_ad(request: Request) -> Response:
         """An agent's ad (DAEMON); the reply carries the machine's mode and window."""
         reply = push_ad(
@@ -398,7 +530,17 @@ def build_master_app(
             media_type="application/json",
         )
 
-    @app.get("/v1/ads", tags=["ads"])
+    @app.get(
+        "/v1/ads",
+        tags=["ads"],
+        responses={
+            200: {
+                "description": "JSON, or ClassAd long format with ``?format=classad``",
+                "content": _TEXT,
+            },
+            **_errors(401, 403, 422),
+        },
+    )
     async def get_ads(
         request: Request,
         *,
@@ -426,7 +568,7 @@ def build_master_app(
             return PlainTextResponse(render_long(ads))
         return JSONResponse({"ads": ads})
 
-    @app.get("/v1/ads/{name}", tags=["ads"])
+    @app.get("/v1/ads/{name}", tags=["ads"], responses=_errors(401, 403, 404, 422, 502))
     async def get_ad(
         request: Request, name: str, *, fresh: bool = False, type: str = "Machine"
     ) -> JSONResponse:
@@ -455,13 +597,19 @@ def build_master_app(
 
     # ------------------------------------------------------------------ Mesos maintenance
 
-    @app.get("/maintenance/schedule", tags=["maintenance"])
+    @app.get("/maintenance/schedule", tags=["maintenance"], responses=_errors(401, 403))
     async def get_schedule(request: Request) -> Response:
         """The maintenance schedule (Mesos JSON)."""
         allowed(request, Scope.READ)
         return _mesos_json(master.state.schedule.to_json())
 
-    @app.post("/maintenance/schedule", tags=["maintenance"])
+    @app.post(
+        "/maintenance/schedule",
+        tags=["maintenance"],
+        response_class=Response,
+        responses=_MESOS_ERRORS,
+        openapi_extra=_json_body(_SCHEDULE, "The whole new schedule (Mesos JSON)"),
+    )
     async def post_schedule(request: Request) -> Response:
         """Replace the schedule (Mesos rules)."""
 
@@ -471,7 +619,13 @@ def build_master_app(
 
         return await mesos_change(request, "maintenance.schedule", apply)
 
-    @app.post("/machine/down", tags=["maintenance"])
+    @app.post(
+        "/machine/down",
+        tags=["maintenance"],
+        response_class=Response,
+        responses=_MESOS_ERRORS,
+        openapi_extra=_json_body(_MACHINE_IDS, "The machines to bring down"),
+    )
     async def machine_down(request: Request) -> Response:
         """DRAINING machines go DOWN, all or none (Mesos rules)."""
 
@@ -480,7 +634,13 @@ def build_master_app(
 
         return await mesos_change(request, "machine.down", apply)
 
-    @app.post("/machine/up", tags=["maintenance"])
+    @app.post(
+        "/machine/up",
+        tags=["maintenance"],
+        response_class=Response,
+        responses=_MESOS_ERRORS,
+        openapi_extra=_json_body(_MACHINE_IDS, "The machines to bring up"),
+    )
     async def machine_up(request: Request) -> Response:
         """DOWN machines go UP and leave the schedule, all or none (Mesos rules)."""
 
@@ -489,13 +649,18 @@ def build_master_app(
 
         return await mesos_change(request, "machine.up", apply)
 
-    @app.get("/maintenance/status", tags=["maintenance"])
+    @app.get("/maintenance/status", tags=["maintenance"], responses=_errors(401, 403))
     async def maintenance_status(request: Request) -> Response:
         """Draining and down machines (Mesos JSON)."""
         allowed(request, Scope.READ)
         return _mesos_json(master.state.status().to_json())
 
-    @app.get("/v1/maintenance/plan", tags=["maintenance"], response_class=JSONResponse)
+    @app.get(
+        "/v1/maintenance/plan",
+        tags=["maintenance"],
+        response_class=JSONResponse,
+        responses=_errors(401, 403, 422),
+    )
     async def plan(
         request: Request,
         blockers: bool = True,

@@ -24,7 +24,7 @@ from nodeagent._clock import TrioClock
 from nodeagent._expressions import Evaluator
 from nodeagent._http import trusted
 from nodeagent._peer import AgentCallFailed
-from nodeagent._store import DocumentStore
+from nodeagent._store import DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
 from nodeagent.master._master import Master
@@ -76,10 +76,22 @@ class Api:
         return await self.tcp.post("/v1/ads", content=body, headers=self.token(Scope.DAEMON))
 
 
+class FailingStore(DocumentStore):
+    """A :class:`DocumentStore` whose ``save`` raises :class:`StoreError` while ``failing``
+    is set, as on a full disk."""
+
+    failing = False
+
+    def save(self, **documents: Any) -> None:
+        if self.failing:
+            raise StoreError(f"cannot write {self.path}: database or disk is full")
+        super().save(**documents)
+
+
 @asynccontextmanager
 async def api(tmp_path: Path, *, budget: float = 0.5) -> AsyncIterator[Api]:
     master = Master(
-        store=DocumentStore(tmp_path / "master.db"),
+        store=FailingStore(tmp_path / "master.db"),
         link=UnreachableLink(),
         clock=TrioClock(EPOCH),
         ads=AdStore(lifetime=10_000),
@@ -293,3 +305,46 @@ async def test_every_refused_mesos_change_is_audited(tmp_path: Path) -> None:
             ("alice", "machine.down", "maintenance.not_scheduled"),
         ]
         assert (await a.local.get("/maintenance/status")).json() == {}
+
+
+async def test_a_mesos_change_the_store_cannot_write_is_503_audited_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    async with api(tmp_path) as a:
+        assert isinstance(a.master.store, FailingStore)
+        admin = a.token(Scope.ADMINISTRATOR, subject="alice")
+        assert (await a.tcp.post("/maintenance/schedule", json=SCHEDULE, headers=admin)).is_success
+        before = [
+            (await a.local.get(path)).json()
+            for path in ("/maintenance/schedule", "/maintenance/status")
+        ]
+        a.master.store.failing = True
+        replies = [
+            await a.tcp.post(path, json=body, headers=admin)
+            for path, body in (
+                ("/maintenance/schedule", {"windows": []}),
+                ("/machine/down", [MACHINE]),
+            )
+        ]
+        for reply in replies:
+            assert reply.status_code == 503
+            assert reply.headers["content-type"].startswith("text/plain")
+            assert "database or disk is full" in reply.text
+        after = [
+            (await a.local.get(path)).json()
+            for path in ("/maintenance/schedule", "/maintenance/status")
+        ]
+        assert after == before
+        a.master.store.failing = False
+        assert (await a.tcp.post("/machine/down", json=[MACHINE], headers=admin)).is_success
+        a.master.store.failing = True
+        up = await a.tcp.post("/machine/up", json=[MACHINE], headers=admin)
+        assert up.status_code == 503
+        assert (await a.local.get("/maintenance/status")).json() == {"down_machines": [MACHINE]}
+        assert a.audited() == [
+            ("alice", "maintenance.schedule", "ok"),
+            ("alice", "maintenance.schedule", "store.error"),
+            ("alice", "machine.down", "store.error"),
+            ("alice", "machine.down", "ok"),
+            ("alice", "machine.up", "store.error"),
+        ]
