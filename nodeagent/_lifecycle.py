@@ -249,6 +249,15 @@ class Program(abc.ABC, Generic[C, S]):
 
     config: C
     urls: list[str]
+    _stop: trio.Event
+
+    def stop(self) -> None:
+        """Ask the daemon to stop (the agent's jobs keep running)."""
+        self._stop.set()
+
+    def reload(self) -> ConfigChanges | None:
+        """What SIGHUP does: :func:`reload_daemon`."""
+        return reload_daemon(self)
 
     @abc.abstractmethod
     def spec(self) -> DaemonSpec:

@@ -35,7 +35,6 @@ from nodeagent._lifecycle import (
     Opened,
     Program,
     StateLost,
-    reload_daemon,
     serve_daemon,
     tls_files,
 )
@@ -107,14 +106,6 @@ class AgentDaemon(Program[AgentConfig, Store]):
     exit_status: int = 0
     _stop: trio.Event = field(default_factory=trio.Event)
     _parts: _Parts | None = None
-
-    def stop(self) -> None:
-        """Ask the daemon to stop; jobs keep running."""
-        self._stop.set()
-
-    def reload(self) -> ConfigChanges | None:
-        """What SIGHUP does: :func:`~nodeagent._lifecycle.reload_daemon`."""
-        return reload_daemon(self)
 
     async def serve(
         self, *, task_status: trio.TaskStatus[AgentDaemon] = trio.TASK_STATUS_IGNORED

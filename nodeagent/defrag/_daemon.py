@@ -36,7 +36,6 @@ from nodeagent._lifecycle import (
     Listening,
     Opened,
     Program,
-    reload_daemon,
     serve_daemon,
     tls_files,
 )
@@ -153,13 +152,6 @@ class DefragDaemon(Program[DefragConfig, DocumentStore]):
     urls: list[str] = field(default_factory=list)
     _stop: trio.Event = field(default_factory=trio.Event)
     _master: HttpDefragLink | None = None
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def reload(self) -> ConfigChanges | None:
-        """What SIGHUP does: :func:`~nodeagent._lifecycle.reload_daemon`."""
-        return reload_daemon(self)
 
     @property
     def socket(self) -> Path:

@@ -33,7 +33,6 @@ from nodeagent._lifecycle import (
     Listening,
     Opened,
     Program,
-    reload_daemon,
     serve_daemon,
     tls_files,
 )
@@ -93,13 +92,6 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
     urls: list[str] = field(default_factory=list)
     _stop: trio.Event = field(default_factory=trio.Event)
     _parts: _Parts | None = None
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def reload(self) -> ConfigChanges | None:
-        """What SIGHUP does: :func:`~nodeagent._lifecycle.reload_daemon`."""
-        return reload_daemon(self)
 
     @property
     def socket(self) -> Path:
