@@ -48,6 +48,7 @@ import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -86,6 +87,8 @@ _GRACEFUL_END = "ExpectedMachineGracefulDrainingCompletion"
 #: The phases of the master's record of a drain it starts (see :meth:`Master._transaction`).
 PENDING = "pending"
 COMMITTED = "committed"
+#: The plan's stand-in for a record not made yet: the master's phase 1 is on its way.
+STARTING: Mapping[str, Any] = MappingProxyType({"phase": "starting", "escalated": False})
 
 
 @dataclass
@@ -212,6 +215,8 @@ class Master:
     counters: MasterCounters = field(default_factory=MasterCounters)
     _wake: trio.Event = field(default_factory=trio.Event)
     _busy: set[str] = field(default_factory=set)
+    #: Machines whose drain the master is starting: phase 1 sent, its reply not yet in.
+    _starting: set[str] = field(default_factory=set)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
     _scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]] = ((), ())
     #: Node ads fetched at once at most (see :meth:`refresh_figures`).
@@ -446,6 +451,7 @@ class Master:
         is_lost = self.ads.lost_at(now)
         find = self.ads.find
         drains = self.drains
+        starting = self._starting
         policy = self.policy
         return [
             machine_plan(
@@ -454,7 +460,8 @@ class Master:
                 is_lost=is_lost,
                 now=now,
                 policy=policy,
-                drain_record=drains.get(machine.key),
+                drain_record=drains.get(machine.key)
+                or (STARTING if machine.key in starting else None),
             )
             for machine in self.scheduled()
         ]
@@ -649,6 +656,9 @@ class Master:
         actor = self.actors.get(plan.key, "operator")
         try:
             if action == "start":
+                # Until phase 1's reply is recorded, the node's ad may already show the
+                # pending request: the plan reads it as the master's, not someone else's.
+                self._starting.add(plan.key)
                 await self._start(plan, address, actor)
             elif action == "escalate":
                 await self._escalate(plan, address, actor)
@@ -668,6 +678,7 @@ class Master:
             self._backoff.pop(plan.key, None)
         finally:
             self._busy.discard(plan.key)
+            self._starting.discard(plan.key)
 
     async def _start(self, plan: MachinePlan, address: str, actor: str) -> None:
         """Start the machine's drain, as its window requires at this instant.

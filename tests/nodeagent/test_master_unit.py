@@ -923,3 +923,43 @@ async def test_a_change_the_store_cannot_write_changes_nothing(
     master.machines_up((first,), actor="ops")
     assert [str(m.id) for m in master.state.machines()] == [str(second)]
     assert on_disk(store.path)["maintenance"] == master.state.snapshot()
+
+
+async def test_while_the_master_starts_a_drain_the_plan_reads_it_as_its_own(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Phase 1 is carried out on the node, whose ad shows the request pending, before its
+    reply reaches the master: the plan still says the master's escalation will apply."""
+    clock = TrioClock(EPOCH)
+    node = ModelNode(clock, retirement=120, jobs=1, push_every=0.5, push_on_change=True)
+    master = Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=node,
+        clock=clock,
+        ads=AdStore(lifetime=10_000),
+        policy=PlanPolicy(drain_policy="immediate", escalation="quick"),
+    )
+    node.hangs["POST /v1/drain"] = "after"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(node.run)
+        node.attach(master)
+        await trio.sleep(1)
+        master.set_schedule(schedule(EPOCH + 61), actor="ops")
+        await trio.sleep(0.1)
+        async with trio.open_nursery() as passes:
+            master.reconcile(passes)
+            await trio.sleep(1)  # phase 1 carried out, its reply never comes
+            (row,) = master.plan()["machines"]
+            assert master.drains == {}
+            assert node.machine.ad(clock.now())["machine"]["DrainState"] == "pending"
+            assert row["started_by_master"] is True
+            assert row["as_planned"]["escalation"] == "quick"
+            assert row["as_planned"]["will_escalate"] is True
+            assert row["promises"]["late_by"] == pytest.approx(60, abs=1)
+            passes.cancel_scope.cancel()
+        # once the start has failed, the request on the node is someone else's to the plan
+        (row,) = master.plan()["machines"]
+        assert row["started_by_master"] is False
+        assert row["as_planned"]["escalation"] == "none"
+        nursery.cancel_scope.cancel()
+    master.store.close()
