@@ -62,7 +62,7 @@ from slots._estimates import (
     sticky_completion,
     vacate_time,
 )
-from slots._forecast import DrainForecast
+from slots._forecast import BlockerFrame, DrainForecast
 from slots._machine import ClaimInfo, JobSpec, Machine, MachinePolicy
 from slots._request_states import (
     FINISHED,
@@ -84,6 +84,7 @@ __all__ = [
     "Action",
     "Activity",
     "Blocker",
+    "BlockerFrame",
     "CheckFailed",
     "ClaimInfo",
     "ClaimNotActive",

@@ -49,7 +49,7 @@ from slots._ads import (
 from slots._estimates import MAX_PUBLISHED, Escalation, Phase, Schedule, SuspendPolicy, clamp
 from slots._verdicts import Verdicts, drain_verdicts, judged, promise_completion
 
-__all__ = ["DrainForecast"]
+__all__ = ["BlockerFrame", "DrainForecast"]
 
 _NAMES = {Schedule.GRACEFUL: "Graceful", Schedule.QUICK: "Quick", Schedule.FAST: "Fast"}
 
@@ -319,8 +319,9 @@ def _total(lines: Iterable[_Line]) -> _Line:
     return total
 
 
-class _Frame(NamedTuple):
-    """A dict as it reads at a piece's base, and its moving entries: key, value, slope.
+class BlockerFrame(NamedTuple):
+    """A blocker as it reads at a piece's base, and its moving entries: key, value at the
+    base (an integer), slope (integer units per second).
 
     Pieces are tuples of scalars and flat dicts, which the cyclic garbage collector stops
     tracking: a master holds one per node, and need not walk them.
@@ -330,7 +331,7 @@ class _Frame(NamedTuple):
     moving: tuple[tuple[str, int, int], ...]
 
 
-def _frame(**fields: Any) -> _Frame:
+def _frame(**fields: Any) -> BlockerFrame:
     """Fields that are lines become values at the base; those that move are noted."""
     at_base = {}
     moving = []
@@ -341,7 +342,7 @@ def _frame(**fields: Any) -> _Frame:
             at_base[key] = field.at
         else:
             at_base[key] = field
-    return _Frame(at_base, tuple(moving))
+    return BlockerFrame(at_base, tuple(moving))
 
 
 def _clamped(trace: _Trace, line: _Line) -> _Line:
@@ -370,12 +371,12 @@ class _Piece(NamedTuple):
     base: int
     horizon: int | float
     estimates: tuple[tuple[int, int], ...]  # published value and slope, as EXPECTED_ATTRIBUTES
-    blockers: tuple[_Frame, ...]  # the drain in force, latest gone_by first
+    blockers: tuple[BlockerFrame, ...]  # the drain in force, latest gone_by first
     window: _Window
     active: bool
     verdicts: tuple[tuple[int, int], ...]
     cut_jobs: int
-    planned_blockers: tuple[_Frame, ...]  # as planned for `window`, latest gone_by first
+    planned_blockers: tuple[BlockerFrame, ...]  # as planned for `window`, latest gone_by first
 
 
 def _sticky(trace: _Trace, previous: Any) -> _Line:
@@ -526,16 +527,10 @@ class DrainForecast:
     ) -> list[dict[str, Any]]:
         """:func:`~slots.ad_blockers` of the ads at ``now`` (graceful schedule; with a
         window, as planned for it)."""
-        if not self._exact:
+        read = self.blocker_frames(now, window_start=window_start, escalation=escalation)
+        if read is None:
             return ad_blockers(self._ads, now, window_start=window_start, escalation=escalation)
-        whole = math.floor(now)
-        if window_start is None:
-            piece = self._piece_at(whole)
-            frames = piece.blockers
-        else:
-            piece = self._piece_for(whole, self._window(window_start, escalation))
-            frames = piece.planned_blockers
-        d = whole - piece.base
+        frames, d = read
         # A copy of each frame's dict with its moving values brought to `d`: this loop is
         # what a plan of thousands of nodes repeats.
         result = []
@@ -545,6 +540,31 @@ class DrainForecast:
                 values[key] = at + slope * d
             result.append(values)
         return result
+
+    def blocker_frames(
+        self,
+        now: float,
+        *,
+        window_start: float | None = None,
+        escalation: Escalation = Escalation.NONE,
+    ) -> tuple[tuple[BlockerFrame, ...], int] | None:
+        """What :meth:`blockers` reads at ``now``: the frames and ``d``, the whole seconds
+        since their base. A blocker is its frame's ``at_base`` (read-only) with each
+        ``moving`` entry ``(key, at, slope)`` set to ``at + slope × d``.
+
+        The same tuple (the same object) serves every read until the forecast makes a new
+        piece, so a caller may keep what it derives from it by identity (the master keeps
+        the blockers' JSON). ``None`` when this forecast is not exact (a drain deadline
+        that is not a whole second): read :meth:`blockers`.
+        """
+        if not self._exact:
+            return None
+        whole = math.floor(now)
+        if window_start is None:
+            piece = self._piece_at(whole)
+            return piece.blockers, whole - piece.base
+        piece = self._piece_for(whole, self._window(window_start, escalation))
+        return piece.planned_blockers, whole - piece.base
 
     # ------------------------------------------------------------------ pieces
 
@@ -706,7 +726,7 @@ class DrainForecast:
         plans: list[_Eviction],
         promised: list[_Eviction],
         cuts: list[tuple[_Line, _Line] | None],
-    ) -> tuple[_Frame, ...]:
+    ) -> tuple[BlockerFrame, ...]:
         """The blockers' rows of ``plans``, latest ``gone_by`` first (as ad_blockers)."""
         order = sorted(range(len(jobs)), key=lambda i: (-plans[i].hard_kill_at.at, i))
         for ahead, behind in itertools.pairwise(order):

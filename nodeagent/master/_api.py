@@ -233,14 +233,18 @@ def plan_body(
     """``GET /v1/maintenance/plan``'s body: the plan, encoded by orjson.
 
     orjson writes what :class:`~fastapi.responses.JSONResponse` would, several times
-    faster (the plan of 10,000 machines is ≈ 26 MB); it refuses integers beyond 64 bits,
-    which an agent's ad could carry, and such a plan is encoded by :mod:`json` instead.
+    faster (the plan of 10,000 machines is ≈ 26 MB), and the blockers come as text made
+    once per forecast piece (:mod:`nodeagent.master._blockers_json`); it refuses integers
+    beyond 64 bits, which an agent's ad could carry, and such a plan is made again as plain
+    data and encoded by :mod:`json`.
     """
     with _collector_paused():
-        plan = master.plan(with_blockers=with_blockers, late=late, limit=limit)
+        plan = master.plan(with_blockers=with_blockers, late=late, limit=limit, encoded=True)
         try:
             body = orjson.dumps(plan)
         except orjson.JSONEncodeError:
+            del plan
+            plan = master.plan(with_blockers=with_blockers, late=late, limit=limit)
             body = _json_bytes(plan)
         # Freed before the collector resumes, or its first pass would walk the rows.
         del plan

@@ -45,6 +45,7 @@ figures, which its plan row flags ``figures_stale``.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -467,7 +468,12 @@ class Master:
         ]
 
     def plan(
-        self, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
+        self,
+        *,
+        with_blockers: bool = True,
+        late: bool = False,
+        limit: int | None = None,
+        encoded: bool = False,
     ) -> dict[str, Any]:
         """GET /v1/maintenance/plan, from the ads held now (the API first awaits
         :meth:`refresh_figures`, so that no row's figures predate its window).
@@ -476,12 +482,15 @@ class Master:
         (schedule order) or, with ``late``, only the rows of machines late by their
         promises or that the plan will escalate (window-start order); ``limit`` keeps the
         first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
+        With ``encoded``, rows may hold their blockers as JSON text, for orjson to write
+        (see :func:`~nodeagent.master._plan.plan_row`).
         """
         now = self.clock.now()
         plans = self.plans(now)
         is_lost = self.ads.lost_at(now)
         since = self.window_since
-        rows = []
+        rows: list[dict[str, Any]] = []
+        starts: list[float] = []
         added = PlanTotals(now)
         escalation = self.policy.escalation
         for each in plans:
@@ -492,13 +501,15 @@ class Master:
                 with_blockers=with_blockers,
                 window_since=since.get(each.key),
                 escalation=escalation,
+                encoded=encoded,
             )
             added.add(each, row)
             if late and not _needs_attention(row):
                 continue
             rows.append(row)
+            starts.append(each.window_start)
         if late:
-            rows.sort(key=lambda row: row["window"]["start"])
+            rows = [row for _, _, row in sorted(zip(starts, itertools.count(), rows))]
         matched = len(rows)
         if limit is not None:
             del rows[limit:]

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._maintenance import MachineId, MachineStatus
 from slots import Escalation
@@ -62,6 +64,9 @@ class ScheduledMachine:
     window_start: float
     machine_id: dict[str, str]
     window: dict[str, float | None]
+    #: ``machine_id`` and ``window`` as JSON text, for an encoded row.
+    machine_id_json: orjson.Fragment
+    window_json: orjson.Fragment
 
     @classmethod
     def of(cls, status: MachineStatus) -> ScheduledMachine | None:
@@ -72,17 +77,21 @@ class ScheduledMachine:
         start = unavailability.start_ns / _NS
         duration = unavailability.duration_ns
         seconds = None if duration is None else duration / _NS
+        machine_id = status.id.to_json()
+        window = {
+            "start": start,
+            "duration": seconds,
+            "end": None if seconds is None else start + seconds,
+        }
         return cls(
             key=machine_key(status.id),
             id=status.id,
             mode=str(status.mode),
             window_start=start,
-            machine_id=status.id.to_json(),
-            window={
-                "start": start,
-                "duration": seconds,
-                "end": None if seconds is None else start + seconds,
-            },
+            machine_id=machine_id,
+            window=window,
+            machine_id_json=orjson.Fragment(orjson.dumps(machine_id)),
+            window_json=orjson.Fragment(orjson.dumps(window)),
         )
 
 
@@ -191,6 +200,7 @@ def plan_row(
     with_blockers: bool = True,
     window_since: float | None = None,
     escalation: str = "none",
+    encoded: bool = False,
 ) -> dict[str, Any]:
     """The machine's line of ``GET /v1/maintenance/plan``: its two verdicts, never mixed.
 
@@ -212,6 +222,9 @@ def plan_row(
       ``promise_end``, ``cut_by``, ``cut_badput``; latest first).
 
     ``blockers`` (with ``with_blockers``, for a node not empty) are the jobs as planned,
+    as a list of dicts or, with ``encoded`` and no promise cut, as JSON text (an
+    :class:`orjson.Fragment` of :class:`~nodeagent.master._blockers_json.BlockersJson`:
+    only for orjson to write),
     each saying which promise the escalation breaks (``promise_end``, ``cut_by``,
     ``cut_badput``). ``expected`` holds the node's six ``ExpectedMachine*`` values at
     ``now``. Without a node, the verdicts, ``expected``, ``on_time`` and ``late_by`` are
@@ -226,10 +239,11 @@ def plan_row(
     record = plan.drain_record
     node = plan.node
     escalated = bool(record and record.get("escalated"))
+    machine = plan.machine
     row: dict[str, Any] = {
-        "machine_id": plan.machine.machine_id,
-        "mode": plan.machine.mode,
-        "window": plan.machine.window,
+        "machine_id": machine.machine_id_json if encoded else machine.machine_id,
+        "mode": machine.mode,
+        "window": machine.window_json if encoded else machine.window,
         "nodes": [
             {
                 "name": n.name,
@@ -270,7 +284,7 @@ def plan_row(
         now
     )
     late_by = 0 if empty else verdicts.late_by
-    row["drain"] = node.drain
+    row["drain"] = (encoded and node.drain_json) or node.drain
     row["expected"] = {
         "graceful": {"completion": graceful_end, "badput": graceful_badput},
         "quick": {"completion": quick_end, "badput": quick_badput},
@@ -285,7 +299,13 @@ def plan_row(
     }
     will_escalate = not empty and verdicts.escalated
     blockers: list[dict[str, Any]] = []
-    if not empty and (with_blockers or will_escalate):
+    text = None
+    if encoded and with_blockers and not empty and verdicts.cut_jobs == 0:
+        # No blocker has a cut to list: only the text is needed.
+        text = node.blockers_json.fragment(
+            forecast, now, window_start=window_start, escalation=applied
+        )
+    if text is None and not empty and (with_blockers or will_escalate):
         blockers = forecast.blockers(now, window_start=window_start, escalation=applied)
     row["as_planned"] = {
         "completion": verdicts.planned_completion,
@@ -300,8 +320,8 @@ def plan_row(
     }
     row["empty"] = empty
     if with_blockers:
-        row["blockers"] = blockers
-    row["statistics"] = node.statistics
+        row["blockers"] = blockers if text is None else text
+    row["statistics"] = (encoded and node.statistics_json) or node.statistics
     return row
 
 
@@ -340,7 +360,7 @@ class PlanTotals:
         expected = row["expected"]
         self.graceful_badput += expected["graceful"]["badput"]
         self.quick_badput += expected["quick"]["badput"]
-        statistics = row["statistics"]
+        statistics = plan.node.statistics
         self.badput += int(statistics["TotalMachineDrainingBadput"])
         self.unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
 
