@@ -6,9 +6,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from slots._estimates import Schedule
+from slots._hooks import HookRun
 
 __all__ = [
+    "AFTER_DRAINED",
     "Action",
+    "AwaitHook",
     "Blocker",
     "CompletionAction",
     "DrainEstimate",
@@ -16,6 +19,8 @@ __all__ = [
     "DrainState",
     "OnCompletion",
     "Publish",
+    "RunHealthCheck",
+    "RunHook",
     "SignalJob",
 ]
 
@@ -27,8 +32,18 @@ class DrainState(StrEnum):
     PENDING = "pending"  # phase 1 done; waiting for commit or cancel
     DRAINING = "draining"
     DRAINED = "drained"
+    HOOK_PENDING = "hook_pending"  # drained; its completion hook is due, not started yet
+    HOOK_RUNNING = "hook_running"  # drained; its completion hook's start is recorded
+    HOOK_FAILED = "hook_failed"  # drained; its completion hook failed: closed until cancelled
     CANCELLED = "cancelled"  # only ever seen on a finished request
     COMPLETED = "completed"  # drained and its completion action ran; finished
+
+    @property
+    def published(self) -> str:
+        """The ad's ``DrainState``: one of ``none``, ``pending``, ``draining``, ``drained``
+        (a hook's stages are ``drained``: the node is empty and closed;
+        ``DrainHookState`` tells them apart)."""
+        return "drained" if self in AFTER_DRAINED else str(self)
 
 
 class OnCompletion(StrEnum):
@@ -38,11 +53,27 @@ class OnCompletion(StrEnum):
     RESUME = "resume"  # cancel the drain: Unclaimed with all resources
     EXIT = "exit"  # the daemon exits 0 and is not restarted
     RESTART = "restart"  # the daemon exits with the code its unit restarts
+    HOOK = "hook"  # run the request's configured hook (``hook:NAME`` on the wire)
+
+
+#: The states of a request in force whose machine is drained (empty and closed).
+AFTER_DRAINED: frozenset[DrainState] = frozenset(
+    {
+        DrainState.DRAINED,
+        DrainState.HOOK_PENDING,
+        DrainState.HOOK_RUNNING,
+        DrainState.HOOK_FAILED,
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DrainRequest:
-    """One drain request. Times are epoch seconds; ``deadline`` is relative to commit."""
+    """One drain request. Times are epoch seconds; ``deadline`` is relative to commit.
+
+    ``hook`` names the completion hook when ``on_completion`` is :attr:`OnCompletion.HOOK`
+    (``None`` otherwise); ``hook_run`` records its run once it is due.
+    """
 
     id: str
     schedule: Schedule
@@ -58,6 +89,16 @@ class DrainRequest:
     drained_at: float | None = None
     ended_at: float | None = None
     requested_by: str | None = None
+    hook: str | None = None
+    hook_run: HookRun | None = None
+
+    @property
+    def completion(self) -> str:
+        """``on_completion`` as on the wire: ``none``, ``resume``, ``exit``, ``restart`` or
+        ``hook:NAME``."""
+        if self.on_completion is OnCompletion.HOOK:
+            return f"hook:{self.hook}"
+        return str(self.on_completion)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,8 +150,39 @@ class CompletionAction:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunHook:
+    """The machine is drained and request ``request_id``'s completion hook ``name`` is
+    due: start it, recording its start (:meth:`~slots.Machine.hook_started`) before its
+    program runs, and report how it ended (:meth:`~slots.Machine.hook_ended`), or that it
+    could not start (:meth:`~slots.Machine.hook_not_started`)."""
+
+    request_id: str
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AwaitHook:
+    """A restarted daemon finds request ``request_id``'s hook recorded as started on this
+    boot: wait for process ``pid`` (started at ``process_start``) to end, ending it at
+    ``deadline_at`` (SIGTERM, then SIGKILL), then report :meth:`~slots.Machine.hook_lost`.
+    Never start it again."""
+
+    request_id: str
+    name: str
+    pid: int | None
+    process_start: float | None
+    deadline_at: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunHealthCheck:
+    """The health gate is closed and a check is due: run the configured health check and
+    report its result (:meth:`~slots.Machine.health_result`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Publish:
     """The machine's state changed: persist it, then publish the ad."""
 
 
-Action = SignalJob | CompletionAction | Publish
+Action = SignalJob | CompletionAction | RunHook | AwaitHook | RunHealthCheck | Publish

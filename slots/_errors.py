@@ -12,12 +12,15 @@ for the shell, and, where HTCondor defines one, its numeric ``condor_code``::
     ├── NotAccepting                409 machine.not_accepting
     ├── ResourcesInsufficient       409 resources.insufficient
     ├── TransactionPending          409 drain.transaction_pending
+    ├── IllegalHealthTransition     409 health.illegal_transition
     └── DrainError
         ├── DrainInProgress         409 drain.in_progress        (10001)
         ├── NoSuchRequest           404 drain.no_such_request    (10002)
         ├── CheckFailed             412 drain.check_failed       (10003)
         ├── TransactionExpired      410 drain.transaction_expired
         ├── NotPending              409 drain.not_pending
+        ├── NoSuchHook              422 drain.no_such_hook
+        ├── HookRunning             409 drain.hook_running
         └── IllegalDrainTransition  409 drain.illegal_transition
 """
 
@@ -30,10 +33,13 @@ __all__ = [
     "ClaimNotActive",
     "DrainError",
     "DrainInProgress",
+    "HookRunning",
     "IllegalDrainTransition",
+    "IllegalHealthTransition",
     "IllegalTransition",
     "InvalidRequest",
     "NoSuchClaim",
+    "NoSuchHook",
     "NoSuchRequest",
     "NotAccepting",
     "NotPending",
@@ -109,6 +115,13 @@ class TransactionPending(SlotsError):
     http_status = 409
 
 
+class IllegalHealthTransition(SlotsError):
+    """A health gate move that its table of moves does not allow (a fault in the model)."""
+
+    code = "health.illegal_transition"
+    http_status = 409
+
+
 class DrainError(SlotsError):
     """Base of the drain request errors."""
 
@@ -150,6 +163,21 @@ class NotPending(DrainError):
     """Commit of a request that is not pending (already committed)."""
 
     code = "drain.not_pending"
+    http_status = 409
+
+
+class NoSuchHook(DrainError):
+    """A drain names a completion hook that the agent's configuration does not hold."""
+
+    code = "drain.no_such_hook"
+    http_status = 422
+
+
+class HookRunning(DrainError):
+    """The drain's completion hook is running: the request cannot be cancelled until it
+    ends (or its timeout ends it)."""
+
+    code = "drain.hook_running"
     http_status = 409
 
 

@@ -19,7 +19,9 @@ from typing import Any
 from slots import _classad
 from slots._ads import drain_estimates
 from slots._drain import (
+    AFTER_DRAINED,
     Action,
+    AwaitHook,
     Blocker,
     CompletionAction,
     DrainEstimate,
@@ -27,14 +29,18 @@ from slots._drain import (
     DrainState,
     OnCompletion,
     Publish,
+    RunHealthCheck,
+    RunHook,
     SignalJob,
 )
 from slots._errors import (
     CheckFailed,
     ClaimNotActive,
     DrainInProgress,
+    HookRunning,
     InvalidRequest,
     NoSuchClaim,
+    NoSuchHook,
     NoSuchRequest,
     NotAccepting,
     NotPending,
@@ -53,6 +59,16 @@ from slots._estimates import (
     plan_evictions,
     retirement_remaining,
     vacate_time,
+)
+from slots._health import HealthEvent, HealthGate, HealthPolicy, HealthState, check_health_move
+from slots._hooks import (
+    OUTPUT_LIMIT,
+    HookRun,
+    HookState,
+    ad_text,
+    check_hook_name,
+    outcome_message,
+    printable_tail,
 )
 from slots._request_states import FINISHED, RequestEvent, check_request_move
 from slots._resources import Resources
@@ -85,13 +101,18 @@ def _require_text(name: str, value: str, *, limit: int = 256) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MachinePolicy:
-    """The machine's draining policy (HTCondor knobs; whole seconds)."""
+    """The machine's draining policy (HTCondor knobs; whole seconds), the completion
+    hooks a drain may name (``hooks``: their names; the shell holds their commands) and
+    the health check before service (``health``; ``None``: none, the node opens at once).
+    """
 
     max_job_retirement_time: int = 0
     machine_max_vacate_time: int = 600
     start: str = "true"
     suspend_policy: SuspendPolicy = SuspendPolicy.KEEP
     transaction_ttl: float = 30.0
+    hooks: frozenset[str] = frozenset()
+    health: HealthPolicy | None = None
 
     def __post_init__(self) -> None:
         _require_duration("MaxJobRetirementTime", self.max_job_retirement_time)
@@ -99,6 +120,8 @@ class MachinePolicy:
         _classad.validate_expression(self.start)
         if not self.transaction_ttl > 0:
             raise InvalidRequest("the transaction time-to-live must be positive")
+        for name in self.hooks:
+            check_hook_name(name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,6 +254,7 @@ class Machine:
         self._last_drain_stop: float | None = None
         self.maintenance_mode: str | None = None
         self.unavailability: dict[str, int] | None = None
+        self._health = HealthGate()
         self._settle_pslot(now)
         self._refresh_idle(now)
 
@@ -249,6 +273,20 @@ class Machine:
     @property
     def drain_state(self) -> DrainState:
         return DrainState.NONE if self._request is None else self._request.state
+
+    @property
+    def health(self) -> HealthGate:
+        """The health gate (:mod:`slots._health`): closed, the machine takes no work."""
+        return self._health
+
+    def hook_run(self) -> tuple[str, HookRun] | None:
+        """The most recent completion hook's run and its request id: the request in
+        force's, or when none is in force, the last request's (``None``: neither ran one).
+        """
+        request = self._request if self._request is not None else self._last_request
+        if request is None or request.hook_run is None:
+            return None
+        return request.id, request.hook_run
 
     @property
     def transaction_pending(self) -> bool:
@@ -282,7 +320,10 @@ class Machine:
         """Whether new claims can be admitted at all (``Start`` in the ad).
 
         A pending transaction does not change it: claims wait, they are not refused.
+        A closed health gate makes it false.
         """
+        if self._health.closed:
+            return False
         if self._draining():
             return self._admits_latecomers()
         return _classad.evaluate(self.policy.start, self._start_scope()) is not False
@@ -349,6 +390,8 @@ class Machine:
             for claim, plan in self._due_plans(self._accounted_at):
                 if claim.state is State.CLAIMED and plan.soft_kill_at is not None and plan.firm:
                     instants.append(plan.soft_kill_at)
+        if self._health.closed and self._health.due_at is not None:
+            instants.append(self._health.due_at)
         return min(instants) if instants else None
 
     # ------------------------------------------------------------------ claims
@@ -439,6 +482,11 @@ class Machine:
                     f"{self.host} is draining (request {self._request.id}); Start is false"
                 )
             accepted_in = self._request.id
+        elif self._health.closed:
+            raise NotAccepting(
+                f"{self.host} is not yet healthy (health check {self._health.state}); "
+                "Start is false"
+            )
         elif not self._start_matches(self.policy.start, job_ad):
             raise NotAccepting(f"{self.host}: START is not true for this job")
         free = self.free()
@@ -516,6 +564,7 @@ class Machine:
         schedule: Schedule,
         reason: str = "",
         on_completion: OnCompletion = OnCompletion.NONE,
+        hook: str | None = None,
         deadline: float | None = None,
         start: str | None = None,
         check: str | None = None,
@@ -529,8 +578,10 @@ class Machine:
         Returns the new request (``pending``, or ``draining``/``drained`` when
         committed), the estimate for its schedule with blockers, and the actions.
         Raises :class:`DrainInProgress` when a request exists, :class:`InvalidRequest`
-        for bad arguments and :class:`CheckFailed` when ``check`` is not true against
-        the machine ad (one-shot only); nothing changes then.
+        for bad arguments, :class:`NoSuchHook` when ``on_completion`` is
+        :attr:`OnCompletion.HOOK` and ``hook`` is not one of the policy's hooks, and
+        :class:`CheckFailed` when ``check`` is not true against the machine ad (one-shot
+        only); nothing changes then.
 
         ``check_result`` is whether ``check`` is true against ``self.ad(now)["machine"]``
         as the caller evaluated it (undefined is not true); ``None`` evaluates it here.
@@ -542,6 +593,18 @@ class Machine:
         _require_text("reason", reason)
         if requested_by is not None:
             _require_text("requested_by", requested_by)
+        if on_completion is OnCompletion.HOOK:
+            if hook is None:
+                raise InvalidRequest("on_completion hook needs the hook's name (hook:NAME)")
+            check_hook_name(hook)
+            if hook not in self.policy.hooks:
+                known = ", ".join(sorted(self.policy.hooks)) or "none"
+                raise NoSuchHook(
+                    f"{self.host} has no hook named {hook!r} in its configuration "
+                    f"(configured: {known})"
+                )
+        elif hook is not None:
+            raise InvalidRequest("a hook name goes with on_completion hook (hook:NAME)")
         if deadline is not None and (not math.isfinite(deadline) or deadline < 0):
             raise InvalidRequest("deadline must be a non-negative number of seconds")
         if start is not None:
@@ -575,6 +638,7 @@ class Machine:
             deadline=deadline,
             start=start,
             requested_by=requested_by,
+            hook=hook,
         )
         self._next_request += 1
         self._request = request
@@ -621,16 +685,28 @@ class Machine:
         """Cancel the request in force (``request_id`` must match when given).
 
         Start is restored, Drained slots return to Unclaimed, Retiring jobs un-retire
-        and keep running; jobs already Vacating or Killing keep dying.
-        With no ``request_id`` and no request this is a no-op returning ``[]``.
+        and keep running; jobs already Vacating or Killing keep dying. A request that
+        had drained the machine closes the health gate (when a health check is
+        configured): Start stays false until the node is healthy, and the first check
+        is asked for at once. Raises :class:`HookRunning` while the request's completion
+        hook runs. With no ``request_id`` and no request this is a no-op returning ``[]``.
         """
         if request_id is not None:
-            self._request_by_id(request_id)
+            request = self._request_by_id(request_id)
         elif self._request is None:
             return []
+        else:
+            request = self._request
+        if request.state is DrainState.HOOK_RUNNING:
+            raise HookRunning(
+                f"drain request {request.id}: its hook {request.hook!r} is running; it can be "
+                "cancelled once the hook has ended (or its timeout has ended it)"
+            )
         self._account(now)
         self._end_request(now, RequestEvent.CANCEL, DrainState.CANCELLED)
-        return [Publish()]
+        actions: list[Action] = [Publish()]
+        actions.extend(self._advance(now))
+        return actions
 
     def tick(self, now: float) -> list[Action]:
         """Do what is due at ``now``: expire a transaction, evict, hard-kill, escalate."""
@@ -646,13 +722,300 @@ class Machine:
         return actions
 
     def set_policy(self, now: float, policy: MachinePolicy) -> list[Action]:
-        """Apply a reloaded policy; running drains re-plan with the new values."""
+        """Apply a reloaded policy; running drains re-plan with the new values.
+
+        Hooks a drain in force names keep their run (the shell holds the command it
+        started with); a hook that is due and no longer configured cannot start. With no
+        health check any more, a closed health gate opens at once.
+        """
         self._account(now)
         self.policy = policy
+        if policy.health is None and self._health.closed:
+            check_health_move(self._health.state, HealthEvent.DISABLE, HealthState.PASSING)
+            self._health = HealthGate(
+                last_check=self._health.last_check,
+                message=self._health.message,
+                output=self._health.output,
+            )
         self._settle_pslot(now)
         actions: list[Action] = [Publish()]
         actions.extend(self._advance(now))
         return actions
+
+    # ------------------------------------------------------------------ hooks and health
+
+    def hook_started(
+        self,
+        now: float,
+        request_id: str,
+        *,
+        pid: int | None,
+        process_start: float | None,
+        boot_id: str | None,
+        reboots: bool,
+        timeout: float | None,
+    ) -> list[Action]:
+        """The shell is about to let request ``request_id``'s hook run (its process,
+        ``pid``, started ``process_start``, is held): record the start.
+
+        The shell writes this before the hook's program runs, so that the hook runs at
+        most once whatever happens next. Raises :class:`NoSuchRequest` when the request is
+        no longer in force (cancelled meanwhile: the shell must not start the hook) and
+        :class:`InvalidRequest` unless its hook is pending.
+        """
+        request = self._hook_in(request_id, DrainState.HOOK_PENDING)
+        check_request_move(
+            request.state, RequestEvent.HOOK_START, DrainState.HOOK_RUNNING, request=request.id
+        )
+        assert request.hook_run is not None
+        run = dataclasses.replace(
+            request.hook_run,
+            state=HookState.RUNNING,
+            reboots=reboots,
+            timeout=timeout,
+            boot_id=boot_id,
+            pid=pid,
+            process_start=process_start,
+            started_at=now,
+        )
+        self._request = dataclasses.replace(request, state=DrainState.HOOK_RUNNING, hook_run=run)
+        return [Publish()]
+
+    def hook_not_started(self, now: float, request_id: str, reason: str) -> list[Action]:
+        """Request ``request_id``'s hook could not start (no such hook any more, its
+        program cannot run, its start could not be written): it failed, and the node
+        stays closed until the request is cancelled. Raises :class:`NoSuchRequest` and
+        :class:`InvalidRequest` as :meth:`hook_started` does."""
+        request = self._hook_in(request_id, DrainState.HOOK_PENDING)
+        check_request_move(
+            request.state, RequestEvent.HOOK_FAIL, DrainState.HOOK_FAILED, request=request.id
+        )
+        assert request.hook_run is not None
+        run = dataclasses.replace(
+            request.hook_run,
+            state=HookState.FAILED,
+            ended_at=now,
+            message=f"not started: {printable_tail(reason, 512)}",
+        )
+        self._request = dataclasses.replace(request, state=DrainState.HOOK_FAILED, hook_run=run)
+        self._settle_pslot(now)
+        return [Publish()]
+
+    def hook_ended(
+        self,
+        now: float,
+        request_id: str,
+        *,
+        exit_status: int | None,
+        timed_out: bool = False,
+        output: str = "",
+    ) -> list[Action]:
+        """Request ``request_id``'s running hook ended with ``exit_status`` (negative:
+        killed by that signal; ``timed_out``: killed at its timeout), printing ``output``.
+
+        Exit status 0 in time completes the request (and closes the health gate, when a
+        health check is configured: the first check is asked for at once); anything
+        else fails it and the node stays closed until the request is cancelled. Raises
+        :class:`NoSuchRequest` unless that request is in force and :class:`InvalidRequest`
+        unless its hook is running.
+        """
+        request = self._hook_in(request_id, DrainState.HOOK_RUNNING)
+        assert request.hook_run is not None
+        run = request.hook_run
+        message = outcome_message(exit_status, timed_out=run.timeout if timed_out else None)
+        succeeded = exit_status == 0 and not timed_out
+        ended = dataclasses.replace(
+            run,
+            state=HookState.SUCCEEDED if succeeded else HookState.FAILED,
+            ended_at=now,
+            exit_status=exit_status,
+            message=message,
+            output=printable_tail(output, OUTPUT_LIMIT),
+        )
+        return self._hook_over(now, request, ended, succeeded=succeeded)
+
+    def hook_lost(
+        self, now: float, request_id: str, *, boot_id: str | None, output: str = ""
+    ) -> list[Action]:
+        """A restarted daemon found request ``request_id``'s hook started and not
+        reported; it is not running any more (the shell waited for it). ``boot_id`` is
+        the machine's boot id now.
+
+        The machine booted since the hook started (the boot ids differ) and the hook
+        ``reboots``: it succeeded. Otherwise it was interrupted, its outcome unknown:
+        with a health check configured the request completes and the check judges the
+        node; without one it fails (the node stays closed until cancelled). Never started
+        again. Raises as :meth:`hook_ended` does.
+        """
+        request = self._hook_in(request_id, DrainState.HOOK_RUNNING)
+        assert request.hook_run is not None
+        run = request.hook_run
+        booted = boot_id is not None and run.boot_id is not None and boot_id != run.boot_id
+        if booted and run.reboots:
+            state, message = HookState.SUCCEEDED, "the machine rebooted during the hook"
+        elif booted:
+            state = HookState.INTERRUPTED
+            message = (
+                "interrupted: the machine rebooted during the hook (not declared reboots = "
+                "true); its outcome is unknown"
+            )
+        else:
+            state = HookState.INTERRUPTED
+            message = (
+                "interrupted: the agent restarted while the hook ran; its exit status is unknown"
+            )
+        ended = dataclasses.replace(
+            run,
+            state=state,
+            ended_at=now,
+            message=message,
+            output=printable_tail(output, OUTPUT_LIMIT) if output else run.output,
+        )
+        succeeded = state is HookState.SUCCEEDED or self.policy.health is not None
+        return self._hook_over(now, request, ended, succeeded=succeeded)
+
+    def restarted(self, now: float, *, boot_id: str | None) -> list[Action]:
+        """What a restarted daemon must pick up, once its jobs are re-adopted: a hook that
+        is due (:class:`RunHook`), a hook recorded as started (resolved at once when the
+        machine booted since, else :class:`AwaitHook`), a health check that is due."""
+        actions: list[Action] = []
+        request = self._request
+        if request is not None and request.hook_run is not None:
+            run = request.hook_run
+            if request.state is DrainState.HOOK_PENDING:
+                actions.append(RunHook(request_id=request.id, name=run.name))
+            elif request.state is DrainState.HOOK_RUNNING:
+                if boot_id is not None and run.boot_id is not None and boot_id != run.boot_id:
+                    actions.extend(self.hook_lost(now, request.id, boot_id=boot_id))
+                else:
+                    deadline = (
+                        None
+                        if run.started_at is None or run.timeout is None
+                        else run.started_at + run.timeout
+                    )
+                    actions.append(
+                        AwaitHook(
+                            request_id=request.id,
+                            name=run.name,
+                            pid=run.pid,
+                            process_start=run.process_start,
+                            deadline_at=deadline,
+                        )
+                    )
+        actions.extend(self._advance(now))
+        return actions
+
+    def health_result(
+        self, now: float, *, passed: bool, message: str, output: str = ""
+    ) -> list[Action]:
+        """The health check the machine asked for ended: ``passed`` or not, ``message``
+        saying how, printing ``output``.
+
+        A pass counts towards the policy's passes in a row: the last one opens the gate
+        (Start comes back); a failure keeps it closed. Either way the next check is due
+        one interval later while the gate stays closed. A result the gate no longer
+        waits for (it opened meanwhile: the health check was unconfigured) changes
+        nothing and returns ``[]``.
+        """
+        gate, policy = self._health, self.policy.health
+        if not gate.closed or gate.running_since is None or policy is None:
+            return []
+        self._account(now)
+        if gate.since is not None and gate.running_since < gate.since:
+            # Asked for before the gate closed again: it says nothing of the node since.
+            self._health = dataclasses.replace(gate, running_since=None, due_at=now)
+            return self._advance(now)
+        seen = dataclasses.replace(
+            gate,
+            last_check=now,
+            message=message,
+            output=printable_tail(output, 1024),
+            running_since=None,
+            due_at=now + policy.interval,
+        )
+        if passed and gate.passes + 1 >= policy.passes:
+            check_health_move(gate.state, HealthEvent.HEALTHY, HealthState.PASSING)
+            self._health = dataclasses.replace(
+                seen, state=HealthState.PASSING, passes=gate.passes + 1, failures=0, due_at=None
+            )
+        elif passed:
+            check_health_move(gate.state, HealthEvent.PASS, HealthState.PENDING)
+            self._health = dataclasses.replace(
+                seen, state=HealthState.PENDING, passes=gate.passes + 1, failures=0
+            )
+        else:
+            check_health_move(gate.state, HealthEvent.FAIL, HealthState.FAILING)
+            self._health = dataclasses.replace(
+                seen, state=HealthState.FAILING, passes=0, failures=gate.failures + 1
+            )
+        self._settle_pslot(now)
+        actions: list[Action] = [Publish()]
+        actions.extend(self._advance(now))
+        return actions
+
+    def _hook_in(self, request_id: str, state: DrainState) -> DrainRequest:
+        """The request in force ``request_id`` whose hook is in ``state``."""
+        request = self._request_by_id(request_id)
+        if request.state is not state or request.hook_run is None:
+            raise InvalidRequest(
+                f"drain request {request.id} is {request.state}, not {state}: "
+                "no such step of its hook now"
+            )
+        return request
+
+    def _hook_over(
+        self, now: float, request: DrainRequest, ended: HookRun, *, succeeded: bool
+    ) -> list[Action]:
+        """End a running hook: complete its request, or fail it (the node stays closed)."""
+        self._account(now)
+        if succeeded:
+            check_request_move(
+                request.state, RequestEvent.COMPLETE, DrainState.COMPLETED, request=request.id
+            )
+            self._request = dataclasses.replace(request, hook_run=ended)
+            self._end_request(now, RequestEvent.COMPLETE, DrainState.COMPLETED)
+        else:
+            check_request_move(
+                request.state, RequestEvent.HOOK_FAIL, DrainState.HOOK_FAILED, request=request.id
+            )
+            self._request = dataclasses.replace(
+                request, state=DrainState.HOOK_FAILED, hook_run=ended
+            )
+            self._settle_pslot(now)
+        actions: list[Action] = [Publish()]
+        actions.extend(self._advance(now))
+        return actions
+
+    def _close_gate(self, now: float, reason: str) -> None:
+        """A drained node returns to service: close the health gate (with a health check
+        configured), the first check due at once."""
+        if self.policy.health is None:
+            return
+        gate = self._health
+        new = HealthState.FAILING if gate.state is HealthState.FAILING else HealthState.PENDING
+        check_health_move(gate.state, HealthEvent.CLOSE, new)
+        self._health = dataclasses.replace(
+            gate,
+            state=new,
+            reason=reason,
+            since=now,
+            passes=0,
+            failures=gate.failures if gate.closed else 0,
+            due_at=None if gate.running_since is not None else now,
+        )
+
+    def _due_health(self, now: float) -> list[Action]:
+        """Ask for a health check when one is due (and none runs)."""
+        gate = self._health
+        if (
+            not gate.closed
+            or gate.running_since is not None
+            or gate.due_at is None
+            or gate.due_at > now
+        ):
+            return []
+        self._health = dataclasses.replace(gate, due_at=None, running_since=now)
+        return [RunHealthCheck()]
 
     def set_maintenance(
         self, mode: str | None, unavailability: Mapping[str, int] | None
@@ -689,11 +1052,11 @@ class Machine:
             "TotalGPUs": self.total.gpus,
             "Start": self.accepting(),
             "Draining": True if self._draining() else None,
-            "DrainState": str(self.drain_state),
+            "DrainState": self.drain_state.published,
             "DrainingRequestId": shown.id if shown else None,
             "DrainReason": shown.reason if shown else None,
             "DrainSchedule": str(shown.schedule) if shown else None,
-            "DrainOnCompletion": str(shown.on_completion) if shown else None,
+            "DrainOnCompletion": shown.completion if shown else None,
             "DrainingDeadline": _maybe_clamp(shown.deadline_at if shown else None),
             "DrainTransactionExpires": _maybe_clamp(shown.expires_at if shown else None),
             "LastDrainStartTime": _maybe_clamp(self._last_drain_start),
@@ -707,6 +1070,8 @@ class Machine:
             "DrainSuspendedJobs": str(self.policy.suspend_policy),
             "MaintenanceMode": self.maintenance_mode,
             "Unavailability": self.unavailability,
+            **self._hook_attributes(),
+            **self._health_attributes(),
         }
         free = self.free()
         slot_ads = [
@@ -737,6 +1102,41 @@ class Machine:
         for slot_ad in slot_ads:
             slot_ad.update(expected)
         return {"machine": _defined(machine), "slots": [_defined(a) for a in slot_ads]}
+
+    def _hook_attributes(self) -> dict[str, Any]:
+        """The most recent completion hook's run (:meth:`hook_run`), ``DrainHook*``."""
+        found = self.hook_run()
+        if found is None:
+            return {}
+        request_id, run = found
+        return {
+            "DrainHookRequestId": request_id,
+            "DrainHookName": run.name,
+            "DrainHookState": str(run.state),
+            "DrainHookStartTime": _maybe_clamp(run.started_at),
+            "DrainHookEndTime": _maybe_clamp(run.ended_at),
+            "DrainHookExitStatus": run.exit_status,
+            "DrainHookMessage": run.message,
+            "DrainHookOutput": ad_text(run.output),
+        }
+
+    def _health_attributes(self) -> dict[str, Any]:
+        """The health gate, ``Health*`` (only with a health check configured)."""
+        policy, gate = self.policy.health, self._health
+        if policy is None:
+            return {}
+        return {
+            "HealthState": str(gate.state),
+            "HealthReason": gate.reason,
+            "HealthSince": _maybe_clamp(gate.since),
+            "HealthPasses": gate.passes,
+            "HealthPassesNeeded": policy.passes,
+            "HealthFailures": gate.failures,
+            "HealthLastCheck": _maybe_clamp(gate.last_check),
+            "HealthNextCheck": _maybe_clamp(gate.due_at),
+            "HealthMessage": gate.message,
+            "HealthOutput": ad_text(gate.output),
+        }
 
     def _slot_attributes(self, claim: _Claim, now: float) -> dict[str, Any]:
         timing = self._timing(claim, now, integer=True)
@@ -781,7 +1181,7 @@ class Machine:
     def snapshot(self) -> dict[str, Any]:
         """The machine's durable state as a JSON-able document (see :meth:`restore`)."""
         return {
-            "version": 1,
+            "version": 2,
             "next_slot": self._next_slot,
             "next_request": self._next_request,
             "request": _request_doc(self._request),
@@ -794,6 +1194,7 @@ class Machine:
             "last_drain_stop": self._last_drain_stop,
             "maintenance_mode": self.maintenance_mode,
             "unavailability": self.unavailability,
+            "health": _health_doc(self._health),
             "claims": [_claim_doc(c) for c in self._claims.values()],
         }
 
@@ -812,12 +1213,15 @@ class Machine:
         """Rebuild a machine from :meth:`snapshot`; the daemon start time is ``now``.
 
         Unclaimed time while the daemon was down is accounted (the cores were idle
-        or not, as the restored claims say). Raises :class:`InvalidRequest` for a
-        document of an unknown version or whose last request has not ended, and
-        :class:`IllegalDrainTransition` when its request in force is in a state that
-        does not survive a restart (see :data:`slots.REQUEST_MOVES`).
+        or not, as the restored claims say). A closed health gate has its next check due
+        at once (a check that ran when the daemon stopped says nothing); with no health
+        check in ``policy`` it opens. What else a restart must pick up (a due or
+        started hook) :meth:`restarted` says. Raises :class:`InvalidRequest` for a
+        document of an unknown version (1 and 2 are read) or whose last request has not
+        ended, and :class:`IllegalDrainTransition` when its request in force is in a
+        state that does not survive a restart (see :data:`slots.REQUEST_MOVES`).
         """
-        if doc.get("version") != 1:
+        if doc.get("version") not in (1, 2):
             raise InvalidRequest(f"unknown machine snapshot version {doc.get('version')!r}")
         machine = cls(host=host, total=total, policy=policy, now=now, address=address, ip=ip)
         machine._next_slot = int(doc["next_slot"])
@@ -837,6 +1241,17 @@ class Machine:
         machine._last_drain_stop = doc["last_drain_stop"]
         machine.maintenance_mode = doc["maintenance_mode"]
         machine.unavailability = doc["unavailability"]
+        gate = _health_from(doc.get("health"))
+        check_health_move(gate.state, HealthEvent.RESTORE, gate.state)
+        if gate.closed:
+            if policy.health is None:
+                check_health_move(gate.state, HealthEvent.DISABLE, HealthState.PASSING)
+                gate = HealthGate(
+                    last_check=gate.last_check, message=gate.message, output=gate.output
+                )
+            else:
+                gate = dataclasses.replace(gate, running_since=None, due_at=now)
+        machine._health = gate
         for item in doc["claims"]:
             claim = _claim_from(item)
             machine._claims[claim.number] = claim
@@ -872,9 +1287,8 @@ class Machine:
             )
 
     def _draining(self) -> bool:
-        return self._request is not None and self._request.state in (
-            DrainState.DRAINING,
-            DrainState.DRAINED,
+        return self._request is not None and (
+            self._request.state is DrainState.DRAINING or self._request.state in AFTER_DRAINED
         )
 
     def _admits_latecomers(self) -> bool:
@@ -1132,6 +1546,7 @@ class Machine:
                     actions.extend(self._soft_kill(claim, now, drain=True))
             if not self._claims:
                 actions.extend(self._complete(now))
+        actions.extend(self._due_health(now))
         if actions and not any(isinstance(a, Publish) for a in actions):
             actions.append(Publish())
         self._settle_pslot(now)
@@ -1148,6 +1563,20 @@ class Machine:
         self._settle_pslot(now)
         if request.on_completion is OnCompletion.NONE:
             return [Publish()]
+        if request.on_completion is OnCompletion.HOOK:
+            assert request.hook is not None
+            check_request_move(
+                DrainState.DRAINED,
+                RequestEvent.HOOK_DUE,
+                DrainState.HOOK_PENDING,
+                request=request.id,
+            )
+            self._request = dataclasses.replace(
+                self._request,
+                state=DrainState.HOOK_PENDING,
+                hook_run=HookRun(name=request.hook, state=HookState.PENDING),
+            )
+            return [Publish(), RunHook(request_id=request.id, name=request.hook)]
         self._end_request(now, RequestEvent.COMPLETE, DrainState.COMPLETED)
         actions: list[Action] = [Publish()]
         if request.on_completion in (OnCompletion.EXIT, OnCompletion.RESTART):
@@ -1157,13 +1586,21 @@ class Machine:
     def _end_request(self, now: float, event: RequestEvent, final: DrainState) -> None:
         """Forget the request in force (recorded as the last one) and reopen the machine.
 
-        Raises :class:`IllegalDrainTransition` before any change when ``event`` cannot
-        move the request to ``final``.
+        A request that had drained the machine closes the health gate (see
+        :mod:`slots._health`). Raises :class:`IllegalDrainTransition` before any change
+        when ``event`` cannot move the request to ``final``.
         """
         request = self._request
         assert request is not None
         check_request_move(request.state, event, final, request=request.id)
         was_draining = self._draining()
+        if request.state in AFTER_DRAINED:
+            how = (
+                "cancelled"
+                if final is DrainState.CANCELLED
+                else f"completed ({request.completion})"
+            )
+            self._close_gate(now, f"drain request {request.id} {how}")
         self._request = None
         self._last_request = dataclasses.replace(request, state=final, ended_at=now)
         if was_draining:
@@ -1244,6 +1681,10 @@ def _request_doc(request: DrainRequest | None) -> dict[str, Any] | None:
     doc["schedule"] = str(request.schedule)
     doc["on_completion"] = str(request.on_completion)
     doc["state"] = str(request.state)
+    run = request.hook_run
+    if run is not None:
+        doc["hook_run"] = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
+        doc["hook_run"]["state"] = str(run.state)
     return doc
 
 
@@ -1254,7 +1695,23 @@ def _request_from(doc: Mapping[str, Any] | None) -> DrainRequest | None:
     fields["schedule"] = Schedule(fields["schedule"])
     fields["on_completion"] = OnCompletion(fields["on_completion"])
     fields["state"] = DrainState(fields["state"])
+    run = fields.get("hook_run")
+    if run is not None:
+        fields["hook_run"] = HookRun(**{**run, "state": HookState(run["state"])})
     return DrainRequest(**fields)
+
+
+def _health_doc(gate: HealthGate) -> dict[str, Any]:
+    doc = {f.name: getattr(gate, f.name) for f in dataclasses.fields(gate)}
+    doc["state"] = str(gate.state)
+    return doc
+
+
+def _health_from(doc: Mapping[str, Any] | None) -> HealthGate:
+    """The gate of a snapshot (version 1 has none: open)."""
+    if doc is None:
+        return HealthGate()
+    return HealthGate(**{**doc, "state": HealthState(doc["state"])})
 
 
 def _claim_doc(claim: _Claim) -> dict[str, Any]:

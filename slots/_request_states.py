@@ -14,8 +14,16 @@ again. A transaction that expires ends ``cancelled`` (``drain.transaction_expire
 tells the two apart by ``ended_at >= expires_at``), so the API's states are unchanged.
 A restarted daemon reads the request in force back from its snapshot with a
 ``restore`` move; every state a request can be in force in survives a restart as it
-was saved. New states (a completion hook pending, running or failed; a health check
-pending or failing) are new rows.
+was saved.
+
+A request completing with a hook (``on_completion`` ``hook:NAME``) goes on from
+``drained``: ``hook_pending`` (due, not started), ``hook_running`` (its start recorded
+before its program runs), then ``completed`` when it ended well (or the machine rebooted
+during a ``reboots`` hook, or its outcome is unknown and a health check will judge the
+node), or ``hook_failed``, which keeps the node closed until the request is cancelled.
+A running hook cannot be cancelled (:class:`~slots.HookRunning`): no row leaves
+``hook_running`` by ``cancel``. The health check before service is not a request state
+but the machine's health gate, with its own table (:mod:`slots._health` says why).
 """
 
 from __future__ import annotations
@@ -36,7 +44,10 @@ class RequestEvent(StrEnum):
     EXPIRE = "expire"  # the transaction reached expires_at without a commit
     CANCEL = "cancel"  # cancelled by a caller, pending or committed
     LAST_JOB_GONE = "last_job_gone"  # no dynamic slot is left: the machine is drained
-    COMPLETE = "complete"  # the completion action (resume, exit, restart) is carried out
+    COMPLETE = "complete"  # the completion action (resume, exit, restart, a hook) is done
+    HOOK_DUE = "hook_due"  # drained, with a completion hook: it is to be started
+    HOOK_START = "hook_start"  # the hook's start is recorded; its program runs next
+    HOOK_FAIL = "hook_fail"  # the hook failed, could not start, or was interrupted
     RESTORE = "restore"  # a restarted daemon reads the request back from its snapshot
 
 
@@ -56,10 +67,21 @@ REQUEST_MOVES: frozenset[tuple[DrainState, RequestEvent, DrainState]] = frozense
         (_D.DRAINING, _E.CANCEL, _D.CANCELLED),
         (_D.DRAINED, _E.CANCEL, _D.CANCELLED),
         (_D.DRAINED, _E.COMPLETE, _D.COMPLETED),
+        # A completion hook.
+        (_D.DRAINED, _E.HOOK_DUE, _D.HOOK_PENDING),
+        (_D.HOOK_PENDING, _E.HOOK_START, _D.HOOK_RUNNING),
+        (_D.HOOK_PENDING, _E.HOOK_FAIL, _D.HOOK_FAILED),
+        (_D.HOOK_PENDING, _E.CANCEL, _D.CANCELLED),
+        (_D.HOOK_RUNNING, _E.COMPLETE, _D.COMPLETED),
+        (_D.HOOK_RUNNING, _E.HOOK_FAIL, _D.HOOK_FAILED),
+        (_D.HOOK_FAILED, _E.CANCEL, _D.CANCELLED),
         # A restart: the request in force goes on where it stopped.
         (_D.PENDING, _E.RESTORE, _D.PENDING),
         (_D.DRAINING, _E.RESTORE, _D.DRAINING),
         (_D.DRAINED, _E.RESTORE, _D.DRAINED),
+        (_D.HOOK_PENDING, _E.RESTORE, _D.HOOK_PENDING),
+        (_D.HOOK_RUNNING, _E.RESTORE, _D.HOOK_RUNNING),
+        (_D.HOOK_FAILED, _E.RESTORE, _D.HOOK_FAILED),
     }
 )
 

@@ -35,7 +35,9 @@ from slots import (
 
 T0 = 1_000_000.0
 TOTAL = Resources(cpus=8, memory=16384, disk=1_000_000)
-POLICY = MachinePolicy(max_job_retirement_time=600, machine_max_vacate_time=60)
+POLICY = MachinePolicy(
+    max_job_retirement_time=600, machine_max_vacate_time=60, hooks=frozenset({"reboot"})
+)
 
 LEGAL = {
     ("none", "start", "pending"),
@@ -46,9 +48,19 @@ LEGAL = {
     ("draining", "cancel", "cancelled"),
     ("drained", "cancel", "cancelled"),
     ("drained", "complete", "completed"),
+    ("drained", "hook_due", "hook_pending"),
+    ("hook_pending", "hook_start", "hook_running"),
+    ("hook_pending", "hook_fail", "hook_failed"),
+    ("hook_pending", "cancel", "cancelled"),
+    ("hook_running", "complete", "completed"),
+    ("hook_running", "hook_fail", "hook_failed"),
+    ("hook_failed", "cancel", "cancelled"),
     ("pending", "restore", "pending"),
     ("draining", "restore", "draining"),
     ("drained", "restore", "drained"),
+    ("hook_pending", "restore", "hook_pending"),
+    ("hook_running", "restore", "hook_running"),
+    ("hook_failed", "restore", "hook_failed"),
 }
 
 Move = tuple[DrainState, RequestEvent, DrainState]
@@ -111,13 +123,32 @@ def _restart(m: Machine, now: float) -> Machine:
 
 
 def _start(m: Machine, *, commit: bool = False, on_completion: str = "none") -> None:
+    kind, _, hook = on_completion.partition(":")
     m.start_draining(
         T0 + 1,
         schedule=Schedule.GRACEFUL,
         commit=commit,
         ttl=30,
-        on_completion=OnCompletion(on_completion),
+        on_completion=OnCompletion(kind),
+        hook=hook or None,
     )
+
+
+def _hook_due(m: Machine) -> None:
+    """A one-shot drain of an empty machine completing with the hook: due at once."""
+    _start(m, commit=True, on_completion="hook:reboot")
+
+
+def _hook_running(m: Machine) -> None:
+    _hook_due(m)
+    m.hook_started(
+        T0 + 2, "1", pid=4242, process_start=T0 + 2, boot_id="b1", reboots=True, timeout=60
+    )
+
+
+def _hook_failed(m: Machine) -> None:
+    _hook_running(m)
+    m.hook_ended(T0 + 3, "1", exit_status=3)
 
 
 # A scenario: the setup, then the one call under test and the moves it makes, in order.
@@ -212,6 +243,60 @@ SCENARIOS: dict[str, Scenario] = {
         )
         for action in ("resume", "exit", "restart")
     },
+    "last job gone, then a hook is due": (
+        _completing("hook:reboot"),
+        _returning(lambda m: m.job_exited(T0 + 2, "1")),
+        [
+            (_D.DRAINING, _E.LAST_JOB_GONE, _D.DRAINED),
+            (_D.DRAINED, _E.HOOK_DUE, _D.HOOK_PENDING),
+        ],
+    ),
+    "a due hook's start recorded": (
+        _hook_due,
+        _returning(
+            lambda m: m.hook_started(
+                T0 + 2, "1", pid=1, process_start=T0, boot_id=None, reboots=False, timeout=9
+            )
+        ),
+        [(_D.HOOK_PENDING, _E.HOOK_START, _D.HOOK_RUNNING)],
+    ),
+    "a due hook cannot start": (
+        _hook_due,
+        _returning(lambda m: m.hook_not_started(T0 + 2, "1", "no such file")),
+        [(_D.HOOK_PENDING, _E.HOOK_FAIL, _D.HOOK_FAILED)],
+    ),
+    "cancel a due hook": (
+        _hook_due,
+        _returning(lambda m: m.cancel_draining(T0 + 2)),
+        [(_D.HOOK_PENDING, _E.CANCEL, _D.CANCELLED)],
+    ),
+    "a hook ends well": (
+        _hook_running,
+        _returning(lambda m: m.hook_ended(T0 + 3, "1", exit_status=0)),
+        [(_D.HOOK_RUNNING, _E.COMPLETE, _D.COMPLETED)],
+    ),
+    "a hook fails": (
+        _hook_running,
+        _returning(lambda m: m.hook_ended(T0 + 3, "1", exit_status=1)),
+        [(_D.HOOK_RUNNING, _E.HOOK_FAIL, _D.HOOK_FAILED)],
+    ),
+    "cancel a failed hook": (
+        _hook_failed,
+        _returning(lambda m: m.cancel_draining(T0 + 4, "1")),
+        [(_D.HOOK_FAILED, _E.CANCEL, _D.CANCELLED)],
+    ),
+    **{
+        f"restart while {name}": (
+            setup,
+            lambda m: _restart(m, T0 + 9),
+            [(state, _E.RESTORE, state)],
+        )
+        for name, setup, state in (
+            ("a hook is due", _hook_due, _D.HOOK_PENDING),
+            ("a hook runs", _hook_running, _D.HOOK_RUNNING),
+            ("a hook failed", _hook_failed, _D.HOOK_FAILED),
+        )
+    },
     "restart while pending": (
         _start,
         lambda m: _restart(m, T0 + 2),
@@ -303,7 +388,7 @@ def _reachable(start: DrainState, events: frozenset[RequestEvent] = LIVE) -> set
     return reached
 
 
-_FINISHING = frozenset({_E.LAST_JOB_GONE, _E.COMPLETE})
+_FINISHING = frozenset({_E.LAST_JOB_GONE, _E.COMPLETE, _E.HOOK_DUE})
 
 #: The events each operation may bring about (a drain finishing counts wherever the
 #: machine can find its last job gone).
@@ -317,7 +402,8 @@ EVENTS: dict[str, frozenset[RequestEvent]] = {
     "commit": frozenset({_E.COMMIT, _E.EXPIRE}) | _FINISHING,
     "cancel": frozenset({_E.CANCEL}),
     "wait": frozenset({_E.EXPIRE}) | _FINISHING,
-    "restart": frozenset({_E.RESTORE}),
+    "restart": frozenset({_E.RESTORE, _E.COMPLETE, _E.HOOK_FAIL}),
+    "hook": frozenset({_E.HOOK_START, _E.HOOK_FAIL, _E.COMPLETE}),
 }
 
 
@@ -332,13 +418,17 @@ operations = st.lists(
             st.just("drain"),
             st.sampled_from(list(Schedule)),
             st.booleans(),
-            st.sampled_from(list(OnCompletion)),
+            st.sampled_from([*(str(c) for c in OnCompletion), "hook:reboot", "hook:nope"]),
             st.none() | st.integers(0, 900),
+        ),
+        st.tuples(
+            st.just("hook"),
+            st.sampled_from(["start", "not started", "exit 0", "exit 1", "timeout"]),
         ),
         st.tuples(st.just("commit"), st.integers(0, 1)),
         st.tuples(st.just("cancel"), st.sampled_from([None, "current", "last", "99"])),
         st.tuples(st.just("wait"), st.floats(0, 1500, allow_nan=False)),
-        st.tuples(st.just("restart")),
+        st.tuples(st.just("restart"), st.sampled_from(["b1", "b2", None])),
     ),
     max_size=30,
 )
@@ -367,14 +457,26 @@ def _apply(m: Machine, now: float, op: tuple[Any, ...]) -> tuple[Machine, float]
             m.continue_(now, str(op[1]))
         elif kind == "drain":
             _, schedule, commit, on_completion, deadline = op
+            kind_, _, hook = on_completion.partition(":")
             m.start_draining(
                 now,
                 schedule=schedule,
                 commit=commit,
-                on_completion=on_completion,
+                on_completion=OnCompletion(kind_),
+                hook=hook or None,
                 deadline=deadline,
                 ttl=3,
             )
+        elif kind == "hook" and current is not None:
+            if op[1] == "start":
+                m.hook_started(
+                    now, current, pid=7, process_start=now, boot_id="b1", reboots=True, timeout=5
+                )
+            elif op[1] == "not started":
+                m.hook_not_started(now, current, "cannot")
+            else:
+                status = 0 if op[1] == "exit 0" else 1
+                m.hook_ended(now, current, exit_status=status, timed_out=op[1] == "timeout")
         elif kind == "commit":
             target = current if op[1] == 0 else last
             if target is not None:
@@ -392,6 +494,7 @@ def _apply(m: Machine, now: float, op: tuple[Any, ...]) -> tuple[Machine, float]
             m.tick(now)
         elif kind == "restart":
             m = _restart(m, now)
+            m.restarted(now, boot_id=op[1])
     except IllegalDrainTransition:
         raise
     except SlotsError:
