@@ -239,11 +239,10 @@ def plan_body(
     data and encoded by :mod:`json`.
     """
     with _collector_paused():
-        plan = master.plan(with_blockers=with_blockers, late=late, limit=limit, encoded=True)
         try:
+            plan = master.plan(with_blockers=with_blockers, late=late, limit=limit, encoded=True)
             body = orjson.dumps(plan)
-        except orjson.JSONEncodeError:
-            del plan
+        except orjson.JSONEncodeError:  # rows are encoded as the plan is made
             plan = master.plan(with_blockers=with_blockers, late=late, limit=limit)
             body = _json_bytes(plan)
         # Freed before the collector resumes, or its first pass would walk the rows.

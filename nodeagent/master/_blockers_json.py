@@ -72,7 +72,7 @@ class BlockersJson:
         self._frames: Sequence[BlockerFrame] | None = None
         self._text: bytes | None = None  # None: orjson cannot write these blockers
         self._lines: tuple[tuple[int, int], ...] = ()
-        self._written: tuple[int, orjson.Fragment] | None = None  # the last d, its text
+        self._written: tuple[int, bytes] | None = None  # the last d, its text
 
     def fragment(
         self,
@@ -82,6 +82,18 @@ class BlockersJson:
         window_start: float | None = None,
         escalation: Escalation = Escalation.NONE,
     ) -> orjson.Fragment | None:
+        """:meth:`text` as an :class:`orjson.Fragment`."""
+        text = self.text(forecast, now, window_start=window_start, escalation=escalation)
+        return None if text is None else orjson.Fragment(text)
+
+    def text(
+        self,
+        forecast: DrainForecast,
+        now: float,
+        *,
+        window_start: float | None = None,
+        escalation: Escalation = Escalation.NONE,
+    ) -> bytes | None:
         """The JSON array of ``forecast.blockers(now, …)``; ``None`` when the forecast is
         not exact or a value cannot be written by orjson (the caller then encodes the
         blockers themselves)."""
@@ -99,12 +111,12 @@ class BlockersJson:
             self._text = b"[" + b",".join(text for text, _ in made) + b"]"
             self._lines = tuple(line for _, lines in made for line in lines)
             if not self._lines:
-                self._written = (d, orjson.Fragment(self._text % ()))
+                self._written = (d, self._text % ())
         if self._text is None:
             return None
         written = self._written
         if written is not None and (written[0] == d or not self._lines):
             return written[1]
-        text = orjson.Fragment(self._text % tuple([at + slope * d for at, slope in self._lines]))
+        text = self._text % tuple([at + slope * d for at, slope in self._lines])
         self._written = (d, text)
         return text

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import orjson
 import trio
 
 from nodeagent._clock import Clock
@@ -72,10 +73,13 @@ from nodeagent.master._plan import (
     ScheduledMachine,
     machine_key,
     machine_plan,
-    plan_row,
     planned_escalation,
+    row_dict,
+    row_figures,
+    row_state,
 )
-from slots import InvalidRequest
+from nodeagent.master._row_json import RowJson
+from slots import Escalation, InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
@@ -136,12 +140,6 @@ def _evicts_at_window(machine: Mapping[str, Any], window_start: float, escalatio
         return False
     deadline = machine.get("DrainingDeadline")
     return schedule == "quick" or (deadline is not None and deadline <= window_start)
-
-
-def _needs_attention(row: Mapping[str, Any]) -> bool:
-    """A plan row late by its promises, or whose node the plan will escalate."""
-    planned = row["as_planned"]
-    return row["on_time"] is False or (planned is not None and planned["will_escalate"])
 
 
 def _carries_the_window(
@@ -229,6 +227,8 @@ class Master:
     #: Machines whose node's ad may predate ``window_since``: the change time, the id.
     _to_fetch: dict[str, tuple[float, MachineId]] = field(default_factory=dict)
     _fetches: dict[str, trio.Event] = field(default_factory=dict)
+    #: Each scheduled machine's plan row as JSON text, by key.
+    _row_texts: dict[str, RowJson] = field(default_factory=dict)
     _refreshing: bool = False
     #: Drain records loaded from the store whose node has not been heard from since.
     _unseen: set[str] = field(default_factory=set)
@@ -445,6 +445,8 @@ class Master:
         if statuses != self._scheduled[0]:
             machines = (ScheduledMachine.of(status) for status in statuses)
             self._scheduled = (statuses, tuple(m for m in machines if m is not None))
+            keys = {machine.key for machine in self._scheduled[1]}
+            self._row_texts = {k: v for k, v in self._row_texts.items() if k in keys}
         return self._scheduled[1]
 
     def plans(self, now: float) -> list[MachinePlan]:
@@ -482,31 +484,37 @@ class Master:
         (schedule order) or, with ``late``, only the rows of machines late by their
         promises or that the plan will escalate (window-start order); ``limit`` keeps the
         first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
-        With ``encoded``, rows may hold their blockers as JSON text, for orjson to write
-        (see :func:`~nodeagent.master._plan.plan_row`).
+        With ``encoded``, each row is its JSON text (an :class:`orjson.Fragment`, for
+        orjson to write: :class:`~nodeagent.master._row_json.RowJson`).
         """
         now = self.clock.now()
         plans = self.plans(now)
         is_lost = self.ads.lost_at(now)
         since = self.window_since
-        rows: list[dict[str, Any]] = []
+        rows: list[Any] = []
         starts: list[float] = []
         added = PlanTotals(now)
-        escalation = self.policy.escalation
+        escalation = Escalation(self.policy.escalation)
+        texts = self._row_texts
         for each in plans:
-            row = plan_row(
+            state = row_state(
                 each,
-                now,
                 is_lost=is_lost,
                 with_blockers=with_blockers,
                 window_since=since.get(each.key),
                 escalation=escalation,
-                encoded=encoded,
             )
-            added.add(each, row)
-            if late and not _needs_attention(row):
+            figures = row_figures(each, state, now, blockers_text=encoded)
+            added.add(each, figures)
+            if late and not (figures.on_time is False or figures.will_escalate):
                 continue
-            rows.append(row)
+            if encoded:
+                text = texts.get(each.key)
+                if text is None:
+                    text = texts[each.key] = RowJson()
+                rows.append(orjson.Fragment(text.text(each, state, figures)))
+            else:
+                rows.append(row_dict(each, state, figures))
             starts.append(each.window_start)
         if late:
             rows = [row for _, _, row in sorted(zip(starts, itertools.count(), rows))]
@@ -580,6 +588,10 @@ class Master:
                 forecast = plan.node.forecast
                 if not forecast.ready(now, window_start=window, escalation=escalation):
                     forecast.prepare(now, window_start=window, escalation=escalation)
+                    # and the text of its blockers, which the plan's reply writes
+                    plan.node.blockers_json.fragment(
+                        forecast, now, window_start=window, escalation=escalation
+                    )
                     budget -= 1
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue

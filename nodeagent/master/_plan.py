@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -30,11 +30,16 @@ __all__ = [
     "MachinePlan",
     "PlanPolicy",
     "PlanTotals",
+    "RowFigures",
+    "RowState",
     "ScheduledMachine",
     "machine_key",
     "machine_plan",
     "plan_row",
     "planned_escalation",
+    "row_dict",
+    "row_figures",
+    "row_state",
 ]
 
 _NS = 1_000_000_000
@@ -175,7 +180,7 @@ def machine_plan(
     )
 
 
-def planned_escalation(plan: MachinePlan, escalation: str) -> Escalation:
+def planned_escalation(plan: MachinePlan, escalation: str | Escalation) -> Escalation:
     """What the master will do at the machine's window start to what still runs there.
 
     ``escalation`` is the master's policy (``quick``, ``fast``, ``none``); a DOWN machine's
@@ -189,7 +194,205 @@ def planned_escalation(plan: MachinePlan, escalation: str) -> Escalation:
         return Escalation.FAST
     if plan.drain_record is None and node.machine.get("DrainState", "none") != "none":
         return Escalation.NONE
-    return Escalation(escalation)
+    return escalation if type(escalation) is Escalation else Escalation(escalation)
+
+
+class RowState(NamedTuple):
+    """What a plan row says that holds from one plan to the next: the nodes' ``lost``
+    flags, the escalation applied at the window, whether the node is empty, whether its
+    figures are stale, the master's record (``started``, ``escalated``), and whether the
+    row lists its blockers."""
+
+    lost: tuple[bool, ...]
+    applied: Escalation
+    empty: bool | None
+    stale: bool | None
+    started: bool
+    escalated: bool
+    with_blockers: bool
+
+
+class RowFigures(NamedTuple):
+    """What a plan row says that moves with ``now`` (``None`` without a node), in the
+    order the row shows it."""
+
+    ages: tuple[float, ...]
+    figures_age: float | None
+    expected: tuple[int, ...] | None  # the six ExpectedMachine* values
+    on_time: bool | None
+    late_by: float | None
+    promise_completion: int | None
+    planned_completion: int | None
+    planned_badput: int | None
+    will_escalate: bool
+    cut_jobs: int
+    cut_core_seconds: int
+    cut_badput: int
+    cuts: list[dict[str, Any]]
+    drain_start: float | None
+    blockers: list[dict[str, Any]] | bytes  # bytes: the JSON text (see row_figures)
+
+
+def row_state(
+    plan: MachinePlan,
+    *,
+    is_lost: Callable[[AdEntry], bool],
+    with_blockers: bool,
+    window_since: float | None,
+    escalation: str | Escalation,
+) -> RowState:
+    """The row's :class:`RowState` (see :func:`plan_row`)."""
+    record = plan.drain_record
+    node = plan.node
+    return RowState(
+        lost=tuple([is_lost(n) for n in plan.nodes]),
+        applied=planned_escalation(plan, escalation),
+        empty=None if node is None else node.empty,
+        stale=None
+        if node is None
+        else window_since is not None and node.received_at < window_since,
+        started=record is not None,
+        escalated=bool(record and record.get("escalated")),
+        with_blockers=with_blockers,
+    )
+
+
+def row_figures(
+    plan: MachinePlan, state: RowState, now: float, *, blockers_text: bool = False
+) -> RowFigures:
+    """The row's :class:`RowFigures` at ``now`` (see :func:`plan_row`). With
+    ``blockers_text`` the blockers may come as their JSON text, when no cut needs them
+    as dicts."""
+    ages = tuple([round(n.age(now), 3) for n in plan.nodes])
+    node = plan.node
+    if node is None:
+        return RowFigures(
+            ages, None, None, None, None, None, None, None, False, 0, 0, 0, [], plan.drain_start, []
+        )
+    empty = state.empty
+    with_blockers = state.with_blockers
+    forecast = node.forecast
+    window_start = plan.machine.window_start
+    applied = state.applied
+    # The verdicts first: their piece (made for this window) serves the values too.
+    verdicts = forecast.verdicts(now, window_start=window_start, escalation=applied)
+    expected = forecast.values(now)
+    late_by = 0 if empty else verdicts.late_by
+    will_escalate = not empty and verdicts.escalated
+    blockers: list[dict[str, Any]] | bytes = []
+    cuts: list[dict[str, Any]] = []
+    text = None
+    if blockers_text and with_blockers and not empty and verdicts.cut_jobs == 0:
+        # No blocker has a cut to list: only the text is needed.
+        text = node.blockers_json.text(forecast, now, window_start=window_start, escalation=applied)
+    if text is not None:
+        blockers = text
+    elif not empty and (with_blockers or will_escalate):
+        listed = forecast.blockers(now, window_start=window_start, escalation=applied)
+        cuts = [{name: b[name] for name in _CUT_FIELDS} for b in listed if b["cut_by"] > 0]
+        if with_blockers:
+            blockers = listed
+    return RowFigures(
+        ages,
+        round(node.age(now), 3),
+        expected,
+        late_by == 0,
+        late_by,
+        verdicts.promise_completion,
+        verdicts.planned_completion,
+        verdicts.planned_badput,
+        will_escalate,
+        verdicts.cut_jobs if will_escalate else 0,
+        verdicts.cut_core_seconds if will_escalate else 0,
+        verdicts.cut_badput if will_escalate else 0,
+        cuts,
+        plan.drain_start,
+        blockers,
+    )
+
+
+def row_dict(
+    plan: MachinePlan, state: RowState, figures: Any, *, encoded: bool = False
+) -> dict[str, Any]:
+    """The row of ``state`` and ``figures`` (:class:`RowFigures`, or stand-ins for its
+    values: the JSON template of :mod:`~nodeagent.master._row_json` is made so). Every
+    value of ``figures`` is placed once, but ``on_time`` and ``late_by``, twice.
+    ``encoded``: the fixed parts as JSON text, for orjson to write."""
+    node = plan.node
+    machine = plan.machine
+    row: dict[str, Any] = {
+        "machine_id": machine.machine_id_json if encoded else machine.machine_id,
+        "mode": machine.mode,
+        "window": machine.window_json if encoded else machine.window,
+        "nodes": [
+            {"name": n.name, "address": n.address, "ad_age": age, "lost": lost}
+            for n, age, lost in zip(plan.nodes, figures.ages, state.lost, strict=True)
+        ],
+        "node": None if node is None else node.name,
+    }
+    if node is None:
+        row.update(_NO_NODE)
+        row["planned_drain_start"] = figures.drain_start
+        row["empty"] = None
+        row["blockers"] = []
+        row["started_by_master"] = state.started
+        row["escalated"] = state.escalated
+        return row
+    (graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput) = (
+        figures.expected
+    )
+    row["figures_at"] = node.received_at
+    row["figures_age"] = figures.figures_age
+    row["figures_stale"] = state.stale
+    row["drain"] = (encoded and node.drain_json) or node.drain
+    row["expected"] = {
+        "graceful": {"completion": graceful_end, "badput": graceful_badput},
+        "quick": {"completion": quick_end, "badput": quick_badput},
+        "fast": {"completion": fast_end, "badput": fast_badput},
+    }
+    row["on_time"] = figures.on_time
+    row["late_by"] = figures.late_by
+    row["promises"] = {
+        "completion": figures.promise_completion,
+        "on_time": figures.on_time,
+        "late_by": figures.late_by,
+    }
+    row["as_planned"] = {
+        "completion": figures.planned_completion,
+        "badput": figures.planned_badput,
+        "escalation": str(state.applied),
+        "will_escalate": figures.will_escalate,
+        "escalated": state.escalated,
+        "cut_jobs": figures.cut_jobs,
+        "cut_core_seconds": figures.cut_core_seconds,
+        "cut_badput": figures.cut_badput,
+        "cuts": figures.cuts,
+    }
+    row["planned_drain_start"] = figures.drain_start
+    row["empty"] = state.empty
+    blockers = figures.blockers
+    row["blockers"] = (
+        (orjson.Fragment(blockers) if isinstance(blockers, bytes) else blockers)
+        if state.with_blockers
+        else []
+    )
+    row["started_by_master"] = state.started
+    row["escalated"] = state.escalated
+    row["statistics"] = (encoded and node.statistics_json) or node.statistics
+    return row
+
+
+_NO_NODE = {
+    "figures_at": None,
+    "figures_age": None,
+    "figures_stale": None,
+    "drain": None,
+    "expected": None,
+    "on_time": None,
+    "late_by": None,
+    "promises": None,
+    "as_planned": None,
+}
 
 
 def plan_row(
@@ -200,7 +403,6 @@ def plan_row(
     with_blockers: bool = True,
     window_since: float | None = None,
     escalation: str = "none",
-    encoded: bool = False,
 ) -> dict[str, Any]:
     """The machine's line of ``GET /v1/maintenance/plan``: its two verdicts, never mixed.
 
@@ -222,9 +424,6 @@ def plan_row(
       ``promise_end``, ``cut_by``, ``cut_badput``; latest first).
 
     ``blockers`` (with ``with_blockers``, for a node not empty) are the jobs as planned,
-    as a list of dicts or, with ``encoded`` and no promise cut, as JSON text (an
-    :class:`orjson.Fragment` of :class:`~nodeagent.master._blockers_json.BlockersJson`:
-    only for orjson to write),
     each saying which promise the escalation breaks (``promise_end``, ``cut_by``,
     ``cut_badput``). ``expected`` holds the node's six ``ExpectedMachine*`` values at
     ``now``. Without a node, the verdicts, ``expected``, ``on_time`` and ``late_by`` are
@@ -235,94 +434,19 @@ def plan_row(
     ``figures_stale`` says the ad predates ``window_since``, the schedule change that
     put the machine in its window (the master fetches a fresher one, and this stays true
     only if the node did not answer); all three are ``None`` without a node.
+
+    The row is :func:`row_dict` of :func:`row_state` (what holds from plan to plan) and
+    :func:`row_figures` (what moves with ``now``); the reply writes the same row from a
+    template (:class:`~nodeagent.master._row_json.RowJson`).
     """
-    record = plan.drain_record
-    node = plan.node
-    escalated = bool(record and record.get("escalated"))
-    machine = plan.machine
-    row: dict[str, Any] = {
-        "machine_id": machine.machine_id_json if encoded else machine.machine_id,
-        "mode": machine.mode,
-        "window": machine.window_json if encoded else machine.window,
-        "nodes": [
-            {
-                "name": n.name,
-                "address": n.address,
-                "ad_age": round(n.age(now), 3),
-                "lost": is_lost(n),
-            }
-            for n in plan.nodes
-        ],
-        "node": None if node is None else node.name,
-        "figures_at": None,
-        "figures_age": None,
-        "figures_stale": None,
-        "drain": None,
-        "expected": None,
-        "on_time": None,
-        "late_by": None,
-        "promises": None,
-        "as_planned": None,
-        "planned_drain_start": plan.drain_start,
-        "empty": None,
-        "blockers": [],
-        "started_by_master": record is not None,
-        "escalated": escalated,
-    }
-    if node is None:
-        return row
-    row["figures_at"] = node.received_at
-    row["figures_age"] = round(node.age(now), 3)
-    row["figures_stale"] = window_since is not None and node.received_at < window_since
-    empty = node.empty
-    forecast = node.forecast
-    window_start = plan.machine.window_start
-    applied = planned_escalation(plan, escalation)
-    # The verdicts first: their piece (made for this window) serves the values too.
-    verdicts = forecast.verdicts(now, window_start=window_start, escalation=applied)
-    graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput = forecast.values(
-        now
+    state = row_state(
+        plan,
+        is_lost=is_lost,
+        with_blockers=with_blockers,
+        window_since=window_since,
+        escalation=escalation,
     )
-    late_by = 0 if empty else verdicts.late_by
-    row["drain"] = (encoded and node.drain_json) or node.drain
-    row["expected"] = {
-        "graceful": {"completion": graceful_end, "badput": graceful_badput},
-        "quick": {"completion": quick_end, "badput": quick_badput},
-        "fast": {"completion": fast_end, "badput": fast_badput},
-    }
-    row["on_time"] = late_by == 0
-    row["late_by"] = late_by
-    row["promises"] = {
-        "completion": verdicts.promise_completion,
-        "on_time": late_by == 0,
-        "late_by": late_by,
-    }
-    will_escalate = not empty and verdicts.escalated
-    blockers: list[dict[str, Any]] = []
-    text = None
-    if encoded and with_blockers and not empty and verdicts.cut_jobs == 0:
-        # No blocker has a cut to list: only the text is needed.
-        text = node.blockers_json.fragment(
-            forecast, now, window_start=window_start, escalation=applied
-        )
-    if text is None and not empty and (with_blockers or will_escalate):
-        blockers = forecast.blockers(now, window_start=window_start, escalation=applied)
-    row["as_planned"] = {
-        "completion": verdicts.planned_completion,
-        "badput": verdicts.planned_badput,
-        "escalation": str(applied),
-        "will_escalate": will_escalate,
-        "escalated": escalated,
-        "cut_jobs": verdicts.cut_jobs if will_escalate else 0,
-        "cut_core_seconds": verdicts.cut_core_seconds if will_escalate else 0,
-        "cut_badput": verdicts.cut_badput if will_escalate else 0,
-        "cuts": [{name: b[name] for name in _CUT_FIELDS} for b in blockers if b["cut_by"] > 0],
-    }
-    row["empty"] = empty
-    if with_blockers:
-        row["blockers"] = blockers if text is None else text
-    row["statistics"] = (encoded and node.statistics_json) or node.statistics
-    return row
+    return row_dict(plan, state, row_figures(plan, state, now))
 
 
 class PlanTotals:
@@ -341,26 +465,29 @@ class PlanTotals:
         self.escalations = self.next_hour = self.cut_jobs = 0
         self.cut_core_seconds = self.escalation_badput = 0
 
-    def add(self, plan: MachinePlan, row: Mapping[str, Any]) -> None:
+    def add(self, plan: MachinePlan, figures: RowFigures) -> None:
         self.machines += 1
         self.modes[plan.mode] = self.modes.get(plan.mode, 0) + 1
-        if plan.node is None:
+        node = plan.node
+        if node is None:
             self.without_node += 1
             return
         self.lost += plan.lost
-        self.empty += bool(row["empty"])
-        self.on_time += bool(row["on_time"])
-        planned = row["as_planned"]
-        if planned["will_escalate"] and not planned["escalated"]:
+        self.empty += node.empty
+        self.on_time += bool(figures.on_time)
+        if figures.will_escalate and not (
+            plan.drain_record is not None and plan.drain_record.get("escalated")
+        ):
             self.escalations += 1
             self.next_hour += plan.window_start <= self.now + 3600
-        self.cut_jobs += planned["cut_jobs"]
-        self.cut_core_seconds += planned["cut_core_seconds"]
-        self.escalation_badput += planned["cut_badput"]
-        expected = row["expected"]
-        self.graceful_badput += expected["graceful"]["badput"]
-        self.quick_badput += expected["quick"]["badput"]
-        statistics = plan.node.statistics
+        self.cut_jobs += figures.cut_jobs
+        self.cut_core_seconds += figures.cut_core_seconds
+        self.escalation_badput += figures.cut_badput
+        expected = figures.expected
+        assert expected is not None
+        self.graceful_badput += expected[1]
+        self.quick_badput += expected[3]
+        statistics = node.statistics
         self.badput += int(statistics["TotalMachineDrainingBadput"])
         self.unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,41 +106,101 @@ def _node_ad(n: int, now: float, jobs: int) -> dict[str, Any]:
     return machine.ad(now)
 
 
-def test_the_encoded_reply_is_the_plan(tmp_path: Path) -> None:
-    """Machines early and late, with and without jobs and a drain of the master's:
-    the reply plan_body writes decodes to exactly Master.plan(), second after second."""
+def _schedule(now: float, ids: list[MachineId]) -> MaintenanceSchedule:
+    return MaintenanceSchedule(
+        windows=tuple(
+            Window(
+                machine_ids=(machine_id,),
+                unavailability=Unavailability(
+                    start_ns=int((now + 300 * (n + 1)) * 1e9), duration_ns=3600 * 10**9
+                ),
+            )
+            for n, machine_id in enumerate(ids)
+        )
+    )
+
+
+def _assert_reply_is_the_plan(master: Master) -> None:
+    for late in (False, True):
+        for blockers in (True, False):
+            plain = master.plan(with_blockers=blockers, late=late)
+            body = plan_body(master, with_blockers=blockers, late=late)
+            assert orjson.loads(body) == orjson.loads(orjson.dumps(plain))
+
+
+@pytest.mark.parametrize("policy", ["just_in_time", "immediate"])
+def test_the_encoded_reply_is_the_plan(tmp_path: Path, policy: str) -> None:
+    """Machines early and late, with and without jobs, with a drain of the master's, one
+    being started, one escalated, two nodes for one id, a node lost, a machine with no
+    node, a DOWN machine, stale figures: the reply plan_body writes decodes to exactly
+    Master.plan(), second after second, as the rows' states change."""
     clock = StepClock(1_800_000_000.0)
     store = DocumentStore(tmp_path / "master.db")
     master = Master(
         store=store,
         link=HttpAgentLink(b"k" * 32),  # no pass runs: nothing is called
         clock=clock,
-        ads=AdStore(lifetime=10_000),
-        policy=PlanPolicy(escalation="quick"),
+        ads=AdStore(lifetime=600),
+        policy=PlanPolicy(escalation="quick", drain_policy=policy),
     )
     now = clock.now()
     for n in range(6):
         master.receive_ad(_node_ad(n, now, jobs=n % 4))
-    windows = [
-        Window(
-            machine_ids=(MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}"),),
-            unavailability=Unavailability(
-                start_ns=int((now + 300 * (n + 1)) * 1e9), duration_ns=3600 * 10**9
-            ),
-        )
-        for n in range(6)
-    ]
-    master.state.update_schedule(MaintenanceSchedule(windows=tuple(windows)))
+    twin = _node_ad(3, now, jobs=2)
+    twin["machine"]["Name"] = twin["machine"]["Machine"] = "n3.test"
+    twin["machine"]["MachineIp"] = "10.0.1.3"
+    for ad in twin["slots"]:
+        ad["Name"] = str(ad["Name"]).replace("n3.test", "n3-twin.test")
+    twin["machine"]["Name"] = "n3-twin.test"
+    master.receive_ad(twin)
+    ids = [MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}") for n in range(6)]
+    ids[3] = MachineId(hostname="n3.test", ip=None)  # two nodes match
+    ids.append(MachineId(hostname="gone.test", ip="10.9.9.9"))  # no node
+    master.set_schedule(_schedule(now, ids), actor="ops")
     master.drains["n1.test|10.0.0.1"] = {"request_id": "3", "phase": "committed"}
+    master.drains["n2.test|10.0.0.2"] = {"request_id": "4", "escalated": True}
+    master._starting.add("n4.test|10.0.0.4")
     try:
-        for _ in range(5):
-            for late in (False, True):
-                for blockers in (True, False):
-                    plain = master.plan(with_blockers=blockers, late=late)
-                    body = plan_body(master, with_blockers=blockers, late=late)
-                    assert orjson.loads(body) == orjson.loads(orjson.dumps(plain))
+        for step in range(8):
+            _assert_reply_is_the_plan(master)
             clock.t += 97.5
-        cuts = [r for r in master.plan()["machines"] if r["as_planned"]["cuts"]]
-        assert cuts  # some rows took the path that lists cuts
+            if step == 2:
+                master.state.down([ids[5]])
+            if step == 3:  # n0 reports again; n5's ad ages until it is lost
+                master.receive_ad(_node_ad(0, clock.now(), jobs=1))
+            if step == 4:
+                master.window_since["n2.test|10.0.0.2"] = clock.now()  # n2's figures stale
+                master._starting.clear()
+        rows = master.plan()["machines"]
+        assert any(r["as_planned"]["cuts"] for r in rows)  # rows that list their cuts
+        assert any(len(r["nodes"]) == 2 for r in rows)
+        assert any(n["lost"] for r in rows for n in r["nodes"])
+        assert any(r["node"] is None for r in rows)
+        assert any(r["figures_stale"] for r in rows)
+        assert any(r["mode"] == "DOWN" for r in rows)
+        templates = [t._template for t in master._row_texts.values()]
+        assert sum(t is not None for t in templates) == 6  # the rows with a node
+    finally:
+        store.close()
+
+
+def test_a_node_that_publishes_a_marker_gets_its_row_written_the_slow_way(
+    tmp_path: Path,
+) -> None:
+    clock = StepClock(1_800_000_000.0)
+    store = DocumentStore(tmp_path / "master.db")
+    master = Master(
+        store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=600)
+    )
+    ad = _node_ad(1, clock.now(), jobs=2)
+    ad["machine"]["DrainReason"] = "\x003\x00"  # as the template's marker of a value
+    master.receive_ad(ad)
+    master.set_schedule(_schedule(clock.now(), [MachineId(hostname="n1.test")]), actor="ops")
+    try:
+        for _ in range(3):
+            _assert_reply_is_the_plan(master)
+            clock.t += 1
+        (row_text,) = master._row_texts.values()
+        assert row_text._template is None
     finally:
         store.close()
