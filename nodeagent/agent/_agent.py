@@ -46,13 +46,29 @@ again should the machine change during the evaluation. Past the budget the reque
 is refused (422 ``expression.too_costly``) and nothing changes. The workers start at the
 first such expression and end when :meth:`Agent.run` ends. The operator's configured
 START is the model's own, evaluated in-process.
+
+Completion hooks and the health check (:mod:`nodeagent.agent._hooks`): the model asks for
+them as actions, and each runs in a task of its own. A hook that is due (:class:`RunHook`)
+is launched held, its start (pid, boot id) written, and only then its program let go, so
+it runs at most once whatever happens: a start that cannot be written kills the held
+process, whose program never ran, and the hook fails ("not started"); a drain cancelled
+meanwhile starts nothing. It runs in its own process group, with its timeout (SIGTERM,
+then SIGKILL), its output (stdout and stderr together) in ``<hook_dir>/<request>-<name>/``;
+its end is reported to the model (a fact), counted, and written to the audit log with its
+start. A restarted agent finds a hook recorded as started: the model resolves it, or asks
+(:class:`AwaitHook`) to wait for its process if it still runs on this boot, never to start
+it again. A health check (:class:`RunHealthCheck`) runs the same way, as the agent's user,
+its output in ``<hook_dir>/health/``. A stopping agent leaves a running hook or check
+running (the next start resolves it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
+import os
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,9 +77,19 @@ from typing import Any, TypeVar
 
 import trio
 
+from nodeagent._audit import AuditLog
 from nodeagent._clock import Clock
 from nodeagent._expressions import EXIT_TIMEOUT, Evaluator, ExpressionTooCostly
 from nodeagent._store import StoreError
+from nodeagent.agent._hooks import (
+    Ended,
+    HealthSpec,
+    HookCounts,
+    HookSpec,
+    hook_environment,
+    read_tail,
+    run_to_end,
+)
 from nodeagent.agent._processes import (
     AlreadyClaimed,
     JobProcess,
@@ -71,23 +97,31 @@ from nodeagent.agent._processes import (
     NoSuchProcess,
     ProcessError,
     ProcessRunner,
+    daemon_environment,
 )
 from nodeagent.agent._store import ProcessRecord, StateStore
 from slots import (
+    OUTPUT_LIMIT,
     Action,
+    AwaitHook,
     ClaimInfo,
     CompletionAction,
     DrainEstimate,
     DrainRequest,
+    HealthState,
+    HookState,
     JobSpec,
     Machine,
     NoSuchClaim,
     OnCompletion,
     Publish,
     Resources,
+    RunHealthCheck,
+    RunHook,
     Schedule,
     SignalJob,
     SlotsError,
+    outcome_message,
 )
 
 __all__ = ["Agent", "ClaimRequest", "policy_seconds"]
@@ -131,7 +165,17 @@ class Agent:
         processes: Mapping[str, ProcessRecord] | None = None,
         usage_interval: float = 10.0,
         evaluator: Evaluator | None = None,
+        hooks: Mapping[str, HookSpec] | None = None,
+        health: HealthSpec | None = None,
+        hook_dir: Path | None = None,
+        boot_id: Callable[[], str | None] = lambda: None,
+        audit: AuditLog | None = None,
     ) -> None:
+        """``hooks`` and ``health`` are the configured commands (the model's policy holds
+        their names and the gate's schedule); hooks and checks keep their output under
+        ``hook_dir`` (default: ``hooks`` beside ``execute_dir``); ``boot_id`` reads the
+        machine's boot id; ``audit`` records each hook's start and end and the health
+        gate's changes."""
         self.machine = machine
         self.store = store
         self.runner = runner
@@ -152,6 +196,13 @@ class Agent:
         self.completed = trio.Event()
         #: Called after every published change (the master link pushes the ad then).
         self.listeners: list[Callable[[], None]] = []
+        self.hooks: dict[str, HookSpec] = dict(hooks or {})
+        self.health: HealthSpec | None = health
+        self.hook_dir = hook_dir if hook_dir is not None else execute_dir.parent / "hooks"
+        self.boot_id = boot_id
+        self.audit = audit
+        #: Hook runs and health checks since the start, for the metrics.
+        self.counts = HookCounts()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,8 +241,10 @@ class Agent:
             log.info("claim %s: re-adopted job pid %s", info.claim_id, record.pid)
             self._records[info.claim_id] = self._record(info.claim_id, proc, argv=record.argv)
             self._watch_job(info.claim_id, proc)
-        # Whatever was due while the daemon was down (expired transactions, evictions).
+        # Whatever was due while the daemon was down (expired transactions, evictions),
+        # then a hook due or started, a health check due.
         self._apply(self.machine.tick(self.clock.now()))
+        self._apply(self.machine.restarted(self.clock.now(), boot_id=self.boot_id()))
         self._persist()
 
     # ------------------------------------------------------------------ reads
@@ -347,6 +400,7 @@ class Agent:
         ttl: float | None,
         requested_by: str | None,
         check_result: bool | None = None,
+        hook: str | None = None,
     ) -> tuple[DrainRequest, DrainEstimate]:
         """Phase 1 (or a one-shot drain). Never waits: a second request is refused.
 
@@ -362,6 +416,7 @@ class Agent:
                 schedule=schedule,
                 reason=reason,
                 on_completion=on_completion,
+                hook=hook,
                 deadline=deadline,
                 start=start,
                 check=check,
@@ -404,6 +459,235 @@ class Agent:
         """Apply a reloaded policy: a fact (the configuration file holds it, and a next start
         reads it again), carried out at once and written when the store takes it."""
         self._apply(self.machine.set_policy(self.clock.now(), policy))
+
+    def reload_hooks(self, hooks: Mapping[str, HookSpec], health: HealthSpec | None) -> None:
+        """The reloaded hooks and health check, for the next runs (one under way keeps what
+        it started with); the model's policy follows with :meth:`reload_policy`."""
+        self.hooks = dict(hooks)
+        self.health = health
+
+    # ------------------------------------------------------------------ hooks and health
+
+    async def _run_hook(self, action: RunHook) -> None:
+        """Start a due hook, durably recorded before its program runs; report its end."""
+        request = self.machine.request
+        if request is None or request.id != action.request_id:
+            return  # cancelled before it could start
+        spec = self.hooks.get(action.name)
+        if spec is None:
+            self._hook_not_started(action, f"no hook named {action.name!r} is configured")
+            return
+        directory = self.hook_dir / f"{action.request_id}-{action.name}"
+        try:
+            proc = await self.runner.launch(
+                LaunchSpec(
+                    argv=spec.command,
+                    env=hook_environment(spec, node=self.machine.host, request=request),
+                    user=spec.user,
+                    execute_dir=directory,
+                    held=True,
+                    combined_output=True,
+                )
+            )
+        except ProcessError as exc:
+            self._hook_not_started(action, str(exc))
+            return
+        ident = proc.identity
+        try:
+            self._transact(
+                lambda: (
+                    None,
+                    self.machine.hook_started(
+                        self.clock.now(),
+                        action.request_id,
+                        pid=ident.pid,
+                        process_start=ident.start_time,
+                        boot_id=self.boot_id(),
+                        reboots=spec.reboots,
+                        timeout=spec.timeout,
+                    ),
+                )
+            )
+        except BaseException as exc:
+            # Its program never ran: the held process ends here, unrun.
+            proc.signal_group(signal.SIGKILL)
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await proc.wait()
+            if isinstance(exc, StoreError):
+                self._hook_not_started(action, f"its start could not be written ({exc})")
+                return
+            if isinstance(exc, SlotsError):
+                return  # the drain was cancelled meanwhile
+            raise
+        proc.start()
+        log.info(
+            "drain %s: hook %s started (pid %s): %s",
+            action.request_id,
+            action.name,
+            ident.pid,
+            " ".join(spec.command),
+        )
+        self.counts.hook_runs[action.name] += 1
+        self._audit_own(
+            "hook.start",
+            action.request_id,
+            "ok",
+            {"hook": action.name, "command": list(spec.command), "pid": ident.pid},
+        )
+        ended = await run_to_end(proc, spec.timeout)
+        output = read_tail(directory / "output", limit=OUTPUT_LIMIT)
+        self._hook_over(action.request_id, action.name, ended, output)
+
+    async def _await_hook(self, action: AwaitHook) -> None:
+        """A hook recorded as started on this boot: wait for its process, if it still
+        runs, until its deadline; then report it lost (never start it again)."""
+        proc: JobProcess | None = None
+        if action.pid is not None:
+            try:
+                proc = await self.runner.adopt(action.pid, start_time=action.process_start)
+            except ProcessError:
+                proc = None
+        if proc is not None:
+            log.warning(
+                "drain %s: hook %s (pid %s) still runs from before the restart: waiting for it",
+                action.request_id,
+                action.name,
+                action.pid,
+            )
+            left = math.inf if action.deadline_at is None else action.deadline_at - self.clock.now()
+            await run_to_end(proc, left)
+        directory = self.hook_dir / f"{action.request_id}-{action.name}"
+        output = read_tail(directory / "output", limit=OUTPUT_LIMIT)
+        try:
+            actions = self.machine.hook_lost(
+                self.clock.now(), action.request_id, boot_id=self.boot_id(), output=output
+            )
+        except SlotsError:
+            return
+        self._apply(actions)
+        self._hook_recorded(action.request_id, action.name)
+
+    def _hook_not_started(self, action: RunHook, reason: str) -> None:
+        log.error("drain %s: hook %s not started: %s", action.request_id, action.name, reason)
+        try:
+            actions = self.machine.hook_not_started(self.clock.now(), action.request_id, reason)
+        except SlotsError:
+            return  # the drain was cancelled meanwhile
+        self._apply(actions)
+        self._hook_recorded(action.request_id, action.name)
+
+    def _hook_over(self, request_id: str, name: str, ended: Ended, output: str) -> None:
+        try:
+            actions = self.machine.hook_ended(
+                self.clock.now(),
+                request_id,
+                exit_status=ended.exit_status,
+                timed_out=ended.timed_out,
+                output=output,
+            )
+        except SlotsError:
+            return
+        self._apply(actions)
+        self._hook_recorded(request_id, name)
+
+    def _hook_recorded(self, request_id: str, name: str) -> None:
+        """Log, count and audit how a hook ended (as the model now records it)."""
+        found = self.machine.hook_run()
+        if found is None or found[0] != request_id:
+            return
+        _, run = found
+        failed = run.state is not HookState.SUCCEEDED
+        if failed:
+            self.counts.hook_failures[name] += 1
+        (log.warning if failed else log.info)(
+            "drain %s: hook %s %s: %s", request_id, name, run.state, run.message
+        )
+        self._audit_own(
+            "hook.end",
+            request_id,
+            "ok" if not failed else f"hook.{run.state}",
+            {
+                "hook": name,
+                "state": str(run.state),
+                "exit_status": run.exit_status,
+                "message": run.message,
+                "output": run.output,
+            },
+        )
+
+    async def _run_health(self) -> None:
+        """Run the health check the model asked for and report its result."""
+        spec = self.health
+        if spec is None:
+            return  # unconfigured meanwhile: the gate opened with it
+        directory = self.hook_dir / "health"
+        before = self.machine.health.state
+        with contextlib.suppress(OSError):  # each check's output is its own
+            os.truncate(directory / "output", 0)
+        try:
+            proc = await self.runner.launch(
+                LaunchSpec(
+                    argv=spec.command,
+                    env={**daemon_environment(), "NODEAGENT_NODE": self.machine.host},
+                    execute_dir=directory,
+                    combined_output=True,
+                )
+            )
+        except ProcessError as exc:
+            ended, output, message = None, "", f"could not start: {exc}"
+        else:
+            ended = await run_to_end(proc, spec.timeout)
+            output = read_tail(directory / "output", limit=1024)
+            message = outcome_message(
+                ended.exit_status, timed_out=spec.timeout if ended.timed_out else None
+            )
+        passed = ended is not None and ended.exit_status == 0 and not ended.timed_out
+        self.counts.health_checks += 1
+        if not passed:
+            self.counts.health_failures += 1
+        self._apply(
+            self.machine.health_result(
+                self.clock.now(),
+                passed=passed,
+                message="passed" if passed else message,
+                output=output,
+            )
+        )
+        after = self.machine.health
+        if after.state is not before:
+            (log.info if after.state is HealthState.PASSING else log.warning)(
+                "health check: %s (%s)", after.state, after.message
+            )
+            self._audit_own(
+                f"health.{after.state}",
+                None,
+                "ok" if after.state is not HealthState.FAILING else "health.failing",
+                {"reason": after.reason, "message": after.message, "output": after.output},
+            )
+
+    def _audit_own(
+        self, action: str, request_id: str | None, result: str, details: Mapping[str, Any]
+    ) -> None:
+        """An audit record of the agent's own doing, written (and fsync'd) at once, as
+        the state is; a failure to write it is logged."""
+        if self.audit is None:
+            return
+        try:
+            self.audit.record(
+                subject="nodeagent",
+                peer=f"pid {os.getpid()}",
+                action=action,
+                result=result,
+                request_id=request_id,
+                details=details,
+                now=self.clock.now(),
+            )
+        except (OSError, ValueError) as exc:
+            log.error("audit record of %s (%s) not written: %s", action, result, exc)
+
+    def _nursery_soon(self, task: Callable[..., Any], *args: Any) -> None:
+        assert self._nursery is not None, "the agent is not running"
+        self._nursery.start_soon(task, *args)
 
     # ------------------------------------------------------------------ internals
 
@@ -497,6 +781,12 @@ class Agent:
                     self._complete(action)
                 else:
                     self._unsaved_completion = action
+            elif isinstance(action, RunHook):
+                self._nursery_soon(self._run_hook, action)
+            elif isinstance(action, AwaitHook):
+                self._nursery_soon(self._await_hook, action)
+            elif isinstance(action, RunHealthCheck):
+                self._nursery_soon(self._run_health)
         if any(isinstance(a, Publish) for a in actions):
             self._changed_now()
         self._after_model_call()

@@ -61,7 +61,14 @@ from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, ClaimRequest
 from nodeagent.agent._metrics import AgentMetrics
 from nodeagent.agent._processes import ProcessError
-from nodeagent.agent._schemas import ClaimBody, DrainBody, ErrorBody, claim_json, drain_json
+from nodeagent.agent._schemas import (
+    ClaimBody,
+    DrainBody,
+    ErrorBody,
+    claim_json,
+    drain_json,
+    health_json,
+)
 from slots import SlotsError, render_long
 
 __all__ = ["BODY_LIMIT", "agent_openapi", "build_app"]
@@ -395,6 +402,19 @@ def build_app(
     def rule(method: str, path: str, scope: AuthScope, action: str | None = None) -> None:
         rules[(method, path)] = _Rule(scope=scope, action=action)
 
+    def drain_reply(
+        drain: Any, estimate: Any, *, current: bool, status_code: int = 200
+    ) -> JSONResponse:
+        machine = agent.machine
+        body = drain_json(
+            drain,
+            estimate,
+            current=current,
+            accepting=machine.accepting(),
+            health=health_json(machine.health, machine.policy.health),
+        )
+        return JSONResponse(body, status_code=status_code)
+
     def caller(request: Request) -> Principal:
         who = request.scope.get(_PRINCIPAL)
         assert isinstance(who, Principal), "the gate lets no unauthorized request through"
@@ -480,10 +500,11 @@ def build_app(
     rule("GET", "/v1/drain", AuthScope.READ)
 
     @app.get("/v1/drain", tags=["drain"], responses=_errors(*_READ_ERRORS))
-    async def get_drain(request: Request) -> dict[str, Any]:
-        """The drain request in force with its live estimate and blockers, or state none."""
+    async def get_drain(request: Request) -> JSONResponse:
+        """The drain request in force with its live estimate and blockers, or state none;
+        with ``accepting`` (Start) and ``health`` (the health gate)."""
         drain, estimate = agent.drain_view()
-        return drain_json(drain, estimate, current=agent.machine.request is not None)
+        return drain_reply(drain, estimate, current=agent.machine.request is not None)
 
     rule("GET", "/v1/claims", AuthScope.READ)
 
@@ -517,7 +538,8 @@ def build_app(
             412,
             s409="A drain request already exists (drain.in_progress, 10001)",
             s412="The one-shot's check is not true (drain.check_failed, 10003)",
-            s422="Invalid body (request.invalid), or a check costlier than its time budget "
+            s422="Invalid body (request.invalid), a hook the agent's configuration does not "
+            "hold (drain.no_such_hook), or a check costlier than its time budget "
             "(expression.too_costly)",
             s503="The state could not be written (store.error), or no expression worker "
             "could start (expression.unavailable); nothing changed",
@@ -529,10 +551,12 @@ def build_app(
         A one-shot's ``check`` is evaluated off the event loop within a time budget:
         ``422 expression.too_costly`` past it, nothing changed."""
         check_result = await agent.evaluate_check(body.check, commit=body.commit)
+        on_completion, hook = body.completion()
         drain, estimate = agent.start_draining(
             schedule=body.schedule,
             reason=body.reason,
-            on_completion=body.on_completion,
+            on_completion=on_completion,
+            hook=hook,
             deadline=body.deadline,
             start=body.start,
             check=body.check,
@@ -541,7 +565,7 @@ def build_app(
             ttl=body.ttl,
             requested_by=caller(request).subject,
         )
-        return JSONResponse(drain_json(drain, estimate, current=True), status_code=201)
+        return drain_reply(drain, estimate, current=True, status_code=201)
 
     rule("POST", "/v1/drain/{request_id}/commit", AuthScope.ADMINISTRATOR, "drain.commit")
 
@@ -561,7 +585,7 @@ def build_app(
     async def commit_drain(request: Request, request_id: str) -> JSONResponse:
         """Phase 2: commit; the drain starts now. Returns the estimate at commit time."""
         drain, estimate = agent.commit_draining(request_id)
-        return JSONResponse(drain_json(drain, estimate, current=True))
+        return drain_reply(drain, estimate, current=True)
 
     rule("POST", "/v1/drain/{request_id}/cancel", AuthScope.ADMINISTRATOR, "drain.cancel")
 
@@ -571,21 +595,32 @@ def build_app(
         responses=_errors(
             *_WRITE_ERRORS,
             404,
+            409,
             s404="No request with that id is in force (drain.no_such_request, 10002)",
+            s409="Its completion hook is running (drain.hook_running)",
         ),
     )
     async def cancel_drain(request: Request, request_id: str) -> JSONResponse:
-        """Cancel a pending or active request."""
+        """Cancel a pending or active request. A node the drain had emptied stays closed
+        until its health check passes (``health.state`` not ``passing``, ``accepting``
+        false), when the agent has one."""
         ended = agent.cancel_draining(request_id)
-        return JSONResponse(drain_json(ended, None, current=False))
+        return drain_reply(ended, None, current=False)
 
     rule("DELETE", "/v1/drain", AuthScope.ADMINISTRATOR, "drain.cancel")
 
-    @app.delete("/v1/drain", tags=["drain"], responses=_errors(*_WRITE_ERRORS))
+    @app.delete(
+        "/v1/drain",
+        tags=["drain"],
+        responses=_errors(
+            *_WRITE_ERRORS, 409, s409="Its completion hook is running (drain.hook_running)"
+        ),
+    )
     async def delete_drain(request: Request) -> JSONResponse:
-        """Cancel whatever request is in force; a no-op (200) when there is none."""
+        """Cancel whatever request is in force; a no-op (200) when there is none. As the
+        cancel of one request, the node may stay closed until healthy."""
         ended = agent.cancel_draining(None)
-        return JSONResponse(drain_json(ended, None, current=False))
+        return drain_reply(ended, None, current=False)
 
     # ------------------------------------------------------------------ claims
 

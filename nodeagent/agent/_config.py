@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,10 +12,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
+    Field,
 )
 
 from nodeagent._paths import DEFAULT_AGENT_CONFIG_PATH, default_runtime_dir, default_state_dir
 from nodeagent._settings import (
+    ConfigError,
     Duration,
     ListenAddress,
     _as_path,
@@ -26,17 +30,25 @@ from nodeagent._settings import (
     _Section,
     default_ip,
 )
+from slots import HOOK_NAME
 
 __all__ = [
+    "BOOT_ID_FILE",
     "DEFAULT_AGENT_CONFIG_PATH",
     "AgentConfig",
+    "HealthConfig",
+    "HookConfig",
     "MachineResources",
     "MasterLinkConfig",
     "PolicyConfig",
     "ResourcesConfig",
+    "check_hook_users",
     "load_agent_config",
     "machine_resources",
 ]
+
+#: Where Linux says which boot this is (a new random UUID at every boot).
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
 class ResourcesConfig(_Section):
@@ -92,6 +104,100 @@ class MasterLinkConfig(_Section):
     )
 
 
+def _argv(value: object) -> object:
+    """A command is an argv list; a string would need a shell, which a hook never gets."""
+    if isinstance(value, str):
+        raise ValueError(  # noqa: TRY004 (pydantic reports ValueError only)
+            "must be a list of arguments (argv), not a shell string: write it as "
+            '["/usr/sbin/reboot"] or ["/usr/local/sbin/update-firmware", "--yes"]'
+        )
+    return value
+
+
+def _argument(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("an argument must not hold a NUL byte")
+    return value
+
+
+Argv = Annotated[
+    list[Annotated[str, Field(min_length=1), AfterValidator(_argument)]],
+    BeforeValidator(_argv),
+    Field(min_length=1),
+]
+
+
+def _environment(value: dict[str, str]) -> dict[str, str]:
+    for name, text in value.items():
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if "\0" in text:
+            raise ValueError(f"the value of {name} holds a NUL byte")
+    return value
+
+
+def _user(value: str | None) -> str | None:
+    if value is not None and (not value or "\0" in value or not value.isprintable()):
+        raise ValueError(f"{value!r} is not a user name")
+    return value
+
+
+class HookConfig(_Section):
+    """``[hooks.NAME]``: a command a drain may complete with (``on_completion =
+    "hook:NAME"``). Never a command from the network: a request names a hook, nothing
+    more. Reloadable, except for a hook that is running (it keeps what it started with).
+    """
+
+    command: Argv = _field(
+        ..., reload=True, description="The hook's argv (a list; never a shell string)"
+    )
+    timeout: Duration = _field(
+        3600.0,
+        reload=True,
+        description="Seconds before the hook is ended (SIGTERM, then SIGKILL); it failed",
+        gt=0,
+    )
+    reboots: bool = _field(
+        False,
+        reload=True,
+        description="The hook reboots the machine: a reboot while it runs is its success",
+    )
+    user: Annotated[str | None, AfterValidator(_user)] = _field(
+        None, reload=True, description="Run as this user (needs root); default: the agent's"
+    )
+    environment: Annotated[dict[str, str], AfterValidator(_environment)] = _field(
+        {}, reload=True, description="Variables added to the hook's environment"
+    )
+
+
+class HealthConfig(_Section):
+    """``[health]``: the check a node passes before it takes work again after a drain
+    emptied it (a hook, a cancel, the master's ``/machine/up``). Reloadable."""
+
+    command: Argv = _field(
+        ..., reload=True, description="The check's argv; exit status 0 is a pass"
+    )
+    timeout: Duration = _field(
+        60.0, reload=True, description="Seconds before a check is ended; it failed", gt=0
+    )
+    interval: Duration = _field(
+        60.0, reload=True, description="Seconds between checks while the node waits", gt=0
+    )
+    passes: int = _field(
+        1, reload=True, description="Checks in a row that must pass before the node opens", ge=1
+    )
+
+
+def _hook_names(value: dict[str, HookConfig]) -> dict[str, HookConfig]:
+    for name in value:
+        if not HOOK_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name[:80]!r} is not a hook name: 1 to 64 letters, digits, '_', '.' or '-', "
+                "starting with a letter or digit"
+            )
+    return value
+
+
 class AgentConfig(_DaemonSettings):
     """The configuration of ``nodeagent run``. Load with :func:`load_agent_config`."""
 
@@ -129,6 +235,17 @@ class AgentConfig(_DaemonSettings):
     policy: PolicyConfig = _field(PolicyConfig(), reload=True, description="Machine policy")
     master: MasterLinkConfig = _field(
         MasterLinkConfig(), reload=True, description="Link to the master"
+    )
+    hooks: Annotated[dict[str, HookConfig], AfterValidator(_hook_names)] = _field(
+        {}, reload=True, description="Completion hooks by name ([hooks.NAME] tables)"
+    )
+    health: HealthConfig | None = _field(
+        None, reload=True, description="The health check before service; none: no check"
+    )
+    boot_id_file: Path = _field(
+        BOOT_ID_FILE,
+        reload=False,
+        description="Where the boot id is read (tells a reboot during a hook from a restart)",
     )
 
     @classmethod
@@ -176,6 +293,27 @@ def load_agent_config(
         environ=env,
         uid=os.geteuid() if uid is None else uid,
     )
+
+
+def check_hook_users(config: AgentConfig, euid: int) -> None:
+    """Raise :class:`ConfigError` for a hook whose ``user`` does not exist, or names
+    another user than the agent's own while the agent does not run as root (``euid``)."""
+    problems = []
+    for name, hook in sorted(config.hooks.items()):
+        if hook.user is None:
+            continue
+        try:
+            uid = pwd.getpwnam(hook.user).pw_uid
+        except KeyError:
+            problems.append(f"hooks.{name}.user: no such user {hook.user!r}")
+            continue
+        if euid not in (0, uid):
+            problems.append(
+                f"hooks.{name}.user: running a hook as {hook.user!r} needs an agent running "
+                "as root (leave user out to run it as the agent's user)"
+            )
+    if problems:
+        raise ConfigError("invalid configuration: " + "; ".join(problems), problems=tuple(problems))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,8 +5,9 @@ Services start in order, each reporting readiness: the store and the machine
 previous run), the Unix socket and TCP listeners, the master link; then
 ``READY=1``. SIGTERM/SIGINT stop it cleanly: requests in flight are answered, the
 state saved and the ad pushed a last time, and jobs keep running (they are re-adopted
-by the next start). SIGHUP reloads the policy, the master link and
-``metrics_require_auth``; a policy the model refuses changes nothing. A drain's
+by the next start). SIGHUP reloads the policy, the hooks and the health check, the
+master link and ``metrics_require_auth``; a policy the model refuses, or a hook's
+``user`` this agent may not switch to, changes nothing. A drain's
 completion action ``exit`` ends the daemon with status 0, ``restart`` with
 :data:`RESTART_EXIT_STATUS`, which its unit restarts.
 
@@ -21,6 +22,7 @@ what to do (``lost_state``: ``recover`` or ``fresh``, ``nodeagent run --recover`
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +45,13 @@ from nodeagent._settings import ConfigChanges, ConfigError
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, policy_seconds
 from nodeagent.agent._api import build_app
-from nodeagent.agent._config import AgentConfig, PolicyConfig, load_agent_config, machine_resources
+from nodeagent.agent._config import (
+    AgentConfig,
+    check_hook_users,
+    load_agent_config,
+    machine_resources,
+)
+from nodeagent.agent._hooks import health_spec, hook_specs, read_boot_id
 from nodeagent.agent._metrics import AgentMetrics
 from nodeagent.agent._processes import OsProcessRunner, ProcessRunner
 from nodeagent.agent._push import MasterLink
@@ -51,7 +59,14 @@ from nodeagent.agent._recovery import look_for_previous_life, recovered_machine
 from nodeagent.agent._store import ProcessRecord, Store
 from slots import Machine, MachinePolicy, OnCompletion, Resources, SlotsError, SuspendPolicy
 
-__all__ = ["RESTART_EXIT_STATUS", "AgentDaemon", "LostState", "machine_policy", "run_agent"]
+__all__ = [
+    "RESTART_EXIT_STATUS",
+    "AgentDaemon",
+    "LostState",
+    "check_config",
+    "machine_policy",
+    "run_agent",
+]
 
 log = logging.getLogger("nodeagent.daemon")
 
@@ -64,15 +79,33 @@ LostState = Literal["refuse", "recover", "fresh"]
 past the previous life's either way (:mod:`nodeagent.agent._recovery`)."""
 
 
-def machine_policy(policy: PolicyConfig) -> MachinePolicy:
-    """The model's policy from the ``[policy]`` section (durations in whole seconds)."""
+def machine_policy(config: AgentConfig) -> MachinePolicy:
+    """The model's policy from the ``[policy]`` section (durations in whole seconds), the
+    names of the ``[hooks]`` and the ``[health]`` check's schedule.
+
+    Raises :class:`SlotsError` for values the model refuses."""
+    policy = config.policy
+    health = health_spec(config)
     return MachinePolicy(
         max_job_retirement_time=policy_seconds(policy.max_job_retirement_time),
         machine_max_vacate_time=policy_seconds(policy.machine_max_vacate_time),
         start=policy.start,
         suspend_policy=SuspendPolicy(policy.suspended_jobs_on_drain),
         transaction_ttl=policy.transaction_ttl,
+        hooks=frozenset(config.hooks),
+        health=None if health is None else health.policy,
     )
+
+
+def check_config(config: AgentConfig) -> MachinePolicy:
+    """The model's policy for ``config``, checked as a start and a reload need it; raises
+    :class:`ConfigError` for a policy the model refuses or a hook user this agent may not
+    switch to."""
+    check_hook_users(config, os.geteuid())
+    try:
+        return machine_policy(config)
+    except SlotsError as exc:
+        raise ConfigError(f"[policy]: {exc.message}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,11 +179,13 @@ class AgentDaemon(Program[AgentConfig, Store]):
         """The machine restored from the store (or a new one, or one recovered after a
         previous life), the agent, its API.
 
-        Raises :class:`StoreError` for a saved state it cannot read and
+        Raises :class:`ConfigError` for a configuration the agent cannot run with (see
+        :func:`check_config`), :class:`StoreError` for a saved state it cannot read and
         :class:`StateLost` for a store that holds nothing after a previous life, unless
         ``lost_state`` says what to do.
         """
         config = self.config
+        check_config(config)
         machine, processes = self._machine(opened.store)
         agent = Agent(
             machine=machine,
@@ -159,8 +194,15 @@ class AgentDaemon(Program[AgentConfig, Store]):
             clock=self.clock,
             execute_dir=config.execute_dir,
             processes=processes,
+            hooks=hook_specs(config),
+            health=health_spec(config),
+            hook_dir=config.state_dir / "hooks",
+            boot_id=lambda: read_boot_id(config.boot_id_file),
+            audit=opened.audit,
         )
-        metrics = AgentMetrics(agent.ad, require_auth=config.metrics_require_auth)
+        metrics = AgentMetrics(
+            agent.ad, require_auth=config.metrics_require_auth, counts=lambda: agent.counts
+        )
         self.agent = agent
         self._parts = _Parts(
             agent=agent, link=MasterLink(agent, config.master, clock=self.clock), metrics=metrics
@@ -173,7 +215,7 @@ class AgentDaemon(Program[AgentConfig, Store]):
         total = Resources(
             cpus=found.cpus, memory=found.memory_mib, disk=found.disk_kib, gpus=found.gpus
         )
-        policy = machine_policy(config.policy)
+        policy = machine_policy(config)
         now = self.clock.now()
         saved = store.load()
         if saved is not None:
@@ -257,14 +299,18 @@ class AgentDaemon(Program[AgentConfig, Store]):
         await parts.link.push_now()
 
     def reconfigure(self, running: AgentConfig, changes: ConfigChanges) -> None:
-        """The policy (refused whole if the model refuses it), the master link, metrics."""
+        """The policy, hooks and health check (refused whole if the model refuses them or
+        a hook's user is not to be had), the master link, metrics."""
         parts = self._parts
-        try:
-            policy = machine_policy(running.policy)
-            if parts is not None and running.policy != self.config.policy:
-                parts.agent.reload_policy(policy)
-        except SlotsError as exc:
-            raise ConfigError(f"[policy]: {exc.message}") from None
+        policy = check_config(running)
+        kept = self.config
+        if parts is not None and (running.policy, running.hooks, running.health) != (
+            kept.policy,
+            kept.hooks,
+            kept.health,
+        ):
+            parts.agent.reload_hooks(hook_specs(running), health_spec(running))
+            parts.agent.reload_policy(policy)
         if parts is not None:
             if running.master != self.config.master:
                 parts.link.reconfigure(running.master)
@@ -300,9 +346,6 @@ def run_agent(config_path: Path | None, *, lost_state: LostState = "refuse") -> 
     docstring).
     """
     config = load_agent_config(config_path)
-    try:
-        machine_policy(config.policy)
-    except SlotsError as exc:
-        raise ConfigError(f"[policy]: {exc.message}") from None
+    check_config(config)
     daemon = AgentDaemon(config=config, config_path=config_path, lost_state=lost_state)
     return trio.run(daemon.serve)

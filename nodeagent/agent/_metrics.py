@@ -1,7 +1,8 @@
 """Prometheus metrics of one agent, in a registry of its own.
 
 Gauges are read from the agent's ad at scrape time (never stale); request latency
-is a histogram fed by the API's middleware.
+is a histogram fed by the API's middleware; hook runs and health checks are counters
+read from the agent's counts (since its start).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from nodeagent.agent._hooks import HookCounts
 from slots import EXPECTED_ATTRIBUTES
 
 __all__ = ["AgentMetrics"]
@@ -73,13 +75,50 @@ class _AdCollector(Collector):
             yield family
 
 
+class _CountsCollector(Collector):
+    def __init__(self, read_counts: Callable[[], HookCounts]) -> None:
+        self._read_counts = read_counts
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._read_counts()
+        runs = CounterMetricFamily(
+            "nodeagent_hook_runs", "Completion hook runs started, by hook", labels=["hook"]
+        )
+        failures = CounterMetricFamily(
+            "nodeagent_hook_failures",
+            "Completion hook runs that failed, did not start or were interrupted, by hook",
+            labels=["hook"],
+        )
+        for name in sorted(set(counts.hook_runs) | set(counts.hook_failures)):
+            runs.add_metric([name], counts.hook_runs[name])
+            failures.add_metric([name], counts.hook_failures[name])
+        yield runs
+        yield failures
+        checks = CounterMetricFamily("nodeagent_health_checks", "Health checks run")
+        checks.add_metric([], counts.health_checks)
+        yield checks
+        failed = CounterMetricFamily(
+            "nodeagent_health_check_failures", "Health checks that failed (or could not start)"
+        )
+        failed.add_metric([], counts.health_failures)
+        yield failed
+
+
 class AgentMetrics:
     """The metrics of one agent; ``render`` gives the exposition text and content type."""
 
-    def __init__(self, read_ad: Callable[[], dict[str, Any]], *, require_auth: bool = True) -> None:
+    def __init__(
+        self,
+        read_ad: Callable[[], dict[str, Any]],
+        *,
+        require_auth: bool = True,
+        counts: Callable[[], HookCounts] | None = None,
+    ) -> None:
         self.require_auth = require_auth  # reloadable: read at every scrape
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_AdCollector(read_ad))
+        if counts is not None:
+            self.registry.register(_CountsCollector(counts))
         self._latency = Histogram(
             "nodeagent_http_request_seconds",
             "HTTP request latency",

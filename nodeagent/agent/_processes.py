@@ -80,6 +80,7 @@ __all__ = [
     "ProcessRunner",
     "Usage",
     "cwd_problem",
+    "daemon_environment",
 ]
 
 START_TIME_TOLERANCE = 1.5
@@ -187,6 +188,8 @@ class LaunchSpec:
     * ``held``: start the process but hold its program until :meth:`JobProcess.start` (see
       the module docstring). The program is then looked up before the launch, so a missing
       or non-executable program still raises :class:`LaunchFailed`.
+    * ``combined_output``: stdout and stderr both appended to ``output`` in the execute
+      directory, in the order they are written (the agent's hooks and health checks).
 
     Raises :class:`LaunchFailed` when built with an empty ``argv``, a NUL byte in any string,
     an environment name that is empty or holds ``=``, or a ``cwd`` outside the execute
@@ -199,6 +202,7 @@ class LaunchSpec:
     user: str | None = None
     execute_dir: Path
     held: bool = False
+    combined_output: bool = False
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -263,8 +267,9 @@ class Usage:
 _DAEMON_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_", "NODEAGENT_")
 
 
-def _inherited_environment() -> dict[str, str]:
-    """The daemon's environment without what would let a job speak for the daemon."""
+def daemon_environment() -> dict[str, str]:
+    """The daemon's environment without what would let a job speak for the daemon (the
+    service manager's ``NOTIFY_SOCKET``, ``WATCHDOG_*``, ``LISTEN_*``, and ``NODEAGENT_*``)."""
     return {k: v for k, v in os.environ.items() if not k.startswith(_DAEMON_ONLY)}
 
 
@@ -523,7 +528,7 @@ class OsProcessRunner:
     async def launch(self, spec: LaunchSpec) -> JobProcess:
         user = _resolve_user(spec.user)
         cwd = spec.execute_dir / spec.cwd if spec.cwd is not None else spec.execute_dir
-        env = _inherited_environment() if spec.env is None else dict(spec.env)
+        env = daemon_environment() if spec.env is None else dict(spec.env)
         argv = list(spec.argv)
         if spec.held:
             # The holder execs the program by path: look it up now, as exec would, so a
@@ -531,7 +536,7 @@ class OsProcessRunner:
             program = _find_program(spec.argv[0], env, cwd)
             argv = ["/bin/sh", "-c", _HOLDER, "nodeagent-job", program, *spec.argv[1:]]
         stdout, stderr = await trio.to_thread.run_sync(
-            _prepare_execute_dir, spec.execute_dir, user, cwd
+            _prepare_execute_dir, spec.execute_dir, user, cwd, spec.combined_output
         )
         options: dict[str, Any] = {}
         if user is not None:
@@ -737,9 +742,12 @@ def _resolve_user(name: str | None) -> _User | None:
     return _User(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid)
 
 
-def _prepare_execute_dir(execute_dir: Path, user: _User | None, cwd: Path) -> tuple[int, int]:
+def _prepare_execute_dir(
+    execute_dir: Path, user: _User | None, cwd: Path, combined: bool = False
+) -> tuple[int, int]:
     """Create the execute directory if needed, check that ``cwd`` resolves inside it (no
-    symbolic link leads out), and open the output files (blocking)."""
+    symbolic link leads out), and open the output files (``combined``: one, ``output``,
+    for both; blocking)."""
     opened: list[int] = []
     try:
         execute_dir.mkdir(mode=_EXECUTE_DIR_MODE, parents=True, exist_ok=True)
@@ -747,7 +755,10 @@ def _prepare_execute_dir(execute_dir: Path, user: _User | None, cwd: Path) -> tu
         if not cwd.resolve().is_relative_to(inside):
             raise LaunchFailed(f"cwd {cwd} leads out of the job's execute directory")
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        for name in ("stdout", "stderr"):
+        if combined:
+            opened.append(os.open(execute_dir / "output", flags, _OUTPUT_MODE))
+            opened.append(os.dup(opened[0]))
+        for name in () if combined else ("stdout", "stderr"):
             opened.append(os.open(execute_dir / name, flags, _OUTPUT_MODE))
         if user is not None:
             os.chown(execute_dir, user.uid, user.gid)

@@ -14,10 +14,14 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from nodeagent.agent._processes import PID_MAX_LIMIT, cwd_problem
 from nodeagent.agent._store import ProcessRecord
 from slots import (
+    HOOK_NAME,
     Blocker,
     ClaimInfo,
     DrainEstimate,
     DrainRequest,
+    HealthGate,
+    HealthPolicy,
+    HookRun,
     JobSpec,
     OnCompletion,
     Resources,
@@ -33,6 +37,8 @@ __all__ = [
     "claim_json",
     "drain_json",
     "estimate_json",
+    "health_json",
+    "hook_run_json",
     "request_json",
 ]
 
@@ -118,7 +124,32 @@ def _no_nul(value: str) -> str:
     return value
 
 
+def _on_completion(value: str) -> str:
+    """``none``, ``resume``, ``exit``, ``restart`` or ``hook:NAME`` (a configured hook's
+    name: never a command)."""
+    if value in ("none", "resume", "exit", "restart"):
+        return value
+    kind, colon, name = value.partition(":")
+    if kind == "hook" and colon and HOOK_NAME.fullmatch(name):
+        return value
+    raise ValueError(
+        "must be none, resume, exit, restart or hook:NAME (NAME: a hook of the agent's "
+        "configuration, 1 to 64 letters, digits, '_', '.' or '-')"
+    )
+
+
 Text = Annotated[str, Field(max_length=256), AfterValidator(_printable)]
+OnCompletionText = Annotated[
+    str,
+    Field(
+        max_length=80,
+        pattern=r"^(none|resume|exit|restart|hook:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$",
+        description="What happens once the node is drained: none, resume, exit, restart, or "
+        "hook:NAME, a hook of the agent's configuration (a request names a hook; it never "
+        "supplies a command)",
+    ),
+    AfterValidator(_on_completion),
+]
 Expression = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_expression)]
 
 
@@ -142,7 +173,7 @@ class DrainBody(_Body):
 
     schedule: Schedule = Schedule.GRACEFUL
     reason: Text = ""
-    on_completion: OnCompletion = OnCompletion.NONE
+    on_completion: OnCompletionText = "none"
     deadline: Seconds | None = Field(
         None, description="Seconds after commit; what still runs then is evicted as by quick"
     )
@@ -156,6 +187,11 @@ class DrainBody(_Body):
     ttl: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False), Number] | None = Field(
         None, description="Seconds the pending transaction lives (default: the agent's policy)"
     )
+
+    def completion(self) -> tuple[OnCompletion, str | None]:
+        """``on_completion`` as the model takes it: the action, and the hook's name."""
+        kind, _, name = self.on_completion.partition(":")
+        return OnCompletion(kind), name or None
 
 
 def _command_or_pid(schema: dict[str, Any]) -> None:
@@ -243,13 +279,48 @@ def _when(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def hook_run_json(run: HookRun) -> dict[str, Any]:
+    """A completion hook's run: its name, state, times, exit status, how it ended, and
+    the tail of its output."""
+    return {
+        "name": run.name,
+        "state": str(run.state),
+        "reboots": run.reboots,
+        "pid": run.pid,
+        "started_at": _when(run.started_at),
+        "ended_at": _when(run.ended_at),
+        "exit_status": run.exit_status,
+        "message": run.message,
+        "output": run.output,
+    }
+
+
+def health_json(gate: HealthGate, policy: HealthPolicy | None) -> dict[str, Any] | None:
+    """The health gate (``None`` without a health check configured)."""
+    if policy is None:
+        return None
+    return {
+        "state": str(gate.state),
+        "reason": gate.reason,
+        "since": _when(gate.since),
+        "passes": gate.passes,
+        "passes_needed": policy.passes,
+        "failures": gate.failures,
+        "last_check": _when(gate.last_check),
+        "next_check": _when(gate.due_at),
+        "message": gate.message,
+        "output": gate.output,
+    }
+
+
 def request_json(request: DrainRequest) -> dict[str, Any]:
     return {
         "id": request.id,
         "state": str(request.state),
         "schedule": str(request.schedule),
         "reason": request.reason,
-        "on_completion": str(request.on_completion),
+        "on_completion": request.completion,
+        "hook": None if request.hook_run is None else hook_run_json(request.hook_run),
         "deadline": request.deadline,
         "start": request.start,
         "requested_by": request.requested_by,
@@ -290,16 +361,30 @@ def estimate_json(estimate: DrainEstimate) -> dict[str, Any]:
 
 
 def drain_json(
-    request: DrainRequest | None, estimate: DrainEstimate | None, *, current: bool
+    request: DrainRequest | None,
+    estimate: DrainEstimate | None,
+    *,
+    current: bool,
+    accepting: bool | None = None,
+    health: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The body of ``GET /v1/drain`` and of every drain operation's reply.
 
     ``current`` false: no request is in force; ``request`` is the last one that ended.
+    ``accepting`` is ``Start``: false while the node is closed, whether by a drain or by
+    the health gate, whose state ``health`` is (``health_json``; with its ``state`` not
+    ``passing`` the node stays closed until it is healthy). The API always gives both;
+    ``accepting`` ``None`` leaves both out (a fake agent's replies).
     """
+    body: dict[str, Any]
     if not current or request is None:
-        return {"state": "none", "last": None if request is None else request_json(request)}
-    body = request_json(request)
-    body["estimate"] = None if estimate is None else estimate_json(estimate)
+        body = {"state": "none", "last": None if request is None else request_json(request)}
+    else:
+        body = request_json(request)
+        body["estimate"] = None if estimate is None else estimate_json(estimate)
+    if accepting is not None:
+        body["accepting"] = accepting
+        body["health"] = health
     return body
 
 
