@@ -139,3 +139,28 @@ def test_hooks_and_health_are_reloadable(tmp_path: Path) -> None:
     assert changes.ignored == ()
     moved = load(tmp_path, 'boot_id_file = "/tmp/boot"\n')
     assert reloadable_changes(before, moved).ignored == ("boot_id_file",)
+
+
+def test_the_references_name_every_hook_and_health_attribute_and_key() -> None:
+    from slots import Machine, MachinePolicy, OnCompletion, Resources, Schedule
+
+    docs = Path(__file__).parents[2] / "docs"
+    m = Machine(
+        host="h",
+        total=Resources(cpus=1),
+        policy=MachinePolicy(hooks=frozenset({"x"}), health=HealthPolicy()),
+        now=0.0,
+    )
+    m.start_draining(1.0, schedule=Schedule.FAST, on_completion=OnCompletion.HOOK, hook="x")
+    m.commit_draining(1.0, "1")
+    m.hook_started(2.0, "1", pid=9, process_start=2.0, boot_id="b", reboots=False, timeout=9)
+    m.hook_ended(3.0, "1", exit_status=1, output="out")
+    m.cancel_draining(4.0)
+    m.health_result(5.0, passed=False, message="exit status 1", output="bad")
+    names = {n for n in m.ad(6.0)["machine"] if n.startswith(("DrainHook", "Health"))}
+    assert len(names) == 18
+    text = (docs / "attributes.md").read_text()
+    assert sorted(n for n in names if f"`{n}`" not in text) == []
+    configuration = (docs / "configuration.md").read_text()
+    for key in ("command", "timeout", "reboots", "user", "environment", "interval", "passes"):
+        assert f"| `{key}` |" in configuration
