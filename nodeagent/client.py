@@ -35,7 +35,9 @@ exists)::
         ├── NoSuchRequest          404   drain.no_such_request      (10002)
         ├── CheckFailed            412   drain.check_failed         (10003)
         ├── TransactionExpired     410   drain.transaction_expired
-        └── NotPending             409   drain.not_pending
+        ├── NotPending             409   drain.not_pending
+        ├── NoSuchHook             422   drain.no_such_hook
+        └── HookRunning            409   drain.hook_running
 
 A :class:`Refused` request changed nothing on the agent (the API's contract). After
 :class:`Unreachable` with code ``client.timeout`` the request may or may not have been
@@ -79,9 +81,13 @@ __all__ = [
     "Estimate",
     "Forbidden",
     "Health",
+    "HealthStatus",
+    "HookRun",
+    "HookRunning",
     "InvalidRequest",
     "Job",
     "NoSuchClaim",
+    "NoSuchHook",
     "NoSuchRequest",
     "NotAccepting",
     "NotPending",
@@ -100,8 +106,11 @@ __all__ = [
 Schedule = Literal["graceful", "quick", "fast"]
 """How a drain empties the node (DESIGN §3.3)."""
 
-OnCompletion = Literal["none", "resume", "exit", "restart"]
-"""What the agent does once the node is drained (DESIGN §3.3)."""
+OnCompletion = str
+"""What the agent does once the node is drained (DESIGN §3.3): ``"none"``, ``"resume"``,
+``"exit"``, ``"restart"``, or ``"hook:NAME"``, a hook of the agent's configuration (a
+request names a hook; it never supplies a command): :class:`NoSuchHook` when the agent has
+none of that name."""
 
 CANCEL_GRACE_S = 5.0
 """How long cleanup may take when a block is left: cancelling an unresolved
@@ -248,6 +257,20 @@ class NotPending(Refused):
     status = 409
 
 
+class NoSuchHook(Refused):
+    """``on_completion`` names a hook the agent's configuration does not hold (422)."""
+
+    code = "drain.no_such_hook"
+    status = 422
+
+
+class HookRunning(Refused):
+    """Cancel of a drain whose completion hook is running (409): retry once it has ended."""
+
+    code = "drain.hook_running"
+    status = 409
+
+
 _REFUSALS: dict[str, type[Refused]] = {
     cls.code: cls
     for cls in (
@@ -262,6 +285,8 @@ _REFUSALS: dict[str, type[Refused]] = {
         CheckFailed,
         TransactionExpired,
         NotPending,
+        NoSuchHook,
+        HookRunning,
     )
 }
 """The one table from the agent's stable codes to exception classes."""
@@ -350,11 +375,48 @@ class Estimate:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HookRun:
+    """A drain's completion hook as it ran. ``state``: pending, running, succeeded, failed
+    or interrupted; ``exit_status`` negative: killed by that signal; ``message`` says how it
+    ended; ``output`` is the end of its stdout and stderr. Times are epoch seconds."""
+
+    name: str
+    state: str
+    reboots: bool
+    pid: int | None
+    started_at: float | None
+    ended_at: float | None
+    exit_status: int | None
+    message: str | None
+    output: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthStatus:
+    """The agent's health gate (when it has a health check): ``state`` passing (open),
+    pending or failing (closed: the node takes no work until ``passes_needed`` checks in
+    a row have passed)."""
+
+    state: str
+    reason: str | None
+    since: float | None
+    passes: int
+    passes_needed: int
+    failures: int
+    last_check: float | None
+    next_check: float | None
+    message: str | None
+    output: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DrainRequest:
-    """One drain request. ``state``: pending, draining, drained, cancelled or completed.
+    """One drain request. ``state``: pending, draining, drained, hook_pending,
+    hook_running, hook_failed, cancelled or completed.
 
     Times are epoch seconds; ``deadline`` is seconds after commit. ``estimate`` is the live
-    estimate of the request in force, ``None`` for a request that has ended.
+    estimate of the request in force, ``None`` for a request that has ended. ``hook`` is
+    its completion hook's run, once due (``on_completion`` ``hook:NAME``).
     """
 
     id: str
@@ -372,14 +434,19 @@ class DrainRequest:
     drained_at: float | None
     ended_at: float | None
     estimate: Estimate | None = None
+    hook: HookRun | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DrainStatus:
-    """``GET /v1/drain``: the request in force (``current``), or the last one that ended."""
+    """``GET /v1/drain``: the request in force (``current``), or the last one that ended;
+    ``accepting`` is ``Start`` (``None`` from an agent that does not say), ``health`` the
+    health gate (``None`` without a health check)."""
 
     current: DrainRequest | None
     last: DrainRequest | None = None
+    accepting: bool | None = None
+    health: HealthStatus | None = None
 
     @property
     def state(self) -> str:
@@ -463,8 +530,38 @@ def _estimate_from_json(d: Mapping[str, Any]) -> Estimate:
     )
 
 
+def _hook_from_json(d: Mapping[str, Any]) -> HookRun:
+    return HookRun(
+        name=d["name"],
+        state=d["state"],
+        reboots=d["reboots"],
+        pid=d["pid"],
+        started_at=d["started_at"],
+        ended_at=d["ended_at"],
+        exit_status=d["exit_status"],
+        message=d["message"],
+        output=d["output"],
+    )
+
+
+def _health_from_json(d: Mapping[str, Any]) -> HealthStatus:
+    return HealthStatus(
+        state=d["state"],
+        reason=d["reason"],
+        since=d["since"],
+        passes=d["passes"],
+        passes_needed=d["passes_needed"],
+        failures=d["failures"],
+        last_check=d["last_check"],
+        next_check=d["next_check"],
+        message=d["message"],
+        output=d["output"],
+    )
+
+
 def _request_from_json(d: Mapping[str, Any]) -> DrainRequest:
     estimate = d.get("estimate")
+    hook = d.get("hook")
     return DrainRequest(
         id=d["id"],
         state=d["state"],
@@ -481,15 +578,24 @@ def _request_from_json(d: Mapping[str, Any]) -> DrainRequest:
         drained_at=d["drained_at"],
         ended_at=d["ended_at"],
         estimate=None if estimate is None else _estimate_from_json(estimate),
+        hook=None if hook is None else _hook_from_json(hook),
     )
 
 
 def _status_from_json(d: Mapping[str, Any]) -> DrainStatus:
-    """The drain body: a request (in force) or ``{"state": "none", "last": ...}``."""
+    """The drain body: a request (in force) or ``{"state": "none", "last": ...}``, with
+    ``accepting`` and ``health``."""
+    health = None if d.get("health") is None else _health_from_json(d["health"])
+    accepting = d.get("accepting")
     if d["state"] == "none":
         last = d.get("last")
-        return DrainStatus(current=None, last=None if last is None else _request_from_json(last))
-    return DrainStatus(current=_request_from_json(d))
+        return DrainStatus(
+            current=None,
+            last=None if last is None else _request_from_json(last),
+            accepting=accepting,
+            health=health,
+        )
+    return DrainStatus(current=_request_from_json(d), accepting=accepting, health=health)
 
 
 def _claim_from_json(d: Mapping[str, Any]) -> Claim:
@@ -801,22 +907,25 @@ class AgentClient:
         """Return once the drain is over: the node is drained, or the request has ended.
 
         Polls ``GET /v1/drain`` every ``poll`` seconds and returns the request as last
-        seen: ``state`` ``drained`` (in force, the node empty), ``completed`` (its
-        completion action ran) or ``cancelled``; ``None`` when there has never been a
-        request. A pending or draining request is waited for. With ``request_id``, that
-        request is watched, and :class:`NoSuchRequest` is raised once it is neither in
-        force nor the last one. Bound the wait with a trio cancel scope.
+        seen: ``state`` ``drained`` (in force, the node empty), ``hook_failed`` (in force,
+        its completion hook failed), ``completed`` (its completion action or hook ran; the
+        node may still wait for its health check: :meth:`drain` says) or ``cancelled``;
+        ``None`` when there has never been a request. A pending or draining request, and
+        one whose hook is due or running, is waited for. With ``request_id``, that request
+        is watched, and :class:`NoSuchRequest` is raised once it is neither in force nor
+        the last one. Bound the wait with a trio cancel scope.
         """
+        over = ("drained", "hook_failed")
         while True:
             status = await self.drain()
             current, last = status.current, status.last
             if request_id is None:
                 if current is None:
                     return last
-                if current.state == "drained":
+                if current.state in over:
                     return current
             elif current is not None and current.id == request_id:
-                if current.state == "drained":
+                if current.state in over:
                     return current
             elif last is not None and last.id == request_id:
                 return last

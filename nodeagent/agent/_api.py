@@ -406,11 +406,12 @@ def build_app(
         drain: Any, estimate: Any, *, current: bool, status_code: int = 200
     ) -> JSONResponse:
         machine = agent.machine
+        gated = machine.policy.health is not None
         body = drain_json(
             drain,
             estimate,
             current=current,
-            accepting=machine.accepting(),
+            accepting=machine.accepting() if gated else None,
             health=health_json(machine.health, machine.policy.health),
         )
         return JSONResponse(body, status_code=status_code)
@@ -502,7 +503,7 @@ def build_app(
     @app.get("/v1/drain", tags=["drain"], responses=_errors(*_READ_ERRORS))
     async def get_drain(request: Request) -> JSONResponse:
         """The drain request in force with its live estimate and blockers, or state none;
-        with ``accepting`` (Start) and ``health`` (the health gate)."""
+        with a health check configured, ``accepting`` (Start) and ``health`` (the gate)."""
         drain, estimate = agent.drain_view()
         return drain_reply(drain, estimate, current=agent.machine.request is not None)
 

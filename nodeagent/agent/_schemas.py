@@ -373,9 +373,9 @@ def drain_json(
     ``current`` false: no request is in force; ``request`` is the last one that ended.
     ``accepting`` is ``Start``: false while the node is closed, whether by a drain or by
     the health gate, whose state ``health`` is (``health_json``; with its ``state`` not
-    ``passing`` the node stays closed until it is healthy). The API always gives both;
-    ``accepting`` ``None`` leaves both out (a fake agent's replies).
-    """
+    ``passing`` the node stays closed until it is healthy). ``accepting`` ``None`` leaves
+    both out: the API does so when the agent has no health check (its replies are then
+    what they were before health checks existed)."""
     body: dict[str, Any]
     if not current or request is None:
         body = {"state": "none", "last": None if request is None else request_json(request)}

@@ -13,6 +13,7 @@ entry point runs these without it.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -46,6 +47,9 @@ __all__ = [
 
 _POLL_S = 0.2
 """How often ``drain --wait`` asks the agent (a GET over the local socket costs ~1 ms)."""
+
+_ON_COMPLETION = re.compile(r"none|resume|exit|restart|hook:[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
@@ -229,10 +233,13 @@ def _decide(target: Target, phase1: Reply, plan: _DrainPlan) -> Reply | None:
 def _drain_finished(body: Mapping[str, Any], request_id: str) -> bool:
     """Whether a ``GET /v1/drain`` reply says request ``request_id`` has drained the node.
 
-    Raises CliError (exit 1) when it ended otherwise (cancelled, or another request).
+    With a completion hook, "drained" means the hook has ended too: the request completed
+    (the node then waits for its health check, when one is configured) or is
+    ``hook_failed``. Raises CliError (exit 1) when it ended otherwise (cancelled, or
+    another request).
     """
     if body.get("id") == request_id:
-        return body.get("state") in ("drained", "completed")
+        return body.get("state") in ("drained", "completed", "hook_failed")
     last = body.get("last") or {}
     if last.get("id") == request_id:
         if last.get("state") == "completed":
@@ -246,11 +253,13 @@ def _drain_finished(body: Mapping[str, Any], request_id: str) -> bool:
 def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: bool) -> None:
     """Poll ``GET /v1/drain`` until the node is drained; show progress on stderr.
 
-    With on-completion ``exit`` or ``restart`` the agent exits once drained: losing it
-    then counts as drained. Ctrl-C stops waiting and leaves the drain running (130).
+    With on-completion ``exit`` or ``restart`` the agent exits once drained, and a hook
+    may reboot the machine: losing it then counts as drained. Ctrl-C stops waiting and
+    leaves the drain running (130).
     """
     request_id = str(committed["id"])
-    exits = committed.get("on_completion") in ("exit", "restart")
+    completion = str(committed.get("on_completion"))
+    exits = completion in ("exit", "restart") or completion.startswith("hook:")
     progress = None
     if not json_output:
         from nodeagent.cli._render import DrainProgress  # noqa: PLC0415
@@ -293,14 +302,26 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
             emit_json(final)
         return
     if gone:
-        emit_text(
-            f"the agent exited (on completion {committed.get('on_completion')}): "
-            f"drain request {request_id} completed"
-        )
+        if completion.startswith("hook:"):
+            emit_text(
+                f"the agent stopped answering while {completion} ran (it may be rebooting): "
+                f"`nodeagent status` shows how drain request {request_id} ends"
+            )
+        else:
+            emit_text(
+                f"the agent exited (on completion {completion}): "
+                f"drain request {request_id} completed"
+            )
         return
     from nodeagent.cli._render import render_drain_end  # noqa: PLC0415
 
     render_drain_end(_console(), body, request_id)
+    if body.get("state") == "hook_failed":
+        hook = body.get("hook") or {}
+        raise CliError(
+            "drain.hook_failed",
+            f"drain request {request_id}: hook {hook.get('name')} {hook.get('message')}",
+        )
 
 
 def drain(
@@ -310,6 +331,7 @@ def drain(
     fast: bool,
     reason: str,
     on_completion: str,
+    then: str | None,
     deadline: str | None,
     start: str | None,
     check: str | None,
@@ -322,9 +344,24 @@ def drain(
     socket_path: str | None,
 ) -> None:
     """``nodeagent drain``: phase 1, the estimate, the prompt, then commit or cancel
-    (``yes`` or ``check``: one-shot); with ``wait``, progress until the node is drained."""
+    (``yes`` or ``check``: one-shot); with ``wait``, progress until the node is drained
+    (and its completion hook, ``then`` or ``on_completion`` ``hook:NAME``, has ended)."""
     if graceful + quick + fast > 1:
         raise UsageError("cli.usage", "choose one of --graceful, --quick and --fast")
+    if then is not None:
+        if on_completion != "none":
+            raise UsageError("cli.usage", "--then HOOK is --on-completion hook:HOOK: give one")
+        if not _HOOK_NAME.fullmatch(then):
+            raise UsageError(
+                "cli.usage",
+                f"--then {then!r}: a hook name is 1 to 64 letters, digits, '_', '.' or '-'",
+            )
+        on_completion = f"hook:{then}"
+    if not _ON_COMPLETION.fullmatch(on_completion):
+        raise UsageError(
+            "cli.usage",
+            f"--on-completion {on_completion!r}: choose none, resume, exit, restart or hook:NAME",
+        )
     if dry_run and (yes or check is not None or wait):
         raise UsageError("cli.usage", "--dry-run cannot go with --yes, --check or --wait")
     schedule = "quick" if quick else "fast" if fast else "graceful"
@@ -378,6 +415,13 @@ def cancel(
         emit_text("no drain request in force: nothing to cancel")
     else:
         emit_text(f"cancelled drain request {last['id']} ({last['schedule']})")
+    health = reply.data.get("health") or {}
+    if reply.data.get("accepting") is False and health.get("state") not in (None, "passing"):
+        emit_text(
+            f"the node stays closed until its health check passes ({health['state']}, "
+            f"{health.get('passes', 0)}/{health.get('passes_needed', 1)} passes): "
+            "`nodeagent status` shows it"
+        )
 
 
 # --- claims -------------------------------------------------------------------------------

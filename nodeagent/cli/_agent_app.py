@@ -10,7 +10,7 @@ print ``code: message`` to stderr and end with the exit statuses of ``docs/cli.m
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -115,9 +115,6 @@ def ad(
     )
 
 
-OnCompletion = Literal["none", "resume", "exit", "restart"]
-
-
 @agent_app.command()
 def drain(
     *,
@@ -130,9 +127,24 @@ def drain(
     fast: Annotated[bool, typer.Option("--fast", help="Kill every job now.")] = False,
     reason: Annotated[str, typer.Option(help="Why (shown in the ad as DrainReason).")] = "",
     on_completion: Annotated[
-        OnCompletion,
-        typer.Option("--on-completion", help="What happens once the node is drained."),
+        str,
+        typer.Option(
+            "--on-completion",
+            metavar="ACTION",
+            help="What happens once the node is drained: none, resume, exit, restart, or "
+            "hook:NAME (a hook of the agent's configuration).",
+        ),
     ] = "none",
+    then: Annotated[
+        str | None,
+        typer.Option(
+            "--then",
+            metavar="HOOK",
+            show_default=False,
+            help="Run this configured hook once the node is drained (--on-completion "
+            "hook:HOOK); the node stays closed until it succeeded and is healthy.",
+        ),
+    ] = None,
     deadline: Annotated[
         str | None,
         typer.Option(
@@ -183,6 +195,7 @@ def drain(
             fast=fast,
             reason=reason,
             on_completion=on_completion,
+            then=then,
             deadline=deadline,
             start=start,
             check=check,

@@ -213,6 +213,9 @@ def render_drain(
         rows.append(("start", str(body["start"])))
     if state == "pending" and body.get("expires_at") is not None:
         rows.append(("expires", f"{_when(body['expires_at'], now, tz)} unless committed"))
+    hook = body.get("hook") or {}
+    if hook:
+        rows.append(("hook", f"{hook.get('name')} {hook.get('state')}"))
     for label, value in rows:
         console.print(f"  {label:<11} {value}")
     blockers = estimate.get("blockers") or []
@@ -285,20 +288,42 @@ class DrainProgress:
 
 
 def render_drain_end(console: Console, body: Mapping[str, Any], request_id: str) -> None:
-    """How a waited-for drain ended, from the final ``GET /v1/drain`` reply."""
+    """How a waited-for drain ended, from the final ``GET /v1/drain`` reply: drained, its
+    completion action or hook done (or failed), and whether the node waits for its health
+    check."""
     from rich.text import Text  # noqa: PLC0415
 
     if body.get("id") == request_id:
+        hook = body.get("hook") or {}
+        if body.get("state") == "hook_failed":
+            console.print(
+                Text(
+                    f"drained: request {request_id}; its hook {hook.get('name')} failed: "
+                    f"{hook.get('message')}",
+                    style="bold red",
+                )
+            )
+            output = str(hook.get("output") or "").rstrip("\n").split("\n")
+            for line in output[-_OUTPUT_LINES:] if any(output) else []:
+                console.print(Text(f"    | {line}", style="dim"))
+            return
         console.print(Text(f"drained: request {request_id}", style="bold green"))
         return
     last = body.get("last") or {}
     action = last.get("on_completion")
-    console.print(
-        Text(
-            f"drained: request {request_id} completed (on completion {action})",
-            style="bold green",
+    hook = last.get("hook") or {}
+    done = f"completed (on completion {action}"
+    done += f": {hook.get('message')})" if hook else ")"
+    console.print(Text(f"drained: request {request_id} {done}", style="bold green"))
+    health = body.get("health") or {}
+    if health and health.get("state") != "passing":
+        console.print(
+            Text(
+                f"the node stays closed until its health check passes ({health.get('state')}; "
+                "`nodeagent status` shows it)",
+                style="yellow",
+            )
         )
-    )
 
 
 # --- claims -------------------------------------------------------------------------------
@@ -359,6 +384,102 @@ def _machine_line(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
     return line
 
 
+_HOOK_STYLES = {
+    "pending": "yellow",
+    "running": "yellow",
+    "succeeded": "green",
+    "failed": "bold red",
+    "interrupted": "red",
+}
+_HEALTH_STYLES = {"passing": "green", "pending": "yellow", "failing": "bold red"}
+
+#: Lines of a hook's or health check's output ``status`` shows.
+_OUTPUT_LINES = 5
+
+
+def _output_lines(text: object) -> list[str]:
+    """The last lines of an ad's output attribute (newlines written ``\\n``)."""
+    if not isinstance(text, str) or not text:
+        return []
+    return [f"    | {line}" for line in text.split("\\n")[-_OUTPUT_LINES:]]
+
+
+def _hook_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
+    """The drain's completion hook (``DrainHook*``): its state, when, how it ended, the
+    end of its output; what to do about a failed one that holds the node."""
+    from rich.text import Text  # noqa: PLC0415
+
+    name = machine.get("DrainHookName")
+    if not name:
+        return []
+    now = _num(machine.get("MyCurrentTime"))
+    state = str(machine.get("DrainHookState", ""))
+    request = machine.get("DrainHookRequestId")
+    in_force = request is not None and request == machine.get("DrainingRequestId")
+    line = Text(f"  hook {name} (drain {request}): ")
+    line.append(state, style=_HOOK_STYLES.get(state, "") if in_force else "dim")
+    started, ended = machine.get("DrainHookStartTime"), machine.get("DrainHookEndTime")
+    if state == "running" and started is not None:
+        line.append(f" since {_when(started, now, tz)}")
+    elif ended is not None:
+        line.append(f" {_when(ended, now, tz)}")
+    if machine.get("DrainHookMessage"):
+        line.append(f": {machine['DrainHookMessage']}")
+    lines = [line]
+    if in_force and state in ("failed", "interrupted"):
+        lines.append(
+            Text(
+                f"    the node stays closed: fix it, then `nodeagent cancel {request}` "
+                "(the health check runs first, when configured)",
+                style="red",
+            )
+        )
+    if in_force or state in ("failed", "interrupted"):
+        lines.extend(
+            Text(out, style="dim") for out in _output_lines(machine.get("DrainHookOutput"))
+        )
+    return lines
+
+
+def _health_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
+    """The health gate (``Health*``), while it holds the node closed (or its last word)."""
+    from rich.text import Text  # noqa: PLC0415
+
+    state = machine.get("HealthState")
+    if state is None:
+        return []
+    state = str(state)
+    now = _num(machine.get("MyCurrentTime"))
+    line = Text("  health: ")
+    line.append(state, style=_HEALTH_STYLES.get(state, ""))
+    if state == "passing":
+        if machine.get("HealthLastCheck") is not None:
+            line.append(f" (last check {_when(machine['HealthLastCheck'], now, tz)})", style="dim")
+        return [line]
+    passes, needed = machine.get("HealthPasses", 0), machine.get("HealthPassesNeeded", 1)
+    line.append(f" (not yet healthy: {passes}/{needed} passes")
+    if machine.get("HealthFailures"):
+        line.append(f", {machine['HealthFailures']} failed in a row")
+    line.append(")")
+    if machine.get("HealthReason"):
+        line.append(f" since {machine['HealthReason']}")
+    lines = [line]
+    detail = []
+    if machine.get("HealthLastCheck") is not None:
+        detail.append(
+            f"last check {_when(machine['HealthLastCheck'], now, tz)}: "
+            f"{machine.get('HealthMessage', '')}"
+        )
+    if machine.get("HealthNextCheck") is not None:
+        detail.append(f"next {format_relative(_num(machine['HealthNextCheck']), now)}")
+    elif state in ("pending", "failing"):
+        detail.append("a check is running")
+    lines.append(Text("    " + "; ".join(detail)))
+    if state == "failing":
+        lines.extend(Text(out, style="dim") for out in _output_lines(machine.get("HealthOutput")))
+    return lines
+
+
 def _estimates_line(machine: Mapping[str, Any], tz: tzinfo | None) -> str:
     now = _num(machine.get("MyCurrentTime"))
     drain = str(machine.get("DrainState", "none"))
@@ -415,7 +536,13 @@ def status_view(ad: Mapping[str, Any], *, tz: tzinfo | None = None) -> Group:
 
     machine = ad.get("machine") or {}
     slots = ad.get("slots") or []
-    return Group(_machine_line(machine, slots), _estimates_line(machine, tz), _slot_table(slots))
+    return Group(
+        _machine_line(machine, slots),
+        *_hook_lines(machine, tz),
+        *_health_lines(machine, tz),
+        _estimates_line(machine, tz),
+        _slot_table(slots),
+    )
 
 
 def render_status(console: Console, ad: Mapping[str, Any], *, tz: tzinfo | None = None) -> None:

@@ -25,8 +25,10 @@ from nodeagent.client import (
     CheckFailed,
     DrainInProgress,
     Forbidden,
+    HookRunning,
     InvalidRequest,
     NoSuchClaim,
+    NoSuchHook,
     NoSuchRequest,
     NotAccepting,
     NotPending,
@@ -108,7 +110,7 @@ def test_every_exported_exception_is_an_agent_error() -> None:
         for v in (getattr(client_module, n) for n in client_module.__all__)
         if isinstance(v, type) and issubclass(v, BaseException)
     ]
-    assert len(errors) == 15
+    assert len(errors) == 17
     assert all(issubclass(e, AgentError) for e in errors)
     assert {e for e in errors if not issubclass(e, Refused)} == {
         AgentError,
@@ -129,6 +131,8 @@ REPLIES = [
     (409, "machine.not_accepting", None, NotAccepting),
     (409, "resources.insufficient", None, ResourcesInsufficient),
     (404, "claim.no_such_claim", None, NoSuchClaim),
+    (422, "drain.no_such_hook", None, NoSuchHook),
+    (409, "drain.hook_running", None, HookRunning),
     (401, "auth.unauthenticated", None, Unauthorized),
     (403, "auth.forbidden", None, Forbidden),
     # known status, code without a class of its own: a plain Refused, not Forbidden
