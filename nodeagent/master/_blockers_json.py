@@ -12,6 +12,7 @@ integer goes; a reply fills in the moving values and hands the text to orjson as
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +27,32 @@ def _template(frame: BlockerFrame) -> tuple[bytes, list[tuple[int, int]]]:
     """The blocker's JSON with ``%d`` for each moving value (a ``%`` of its own doubled),
     and those values' lines, in order.
 
-    The fixed entries between two moving ones are encoded together. Raises
-    :class:`orjson.JSONEncodeError` for a value orjson cannot write (an integer beyond
-    64 bits).
+    Encoded once, with a marker string in place of each moving value, then cut at the
+    markers. Raises :class:`orjson.JSONEncodeError` for a value orjson cannot write (an
+    integer beyond 64 bits).
     """
     if not frame.moving:
         return orjson.dumps(frame.at_base).replace(b"%", b"%%"), []
+    marked = dict(frame.at_base)
+    for i, (key, _, _) in enumerate(frame.moving):
+        marked[key] = _MARKS[i]
+    pieces = _MARK.split(orjson.dumps(marked).replace(b"%", b"%%"))
+    if pieces[1::2] != _ORDER[: len(frame.moving)]:
+        # A value of the blocker's own reads as a marker: one entry at a time instead.
+        return _template_by_entry(frame)
+    pieces[1::2] = [b"%d"] * len(frame.moving)
+    return b"".join(pieces), [(at, slope) for _, at, slope in frame.moving]
+
+
+#: Marker strings for the moving values (a blocker has two or three), as orjson writes
+#: them: a string that begins and ends with NUL.
+_MARKS = [f"\x00{i}\x00" for i in range(16)]
+_MARK = re.compile(rb'"\\u0000(\d+)\\u0000"')
+_ORDER = [str(i).encode() for i in range(16)]
+
+
+def _template_by_entry(frame: BlockerFrame) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`_template`, encoding the fixed entries between two moving ones together."""
     moving = {key: (at, slope) for key, at, slope in frame.moving}
     parts = []
     lines = []

@@ -49,6 +49,8 @@ from nodeagent.master._plan import PlanPolicy
 __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 
 log = logging.getLogger("nodeagent.master")
+#: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
+_WAKE_GAP = 0.25
 
 
 def plan_policy(config: MasterConfig) -> PlanPolicy:
@@ -145,6 +147,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
             ads=AdStore(lifetime=config.ad_lifetime),
             policy=plan_policy(config),
             reconcile_interval=config.reconcile_interval,
+            wake_gap=min(_WAKE_GAP, config.reconcile_interval),
             fetch_timeout=config.agent_timeout,
         )
         master.load()

@@ -44,6 +44,7 @@ figures, which its plan row flags ``figures_stale``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import logging
@@ -206,6 +207,10 @@ class Master:
     ads: AdStore
     policy: PlanPolicy = field(default_factory=PlanPolicy)
     reconcile_interval: float = 1.0
+    #: A pass woken before its interval (a new node, a schedule change) comes at least this
+    #: long after the previous pass started: ads of thousands of nodes arriving at once
+    #: after a restart would otherwise run passes back to back and starve the ingest.
+    wake_gap: float = 0.0
     #: Forecasts a reconcile pass makes at most (≈ 0.2 ms each), for nodes whose ad changed.
     forecasts_per_pass: int = 500
     state: MaintenanceState = field(default_factory=MaintenanceState)
@@ -548,9 +553,11 @@ class Master:
         async with kept_alive(self.link), trio.open_nursery() as nursery:
             while True:
                 self._wake = trio.Event()
+                started = trio.current_time()
                 self.reconcile(nursery)
                 with trio.move_on_after(self.reconcile_interval):
                     await self._wake.wait()
+                    await trio.sleep_until(started + self.wake_gap)
 
     def reconcile(self, nursery: trio.Nursery) -> None:
         """One pass: start, escalate, down and cancel drains as the schedule says."""
@@ -588,10 +595,11 @@ class Master:
                 forecast = plan.node.forecast
                 if not forecast.ready(now, window_start=window, escalation=escalation):
                     forecast.prepare(now, window_start=window, escalation=escalation)
-                    # and the text of its blockers, which the plan's reply writes
-                    plan.node.blockers_json.fragment(
+                    # and the text the plan's reply writes: the blockers', the row's
+                    plan.node.blockers_json.text(
                         forecast, now, window_start=window, escalation=escalation
                     )
+                    self._prepare_row(plan, now)
                     budget -= 1
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
@@ -604,6 +612,21 @@ class Master:
         for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
+
+    def _prepare_row(self, plan: MachinePlan, now: float) -> None:
+        """Make the template of the machine's row of the whole plan (with blockers)."""
+        state = row_state(
+            plan,
+            is_lost=self.ads.lost_at(now),
+            with_blockers=True,
+            window_since=self.window_since.get(plan.key),
+            escalation=self.policy.escalation,
+        )
+        text = self._row_texts.get(plan.key)
+        if text is None:
+            text = self._row_texts[plan.key] = RowJson()
+        with contextlib.suppress(orjson.JSONEncodeError):  # written by json, as plan_body does
+            text.prepare(plan, state)
 
     def _decide(self, plan: MachinePlan, now: float) -> str | None:
         """What the pass does for one machine now: ``start``, ``escalate``, ``down``,

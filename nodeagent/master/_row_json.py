@@ -19,6 +19,7 @@ writes for the row.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,7 @@ _AFTER_AGES = "sddddddssdssddsddds" + "ss"
 _SLOTS_AFTER_AGES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19)
 
 
+@functools.cache
 def _markers(nodes: int) -> RowFigures:
     """:class:`RowFigures` holding the markers: the ages are 0 … nodes − 1, then on."""
 
@@ -60,58 +62,66 @@ def _template(plan: MachinePlan, state: RowState) -> bytes | None:
     """The row's template, or ``None`` if the markers are not where they must be."""
     nodes = len(plan.nodes)
     text = orjson.dumps(row_dict(plan, state, _markers(nodes), encoded=True))
-    found = [int(m.group(1)) for m in _MARKER.finditer(text)]
+    pieces = _MARKER.split(text.replace(b"%", b"%%"))
     slots = [*range(nodes), *(nodes - 1 + i for i in _SLOTS_AFTER_AGES)]
     kinds = "s" * nodes + _AFTER_AGES
     if not state.with_blockers:
         slots.pop()  # the blockers are written as []
         kinds = kinds[:-1]
-    if found != slots:
+    if pieces[1::2] != [str(i).encode() for i in slots]:
         return None
-    parts = []
-    at = 0
-    for match, kind in zip(_MARKER.finditer(text), kinds, strict=True):
-        parts.append(text[at : match.start()].replace(b"%", b"%%"))
-        parts.append(b"%d" if kind == "d" else b"%s")
-        at = match.end()
-    parts.append(text[at:].replace(b"%", b"%%"))
-    return b"".join(parts)
+    pieces[1::2] = [b"%d" if kind == "d" else b"%s" for kind in kinds]
+    return b"".join(pieces)
 
 
 class RowJson:
-    """One machine's plan row as JSON text; remembers its template while the row's
-    state, machine and nodes' ads stay the same (compared by identity)."""
+    """One machine's plan row as JSON text; remembers its templates, one per state seen
+    (with and without blockers, say), while the machine and its nodes' ads stay the
+    same (compared by identity)."""
 
-    __slots__ = ("_machine", "_nodes", "_state", "_template")
+    __slots__ = ("_machine", "_nodes", "_templates")
+
+    #: States remembered at most (a row has one or two in practice).
+    STATES = 4
 
     def __init__(self) -> None:
         self._machine: ScheduledMachine | None = None
         self._nodes: Sequence[AdEntry] = ()
-        self._state: RowState | None = None
-        self._template: bytes | None = None
+        self._templates: dict[RowState, bytes | None] = {}
+
+    def prepare(self, plan: MachinePlan, state: RowState) -> bytes | None:
+        """The row's template for ``state``, made now if it is not made yet (a
+        reconcile pass makes it ahead of the plans); ``None``: the row is written the
+        slow way (no node, or a marker in the row's own values).
+
+        Raises :class:`orjson.JSONEncodeError` for a value orjson cannot write.
+        """
+        if plan.node is None:
+            return None
+        nodes = plan.nodes
+        if plan.machine is not self._machine or (
+            nodes is not self._nodes  # the ad store hands out the same list until it changes
+            and (
+                len(nodes) != len(self._nodes)
+                or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
+            )
+        ):
+            self._machine, self._nodes = plan.machine, nodes
+            self._templates = {}
+        templates = self._templates
+        if state in templates:
+            return templates[state]
+        if len(templates) >= self.STATES:
+            templates.clear()
+        template = templates[state] = _template(plan, state)
+        return template
 
     def text(self, plan: MachinePlan, state: RowState, figures: RowFigures) -> bytes:
         """The row of ``state`` and ``figures``, as ``orjson.dumps(row_dict(…))`` writes it.
 
         Raises :class:`orjson.JSONEncodeError` for a value orjson cannot write.
         """
-        if plan.node is None:
-            return orjson.dumps(row_dict(plan, state, figures, encoded=True))
-        nodes = plan.nodes
-        if (
-            plan.machine is not self._machine
-            or state != self._state
-            or (
-                nodes is not self._nodes  # the ad store hands out the same list until it changes
-                and (
-                    len(nodes) != len(self._nodes)
-                    or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
-                )
-            )
-        ):
-            self._template = _template(plan, state)
-            self._machine, self._nodes, self._state = plan.machine, nodes, state
-        template = self._template
+        template = self.prepare(plan, state)
         if template is None:
             return orjson.dumps(row_dict(plan, state, figures, encoded=True))
         dumps = orjson.dumps

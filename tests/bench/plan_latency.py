@@ -292,7 +292,79 @@ def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) 
     return result
 
 
-def run(machines: int, runs: int, http_runs: int, interval: float) -> dict[str, Any]:
+def paced(address: tuple[str, int], prepared: list[bytes], rate: float) -> float:
+    """Push every prepared ad once at ``rate`` per second; returns the seconds it took."""
+    tick = 0.1
+    per_tick = max(1, round(rate * tick))
+    started = next_at = time.monotonic()
+    for i in range(0, len(prepared), per_tick):
+        statuses = push_each(address, prepared[i : i + per_tick], connections=4)
+        if set(statuses) != {200}:
+            raise RuntimeError(f"ad pushes answered {statuses}")
+        next_at += tick
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return time.monotonic() - started
+
+
+def after_restart(
+    machines: int, now: float, restarts: int, period: float, tmp: Path
+) -> dict[str, Any]:
+    """The first plans after a master restart (SIGKILL, then started again on its store).
+
+    The schedule is in the master's store; the ads are not: the agents bring them again
+    with their next periodic push, spread over their ``update_interval`` (``period``). The
+    plan is asked for as soon as the last ad is in: the whole reply (blockers), then the
+    summary ``nodeagent master plan`` draws. Then the same with every ad pushed at once
+    (as fast as the master takes them), the worst case.
+    """
+    master = MasterProcess(tmp / "restart", settings={"ad_lifetime": 3600})
+    prepared: list[bytes] = []
+    result: dict[str, Any] = {"period_s": period}
+    times: dict[str, list[float]] = {}
+    try:
+        master.start()
+        posted = master.call("POST", "/maintenance/schedule", json=schedule(machines, now))
+        if posted.status_code != 200:
+            raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
+        for run in range(restarts * 2):
+            burst = run >= restarts
+            assert master.proc is not None
+            master.proc.kill()
+            master.proc.wait()
+            master.start()
+            host, port = master.url.removeprefix("http://").rsplit(":", 1)
+            if not prepared:
+                prepared = requests(master, int(port), machines, now)
+            if burst:
+                push_each((host, int(port)), prepared)
+            else:
+                paced((host, int(port)), prepared, machines / period)
+            with master.client(master.token("READ")) as client:
+                for name, params in (
+                    ("plan", {}),
+                    ("summary", {"late": "true", "blockers": "false", "limit": "20"}),
+                ):
+                    t0 = time.perf_counter()
+                    response = client.get("/v1/maintenance/plan", params=params)
+                    elapsed = time.perf_counter() - t0
+                    if response.status_code != 200:
+                        raise RuntimeError(f"plan: {response.status_code} {response.text[:200]}")
+                    if name == "plan":
+                        check(response.json(), machines, blockers=True)
+                    else:
+                        check_summary(response.json(), machines)
+                    key = f"{'burst' if burst else 'paced'}_first_{name}_ms"
+                    times.setdefault(key, []).append(elapsed)
+    finally:
+        stop_master(master)
+    result.update({name: summary(values) for name, values in times.items()})
+    result["master_log_problems"] = log_problems(master)
+    return result
+
+
+def run(
+    machines: int, runs: int, http_runs: int, interval: float, restarts: int, period: float
+) -> dict[str, Any]:
     now = time.time()
     templates = template_ads(now)
     ads = [
@@ -303,6 +375,7 @@ def run(machines: int, runs: int, http_runs: int, interval: float) -> dict[str, 
         local = in_process(ads, now, runs, tmp)
         del ads
         remote = over_http(machines, now, http_runs, interval, tmp) if http_runs else {}
+        restarted = after_restart(machines, now, restarts, period, tmp) if restarts else {}
     return {
         "benchmark": "plan_latency",
         "machines": machines,
@@ -311,6 +384,7 @@ def run(machines: int, runs: int, http_runs: int, interval: float) -> dict[str, 
         "target_p50_ms": 250,
         "in_process": local,
         "http": remote,
+        "after_restart": restarted,
     }
 
 
@@ -322,10 +396,17 @@ def main() -> int:
     parser.add_argument(
         "--interval", type=float, default=2.0, help="seconds between requests under churn"
     )
+    parser.add_argument("--restarts", type=int, default=3, help="master restarts per variant")
+    parser.add_argument(
+        "--period", type=float, default=60.0, help="the agents' update_interval after a restart"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(run(args.machines, args.runs, args.http_runs, args.interval), indent=2))
+        figures = run(
+            args.machines, args.runs, args.http_runs, args.interval, args.restarts, args.period
+        )
+        print(json.dumps(figures, indent=2))
     return 0
 
 

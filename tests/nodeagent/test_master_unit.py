@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -144,7 +145,7 @@ def many_nodes_schedule(count: int, start: float) -> MaintenanceSchedule:
     )
 
 
-async def test_reconcile_passes_make_forecasts_a_bounded_number_at_a_time(
+async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_number_at_a_time(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     master = make_master(tmp_path, DownLink())
@@ -162,12 +163,16 @@ async def test_reconcile_passes_make_forecasts_a_bounded_number_at_a_time(
     def made() -> int:
         return sum(e.forecast.ready(master.clock.now()) for e in entries)
 
+    def written() -> int:
+        """Rows whose text the reply can write from a template made by a pass."""
+        return sum(any(t._templates.values()) for t in master._row_texts.values())
+
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)
-        assert made() == 2
+        assert (made(), written()) == (2, 2)
         master.reconcile(nursery)
         master.reconcile(nursery)
-        assert made() == 5
+        assert (made(), written()) == (5, 5)
     row = master.plan()["machines"][0]
     assert row["expected"]["graceful"]["completion"] == EPOCH + 600  # the vacate time
 
@@ -962,4 +967,37 @@ async def test_while_the_master_starts_a_drain_the_plan_reads_it_as_its_own(
         assert row["started_by_master"] is False
         assert row["as_planned"]["escalation"] == "none"
         nursery.cancel_scope.cancel()
+    master.store.close()
+
+
+async def test_passes_woken_early_keep_their_gap(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """New nodes' ads arriving ten times a second wake the reconcile pass each time; with
+    wake_gap 0.25 passes start at most four times a second, and at least once per
+    interval without any wake."""
+    master = make_master(tmp_path, DownLink())
+    master.wake_gap = 0.25
+    master.reconcile_interval = 1.0
+    starts: list[float] = []
+    reconcile = master.reconcile
+
+    def counted(nursery: trio.Nursery) -> None:
+        starts.append(trio.current_time())
+        reconcile(nursery)
+
+    master.reconcile = counted  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(master.run)
+        t0 = trio.current_time()
+        for _ in range(20):  # 2 s of wakes, as every new node's ad makes
+            await trio.sleep(0.1)
+            master.wake()
+        await trio.sleep(3)  # then quiet: the interval
+        nursery.cancel_scope.cancel()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 0.25 - 1e-9
+    woken = [s for s in starts if s - t0 <= 2.05]
+    assert 7 <= len(woken) <= 9  # every 0.25 s or so while woken, not every 0.1 s
+    assert [round(g, 6) for g in gaps[-2:]] == [1.0, 1.0]
     master.store.close()
