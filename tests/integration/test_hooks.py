@@ -1,0 +1,335 @@
+"""Real agents running real hook and health-check scripts.
+
+Each test writes its shell scripts in its temporary directory and names them in the
+agent's configuration. A hook appends one line to a record file each time it runs, so
+"exactly once" is a line count. Everything a test starts it ends by pid: the agents (the
+harness), the jobs (the harness, by the pids it recorded); the hooks and health checks
+end by themselves within a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
+
+NS = 1_000_000_000
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value: strings, booleans and lists as JSON writes them; tables inline."""
+    if isinstance(value, dict):
+        return (
+            "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+        )
+    return json.dumps(value)
+
+
+def config(
+    tmp: Path,
+    *,
+    hooks: dict[str, dict[str, Any]],
+    health_flag: Path | None = None,
+    boot_id: Path | None = None,
+) -> str:
+    """The top-level keys and tables an agent gets in ``extra``."""
+    lines = []
+    if boot_id is not None:
+        lines.append(f'boot_id_file = "{boot_id}"')
+    for name, hook in hooks.items():
+        lines.append(f"[hooks.{name}]")
+        for key, value in hook.items():
+            lines.append(f"{key} = {toml_value(value)}")
+    if health_flag is not None:
+        check = script(
+            tmp / "health.sh",
+            f'test -e "{health_flag}" || {{ echo "{health_flag} missing"; exit 1; }}\n',
+        )
+        lines += [
+            "[health]",
+            f"command = {toml_value([str(check)])}",
+            'timeout = "5s"',
+            "interval = 0.3",
+            "passes = 1",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def machine_ad(agent: AgentProcess) -> dict[str, Any]:
+    ad: dict[str, Any] = agent.call("GET", "/v1/ad").json()["machine"]
+    return ad
+
+
+def cli(agent: AgentProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent", *args, "--socket", str(agent.socket)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def audit(agent: AgentProcess) -> list[dict[str, Any]]:
+    path = agent.root / "state" / "audit.log"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.fixture
+def flag(tmp_path: Path) -> Path:
+    return tmp_path / "healthy"
+
+
+# ------------------------------------------------------------------- a hook, start to end
+
+
+def test_a_hook_runs_once_after_the_last_job_is_gone_and_its_end_is_shown_everywhere(
+    tmp_path: Path, flag: Path
+) -> None:
+    record = tmp_path / "hook.record"
+    hook = script(
+        tmp_path / "firmware.sh",
+        'echo "$(date +%s.%N) $NODEAGENT_HOOK $NODEAGENT_DRAIN_REQUEST_ID '
+        '$NODEAGENT_DRAIN_SCHEDULE $NODEAGENT_NODE [$NODEAGENT_DRAIN_REASON] $SITE" '
+        f'>> "{record}"\n'
+        'echo "flashing firmware 2.1"\n'
+        'echo "device busy" >&2\n'
+        "exit 3\n",
+    )
+    extra = config(
+        tmp_path,
+        hooks={"fw": {"command": [str(hook)], "timeout": "30s", "environment": {"SITE": "lab"}}},
+        health_flag=flag,
+    )
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        argv, term = job_script(tmp_path, "job", term_delay=1.0)
+        agent.claim(argv)
+        wait_for(lambda: Path(str(term) + ".started").exists())
+        result = cli(agent, "drain", "--quick", "--then", "fw", "--yes", "--reason", "firmware 2.1")
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: machine_ad(agent).get("DrainHookState") == "failed")
+        # Never before the last job is gone: the job ended a second after its SIGTERM.
+        [line] = lines(record)
+        started = float(line.split()[0])
+        [term_time] = [float(t) for t in lines(term)]
+        assert started >= term_time + 1.0
+        assert line.split()[1:] == ["fw", "1", "quick", "node1.test", "[firmware", "2.1]", "lab"]
+        ad = machine_ad(agent)
+        assert ad["DrainState"] == "drained"
+        assert (ad["DrainHookName"], ad["DrainHookRequestId"]) == ("fw", "1")
+        assert (ad["DrainHookExitStatus"], ad["DrainHookMessage"]) == (3, "exit status 3")
+        assert ad["DrainHookOutput"] == "flashing firmware 2.1\\ndevice busy"
+        assert ad["DrainHookStartTime"] >= int(term_time)
+        assert ad["Start"] is False
+        # nodeagent status shows it.
+        status = cli(agent, "status")
+        assert status.returncode == 0, status.stderr
+        assert "hook fw (drain 1): failed" in status.stdout
+        assert "exit status 3" in status.stdout
+        assert "    | flashing firmware 2.1\n    | device busy" in status.stdout
+        assert "nodeagent cancel 1" in status.stdout
+        # The audit log has its start and its end.
+        records = [r for r in audit(agent) if r["action"].startswith("hook.")]
+        assert [(r["action"], r["result"], r["request_id"]) for r in records] == [
+            ("hook.start", "ok", "1"),
+            ("hook.end", "hook.failed", "1"),
+        ]
+        assert records[0]["details"]["command"] == [str(hook)]
+        end = records[1]["details"]
+        assert (end["exit_status"], end["output"]) == (3, "flashing firmware 2.1\ndevice busy\n")
+        # The failed hook holds the node; a cancel hands it to the health check.
+        time.sleep(0.5)
+        assert len(lines(record)) == 1
+        cancelled = cli(agent, "cancel")
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "the node stays closed until its health check passes" in cancelled.stdout
+        wait_for(lambda: machine_ad(agent).get("HealthState") == "failing")
+        assert machine_ad(agent)["Start"] is False
+        assert machine_ad(agent)["HealthOutput"] == f"{flag} missing"
+        flag.touch()
+        wait_for(lambda: machine_ad(agent)["Start"] is True)
+        assert machine_ad(agent)["HealthState"] == "passing"
+        assert len(lines(record)) == 1  # exactly once
+
+
+def test_a_hook_that_succeeds_opens_the_node_when_healthy_and_wait_says_so(
+    tmp_path: Path, flag: Path
+) -> None:
+    record = tmp_path / "hook.record"
+    hook = script(tmp_path / "ok.sh", f'echo run >> "{record}"\necho done\n')
+    extra = config(tmp_path, hooks={"ok": {"command": [str(hook)]}}, health_flag=flag)
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        result = cli(agent, "drain", "--fast", "--then", "ok", "--yes", "--wait")
+        assert result.returncode == 0, result.stderr
+        assert "drained: request 1 completed (on completion hook:ok: exit status 0)" in (
+            result.stdout
+        )
+        assert "the node stays closed until its health check passes" in result.stdout
+        assert machine_ad(agent)["Start"] is False
+        flag.touch()
+        wait_for(lambda: machine_ad(agent)["Start"] is True)
+        assert lines(record) == ["run"]
+
+
+# ------------------------------------------------------------------- the agent killed mid-hook
+
+
+@pytest.mark.parametrize("boot", ["same boot", "new boot"])
+def test_a_hook_that_kills_the_agent_is_never_run_again_and_health_decides(
+    tmp_path: Path, flag: Path, boot: str
+) -> None:
+    record = tmp_path / "hook.record"
+    pidfile = tmp_path / "agent.pid"
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("boot-A\n")
+    hook = script(
+        tmp_path / "reboot.sh",
+        f'echo "$NODEAGENT_DRAIN_REQUEST_ID" >> "{record}"\nkill -9 "$(cat "{pidfile}")"\n',
+    )
+    extra = config(
+        tmp_path,
+        hooks={"reboot": {"command": [str(hook)], "reboots": True}},
+        health_flag=flag,
+        boot_id=boot_id,
+    )
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        assert agent.proc is not None
+        pidfile.write_text(str(agent.proc.pid))
+        response = agent.call(
+            "POST",
+            "/v1/drain",
+            json={"schedule": "fast", "on_completion": "hook:reboot", "commit": True},
+        )
+        assert response.status_code == 201, response.text
+        assert agent.wait_exit() == -signal.SIGKILL  # the hook killed it
+        assert lines(record) == ["1"]
+        if boot == "new boot":
+            boot_id.write_text("boot-B\n")
+        agent.start()  # the same state directory
+        expected = "succeeded" if boot == "new boot" else "interrupted"
+        wait_for(lambda: machine_ad(agent).get("DrainHookState") == expected)
+        ad = machine_ad(agent)
+        if boot == "new boot":
+            assert ad["DrainHookMessage"] == "the machine rebooted during the hook"
+        else:
+            assert "the agent restarted while the hook ran" in ad["DrainHookMessage"]
+        # The health check runs and fails: closed.
+        wait_for(lambda: machine_ad(agent).get("HealthState") == "failing")
+        assert machine_ad(agent)["Start"] is False
+        assert agent.call("GET", "/v1/drain").json()["last"]["state"] == "completed"
+        flag.touch()
+        wait_for(lambda: machine_ad(agent)["Start"] is True)
+        assert lines(record) == ["1"]  # never run again
+
+
+# ------------------------------------------------------------------- the master's /machine/up
+
+
+def test_machine_up_from_a_real_master_leaves_an_unhealthy_node_closed_until_healthy(
+    tmp_path: Path, flag: Path
+) -> None:
+    with MasterProcess(tmp_path / "master", settings={"reconcile_interval": 0.2}) as master:
+        extra = config(tmp_path, hooks={}, health_flag=flag)
+        settings = master.agent_settings(tmp_path / "agent", update_interval=0.5)
+        with AgentProcess(
+            tmp_path / "agent", hostname="n1.test", master=settings, extra=extra
+        ) as agent:
+            machine = {"hostname": "n1.test", "ip": "127.0.0.1"}
+            far = time.time() + 10_000
+            schedule = {
+                "windows": [
+                    {
+                        "machine_ids": [machine],
+                        "unavailability": {"start": {"nanoseconds": int(far * NS)}},
+                    }
+                ]
+            }
+            assert master.call("POST", "/maintenance/schedule", json=schedule).status_code == 200
+            assert master.call("POST", "/machine/down", json=[machine]).status_code == 200
+            wait_for(lambda: machine_ad(agent)["DrainState"] == "drained", timeout=30)
+            assert master.call("POST", "/machine/up", json=[machine]).status_code == 200
+            wait_for(lambda: agent.call("GET", "/v1/drain").json()["state"] == "none", timeout=30)
+            wait_for(lambda: machine_ad(agent).get("HealthState") == "failing")
+            time.sleep(1)  # several checks: still closed
+            ad = machine_ad(agent)
+            assert (ad["Start"], ad["HealthState"]) == (False, "failing")
+            assert ad["HealthFailures"] >= 2
+            assert ad["HealthReason"].startswith("drain request 1 cancelled")
+
+            def seen_by_master() -> Any:
+                ads = master.call("GET", "/v1/ads").json()["ads"]
+                return [a for a in ads if a.get("HealthState") == "failing"]
+
+            wait_for(seen_by_master)
+            flag.touch()
+            wait_for(lambda: machine_ad(agent)["Start"] is True)
+            assert machine_ad(agent)["HealthState"] == "passing"
+
+
+# ------------------------------------------------------------------- refusals
+
+
+@pytest.fixture
+def hooked_agent(tmp_path: Path) -> Iterator[AgentProcess]:
+    hook = script(tmp_path / "true.sh", "exit 0\n")
+    extra = config(tmp_path, hooks={"reboot": {"command": [str(hook)]}})
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        yield agent
+
+
+def test_a_drain_naming_an_unknown_hook_is_refused_and_changes_nothing(
+    hooked_agent: AgentProcess,
+) -> None:
+    agent = hooked_agent
+    before = machine_ad(agent)
+    result = cli(agent, "drain", "--then", "reimage", "--yes")
+    assert result.returncode == 1
+    assert result.stderr.startswith("drain.no_such_hook: ")
+    assert "no hook named 'reimage'" in result.stderr
+    after = machine_ad(agent)
+    assert {k: v for k, v in after.items() if k != "MyCurrentTime"} == {
+        k: v for k, v in before.items() if k != "MyCurrentTime"
+    }
+    # The next drain still gets id 1: nothing was used up.
+    response = agent.call("POST", "/v1/drain", json={"on_completion": "hook:reboot"})
+    assert (response.status_code, response.json()["id"]) == (201, "1")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"on_completion": "hook:reboot", "command": ["/bin/touch", "/tmp/pwned"]},
+        {"on_completion": "hook:/bin/touch /tmp/pwned"},
+        {"on_completion": {"hook": "reboot", "command": ["/bin/true"]}},
+    ],
+)
+def test_a_hook_command_cannot_be_set_over_the_api(
+    hooked_agent: AgentProcess, body: dict[str, Any]
+) -> None:
+    response = hooked_agent.call("POST", "/v1/drain", json={**body, "commit": True})
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "request.invalid"
+    assert hooked_agent.call("GET", "/v1/drain").json()["state"] == "none"
+    assert not (hooked_agent.root / "state" / "hooks").exists()
