@@ -333,3 +333,40 @@ def test_a_hook_command_cannot_be_set_over_the_api(
     assert response.json()["error"]["code"] == "request.invalid"
     assert hooked_agent.call("GET", "/v1/drain").json()["state"] == "none"
     assert not (hooked_agent.root / "state" / "hooks").exists()
+
+
+# ------------------------------------------------------------------- reload
+
+
+def test_sighup_adds_a_hook_and_refuses_one_the_agent_may_not_run(tmp_path: Path) -> None:
+    record = tmp_path / "hook.record"
+    hook = script(tmp_path / "new.sh", f'echo run >> "{record}"\n')
+    with AgentProcess(tmp_path / "agent") as agent:
+        assert agent.proc is not None
+        refused = agent.call("POST", "/v1/drain", json={"on_completion": "hook:new"})
+        assert refused.json()["error"]["code"] == "drain.no_such_hook"
+        text = agent.config_path.read_text()
+        # A user the agent may not switch to (another user without root, or none at all):
+        # the reload is refused and changes nothing.
+        user = "root" if os.geteuid() != 0 else "no-such-user-h14"
+        bad = config(tmp_path, hooks={"new": {"command": [str(hook)], "user": user}})
+        agent.config_path.write_text(text + bad)
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in agent.log_path.read_text())
+        assert "hooks.new.user" in agent.log_path.read_text()
+        again = agent.call("POST", "/v1/drain", json={"on_completion": "hook:new"})
+        assert again.json()["error"]["code"] == "drain.no_such_hook"
+        agent.config_path.write_text(
+            text + config(tmp_path, hooks={"new": {"command": [str(hook)]}})
+        )
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded: hooks" in agent.log_path.read_text())
+        done = agent.call(
+            "POST",
+            "/v1/drain",
+            json={"schedule": "fast", "on_completion": "hook:new", "commit": True},
+        )
+        assert done.status_code == 201, done.text
+        wait_for(lambda: machine_ad(agent).get("DrainHookState") == "succeeded")
+        assert lines(record) == ["run"]
+        assert machine_ad(agent)["Start"] is True  # no health check: open at once
