@@ -71,6 +71,30 @@ def _mesos(target: Target, method: str, path: str, content: bytes | None = None)
     return check(reply, peer=target.peer)
 
 
+#: Nodes held out of service: the completion hook of the drain in force is due, running or
+#: failed, or the health gate is closed (docs/attributes.md).
+HELD_CONSTRAINT = (
+    '(HealthState isnt undefined && HealthState != "passing")'
+    " || (DrainHookState isnt undefined && DrainHookRequestId =?= DrainingRequestId"
+    ' && (DrainHookState == "pending" || DrainHookState == "running"'
+    ' || DrainHookState == "failed"))'
+)
+HELD_PROJECTION = (
+    "Name",
+    "DrainingRequestId",
+    "DrainHookRequestId",
+    "DrainHookName",
+    "DrainHookState",
+    "DrainHookMessage",
+    "HealthState",
+    "HealthFailures",
+    "HealthPasses",
+    "HealthPassesNeeded",
+    "HealthMessage",
+    "HealthNextCheck",
+)
+
+
 # --- machine ids on the command line ------------------------------------------------------
 
 _IPV4 = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
@@ -141,13 +165,19 @@ def status(
     *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
 ) -> None:
     """``nodeagent master status``: ``GET /maintenance/status``."""
-    reply = _mesos(_target(host, token, socket_path), "GET", "/maintenance/status")
+    target = _target(host, token, socket_path)
+    reply = _mesos(target, "GET", "/maintenance/status")
     if json_output:
         emit_text(reply.text)
         return
-    from nodeagent.cli._render import master_status_view  # noqa: PLC0415
+    from nodeagent.cli._render import held_nodes_view, master_status_view  # noqa: PLC0415
 
-    _console().print(master_status_view(reply.data or {}))
+    console = _console()
+    console.print(master_status_view(reply.data or {}))
+    query = urlencode({"constraint": HELD_CONSTRAINT, "projection": ",".join(HELD_PROJECTION)})
+    held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
+    if held:
+        console.print(held_nodes_view(held, now=time.time()))
 
 
 def schedule_get(
@@ -222,13 +252,17 @@ def _transition(
     schedule = _mesos(target, "GET", "/maintenance/schedule").data if partial else None
     ids = resolve_machines(machines, schedule)
     body = json.dumps(ids, separators=(",", ":"))
-    _mesos(target, "POST", path, body.encode())
+    reply = _mesos(target, "POST", path, body.encode())
+    report = reply.data.get("machines") if isinstance(reply.data, dict) else None
     if json_output:
-        emit_text(body)
+        emit_text(reply.text if report is not None else body)
         return
-    from nodeagent.cli._render import render_transition  # noqa: PLC0415
+    from nodeagent.cli._render import render_transition, render_up_report  # noqa: PLC0415
 
-    render_transition(_console(), mode, ids)
+    console = _console()
+    render_transition(console, mode, ids)
+    if report is not None:
+        render_up_report(console, report)
 
 
 def down(

@@ -674,6 +674,86 @@ def render_transition(
     console.print(line)
 
 
+def held_reason(node: Mapping[str, Any], now: float | None = None) -> str:
+    """Why a node is held out of service, from its ``DrainHook*`` and ``Health*``
+    attributes (an ad's, or the master's ``service`` object flattened the same way)."""
+    reasons = []
+    hook, state = node.get("DrainHookName"), node.get("DrainHookState")
+    request_id = node.get("DrainHookRequestId")
+    in_force = request_id is not None and request_id == node.get("DrainingRequestId")
+    if state in ("pending", "running", "failed") and in_force:
+        text = f"completion hook {hook} {state}"
+        if state == "failed" and node.get("DrainHookMessage"):
+            text += f": {node['DrainHookMessage']}"
+        reasons.append(text)
+    health = node.get("HealthState")
+    if health is not None and health != "passing":
+        text = f"health check {health}"
+        passes, needed = node.get("HealthPasses"), node.get("HealthPassesNeeded")
+        if health == "failing":
+            failures = node.get("HealthFailures")
+            text += f": {node.get('HealthMessage') or 'failed'}"
+            if isinstance(failures, int) and failures > 1:
+                text += f" ({failures} in a row)"
+        elif isinstance(passes, int) and isinstance(needed, int):
+            text += f" ({passes} of {needed} passes)"
+        due = node.get("HealthNextCheck")
+        if now is not None and isinstance(due, int | float):
+            text += f", next check in {max(0, round(due - now))} s"
+        reasons.append(text)
+    return "; ".join(reasons) or "closed"
+
+
+def held_nodes_view(ads: Sequence[Mapping[str, Any]], *, now: float) -> Group:
+    """``nodeagent master status``: the nodes held out of service, and why."""
+    from rich.console import Group  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("NODE HELD OUT OF SERVICE", no_wrap=True)
+    table.add_column("WHY")
+    for ad in ads:
+        table.add_row(str(ad.get("Name", "")), Text(held_reason(ad, now), style="yellow"))
+    count = len(ads)
+    summary = Text(
+        f"{count} node{'' if count == 1 else 's'} held out of service: each opens once its "
+        "hook has succeeded and its health check has passed",
+        style="dim",
+    )
+    return Group(Text(""), table, summary)
+
+
+def render_up_report(console: Console, report: Sequence[Mapping[str, Any]]) -> None:
+    """``nodeagent master up``: the nodes not yet back in service, from the reply of
+    ``POST /machine/up`` (each node's ``service``)."""
+    from rich.text import Text  # noqa: PLC0415
+
+    for machine in report:
+        for node in machine.get("nodes") or []:
+            if node.get("in_service") is not False:
+                continue
+            hook = node.get("hook") or {}
+            health = node.get("health") or {}
+            flat = {
+                "DrainHookName": hook.get("name"),
+                "DrainHookState": hook.get("state"),
+                "DrainHookMessage": hook.get("message"),
+                "DrainHookRequestId": hook.get("request_id"),
+                "DrainingRequestId": hook.get("request_id") if node.get("hook_holds") else None,
+                "HealthState": health.get("state"),
+                "HealthFailures": health.get("failures"),
+                "HealthPasses": health.get("passes"),
+                "HealthPassesNeeded": health.get("passes_needed"),
+                "HealthMessage": health.get("message"),
+            }
+            line = Text(f"{node.get('name')}: not yet in service: ", style="yellow")
+            line.append(held_reason(flat))
+            if not node.get("fresh", True):
+                line.append(" (from its last ad: the node did not answer)", style="dim")
+            console.print(line)
+
+
 def ads_table(
     ads: Sequence[Mapping[str, Any]], *, projection: Sequence[str], slots: bool, now: float
 ) -> Table:

@@ -103,6 +103,10 @@ def project(
     return [{k: ad[k] for k in projection if k in ad} for ad in ads]
 
 
+#: Hook states that keep a node closed (``DrainHookState``, docs/attributes.md).
+_HOOK_HOLDS = frozenset({"pending", "running", "failed"})
+
+
 def _fragment(value: Mapping[str, Any]) -> orjson.Fragment | None:
     """``value`` as JSON text; ``None`` for an integer beyond 64 bits (see ``plan_body``)."""
     try:
@@ -196,6 +200,53 @@ class AdEntry:
     def statistics_json(self) -> orjson.Fragment | None:
         """:attr:`statistics` as JSON text (``None``: a value orjson cannot write)."""
         return _fragment(self.statistics)
+
+    @cached_property
+    def service(self) -> dict[str, Any]:
+        """Whether the node takes work, and what keeps it out (read-only: plans share it).
+
+        ``in_service``: its ad's ``Start`` is not false, its drain's completion hook is
+        not due, running or failed (``hook_holds``: the hook of the drain in force is one
+        of those), and its health gate (if any) is open. ``hook`` and
+        ``health`` are the node's ``DrainHook*`` and ``Health*`` attributes, ``None`` when
+        it publishes none.
+        """
+        machine = self.machine
+        hook = None
+        if machine.get("DrainHookName") is not None:
+            hook = {
+                "request_id": machine.get("DrainHookRequestId"),
+                "name": machine.get("DrainHookName"),
+                "state": machine.get("DrainHookState"),
+                "exit_status": machine.get("DrainHookExitStatus"),
+                "message": machine.get("DrainHookMessage"),
+                "started": machine.get("DrainHookStartTime"),
+                "ended": machine.get("DrainHookEndTime"),
+            }
+        health = None
+        if machine.get("HealthState") is not None:
+            health = {
+                "state": machine.get("HealthState"),
+                "reason": machine.get("HealthReason"),
+                "passes": machine.get("HealthPasses"),
+                "passes_needed": machine.get("HealthPassesNeeded"),
+                "failures": machine.get("HealthFailures"),
+                "message": machine.get("HealthMessage"),
+                "next_check": machine.get("HealthNextCheck"),
+            }
+        held = (  # the hook of the drain request in force (docs/attributes.md)
+            hook is not None
+            and hook["state"] in _HOOK_HOLDS
+            and hook["request_id"] == machine.get("DrainingRequestId")
+        )
+        return {
+            "in_service": machine.get("Start", True) is not False
+            and not held
+            and (health is None or health["state"] == "passing"),
+            "hook_holds": held,
+            "hook": hook,
+            "health": health,
+        }
 
     @cached_property
     def empty(self) -> bool:

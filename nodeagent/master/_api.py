@@ -52,6 +52,7 @@ from nodeagent._peer import AgentCallFailed
 from nodeagent._store import StoreError
 from nodeagent.master._adstore import project
 from nodeagent.master._maintenance import (
+    MachineId,
     MaintenanceError,
     MaintenanceSchedule,
     load_json,
@@ -427,9 +428,13 @@ def build_master_app(
             )
 
     async def mesos_change(
-        request: Request, action: str, apply: Callable[[bytes, str], None]
+        request: Request,
+        action: str,
+        apply: Callable[[bytes, str], Any],
+        reply: Callable[[Any], Awaitable[Response]] | None = None,
     ) -> Response:
-        """Apply a Mesos change; every outcome is audited, refusals of the caller included."""
+        """Apply a Mesos change; every outcome is audited, refusals of the caller included.
+        ``reply`` makes the answer from what ``apply`` returned (else an empty 200)."""
         try:
             who = principal(request)
         except AuthError as exc:
@@ -442,7 +447,7 @@ def build_master_app(
             raise
         body = await request.body()
         try:
-            apply(body, who.subject)
+            applied = apply(body, who.subject)
         except MaintenanceError as exc:
             await record(request, who.subject, action, exc.code)
             return PlainTextResponse(exc.message, status_code=400)
@@ -452,6 +457,8 @@ def build_master_app(
                 f"The state could not be written; nothing changed: {exc}", status_code=503
             )
         await record(request, who.subject, action, "ok")
+        if reply is not None:
+            return await reply(applied)
         return Response(status_code=200)
 
     # ------------------------------------------------------------------ errors
@@ -645,12 +652,21 @@ def build_master_app(
         openapi_extra=_json_body(_MACHINE_IDS, "The machines to bring up"),
     )
     async def machine_up(request: Request) -> Response:
-        """DOWN machines go UP and leave the schedule, all or none (Mesos rules)."""
+        """DOWN machines go UP and leave the schedule, all or none (Mesos rules). The
+        reply (200, JSON) says, per machine and node, whether the node is back in service
+        once the master has cancelled its drain there, and if not what keeps it out (its
+        completion hook, its health check): a node opens only when its check passes."""
 
-        def apply(body: bytes, actor: str) -> None:
-            master.machines_up(parse_machine_ids(load_json(body, "array")), actor=actor)
+        def apply(body: bytes, actor: str) -> tuple[MachineId, ...]:
+            machine_ids = parse_machine_ids(load_json(body, "array"))
+            master.machines_up(machine_ids, actor=actor)
+            return machine_ids
 
-        return await mesos_change(request, "machine.up", apply)
+        async def reply(machine_ids: tuple[MachineId, ...]) -> Response:
+            report = await master.up_report(machine_ids)
+            return JSONResponse({"machines": report})
+
+        return await mesos_change(request, "machine.up", apply, reply)
 
     @app.get("/maintenance/status", tags=["maintenance"], responses=_errors(401, 403))
     async def maintenance_status(request: Request) -> Response:

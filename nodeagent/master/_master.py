@@ -221,6 +221,8 @@ class Master:
     _busy: set[str] = field(default_factory=set)
     #: Machines whose drain the master is starting: phase 1 sent, its reply not yet in.
     _starting: set[str] = field(default_factory=set)
+    #: Set (and replaced) each time a drain record is let go (:meth:`_release`).
+    _released: trio.Event = field(default_factory=trio.Event)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
     _scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]] = ((), ())
     #: Node ads fetched at once at most (see :meth:`refresh_figures`).
@@ -327,6 +329,46 @@ class Master:
         self._save(state, self.actors)
         self.state = state
         self.wake()
+
+    async def up_report(self, machine_ids: tuple[MachineId, ...]) -> list[dict[str, Any]]:
+        """What the nodes of machines just brought UP say once the master has cancelled
+        its drains there: each node's :attr:`AdEntry.service
+        <nodeagent.master._adstore.AdEntry.service>` from an ad fetched after the cancel.
+
+        Waits up to :attr:`fetch_timeout` for the reconcile pass to cancel the drains,
+        then asks each node for its ad (32 at a time, within what is left of that time).
+        A node that did not answer is reported from the ad held (``fresh`` false).
+        """
+        keys = {machine_key(machine_id) for machine_id in machine_ids}
+        deadline = trio.current_time() + self.fetch_timeout
+        with trio.move_on_at(deadline):
+            while keys & self.drains.keys():
+                await self._released.wait()
+        found = {
+            machine_key(machine_id): (machine_id, self.ads.find(machine_id.hostname, machine_id.ip))
+            for machine_id in machine_ids
+        }
+        fresh: dict[str, AdEntry] = {}
+        limit = trio.CapacityLimiter(self.fetch_concurrency)
+
+        async def fetch(entry: AdEntry) -> None:
+            async with limit:
+                with contextlib.suppress(AgentCallFailed, InvalidRequest):
+                    fresh[entry.name] = await self.fetch_ad(entry)
+
+        with trio.move_on_at(deadline):
+            async with trio.open_nursery() as nursery:
+                for _, entries in found.values():
+                    for entry in entries:
+                        nursery.start_soon(fetch, entry)
+        report = []
+        for machine_id, entries in found.values():
+            nodes = []
+            for entry in entries:
+                shown = fresh.get(entry.name, entry)
+                nodes.append({"name": entry.name, "fresh": entry.name in fresh, **shown.service})
+            report.append({"machine_id": machine_id.to_json(), "nodes": nodes})
+        return report
 
     # ------------------------------------------------------------------ ads
 
@@ -1030,3 +1072,5 @@ class Master:
                 log.warning("cancel on %s failed: %s", record.get("node"), exc)
         finally:
             self._busy.discard(key)
+            self._released.set()
+            self._released = trio.Event()

@@ -337,6 +337,7 @@ def row_dict(
         row["blockers"] = []
         row["started_by_master"] = state.started
         row["escalated"] = state.escalated
+        row["service"] = None
         return row
     (graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput) = (
         figures.expected
@@ -379,6 +380,7 @@ def row_dict(
     row["started_by_master"] = state.started
     row["escalated"] = state.escalated
     row["statistics"] = (encoded and node.statistics_json) or node.statistics
+    row["service"] = node.service
     return row
 
 
@@ -435,6 +437,10 @@ def plan_row(
     put the machine in its window (the master fetches a fresher one, and this stays true
     only if the node did not answer); all three are ``None`` without a node.
 
+    ``service`` is whether the node takes work and what keeps it out: its completion
+    hook and health gate (:attr:`AdEntry.service
+    <nodeagent.master._adstore.AdEntry.service>`); ``None`` without a node.
+
     The row is :func:`row_dict` of :func:`row_state` (what holds from plan to plan) and
     :func:`row_figures` (what moves with ``now``); the reply writes the same row from a
     template (:class:`~nodeagent.master._row_json.RowJson`).
@@ -454,8 +460,9 @@ class PlanTotals:
     machines per mode, the promise verdict (``on_time``, ``late``), the escalations to come
     (``escalations``: rows that will escalate and are not yet escalated;
     ``escalations_next_hour``: those whose window starts within an hour of ``now``), their
-    cost (``cut_jobs``, ``cut_core_seconds``, ``escalation_badput``), expected badput and
-    draining statistics."""
+    cost (``cut_jobs``, ``cut_core_seconds``, ``escalation_badput``), expected badput,
+    draining statistics, and the nodes kept out of service (``out_of_service``; of those,
+    ``hooks_running``, ``hooks_failed``, ``health_failing``)."""
 
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
@@ -463,6 +470,7 @@ class PlanTotals:
         self.machines = self.without_node = self.lost = self.on_time = self.empty = 0
         self.graceful_badput = self.quick_badput = self.badput = self.unclaimed = 0
         self.escalations = self.next_hour = self.cut_jobs = 0
+        self.out_of_service = self.hooks_running = self.hooks_failed = self.health_failing = 0
         self.cut_core_seconds = self.escalation_badput = 0
 
     def add(self, plan: MachinePlan, figures: RowFigures) -> None:
@@ -487,6 +495,13 @@ class PlanTotals:
         assert expected is not None
         self.graceful_badput += expected[1]
         self.quick_badput += expected[3]
+        service = node.service
+        if not service["in_service"]:
+            self.out_of_service += 1
+            hook, health = service["hook"], service["health"]
+            self.hooks_running += hook is not None and hook["state"] == "running"
+            self.hooks_failed += hook is not None and hook["state"] == "failed"
+            self.health_failing += health is not None and health["state"] == "failing"
         statistics = node.statistics
         self.badput += int(statistics["TotalMachineDrainingBadput"])
         self.unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
@@ -506,6 +521,10 @@ class PlanTotals:
             "escalation_badput": self.escalation_badput,
             "expected_graceful_badput": self.graceful_badput,
             "expected_quick_badput": self.quick_badput,
+            "out_of_service": self.out_of_service,
+            "hooks_running": self.hooks_running,
+            "hooks_failed": self.hooks_failed,
+            "health_failing": self.health_failing,
             "TotalMachineDrainingBadput": self.badput,
             "TotalMachineDrainingUnclaimedTime": self.unclaimed,
             "modes": dict(self.modes),

@@ -593,3 +593,102 @@ def test_the_timeline_says_why_late_in_both_verdicts_and_marks_the_planned_end()
     axis = axis_of(lines, "n3")
     assert axis.index("◆") == round(2005 / 3000 * (len(axis) - 1))
     assert axis.count("◆") == 1
+
+
+# ---------------------------------------------------------------------- held out of service
+
+HELD = {
+    "health failing, twice": (
+        {
+            "HealthState": "failing",
+            "HealthFailures": 2,
+            "HealthMessage": "exit status 1",
+            "HealthNextCheck": NOW + 30,
+        },
+        "health check failing: exit status 1 (2 in a row), next check in 30 s",
+    ),
+    "health pending": (
+        {"HealthState": "pending", "HealthPasses": 1, "HealthPassesNeeded": 3},
+        "health check pending (1 of 3 passes)",
+    ),
+    "the hook of the drain in force failed": (
+        {
+            "DrainHookName": "reboot",
+            "DrainHookState": "failed",
+            "DrainHookRequestId": "7",
+            "DrainingRequestId": "7",
+            "DrainHookMessage": "exit status 3",
+        },
+        "completion hook reboot failed: exit status 3",
+    ),
+    "the hook of a drain that ended does not hold": (
+        {
+            "DrainHookName": "reboot",
+            "DrainHookState": "failed",
+            "DrainHookRequestId": "7",
+            "HealthState": "failing",
+            "HealthMessage": "exit status 1",
+        },
+        "health check failing: exit status 1",
+    ),
+    "a running hook and a closed gate": (
+        {
+            "DrainHookName": "fw",
+            "DrainHookState": "running",
+            "DrainHookRequestId": "2",
+            "DrainingRequestId": "2",
+            "HealthState": "pending",
+        },
+        "completion hook fw running; health check pending",
+    ),
+    "nothing known": ({"Start": False}, "closed"),
+}
+
+
+@pytest.mark.parametrize(("ad", "reason"), HELD.values(), ids=list(HELD))
+def test_why_a_node_is_held_out_of_service(ad: dict[str, Any], reason: str) -> None:
+    from nodeagent.cli._render import held_reason
+
+    assert held_reason(ad, NOW) == reason
+
+
+def test_up_says_which_nodes_are_not_yet_in_service() -> None:
+    from rich.console import Console
+
+    from nodeagent.cli._render import render_up_report
+
+    console = Console(record=True, width=200)
+    report = [
+        {
+            "machine_id": {"hostname": "n1.test"},
+            "nodes": [
+                {
+                    "name": "n1.test",
+                    "fresh": True,
+                    "in_service": True,
+                    "hook_holds": False,
+                    "hook": None,
+                    "health": {"state": "passing"},
+                },
+                {
+                    "name": "n1b.test",
+                    "fresh": False,
+                    "in_service": False,
+                    "hook_holds": True,
+                    "hook": {
+                        "request_id": "4",
+                        "name": "reboot",
+                        "state": "failed",
+                        "message": "exit status 3",
+                    },
+                    "health": {"state": "pending", "passes": 0, "passes_needed": 1},
+                },
+            ],
+        }
+    ]
+    render_up_report(console, report)
+    text = console.export_text()
+    assert text.splitlines() == [
+        "n1b.test: not yet in service: completion hook reboot failed: exit status 3; health "
+        "check pending (0 of 1 passes) (from its last ad: the node did not answer)"
+    ]

@@ -1001,3 +1001,114 @@ async def test_passes_woken_early_keep_their_gap(
     assert 7 <= len(woken) <= 9  # every 0.25 s or so while woken, not every 0.1 s
     assert [round(g, 6) for g in gaps[-2:]] == [1.0, 1.0]
     master.store.close()
+
+
+#: A node's attributes → (in_service, hook_holds).
+SERVICE = {
+    "an ad of before hooks and health": ({}, (True, False)),
+    "closed by its START expression": ({"Start": False}, (False, False)),
+    "health passing": ({"HealthState": "passing"}, (True, False)),
+    "health failing": ({"HealthState": "failing", "Start": False}, (False, False)),
+    "health pending": ({"HealthState": "pending", "Start": False}, (False, False)),
+    "the hook of the drain in force runs": (
+        {
+            "DrainHookName": "reboot",
+            "DrainHookState": "running",
+            "DrainHookRequestId": "7",
+            "DrainingRequestId": "7",
+            "DrainState": "drained",
+            "Start": False,
+        },
+        (False, True),
+    ),
+    "the hook of the drain in force failed": (
+        {
+            "DrainHookName": "reboot",
+            "DrainHookState": "failed",
+            "DrainHookRequestId": "7",
+            "DrainingRequestId": "7",
+            "DrainState": "drained",
+            "Start": False,
+        },
+        (False, True),
+    ),
+    "the failed hook of a drain that ended": (
+        {
+            "DrainHookName": "reboot",
+            "DrainHookState": "failed",
+            "DrainHookRequestId": "7",
+            "DrainState": "none",
+        },
+        (True, False),
+    ),
+    "a hook that succeeded, the health gate still closed": (
+        {
+            "DrainHookName": "reboot",
+            "DrainHookState": "succeeded",
+            "DrainHookRequestId": "7",
+            "HealthState": "pending",
+            "Start": False,
+        },
+        (False, False),
+    ),
+}
+
+
+@pytest.mark.parametrize(("attributes", "expected"), SERVICE.values(), ids=list(SERVICE))
+def test_a_nodes_service_from_its_ad(
+    attributes: dict[str, Any], expected: tuple[bool, bool]
+) -> None:
+    from nodeagent.master._adstore import AdEntry
+
+    ad = node_ad(EPOCH)
+    ad["machine"].update(attributes)
+    entry = AdEntry(
+        name="n1.test", machine=ad["machine"], slots=ad["slots"], received_at=EPOCH, updates=1
+    )
+    service = entry.service
+    assert (service["in_service"], service["hook_holds"]) == expected
+    assert (service["hook"] is None) == ("DrainHookName" not in attributes)
+    assert (service["health"] is None) == ("HealthState" not in attributes)
+    if service["hook"] is not None:
+        assert service["hook"]["state"] == attributes["DrainHookState"]
+
+
+async def test_the_plan_counts_the_nodes_held_out_of_service(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master = make_master(tmp_path, DownLink())
+    held = {
+        "n0.test": {"HealthState": "failing", "Start": False},
+        "n1.test": {
+            "DrainHookName": "reboot",
+            "DrainHookState": "running",
+            "DrainHookRequestId": "3",
+            "DrainingRequestId": "3",
+            "Start": False,
+        },
+        "n2.test": {
+            "DrainHookName": "reboot",
+            "DrainHookState": "failed",
+            "DrainHookRequestId": "4",
+            "DrainingRequestId": "4",
+            "Start": False,
+        },
+        "n3.test": {},
+    }
+    for i, (name, attributes) in enumerate(held.items()):
+        ad = node_ad(EPOCH)
+        ad["machine"].update(attributes, Name=name, Machine=name, MachineIp=f"10.0.0.{i}")
+        master.receive_ad(ad)
+    master.set_schedule(many_nodes_schedule(4, EPOCH + 86400), actor="ops")
+    plan = master.plan()
+    totals = plan["totals"]
+    assert (
+        totals["out_of_service"],
+        totals["hooks_running"],
+        totals["hooks_failed"],
+        totals["health_failing"],
+    ) == (3, 1, 1, 1)
+    services = {row["node"]: row["service"] for row in plan["machines"]}
+    assert services["n3.test"]["in_service"] is True
+    assert services["n2.test"]["hook"]["state"] == "failed"
+    master.store.close()
