@@ -1011,27 +1011,24 @@ class Master:
             {"node": plan.node_name, "actor": actor, "escalated": False, "started_at": None},
         )
         record["address"] = address
-        await self._fast(address, actor, record)
+        await self._fast(plan.key, address, actor, record)
         record["down"] = True
         self.counters.down_drains += 1
         self.save()
         log.info("%s: down: fast drain %s", plan.node_name, record.get("request_id"))
 
-    async def _fast(self, address: str, actor: str, record: dict[str, Any]) -> None:
-        """Replace whatever drain the node has by a fast one that keeps it closed."""
+    async def _fast(self, key: str, address: str, actor: str, record: dict[str, Any]) -> None:
+        """Replace whatever drain the node has by a fast one that keeps it closed.
+
+        A DOWN machine is the operator's, whoever's drain it had: the drain in force is
+        cancelled, then a ``fast`` drain goes through the two-phase transaction, recorded
+        before its commit (:meth:`_transaction`; saving the commit is the caller's), so a
+        master that dies between the commit and the save adopts it when it comes back
+        (:meth:`_settle`) instead of draining the node again.
+        """
         await self.link.call(address, "DELETE", "/v1/drain", actor=actor)
-        reply = await self.link.call(
-            address,
-            "POST",
-            "/v1/drain",
-            actor=actor,
-            body={"schedule": "fast", "reason": REASON, "commit": True},
-        )
-        record["request_id"] = reply["id"]
-        record["schedule"] = "fast"
-        record["phase"] = COMMITTED
-        record["committed_at"] = reply.get("committed_at")
-        record["recorded_at"] = self.clock.now()
+        body = {"schedule": "fast", "reason": REASON, "ttl": 30}
+        await self._transaction(key, address, actor, body, record)
 
     async def _release(self, key: str) -> None:
         """The machine left the schedule (up, or dropped): cancel the master's drain.

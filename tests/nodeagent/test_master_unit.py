@@ -300,6 +300,8 @@ class ModelNode:
         words = path.split("/")
         if (method, path) == ("GET", "/v1/ad"):
             said = "ad"
+        elif (method, path) == ("DELETE", "/v1/drain"):
+            said = "cancel current"
         elif (method, path) == ("POST", "/v1/drain"):
             said = f"start {body['schedule']}" + (
                 "" if body.get("deadline") is None else f" deadline {body['deadline']:g}"
@@ -330,6 +332,8 @@ class ModelNode:
         self, now: float, method: str, words: list[str], body: dict[str, Any], actor: str
     ) -> tuple[dict[str, Any], list[Action]]:
         machine = self.machine
+        if method == "DELETE" and words == ["", "v1", "drain"]:
+            return {}, machine.cancel_draining(now)
         if method == "POST" and words == ["", "v1", "drain"]:
             request, estimate, actions = machine.start_draining(
                 now,
@@ -1112,3 +1116,53 @@ async def test_the_plan_counts_the_nodes_held_out_of_service(
     assert services["n3.test"]["in_service"] is True
     assert services["n2.test"]["hook"]["state"] == "failed"
     master.store.close()
+
+
+async def test_a_master_killed_after_committing_a_down_drain_adopts_it_when_back(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """machine/down: the fast drain's commit is carried out on the node, and the master
+    dies before its reply is saved. The master back from its store settles the record it
+    wrote before the commit: the drain is its own, never made a second time."""
+    clock = TrioClock(EPOCH)
+    node = ModelNode(clock, retirement=600, jobs=1, push_every=0.5, push_on_change=True)
+
+    def from_store() -> Master:
+        master = Master(
+            store=DocumentStore(tmp_path / "master.db"),
+            link=node,
+            clock=clock,
+            ads=AdStore(lifetime=60),
+            policy=PlanPolicy(),  # just in time: nothing is due a day ahead
+            reconcile_interval=1.0,
+        )
+        master.load()
+        return master
+
+    first = from_store()
+    node.hangs["POST /v1/drain/1/commit"] = "after"  # carried out; the reply never comes
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(node.run)
+        node.attach(first)
+        with trio.CancelScope() as crashed:
+            nursery.start_soon(first.run)
+            first.set_schedule(schedule(EPOCH + 86400), actor="ops")
+            await trio.sleep(1)
+            first.machines_down((MachineId(hostname="n1.test", ip="10.0.0.1"),), actor="ops")
+            await trio.sleep(2)
+            crashed.cancel()
+        first.store.close()
+        assert first.drains["n1.test|10.0.0.1"]["phase"] == "pending"  # as it was saved
+        second = from_store()
+        node.attach(second)
+        nursery.start_soon(second.run)
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    said = [c for _, c in node.calls if c != "ad"]
+    assert said == ["cancel current", "start fast", "commit 1, reply lost"]
+    record = second.drains["n1.test|10.0.0.1"]
+    assert (record["request_id"], record["phase"], record["down"]) == ("1", "committed", True)
+    request = node.machine.request
+    assert request is not None
+    assert (request.id, request.schedule) == ("1", Schedule.FAST)
+    second.store.close()
