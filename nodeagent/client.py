@@ -473,6 +473,7 @@ class Job:
     max_job_retirement_time: int | None
     job_max_vacate_time: int | None
     kill_signal: str
+    group: str | None
     started_at: float | None
     run: float
     suspended: float
@@ -614,6 +615,7 @@ def _claim_from_json(d: Mapping[str, Any]) -> Claim:
             max_job_retirement_time=j["max_job_retirement_time"],
             job_max_vacate_time=j["job_max_vacate_time"],
             kill_signal=j["kill_signal"],
+            group=j.get("group"),
             started_at=j["started_at"],
             run=j["run"],
             suspended=j["suspended"],
@@ -954,13 +956,16 @@ class AgentClient:
         cwd: str | None = None,
         user: str | None = None,
         kill_signal: str | None = None,
+        group: str | None = None,
     ) -> Claim:
         """A new dynamic slot running ``command`` (an argv list) or adopting ``pid``.
 
         Waits while a drain transaction is pending. Raises :class:`NotAccepting` when
         the machine's Start is false (draining), :class:`ResourcesInsufficient` when the
         job does not fit and :class:`InvalidRequest` for bad arguments (both or neither
-        of ``command`` and ``pid``, …); no claim exists then.
+        of ``command`` and ``pid``, a ``group`` that is not a job group's name, …); no
+        claim exists then. ``group`` names the job group the job is an instance of
+        (published as ``JobGroup`` in its slot ad).
         """
         if isinstance(command, str):
             raise TypeError("command is an argv list, not a string")
@@ -975,6 +980,7 @@ class AgentClient:
             "cwd": cwd,
             "user": user,
             "kill_signal": kill_signal,
+            "group": group,
         }
         body = {"cpus": cpus, "memory": memory, "disk": disk, "gpus": gpus}
         body.update({k: v for k, v in fields.items() if v is not None})
@@ -1258,6 +1264,7 @@ class SyncAgentClient:
         cwd: str | None = None,
         user: str | None = None,
         kill_signal: str | None = None,
+        group: str | None = None,
     ) -> Claim:
         return self._run(
             lambda c: c.create_claim(
@@ -1275,6 +1282,7 @@ class SyncAgentClient:
                 cwd=cwd,
                 user=user,
                 kill_signal=kill_signal,
+                group=group,
             )
         )
 

@@ -70,6 +70,7 @@ from slots._estimates import (
     vacate_time,
 )
 from slots._forecast import BlockerFrame, DrainForecast
+from slots._groups import GROUP_NAME, check_group_name
 from slots._health import (
     HEALTH_MOVES,
     HealthEvent,
@@ -106,6 +107,7 @@ __all__ = [
     "AFTER_DRAINED",
     "EXPECTED_ATTRIBUTES",
     "FINISHED",
+    "GROUP_NAME",
     "HEALTH_MOVES",
     "HOOK_NAME",
     "MAX_PUBLISHED",
@@ -170,6 +172,7 @@ __all__ = [
     "ad_blockers",
     "ad_text",
     "check_estimate_inputs",
+    "check_group_name",
     "check_health_move",
     "check_hook_name",
     "check_move",

@@ -60,6 +60,7 @@ from slots._estimates import (
     retirement_remaining,
     vacate_time,
 )
+from slots._groups import check_group_name
 from slots._health import HealthEvent, HealthGate, HealthPolicy, HealthState, check_health_move
 from slots._hooks import (
     OUTPUT_LIMIT,
@@ -126,17 +127,22 @@ class MachinePolicy:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobSpec:
-    """What a claim's job promises: its owner, retirement, vacate time and soft-kill signal."""
+    """What a claim's job promises: its owner, retirement, vacate time and soft-kill
+    signal, and the job group it is an instance of (``group``: see :data:`GROUP_NAME`;
+    published as ``JobGroup``; ``None``: none)."""
 
     job_id: str | None = None
     owner: str = "nobody"
     max_job_retirement_time: int | None = None
     job_max_vacate_time: int | None = None
     kill_signal: str = "SIGTERM"
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.job_id is not None:
             _require_text("job_id", self.job_id)
+        if self.group is not None:
+            check_group_name(self.group)
         _require_text("owner", self.owner)
         _require_duration("MaxJobRetirementTime", self.max_job_retirement_time, optional=True)
         _require_duration("JobMaxVacateTime", self.job_max_vacate_time, optional=True)
@@ -1174,7 +1180,7 @@ class Machine:
             "CpuUsage": round(claim.cpu_usage, 4),
             "MemoryUsage": claim.memory_usage,
             "KillSig": claim.spec.kill_signal,
-        }
+        } | ({} if claim.spec.group is None else {"JobGroup": claim.spec.group})
 
     # ------------------------------------------------------------------ persistence
 
@@ -1323,7 +1329,7 @@ class Machine:
             "RequestGPUs": resources.gpus,
             "MaxJobRetirementTime": spec.max_job_retirement_time,
             "JobMaxVacateTime": spec.job_max_vacate_time,
-        }
+        } | ({} if spec.group is None else {"JobGroup": spec.group})
 
     def _start_matches(
         self,
@@ -1726,6 +1732,8 @@ def _claim_doc(claim: _Claim) -> dict[str, Any]:
         "job_max_vacate_time": spec.job_max_vacate_time,
         "kill_signal": spec.kill_signal,
     }
+    if spec.group is not None:
+        doc["spec"]["group"] = spec.group
     doc["state"] = str(claim.state)
     doc["activity"] = str(claim.activity)
     return doc

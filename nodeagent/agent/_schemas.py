@@ -22,10 +22,12 @@ from slots import (
     HealthGate,
     HealthPolicy,
     HookRun,
+    InvalidRequest,
     JobSpec,
     OnCompletion,
     Resources,
     Schedule,
+    check_group_name,
 )
 
 __all__ = [
@@ -71,6 +73,14 @@ def _printable(value: str) -> str:
     if not value.isprintable():
         raise ValueError("must hold printable characters only")
     return value
+
+
+def _group(value: str) -> str:
+    """A job group's name (:data:`slots.GROUP_NAME`)."""
+    try:
+        return check_group_name(value)
+    except InvalidRequest as err:
+        raise ValueError(str(err)) from None
 
 
 def _expression(value: str) -> str:
@@ -248,6 +258,9 @@ class ClaimBody(_Body):
     job_max_vacate_time: WholeSeconds | None = None
     owner: Annotated[Text, Field(min_length=1)] | None = None
     job_id: Annotated[Text, Field(min_length=1)] | None = None
+    group: Annotated[str, AfterValidator(_group)] | None = Field(
+        None, description="The job group the job is an instance of (JobGroup)"
+    )
     kill_signal: Literal[
         "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGKILL", "SIGALRM"
     ] = "SIGTERM"
@@ -272,6 +285,7 @@ class ClaimBody(_Body):
             max_job_retirement_time=self.max_job_retirement_time,
             job_max_vacate_time=self.job_max_vacate_time,
             kill_signal=self.kill_signal,
+            group=self.group,
         )
 
 
@@ -406,6 +420,7 @@ def claim_json(info: ClaimInfo, process: ProcessRecord | None) -> dict[str, Any]
             "max_job_retirement_time": info.spec.max_job_retirement_time,
             "job_max_vacate_time": info.spec.job_max_vacate_time,
             "kill_signal": info.spec.kill_signal,
+            "group": info.spec.group,
             "started_at": _when(info.started_at),
             "run": round(info.run, 3),
             "suspended": round(info.suspended, 3),

@@ -439,6 +439,7 @@ def claim(
     pid: int | None,
     owner: str | None,
     job_id: str | None,
+    group: str | None,
     kill_signal: str,
     env: list[str] | None,
     cwd: str | None,
@@ -467,7 +468,12 @@ def claim(
         if any(not key or not sep for key, sep, _ in pairs):
             raise UsageError("cli.usage", "--env takes KEY=VALUE")
         body["env"] = {key: value for key, _, value in pairs}
-    for key, value in (("owner", owner), ("job_id", job_id), ("cwd", cwd)):
+    for key, value in (
+        ("owner", owner),
+        ("job_id", job_id),
+        ("group", group),
+        ("cwd", cwd),
+    ):
         if value is not None:
             body[key] = value
     reply = request(_target(host, token, socket_path), "POST", "/v1/claims", body)

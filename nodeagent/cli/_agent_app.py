@@ -268,6 +268,10 @@ def claim(
     ] = None,
     owner: Annotated[str | None, typer.Option(show_default=False, help="RemoteOwner.")] = None,
     job_id: Annotated[str | None, typer.Option(show_default=False, help="JobId.")] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(show_default=False, help="The job group (JobGroup), e.g. www-data/prod/web."),
+    ] = None,
     kill_signal: Annotated[
         str, typer.Option(metavar="SIGNAL", help="The soft-kill signal.")
     ] = "SIGTERM",
@@ -294,6 +298,7 @@ def claim(
             pid=pid,
             owner=owner,
             job_id=job_id,
+            group=group,
             kill_signal=kill_signal,
             env=env,
             cwd=cwd,

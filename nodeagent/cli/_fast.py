@@ -160,6 +160,7 @@ COMMANDS: tuple[Command, ...] = (
             _value("--pid", kind="int", minimum=2),
             _value("--owner"),
             _value("--job-id"),
+            _value("--group"),
             _value("--kill-signal", default="SIGTERM"),
             _value("--env", kind="many"),
             _value("--cwd"),
