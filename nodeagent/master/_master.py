@@ -58,7 +58,7 @@ import trio
 
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
-from nodeagent._store import DocumentStore
+from nodeagent._store import DocumentStore, StoreError
 from nodeagent.master._adstore import AdEntry, AdStore
 from nodeagent.master._maintenance import (
     MachineId,
@@ -762,6 +762,8 @@ class Master:
                     self.wake()  # else the next periodic pass looks again
         except (AgentCallFailed, InvalidRequest) as exc:
             self._failed(plan.key, f"{action} of {plan.node.name}", exc)
+        except StoreError as exc:
+            self._unsaved(plan.key, f"{action} of {plan.node.name}", exc)
         else:
             self._backoff.pop(plan.key, None)
         finally:
@@ -944,6 +946,8 @@ class Master:
                 return
         except (AgentCallFailed, InvalidRequest) as exc:
             self._failed(key, f"settling drain {record.get('request_id')} of {name}", exc)
+        except StoreError as exc:
+            self._unsaved(key, f"settling drain {record.get('request_id')} of {name}", exc)
         else:
             self._backoff.pop(key, None)
             self.wake()
@@ -997,6 +1001,24 @@ class Master:
         self.save()
         log.info("%s: drain %s forgotten (%s)", name, request_id, how)
 
+    def _unsaved(self, key: str, what: str, exc: StoreError) -> None:
+        """The store refused a change made for machine ``key`` (a full disk): the machine's
+        drain record goes back to what the store holds, so memory never says what the disk
+        does not, and the work is retried with the usual backoff. A drain committed on the
+        node whose record could not say so stays ``pending`` on disk, settled later
+        (:meth:`_settle`); a phase 1 whose record could not be written was never committed,
+        and its transaction expires on the node."""
+        try:
+            stored = (self.store.load("drains") or {}).get(key)
+        except StoreError:
+            stored = self.drains.get(key)  # unreadable too: keep what is known
+        if stored is None:
+            self.drains.pop(key, None)
+        else:
+            self.drains[key] = stored
+        log.error("%s: the state could not be written: %s", what, exc)
+        self._failed(key, what, exc)
+
     def _failed(self, key: str, what: str, why: object) -> None:
         """A call for machine ``key`` failed: counted, and retried after 2, 4, 8 … passes."""
         self.counters.drain_failures += 1
@@ -1042,31 +1064,34 @@ class Master:
             self._busy.discard(key)
             return
         try:
-            entry = self.ads.get(record.get("node") or "")
-            request_id = record.get("request_id")
-            address = (entry.address if entry is not None else None) or record.get("address")
-            gone = (
-                entry is not None
-                and ad_knows(record, entry)
-                and (entry.machine.get("DrainingRequestId") != request_id)
-            )
-            if address and request_id is not None and not gone:
-                await self.link.call(
-                    address,
-                    "POST",
-                    f"/v1/drain/{request_id}/cancel",
-                    actor=record.get("actor", "operator"),
+            try:
+                entry = self.ads.get(record.get("node") or "")
+                request_id = record.get("request_id")
+                address = (entry.address if entry is not None else None) or record.get("address")
+                gone = (
+                    entry is not None
+                    and ad_knows(record, entry)
+                    and (entry.machine.get("DrainingRequestId") != request_id)
                 )
-                self.counters.drains_cancelled += 1
-                log.info("%s: up: drain %s cancelled", record.get("node"), request_id)
-            del self.drains[key]
-            self.save()
-        except AgentCallFailed as exc:
-            if exc.code == "drain.no_such_request":
+                if address and request_id is not None and not gone:
+                    await self.link.call(
+                        address,
+                        "POST",
+                        f"/v1/drain/{request_id}/cancel",
+                        actor=record.get("actor", "operator"),
+                    )
+                    self.counters.drains_cancelled += 1
+                    log.info("%s: up: drain %s cancelled", record.get("node"), request_id)
                 del self.drains[key]
                 self.save()
-            else:
-                log.warning("cancel on %s failed: %s", record.get("node"), exc)
+            except AgentCallFailed as exc:
+                if exc.code == "drain.no_such_request":
+                    del self.drains[key]
+                    self.save()
+                else:
+                    log.warning("cancel on %s failed: %s", record.get("node"), exc)
+        except StoreError as exc:
+            self._unsaved(key, f"releasing drain {record.get('request_id')}", exc)
         finally:
             self._busy.discard(key)
             self._released.set()

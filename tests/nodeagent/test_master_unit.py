@@ -1166,3 +1166,45 @@ async def test_a_master_killed_after_committing_a_down_drain_adopts_it_when_back
     assert request is not None
     assert (request.id, request.schedule) == ("1", Schedule.FAST)
     second.store.close()
+
+
+async def test_a_pass_whose_record_cannot_be_written_keeps_running_and_commits_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The disk is full when the master records the drain it starts: phase 1 is done on
+    the node, nothing is committed, memory holds no record the disk does not, and the
+    master keeps reconciling; once the disk has room, the drain starts, once."""
+    clock = TrioClock(EPOCH)
+    node = ModelNode(clock, retirement=600, jobs=1, push_every=0.5, push_on_change=True)
+    store = FailingStore(tmp_path / "master.db")
+    master = Master(
+        store=store,
+        link=node,
+        clock=clock,
+        ads=AdStore(lifetime=60),
+        policy=PlanPolicy(drain_policy="immediate"),
+        reconcile_interval=1.0,
+    )
+    master.set_schedule(schedule(EPOCH + 86400), actor="ops")
+    store.failing = True
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(node.run)
+        node.attach(master)
+        nursery.start_soon(master.run)
+        await trio.sleep(10)
+        assert master.drains == {}
+        assert (on_disk(store.path)["drains"] or {}) == {}
+        assert [c for _, c in node.calls if c != "ad"][0].startswith("start graceful")
+        assert "commit 1" not in [c for _, c in node.calls]
+        assert master.counters.drain_failures >= 1
+        store.failing = False
+        await trio.sleep(90)  # the first transaction expires on the node (ttl 30 s)
+        nursery.cancel_scope.cancel()
+    said = [c for _, c in node.calls if c.startswith(("commit", "start"))]
+    starts = [c for c in said if c.startswith("start")]
+    assert len(starts) >= 2
+    assert [c for c in said if c.startswith("commit")] == [f"commit {len(starts)}"]
+    record = master.drains["n1.test|10.0.0.1"]
+    assert record["phase"] == "committed"
+    assert on_disk(store.path)["drains"] == master.drains
+    store.close()
