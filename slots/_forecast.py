@@ -518,6 +518,34 @@ class DrainForecast:
             cut_badput=cut_badput,
         )
 
+    def read(
+        self, now: float, *, window_start: float, escalation: Escalation
+    ) -> tuple[tuple[int, ...], Verdicts]:
+        """:meth:`values` and :meth:`verdicts` at ``now`` together, from one piece (a plan
+        reads both for every node)."""
+        if not self._exact:
+            return self.values(now), self.verdicts(
+                now, window_start=window_start, escalation=escalation
+            )
+        whole = math.floor(now)
+        piece = self._piece_for(whole, self._window(window_start, escalation))
+        d = whole - piece.base
+        promised, completion, badput, core_seconds, cut_badput = [
+            at + slope * d for at, slope in piece.verdicts
+        ]
+        values = tuple([at + slope * d for at, slope in piece.estimates])
+        return values, judged(
+            window_start=window_start,
+            escalation=escalation,
+            active=piece.active,
+            promise_completion=promised,
+            planned_completion=completion,
+            planned_badput=badput,
+            cut_jobs=piece.cut_jobs,
+            cut_core_seconds=core_seconds,
+            cut_badput=cut_badput,
+        )
+
     def blockers(
         self,
         now: float,

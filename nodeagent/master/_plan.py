@@ -274,9 +274,7 @@ def row_figures(
     forecast = node.forecast
     window_start = plan.machine.window_start
     applied = state.applied
-    # The verdicts first: their piece (made for this window) serves the values too.
-    verdicts = forecast.verdicts(now, window_start=window_start, escalation=applied)
-    expected = forecast.values(now)
+    expected, verdicts = forecast.read(now, window_start=window_start, escalation=applied)
     late_by = 0 if empty else verdicts.late_by
     will_escalate = not empty and verdicts.escalated
     blockers: list[dict[str, Any]] | bytes = []

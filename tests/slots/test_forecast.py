@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from slots import (
     EXPECTED_ATTRIBUTES,
     DrainForecast,
+    Escalation,
     InvalidRequest,
     MachinePolicy,
     Schedule,
@@ -237,3 +238,31 @@ def test_check_estimate_inputs(attribute: str, value: Any, ok: bool) -> None:
     else:
         with pytest.raises(InvalidRequest, match=attribute):
             check_estimate_inputs(ads)
+
+
+@settings(max_examples=200)
+@given(
+    ads=slot_ads(),
+    previous=previous_values(),
+    steps=instants,
+    window=st.integers(-3000, 9000),
+    escalation=st.sampled_from(list(Escalation)),
+)
+def test_read_is_the_values_and_the_verdicts(
+    ads: list[dict[str, Any]],
+    previous: Any,
+    steps: list[int],
+    window: int,
+    escalation: Escalation,
+) -> None:
+    """What a plan reads of every node in one call equals the two reads it stands for."""
+    forecast, other = DrainForecast(ads, previous), DrainForecast(ads, previous)
+    window_start = T0 + window + 0.5
+    now = T0
+    for step in steps:
+        now += step
+        values, verdicts = forecast.read(now, window_start=window_start, escalation=escalation)
+        assert verdicts == other.verdicts(now, window_start=window_start, escalation=escalation)
+        assert values == other.values(now)
+        expected = drain_estimates(ads, now, previous)
+        assert values == tuple(expected[name] for name in EXPECTED_ATTRIBUTES)
