@@ -98,6 +98,14 @@ from slots._request_states import (
     check_request_move,
 )
 from slots._resources import Resources
+from slots._site import (
+    ATTRIBUTE_NAME,
+    COMPUTED_ATTRIBUTES,
+    COMPUTED_PREFIXES,
+    SiteAttributes,
+    SiteValue,
+    check_site_attributes,
+)
 from slots._states import ACTIVE, MOVES, Activity, State, check_move
 from slots._verdicts import Verdicts, drain_verdicts, promise_completion
 
@@ -105,6 +113,9 @@ __all__ = [
     "ACTIVE",
     "AD_OUTPUT_LIMIT",
     "AFTER_DRAINED",
+    "ATTRIBUTE_NAME",
+    "COMPUTED_ATTRIBUTES",
+    "COMPUTED_PREFIXES",
     "EXPECTED_ATTRIBUTES",
     "FINISHED",
     "GROUP_NAME",
@@ -163,6 +174,8 @@ __all__ = [
     "RunHook",
     "Schedule",
     "SignalJob",
+    "SiteAttributes",
+    "SiteValue",
     "SlotsError",
     "State",
     "SuspendPolicy",
@@ -177,6 +190,7 @@ __all__ = [
     "check_hook_name",
     "check_move",
     "check_request_move",
+    "check_site_attributes",
     "clamp",
     "drain_estimates",
     "drain_verdicts",

@@ -73,6 +73,7 @@ from slots._hooks import (
 )
 from slots._request_states import FINISHED, RequestEvent, check_request_move
 from slots._resources import Resources
+from slots._site import SiteAttributes, check_site_attributes
 from slots._states import ACTIVE, Activity, State, check_move
 
 __all__ = ["ClaimInfo", "JobSpec", "Machine", "MachinePolicy", "StartVerdict"]
@@ -103,8 +104,10 @@ def _require_text(name: str, value: str, *, limit: int = 256) -> None:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MachinePolicy:
     """The machine's draining policy (HTCondor knobs; whole seconds), the completion
-    hooks a drain may name (``hooks``: their names; the shell holds their commands) and
-    the health check before service (``health``; ``None``: none, the node opens at once).
+    hooks a drain may name (``hooks``: their names; the shell holds their commands), the
+    health check before service (``health``; ``None``: none, the node opens at once) and
+    the site attributes the machine ad publishes (``attributes``: see
+    :func:`check_site_attributes`; START sees them in MY).
     """
 
     max_job_retirement_time: int = 0
@@ -114,8 +117,11 @@ class MachinePolicy:
     transaction_ttl: float = 30.0
     hooks: frozenset[str] = frozenset()
     health: HealthPolicy | None = None
+    attributes: SiteAttributes = ()
 
     def __post_init__(self) -> None:
+        if check_site_attributes(dict(self.attributes)) != self.attributes:
+            raise InvalidRequest("site attributes are given as sorted (name, value) pairs")
         _require_duration("MaxJobRetirementTime", self.max_job_retirement_time)
         _require_duration("MachineMaxVacateTime", self.machine_max_vacate_time)
         _classad.validate_expression(self.start)
@@ -1045,6 +1051,7 @@ class Machine:
         whole = math.floor(now)
         shown = self._request
         machine: dict[str, Any] = {
+            **dict(self.policy.attributes),
             "MyType": "Machine",
             "Name": self.host,
             "Machine": self.host,
@@ -1307,6 +1314,7 @@ class Machine:
     def _start_scope(self) -> dict[str, Any]:
         free = self.free()
         return {
+            **dict(self.policy.attributes),
             "Machine": self.host,
             "Name": f"slot1@{self.host}",
             "Cpus": free.cpus,

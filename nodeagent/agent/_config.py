@@ -14,6 +14,9 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
 )
 
 from nodeagent._paths import DEFAULT_AGENT_CONFIG_PATH, default_runtime_dir, default_state_dir
@@ -30,7 +33,7 @@ from nodeagent._settings import (
     _Section,
     default_ip,
 )
-from slots import HOOK_NAME
+from slots import HOOK_NAME, InvalidRequest, check_site_attributes
 
 __all__ = [
     "BOOT_ID_FILE",
@@ -198,6 +201,17 @@ def _hook_names(value: dict[str, HookConfig]) -> dict[str, HookConfig]:
     return value
 
 
+def _site_attributes(
+    value: dict[str, str | int | bool],
+) -> dict[str, str | int | bool]:
+    """The ``[attributes]`` table as :func:`slots.check_site_attributes` accepts it."""
+    try:
+        check_site_attributes(value)
+    except InvalidRequest as err:
+        raise ValueError(err.message) from None
+    return value
+
+
 class AgentConfig(_DaemonSettings):
     """The configuration of ``nodeagent run``. Load with :func:`load_agent_config`."""
 
@@ -241,6 +255,13 @@ class AgentConfig(_DaemonSettings):
     )
     health: HealthConfig | None = _field(
         None, reload=True, description="The health check before service; none: no check"
+    )
+    attributes: Annotated[
+        dict[str, StrictStr | StrictInt | StrictBool], AfterValidator(_site_attributes)
+    ] = _field(
+        {},
+        reload=True,
+        description="Site attributes the machine ad publishes (STARTD_ATTRS), e.g. Rack",
     )
     boot_id_file: Path = _field(
         BOOT_ID_FILE,

@@ -57,7 +57,15 @@ from nodeagent.agent._processes import OsProcessRunner, ProcessRunner
 from nodeagent.agent._push import MasterLink
 from nodeagent.agent._recovery import look_for_previous_life, recovered_machine
 from nodeagent.agent._store import ProcessRecord, Store
-from slots import Machine, MachinePolicy, OnCompletion, Resources, SlotsError, SuspendPolicy
+from slots import (
+    Machine,
+    MachinePolicy,
+    OnCompletion,
+    Resources,
+    SlotsError,
+    SuspendPolicy,
+    check_site_attributes,
+)
 
 __all__ = [
     "RESTART_EXIT_STATUS",
@@ -81,7 +89,7 @@ past the previous life's either way (:mod:`nodeagent.agent._recovery`)."""
 
 def machine_policy(config: AgentConfig) -> MachinePolicy:
     """The model's policy from the ``[policy]`` section (durations in whole seconds), the
-    names of the ``[hooks]`` and the ``[health]`` check's schedule.
+    names of the ``[hooks]``, the ``[health]`` check's schedule and the ``[attributes]``.
 
     Raises :class:`SlotsError` for values the model refuses."""
     policy = config.policy
@@ -94,6 +102,7 @@ def machine_policy(config: AgentConfig) -> MachinePolicy:
         transaction_ttl=policy.transaction_ttl,
         hooks=frozenset(config.hooks),
         health=None if health is None else health.policy,
+        attributes=check_site_attributes(config.attributes),
     )
 
 
@@ -299,16 +308,17 @@ class AgentDaemon(Program[AgentConfig, Store]):
         await parts.link.push_now()
 
     def reconfigure(self, running: AgentConfig, changes: ConfigChanges) -> None:
-        """The policy, hooks and health check (refused whole if the model refuses them or
-        a hook's user is not to be had), the master link, metrics."""
+        """The policy, hooks, health check and site attributes (refused whole if the model
+        refuses them or a hook's user is not to be had), the master link, metrics."""
         parts = self._parts
         policy = check_config(running)
         kept = self.config
-        if parts is not None and (running.policy, running.hooks, running.health) != (
-            kept.policy,
-            kept.hooks,
-            kept.health,
-        ):
+        if parts is not None and (
+            running.policy,
+            running.hooks,
+            running.health,
+            running.attributes,
+        ) != (kept.policy, kept.hooks, kept.health, kept.attributes):
             parts.agent.reload_hooks(hook_specs(running), health_spec(running))
             parts.agent.reload_policy(policy)
         if parts is not None:
