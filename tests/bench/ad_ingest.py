@@ -4,9 +4,9 @@ A master runs as a subprocess (``python -m nodeagent master run``) on a loopback
 TCP port. Simulated agents push real agent ads (``POST /v1/ads`` with a DAEMON token of
 their own): ads made by :class:`slots.Machine` with 8 running claims (about 12 KiB of
 JSON each), from a few templates whose ``Name``/``Machine``/``MachineIp`` are varied to give
-``--nodes`` distinct nodes (``MyAddress`` is a closed loopback port). A share of the nodes (``--scheduled``) is
-in a maintenance window a day ahead (DRAINING, no drain due yet), so those pushes are
-answered with a mode and a window, as in a cluster under maintenance.
+``--nodes`` distinct nodes (``MyAddress`` is a closed loopback port). A share of the nodes
+(``--scheduled``) is in a maintenance window a day ahead (DRAINING, no drain due yet), so
+those pushes are answered with a mode and a window, as in a cluster under maintenance.
 
 The client is this process: ``--connections`` concurrent connections, each with one
 request in flight, driven by one epoll loop over plain sockets with every request
@@ -127,7 +127,7 @@ def node_ad(template: dict[str, Any], host: str, ip: str) -> dict[str, Any]:
         ad["Name"] = str(ad["Name"]).replace("template.bench", host)
         ad["Machine"] = host
         ad["MachineIp"] = ip
-        # A closed loopback port: a master that calls a node of the benchmarks calls no one.
+        # A closed loopback port: a master calling a benchmark's node reaches no one.
         ad["MyAddress"] = "http://127.0.0.1:9"
         if "ParentSlot" in ad:
             ad["ParentSlot"] = str(ad["ParentSlot"]).replace("template.bench", host)
