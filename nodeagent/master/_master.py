@@ -239,6 +239,10 @@ class Master:
     _refreshing: bool = False
     #: Drain records loaded from the store whose node has not been heard from since.
     _unseen: set[str] = field(default_factory=set)
+    #: The rolling maintenance operations, by id, as JSON (see
+    #: :mod:`nodeagent.master._rolling`): saved with the rest, so that an operation's step
+    #: and the drain record and modes it acts through are written together.
+    operations: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ durability
 
@@ -253,6 +257,7 @@ class Master:
         counters = self.store.load("counters")
         if counters:
             self.counters = MasterCounters(**counters)
+        self.operations = dict(self.store.load("operations") or {})
 
     def save(self) -> None:
         """Write the schedule, modes, drains, actors and counters; raises
@@ -265,7 +270,16 @@ class Master:
             drains=self.drains,
             actors=actors,
             counters=vars(self.counters),
+            operations=self.operations,
         )
+
+    def commit_state(self, state: MaintenanceState, actors: dict[str, str]) -> None:
+        """Save ``state`` and ``actors`` with the drains, counters and operations, then
+        install them (a rolling operation's change of modes); raises
+        :class:`~nodeagent._store.StoreError`, changing nothing in memory."""
+        self._save(state, actors)
+        self.state, self.actors = state, actors
+        self.wake()
 
     def wake(self) -> None:
         """Run a reconcile pass now."""
@@ -679,6 +693,8 @@ class Master:
         record = self.drains.get(plan.key)
         if record is not None and record.get("phase") == PENDING:
             return None  # settled first (see reconcile)
+        if record is not None and record.get("operation") is not None:
+            return None  # a rolling operation's: it drives the node (nodeagent.master._rolling)
         if (
             record is not None
             and plan.mode == "DRAINING"

@@ -13,6 +13,8 @@ Each node of a started batch goes through these phases (``NodePhase``)::
                   |          |        (the hook ended: the health gate)
                   |          +-> failed (the hook failed: the node stays closed)
                   +-> failed (the drain is gone from the node without its hook)
+                  +-> refused (the node refused the drain: e.g. it has no such hook;
+                               the engine's, never drained: back out of the schedule)
 
 ``draining`` with no ``request_id`` asks the engine to start the drain (two-phase,
 ``on_completion: "hook:NAME"``); the engine then records its id (:func:`with_request`).
@@ -62,7 +64,7 @@ SCHEDULES = ("graceful", "quick", "fast")
 OperationState = Literal["running", "paused", "cancelled", "completed"]
 #: Phases of a node whose batch has started and that is not finished yet.
 ACTIVE_PHASES = frozenset({"draining", "hook", "health", "returning"})
-_TERMINAL = frozenset({"done", "failed", "skipped", "cancelled"})
+_TERMINAL = frozenset({"done", "failed", "refused", "skipped", "cancelled"})
 _HOOK_ENDED = frozenset({"succeeded", "interrupted"})
 
 
@@ -284,7 +286,7 @@ def batch_state(batch: Batch) -> str:
     for phase in ("draining", "hook", "health", "returning"):
         if phase in phases:
             return phase
-    if "failed" in phases:
+    if "failed" in phases or "refused" in phases:
         return "failed"
     if all(p == "cancelled" for p in phases):
         return "cancelled"

@@ -1,0 +1,466 @@
+"""The engine of rolling maintenance operations on virtual time, against model nodes: a
+whole operation, the Mesos modes on the way, a failing health check, a refused hook, pause
+and cancel, and the master killed (rebuilt from its store) at every step: no node drained
+twice, no hook run twice, none skipped."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from nodeagent._clock import TrioClock
+from nodeagent._peer import AgentCallFailed
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._maintenance import Mode
+from nodeagent.master._master import Master
+from nodeagent.master._operations import OperationError, OperationSpec, SlaVerdict
+from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._rolling import Operations
+from slots import Machine, MachinePolicy, Resources
+
+EPOCH = 1_800_000_000.0
+DRAIN_TIME = 3.0
+HOOK_TIME = 2.0
+HEALTH_TIME = 1.5
+
+
+class ModelNode:
+    """An agent reduced to what an operation sees: a drain that empties the node
+    ``DRAIN_TIME`` after its commit, its completion hook (``HOOK_TIME``), then the health
+    gate (``HEALTH_TIME``, or failing while ``healthy`` is false)."""
+
+    def __init__(self, clock: TrioClock, name: str, rack: str, index: int) -> None:
+        self.clock = clock
+        self.name = name
+        self.rack = rack
+        self.address = f"http://10.0.0.{index}:9621"
+        self.ip = f"10.0.0.{index}"
+        self.hooks = ("reboot",)
+        self.healthy = True
+        self.next_id = 1
+        self.drain: dict[str, Any] | None = None
+        self.hook: dict[str, Any] | None = None
+        self.health_from: float | None = None
+        self.commits: list[float] = []
+        self.hook_runs: list[float] = []
+        self.in_service_at: list[float] = []
+        #: "commit": the commit is carried out, its reply never comes (lost)
+        self.hang: str | None = None
+
+    def _update(self) -> None:
+        now = self.clock.now()
+        drain = self.drain
+        if drain is not None and drain["state"] == "draining" and now >= drain["empty_at"]:
+            drain["state"] = "drained"
+            hook = drain["hook"]
+            if hook is not None:
+                self.hook = {"id": drain["id"], "name": hook, "state": "running", "start": now}
+                self.hook_runs.append(now)
+        hook = self.hook
+        if hook is not None and hook["state"] == "running" and now >= hook["start"] + HOOK_TIME:
+            hook["state"] = "succeeded"
+            self.drain = None
+            self.health_from = now
+        if self.health_from is not None and self.healthy and now >= self.health_from + HEALTH_TIME:
+            self.health_from = None
+            self.in_service_at.append(now)
+
+    def ad(self) -> dict[str, Any]:
+        self._update()
+        now = self.clock.now()
+        machine = Machine(
+            host=self.name,
+            ip=self.ip,
+            address=self.address,
+            total=Resources(cpus=4),
+            policy=MachinePolicy(max_job_retirement_time=60),
+            now=now,
+        )
+        ad = machine.ad(now)
+        m = ad["machine"]
+        m["Rack"] = self.rack
+        m["HealthState"] = "passing" if self.health_from is None else (
+            "pending" if self.healthy else "failing"
+        )  # fmt: skip
+        m["HealthMessage"] = None if self.healthy else "exit status 1"
+        if m["HealthMessage"] is None:
+            del m["HealthMessage"]
+        drain = self.drain
+        m["DrainState"] = "none" if drain is None else drain["state"]
+        closed = drain is not None and drain["state"] != "pending"
+        m["Start"] = not closed and self.health_from is None
+        if drain is not None:
+            m["DrainingRequestId"] = drain["id"]
+            m["DrainSchedule"] = drain["schedule"]
+        if self.hook is not None:
+            m["DrainHookRequestId"] = self.hook["id"]
+            m["DrainHookName"] = self.hook["name"]
+            m["DrainHookState"] = self.hook["state"]
+        return ad
+
+    async def call(self, method: str, path: str, body: Any) -> dict[str, Any]:
+        self._update()
+        now = self.clock.now()
+        words = path.split("/")
+        if (method, path) == ("GET", "/v1/ad"):
+            return self.ad()
+        if (method, path) == ("POST", "/v1/drain"):
+            if self.drain is not None:
+                raise AgentCallFailed("drain.exists", "a drain is in force")
+            hook = body["on_completion"].removeprefix("hook:")
+            if hook not in self.hooks:
+                raise AgentCallFailed("drain.no_such_hook", f"no hook {hook!r}")
+            rid = str(self.next_id)
+            self.next_id += 1
+            self.drain = {"id": rid, "state": "pending", "schedule": body["schedule"],
+                          "hook": hook, "empty_at": None}  # fmt: skip
+            return {"id": rid, "estimate": {"completion": now + DRAIN_TIME}}
+        if method == "POST" and words[-1] == "commit":
+            drain = self.drain
+            if drain is None or drain["id"] != words[-2] or drain["state"] != "pending":
+                raise AgentCallFailed("drain.no_such_request", "no such request")
+            drain["state"] = "draining"
+            drain["empty_at"] = now + DRAIN_TIME
+            self.commits.append(now)
+            if self.hang == "commit":
+                self.hang = None
+                await trio.sleep_forever()
+            return {"id": drain["id"], "state": "draining", "committed_at": int(now)}
+        if method == "POST" and words[-1] == "cancel":
+            drain = self.drain
+            if drain is None or drain["id"] != words[-2]:
+                raise AgentCallFailed("drain.no_such_request", "no such request")
+            if self.hook is not None and self.hook["id"] == drain["id"]:
+                raise AgentCallFailed("drain.hook_running", "the hook runs")
+            if drain["state"] == "drained":
+                self.health_from = now
+            self.drain = None
+            return {"id": drain["id"], "state": "cancelled"}
+        raise AssertionError(f"unexpected call {method} {path}")
+
+
+class Fleet:
+    """The nodes behind the master's link, by address."""
+
+    def __init__(self, clock: TrioClock, racks: dict[str, str]) -> None:
+        self.nodes = {
+            name: ModelNode(clock, name, rack, i + 1)
+            for i, (name, rack) in enumerate(racks.items())
+        }
+        self.by_address = {node.address: node for node in self.nodes.values()}
+
+    async def call(
+        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        return await self.by_address[address].call(method, path, body)
+
+    async def push(self, master: Master) -> None:
+        """Every node pushes its ad every 0.5 s, as agents do."""
+        while True:
+            for node in self.nodes.values():
+                master.receive_ad(node.ad())
+            await trio.sleep(0.5)
+
+
+RACKS = {"a": "r1", "b": "r1", "c": "r2", "d": "r3"}
+
+
+async def until(ok: Callable[[], bool], within: float = 60, every: float = 0.1) -> None:
+    """Wait (virtual time) until ``ok()``: the model nodes and the engine share no event."""
+    with trio.fail_after(within):
+        while not ok():  # noqa: ASYNC110 (state changed by other tasks, polled as they poll)
+            await trio.sleep(every)
+
+
+def build(tmp_path: Path, fleet: Fleet, clock: TrioClock) -> tuple[Master, Operations]:
+    master = Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=fleet,
+        clock=clock,
+        ads=AdStore(lifetime=10_000),
+        policy=PlanPolicy(drain_policy="immediate"),
+        reconcile_interval=0.5,
+    )
+    master.load()
+    operations = Operations(master)
+    operations.load()
+    return master, operations
+
+
+def spec(**changes: Any) -> OperationSpec:
+    fields: dict[str, Any] = {
+        "hosts": tuple(RACKS),
+        "grouping": "Rack",
+        "batches": 1,
+        "hook": "reboot",
+    }
+    fields.update(changes)
+    return OperationSpec(**fields)
+
+
+async def running(
+    tmp_path: Path, fleet: Fleet, clock: TrioClock, nursery: trio.Nursery
+) -> tuple[Master, Operations, trio.CancelScope]:
+    """A master and its engine running in their own scope (cancel it: a kill -9)."""
+    master, operations = build(tmp_path, fleet, clock)
+    scope = trio.CancelScope()
+
+    async def serve() -> None:
+        with scope:
+            async with trio.open_nursery() as inner:
+                inner.start_soon(fleet.push, master)
+                await inner.start(master.run)
+                await inner.start(operations.run)
+
+    nursery.start_soon(serve)
+    await trio.sleep(0.6)  # the ads are in
+    return master, operations, scope
+
+
+async def wait_for(operations: Operations, op_id: str, states: tuple[str, ...]) -> None:
+    await until(
+        lambda: (
+            operations.get(op_id).state in states and operations.get(op_id).ended_at is not None
+        ),
+        within=300,
+        every=0.25,
+    )
+
+
+def assert_once_each(fleet: Fleet, names: tuple[str, ...] = tuple(RACKS)) -> None:
+    for name in names:
+        node = fleet.nodes[name]
+        assert len(node.commits) == 1, (name, node.commits)
+        assert len(node.hook_runs) == 1, (name, node.hook_runs)
+        assert len(node.in_service_at) == 1, (name, node.in_service_at)
+        assert node.in_service_at[0] >= node.hook_runs[0] + HOOK_TIME + HEALTH_TIME
+
+
+async def test_an_operation_by_rack_runs_to_completion(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    modes: list[tuple[str, str]] = []
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        op = operations.create(spec(), actor="admin")
+        assert [b.name for b in op.batches] == ["r1", "r2", "r3"]
+
+        async def watch() -> None:
+            while True:
+                for status in master.state.machines():
+                    seen = (str(status.id.hostname), str(status.mode))
+                    if not modes or modes[-1] != seen:
+                        modes.append(seen)
+                await trio.sleep(0.1)
+
+        nursery.start_soon(watch)
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+        nursery.cancel_scope.cancel()
+    assert_once_each(fleet)
+    done = operations.get(op.id)
+    assert [b.state for b in done.batches] == ["done", "done", "done"]
+    # one batch at a time: each batch started after the previous one ended
+    ends = [
+        (b.started_at, b.ended_at) for b in sorted(done.batches, key=lambda b: b.started_at or 0)
+    ]
+    for (_, end), (start, _) in itertools.pairwise(ends):
+        assert end is not None
+        assert start is not None
+        assert start >= end
+    # DRAINING while draining, DOWN during the hook and the health check, then out (UP)
+    assert ("a", "DRAINING") in modes
+    assert ("a", "DOWN") in modes
+    assert master.state.machines() == ()
+    assert master.drains == {}
+
+
+async def test_k_batches_at_once(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    async with trio.open_nursery() as nursery:
+        _, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        op = operations.create(spec(grouping="host", batches=2), actor="admin")
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+    assert_once_each(fleet)
+    starts = sorted(node.commits[0] for node in fleet.nodes.values())
+    assert starts[0] == starts[1] < starts[2] == starts[3]
+
+
+async def test_a_failing_health_check_holds_its_node_and_is_reported(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    fleet.nodes["c"].healthy = False
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        op = operations.create(spec(hosts=("c", "d"), grouping="host"), actor="admin")
+        await until(
+            lambda: (
+                operations.get(op.id).batches[0].nodes[0].reason
+                == "health check failing: exit status 1"
+            ),
+            within=100,
+            every=0.25,
+        )
+        await trio.sleep(20)
+        held = operations.get(op.id)
+        assert [b.state for b in held.batches] == ["health", "waiting"]
+        assert fleet.nodes["c"].in_service_at == []
+        status = master.state.match("c", fleet.nodes["c"].ip)
+        assert status is not None
+        assert status.mode is Mode.DOWN
+        fleet.nodes["c"].healthy = True
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+    assert_once_each(fleet, ("c", "d"))
+
+
+async def test_a_hook_the_node_lacks_refuses_and_pauses(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        op = operations.create(spec(hosts=("a", "d"), grouping="host", hook="fw"), actor="x")
+        await until(lambda: operations.get(op.id).state == "paused", within=30, every=0.25)
+        await trio.sleep(2)
+        paused = operations.get(op.id)
+        assert paused.batches[0].nodes[0].phase == "refused"
+        assert paused.reason is not None
+        assert "drain.no_such_hook" in paused.reason
+        assert master.state.machines() == ()
+        assert master.drains == {}
+        operations.cancel(op.id, actor="x")
+        scope.cancel()
+    assert all(node.commits == [] for node in fleet.nodes.values())
+
+
+async def test_pause_holds_the_next_batch_and_cancel_leaves_untouched_hosts(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        op = operations.create(spec(grouping="host"), actor="admin")
+        await until(lambda: any(n.commits for n in fleet.nodes.values()), within=30, every=0.1)
+        operations.pause(op.id, actor="admin")
+        first = next(n for n in fleet.nodes.values() if n.commits)
+        await until(lambda: bool(first.in_service_at), within=60, every=0.25)
+        await trio.sleep(10)
+        assert sum(1 for n in fleet.nodes.values() if n.commits) == 1  # paused: no next batch
+        operations.resume(op.id, actor="admin")
+        await until(
+            lambda: sum(1 for n in fleet.nodes.values() if n.commits) >= 2, within=30, every=0.1
+        )
+        second = next(n for n in fleet.nodes.values() if n.commits and n is not first)
+        cancelled = operations.cancel(op.id, actor="admin")
+        assert cancelled.state == "cancelled"
+        await wait_for(operations, op.id, ("cancelled",))
+        # the second node's drain was cancelled before its hook: back in service, no hook
+        assert second.hook_runs == []
+        assert second.drain is None
+        assert master.state.machines() == ()
+        scope.cancel()
+    untouched = [n for n in fleet.nodes.values() if not n.commits]
+    assert len(untouched) == 2
+    assert all(n.drain is None and n.hook is None for n in untouched)
+    with pytest.raises(OperationError):
+        operations.cancel(op.id, actor="admin")
+
+
+async def test_an_unsafe_batch_waits_then_proceeds(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    safe_from = EPOCH + 20
+
+    def sla(entries: Any, hosts: tuple[str, ...], now: float) -> SlaVerdict:
+        return SlaVerdict(safe=now >= safe_from, groups=("web",), until=safe_from)
+
+    async with trio.open_nursery() as nursery:
+        _, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        operations.sla = sla
+        op = operations.create(spec(hosts=("d",)), actor="admin")
+        await trio.sleep(5)
+        held = operations.get(op.id).batches[0]
+        assert held.state == "waiting"
+        assert held.reason is not None
+        assert held.reason["code"] == "sla"
+        assert held.reason["until"] == safe_from
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+    assert fleet.nodes["d"].commits[0] >= safe_from
+
+
+KILL_AT = [0.0, 0.3, 1.0, 2.0, 3.5, 5.0, 6.5, 8.0, 10.0, 13.0]
+
+
+@pytest.mark.parametrize("kill_at", KILL_AT)
+async def test_killed_at_any_moment_no_node_drained_twice_no_hook_twice(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, kill_at: float
+) -> None:
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    async with trio.open_nursery() as nursery:
+        _, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        op = operations.create(spec(), actor="admin")
+        await trio.sleep(kill_at)
+        scope.cancel()  # kill -9: what was not saved is gone
+        await trio.sleep(1.0)
+        _, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+    assert_once_each(fleet)
+
+
+@pytest.mark.parametrize("hang", ["phase1-only", "commit"])
+async def test_killed_inside_the_transaction(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, hang: str
+) -> None:
+    """Killed between phase 1 and the commit (the record ``pending``, the node's request
+    pending: cancelled, then drained once), or after the commit whose reply was lost
+    (adopted: drained once)."""
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    first = fleet.nodes["d"]
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        if hang == "commit":
+            first.hang = "commit"
+        else:
+            original = first.call
+
+            async def no_commit(method: str, path: str, body: Any) -> dict[str, Any]:
+                if path.endswith("/commit"):
+                    await trio.sleep_forever()
+                return await original(method, path, body)
+
+            first.call = no_commit  # type: ignore[method-assign]
+        op = operations.create(spec(hosts=("d",)), actor="admin")
+        await until(lambda: first.drain is not None, within=10, every=0.05)
+        await trio.sleep(0.5)
+        assert master.drains  # the record was written before the commit
+        scope.cancel()
+        if hang != "commit":
+            del first.call
+        await trio.sleep(1.0)
+        _, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+    assert_once_each(fleet, ("d",))
