@@ -685,9 +685,10 @@ class Master:
             text.prepare(plan, state)
 
     def _decide(self, plan: MachinePlan, now: float) -> str | None:
-        """What the pass does for one machine now: ``start``, ``escalate``, ``down``,
-        ``mark-down``, ``refresh`` (fetch the node's ad: the one held predates the
-        master's record of its drain, and the window needs a decision) or nothing."""
+        """What the pass does for one machine now: ``start``, ``escalate``, ``relax``
+        (the window moved later than the deadline of the master's drain: :meth:`_relax`),
+        ``down``, ``mark-down``, ``refresh`` (fetch the node's ad: the one held predates
+        the master's record of its drain, and the window needs a decision) or nothing."""
         assert plan.node is not None
         machine = plan.node.machine
         record = self.drains.get(plan.key)
@@ -722,6 +723,15 @@ class Master:
         if ours:
             assert record is not None
             if now < plan.window_start:
+                moved = record.get("window_start")
+                if (
+                    mode == "DRAINING"
+                    and record.get("deadline") is not None
+                    and moved is not None
+                    and moved < plan.window_start
+                    and not record.get("escalated")
+                ):
+                    return "relax"  # the window moved later: its deadline would cut early
                 self._remember_late(plan, record, now)
                 return None
             if record.get("escalated") or self.policy.escalation == "none":
@@ -766,6 +776,8 @@ class Master:
                 await self._start(plan, address, actor)
             elif action == "escalate":
                 await self._escalate(plan, address, actor)
+            elif action == "relax":
+                await self._relax(plan, address, actor)
             elif action == "down":
                 await self._down(plan, address, actor)
             elif action == "mark-down":
@@ -877,8 +889,55 @@ class Master:
         self.save()
         log.info("%s: at its window: escalated (%s)", plan.node_name, how)
 
+    async def _relax(self, plan: MachinePlan, address: str, actor: str) -> None:
+        """The machine's window moved later after the master started its drain, whose
+        deadline (the old window start) would now cut promises the new window keeps.
+
+        Not due yet under the new window (just in time): the drain is cancelled by its id
+        and the record forgotten; the node takes work again until a later pass starts the
+        drain the new window requires. Due already: the drain is replaced by a graceful
+        one whose deadline is the new window start (:meth:`_replace`). Either way, between
+        the cancel and a new commit the node is open for a round trip.
+        """
+        record = self.drains[plan.key]
+        now = self.clock.now()
+        request_id = record.get("request_id")
+        if plan.drain_start is not None and now < plan.drain_start:
+            try:
+                await self.link.call(address, "POST", f"/v1/drain/{request_id}/cancel", actor=actor)
+            except AgentCallFailed as exc:
+                if exc.code != "drain.no_such_request":
+                    raise
+            del self.drains[plan.key]
+            self.save()
+            log.info(
+                "%s: window moved later: drain %s cancelled, due again in %.0f s",
+                plan.node_name,
+                request_id,
+                plan.drain_start - now,
+            )
+            return
+        await self._replace(
+            plan.key, address, actor, record, "graceful", deadline=plan.window_start - now
+        )
+        record["window_start"] = plan.window_start
+        self.save()
+        log.info(
+            "%s: window moved later: drain %s replaced by drain %s, deadline the new window",
+            plan.node_name,
+            request_id,
+            record["request_id"],
+        )
+
     async def _replace(
-        self, key: str, address: str, actor: str, record: dict[str, Any], schedule: str
+        self,
+        key: str,
+        address: str,
+        actor: str,
+        record: dict[str, Any],
+        schedule: str,
+        *,
+        deadline: float | None = None,
     ) -> None:
         """Cancel the master's drain on the node and commit a ``schedule`` drain instead.
 
@@ -897,7 +956,9 @@ class Master:
         except AgentCallFailed as exc:
             if exc.code != "drain.no_such_request":
                 raise
-        body = {"schedule": schedule, "reason": REASON, "ttl": 30}
+        body: dict[str, Any] = {"schedule": schedule, "reason": REASON, "ttl": 30}
+        if deadline is not None:
+            body["deadline"] = deadline
         await self._transaction(key, address, actor, body, record)
 
     async def _transaction(

@@ -1194,7 +1194,7 @@ async def test_a_pass_whose_record_cannot_be_written_keeps_running_and_commits_n
         await trio.sleep(10)
         assert master.drains == {}
         assert (on_disk(store.path)["drains"] or {}) == {}
-        assert [c for _, c in node.calls if c != "ad"][0].startswith("start graceful")
+        assert next(c for _, c in node.calls if c != "ad").startswith("start graceful")
         assert "commit 1" not in [c for _, c in node.calls]
         assert master.counters.drain_failures >= 1
         store.failing = False
@@ -1208,3 +1208,67 @@ async def test_a_pass_whose_record_cannot_be_written_keeps_running_and_commits_n
     assert record["phase"] == "committed"
     assert on_disk(store.path)["drains"] == master.drains
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("moved_to", "calls", "first_signal"),
+    [
+        # Far later: not due under the new window; cancelled, started again just in time.
+        (
+            2000,
+            [
+                "start graceful deadline 100",
+                "commit 1",
+                "cancel 1",
+                "start graceful deadline 610",
+                "commit 2",
+            ],
+            1390,
+        ),
+        # A little later: still due; replaced by a drain whose deadline is the new window.
+        (
+            300,
+            [
+                "start graceful deadline 100",
+                "commit 1",
+                "cancel 1",
+                "start graceful deadline 295",
+                "commit 2",
+            ],
+            300,
+        ),
+    ],
+)
+async def test_a_window_moved_later_moves_the_deadline_of_the_masters_drain(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    moved_to: float,
+    calls: list[str],
+    first_signal: float,
+) -> None:
+    """The master drains for a window at +100 (the job's promise ends at +600, so the
+    drain's deadline is the window); the window moves later: the old deadline must not
+    evict the job at +100."""
+    clock = TrioClock(EPOCH)
+    node = ModelNode(clock, retirement=600, jobs=1, push_every=0.5, push_on_change=True)
+    master = Master(
+        store=DocumentStore(tmp_path / "master.db"),
+        link=node,
+        clock=clock,
+        ads=AdStore(lifetime=60),
+        policy=PlanPolicy(drain_margin=10, escalation="quick"),
+        reconcile_interval=1.0,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(node.run)
+        node.attach(master)
+        nursery.start_soon(master.run)
+        master.set_schedule(schedule(EPOCH + 100), actor="ops")
+        await trio.sleep(5)
+        master.set_schedule(schedule(EPOCH + moved_to), actor="ops")
+        await trio.sleep(moved_to + 10)
+        nursery.cancel_scope.cancel()
+    assert [c for _, c in node.calls if c != "ad"] == calls
+    assert node.signals, "the job is evicted at the new window at the latest"
+    assert node.signals[0][0] >= first_signal - 1
+    master.store.close()
