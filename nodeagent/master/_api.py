@@ -61,6 +61,8 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
+from nodeagent.master._operations_api import add_operation_routes
+from nodeagent.master._rolling import Operations
 from slots import InvalidRequest, SlotsError, render_long
 
 __all__ = [
@@ -392,12 +394,15 @@ def build_master_app(
     audit: AuditLog | None,
     metrics: MasterMetrics,
     evaluator: Evaluator | None = None,
+    operations: Operations | None = None,
 ) -> FastAPI:
     """The master API bound to ``master``.
 
     ``evaluator`` evaluates the queries' constraints; its owner closes it. Without one,
     the app makes its own (with the default budget and workers), whose workers end with
-    the process.
+    the process. ``operations``: the rolling maintenance operations the endpoints of
+    :mod:`~nodeagent.master._operations_api` serve (without: the app makes its own from
+    the master's, which nothing then runs).
     """
     constraints = Evaluator() if evaluator is None else evaluator
     app = FastAPI(
@@ -696,4 +701,15 @@ def build_master_app(
         body = plan_body(master, with_blockers=blockers, late=late, limit=limit)
         return Response(body, media_type="application/json")
 
+    if operations is None:
+        operations = Operations(master)
+        operations.load()
+    add_operation_routes(
+        app,
+        operations,
+        principal=principal,
+        record=record,
+        constraints=constraints,
+        errors=_errors,
+    )
     return app

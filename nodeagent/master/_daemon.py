@@ -45,6 +45,7 @@ from nodeagent.master._config import MasterConfig, load_master_config
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._rolling import Operations
 
 __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 
@@ -71,6 +72,7 @@ class _Parts:
 
     master: Master
     metrics: MasterMetrics
+    operations: Operations
     agents: HttpAgentLink | None
 
 
@@ -153,19 +155,28 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         master.load()
         metrics = MasterMetrics(master, require_auth=config.metrics_require_auth)
         self.master = master
-        self._parts = _Parts(master=master, metrics=metrics, agents=agents)
+        operations = Operations(master)
+        operations.load()
+        self._parts = _Parts(master=master, metrics=metrics, operations=operations, agents=agents)
         return with_ad_fast_path(
-            build_master_app(master, key=opened.key, audit=opened.audit, metrics=metrics),
+            build_master_app(
+                master,
+                key=opened.key,
+                audit=opened.audit,
+                metrics=metrics,
+                operations=operations,
+            ),
             master,
             key=opened.key,
             metrics=metrics,
         )
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
-        """The reconcile service."""
+        """The reconcile service and the engine of rolling maintenance operations."""
         if self._parts is None:
             raise RuntimeError("the master daemon has not been built")
         await services.start(self._parts.master.run)
+        await services.start(self._parts.operations.run)
 
     def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
         """The plan policy, intervals, ad lifetime, metrics auth and the agents' timeout;

@@ -1,0 +1,191 @@
+"""The master's endpoints of rolling maintenance operations (``/v1/maintenance/operations``).
+
+``POST /v1/maintenance/operations`` (ADMINISTRATOR) starts one: ``hosts`` (node names) or
+a ClassAd ``constraint`` over the node ads (resolved to the matching nodes now), its
+``grouping``, ``batches`` at once, ``schedule``, ``hook``, ``budget`` and ``sla_wait``. Bad
+input is 422 with a stable code (``request.invalid``, ``operation.*``) and changes nothing;
+a state that cannot be written is 503 ``store.error`` and changes nothing. ``GET`` lists
+them or shows one (READ); ``POST …/{id}/pause|resume|cancel`` (ADMINISTRATOR) act at once.
+Every state-changing request is audited, refusals included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nodeagent._auth import AuthError, Principal, Scope, require
+from nodeagent._expressions import Evaluator
+from nodeagent._http import error_body
+from nodeagent._store import StoreError
+from nodeagent.master._operations import OperationError, OperationSpec, progress
+from nodeagent.master._rolling import Operations
+from slots import SlotsError
+
+__all__ = ["OperationRequest", "add_operation_routes"]
+
+
+class OperationRequest(BaseModel):
+    """The body of ``POST /v1/maintenance/operations``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hosts: list[str] | None = None
+    constraint: str | None = None
+    grouping: str = "host"
+    batches: int = Field(default=1, ge=1)
+    schedule: str = "graceful"
+    hook: str
+    budget: float | None = Field(default=None, ge=0)
+    sla_wait: float = Field(default=3600.0, ge=0)
+
+
+def _refusal(code: str, message: str, status: int = 422) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status)
+
+
+def add_operation_routes(
+    app: FastAPI,
+    operations: Operations,
+    *,
+    principal: Callable[[Request], Principal],
+    record: Callable[[Request, str, str, str], Any],
+    constraints: Evaluator,
+    errors: Callable[..., dict[int | str, dict[str, Any]]],
+) -> None:
+    """Add the operations' endpoints to the master's ``app`` (see the module docstring).
+    ``record`` audits a change (subject, action, result); ``constraints`` evaluates a
+    ``constraint`` over the node ads; ``errors`` makes the OpenAPI ``responses`` of
+    error statuses (the master API's)."""
+    body_schema = {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": OperationRequest.model_json_schema()}},
+        }
+    }
+    master = operations.master
+
+    async def administrator(request: Request, action: str) -> Principal | JSONResponse:
+        try:
+            who = principal(request)
+        except AuthError as exc:
+            await record(request, "anonymous", action, exc.code)
+            raise
+        try:
+            require(who, Scope.ADMINISTRATOR)
+        except AuthError as exc:
+            await record(request, who.subject, action, exc.code)
+            raise
+        return who
+
+    @app.post(
+        "/v1/maintenance/operations",
+        tags=["operations"],
+        status_code=201,
+        openapi_extra=body_schema,
+        responses=errors(401, 403, 413, 422, 503),
+    )
+    async def start_operation(request: Request) -> JSONResponse:
+        """Start a rolling maintenance operation; its progress document."""
+        action = "operation.start"
+        who = await administrator(request, action)
+        assert isinstance(who, Principal)
+        try:
+            body = OperationRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            await record(request, who.subject, action, "request.invalid")
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            return _refusal("request.invalid", f"{where}: {first['msg']}")
+        if (body.hosts is None) == (body.constraint is None):
+            await record(request, who.subject, action, "request.invalid")
+            return _refusal("request.invalid", "give either hosts or a constraint")
+        hosts = body.hosts
+        if body.constraint is not None:
+            ads = master.ads.query(master.clock.now())
+            try:
+                matching = await constraints.select(body.constraint, ads)
+            except SlotsError as exc:
+                await record(request, who.subject, action, exc.code)
+                return _refusal(exc.code, exc.message, exc.http_status)
+            hosts = [str(ad["Name"]) for ad, hit in zip(ads, matching, strict=True) if hit]
+        assert hosts is not None
+        spec = OperationSpec(
+            hosts=tuple(hosts),
+            constraint=body.constraint,
+            grouping=body.grouping,
+            batches=body.batches,
+            schedule=body.schedule,
+            hook=body.hook,
+            budget=body.budget,
+            sla_wait=body.sla_wait,
+        )
+        try:
+            op = operations.create(spec, actor=who.subject)
+        except OperationError as exc:
+            await record(request, who.subject, action, exc.code)
+            return _refusal(exc.code, exc.message)
+        except StoreError as exc:
+            await record(request, who.subject, action, exc.code)
+            return _refusal(
+                exc.code, f"the state could not be written; nothing changed: {exc}", 503
+            )
+        await record(request, who.subject, f"{action} {op.id}", "ok")
+        return JSONResponse(progress(op), status_code=201)
+
+    @app.get("/v1/maintenance/operations", tags=["operations"], responses=errors(401, 403))
+    async def list_operations(request: Request) -> JSONResponse:
+        """Every operation's progress document, newest first."""
+        require(principal(request), Scope.READ)
+        ops = sorted(operations.ops.values(), key=lambda op: op.created_at, reverse=True)
+        return JSONResponse({"operations": [progress(op) for op in ops]})
+
+    @app.get(
+        "/v1/maintenance/operations/{op_id}", tags=["operations"], responses=errors(401, 403, 404)
+    )
+    async def get_operation(request: Request, op_id: str) -> JSONResponse:
+        """One operation's progress document (404 ``operation.no_such_operation``)."""
+        require(principal(request), Scope.READ)
+        try:
+            return JSONResponse(progress(operations.get(op_id)))
+        except OperationError as exc:
+            return _refusal(exc.code, exc.message, 404)
+
+    def change(verb: str) -> Callable[..., Any]:
+        act: dict[str, Callable[..., Any]] = {
+            "pause": operations.pause,
+            "resume": operations.resume,
+            "cancel": operations.cancel,
+        }
+
+        async def endpoint(request: Request, op_id: str) -> JSONResponse:
+            action = f"operation.{verb} {op_id}"
+            who = await administrator(request, action)
+            assert isinstance(who, Principal)
+            try:
+                op = act[verb](op_id, actor=who.subject)
+            except OperationError as exc:
+                await record(request, who.subject, action, exc.code)
+                status = 404 if exc.code == "operation.no_such_operation" else 409
+                return _refusal(exc.code, exc.message, status)
+            except StoreError as exc:
+                await record(request, who.subject, action, exc.code)
+                message = f"the state could not be written; nothing changed: {exc}"
+                return _refusal(exc.code, message, 503)
+            await record(request, who.subject, action, "ok")
+            return JSONResponse(progress(op))
+
+        endpoint.__doc__ = f"{verb.capitalize()} the operation at once (audited)."
+        endpoint.__name__ = f"{verb}_operation"
+        return endpoint
+
+    for verb in ("pause", "resume", "cancel"):
+        app.post(
+            f"/v1/maintenance/operations/{{op_id}}/{verb}",
+            tags=["operations"],
+            responses={**errors(401, 403, 404, 503), 409: {"description": "Not in that state"}},
+        )(change(verb))
