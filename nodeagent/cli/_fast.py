@@ -113,6 +113,7 @@ _CLIENT = (_JSON, _value("--host"), _value("--token"), _value("--socket", dest="
 
 _AGENT = "nodeagent.cli._agent"
 _MASTER = "nodeagent.cli._master"
+_MAINTAIN = "nodeagent.cli._maintain"
 
 COMMANDS: tuple[Command, ...] = (
     Command(words=("version",), run="nodeagent.cli._common:version"),
@@ -241,6 +242,42 @@ COMMANDS: tuple[Command, ...] = (
             argument=Argument(dest="machines", many=True, required=True),
         )
         for word in ("down", "up")
+    ),
+    Command(
+        words=("master", "maintain", "start"),
+        run=f"{_MAINTAIN}:start",
+        options=(
+            _value("--hosts"),
+            _value("--constraint"),
+            _value("--grouping", default="host"),
+            _value("--batches", kind="int", minimum=1, default=1),
+            _value("--hook", required=True),
+            _value(
+                "--schedule",
+                kind="choice",
+                choices=("graceful", "quick", "fast"),
+                default="graceful",
+            ),
+            _value("--budget"),
+            _value("--sla-wait", default="1h"),
+            _flag("--wait"),
+            *_CLIENT,
+        ),
+    ),
+    Command(
+        words=("master", "maintain", "status"),
+        run=f"{_MAINTAIN}:status",
+        options=(_flag("--wait"), *_CLIENT),
+        argument=Argument(dest="operation_id"),
+    ),
+    *(
+        Command(
+            words=("master", "maintain", word),
+            run=f"{_MAINTAIN}:{word}",
+            options=_CLIENT,
+            argument=Argument(dest="operation_id", required=True),
+        )
+        for word in ("pause", "resume", "cancel")
     ),
     Command(
         words=("defrag", "status"),

@@ -13,6 +13,7 @@ import typer
 
 from nodeagent.cli import _master
 from nodeagent.cli._common import finish, run_daemon
+from nodeagent.cli._maintain_app import maintain_app
 from nodeagent.cli._options import (
     JsonOption,
     LogLevel,
@@ -35,6 +36,7 @@ schedule_app = typer.Typer(
     no_args_is_help=True,
 )
 master_app.add_typer(schedule_app)
+master_app.add_typer(maintain_app)
 
 
 @master_app.callback()

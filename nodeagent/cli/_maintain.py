@@ -1,0 +1,322 @@
+"""What ``nodeagent master maintain …`` does: rolling maintenance operations.
+
+``start`` posts an operation (``POST /v1/maintenance/operations``) and prints its batches
+(or, with ``--wait``, follows it as ``status --wait`` does); ``status`` shows one operation
+(the newest without an id) or, with ``--json``, prints the API's document; ``--wait``
+draws a progress bar of the batches finished until the operation ends; ``pause``,
+``resume`` and ``cancel`` act at once. ``--wait`` exits 0 when every batch is done,
+else 1 (``operation.paused`` with the reason, ``operation.cancelled``,
+``operation.incomplete``: batches skipped or failed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from nodeagent.cli._common import duration, emit_text
+from nodeagent.cli._errors import CliError, UsageError
+from nodeagent.cli._http import Reply, Target, path_segment, request, resolve_master_target
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+__all__ = ["cancel", "operation_view", "pause", "resume", "start", "status"]
+
+_PATH = "/v1/maintenance/operations"
+_POLL_S = 1.0
+
+
+def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
+    return resolve_master_target(
+        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
+    )
+
+
+def _console() -> Console:
+    from nodeagent.cli._render import make_console  # noqa: PLC0415
+
+    return make_console(sys.stdout)
+
+
+def start(
+    *,
+    hosts: str | None,
+    constraint: str | None,
+    grouping: str,
+    batches: int,
+    hook: str,
+    schedule: str,
+    budget: str | None,
+    sla_wait: str,
+    wait: bool,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master maintain start``: ``POST /v1/maintenance/operations``."""
+    if (hosts is None) == (constraint is None):
+        raise UsageError("cli.usage", "give either --hosts or --constraint")
+    body: dict[str, Any] = {
+        "grouping": grouping,
+        "batches": batches,
+        "hook": hook,
+        "schedule": schedule,
+        "sla_wait": duration("--sla-wait", sla_wait),
+    }
+    if hosts is not None:
+        body["hosts"] = [h.strip() for h in hosts.split(",") if h.strip()]
+    else:
+        body["constraint"] = constraint
+    if budget is not None:
+        try:
+            body["budget"] = float(budget)
+        except ValueError:
+            raise UsageError("cli.usage", f"--budget: {budget!r} is not a number") from None
+    reply = request(_target(host, token, socket_path), "POST", _PATH, body)
+    if json_output and not wait:
+        emit_text(reply.text)
+        return
+    doc = reply.data or {}
+    if wait:
+        _wait(_target(host, token, socket_path), str(doc["id"]), json_output=json_output)
+        return
+    _console().print(operation_view(doc, now=time.time()))
+
+
+def status(
+    *,
+    operation_id: str | None,
+    wait: bool,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master maintain status [ID]``: one operation (the newest without an
+    ID); with ``--wait``, a progress bar until it ends."""
+    target = _target(host, token, socket_path)
+    if operation_id is None:
+        listed = request(target, "GET", _PATH).data or {}
+        ops = listed.get("operations") or []
+        if not ops:
+            if json_output:
+                emit_text('{"operations":[]}')
+                return
+            raise CliError("operation.none", "no maintenance operation")
+        operation_id = str(ops[0]["id"])
+    if wait:
+        _wait(target, operation_id, json_output=json_output)
+        return
+    reply = request(target, "GET", f"{_PATH}/{path_segment(operation_id)}")
+    if json_output:
+        emit_text(reply.text)
+        return
+    _console().print(operation_view(reply.data or {}, now=time.time()))
+
+
+def _change(verb: str, operation_id: str, json_output: bool, target: Target) -> Reply:
+    reply = request(target, "POST", f"{_PATH}/{path_segment(operation_id)}/{verb}")
+    if json_output:
+        emit_text(reply.text)
+    else:
+        _console().print(operation_view(reply.data or {}, now=time.time()))
+    return reply
+
+
+def pause(
+    *,
+    operation_id: str,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master maintain pause ID``."""
+    _change("pause", operation_id, json_output, _target(host, token, socket_path))
+
+
+def resume(
+    *,
+    operation_id: str,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master maintain resume ID``."""
+    _change("resume", operation_id, json_output, _target(host, token, socket_path))
+
+
+def cancel(
+    *,
+    operation_id: str,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master maintain cancel ID``."""
+    _change("cancel", operation_id, json_output, _target(host, token, socket_path))
+
+
+# --- waiting ---------------------------------------------------------------------------------
+
+
+def _ended(doc: Mapping[str, Any]) -> bool:
+    """Whether a wait ends here: the operation ended, or was paused (by an operator or
+    at a failed node: nothing goes on by itself)."""
+    return doc.get("ended_at") is not None or doc.get("state") == "paused"
+
+
+def _verdict(doc: Mapping[str, Any]) -> None:
+    """Raise unless every batch is done."""
+    state = doc.get("state")
+    if state == "paused":
+        raise CliError("operation.paused", str(doc.get("reason") or "paused"))
+    if state == "cancelled":
+        raise CliError("operation.cancelled", f"operation {doc.get('id')} was cancelled")
+    states = [b.get("state") for b in doc.get("batches") or []]
+    left = [s for s in states if s != "done"]
+    if left:
+        raise CliError(
+            "operation.incomplete",
+            f"{len(left)} of {len(states)} batches not done ({', '.join(sorted(set(left)))})",
+        )
+
+
+def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
+    """Poll the operation until it ends; a progress bar of the batches finished (with
+    ``json_output``, the last document only)."""
+    path = f"{_PATH}/{path_segment(operation_id)}"
+    if json_output:
+        while True:
+            reply = request(target, "GET", path)
+            doc = reply.data or {}
+            if _ended(doc):
+                emit_text(reply.text)
+                _verdict(doc)
+                return
+            time.sleep(_POLL_S)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # noqa: PLC0415
+
+    console = _console()
+    doc = request(target, "GET", path).data or {}
+    total = len(doc.get("batches") or [])
+    with Progress(
+        TextColumn("[bold]operation {task.fields[op]}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("batches  {task.description}"),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(_doing(doc), total=total, op=operation_id)
+        while True:
+            counts = doc.get("counts") or {}
+            bar.update(task, completed=counts.get("finished", 0), description=_doing(doc))
+            if _ended(doc):
+                break
+            time.sleep(_POLL_S)
+            doc = request(target, "GET", path).data or {}
+    console.print(operation_view(doc, now=time.time()))
+    _verdict(doc)
+
+
+def _doing(doc: Mapping[str, Any]) -> str:
+    """What the operation is doing, in one line: its batches in progress and waiting."""
+    busy = [
+        f"{b['name']} {b['state']}"
+        for b in doc.get("batches") or []
+        if b.get("state") in ("draining", "hook", "health", "returning")
+    ]
+    text = ", ".join(busy) if busy else str(doc.get("state"))
+    return text[:60]
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+def _when(value: Any, now: float) -> str:
+    if not isinstance(value, int | float):
+        return ""
+    ago = now - value
+    clock = time.strftime("%H:%M:%S", time.localtime(value))
+    if ago >= 0:
+        return f"{clock} ({_span(ago)} ago)"
+    return f"{clock} (in {_span(-ago)})"
+
+
+def _span(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def _reason(reason: Any, now: float) -> str:
+    """A batch's reason for people: why it waits, or why it was skipped."""
+    if not isinstance(reason, Mapping):
+        return "" if reason is None else str(reason)
+    code = reason.get("code")
+    if code == "sla":
+        groups = ", ".join(reason.get("groups") or []) or "a group"
+        until = reason.get("until")
+        text = f"SLA of {groups}" + (f" until {_when(until, now)}" if until is not None else "")
+    elif code == "badput_budget":
+        text = f"badput {reason.get('badput', 0):.0f} cpu-s over the budget {reason.get('budget')}"
+    elif code == "node_unheard":
+        text = "not heard from: " + ", ".join(reason.get("nodes") or [])
+    else:
+        text = str(code)
+    if reason.get("skipped"):
+        text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
+    return text
+
+
+def operation_view(doc: Mapping[str, Any], *, now: float) -> RenderableType:
+    """An operation for people: its state and spec, then one row per node by batch, with
+    the phase and why it waits (a batch's reason on its first row)."""
+    from rich.console import Group  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    spec = doc.get("spec") or {}
+    counts = doc.get("counts") or {}
+    what = ", ".join(spec.get("hosts") or []) if not spec.get("constraint") else spec["constraint"]
+    head = Text.assemble(
+        (f"operation {doc.get('id')}  ", "bold"),
+        (str(doc.get("state")), "bold"),
+        f"  hook {spec.get('hook')}, {spec.get('schedule')}, by {spec.get('grouping')},"
+        f" {spec.get('batches')} at once",
+        f", budget {spec['budget']} cpu-s" if spec.get("budget") is not None else "",
+        f"\n  {counts.get('finished', 0)}/{counts.get('batches', 0)} batches finished;"
+        f" started {_when(doc.get('created_at'), now)} by {doc.get('actor')}; hosts: {what}",
+    )
+    parts: list[Any] = [head]
+    if doc.get("reason"):
+        parts.append(Text(f"  {doc['reason']}", style="yellow"))
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column in ("batch", "state", "node", "phase", "drain", "why"):
+        table.add_column(column)
+    for batch in doc.get("batches") or []:
+        why = _reason(batch.get("reason"), now)
+        if not why and batch.get("state") == "waiting" and doc.get("state") == "running":
+            why = f"waits for a place ({spec.get('batches')} at once)"
+        for i, node in enumerate(batch.get("nodes") or []):
+            table.add_row(
+                batch["name"] if i == 0 else "",
+                batch["state"] if i == 0 else "",
+                node["name"],
+                node["phase"],
+                node.get("request_id") or "",
+                node.get("reason") or (why if i == 0 else ""),
+            )
+    parts.append(table)
+    return Group(*parts)

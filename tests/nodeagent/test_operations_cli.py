@@ -1,0 +1,134 @@
+"""``nodeagent master maintain``: the view's words, why batches wait, how a wait ends."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from nodeagent.cli._errors import CliError, UsageError
+from nodeagent.cli._fast import parse
+from nodeagent.cli._maintain import _reason, _verdict, operation_view, start
+from nodeagent.master._operations import NodeView, OperationSpec, choose, new_operation, progress
+
+NOW = 1_800_000_000.0
+
+
+def rendered(doc: dict[str, Any]) -> str:
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(operation_view(doc, now=NOW))
+    return out.getvalue()
+
+
+def document(batches: int = 2) -> dict[str, Any]:
+    spec = OperationSpec(
+        hosts=("a", "b", "c"), grouping="Rack", hook="reboot", budget=100.0, batches=batches
+    )
+    op = new_operation("4", spec, {"a": "r1", "b": "r1", "c": "r2"}, actor="ops", now=NOW - 90)
+    views = {
+        "a": NodeView(completion=NOW, badput=10),
+        "b": NodeView(completion=NOW, badput=10),
+        "c": NodeView(completion=NOW, badput=500),
+    }
+    return progress(choose(op, views, NOW - 60))
+
+
+def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
+    text = rendered(document())
+    assert "operation 4  running  hook reboot, graceful, by Rack, 2 at once" in text
+    assert "budget 100.0 cpu-s" in text
+    assert "0/2 batches finished" in text
+    assert "by ops" in text
+    lines = [line.split() for line in text.splitlines()]
+    assert ["r1", "draining", "a", "draining"] in lines
+    assert ["b", "draining"] in lines
+    assert ["r2", "waiting", "c", "waiting", "badput", "500", "cpu-s", "over", "the", "budget",
+            "100.0"] in lines  # fmt: skip
+    one_at_once = [line.split() for line in rendered(document(batches=1)).splitlines()]
+    assert ["r2", "waiting", "c", "waiting", "waits", "for", "a", "place", "(1", "at", "once)"] in (
+        one_at_once
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        (None, ""),
+        ({"code": "badput_budget", "badput": 5400.4, "budget": 3600}, "badput 5400 cpu-s over"),
+        ({"code": "node_unheard", "nodes": ["n1", "n2"]}, "not heard from: n1, n2"),
+        ({"code": "sla", "groups": ["web/prod"], "until": NOW + 300}, "SLA of web/prod until "),
+        (
+            {"code": "sla", "groups": ["web"], "until": None, "skipped": True, "held_for": 3600},
+            "skipped after 60m: SLA of web",
+        ),
+    ],
+)
+def test_reasons(reason: Any, text: str) -> None:
+    assert _reason(reason, NOW).startswith(text)
+    if reason and reason.get("until"):
+        assert "(in 5m)" in _reason(reason, NOW)
+
+
+@pytest.mark.parametrize(
+    ("doc", "code"),
+    [
+        ({"state": "completed", "batches": [{"state": "done"}]}, None),
+        (
+            {"state": "completed", "batches": [{"state": "done"}, {"state": "skipped"}]},
+            "operation.incomplete",
+        ),
+        ({"state": "paused", "reason": "paused: n1: hook failed: exit 1"}, "operation.paused"),
+        ({"state": "cancelled", "id": "3"}, "operation.cancelled"),
+    ],
+)
+def test_how_a_wait_ends(doc: dict[str, Any], code: str | None) -> None:
+    if code is None:
+        _verdict(doc)
+        return
+    with pytest.raises(CliError) as caught:
+        _verdict(doc)
+    assert caught.value.code == code
+    assert caught.value.exit_status == 1
+
+
+def test_hosts_or_constraint() -> None:
+    common: dict[str, Any] = {
+        "grouping": "host",
+        "batches": 1,
+        "hook": "reboot",
+        "schedule": "graceful",
+        "budget": None,
+        "sla_wait": "1h",
+        "wait": False,
+        "json_output": False,
+        "host": None,
+        "token": None,
+        "socket_path": "/nonexistent.sock",
+    }
+    for hosts, constraint in ((None, None), ("a", "true")):
+        with pytest.raises(UsageError):
+            start(hosts=hosts, constraint=constraint, **common)
+    with pytest.raises(UsageError, match="--budget"):
+        start(hosts="a", constraint=None, **{**common, "budget": "lots"})
+    with pytest.raises(UsageError) as caught:
+        start(hosts="a", constraint=None, **{**common, "sla_wait": "soon"})
+    assert caught.value.code == "cli.bad_duration"
+
+
+def test_plain_command_lines() -> None:
+    plain = parse(
+        ["master", "maintain", "start", "--hosts", "a,b", "--grouping", "Rack", "--hook",
+         "reboot", "--batches", "2", "--budget", "10", "--wait"],
+        {},
+    )  # fmt: skip
+    assert plain is not None
+    assert plain.params["hosts"] == "a,b"
+    assert plain.params["batches"] == 2
+    assert plain.params["schedule"] == "graceful"
+    assert plain.params["sla_wait"] == "1h"
+    status = parse(["master", "maintain", "status", "--wait"], {})
+    assert status is not None
+    assert status.params["operation_id"] is None
+    assert parse(["master", "maintain", "cancel"], {}) is None  # the ID is required
