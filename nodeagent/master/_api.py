@@ -63,6 +63,8 @@ from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._operations_api import add_operation_routes
 from nodeagent.master._rolling import Operations
+from nodeagent.master._sla_api import add_sla_routes
+from nodeagent.master._sla_policies import SlaBook
 from slots import InvalidRequest, SlotsError, render_long
 
 __all__ = [
@@ -394,9 +396,12 @@ def build_master_app(
     audit: AuditLog | None,
     metrics: MasterMetrics,
     evaluator: Evaluator | None = None,
+    sla: SlaBook | None = None,
     operations: Operations | None = None,
 ) -> FastAPI:
-    """The master API bound to ``master``.
+    """The master API bound to ``master``. ``sla``: the SLA policies the endpoints of
+    :mod:`~nodeagent.master._sla_api` serve (without: the app reads its own from the
+    master's store).
 
     ``evaluator`` evaluates the queries' constraints; its owner closes it. Without one,
     the app makes its own (with the default budget and workers), whose workers end with
@@ -701,6 +706,10 @@ def build_master_app(
         body = plan_body(master, with_blockers=blockers, late=late, limit=limit)
         return Response(body, media_type="application/json")
 
+    if sla is None:
+        sla = SlaBook(store=master.store)
+        sla.load()
+    add_sla_routes(app, master, sla, principal=principal, record=record, constraints=constraints)
     if operations is None:
         operations = Operations(master)
         operations.load()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
 
 from nodeagent._paths import DEFAULT_MASTER_CONFIG_PATH
 from nodeagent._settings import (
@@ -16,6 +18,7 @@ from nodeagent._settings import (
     _load_settings,
     _service_defaults,
 )
+from nodeagent.master._sla_policies import SlaFile, read_sla_file
 
 __all__ = ["DEFAULT_MASTER_CONFIG_PATH", "MasterConfig", "load_master_config"]
 
@@ -66,6 +69,14 @@ class MasterConfig(_DaemonSettings):
     )
     metrics_require_auth: bool = _field(
         True, reload=True, description="Whether /metrics needs a READ token"
+    )
+    sla_file: Annotated[SlaFile | None, BeforeValidator(read_sla_file)] = _field(
+        None,
+        reload=True,
+        description="SLA policies of job groups (TOML or JSON), read at start and on SIGHUP",
+    )
+    sla_coordinator_timeout: Duration = _field(
+        5.0, reload=True, description="Seconds a coordinator of a job group has to answer", gt=0
     )
 
     @classmethod

@@ -46,6 +46,7 @@ from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._rolling import Operations
+from nodeagent.master._sla_policies import SlaBook
 
 __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 
@@ -74,6 +75,7 @@ class _Parts:
     metrics: MasterMetrics
     operations: Operations
     agents: HttpAgentLink | None
+    sla: SlaBook
 
 
 @dataclass
@@ -157,7 +159,15 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         self.master = master
         operations = Operations(master)
         operations.load()
-        self._parts = _Parts(master=master, metrics=metrics, operations=operations, agents=agents)
+        sla = SlaBook(
+            store=opened.store,
+            file=config.sla_file,
+            coordinator_timeout=config.sla_coordinator_timeout,
+        )
+        sla.load()
+        self._parts = _Parts(
+            master=master, metrics=metrics, operations=operations, agents=agents, sla=sla
+        )
         return with_ad_fast_path(
             build_master_app(
                 master,
@@ -165,6 +175,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
                 audit=opened.audit,
                 metrics=metrics,
                 operations=operations,
+                sla=sla,
             ),
             master,
             key=opened.key,
@@ -179,8 +190,8 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         await services.start(self._parts.operations.run)
 
     def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
-        """The plan policy, intervals, ad lifetime, metrics auth and the agents' timeout;
-        then a reconcile pass at once."""
+        """The plan policy, intervals, ad lifetime, metrics auth, the agents' timeout, the
+        SLA file's policies and the coordinators' timeout; then a reconcile pass at once."""
         parts = self._parts
         if parts is None:
             return
@@ -191,6 +202,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         parts.metrics.require_auth = running.metrics_require_auth
         if parts.agents is not None:
             parts.agents.timeout = running.agent_timeout
+        parts.sla.reconfigure(running.sla_file, running.sla_coordinator_timeout)
         parts.master.wake()
 
 

@@ -34,10 +34,12 @@ no policy is reported as affected and safe.
 
     probe(entries, policies, hosts, now, *, lost=frozenset(), answers=None) -> Probe
     questions(entries, policies, hosts, now, *, lost=frozenset()) -> list[Question]
-    async ask_coordinators(questions, *, client, timeout) -> dict[str, Answer]
+    async ask_coordinators(questions, *, client, within) -> dict[str, Answer]
         (in nodeagent.master._coordinators: by group; never raises for a coordinator)
 
-A batch's check is: ``qs = questions(...)``; ``answers = await ask_coordinators(qs, ...)``;
+(``SlaBook.check`` in nodeagent.master._sla_policies does these three with the policies in
+force.) A batch's check is: ``qs = questions(...)``; ``answers = await
+ask_coordinators(qs, ...)``;
 ``verdict = probe(..., answers=answers)``; ``verdict.safe`` says whether the batch may go,
 ``verdict.wait`` how long until it may (``None``: not by waiting), ``verdict.broken`` the
 groups it would break and why. Without ``answers`` a coordinator group is unsafe ("not
