@@ -114,6 +114,7 @@ _CLIENT = (_JSON, _value("--host"), _value("--token"), _value("--socket", dest="
 _AGENT = "nodeagent.cli._agent"
 _MASTER = "nodeagent.cli._master"
 _MAINTAIN = "nodeagent.cli._maintain"
+_SLA = "nodeagent.cli._sla"
 
 COMMANDS: tuple[Command, ...] = (
     Command(words=("version",), run="nodeagent.cli._common:version"),
@@ -278,6 +279,12 @@ COMMANDS: tuple[Command, ...] = (
             argument=Argument(dest="operation_id", required=True),
         )
         for word in ("pause", "resume", "cancel")
+    ),
+    Command(
+        words=("master", "sla", "probe"),
+        run=f"{_SLA}:probe",
+        options=(_value("--constraint"), _value("--grouping"), *_CLIENT),
+        argument=Argument(dest="hosts", many=True),
     ),
     Command(
         words=("defrag", "status"),

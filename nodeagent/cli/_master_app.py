@@ -22,6 +22,7 @@ from nodeagent.cli._options import (
     MasterSocket,
     MasterToken,
 )
+from nodeagent.cli._sla_app import sla_app
 
 __all__ = ["master_app"]
 
@@ -37,6 +38,7 @@ schedule_app = typer.Typer(
 )
 master_app.add_typer(schedule_app)
 master_app.add_typer(maintain_app)
+master_app.add_typer(sla_app)
 
 
 @master_app.callback()

@@ -405,7 +405,8 @@ def _verdict(
         )
     else:
         reason = (
-            f"{up} of {size} would stay up for {policy.duration:g} s; {want} needed (in {wait:g} s)"
+            f"{up} of {size} would stay up for {policy.duration:g} s; {want} needed "
+            f"(in {math.ceil(wait)} s)"
         )
     return GroupVerdict(
         kind=policy.kind, safe=safe, size=size, up=up, needed=needed,
