@@ -165,6 +165,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
             coordinator_timeout=config.sla_coordinator_timeout,
         )
         sla.load()
+        operations.sla = sla  # each batch's SLA check
         self._parts = _Parts(
             master=master, metrics=metrics, operations=operations, agents=agents, sla=sla
         )

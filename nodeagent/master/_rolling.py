@@ -29,9 +29,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -64,9 +64,10 @@ from nodeagent.master._operations import (
     with_request,
 )
 from nodeagent.master._plan import machine_key
+from nodeagent.master._sla import NodeAds, Probe
 from slots import InvalidRequest
 
-__all__ = ["Operations", "SlaCheck"]
+__all__ = ["Operations", "SlaCheck", "sla_verdict"]
 
 log = logging.getLogger("nodeagent.master.operations")
 
@@ -74,12 +75,50 @@ log = logging.getLogger("nodeagent.master.operations")
 _FATAL = frozenset({"drain.no_such_hook", "request.invalid"})
 _NS = 1_000_000_000
 
-#: ``(entries, hosts, now)``: whether taking ``hosts`` down now keeps every SLA.
-SlaCheck = Callable[[list[AdEntry], tuple[str, ...], float], SlaVerdict]
+
+class SlaCheck(Protocol):
+    """Whether taking ``hosts`` down at ``now`` keeps every job group's SLA (the master's
+    :class:`~nodeagent.master._sla_policies.SlaBook`: its coordinators asked, then the
+    probe of :mod:`nodeagent.master._sla`)."""
+
+    async def check(
+        self,
+        entries: list[NodeAds],
+        hosts: Collection[str],
+        now: float,
+        *,
+        lost: Collection[str] = (),
+    ) -> Probe: ...
+
+
+def sla_verdict(probe: Probe, now: float) -> SlaVerdict:
+    """A probe as a batch's verdict: the groups it would break, and when the last of them
+    will have its SLA again (``until``; ``None`` when waiting does not bring it)."""
+    broken = probe.broken
+    waits = [g.wait for g in broken]
+    until = None if not waits or any(w is None for w in waits) else now + max(
+        w for w in waits if w is not None
+    )  # fmt: skip
+    return SlaVerdict(
+        safe=probe.safe,
+        groups=tuple(g.group for g in broken),
+        until=until,
+        message="; ".join(f"{g.group}: {g.reason}" for g in broken),
+    )
 
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _health_message(machine: dict[str, Any]) -> str | None:
+    """How the node's last health check ended, with the last line of its output."""
+    message = _text(machine.get("HealthMessage"))
+    output = str(machine.get("HealthOutput") or "").replace("\\n", "\n").strip()
+    if output:
+        last = output.splitlines()[-1][:160]
+        return f"{message}: {last}" if message else last
+    return message
 
 
 @dataclass
@@ -195,7 +234,14 @@ class Operations:
         now = master.clock.now()
         op = self._adopt(advance(old, views, now))
         if op.state == "running":
-            op = choose(op, views, now, self._sla_for())
+            verdicts = await self._sla_verdicts(op, now)
+            unchecked = SlaVerdict(safe=False, message="SLA not checked")
+            op = choose(
+                op,
+                views,
+                now,
+                None if self.sla is None else lambda hosts: verdicts.get(hosts, unchecked),
+            )
         unstarted = [
             n.name
             for b in op.batches
@@ -210,13 +256,32 @@ class Operations:
         for name in unstarted:
             self._start_soon(op, name, nursery)
 
-    def _sla_for(self) -> Callable[[tuple[str, ...]], SlaVerdict] | None:
+    async def _sla_verdicts(self, op: Operation, now: float) -> dict[tuple[str, ...], SlaVerdict]:
+        """Each waiting batch's SLA verdict now, when a place is free for one (its
+        coordinators asked, all batches at once); a check that fails is a no."""
         check = self.sla
-        if check is None:
-            return None
-        entries = self.master.ads.entries()
-        now = self.master.clock.now()
-        return lambda hosts: check(entries, hosts, now)
+        in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
+        if check is None or in_progress >= op.spec.batches:
+            return {}
+        waiting = [b.hosts for b in op.batches if b.state == "waiting"]
+        held = self.master.ads.entries()
+        lost = {e.name for e in held if self.master.ads.lost(e, now)}
+        entries: list[NodeAds] = list(held)
+        verdicts: dict[tuple[str, ...], SlaVerdict] = {}
+
+        async def one(hosts: tuple[str, ...]) -> None:
+            try:
+                probe = await check.check(entries, hosts, now, lost=lost)
+            except Exception as exc:  # whatever fails, the batch is held, the engine goes on
+                log.warning("operation %s: SLA check of %s failed: %s", op.id, hosts, exc)
+                verdicts[hosts] = SlaVerdict(safe=False, message=f"SLA check failed: {exc}")
+            else:
+                verdicts[hosts] = sla_verdict(probe, now)
+
+        async with trio.open_nursery() as nursery:
+            for hosts in waiting:
+                nursery.start_soon(one, hosts)
+        return verdicts
 
     async def _views(self, op: Operation) -> dict[str, NodeView]:
         """Each node's view: fresh ads for the nodes of started batches, the held ones
@@ -273,7 +338,7 @@ class Operations:
             hook_message=_text(machine.get("DrainHookMessage")),
             in_service=bool(service["in_service"]),
             health_state=_text(machine.get("HealthState")),
-            health_message=_text(machine.get("HealthMessage")),
+            health_message=_health_message(machine),
             completion=completion,
             badput=badput,
         )

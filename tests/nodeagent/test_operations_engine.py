@@ -6,7 +6,8 @@ twice, no hook run twice, none skipped."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from nodeagent.master._maintenance import Mode
 from nodeagent.master._master import Master
 from nodeagent.master._operations import OperationError, OperationSpec, SlaVerdict
 from nodeagent.master._plan import PlanPolicy
-from nodeagent.master._rolling import Operations
+from nodeagent.master._rolling import Operations, sla_verdict
+from nodeagent.master._sla import GroupVerdict, NodeAds, Probe, SlaKind
 from slots import Machine, MachinePolicy, Resources
 
 EPOCH = 1_800_000_000.0
@@ -389,23 +391,58 @@ async def test_an_unsafe_batch_waits_then_proceeds(
     clock = TrioClock(EPOCH)
     fleet = Fleet(clock, RACKS)
     safe_from = EPOCH + 20
-
-    def sla(entries: Any, hosts: tuple[str, ...], now: float) -> SlaVerdict:
-        return SlaVerdict(safe=now >= safe_from, groups=("web",), until=safe_from)
-
+    book = Book(safe_from)
     async with trio.open_nursery() as nursery:
         _, operations, scope = await running(tmp_path, fleet, clock, nursery)
-        operations.sla = sla
+        operations.sla = book
         op = operations.create(spec(hosts=("d",)), actor="admin")
         await trio.sleep(5)
         held = operations.get(op.id).batches[0]
         assert held.state == "waiting"
         assert held.reason is not None
         assert held.reason["code"] == "sla"
-        assert held.reason["until"] == safe_from
+        assert held.reason["groups"] == ["web"]
+        assert abs(held.reason["until"] - safe_from) < 1
+        assert held.reason["message"] == "web: 2 of 3 up"
+        assert book.asked
+        assert all(hosts == ("d",) for hosts in book.asked)
         await wait_for(operations, op.id, ("completed",))
         scope.cancel()
     assert fleet.nodes["d"].commits[0] >= safe_from
+
+
+class Book:
+    """An SLA book whose one group, ``web``, is safe to take down from ``safe_from`` on."""
+
+    def __init__(self, safe_from: float) -> None:
+        self.safe_from = safe_from
+        self.asked: list[tuple[str, ...]] = []
+
+    async def check(
+        self, entries: list[NodeAds], hosts: Collection[str], now: float, *, lost: Any = ()
+    ) -> Probe:
+        await trio.lowlevel.checkpoint()
+        self.asked.append(tuple(hosts))
+        return Probe(hosts=tuple(hosts), unknown=(), groups=(verdict(self.safe_from - now),))
+
+
+def verdict(wait: float | None) -> GroupVerdict:
+    safe = wait is not None and wait <= 0
+    return GroupVerdict(
+        group="web", kind=SlaKind.COUNT, safe=safe, size=4, instances=4, down=1, up=2,
+        needed=3, duration=2.0, wait=0 if safe else wait, reason="2 of 3 up",
+    )  # fmt: skip
+
+
+def test_a_probe_as_a_batch_verdict() -> None:
+    ok = sla_verdict(Probe(hosts=("a",), unknown=(), groups=(verdict(0),)), EPOCH)
+    assert ok == SlaVerdict(safe=True)
+    waits = Probe(hosts=("a",), unknown=(), groups=(verdict(30), replace(verdict(60), group="db")))
+    assert sla_verdict(waits, EPOCH) == SlaVerdict(
+        safe=False, groups=("web", "db"), until=EPOCH + 60, message="web: 2 of 3 up; db: 2 of 3 up"
+    )
+    never = Probe(hosts=("a",), unknown=(), groups=(verdict(30), verdict(None)))
+    assert sla_verdict(never, EPOCH).until is None
 
 
 KILL_AT = [0.0, 0.3, 1.0, 2.0, 3.5, 5.0, 6.5, 8.0, 10.0, 13.0]

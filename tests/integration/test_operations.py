@@ -1,0 +1,227 @@
+"""Rolling maintenance operations with a real master and real agents on loopback.
+
+Each agent has a ``[hooks.reboot]`` script that appends ``hook NODE REQUEST TIME`` to a
+record file shared by the test, and a ``[health]`` check that passes while the node's flag
+file exists and appends ``health NODE pass|fail TIME`` each time it runs: "each hook ran
+exactly once" and "no node was drained twice" are counts of lines and of the drain requests
+the agents' audit logs show, and "back only after its health check passed" compares the
+times. Everything the test starts it ends by pid (the harness), the scripts end by
+themselves within a second. The master listens on a fixed loopback port, so that its
+agents find it again after it is killed and restarted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.harness import AgentProcess, MasterProcess, wait_for
+
+RACKS = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2", "n5": "r3", "n6": "r3"}
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Site:
+    """A master and agents in racks, their record file and health flags."""
+
+    def __init__(self, tmp: Path, racks: dict[str, str], *, hook_seconds: float = 0.3) -> None:
+        self.tmp = tmp
+        self.racks = racks
+        self.record = tmp / "record"
+        self.port = _free_port()
+        self.hook = _script(
+            tmp / "hook.sh",
+            f'echo "hook $NODEAGENT_NODE $NODEAGENT_DRAIN_REQUEST_ID $(date +%s.%N)"'
+            f' >> "{self.record}"\nsleep {hook_seconds}\n',
+        )
+        self.health = _script(
+            tmp / "health.sh",
+            f'if test -e "{tmp}/healthy-$NODEAGENT_NODE"; then\n'
+            f'  echo "health $NODEAGENT_NODE pass $(date +%s.%N)" >> "{self.record}"; exit 0\n'
+            f"fi\n"
+            f'echo "health $NODEAGENT_NODE fail $(date +%s.%N)" >> "{self.record}"\n'
+            f'echo "flag missing"; exit 1\n',
+        )
+        self.master = self._master()
+        self.agents: dict[str, AgentProcess] = {}
+
+    def _master(self) -> MasterProcess:
+        master = MasterProcess(self.tmp / "master", settings={"reconcile_interval": 0.2})
+        text = master.config_path.read_text()
+        master.config_path.write_text(text.replace("127.0.0.1:0", f"127.0.0.1:{self.port}"))
+        return master
+
+    def healthy(self, name: str, yes: bool = True) -> None:
+        flag = self.tmp / f"healthy-{name}"
+        if yes:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+
+    def start_agents(self, stack: contextlib.ExitStack) -> None:
+        for name, rack in self.racks.items():
+            self.healthy(name)
+            extra = (
+                f"[attributes]\nRack = {json.dumps(rack)}\n"
+                f"[hooks.reboot]\ncommand = {json.dumps([str(self.hook)])}\n"
+                f"[health]\ncommand = {json.dumps([str(self.health)])}\n"
+                'timeout = "5s"\ninterval = 0.3\npasses = 1\n'
+            )
+            settings = self.master.agent_settings(self.tmp / name, update_interval=0.5)
+            agent = AgentProcess(self.tmp / name, hostname=name, master=settings, extra=extra)
+            self.agents[name] = stack.enter_context(agent)
+
+    def lines(self, kind: str) -> list[list[str]]:
+        if not self.record.exists():
+            return []
+        return [ln.split() for ln in self.record.read_text().splitlines() if ln.startswith(kind)]
+
+    def commits(self, name: str) -> list[str]:
+        """The drain requests committed on the node, from its audit log."""
+        path = self.agents[name].root / "state" / "audit.log"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        return [
+            r["action"]
+            for r in records
+            if "commit" in r["action"] and r["action"].startswith("drain") and r["result"] == "ok"
+        ]
+
+    def operation(self, op_id: str) -> dict[str, Any]:
+        reply: dict[str, Any] = self.master.call(
+            "GET", f"/v1/maintenance/operations/{op_id}"
+        ).json()
+        return reply
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nodeagent", "master", *args,
+             "--socket", str(self.master.socket)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def site(tmp: Path, racks: dict[str, str], **kwargs: Any) -> Iterator[Site]:
+    s = Site(tmp, racks, **kwargs)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(s.master)
+        s.start_agents(stack)
+        wait_for(lambda: len(s.master.call("GET", "/v1/ads").json()["ads"]) == len(racks))
+        yield s
+        stack.callback(lambda: s.master.stop(signal.SIGKILL))
+
+
+def assert_each_once(s: Site) -> None:
+    hooks = s.lines("hook")
+    passes = s.lines("health")
+    for name in s.racks:
+        mine = [h for h in hooks if h[1] == name]
+        assert len(mine) == 1, (name, hooks)
+        # the node came back after a passing check that followed its hook
+        after = [
+            p for p in passes if p[1] == name and p[2] == "pass" and float(p[3]) > float(mine[0][3])
+        ]
+        assert after, (name, passes)  # fmt: skip
+        assert len(s.commits(name)) == 1, (name, s.commits(name))
+        ad = s.agents[name].call("GET", "/v1/ad").json()["machine"]
+        assert ad["Start"] is True
+        assert ad["DrainState"] == "none"
+
+
+def test_an_operation_by_rack_with_a_failing_health_check(tmp_path: Path) -> None:
+    racks = {k: RACKS[k] for k in ("n1", "n2", "n3", "n5")}
+    with site(tmp_path, racks) as s:
+        s.healthy("n3", False)  # r2's node fails its health check until told
+        started = s.cli(
+            "maintain", "start", "--constraint", "Rack isnt undefined", "--grouping", "Rack",
+            "--hook", "reboot", "--json",
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        op_id = json.loads(started.stdout)["id"]
+        assert [b["name"] for b in json.loads(started.stdout)["batches"]] == ["r1", "r2", "r3"]
+
+        def failing() -> bool:
+            batches = {b["name"]: b for b in s.operation(op_id)["batches"]}
+            reason = batches["r2"]["nodes"][0]["reason"]
+            return bool(reason == "health check failing: exit status 1: flag missing")
+
+        wait_for(failing, timeout=60, interval=0.2)
+        status = s.cli("maintain", "status", op_id)
+        assert "health check failing: exit status 1: flag missing" in status.stdout
+        mesos = s.master.call("GET", "/maintenance/status").json()
+        assert [m["hostname"] for m in mesos.get("down_machines") or []] == ["n3"]
+        assert s.agents["n3"].call("GET", "/v1/ad").json()["machine"]["Start"] is False
+        time.sleep(2)
+        # held: r2 is not done, and with one batch at a time nothing else started
+        doc = s.operation(op_id)
+        states = {b["name"]: b["state"] for b in doc["batches"]}
+        assert states["r2"] == "health"
+        assert list(states.values()).count("waiting") == 1
+        s.healthy("n3")
+        waited = s.cli("maintain", "status", op_id, "--wait", timeout=120)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert "3/3" in waited.stdout
+        assert s.operation(op_id)["state"] == "completed"
+        assert_each_once(s)
+        assert s.master.call("GET", "/maintenance/status").json() == {}
+
+
+def test_the_master_killed_in_the_middle_of_a_batch(tmp_path: Path) -> None:
+    racks = {k: RACKS[k] for k in ("n1", "n2", "n3", "n4")}
+    with site(tmp_path, racks, hook_seconds=2.0) as s:
+        reply = s.master.call(
+            "POST",
+            "/v1/maintenance/operations",
+            json={"hosts": list(racks), "grouping": "Rack", "hook": "reboot"},
+        )
+        assert reply.status_code == 201, reply.text
+        op_id = reply.json()["id"]
+        # the first batch's hooks are running: SIGKILL
+        wait_for(lambda: len(s.lines("hook")) >= 1, timeout=60, interval=0.05)
+        s.master.stop(signal.SIGKILL)
+        time.sleep(1)
+        s.master.start()
+        wait_for(lambda: s.operation(op_id)["ended_at"] is not None, timeout=120, interval=0.3)
+        assert s.operation(op_id)["state"] == "completed"
+        assert_each_once(s)
+        # and once more: killed while the next batch's drains are being started
+        reply = s.master.call(
+            "POST",
+            "/v1/maintenance/operations",
+            json={"hosts": list(racks), "grouping": "host", "hook": "reboot", "batches": 2},
+        )
+        op_id = reply.json()["id"]
+        time.sleep(0.3)
+        s.master.stop(signal.SIGKILL)
+        s.master.start()
+        wait_for(lambda: s.operation(op_id)["ended_at"] is not None, timeout=120, interval=0.3)
+        assert s.operation(op_id)["state"] == "completed"
+        for name in racks:
+            assert len([h for h in s.lines("hook") if h[1] == name]) == 2
+            assert len(s.commits(name)) == 2
