@@ -132,7 +132,14 @@ class FakeRunner:
     def _start_time(self) -> float:
         return self._clock.now() if self._clock is not None else trio.current_time()
 
-    async def adopt(self, pid: int, *, start_time: float | None = None) -> FakeProcess:
+    async def adopt(
+        self,
+        pid: int,
+        *,
+        start_time: float | None = None,
+        boot_start: float | None = None,
+        boot_id: str | None = None,
+    ) -> FakeProcess:
         await trio.lowlevel.checkpoint()
         proc = self.processes.get(pid)
         if proc is None or proc.exited():

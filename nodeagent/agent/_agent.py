@@ -231,7 +231,12 @@ class Agent:
             proc: JobProcess | None = None
             if record is not None:
                 try:
-                    proc = await self.runner.adopt(record.pid, start_time=record.start_time)
+                    proc = await self.runner.adopt(
+                        record.pid,
+                        start_time=record.start_time,
+                        boot_start=record.boot_start,
+                        boot_id=record.boot_id,
+                    )
                 except (NoSuchProcess, ProcessError) as exc:
                     log.info("claim %s: job pid %s is gone (%s)", info.claim_id, record.pid, exc)
             if proc is None or record is None:
@@ -709,6 +714,8 @@ class Agent:
             pgid=ident.pgid,
             argv=argv,
             execute_dir=str(self._execute_dir(claim_id)),
+            boot_start=ident.boot_start,
+            boot_id=ident.boot_id,
         )
 
     def _watch_job(self, claim_id: str, proc: JobProcess) -> None:

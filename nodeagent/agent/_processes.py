@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import math
 import os
 import posixpath
@@ -79,12 +80,16 @@ __all__ = [
     "ProcessIdentity",
     "ProcessRunner",
     "Usage",
+    "boot_start_of",
+    "current_boot_id",
     "cwd_problem",
     "daemon_environment",
+    "same_process",
 ]
 
 START_TIME_TOLERANCE = 1.5
-"""How far (seconds) a process's start time may differ from the recorded one and still match.
+"""How far (seconds) a process's start time may differ from the recorded one and still match,
+for a record that holds no start since boot (see :func:`same_process`).
 
 psutil computes ``create_time`` as the kernel's start tick (10 ms resolution, fixed for the
 life of the process) plus the boot time from ``/proc/stat``, which is a whole number of
@@ -243,13 +248,19 @@ def cwd_problem(cwd: str) -> str | None:
 class ProcessIdentity:
     """Which process a job is: enough to find it again after a daemon restart.
 
-    ``start_time`` is psutil's ``create_time`` (epoch seconds); with the pid it tells a job
-    from a later process that got the same pid. ``pgid`` is the group that signals go to.
+    ``start_time`` is psutil's ``create_time`` (epoch seconds). ``boot_start`` is when the
+    process started in seconds since boot, as the kernel stamped it (``/proc/<pid>/stat``'s
+    start time in clock ticks, fixed for the process's life), and ``boot_id`` the boot it
+    is counted on: with the pid they tell a job from a later process that got the same pid,
+    whatever the wall clock did meanwhile (``start_time`` moves with every step of it, see
+    :func:`same_process`). ``pgid`` is the group that signals go to.
     """
 
     pid: int
     start_time: float
     pgid: int
+    boot_start: float | None = None
+    boot_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,8 +284,51 @@ def daemon_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_DAEMON_ONLY)}
 
 
-def _same_start(observed: float, recorded: float) -> bool:
-    return abs(observed - recorded) <= START_TIME_TOLERANCE
+def same_process(
+    recorded: ProcessIdentity | None,
+    *,
+    start_time: float | None,
+    observed_start_time: float,
+    observed_boot_start: float | None,
+    boot_start: float | None = None,
+    boot_id: str | None = None,
+) -> bool:
+    """Whether the process observed now (its ``create_time`` and start since boot) is the
+    one recorded (``recorded``'s times, or the ones given).
+
+    On the boot it was recorded on, a process is recognised by its start tick since boot,
+    which no step of the wall clock moves: exactly. A record without one (written before
+    it was kept, or on another boot's kernel) falls back to ``create_time`` within
+    :data:`START_TIME_TOLERANCE`, which a wall clock step past that tolerance defeats.
+    """
+    if recorded is not None:
+        start_time, boot_start, boot_id = (
+            recorded.start_time,
+            recorded.boot_start,
+            recorded.boot_id,
+        )
+    if (
+        boot_start is not None
+        and observed_boot_start is not None
+        and boot_id is not None
+        and boot_id == current_boot_id()
+    ):
+        return abs(observed_boot_start - boot_start) < 0.5 / _CLK_TCK
+    if start_time is None:
+        return True
+    return abs(observed_start_time - start_time) <= START_TIME_TOLERANCE
+
+
+@functools.cache
+def current_boot_id() -> str | None:
+    """The kernel's boot id (``/proc/sys/kernel/random/boot_id``), ``None`` if unreadable."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,9 +418,12 @@ class _OsJobProcess(abc.ABC):
             return True
         try:
             started = float(psutil.Process(ident.pid).create_time())
-        except psutil.Error:
+            boot_start = _stat_fields(ident.pid)[2]
+        except (psutil.Error, OSError):
             return True
-        return _same_start(started, ident.start_time)
+        return same_process(
+            ident, start_time=None, observed_start_time=started, observed_boot_start=boot_start
+        )
 
 
 class _ChildProcess(_OsJobProcess):
@@ -487,9 +544,17 @@ class ProcessRunner(Protocol):
         """Start a job; raises :class:`LaunchFailed` or :class:`PermissionRefused`."""
         ...
 
-    async def adopt(self, pid: int, *, start_time: float | None = None) -> JobProcess:
+    async def adopt(
+        self,
+        pid: int,
+        *,
+        start_time: float | None = None,
+        boot_start: float | None = None,
+        boot_id: str | None = None,
+    ) -> JobProcess:
         """Take over a running process; raises :class:`NoSuchProcess` when ``pid`` does not
-        exist or, given ``start_time``, belongs to a process started at another time, and
+        exist or, given its recorded start (``start_time``; ``boot_start`` on ``boot_id``:
+        :func:`same_process`), belongs to a process started at another time, and
         :class:`PermissionRefused` when the daemon may not signal it."""
         ...
 
@@ -570,10 +635,23 @@ class OsProcessRunner:
         # Not reaped before someone waits, so psutil can read the start time even if the
         # job has already exited.
         start_time = float(psutil.Process(process.pid).create_time())
-        identity = ProcessIdentity(pid=process.pid, start_time=start_time, pgid=process.pid)
+        identity = ProcessIdentity(
+            pid=process.pid,
+            start_time=start_time,
+            pgid=process.pid,
+            boot_start=_stat_fields(process.pid)[2],
+            boot_id=current_boot_id(),
+        )
         return _ChildProcess(identity, process, gate)
 
-    async def adopt(self, pid: int, *, start_time: float | None = None) -> JobProcess:
+    async def adopt(
+        self,
+        pid: int,
+        *,
+        start_time: float | None = None,
+        boot_start: float | None = None,
+        boot_id: str | None = None,
+    ) -> JobProcess:
         await trio.lowlevel.checkpoint()
         if not 0 < pid <= PID_MAX_LIMIT:
             raise NoSuchProcess(f"no process {pid}")
@@ -584,7 +662,7 @@ class OsProcessRunner:
         except ProcessLookupError as exc:
             raise NoSuchProcess(f"no process {pid}") from exc
         try:
-            identity = _validate(pid, start_time)
+            identity = _validate(pid, start_time, boot_start, boot_id)
         except BaseException:
             os.close(pidfd)
             raise
@@ -620,11 +698,16 @@ def _measure(ident: ProcessIdentity) -> tuple[float, int, float] | None:
         leader = psutil.Process(ident.pid)
         if leader.status() == psutil.STATUS_ZOMBIE:
             return None
-        if not _same_start(float(leader.create_time()), ident.start_time):
+        if not same_process(
+            ident,
+            start_time=None,
+            observed_start_time=float(leader.create_time()),
+            observed_boot_start=_stat_fields(ident.pid)[2],
+        ):
             return None
         tree = [leader, *leader.children(recursive=True)]
         age = _age(leader)
-    except psutil.Error:
+    except (psutil.Error, OSError):
         return None
     cpu_seconds = 0.0
     rss = 0
@@ -640,16 +723,26 @@ def _measure(ident: ProcessIdentity) -> tuple[float, int, float] | None:
     return float(cpu_seconds), rss, age
 
 
-def _validate(pid: int, start_time: float | None) -> ProcessIdentity:
+def _validate(
+    pid: int, start_time: float | None, boot_start: float | None, boot_id: str | None
+) -> ProcessIdentity:
     """Check the process that ``pid`` names now (the caller holds its pidfd)."""
     try:
         started = float(psutil.Process(pid).create_time())
-        pgid, flags = _stat_fields(pid)
+        pgid, flags, observed_boot_start = _stat_fields(pid)
     except (psutil.NoSuchProcess, ProcessLookupError, FileNotFoundError) as exc:
         raise NoSuchProcess(f"no process {pid}") from exc
-    if start_time is not None and not _same_start(started, start_time):
+    if not same_process(
+        None,
+        start_time=start_time,
+        observed_start_time=started,
+        observed_boot_start=observed_boot_start,
+        boot_start=boot_start,
+        boot_id=boot_id,
+    ):
         raise NoSuchProcess(
-            f"process {pid} started at {started:.2f}, not at {start_time:.2f}: the pid was reused"
+            f"process {pid} started at {started:.2f}, not at {start_time or 0:.2f}: "
+            "the pid was reused"
         )
     if flags & _PF_KTHREAD:
         raise NotAdoptable(f"process {pid} is a kernel thread")
@@ -667,16 +760,29 @@ def _validate(pid: int, start_time: float | None) -> ProcessIdentity:
         raise PermissionRefused(f"may not signal process {pid}") from exc
     except ProcessLookupError as exc:
         raise NoSuchProcess(f"no process {pid}") from exc
-    return ProcessIdentity(pid=pid, start_time=started, pgid=pgid)
+    return ProcessIdentity(
+        pid=pid,
+        start_time=started,
+        pgid=pgid,
+        boot_start=observed_boot_start,
+        boot_id=current_boot_id(),
+    )
 
 
-def _stat_fields(pid: int) -> tuple[int, int]:
-    """The process group and the kernel task flags of ``pid``, from ``/proc/<pid>/stat``."""
+def boot_start_of(pid: int) -> float:
+    """When ``pid`` started, in seconds since boot (raises :class:`OSError` once it is gone)."""
+    return _stat_fields(pid)[2]
+
+
+def _stat_fields(pid: int) -> tuple[int, int, float]:
+    """The process group, the kernel task flags and the start (seconds since boot) of
+    ``pid``, from ``/proc/<pid>/stat``."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         text = f.read()
-    # The command name may hold spaces and parentheses: fields follow the last ")".
+    # The command name may hold spaces and parentheses: fields follow the last ")"
+    # (fields[0] is the third field, the state; the start time in ticks is the 22nd).
     fields = text[text.rindex(b")") + 2 :].split()
-    return int(fields[2]), int(fields[6])
+    return int(fields[2]), int(fields[6]), int(fields[19]) / _CLK_TCK
 
 
 def _daemon_and_ancestors() -> set[int]:

@@ -43,6 +43,7 @@ from typing import Literal
 
 import psutil
 
+from nodeagent.agent._processes import boot_start_of, current_boot_id
 from nodeagent.agent._store import ProcessRecord
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
@@ -63,6 +64,8 @@ class FoundJob:
     owner: str
     argv: tuple[str, ...]
     stopped: bool
+    boot_start: float | None = None
+    boot_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +181,8 @@ def recovered_machine(
             pgid=job.pid,
             argv=job.argv,
             execute_dir=str(life.execute_dir / f"slot1_{info.claim_id}"),
+            boot_start=job.boot_start,
+            boot_id=job.boot_id,
         )
     restored = _with_counters(
         machine, next_slot=life.next_slot, next_request=life.next_request, now=now
@@ -292,6 +297,8 @@ def _running_jobs(execute_dir: Path, slots: set[int]) -> Iterator[FoundJob]:
                     owner=proc.username(),
                     argv=tuple(proc.cmdline()),
                     stopped=status == psutil.STATUS_STOPPED,
+                    boot_start=boot_start_of(pid),
+                    boot_id=current_boot_id(),
                 )
         except (OSError, psutil.Error):
             continue

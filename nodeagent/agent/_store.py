@@ -43,6 +43,14 @@ class ProcessRecord:
     pgid: int
     argv: tuple[str, ...] = ()
     execute_dir: str | None = None
+    #: When it started in seconds since boot, and that boot: see ``same_process``.
+    boot_start: float | None = None
+    boot_id: str | None = None
+
+
+def _optional_float(value: Any) -> float | None:
+    """A saved number, or ``None`` (absent from states saved before it was kept)."""
+    return None if value is None else float(value)
 
 
 class StateStore(Protocol):
@@ -97,6 +105,8 @@ class Store:
                     pgid=int(item["pgid"]),
                     argv=tuple(item.get("argv", ())),
                     execute_dir=item.get("execute_dir"),
+                    boot_start=_optional_float(item.get("boot_start")),
+                    boot_id=None if item.get("boot_id") is None else str(item["boot_id"]),
                 )
                 for claim_id, item in json.loads(row[1]).items()
             }
@@ -128,6 +138,8 @@ class Store:
                 "pgid": p.pgid,
                 "argv": list(p.argv),
                 "execute_dir": p.execute_dir,
+                "boot_start": p.boot_start,
+                "boot_id": p.boot_id,
             }
             for claim_id, p in processes.items()
         }

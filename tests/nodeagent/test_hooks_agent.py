@@ -138,14 +138,23 @@ class Runner(FakeRunner):
         self.launches.append(proc)
         return proc
 
-    async def adopt(self, pid: int, *, start_time: float | None = None) -> Any:
+    async def adopt(
+        self,
+        pid: int,
+        *,
+        start_time: float | None = None,
+        boot_start: float | None = None,
+        boot_id: str | None = None,
+    ) -> Any:
         if pid in self.adoptable:
             await trio.lowlevel.checkpoint()
             return self.adoptable[pid]
         if pid >= 20_000:
             await trio.lowlevel.checkpoint()
             raise NoSuchProcess(f"no process {pid}")
-        return await super().adopt(pid, start_time=start_time)
+        return await super().adopt(
+            pid, start_time=start_time, boot_start=boot_start, boot_id=boot_id
+        )
 
 
 class FailingStore:

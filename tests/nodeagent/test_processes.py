@@ -41,6 +41,9 @@ from nodeagent.agent._processes import (
     ProcessIdentity,
     ProcessRunner,
     Usage,
+    _measure,
+    boot_start_of,
+    current_boot_id,
 )
 
 if TYPE_CHECKING:
@@ -679,6 +682,54 @@ async def test_adopt_refuses_a_wrong_start_time(runner: OsProcessRunner, reaper:
     proc = await runner.adopt(stranger.pid, start_time=started + 0.005)
     assert proc.identity.start_time == started
     assert not proc.exited()
+
+
+async def test_a_wall_clock_step_does_not_hide_a_job_from_its_record(
+    runner: OsProcessRunner, reaper: Reaper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psutil's create_time moves with every step of the wall clock (it adds the boot time
+    read now); the start since boot the record also holds does not: a job adopted after a
+    40 s step is still recognised, and measured, and a later process with its pid is not."""
+    stranger = reaper.stranger(spawn_orphan())
+    recorded = (await runner.adopt(stranger.pid)).identity
+    assert recorded.boot_id == current_boot_id() is not None
+    assert recorded.boot_start == boot_start_of(stranger.pid)
+    stepped = psutil.Process.create_time
+
+    def after_a_step(self: psutil.Process) -> float:
+        return float(stepped(self)) + 40.0
+
+    monkeypatch.setattr(psutil.Process, "create_time", after_a_step)
+    again = await runner.adopt(
+        recorded.pid,
+        start_time=recorded.start_time,
+        boot_start=recorded.boot_start,
+        boot_id=recorded.boot_id,
+    )
+    assert again.identity.boot_start == recorded.boot_start
+    assert not again.exited()
+    assert _measure(recorded) is not None  # its usage is still read: the job is found
+    # A record made before the start since boot was kept falls back to create_time,
+    # which the step defeats (docs/failure-modes.md).
+    with pytest.raises(NoSuchProcess):
+        await runner.adopt(recorded.pid, start_time=recorded.start_time)
+    # Another start since boot is another process, whatever create_time says.
+    assert recorded.boot_start is not None
+    with pytest.raises(NoSuchProcess):
+        await runner.adopt(
+            recorded.pid,
+            start_time=recorded.start_time + 40.0,
+            boot_start=recorded.boot_start + 1.0,
+            boot_id=recorded.boot_id,
+        )
+    # On another boot's record only create_time can tell.
+    with pytest.raises(NoSuchProcess):
+        await runner.adopt(
+            recorded.pid,
+            start_time=recorded.start_time,
+            boot_start=recorded.boot_start,
+            boot_id="another-boot",
+        )
 
 
 async def test_adopt_refuses_a_missing_pid(runner: OsProcessRunner) -> None:
