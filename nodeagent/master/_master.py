@@ -545,8 +545,8 @@ class Master:
         (schedule order) or, with ``late``, only the rows of machines late by their
         promises or that the plan will escalate (window-start order); ``limit`` keeps the
         first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
-        With ``encoded``, each row is its JSON text (an :class:`orjson.Fragment`, for
-        orjson to write: :class:`~nodeagent.master._row_json.RowJson`).
+        With ``encoded``, ``machines`` is the rows' JSON text (an :class:`orjson.Fragment`,
+        for orjson to write: :class:`~nodeagent.master._row_json.RowJson`).
         """
         now = self.clock.now()
         plans = self.plans(now)
@@ -573,7 +573,7 @@ class Master:
                 text = texts.get(each.key)
                 if text is None:
                     text = texts[each.key] = RowJson()
-                rows.append(orjson.Fragment(text.text(each, state, figures)))
+                rows.append(text.text(each, state, figures))
             else:
                 rows.append(row_dict(each, state, figures))
             starts.append(each.window_start)
@@ -582,6 +582,9 @@ class Master:
         matched = len(rows)
         if limit is not None:
             del rows[limit:]
+        machines: Any = rows
+        if encoded:  # one piece of text for orjson to copy, not one object per row
+            machines = orjson.Fragment(b"[" + b",".join(rows) + b"]")
         totals = added.to_json()
         totals.update(vars(self.counters))
         totals["nodes"] = len(self.ads)
@@ -593,7 +596,7 @@ class Master:
                 "escalation": self.policy.escalation,
             },
             "matched": matched,
-            "machines": rows,
+            "machines": machines,
             "totals": totals,
         }
 
