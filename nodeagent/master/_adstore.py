@@ -17,6 +17,7 @@ are not evaluated here: the API evaluates them in killable worker processes
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -54,6 +55,37 @@ _STATISTICS = ("TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime"
 _STRINGS = ("State", "Activity", "SlotType", "DrainSuspendedJobs")
 
 
+#: What an ad's text may not hold: control characters but tab, DEL and the Unicode line
+#: breaks. The ClassAd long format cannot carry them (a newline would start a line of its
+#: own: another attribute), and a terminal showing them would obey them.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f\u2028\u2029]")
+
+
+def _check_text(ad: Mapping[str, Any], name: str, text: str) -> None:
+    """Refuse ``ad`` when its attribute ``name`` holds a character of :data:`_CONTROL`
+    (``text``: its string, or the strings in its list or record, tab-separated)."""
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        raise _refuse(ad, f"{name} holds a control character ({bad.group()!r}): not in an ad")
+
+
+def _strings_in(value: object) -> list[str]:
+    """The strings in a list or record (its keys included), however nested (already
+    bounded by ``check_value``)."""
+    found = []
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return found
+
+
 def _refuse(ad: Mapping[str, Any], message: str) -> InvalidRequest:
     return InvalidRequest(f"{ad.get('Name', 'an ad')}: {message}")
 
@@ -69,7 +101,8 @@ def check_node_ad(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
     ``MaxJobRetirementTime``, ``MachineMaxVacateTime``, ``VacateTimeRemaining``,
     ``DrainSuspendedJobs``) are absent rather than ``null``; the machine's draining
     statistics the plan sums (``TotalMachineDrainingBadput``,
-    ``TotalMachineDrainingUnclaimedTime``) are finite numbers; then
+    ``TotalMachineDrainingUnclaimedTime``) are finite numbers; no text (strings, and the
+    strings in lists and records) holds a character of :data:`_CONTROL`; then
     :func:`slots.check_estimate_inputs`. Agents' ads hold scalars and no ``null``: those
     are checked at the cost of a scan of the values.
     """
@@ -83,6 +116,12 @@ def check_node_ad(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
         if not _SCALARS.issuperset(map(type, values)):
             for name, value in ad.items():
                 check_value(value, name=f"{ad.get('Name', 'an ad')}: {name}")
+                if not isinstance(value, str | int | float | bool | None):
+                    _check_text(ad, name, "\t".join(_strings_in(value)))
+        if _CONTROL.search("\t".join([v for v in values if type(v) is str])):
+            for name, value in ad.items():
+                if type(value) is str:
+                    _check_text(ad, name, value)
         for name in _STRINGS:
             value = ad.get(name, "")
             if type(value) is not str and value is not None:

@@ -132,6 +132,43 @@ async def test_an_ad_with_a_non_finite_number_is_refused(
     assert master.ads.query(master.clock.now()) == []
 
 
+#: Where a control character hides in a pushed ad → refused (True) or taken.
+CONTROL_CHARACTERS = {
+    "a newline in the machine's string": (("machine", "DrainReason", "x\nStart = true"), True),
+    "ESC in a slot's string": (("slot", "RemoteOwner", "\x1b[2Jalice"), True),
+    "DEL": (("machine", "DrainReason", "x\x7f"), True),
+    "a Unicode line separator": (("machine", "DrainReason", "x\u2028y"), True),
+    "a newline inside a record": (("machine", "Unavailability", {"Note": "a\rb"}), True),
+    "a newline in a list": (("machine", "Racks", ["r1", "r2\n"]), True),
+    "a tab is text": (("machine", "DrainReason", "a\tb"), False),
+    "an escaped newline is text": (("machine", "DrainHookOutput", "line 1\\nline 2"), False),
+}
+
+
+@pytest.mark.parametrize(
+    ("where", "refused"), CONTROL_CHARACTERS.values(), ids=list(CONTROL_CHARACTERS)
+)
+async def test_an_ad_whose_text_holds_a_control_character_is_refused(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    where: tuple[str, str, Any],
+    refused: bool,
+) -> None:
+    """The ClassAd long format cannot carry them (a newline would print another attribute),
+    and a terminal would obey them: refused with the attribute named, nothing stored."""
+    master = make_master(tmp_path, DownLink())
+    ad = node_ad(EPOCH)
+    part, name, value = where
+    (ad["machine"] if part == "machine" else ad["slots"][-1])[name] = value
+    if refused:
+        with pytest.raises(SlotsError, match=f"{name} holds a control character"):
+            master.receive_ad(ad)
+        assert master.ads.query(master.clock.now()) == []
+    else:
+        master.receive_ad(ad)
+        assert master.ads.query(master.clock.now())[0]["Name"] == "n1.test"
+
+
 def many_nodes_schedule(count: int, start: float) -> MaintenanceSchedule:
     return MaintenanceSchedule(
         windows=(
