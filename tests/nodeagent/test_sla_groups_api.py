@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
+from nodeagent.client import AgentClient
+from nodeagent.client import InvalidRequest as ClientInvalidRequest
 from tests.nodeagent.test_agent_api_edges import api, code
 
 
@@ -33,3 +36,24 @@ async def test_a_bad_group_is_422_and_claims_nothing(tmp_path: Path, group: obje
         assert code(response) == (422, "request.invalid"), response.text
         assert a.agent.machine.snapshot() == before
         assert a.runner.launched == []
+
+
+class Via(httpx.AsyncBaseTransport):
+    """The client's requests sent through the test's local (ADMINISTRATOR) client."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.client.send(request)
+
+
+async def test_the_client_sends_and_reads_the_group(tmp_path: Path) -> None:
+    async with api(tmp_path) as a, AgentClient(transport=Via(a.local)) as client:
+        claim = await client.create_claim(["sleep", "60"], group="batch/nightly")
+        assert claim.job.group == "batch/nightly"
+        plain = await client.create_claim(["sleep", "60"])
+        assert plain.job.group is None
+        with pytest.raises(ClientInvalidRequest):
+            await client.create_claim(["sleep", "60"], group="no good")
+        assert len(a.agent.claims()) == 2
