@@ -74,6 +74,10 @@ log = logging.getLogger("nodeagent.master.operations")
 #: Refusals of a drain that retrying cannot cure: the node fails (the operation pauses).
 _FATAL = frozenset({"drain.no_such_hook", "request.invalid"})
 _NS = 1_000_000_000
+#: The ads' times are whole seconds (``MyCurrentTime``, ``TotalJobRunTime``): when an
+#: instance started is known within a second, and a batch's SLA is checked as of this much
+#: earlier, so that an instance counts as up long enough only when it surely is.
+_AD_RESOLUTION = 1.0
 
 
 class SlaCheck(Protocol):
@@ -271,7 +275,7 @@ class Operations:
 
         async def one(hosts: tuple[str, ...]) -> None:
             try:
-                probe = await check.check(entries, hosts, now, lost=lost)
+                probe = await check.check(entries, hosts, now - _AD_RESOLUTION, lost=lost)
             except Exception as exc:  # whatever fails, the batch is held, the engine goes on
                 log.warning("operation %s: SLA check of %s failed: %s", op.id, hosts, exc)
                 verdicts[hosts] = SlaVerdict(safe=False, message=f"SLA check failed: {exc}")

@@ -20,6 +20,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,3 +226,143 @@ def test_the_master_killed_in_the_middle_of_a_batch(tmp_path: Path) -> None:
         for name in racks:
             assert len([h for h in s.lines("hook") if h[1] == name]) == 2
             assert len(s.commits(name)) == 2
+
+
+class Scheduler:
+    """The test as the group's scheduler: one instance of ``web`` per node to begin with;
+    an instance that ends (evicted by a drain) is started again on an open node (``Start``
+    true, no drain) of a rack holding fewer than two instances, the emptiest first; while
+    none is open it waits. Each instance appends ``start NODE ID TIME`` and, on SIGTERM,
+    ``stop NODE ID TIME`` to its own record: the nodes' record of what ran when."""
+
+    def __init__(self, s: Site) -> None:
+        self.s = s
+        self.record = s.tmp / "instances"
+        self.job = _script(
+            s.tmp / "instance.sh",
+            f'echo "start $1 $2 $(date +%s.%N)" >> "{self.record}"\n'
+            f'trap \'echo "stop $1 $2 $(date +%s.%N)" >> "{self.record}"; exit 0\' TERM\n'
+            "while :; do sleep 0.05; done\n",
+        )
+        self.placed: dict[str, str] = {}  # instance id -> node
+        self.next_id = 0
+        self.stop = threading.Event()
+
+    def events(self) -> list[tuple[str, str, str, float]]:
+        if not self.record.exists():
+            return []
+        out = []
+        for line in self.record.read_text().splitlines():
+            kind, node, iid, when = line.split()
+            out.append((kind, node, iid, float(when)))
+        return out
+
+    def running(self) -> dict[str, str]:
+        stopped = {iid for kind, _, iid, _ in self.events() if kind == "stop"}
+        return {iid: node for iid, node in self.placed.items() if iid not in stopped}
+
+    def place(self, node: str) -> None:
+        self.next_id += 1
+        iid = f"i{self.next_id}"
+        self.s.agents[node].claim(["/bin/sh", str(self.job), node, iid], group="web")
+        self.placed[iid] = node
+
+    def start_all(self) -> None:
+        for node in self.s.racks:
+            self.place(node)
+        wait_for(lambda: len([e for e in self.events() if e[0] == "start"]) == len(self.s.racks))
+
+    def open_nodes(self) -> list[str]:
+        found = []
+        for name, agent in self.s.agents.items():
+            with contextlib.suppress(Exception):
+                ad = agent.call("GET", "/v1/ad").json()["machine"]
+                if ad["Start"] is True and ad["DrainState"] == "none":
+                    found.append(name)
+        return found
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            running = self.running()
+            missing = len(self.s.racks) - len(running)
+            if missing <= 0:
+                continue
+            per_rack: dict[str, int] = dict.fromkeys(self.s.racks.values(), 0)
+            per_node: dict[str, int] = dict.fromkeys(self.s.racks, 0)
+            for node in running.values():
+                per_rack[self.s.racks[node]] += 1
+                per_node[node] += 1
+            for _ in range(missing):
+                choices = [n for n in self.open_nodes() if per_rack[self.s.racks[n]] < 2]
+                if not choices:
+                    break
+                node = min(choices, key=lambda n: (per_node[n], per_rack[self.s.racks[n]], n))
+                with contextlib.suppress(AssertionError):
+                    self.place(node)
+                    per_rack[self.s.racks[node]] += 1
+                    per_node[node] += 1
+
+    def fewest_up_long_enough(self, since: float, until: float, duration: float) -> float:
+        """The fewest instances up for at least ``duration`` at any instant of
+        [since, until], from the instances' own records."""
+        events = self.events()
+        starts = {iid: when for kind, _, iid, when in events if kind == "start"}
+        stops = {iid: when for kind, _, iid, when in events if kind == "stop"}
+        instants = sorted(
+            {since, until}
+            | {t for _, _, _, t in events if since <= t <= until}
+            | {t + duration for t in starts.values() if since <= t + duration <= until}
+        )
+        fewest = float("inf")
+        for t in instants:
+            for at in (t - 1e-6, t):
+                up = sum(
+                    1
+                    for iid, start in starts.items()
+                    if start <= at - duration and stops.get(iid, float("inf")) > at
+                )
+                fewest = min(fewest, up)
+        return fewest
+
+
+def test_six_nodes_in_three_racks_with_an_sla(tmp_path: Path) -> None:
+    """An operation by rack over six nodes running one instance of ``web`` each, whose SLA
+    is at least four instances up for two seconds: never fewer than four were, every hook
+    ran once, every node came back after a passing health check, the operation completes."""
+    with site(tmp_path, RACKS) as s:
+        scheduler = Scheduler(s)
+        scheduler.start_all()
+        policy = {"kind": "count", "count": 4, "duration": 2}
+        assert s.master.call("PUT", "/v1/sla/policies/web", json=policy).status_code == 200
+        thread = threading.Thread(target=scheduler.run, daemon=True)
+        thread.start()
+        try:
+            time.sleep(2.5)  # every instance up for two seconds
+            began = time.time()
+            reply = s.master.call(
+                "POST",
+                "/v1/maintenance/operations",
+                json={"hosts": list(RACKS), "grouping": "Rack", "hook": "reboot"},
+            )
+            assert reply.status_code == 201, reply.text
+            op_id = reply.json()["id"]
+            reasons: list[Any] = []
+
+            def ended() -> bool:
+                doc = s.operation(op_id)
+                reasons.extend(b["reason"] for b in doc["batches"] if b["reason"])
+                return doc["ended_at"] is not None
+
+            wait_for(ended, timeout=240, interval=0.3)
+            ended_at = time.time()
+        finally:
+            scheduler.stop.set()
+            thread.join(timeout=10)
+        doc = s.operation(op_id)
+        assert doc["state"] == "completed", doc
+        assert [b["state"] for b in doc["batches"]] == ["done", "done", "done"]
+        assert_each_once(s)
+        fewest = scheduler.fewest_up_long_enough(began, ended_at, 2.0)
+        assert fewest >= 4
+        # a batch waited for the SLA at least once (instances restarted, not yet up 2 s)
+        assert any(r.get("code") == "sla" and r.get("groups") == ["web"] for r in reasons)
