@@ -168,3 +168,42 @@ def test_an_attribute_that_shadows_a_computed_one_stops_the_start(tmp_path: Path
     )
     assert done.returncode == 2
     assert "'Start' shadows an attribute the agent computes" in done.stderr
+
+
+def test_the_masters_sla_file_at_start_and_on_sighup(tmp_path: Path) -> None:
+    sla = tmp_path / "sla.toml"
+    sla.write_text('[policies.web]\nkind = "count"\ncount = 2\nduration = "1m"\n')
+    with MasterProcess(tmp_path / "master", settings={"sla_file": str(sla)}) as master:
+
+        def policies() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = master.call("GET", "/v1/sla/policies").json()["policies"]
+            return found
+
+        assert policies() == [
+            {"group": "web", "kind": "count", "count": 2, "duration": 60.0, "source": "file"}
+        ]
+        api = {"kind": "percentage", "percentage": 90, "duration": 5}
+        assert master.call("PUT", "/v1/sla/policies/web", json=api).status_code == 200
+        assert policies()[0]["source"] == "api"  # the API's wins
+        sla.write_text(
+            '[policies.web]\nkind = "count"\ncount = 3\n\n'
+            '[policies.db]\nkind = "count"\ncount = 1\n'
+        )
+        assert master.proc is not None
+        master.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: [p["group"] for p in policies()] == ["db", "web"])
+        assert master.call("DELETE", "/v1/sla/policies/web").json()["in_force"]["count"] == 3
+        sla.write_text('[policies.web]\nkind = "count"\ncount = 0\n')
+        master.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in master.log_path.read_text())
+        assert [(p["group"], p["count"]) for p in policies()] == [("db", 1), ("web", 3)]
+    # A bad file stops the start: exit 2, the file and the defect named.
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "master", "run", "--config", str(master.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "web: a count policy needs 1 <= count" in done.stderr
