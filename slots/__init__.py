@@ -69,7 +69,7 @@ from slots._estimates import (
     sticky_completion,
     vacate_time,
 )
-from slots._forecast import BlockerFrame, DrainForecast
+from slots._forecast import BlockerFrame, DrainForecast, PieceLines
 from slots._groups import GROUP_NAME, check_group_name
 from slots._health import (
     HEALTH_MOVES,
@@ -107,7 +107,7 @@ from slots._site import (
     check_site_attributes,
 )
 from slots._states import ACTIVE, MOVES, Activity, State, check_move
-from slots._verdicts import Verdicts, drain_verdicts, promise_completion
+from slots._verdicts import Verdicts, drain_verdicts, late_by, promise_completion
 
 __all__ = [
     "ACTIVE",
@@ -166,6 +166,7 @@ __all__ = [
     "NotPending",
     "OnCompletion",
     "Phase",
+    "PieceLines",
     "Publish",
     "RequestEvent",
     "Resources",
@@ -200,6 +201,7 @@ __all__ = [
     "evaluate",
     "graceful_time",
     "is_true",
+    "late_by",
     "outcome_message",
     "parse_long",
     "plan_drain",

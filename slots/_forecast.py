@@ -49,7 +49,7 @@ from slots._ads import (
 from slots._estimates import MAX_PUBLISHED, Escalation, Phase, Schedule, SuspendPolicy, clamp
 from slots._verdicts import Verdicts, drain_verdicts, judged, promise_completion
 
-__all__ = ["BlockerFrame", "DrainForecast"]
+__all__ = ["BlockerFrame", "DrainForecast", "PieceLines"]
 
 _NAMES = {Schedule.GRACEFUL: "Graceful", Schedule.QUICK: "Quick", Schedule.FAST: "Fast"}
 
@@ -361,6 +361,23 @@ def _clamped(trace: _Trace, line: _Line) -> _Line:
 _Window = tuple[int, Escalation] | None
 
 
+class PieceLines(NamedTuple):
+    """What a forecast's piece holds for a window (:meth:`DrainForecast.lines`): a value at
+    ``now`` is ``at + slope × d``. ``estimates`` are the six values of
+    :data:`~slots.EXPECTED_ATTRIBUTES`; ``verdicts`` the promise completion, the planned
+    completion and badput, the cut core-seconds and badput (as :meth:`DrainForecast.read`
+    gives them, with :func:`~slots.late_by` of the first); ``blockers`` the frames of the
+    blockers as planned. ``piece`` identifies them (by identity)."""
+
+    piece: object
+    d: int
+    estimates: tuple[tuple[int, int], ...]
+    verdicts: tuple[tuple[int, int], ...]
+    active: bool
+    cut_jobs: int
+    blockers: tuple[BlockerFrame, ...]
+
+
 class _Piece(NamedTuple):
     """The forecast for the whole seconds ``base`` … ``base + horizon``.
 
@@ -544,6 +561,28 @@ class DrainForecast:
             cut_jobs=piece.cut_jobs,
             cut_core_seconds=core_seconds,
             cut_badput=cut_badput,
+        )
+
+    def lines(
+        self, now: float, *, window_start: float, escalation: Escalation
+    ) -> PieceLines | None:
+        """The lines :meth:`read` and :meth:`blockers` (for this window) read at ``now``,
+        for a caller that brings many values up to ``now`` at once; ``None`` when this
+        forecast is not exact (read :meth:`read` and :meth:`blockers` then). The same
+        ``piece`` object (compared by identity) serves every read until the forecast makes
+        a new one."""
+        if not self._exact:
+            return None
+        whole = math.floor(now)
+        piece = self._piece_for(whole, self._window(window_start, escalation))
+        return PieceLines(
+            piece=piece,
+            d=whole - piece.base,
+            estimates=piece.estimates,
+            verdicts=piece.verdicts,
+            active=piece.active,
+            cut_jobs=piece.cut_jobs,
+            blockers=piece.planned_blockers,
         )
 
     def blockers(

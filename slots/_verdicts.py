@@ -40,7 +40,7 @@ from slots._estimates import (
     sticky_completion,
 )
 
-__all__ = ["Verdicts", "drain_verdicts", "promise_completion"]
+__all__ = ["Verdicts", "drain_verdicts", "judged", "late_by", "promise_completion"]
 
 _GRACEFUL_END = "ExpectedMachineGracefulDrainingCompletion"
 
@@ -89,6 +89,13 @@ class Verdicts(NamedTuple):
     cut_badput: int
 
 
+def late_by(promise_completion: int, *, window_start: float, active: bool) -> float:
+    """By how much a node whose promises end at ``promise_completion`` is late for the
+    window starting at ``window_start`` (0.0 when on time or with nothing active): the one
+    place it is reckoned."""
+    return max(0.0, promise_completion - window_start) if active else 0.0
+
+
 def judged(
     *,
     window_start: float,
@@ -101,16 +108,16 @@ def judged(
     cut_core_seconds: int,
     cut_badput: int,
 ) -> Verdicts:
-    """The :class:`Verdicts` of these figures (the one place ``late_by`` is reckoned)."""
-    late_by = max(0.0, promise_completion - window_start) if active else 0.0
+    """The :class:`Verdicts` of these figures (``late_by`` by :func:`late_by`)."""
+    late = late_by(promise_completion, window_start=window_start, active=active)
     return _make(
         (
             window_start,
             escalation,
             active,
             promise_completion,
-            late_by == 0,
-            late_by,
+            late == 0,
+            late,
             planned_completion,
             planned_badput,
             cut_jobs > 0,

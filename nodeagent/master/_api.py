@@ -232,6 +232,25 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _encoded_body(plan: dict[str, Any]) -> bytes:
+    """The plan whose rows are JSON texts (``Master.plan(encoded=True)``) as one JSON
+    document, in the order the keys were given, copying each row's text once."""
+    rows: list[bytes] = plan["machines"]
+    head = {name: value for name, value in plan.items() if name != "machines"}
+    keys = list(plan)
+    at = keys.index("machines")
+    before = orjson.dumps({name: head[name] for name in keys[:at]})
+    after = orjson.dumps({name: head[name] for name in keys[at + 1 :]})
+    parts: list[bytes] = [before[:-1] + (b',"machines":[' if at else b'"machines":[')]
+    for row in rows:
+        parts.append(row)
+        parts.append(b",")
+    if rows:
+        parts.pop()
+    parts.append(b"]," + after[1:] if len(after) > 2 else b"]}")
+    return b"".join(parts)
+
+
 def plan_body(
     master: Master, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
 ) -> bytes:
@@ -246,7 +265,7 @@ def plan_body(
     with _collector_paused():
         try:
             plan = master.plan(with_blockers=with_blockers, late=late, limit=limit, encoded=True)
-            body = orjson.dumps(plan)
+            body = _encoded_body(plan)
         except orjson.JSONEncodeError:  # rows are encoded as the plan is made
             plan = master.plan(with_blockers=with_blockers, late=late, limit=limit)
             body = _json_bytes(plan)

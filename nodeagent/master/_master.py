@@ -545,8 +545,9 @@ class Master:
         (schedule order) or, with ``late``, only the rows of machines late by their
         promises or that the plan will escalate (window-start order); ``limit`` keeps the
         first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
-        With ``encoded``, ``machines`` is the rows' JSON text (an :class:`orjson.Fragment`,
-        for orjson to write: :class:`~nodeagent.master._row_json.RowJson`).
+        With ``encoded``, ``machines`` is the list of the rows' JSON texts (bytes:
+        :class:`~nodeagent.master._row_json.RowJson`), for :func:`~nodeagent.master._api.plan_body`
+        to write.
         """
         now = self.clock.now()
         plans = self.plans(now)
@@ -565,14 +566,29 @@ class Master:
                 window_since=since.get(each.key),
                 escalation=escalation,
             )
-            figures = row_figures(each, state, now, blockers_text=encoded)
-            added.add(each, figures)
-            if late and not (figures.on_time is False or figures.will_escalate):
-                continue
+            text = None
             if encoded:
                 text = texts.get(each.key)
                 if text is None:
                     text = texts[each.key] = RowJson()
+                fast = text.fast(each, state, now)
+                if fast is not None:  # no cut: one formatting (see RowJson.fast)
+                    row_text, on_time, graceful_badput, quick_badput = fast
+                    added.add_node(
+                        each,
+                        on_time=on_time,
+                        graceful_badput=graceful_badput,
+                        quick_badput=quick_badput,
+                    )
+                    if not late or not on_time:
+                        rows.append(row_text)
+                        starts.append(each.window_start)
+                    continue
+            figures = row_figures(each, state, now, blockers_text=encoded)
+            added.add(each, figures)
+            if late and not (figures.on_time is False or figures.will_escalate):
+                continue
+            if text is not None:
                 rows.append(text.text(each, state, figures))
             else:
                 rows.append(row_dict(each, state, figures))
@@ -583,8 +599,6 @@ class Master:
         if limit is not None:
             del rows[limit:]
         machines: Any = rows
-        if encoded:  # one piece of text for orjson to copy, not one object per row
-            machines = orjson.Fragment(b"[" + b",".join(rows) + b"]")
         totals = added.to_json()
         totals.update(vars(self.counters))
         totals["nodes"] = len(self.ads)
@@ -685,7 +699,8 @@ class Master:
         if text is None:
             text = self._row_texts[plan.key] = RowJson()
         with contextlib.suppress(orjson.JSONEncodeError):  # written by json, as plan_body does
-            text.prepare(plan, state)
+            if text.fast(plan, state, now) is None:  # a row with a cut: the other template
+                text.prepare(plan, state)
 
     def _decide(self, plan: MachinePlan, now: float) -> str | None:
         """What the pass does for one machine now: ``start``, ``escalate``, ``relax``

@@ -472,27 +472,54 @@ class PlanTotals:
         self.cut_core_seconds = self.escalation_badput = 0
 
     def add(self, plan: MachinePlan, figures: RowFigures) -> None:
-        self.machines += 1
-        self.modes[plan.mode] = self.modes.get(plan.mode, 0) + 1
-        node = plan.node
-        if node is None:
+        if plan.node is None:
+            self.machines += 1
+            self.modes[plan.mode] = self.modes.get(plan.mode, 0) + 1
             self.without_node += 1
             return
+        expected = figures.expected
+        assert expected is not None
+        self.add_node(
+            plan,
+            on_time=bool(figures.on_time),
+            will_escalate=figures.will_escalate,
+            cut_jobs=figures.cut_jobs,
+            cut_core_seconds=figures.cut_core_seconds,
+            cut_badput=figures.cut_badput,
+            graceful_badput=expected[1],
+            quick_badput=expected[3],
+        )
+
+    def add_node(
+        self,
+        plan: MachinePlan,
+        *,
+        on_time: bool,
+        graceful_badput: int,
+        quick_badput: int,
+        will_escalate: bool = False,
+        cut_jobs: int = 0,
+        cut_core_seconds: int = 0,
+        cut_badput: int = 0,
+    ) -> None:
+        """:meth:`add` of a row with a node, from its figures."""
+        node = plan.node
+        assert node is not None
+        self.machines += 1
+        self.modes[plan.mode] = self.modes.get(plan.mode, 0) + 1
         self.lost += plan.lost
         self.empty += node.empty
-        self.on_time += bool(figures.on_time)
-        if figures.will_escalate and not (
+        self.on_time += on_time
+        if will_escalate and not (
             plan.drain_record is not None and plan.drain_record.get("escalated")
         ):
             self.escalations += 1
             self.next_hour += plan.window_start <= self.now + 3600
-        self.cut_jobs += figures.cut_jobs
-        self.cut_core_seconds += figures.cut_core_seconds
-        self.escalation_badput += figures.cut_badput
-        expected = figures.expected
-        assert expected is not None
-        self.graceful_badput += expected[1]
-        self.quick_badput += expected[3]
+        self.cut_jobs += cut_jobs
+        self.cut_core_seconds += cut_core_seconds
+        self.escalation_badput += cut_badput
+        self.graceful_badput += graceful_badput
+        self.quick_badput += quick_badput
         service = node.service
         if not service["in_service"]:
             self.out_of_service += 1
