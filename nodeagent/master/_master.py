@@ -571,7 +571,7 @@ class Master:
                 text = texts.get(each.key)
                 if text is None:
                     text = texts[each.key] = RowJson()
-                fast = text.fast(each, state, now)
+                fast = text.fast(each, state, now, unless_on_time=late)
                 if fast is not None:  # no cut: one formatting (see RowJson.fast)
                     row_text, on_time, graceful_badput, quick_badput = fast
                     added.add_node(

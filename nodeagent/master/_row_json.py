@@ -249,11 +249,12 @@ class RowJson:
         )
 
     def fast(
-        self, plan: MachinePlan, state: RowState, now: float
+        self, plan: MachinePlan, state: RowState, now: float, *, unless_on_time: bool = False
     ) -> tuple[bytes, bool, int, int] | None:
         """The row at ``now`` written the fast way (the module docstring), with what the
         totals need of it: whether it is on time by its promises, its expected graceful
-        and quick badput. ``None`` when the row must go the other way (a cut, no node, a
+        and quick badput (with ``unless_on_time``, a row on time is not written: its text
+        is empty). ``None`` when the row must go the other way (a cut, no node, a
         forecast that is not exact, a marker in the row's own values).
 
         Raises :class:`orjson.JSONEncodeError` for a value orjson cannot write.
@@ -283,6 +284,8 @@ class RowJson:
         else:
             late = late_by(v[6], window_start=window_start, active=read.active)
         on_time = late == 0
+        if on_time and unless_on_time:
+            return b"", on_time, v[1], v[3]
         dumps = orjson.dumps
         start = plan.drain_start
         ot, lb = (_TRUE if on_time else _FALSE), dumps(late)
