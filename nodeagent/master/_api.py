@@ -728,7 +728,15 @@ def build_master_app(
     if sla is None:
         sla = SlaBook(store=master.store)
         sla.load()
-    add_sla_routes(app, master, sla, principal=principal, record=record, constraints=constraints)
+    add_sla_routes(
+        app,
+        master,
+        sla,
+        principal=principal,
+        record=record,
+        constraints=constraints,
+        errors=_errors,
+    )
     if operations is None:
         operations = Operations(master)
         operations.load()

@@ -38,6 +38,30 @@ __all__ = ["add_sla_routes", "probe_json"]
 
 _MAX_HOSTS = 10_000
 
+_POLICY_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "The group's SLA policy (docs/master-api.md)",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["kind"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "kind": {"enum": ["percentage", "count", "coordinator"]},
+                        "percentage": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+                        "count": {"type": "integer", "minimum": 1},
+                        "duration": {"type": "number", "minimum": 0},
+                        "url": {"type": "string"},
+                        "size": {"type": "integer", "minimum": 1},
+                    },
+                }
+            }
+        },
+    }
+}
+
 
 def probe_json(key: str, result: Probe) -> dict[str, Any]:
     """One host group's probe as the API returns it."""
@@ -61,8 +85,10 @@ def add_sla_routes(
     principal: Callable[[Request], Principal],
     record: Callable[[Request, str, str, str], Awaitable[None]],
     constraints: Evaluator,
+    errors: Callable[..., dict[int | str, dict[str, Any]]],
 ) -> None:
-    """Add the SLA endpoints to the master's ``app``."""
+    """Add the SLA endpoints to the master's ``app``; ``errors(*statuses)`` makes the
+    OpenAPI ``responses`` of their error statuses (the app's own)."""
 
     def allowed(request: Request, scope: Scope) -> Principal:
         who = principal(request)
@@ -82,14 +108,14 @@ def add_sla_routes(
             raise
         return who
 
-    @app.get("/v1/sla/policies", tags=["sla"])
+    @app.get("/v1/sla/policies", tags=["sla"], responses=errors(401, 403))
     async def list_policies(request: Request) -> JSONResponse:
         """Every SLA policy in force, by group, with its source (``api`` or ``file``)."""
         allowed(request, Scope.READ)
         found = book.policies()
         return JSONResponse({"policies": [book.policy_json(found[g]) for g in sorted(found)]})
 
-    @app.get("/v1/sla/policies/{group:path}", tags=["sla"])
+    @app.get("/v1/sla/policies/{group:path}", tags=["sla"], responses=errors(401, 403, 404))
     async def get_policy(request: Request, group: str) -> JSONResponse:
         """One group's SLA policy in force (404 ``sla.no_such_policy``)."""
         allowed(request, Scope.READ)
@@ -98,7 +124,12 @@ def add_sla_routes(
             return JSONResponse(error_body("sla.no_such_policy", f"no policy for {group!r}"), 404)
         return JSONResponse(book.policy_json(policy))
 
-    @app.put("/v1/sla/policies/{group:path}", tags=["sla"])
+    @app.put(
+        "/v1/sla/policies/{group:path}",
+        tags=["sla"],
+        responses=errors(401, 403, 404, 413, 422, 503),  # 404: a group with a line break
+        openapi_extra=_POLICY_BODY,
+    )
     async def put_policy(request: Request, group: str) -> JSONResponse:
         """Set ``group``'s policy (ADMINISTRATOR): written before the reply."""
         action = "sla.policy.put"
@@ -119,7 +150,7 @@ def add_sla_routes(
         await record(request, who.subject, action, "ok")
         return JSONResponse(book.policy_json(policy))
 
-    @app.delete("/v1/sla/policies/{group:path}", tags=["sla"])
+    @app.delete("/v1/sla/policies/{group:path}", tags=["sla"], responses=errors(401, 403, 404, 503))
     async def delete_policy(request: Request, group: str) -> JSONResponse:
         """Remove ``group``'s API policy (ADMINISTRATOR); the file's, if any, applies again."""
         action = "sla.policy.delete"
@@ -138,7 +169,7 @@ def add_sla_routes(
         in_force = None if found is None else book.policy_json(found)
         return JSONResponse({"group": group, "in_force": in_force})
 
-    @app.get("/v1/sla/probe", tags=["sla"])
+    @app.get("/v1/sla/probe", tags=["sla"], responses=errors(401, 403, 422))
     async def sla_probe(
         request: Request,
         *,
