@@ -32,8 +32,8 @@ no policy is reported as affected and safe.
 
 **For the operations engine** (stable signatures)::
 
-    probe(entries, policies, hosts, now, *, lost=frozenset(), answers=None) -> Probe
-    questions(entries, policies, hosts, now, *, lost=frozenset()) -> list[Question]
+    probe(entries, policies, hosts, now, *, lost=(), answers=None, found=None) -> Probe
+    questions(entries, policies, hosts, now, *, lost=(), found=None) -> list[Question]
     async ask_coordinators(questions, *, client, within) -> dict[str, Answer]
         (in nodeagent.master._coordinators: by group; never raises for a coordinator)
 
@@ -282,6 +282,7 @@ def _on_hosts(
 ) -> tuple[frozenset[str], tuple[str, ...]]:
     """The node names ``hosts`` designates (by ``Name`` or ``Machine``), and the hosts no
     node answers to."""
+    hosts = frozenset(hosts)
     nodes = frozenset(e.name for e in entries if _matches(e, hosts))
     known = {e.name for e in entries} | {str(e.machine.get("Machine")) for e in entries}
     return nodes, tuple(sorted(h for h in set(hosts) if h not in known))
@@ -294,11 +295,13 @@ def questions(
     now: float,
     *,
     lost: Collection[str] = (),
+    found: Sequence[Instance] | None = None,
 ) -> list[Question]:
-    """What each affected group's coordinator must be asked before ``hosts`` go."""
+    """What each affected group's coordinator must be asked before ``hosts`` go
+    (``found``: :func:`instances` of ``entries``, when the caller has them already)."""
     del now  # the question does not depend on it; the signature matches probe()'s
     nodes, _ = _on_hosts(entries, hosts)
-    found = [i for i in instances(entries) if i.node not in lost]
+    found = [i for i in (instances(entries) if found is None else found) if i.node not in lost]
     asked = []
     for group in sorted({i.group for i in found if i.node in nodes}):
         policy = policies.get(group)
@@ -324,18 +327,21 @@ def probe(
     *,
     lost: Collection[str] = (),
     answers: Mapping[str, Answer] | None = None,
+    found: Sequence[Instance] | None = None,
 ) -> Probe:
     """Whether taking ``hosts`` down at ``now`` keeps every affected group's SLA.
 
     ``hosts`` name nodes by ``Name`` or ``Machine``; those no ad answers to are listed in
     ``unknown``. ``lost``: names of nodes whose instances count as down already (they
     count in the group's size; they never make a group affected).
-    ``answers``: the coordinators' answers by group (see :func:`questions`).
+    ``answers``: the coordinators' answers by group (see :func:`questions`). ``found``:
+    :func:`instances` of ``entries``, when the caller has them already (probing many
+    host groups of the same ads).
     """
     nodes, unknown = _on_hosts(entries, hosts)
     gone = nodes | frozenset(lost)
     by_group: dict[str, list[Instance]] = {}
-    for one in instances(entries):
+    for one in instances(entries) if found is None else found:
         by_group.setdefault(one.group, []).append(one)
     verdicts = [
         _verdict(
@@ -428,9 +434,13 @@ def group_hosts(
         return [("*", tuple(sorted(set(hosts))))] if hosts else []
     if grouping == "host":
         return [(h, (h,)) for h in sorted(set(hosts))]
+    by_host: dict[str, NodeAds] = {}
+    for e in entries:
+        by_host.setdefault(str(e.machine.get("Machine", e.name)), e)
+    by_host.update((e.name, e) for e in entries)
     groups: dict[str, set[str]] = {}
     for host in set(hosts):
-        entry = next((e for e in entries if _matches(e, (host,))), None)
+        entry = by_host.get(host)
         if entry is None:
             key = host
         else:

@@ -30,7 +30,14 @@ from nodeagent._expressions import Evaluator
 from nodeagent._http import error_body
 from nodeagent._store import StoreError
 from nodeagent.master._master import Master
-from nodeagent.master._sla import NodeAds, Probe, group_hosts, policy_from_json, verdict_json
+from nodeagent.master._sla import (
+    NodeAds,
+    Probe,
+    group_hosts,
+    instances,
+    policy_from_json,
+    verdict_json,
+)
 from nodeagent.master._sla_policies import SlaBook
 from slots import InvalidRequest
 
@@ -202,10 +209,13 @@ def add_sla_routes(
         lost_at = master.ads.lost_at(now)
         lost = {e.name for e in master.ads.entries() if lost_at(e)}
         split = group_hosts(entries, chosen, grouping)
+        found = instances(entries)  # once for every host group
         results: list[dict[str, Any]] = [{} for _ in split]
 
         async def one(index: int, key: str, members: tuple[str, ...]) -> None:
-            results[index] = probe_json(key, await book.check(entries, members, now, lost=lost))
+            await trio.lowlevel.checkpoint()  # each probe takes its slice (≈ 3 ms at 2k nodes)
+            verdict = await book.check(entries, members, now, lost=lost, found=found)
+            results[index] = probe_json(key, verdict)
 
         async with trio.open_nursery() as nursery:  # coordinators asked at once, bounded
             for index, (key, members) in enumerate(split):

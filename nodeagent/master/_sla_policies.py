@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from nodeagent._peer import PeerClient
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.master._coordinators import ask_coordinators, coordinator_client
 from nodeagent.master._sla import (
+    Instance,
     NodeAds,
     Probe,
     SlaPolicy,
@@ -172,14 +173,15 @@ class SlaBook:
         now: float,
         *,
         lost: Collection[str] = (),
+        found: Sequence[Instance] | None = None,
     ) -> Probe:
         """Whether ``hosts`` may go at ``now``: the coordinators asked (each within the
-        timeout, all at once), then the probe."""
+        timeout, all at once), then the probe (``found`` as :func:`probe` takes it)."""
         policies = self.policies()
-        asked = questions(entries, policies, hosts, now, lost=lost)
+        asked = questions(entries, policies, hosts, now, lost=lost, found=found)
         answers = (
             await ask_coordinators(asked, client=self.client, within=self.coordinator_timeout)
             if asked
             else {}
         )
-        return probe(entries, policies, hosts, now, lost=lost, answers=answers)
+        return probe(entries, policies, hosts, now, lost=lost, answers=answers, found=found)

@@ -322,3 +322,14 @@ def test_good_policies_round_trip(doc: dict[str, Any]) -> None:
 def test_bad_policies_are_refused(group: str, doc: Any, problem: str) -> None:
     with pytest.raises(InvalidRequest, match=problem):
         policy_from_json(group, doc)
+
+
+def test_instances_found_once_give_the_same_probes() -> None:
+    nodes = fleet([1 * MIN, 40 * MIN, 40 * MIN, 40 * MIN])
+    policies = percentage(75, 30 * MIN)
+    found = instances(nodes)
+    for key, hosts in group_hosts(nodes, [n.name for n in nodes], "host"):
+        assert probe(nodes, policies, hosts, NOW, found=found) == probe(
+            nodes, policies, hosts, NOW
+        ), key
+        assert questions(nodes, policies, hosts, NOW, found=found) == []
