@@ -330,7 +330,8 @@ def render_drain_end(console: Console, body: Mapping[str, Any], request_id: str)
 
 
 def render_claim(console: Console, claim: Mapping[str, Any], *, verb: str) -> None:
-    """One line for a claim reply: ``claim 3 slot1_3@host Claimed/Busy pid 1234 (2 cpus)``."""
+    """One line for a claim reply: ``claim 3 slot1_3@host Claimed/Busy pid 1234 (2 cpus,
+    job 3, owner alice, group www-data/prod/web)`` (the group only when it names one)."""
     from rich.text import Text  # noqa: PLC0415
 
     job = claim.get("job") or {}
@@ -345,7 +346,10 @@ def render_claim(console: Console, claim: Mapping[str, Any], *, verb: str) -> No
         line.append(f" pid {job['pid']}")
     cpus = resources.get("cpus")
     line.append(f" ({cpus} cpu{'' if cpus == 1 else 's'}, job {job.get('job_id')}")
-    line.append(f", owner {job.get('owner')})")
+    line.append(f", owner {job.get('owner')}")
+    if job.get("group") is not None:
+        line.append(f", group {job['group']}")
+    line.append(")")
     console.print(line)
 
 

@@ -157,3 +157,23 @@ def test_hosts_or_a_constraint_not_both_nor_neither(
             token=None,
             socket_path="/nonexistent.sock",
         )
+
+
+@pytest.mark.parametrize(
+    ("group", "tail"),
+    [("www-data/prod/web", ", owner alice, group www-data/prod/web)"), (None, ", owner alice)")],
+)
+def test_a_claim_line_names_its_group(group: str | None, tail: str) -> None:
+    from nodeagent.cli._render import render_claim
+
+    claim = {
+        "id": "3",
+        "slot": "slot1_3@n1",
+        "state": "Claimed",
+        "activity": "Busy",
+        "resources": {"cpus": 2},
+        "job": {"job_id": "3", "owner": "alice", "group": group, "pid": 1234},
+    }
+    out = io.StringIO()
+    render_claim(make_console(out), claim, verb="created")
+    assert out.getvalue().rstrip().endswith(tail)
