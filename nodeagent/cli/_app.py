@@ -50,6 +50,13 @@ def demo(
     fast: Annotated[
         bool, typer.Option("--fast", help="A compressed story (about 25 s) for quick checks")
     ] = False,
+    rolling: Annotated[
+        bool,
+        typer.Option(
+            "--rolling",
+            help="Instead: six nodes in three racks rebooted rack by rack under an SLA",
+        ),
+    ] = False,
 ) -> None:
     """A master and three agents with real jobs going through a maintenance window."""
     import trio  # noqa: PLC0415
@@ -57,7 +64,7 @@ def demo(
     from nodeagent.cli._demo import DemoTimes, run_demo  # noqa: PLC0415
 
     times = DemoTimes.fast() if fast else DemoTimes()
-    raise typer.Exit(trio.run(lambda: run_demo(times, out=typer.echo)))
+    raise typer.Exit(trio.run(lambda: run_demo(times, out=typer.echo, rolling=rolling)))
 
 
 app.add_typer(agent_app)

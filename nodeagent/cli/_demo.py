@@ -39,12 +39,12 @@ from nodeagent.cli._render import verdict_sentence
 from nodeagent.master._config import load_master_config
 from nodeagent.master._daemon import MasterDaemon
 
-__all__ = ["DemoTimes", "run_demo"]
+__all__ = ["JOB", "DemoTimes", "Narrator", "run_demo", "unix_client", "write"]
 
 _NS = 1_000_000_000
 
 #: A job: sleeps; on SIGTERM it takes a moment to save its work, then exits.
-_JOB = (
+JOB = (
     "# nodeagent-demo-job\n"
     "import signal, sys, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.8), sys.exit(0)))\n"
@@ -84,7 +84,7 @@ class DemoTimes:
 
 
 @dataclass
-class _Narrator:
+class Narrator:
     """Prints what happens, once, with the time since the demo started."""
 
     started: float
@@ -99,28 +99,35 @@ class _Narrator:
         self.out(f"[{time.time() - self.started:6.1f}s] {text}")
 
 
-def _write(path: Path, text: str) -> Path:
+def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
 
 
 @contextlib.asynccontextmanager
-async def _unix_client(socket: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def unix_client(socket: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
         transport=httpx.AsyncHTTPTransport(uds=str(socket)), base_url="http://local", timeout=10
     ) as client:
         yield client
 
 
-async def run_demo(times: DemoTimes, *, out: Callable[[str], None] = print) -> int:
-    """Run the story; returns 0 when every node was empty or escalated as planned."""
+async def run_demo(
+    times: DemoTimes, *, out: Callable[[str], None] = print, rolling: bool = False
+) -> int:
+    """Run the story; returns 0 when every node was empty or escalated as planned. With
+    ``rolling``, the rack-by-rack story of :mod:`nodeagent.cli._demo_rolling` instead."""
     # The story is told by the narrator; the daemons' own logs would drown it.
     logging.getLogger("nodeagent").setLevel(logging.ERROR)
     root = Path(tempfile.mkdtemp(prefix="nodeagent-demo-"))
-    narrator = _Narrator(time.time(), out)
+    narrator = Narrator(time.time(), out)
     pids: set[int] = set()
     try:
+        if rolling:
+            from nodeagent.cli._demo_rolling import RollingTimes, rolling_story  # noqa: PLC0415
+
+            return await rolling_story(root, RollingTimes(), narrator, pids)
         return await _story(root, times, narrator, pids)
     finally:
         for pid in pids:
@@ -130,10 +137,10 @@ async def run_demo(times: DemoTimes, *, out: Callable[[str], None] = print) -> i
         narrator.say(f"cleaned up: {len(pids)} job process groups ended, {root} removed")
 
 
-async def _story(root: Path, times: DemoTimes, narrator: _Narrator, pids: set[int]) -> int:
+async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int]) -> int:
     say = narrator.say
     master_config = load_master_config(
-        _write(
+        write(
             root / "master" / "master.toml",
             f'state_dir = "{root / "master" / "state"}"\n'
             f'runtime_dir = "{root / "master" / "run"}"\n'
@@ -159,13 +166,13 @@ async def _story(root: Path, times: DemoTimes, narrator: _Narrator, pids: set[in
             token = create_token(
                 key, subject=f"agent:{name}", scope=Scope.DAEMON, lifetime_s=3600, now=time.time()
             )
-            _write(home / "daemon.token", token)
+            write(home / "daemon.token", token)
             key_file = home / "state" / "pool.key"
             key_file.parent.mkdir(parents=True, mode=0o700)
             shutil.copyfile(master_config.key_file, key_file)
             key_file.chmod(0o600)
             config = load_agent_config(
-                _write(
+                write(
                     home / "agent.toml",
                     f'hostname = "{name}"\nip = "127.0.0.1"\n'
                     f'state_dir = "{home / "state"}"\nruntime_dir = "{home / "run"}"\n'
@@ -202,7 +209,7 @@ async def _story(root: Path, times: DemoTimes, narrator: _Narrator, pids: set[in
                 }
             ]
         }
-        async with _unix_client(master.socket) as m:
+        async with unix_client(master.socket) as m:
             (await m.post("/maintenance/schedule", json=schedule)).raise_for_status()
             say(
                 f"maintenance window posted: all three machines, in {times.window_in:.0f}s, "
@@ -246,16 +253,16 @@ async def _story(root: Path, times: DemoTimes, narrator: _Narrator, pids: set[in
 
 
 async def _start_jobs(
-    agent: AgentDaemon, promises: tuple[int, ...], pids: set[int], narrator: _Narrator
+    agent: AgentDaemon, promises: tuple[int, ...], pids: set[int], narrator: Narrator
 ) -> None:
     if not promises:
         return
-    async with _unix_client(agent.config.socket) as c:
+    async with unix_client(agent.config.socket) as c:
         for promise in promises:
             reply = await c.post(
                 "/v1/claims",
                 json={
-                    "command": [sys.executable, "-c", _JOB],
+                    "command": [sys.executable, "-c", JOB],
                     "cpus": 1,
                     "max_job_retirement_time": promise,
                     "owner": "demo",
@@ -272,7 +279,7 @@ async def _second_wave(
     times: DemoTimes,
     started: float,
     pids: set[int],
-    narrator: _Narrator,
+    narrator: Narrator,
 ) -> None:
     await trio.sleep(max(0.0, started + times.second_wave_at - time.time()))
     narrator.say("new work arrives: the nodes still accept it until their drains start")
@@ -281,13 +288,13 @@ async def _second_wave(
 
 
 async def _ad(agent: AgentDaemon) -> dict[str, Any]:
-    async with _unix_client(agent.config.socket) as c:
+    async with unix_client(agent.config.socket) as c:
         machine: dict[str, Any] = (await c.get("/v1/ad")).json()["machine"]
         return machine
 
 
 async def _narrate_plan(
-    master: httpx.AsyncClient, narrator: _Narrator, names: list[str], window_start: float
+    master: httpx.AsyncClient, narrator: Narrator, names: list[str], window_start: float
 ) -> None:
     with trio.move_on_after(10):
         while True:
@@ -310,14 +317,14 @@ async def _narrate_plan(
 
 
 async def _watch(
-    agents: list[AgentDaemon], narrator: _Narrator, window_start: float, until: float
+    agents: list[AgentDaemon], narrator: Narrator, window_start: float, until: float
 ) -> int:
     """Narrate drains and evictions until ``until``; 0 when every node ended empty."""
     status = 0
     while time.time() < until:
         for agent in agents:
             name = agent.config.hostname
-            async with _unix_client(agent.config.socket) as c:
+            async with unix_client(agent.config.socket) as c:
                 ad = (await c.get("/v1/ad")).json()
                 drain = (await c.get("/v1/drain")).json()
             machine = ad["machine"]

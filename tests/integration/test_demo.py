@@ -51,3 +51,36 @@ def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
         assert line in out, f"{line!r} missing from:\n{out}"
     assert "NOT empty" not in out
     assert _demo_jobs() == []
+
+
+def test_rolling_demo_reboots_rack_by_rack_under_the_sla(tmp_path: Path) -> None:
+    assert _demo_jobs() == []
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "demo", "--rolling"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for line in (
+        "six agents in three racks",
+        "SLA of www-data/prod/web: at least 50% (3 of 6) up",
+        "rolling maintenance 1 posted",
+        "rack r1: draining",
+        "rack r2: draining",
+        "rack r3: draining",
+        "waits: taking it now would break the SLA of www-data/prod/web",
+        "node4: health check failing: exit status 1: uplink not ready (check 1)",
+        "node4: healthy, back in service",
+        "scheduler: an instance of www-data/prod/web evicted by the drain starts again",
+        "completed in",
+        "the service never had fewer than 3 of 6 instances running (its SLA asks 3)",
+        "every node is back in service",
+        "each node's reboot hook ran exactly once",
+        "cleaned up:",
+    ):
+        assert line in out, f"{line!r} missing from:\n{out}"
+    assert _demo_jobs() == []
