@@ -517,23 +517,7 @@ class DrainForecast:
                 escalation=escalation,
                 previous=self._previous,
             )
-        whole = math.floor(now)
-        piece = self._piece_for(whole, self._window(window_start, escalation))
-        d = whole - piece.base
-        promised, completion, badput, core_seconds, cut_badput = [
-            at + slope * d for at, slope in piece.verdicts
-        ]
-        return judged(
-            window_start=window_start,
-            escalation=escalation,
-            active=piece.active,
-            promise_completion=promised,
-            planned_completion=completion,
-            planned_badput=badput,
-            cut_jobs=piece.cut_jobs,
-            cut_core_seconds=core_seconds,
-            cut_badput=cut_badput,
-        )
+        return self.read(now, window_start=window_start, escalation=escalation)[1]
 
     def read(
         self, now: float, *, window_start: float, escalation: Escalation

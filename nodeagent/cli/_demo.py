@@ -39,7 +39,7 @@ from nodeagent.cli._render import verdict_sentence
 from nodeagent.master._config import load_master_config
 from nodeagent.master._daemon import MasterDaemon
 
-__all__ = ["JOB", "DemoTimes", "Narrator", "run_demo", "unix_client", "write"]
+__all__ = ["JOB", "DemoTimes", "Narrator", "run_demo", "start_agent", "unix_client", "write"]
 
 _NS = 1_000_000_000
 
@@ -113,6 +113,44 @@ async def unix_client(socket: Path) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+async def start_agent(
+    nursery: trio.Nursery,
+    home: Path,
+    name: str,
+    *,
+    master_url: str,
+    key_file: Path,
+    tables: str,
+) -> AgentDaemon:
+    """Start an agent named ``name`` in ``home`` (4 cores, loopback) reporting to the master
+    at ``master_url``: a DAEMON token signed with the pool key in ``key_file``, a copy of
+    that key, and the TOML ``tables`` (its policy, attributes, hooks …) in its configuration."""
+    key = load_key(key_file)
+    token = create_token(
+        key, subject=f"agent:{name}", scope=Scope.DAEMON, lifetime_s=3600, now=time.time()
+    )
+    write(home / "daemon.token", token)
+    copy = home / "state" / "pool.key"
+    copy.parent.mkdir(parents=True, mode=0o700)
+    shutil.copyfile(key_file, copy)
+    copy.chmod(0o600)
+    config = load_agent_config(
+        write(
+            home / "agent.toml",
+            f'hostname = "{name}"\nip = "127.0.0.1"\n'
+            f'state_dir = "{home / "state"}"\nruntime_dir = "{home / "run"}"\n'
+            'listen = ["127.0.0.1:0"]\n'
+            "[resources]\ncpus = 4\nmemory_mib = 4096\ndisk_kib = 1000000\n"
+            f"{tables}"
+            f'[master]\nurl = "{master_url}"\ntoken_file = "{home / "daemon.token"}"\n'
+            "update_interval = 1\nad_debounce = 0.05\n",
+        )
+    )
+    agent = AgentDaemon(config=config, handle_signals=False)
+    await nursery.start(agent.serve)
+    return agent
+
+
 async def run_demo(
     times: DemoTimes, *, out: Callable[[str], None] = print, rolling: bool = False
 ) -> int:
@@ -151,7 +189,6 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
     )
     master_config.key_file.parent.mkdir(parents=True, mode=0o700)
     generate_key(master_config.key_file)
-    key = load_key(master_config.key_file)
     names = ["node1.demo", "node2.demo", "node3.demo"]
     async with trio.open_nursery() as nursery:
         master = MasterDaemon(config=master_config, handle_signals=False)
@@ -163,29 +200,15 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
             home = root / name
             late = name == names[-1]
             retirement = times.late_retirement if late else times.machine_retirement
-            token = create_token(
-                key, subject=f"agent:{name}", scope=Scope.DAEMON, lifetime_s=3600, now=time.time()
+            agent = await start_agent(
+                nursery,
+                home,
+                name,
+                master_url=master_url,
+                key_file=master_config.key_file,
+                tables=f"[policy]\nmax_job_retirement_time = {retirement}\n"
+                f"machine_max_vacate_time = {times.vacate}\n",
             )
-            write(home / "daemon.token", token)
-            key_file = home / "state" / "pool.key"
-            key_file.parent.mkdir(parents=True, mode=0o700)
-            shutil.copyfile(master_config.key_file, key_file)
-            key_file.chmod(0o600)
-            config = load_agent_config(
-                write(
-                    home / "agent.toml",
-                    f'hostname = "{name}"\nip = "127.0.0.1"\n'
-                    f'state_dir = "{home / "state"}"\nruntime_dir = "{home / "run"}"\n'
-                    'listen = ["127.0.0.1:0"]\n'
-                    "[resources]\ncpus = 4\nmemory_mib = 4096\ndisk_kib = 1000000\n"
-                    f"[policy]\nmax_job_retirement_time = {retirement}\n"
-                    f"machine_max_vacate_time = {times.vacate}\n"
-                    f'[master]\nurl = "{master_url}"\ntoken_file = "{home / "daemon.token"}"\n'
-                    "update_interval = 1\nad_debounce = 0.05\n",
-                )
-            )
-            agent = AgentDaemon(config=config, handle_signals=False)
-            await nursery.start(agent.serve)
             agents.append(agent)
         say(
             f"three agents up, 4 cores each; MaxJobRetirementTime {times.machine_retirement}s "

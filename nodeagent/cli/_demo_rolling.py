@@ -26,7 +26,6 @@ the service never had fewer instances running than its SLA asks.
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -37,10 +36,9 @@ from typing import Any
 import httpx
 import trio
 
-from nodeagent._auth import Scope, create_token, generate_key, load_key
-from nodeagent.agent._config import load_agent_config
+from nodeagent._auth import generate_key
 from nodeagent.agent._daemon import AgentDaemon
-from nodeagent.cli._demo import JOB, Narrator, unix_client, write
+from nodeagent.cli._demo import JOB, Narrator, start_agent, unix_client, write
 from nodeagent.master._config import load_master_config
 from nodeagent.master._daemon import MasterDaemon
 
@@ -102,7 +100,6 @@ async def rolling_story(root: Path, times: RollingTimes, narrator: Narrator, pid
     )
     master_config.key_file.parent.mkdir(parents=True, mode=0o700)
     generate_key(master_config.key_file)
-    key = load_key(master_config.key_file)
     record = root / "hooks-ran"
     async with trio.open_nursery() as nursery:
         master = MasterDaemon(config=master_config, handle_signals=False)
@@ -117,38 +114,19 @@ async def rolling_story(root: Path, times: RollingTimes, narrator: Narrator, pid
                 check = write(home / "health.sh", _CHECK.format(home=home, failures=failures))
                 hook.chmod(0o755)
                 check.chmod(0o755)
-                token = create_token(
-                    key,
-                    subject=f"agent:{name}",
-                    scope=Scope.DAEMON,
-                    lifetime_s=3600,
-                    now=time.time(),
+                agent = await start_agent(
+                    nursery,
+                    home,
+                    name,
+                    master_url=master_url,
+                    key_file=master_config.key_file,
+                    tables=f"[policy]\nmax_job_retirement_time = {times.retirement}\n"
+                    "machine_max_vacate_time = 2\n"
+                    f'[attributes]\nRack = "{rack}"\n'
+                    f'[hooks.reboot]\ncommand = ["{hook}"]\ntimeout = "30s"\n'
+                    f'[health]\ncommand = ["{check}"]\ntimeout = "5s"\n'
+                    f"interval = {times.health_interval}\npasses = 1\n",
                 )
-                write(home / "daemon.token", token)
-                key_file = home / "state" / "pool.key"
-                key_file.parent.mkdir(parents=True, mode=0o700)
-                shutil.copyfile(master_config.key_file, key_file)
-                key_file.chmod(0o600)
-                config = load_agent_config(
-                    write(
-                        home / "agent.toml",
-                        f'hostname = "{name}"\nip = "127.0.0.1"\n'
-                        f'state_dir = "{home / "state"}"\nruntime_dir = "{home / "run"}"\n'
-                        'listen = ["127.0.0.1:0"]\n'
-                        "[resources]\ncpus = 4\nmemory_mib = 4096\ndisk_kib = 1000000\n"
-                        f"[policy]\nmax_job_retirement_time = {times.retirement}\n"
-                        "machine_max_vacate_time = 2\n"
-                        f'[attributes]\nRack = "{rack}"\n'
-                        f'[hooks.reboot]\ncommand = ["{hook}"]\ntimeout = "30s"\n'
-                        f'[health]\ncommand = ["{check}"]\ntimeout = "5s"\n'
-                        f"interval = {times.health_interval}\npasses = 1\n"
-                        f'[master]\nurl = "{master_url}"\n'
-                        f'token_file = "{home / "daemon.token"}"\n'
-                        "update_interval = 1\nad_debounce = 0.05\n",
-                    )
-                )
-                agent = AgentDaemon(config=config, handle_signals=False)
-                await nursery.start(agent.serve)
                 nodes.append(_Node(name=name, rack=rack, agent=agent, home=home))
         say(
             "a master and six agents in three racks (r1: node1 node2, r2: node3 node4, "

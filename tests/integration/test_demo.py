@@ -22,19 +22,27 @@ def _demo_jobs() -> list[int]:
     return alive
 
 
-def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
+def _demo(tmp_path: Path, option: str, lines: tuple[str, ...]) -> str:
+    """Run ``nodeagent demo OPTION``: exit 0, every line told, no job left behind."""
     assert _demo_jobs() == []
     done = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "demo", "--fast"],
+        [sys.executable, "-m", "nodeagent", "demo", option],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         cwd=tmp_path,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    for line in (
+    for line in lines:
+        assert line in out, f"{line!r} missing from:\n{out}"
+    assert _demo_jobs() == []
+    return out
+
+
+def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
+    lines = (
         "maintenance window posted",
         "node1.demo: master committed a graceful drain",
         "into its 5s promise, to be gone by its end",
@@ -47,25 +55,12 @@ def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
         "node3.demo: resumed, Start=True",
         "3 drains started just in time, 1 escalated at the window, 3 machines downed",
         "cleaned up: 7 job process groups ended",
-    ):
-        assert line in out, f"{line!r} missing from:\n{out}"
-    assert "NOT empty" not in out
-    assert _demo_jobs() == []
+    )
+    assert "NOT empty" not in _demo(tmp_path, "--fast", lines)
 
 
 def test_rolling_demo_reboots_rack_by_rack_under_the_sla(tmp_path: Path) -> None:
-    assert _demo_jobs() == []
-    done = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "demo", "--rolling"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
-    for line in (
+    lines = (
         "six agents in three racks",
         "SLA of www-data/prod/web: at least 50% (3 of 6) up",
         "rolling maintenance 1 posted",
@@ -81,6 +76,5 @@ def test_rolling_demo_reboots_rack_by_rack_under_the_sla(tmp_path: Path) -> None
         "every node is back in service",
         "each node's reboot hook ran exactly once",
         "cleaned up:",
-    ):
-        assert line in out, f"{line!r} missing from:\n{out}"
-    assert _demo_jobs() == []
+    )
+    _demo(tmp_path, "--rolling", lines)
