@@ -268,7 +268,10 @@ def _reason(reason: Any, now: float) -> str:
     if code == "sla":
         groups = ", ".join(reason.get("groups") or []) or "a group"
         until = reason.get("until")
-        text = f"SLA of {groups}" + (f" until {_when(until, now)}" if until is not None else "")
+        if until is not None:
+            text = f"SLA of {groups} until {_when(until, now)}"
+        else:
+            text = f"SLA of {groups}, not by waiting: {reason.get('message') or 'no answer'}"
     elif code == "badput_budget":
         text = f"badput {reason.get('badput', 0):.0f} cpu-s over the budget {reason.get('budget')}"
     elif code == "node_unheard":
@@ -305,10 +308,13 @@ def operation_view(doc: Mapping[str, Any], *, now: float) -> RenderableType:
     table = Table(box=None, pad_edge=False, show_edge=False)
     for column in ("batch", "state", "node", "phase", "drain", "why"):
         table.add_column(column)
+    active = ("draining", "hook", "health", "returning")
+    busy = sum(1 for b in doc.get("batches") or [] if b.get("state") in active)
     for batch in doc.get("batches") or []:
         why = _reason(batch.get("reason"), now)
         if not why and batch.get("state") == "waiting" and doc.get("state") == "running":
-            why = f"waits for a place ({spec.get('batches')} at once)"
+            full = busy >= (spec.get("batches") or 1)
+            why = f"waits for a place ({spec.get('batches')} at once)" if full else "next"
         for i, node in enumerate(batch.get("nodes") or []):
             table.add_row(
                 batch["name"] if i == 0 else "",

@@ -1092,7 +1092,14 @@ class Master:
                 if exc.code != "drain.no_such_request":
                     raise
             how = "pending: cancelled"
-        del self.drains[key]
+        if record.get("operation") is not None:
+            # A rolling operation's: back to its drain to be started (the operation's engine
+            # starts it again); kept, so that no pass starts a drain of its own meanwhile.
+            for field_name in ("request_id", "committed_at", "recorded_at", "schedule"):
+                record.pop(field_name, None)
+            record["phase"] = "operation"
+        else:
+            del self.drains[key]
         self.save()
         log.info("%s: drain %s forgotten (%s)", name, request_id, how)
 

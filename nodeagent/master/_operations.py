@@ -572,7 +572,10 @@ def cancel(op: Operation, now: float) -> Operation:
                 nodes.append(replace(node, phase="returning", since=now, reason="cancelled"))
             else:
                 nodes.append(node)
-        batches.append(replace(batch, nodes=tuple(nodes)))
+        cancelled = replace(batch, nodes=tuple(nodes))
+        if cancelled.state == "cancelled":
+            cancelled = replace(cancelled, reason=None, held_since=None)
+        batches.append(cancelled)
     out = replace(op, batches=tuple(batches), state="cancelled", reason="cancelled")
     if all(b.state in _TERMINAL for b in out.batches):
         out = replace(out, ended_at=now)

@@ -474,6 +474,7 @@ class Operations:
         if record.get("phase") in (PENDING, COMMITTED):
             return  # settled by the master, or adopted by the next step
         self._starting.add(name)
+        self.master._busy.add(key)  # the master's passes leave a record being made alone
         nursery.start_soon(self._drain, op.id, name, key, record)
 
     async def _drain(self, op_id: str, name: str, key: str, record: dict[str, Any]) -> None:
@@ -508,6 +509,7 @@ class Operations:
             log.warning("%s: drain for operation %s not started: %s", name, op_id, exc)
         finally:
             self._starting.discard(name)
+            self.master._busy.discard(key)
             self.wake()
 
     def _refused(self, op_id: str, name: str, exc: AgentCallFailed) -> None:

@@ -389,6 +389,8 @@ def test_cancel_leaves_untouched_hosts_and_returns_draining_ones() -> None:
     out = cancel(op, NOW)
     phases = {n.name: n.phase for b in out.batches for n in b.nodes}
     assert phases == {"a": "returning", "b": "cancelled", "c": "cancelled", "d": "hook"}
+    held = replace(op_of(), batches=(replace(op_of().batches[0], reason={"code": "sla"}),))
+    assert cancel(held, NOW).batches[0].reason is None  # a cancelled batch waits for nothing
     assert out.state == "cancelled"
     assert out.ended_at is None
     with pytest.raises(OperationError) as caught:

@@ -44,6 +44,9 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
     lines = [line.split() for line in text.splitlines()]
     assert ["r1", "draining", "a", "draining"] in lines
     assert ["b", "draining"] in lines
+    fresh = rendered(progress(new_operation("5", OperationSpec(hosts=("a",), hook="x"), {"a": 1},
+                                            actor="ops", now=NOW)))  # fmt: skip
+    assert ["a", "waiting", "a", "waiting", "next"] in [ln.split() for ln in fresh.splitlines()]
     assert ["r2", "waiting", "c", "waiting", "badput", "500", "cpu-s", "over", "the", "budget",
             "100.0"] in lines  # fmt: skip
     one_at_once = [line.split() for line in rendered(document(batches=1)).splitlines()]
@@ -61,7 +64,11 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
         ({"code": "sla", "groups": ["web/prod"], "until": NOW + 300}, "SLA of web/prod until "),
         (
             {"code": "sla", "groups": ["web"], "until": None, "skipped": True, "held_for": 3600},
-            "skipped after 60m: SLA of web",
+            "skipped after 60m: SLA of web, not by waiting: no answer",
+        ),
+        (
+            {"code": "sla", "groups": ["web"], "until": None, "message": "web: 2 of 4 up"},
+            "SLA of web, not by waiting: web: 2 of 4 up",
         ),
     ],
 )

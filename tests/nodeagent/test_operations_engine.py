@@ -209,9 +209,15 @@ def spec(**changes: Any) -> OperationSpec:
 
 
 async def running(
-    tmp_path: Path, fleet: Fleet, clock: TrioClock, nursery: trio.Nursery
+    tmp_path: Path,
+    fleet: Fleet,
+    clock: TrioClock,
+    nursery: trio.Nursery,
+    *,
+    engine_after: float = 0.0,
 ) -> tuple[Master, Operations, trio.CancelScope]:
-    """A master and its engine running in their own scope (cancel it: a kill -9)."""
+    """A master and its engine (``engine_after`` seconds after the master's reconcile
+    passes begin) running in their own scope (cancel it: a kill -9)."""
     master, operations = build(tmp_path, fleet, clock)
     scope = trio.CancelScope()
 
@@ -220,6 +226,7 @@ async def running(
             async with trio.open_nursery() as inner:
                 inner.start_soon(fleet.push, master)
                 await inner.start(master.run)
+                await trio.sleep(engine_after)
                 await inner.start(operations.run)
 
     nursery.start_soon(serve)
@@ -498,7 +505,11 @@ async def test_killed_inside_the_transaction(
         if hang != "commit":
             del first.call
         await trio.sleep(1.0)
-        _, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        # the master's passes first (settling the record), the engine 3 s later: no pass
+        # starts a drain of the master's own on the operation's DRAINING machine meanwhile
+        _, operations, scope = await running(tmp_path, fleet, clock, nursery, engine_after=3.0)
+        await trio.sleep(2.0)
+        assert first.drain is None or first.drain["id"] == "1"  # settled, nothing new
         await wait_for(operations, op.id, ("completed",))
         scope.cancel()
     assert_once_each(fleet, ("d",))
