@@ -13,6 +13,7 @@ agents find it again after it is killed and restarted.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import signal
@@ -366,3 +367,80 @@ def test_six_nodes_in_three_racks_with_an_sla(tmp_path: Path) -> None:
         assert fewest >= 4
         # a batch waited for the SLA at least once (instances restarted, not yet up 2 s)
         assert any(r.get("code") == "sla" and r.get("groups") == ["web"] for r in reasons)
+
+
+class Coordinator:
+    """A service's own coordinator on loopback: says no, with a reason, until told yes;
+    notes what it was asked."""
+
+    def __init__(self) -> None:
+        self.allow = False
+        self.asked: list[dict[str, Any]] = []
+        coordinator = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                coordinator.asked.append(json.loads(self.rfile.read(length)))
+                answer = {"allow": coordinator.allow, "reason": "canary deploy in progress"}
+                body = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/may-go"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Coordinator:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def test_a_coordinator_that_says_no_holds_its_hosts(tmp_path: Path) -> None:
+    """The group's coordinator refuses: the batch waits with its reason and nothing is
+    drained; once it says yes, the operation goes on and completes."""
+    racks = {"n1": "r1", "n2": "r2"}
+    with site(tmp_path, racks) as s, Coordinator() as coordinator:
+        job = _script(tmp_path / "svc.sh", "while :; do sleep 0.05; done\n")
+        for name in racks:
+            s.agents[name].claim(["/bin/sh", str(job)], group="svc")
+        policy = {"kind": "coordinator", "url": coordinator.url}
+        assert s.master.call("PUT", "/v1/sla/policies/svc", json=policy).status_code == 200
+        wait_for(lambda: len(s.master.call("GET", "/v1/ads?slots=true").json()["ads"]) >= 4)
+        reply = s.master.call(
+            "POST",
+            "/v1/maintenance/operations",
+            json={"hosts": list(racks), "grouping": "host", "hook": "reboot"},
+        )
+        assert reply.status_code == 201, reply.text
+        op_id = reply.json()["id"]
+
+        def held() -> dict[str, Any] | None:
+            batch = s.operation(op_id)["batches"][0]
+            reason = batch.get("reason") or {}
+            return batch if reason.get("code") == "sla" else None
+
+        batch = wait_for(held)
+        assert batch["state"] == "waiting"
+        assert "canary deploy in progress" in batch["reason"]["message"]
+        assert batch["reason"]["groups"] == ["svc"]
+        time.sleep(1.5)  # several passes: still held, nothing drained
+        assert all(s.commits(name) == [] for name in racks)
+        asked = coordinator.asked[0]
+        assert asked["group"] == "svc"
+        assert asked["hosts"] in (["n1"], ["n2"])
+        coordinator.allow = True
+        wait_for(lambda: s.operation(op_id)["ended_at"] is not None, timeout=120, interval=0.3)
+        assert s.operation(op_id)["state"] == "completed"
+        assert_each_once(s)
