@@ -456,14 +456,9 @@ def build_master_app(
                 subject=subject, peer=peer(request), action=action, result=result
             )
 
-    async def mesos_change(
-        request: Request,
-        action: str,
-        apply: Callable[[bytes, str], Any],
-        reply: Callable[[Any], Awaitable[Response]] | None = None,
-    ) -> Response:
-        """Apply a Mesos change; every outcome is audited, refusals of the caller included.
-        ``reply`` makes the answer from what ``apply`` returned (else an empty 200)."""
+    async def administrator(request: Request, action: str) -> Principal:
+        """The caller, who must be ADMINISTRATOR; a refusal is audited under ``action``
+        (before the body is read)."""
         try:
             who = principal(request)
         except AuthError as exc:
@@ -474,6 +469,17 @@ def build_master_app(
         except AuthError as exc:
             await record(request, who.subject, action, exc.code)
             raise
+        return who
+
+    async def mesos_change(
+        request: Request,
+        action: str,
+        apply: Callable[[bytes, str], Any],
+        reply: Callable[[Any], Awaitable[Response]] | None = None,
+    ) -> Response:
+        """Apply a Mesos change; every outcome is audited, refusals of the caller included.
+        ``reply`` makes the answer from what ``apply`` returned (else an empty 200)."""
+        who = await administrator(request, action)
         body = await request.body()
         try:
             applied = apply(body, who.subject)
@@ -733,6 +739,7 @@ def build_master_app(
         master,
         sla,
         principal=principal,
+        administrator=administrator,
         record=record,
         constraints=constraints,
         errors=_errors,
@@ -744,6 +751,7 @@ def build_master_app(
         app,
         operations,
         principal=principal,
+        administrator=administrator,
         record=record,
         constraints=constraints,
         errors=_errors,

@@ -11,14 +11,14 @@ Every state-changing request is audited, refusals included.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nodeagent._auth import AuthError, Principal, Scope, require
+from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions import Evaluator
 from nodeagent._http import error_body
 from nodeagent._store import StoreError
@@ -53,11 +53,13 @@ def add_operation_routes(
     operations: Operations,
     *,
     principal: Callable[[Request], Principal],
+    administrator: Callable[[Request, str], Awaitable[Principal]],
     record: Callable[[Request, str, str, str], Any],
     constraints: Evaluator,
     errors: Callable[..., dict[int | str, dict[str, Any]]],
 ) -> None:
     """Add the operations' endpoints to the master's ``app`` (see the module docstring).
+    ``administrator`` is the caller of a change, refused and audited unless ADMINISTRATOR;
     ``record`` audits a change (subject, action, result); ``constraints`` evaluates a
     ``constraint`` over the node ads; ``errors`` makes the OpenAPI ``responses`` of
     error statuses (the master API's)."""
@@ -68,19 +70,6 @@ def add_operation_routes(
         }
     }
     master = operations.master
-
-    async def administrator(request: Request, action: str) -> Principal | JSONResponse:
-        try:
-            who = principal(request)
-        except AuthError as exc:
-            await record(request, "anonymous", action, exc.code)
-            raise
-        try:
-            require(who, Scope.ADMINISTRATOR)
-        except AuthError as exc:
-            await record(request, who.subject, action, exc.code)
-            raise
-        return who
 
     @app.post(
         "/v1/maintenance/operations",

@@ -25,7 +25,7 @@ import trio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from nodeagent._auth import AuthError, Principal, Scope, require
+from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions import Evaluator
 from nodeagent._http import error_body
 from nodeagent._store import StoreError
@@ -90,29 +90,18 @@ def add_sla_routes(
     book: SlaBook,
     *,
     principal: Callable[[Request], Principal],
+    administrator: Callable[[Request, str], Awaitable[Principal]],
     record: Callable[[Request, str, str, str], Awaitable[None]],
     constraints: Evaluator,
     errors: Callable[..., dict[int | str, dict[str, Any]]],
 ) -> None:
-    """Add the SLA endpoints to the master's ``app``; ``errors(*statuses)`` makes the
+    """Add the SLA endpoints to the master's ``app``; ``administrator`` is the caller of a
+    change, refused and audited unless ADMINISTRATOR; ``errors(*statuses)`` makes the
     OpenAPI ``responses`` of their error statuses (the app's own)."""
 
     def allowed(request: Request, scope: Scope) -> Principal:
         who = principal(request)
         require(who, scope)
-        return who
-
-    async def change(request: Request, action: str) -> Principal:
-        try:
-            who = principal(request)
-        except AuthError as exc:
-            await record(request, "anonymous", action, exc.code)
-            raise
-        try:
-            require(who, Scope.ADMINISTRATOR)
-        except AuthError as exc:
-            await record(request, who.subject, action, exc.code)
-            raise
         return who
 
     @app.get("/v1/sla/policies", tags=["sla"], responses=errors(401, 403))
@@ -140,7 +129,7 @@ def add_sla_routes(
     async def put_policy(request: Request, group: str) -> JSONResponse:
         """Set ``group``'s policy (ADMINISTRATOR): written before the reply."""
         action = "sla.policy.put"
-        who = await change(request, action)
+        who = await administrator(request, action)
         try:
             policy = policy_from_json(group, await request.json())
         except ValueError:
@@ -161,7 +150,7 @@ def add_sla_routes(
     async def delete_policy(request: Request, group: str) -> JSONResponse:
         """Remove ``group``'s API policy (ADMINISTRATOR); the file's, if any, applies again."""
         action = "sla.policy.delete"
-        who = await change(request, action)
+        who = await administrator(request, action)
         try:
             deleted = book.delete(group)
         except StoreError as exc:
