@@ -547,6 +547,17 @@ class DrainForecast:
             cut_badput=cut_badput,
         )
 
+    def piece_at(
+        self, now: float, *, window_start: float, escalation: Escalation
+    ) -> tuple[object, int] | None:
+        """The piece :meth:`lines` would read at ``now`` (compared by identity) and ``d``,
+        without the lines: for a caller that keeps what it derived from them."""
+        if not self._exact:
+            return None
+        whole = math.floor(now)
+        piece = self._piece_for(whole, self._window(window_start, escalation))
+        return piece, whole - piece.base
+
     def lines(
         self, now: float, *, window_start: float, escalation: Escalation
     ) -> PieceLines | None:

@@ -288,6 +288,25 @@ class AdEntry:
         }
 
     @cached_property
+    def tally(self) -> tuple[int, int, int, int, int, int, int]:
+        """What the plan's totals count of this node: empty, out of service, hook
+        running, hook failed, health failing (each 0 or 1), its draining badput and
+        unclaimed time so far."""
+        service = self.service
+        hook, health = service["hook"], service["health"]
+        out = not service["in_service"]
+        statistics = self.statistics
+        return (
+            int(self.empty),
+            int(out),
+            int(out and hook is not None and hook["state"] == "running"),
+            int(out and hook is not None and hook["state"] == "failed"),
+            int(out and health is not None and health["state"] == "failing"),
+            int(statistics["TotalMachineDrainingBadput"]),
+            int(statistics["TotalMachineDrainingUnclaimedTime"]),
+        )
+
+    @cached_property
     def empty(self) -> bool:
         """No dynamic slot holds an active job."""
         return not any(

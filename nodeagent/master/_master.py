@@ -71,6 +71,7 @@ from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
     PlanTotals,
+    RowState,
     ScheduledMachine,
     machine_key,
     machine_plan,
@@ -236,6 +237,8 @@ class Master:
     _fetches: dict[str, trio.Event] = field(default_factory=dict)
     #: Each scheduled machine's plan row as JSON text, by key.
     _row_texts: dict[str, RowJson] = field(default_factory=dict)
+    #: Each scheduled machine's plan and row state, and what they were made of, by key.
+    _plan_cache: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     _refreshing: bool = False
     #: Drain records loaded from the store whose node has not been heard from since.
     _unseen: set[str] = field(default_factory=set)
@@ -508,6 +511,7 @@ class Master:
             self._scheduled = (statuses, tuple(m for m in machines if m is not None))
             keys = {machine.key for machine in self._scheduled[1]}
             self._row_texts = {k: v for k, v in self._row_texts.items() if k in keys}
+            self._plan_cache = {k: v for k, v in self._plan_cache.items() if k in keys}
         return self._scheduled[1]
 
     def plans(self, now: float) -> list[MachinePlan]:
@@ -550,22 +554,13 @@ class Master:
         to write.
         """
         now = self.clock.now()
-        plans = self.plans(now)
-        is_lost = self.ads.lost_at(now)
-        since = self.window_since
         rows: list[Any] = []
         starts: list[float] = []
         added = PlanTotals(now)
         escalation = Escalation(self.policy.escalation)
-        texts = self._row_texts
-        for each in plans:
-            state = row_state(
-                each,
-                is_lost=is_lost,
-                with_blockers=with_blockers,
-                window_since=since.get(each.key),
-                escalation=escalation,
-            )
+        rows_of = self._plans_and_states(now, with_blockers=with_blockers, escalation=escalation)
+        texts = self._row_texts  # after: a new schedule prunes it
+        for each, state in rows_of:
             text = None
             if encoded:
                 text = texts.get(each.key)
@@ -613,6 +608,68 @@ class Master:
             "machines": machines,
             "totals": totals,
         }
+
+    def _plans_and_states(
+        self, now: float, *, with_blockers: bool, escalation: Escalation
+    ) -> list[tuple[MachinePlan, RowState]]:
+        """Every scheduled machine's plan and row state at ``now`` (schedule order).
+
+        Both are kept from the previous plan while what they are made of holds: the
+        machine, its nodes' ads (the ad store hands out the same list until one changes)
+        and whether each is lost, the drain record and whether it is escalated, when the
+        machine entered its window, the policy. A plan of 10,000 machines then makes anew
+        only those of the machines that changed. Under the ``immediate`` drain policy the
+        drain start is ``now``: nothing is kept.
+        """
+        scheduled = self.scheduled()  # first: a new schedule prunes the cache
+        is_lost = self.ads.lost_at(now)
+        find = self.ads.find
+        drains, starting, window_since = self.drains, self._starting, self.window_since
+        policy = self.policy
+        cache = self._plan_cache
+        keep = policy.drain_policy != "immediate"
+        out = []
+        for machine in scheduled:
+            key = machine.key
+            nodes = find(machine.id.hostname, machine.id.ip)
+            record = drains.get(key) or (STARTING if key in starting else None)
+            lost = tuple([is_lost(n) for n in nodes])
+            since = window_since.get(key)
+            escalated = bool(record and record.get("escalated"))
+            cached = cache.get(key)
+            if (
+                keep
+                and cached is not None
+                and cached[0] is machine
+                and cached[1] is nodes
+                and cached[2] is record
+                and cached[3] == (escalated, lost, since, with_blockers)
+                and cached[4] is policy
+                and cached[5] is escalation
+            ):
+                out.append(cached[6])
+                continue
+            plan = machine_plan(
+                machine, nodes, is_lost=is_lost, now=now, policy=policy, drain_record=record
+            )
+            state = row_state(
+                plan,
+                is_lost=is_lost,
+                with_blockers=with_blockers,
+                window_since=since,
+                escalation=escalation,
+            )
+            cache[key] = (
+                machine,
+                nodes,
+                record,
+                (escalated, lost, since, with_blockers),
+                policy,
+                escalation,
+                (plan, state),
+            )
+            out.append((plan, state))
+        return out
 
     # ------------------------------------------------------------------ reconcile
 

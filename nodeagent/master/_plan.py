@@ -508,7 +508,8 @@ class PlanTotals:
         self.machines += 1
         self.modes[plan.mode] = self.modes.get(plan.mode, 0) + 1
         self.lost += plan.lost
-        self.empty += node.empty
+        empty, out, running, failed, failing, badput, unclaimed = node.tally
+        self.empty += empty
         self.on_time += on_time
         if will_escalate and not (
             plan.drain_record is not None and plan.drain_record.get("escalated")
@@ -520,16 +521,13 @@ class PlanTotals:
         self.escalation_badput += cut_badput
         self.graceful_badput += graceful_badput
         self.quick_badput += quick_badput
-        service = node.service
-        if not service["in_service"]:
+        if out:
             self.out_of_service += 1
-            hook, health = service["hook"], service["health"]
-            self.hooks_running += hook is not None and hook["state"] == "running"
-            self.hooks_failed += hook is not None and hook["state"] == "failed"
-            self.health_failing += health is not None and health["state"] == "failing"
-        statistics = node.statistics
-        self.badput += int(statistics["TotalMachineDrainingBadput"])
-        self.unclaimed += int(statistics["TotalMachineDrainingUnclaimedTime"])
+            self.hooks_running += running
+            self.hooks_failed += failed
+            self.health_failing += failing
+        self.badput += badput
+        self.unclaimed += unclaimed
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -103,6 +103,7 @@ class _Fast(NamedTuple):
     nodes: Sequence[AdEntry]
     template: bytes
     lines: tuple[tuple[int, int], ...]  # the %d values, in the order they are written
+    active: bool
 
 
 def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fast | None:
@@ -164,6 +165,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         nodes=plan.nodes,
         template=b"".join(pieces),
         lines=tuple(lines),
+        active=read.active,
     )
 
 
@@ -263,44 +265,57 @@ class RowJson:
         if node is None:
             return None
         window_start = plan.machine.window_start
-        read = node.forecast.lines(now, window_start=window_start, escalation=state.applied)
-        if read is None or read.cut_jobs:
+        forecast = node.forecast
+        found = forecast.piece_at(now, window_start=window_start, escalation=state.applied)
+        if found is None:
             return None
+        piece, d = found
         fast = self._fast
         if (
             fast is None
-            or fast.piece is not read.piece
-            or fast.state != state
+            or fast.piece is not piece
+            or (fast.state is not state and fast.state != state)
             or fast.machine is not plan.machine
             or fast.nodes is not plan.nodes  # the ad store hands out the same list
         ):
+            read = forecast.lines(now, window_start=window_start, escalation=state.applied)
+            if read is None or read.cut_jobs:
+                return None
             fast = self._fast = _fast_template(plan, state, read)
             if fast is None:
                 return None
-        d = read.d
         v = [at + slope * d for at, slope in fast.lines]
         if state.empty:
             late: float = 0
         else:
-            late = late_by(v[6], window_start=window_start, active=read.active)
+            late = late_by(v[6], window_start=window_start, active=fast.active)
         on_time = late == 0
         if on_time and unless_on_time:
             return b"", on_time, v[1], v[3]
         dumps = orjson.dumps
         start = plan.drain_start
         ot, lb = (_TRUE if on_time else _FALSE), dumps(late)
-        text = fast.template % (
-            *[dumps(round(n.age(now), 3)) for n in plan.nodes],
-            dumps(round(node.age(now), 3)),
-            *v[:6],
-            ot,
-            lb,
-            v[6],
-            ot,
-            lb,
-            v[7],
-            v[8],
-            _NULL if start is None else dumps(start),
-            *v[9:],
+        age = dumps(round(node.age(now), 3))
+        nodes = plan.nodes
+        text = (
+            fast.template
+            % (
+                *(
+                    (age,)  # the usual machine: one node, the row's
+                    if len(nodes) == 1
+                    else [dumps(round(n.age(now), 3)) for n in nodes]
+                ),
+                age,
+                *v[:6],
+                ot,
+                lb,
+                v[6],
+                ot,
+                lb,
+                v[7],
+                v[8],
+                _NULL if start is None else dumps(start),
+                *v[9:],
+            )
         )
         return text, on_time, v[1], v[3]
