@@ -228,15 +228,17 @@ def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) 
         assert master.proc is not None
         process = psutil.Process(master.proc.pid)
         host, port = master.url.removeprefix("http://").rsplit(":", 1)
+        # The schedule first: ads that arrive after it are not older than the machines'
+        # windows, so no plan fetches them again (from MyAddress, a closed port here).
+        posted = master.call("POST", "/maintenance/schedule", json=schedule(machines, now))
+        if posted.status_code != 200:
+            raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
         started = time.perf_counter()
         prepared = requests(master, int(port), machines, now)
         statuses = push_each((host, int(port)), prepared)
         pushed_in = time.perf_counter() - started
         if statuses != {200: machines}:
             raise RuntimeError(f"ad pushes answered {statuses}")
-        posted = master.call("POST", "/maintenance/schedule", json=schedule(machines, now))
-        if posted.status_code != 200:
-            raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
         result: dict[str, Any] = {"ads_pushed_in_s": round(pushed_in, 2)}
         # The reconcile passes make the new nodes' forecasts, up to 500 a pass (a pass a
         # second, plus its own time): wait until they are all made.
