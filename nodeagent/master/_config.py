@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, field_serializer
 
 from nodeagent._paths import DEFAULT_MASTER_CONFIG_PATH
 from nodeagent._settings import (
@@ -78,6 +78,11 @@ class MasterConfig(_DaemonSettings):
     sla_coordinator_timeout: Duration = _field(
         5.0, reload=True, description="Seconds a coordinator of a job group has to answer", gt=0
     )
+
+    @field_serializer("sla_file")
+    def _sla_file_path(self, value: SlaFile | None) -> str | None:
+        """Dumped as the configuration says it: the file's path, not the policies read."""
+        return None if value is None else str(value.path)
 
     @classmethod
     def _computed_defaults(
