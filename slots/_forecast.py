@@ -589,7 +589,7 @@ class DrainForecast:
     ) -> list[dict[str, Any]]:
         """:func:`~slots.ad_blockers` of the ads at ``now`` (graceful schedule; with a
         window, as planned for it)."""
-        read = self.blocker_frames(now, window_start=window_start, escalation=escalation)
+        read = self._blocker_frames(now, window_start=window_start, escalation=escalation)
         if read is None:
             return ad_blockers(self._ads, now, window_start=window_start, escalation=escalation)
         frames, d = read
@@ -603,7 +603,7 @@ class DrainForecast:
             result.append(values)
         return result
 
-    def blocker_frames(
+    def _blocker_frames(
         self,
         now: float,
         *,
@@ -611,14 +611,9 @@ class DrainForecast:
         escalation: Escalation = Escalation.NONE,
     ) -> tuple[tuple[BlockerFrame, ...], int] | None:
         """What :meth:`blockers` reads at ``now``: the frames and ``d``, the whole seconds
-        since their base. A blocker is its frame's ``at_base`` (read-only) with each
-        ``moving`` entry ``(key, at, slope)`` set to ``at + slope × d``.
-
-        The same tuple (the same object) serves every read until the forecast makes a new
-        piece, so a caller may keep what it derives from it by identity (the master keeps
-        the blockers' JSON). ``None`` when this forecast is not exact (a drain deadline
-        that is not a whole second): read :meth:`blockers`.
-        """
+        since their base (a blocker is its frame's ``at_base`` with each ``moving`` entry
+        ``(key, at, slope)`` set to ``at + slope × d``); ``None`` when this forecast is not
+        exact (a drain deadline that is not a whole second)."""
         if not self._exact:
             return None
         whole = math.floor(now)

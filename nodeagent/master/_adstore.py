@@ -23,9 +23,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import orjson
-
-from nodeagent.master._blockers_json import BlockersJson
 from slots import (
     ACTIVE,
     DrainForecast,
@@ -146,14 +143,6 @@ def project(
 _HOOK_HOLDS = frozenset({"pending", "running", "failed"})
 
 
-def _fragment(value: Mapping[str, Any]) -> orjson.Fragment | None:
-    """``value`` as JSON text; ``None`` for an integer beyond 64 bits (see ``plan_body``)."""
-    try:
-        return orjson.Fragment(orjson.dumps(value))
-    except orjson.JSONEncodeError:
-        return None
-
-
 @dataclass(frozen=True, kw_only=True)
 class AdEntry:
     """One node's latest ad as the master holds it.
@@ -196,11 +185,6 @@ class AdEntry:
         return DrainForecast(self.slots, previous)
 
     @cached_property
-    def blockers_json(self) -> BlockersJson:
-        """The node's blockers as JSON text, made from its forecast's pieces."""
-        return BlockersJson()
-
-    @cached_property
     def drain_bound(self) -> float:
         """Seconds a graceful drain may take on this node, whatever it accepts before:
         ``max(MaxJobRetirementTime, MachineMaxVacateTime)``."""
@@ -229,16 +213,6 @@ class AdEntry:
             name: self.machine.get(name, 0)
             for name in ("TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime")
         }
-
-    @cached_property
-    def drain_json(self) -> orjson.Fragment | None:
-        """:attr:`drain` as JSON text (``None``: a value orjson cannot write)."""
-        return _fragment(self.drain)
-
-    @cached_property
-    def statistics_json(self) -> orjson.Fragment | None:
-        """:attr:`statistics` as JSON text (``None``: a value orjson cannot write)."""
-        return _fragment(self.statistics)
 
     @cached_property
     def service(self) -> dict[str, Any]:

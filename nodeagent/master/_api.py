@@ -257,8 +257,8 @@ def plan_body(
     """``GET /v1/maintenance/plan``'s body: the plan, encoded by orjson.
 
     orjson writes what :class:`~fastapi.responses.JSONResponse` would, several times
-    faster (the plan of 10,000 machines is ≈ 26 MB), and the blockers come as text made
-    once per forecast piece (:mod:`nodeagent.master._blockers_json`); it refuses integers
+    faster (the plan of 10,000 machines is ≈ 34 MB), and the rows come as text written from
+    templates (:mod:`nodeagent.master._row_json`); it refuses integers
     beyond 64 bits, which an agent's ad could carry, and such a plan is made again as plain
     data and encoded by :mod:`json`.
     """

@@ -579,7 +579,7 @@ class Master:
                         rows.append(row_text)
                         starts.append(each.window_start)
                     continue
-            figures = row_figures(each, state, now, blockers_text=encoded)
+            figures = row_figures(each, state, now)
             added.add(each, figures)
             if late and not (figures.on_time is False or figures.will_escalate):
                 continue
@@ -725,10 +725,7 @@ class Master:
                 forecast = plan.node.forecast
                 if not forecast.ready(now, window_start=window, escalation=escalation):
                     forecast.prepare(now, window_start=window, escalation=escalation)
-                    # and the text the plan's reply writes: the blockers', the row's
-                    plan.node.blockers_json.text(
-                        forecast, now, window_start=window, escalation=escalation
-                    )
+                    # and the template of the row the plan's reply writes
                     self._prepare_row(plan, now)
                     budget -= 1
             if plan.node is None or plan.lost or plan.key in self._busy:

@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import orjson
-
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._maintenance import MachineId, MachineStatus
 from slots import Escalation
@@ -69,9 +67,6 @@ class ScheduledMachine:
     window_start: float
     machine_id: dict[str, str]
     window: dict[str, float | None]
-    #: ``machine_id`` and ``window`` as JSON text, for an encoded row.
-    machine_id_json: orjson.Fragment
-    window_json: orjson.Fragment
 
     @classmethod
     def of(cls, status: MachineStatus) -> ScheduledMachine | None:
@@ -95,8 +90,6 @@ class ScheduledMachine:
             window_start=start,
             machine_id=machine_id,
             window=window,
-            machine_id_json=orjson.Fragment(orjson.dumps(machine_id)),
-            window_json=orjson.Fragment(orjson.dumps(window)),
         )
 
 
@@ -230,7 +223,7 @@ class RowFigures(NamedTuple):
     cut_badput: int
     cuts: list[dict[str, Any]]
     drain_start: float | None
-    blockers: list[dict[str, Any]] | bytes  # bytes: the JSON text (see row_figures)
+    blockers: list[dict[str, Any]]
 
 
 def row_state(
@@ -257,12 +250,8 @@ def row_state(
     )
 
 
-def row_figures(
-    plan: MachinePlan, state: RowState, now: float, *, blockers_text: bool = False
-) -> RowFigures:
-    """The row's :class:`RowFigures` at ``now`` (see :func:`plan_row`). With
-    ``blockers_text`` the blockers may come as their JSON text, when no cut needs them
-    as dicts."""
+def row_figures(plan: MachinePlan, state: RowState, now: float) -> RowFigures:
+    """The row's :class:`RowFigures` at ``now`` (see :func:`plan_row`)."""
     ages = tuple([round(n.age(now), 3) for n in plan.nodes])
     node = plan.node
     if node is None:
@@ -277,15 +266,9 @@ def row_figures(
     expected, verdicts = forecast.read(now, window_start=window_start, escalation=applied)
     late_by = 0 if empty else verdicts.late_by
     will_escalate = not empty and verdicts.escalated
-    blockers: list[dict[str, Any]] | bytes = []
+    blockers: list[dict[str, Any]] = []
     cuts: list[dict[str, Any]] = []
-    text = None
-    if blockers_text and with_blockers and not empty and verdicts.cut_jobs == 0:
-        # No blocker has a cut to list: only the text is needed.
-        text = node.blockers_json.text(forecast, now, window_start=window_start, escalation=applied)
-    if text is not None:
-        blockers = text
-    elif not empty and (with_blockers or will_escalate):
+    if not empty and (with_blockers or will_escalate):
         listed = forecast.blockers(now, window_start=window_start, escalation=applied)
         cuts = [{name: b[name] for name in _CUT_FIELDS} for b in listed if b["cut_by"] > 0]
         if with_blockers:
@@ -309,19 +292,16 @@ def row_figures(
     )
 
 
-def row_dict(
-    plan: MachinePlan, state: RowState, figures: Any, *, encoded: bool = False
-) -> dict[str, Any]:
+def row_dict(plan: MachinePlan, state: RowState, figures: Any) -> dict[str, Any]:
     """The row of ``state`` and ``figures`` (:class:`RowFigures`, or stand-ins for its
     values: the JSON template of :mod:`~nodeagent.master._row_json` is made so). Every
-    value of ``figures`` is placed once, but ``on_time`` and ``late_by``, twice.
-    ``encoded``: the fixed parts as JSON text, for orjson to write."""
+    value of ``figures`` is placed once, but ``on_time`` and ``late_by``, twice."""
     node = plan.node
     machine = plan.machine
     row: dict[str, Any] = {
-        "machine_id": machine.machine_id_json if encoded else machine.machine_id,
+        "machine_id": machine.machine_id,
         "mode": machine.mode,
-        "window": machine.window_json if encoded else machine.window,
+        "window": machine.window,
         "nodes": [
             {"name": n.name, "address": n.address, "ad_age": age, "lost": lost}
             for n, age, lost in zip(plan.nodes, figures.ages, state.lost, strict=True)
@@ -343,7 +323,7 @@ def row_dict(
     row["figures_at"] = node.received_at
     row["figures_age"] = figures.figures_age
     row["figures_stale"] = state.stale
-    row["drain"] = (encoded and node.drain_json) or node.drain
+    row["drain"] = node.drain
     row["expected"] = {
         "graceful": {"completion": graceful_end, "badput": graceful_badput},
         "quick": {"completion": quick_end, "badput": quick_badput},
@@ -369,15 +349,10 @@ def row_dict(
     }
     row["planned_drain_start"] = figures.drain_start
     row["empty"] = state.empty
-    blockers = figures.blockers
-    row["blockers"] = (
-        (orjson.Fragment(blockers) if isinstance(blockers, bytes) else blockers)
-        if state.with_blockers
-        else []
-    )
+    row["blockers"] = figures.blockers if state.with_blockers else []
     row["started_by_master"] = state.started
     row["escalated"] = state.escalated
-    row["statistics"] = (encoded and node.statistics_json) or node.statistics
+    row["statistics"] = node.statistics
     row["service"] = node.service
     return row
 

@@ -70,7 +70,7 @@ def _markers(nodes: int) -> RowFigures:
 def _template(plan: MachinePlan, state: RowState) -> bytes | None:
     """The row's template, or ``None`` if the markers are not where they must be."""
     nodes = len(plan.nodes)
-    text = orjson.dumps(row_dict(plan, state, _markers(nodes), encoded=True))
+    text = orjson.dumps(row_dict(plan, state, _markers(nodes)))
     pieces = _MARKER.split(text.replace(b"%", b"%%"))
     slots = [*range(nodes), *(nodes - 1 + i for i in _SLOTS_AFTER_AGES)]
     kinds = "s" * nodes + _AFTER_AGES
@@ -138,7 +138,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
             blockers,
         ]
     )
-    text = orjson.dumps(row_dict(plan, state, marked, encoded=True))
+    text = orjson.dumps(row_dict(plan, state, marked))
     pieces = _FAST_MARKER.split(text.replace(b"%", b"%%"))
     names = [name.decode() for name in pieces[1::2]]
     expected_names = [
@@ -220,16 +220,13 @@ class RowJson:
         """
         template = self.prepare(plan, state)
         if template is None:
-            return orjson.dumps(row_dict(plan, state, figures, encoded=True))
+            return orjson.dumps(row_dict(plan, state, figures))
         dumps = orjson.dumps
         on_time = _TRUE if figures.on_time else _FALSE
         late_by = dumps(figures.late_by)
         cuts = figures.cuts
         drain_start = figures.drain_start
-        blockers: Any = ()
-        if state.with_blockers:
-            listed = figures.blockers
-            blockers = (listed if type(listed) is bytes else dumps(listed),)
+        blockers: Any = (dumps(figures.blockers),) if state.with_blockers else ()
         return template % (
             *[dumps(age) for age in figures.ages],
             dumps(figures.figures_age),

@@ -7,20 +7,16 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from nodeagent._peer import HttpAgentLink
 from nodeagent._store import DocumentStore
 from nodeagent.master import _adstore as adstore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import plan_body
-from nodeagent.master._blockers_json import BlockersJson
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
-from slots import DrainForecast, Escalation, JobSpec, Machine, MachinePolicy, Resources
-from tests.slots.test_forecast import T0, instants, previous_values, slot_ads
+from slots import JobSpec, Machine, MachinePolicy, Resources
 
 
 class StepClock:
@@ -33,60 +29,8 @@ class StepClock:
         return self.t
 
 
-#: Owners whose text a ``%`` template would misread if it were not escaped.
-owners = st.sampled_from(["alice", "50%", "%d", "%%s", 'a"b\\c', "ünï", "\x00", "\x000\x00"])
-
-
-@settings(max_examples=200)
-@given(
-    ads=slot_ads(),
-    previous=previous_values(),
-    steps=instants,
-    window=st.none() | st.integers(-3000, 9000),
-    escalation=st.sampled_from(list(Escalation)),
-    owner=owners,
-)
-def test_blockers_text_is_what_orjson_writes_for_the_blockers(
-    ads: list[dict[str, Any]],
-    previous: Any,
-    steps: list[int],
-    window: int | None,
-    escalation: Escalation,
-    owner: str,
-) -> None:
-    for ad in ads[1:]:
-        ad["RemoteOwner"] = owner
-    forecast = DrainForecast(ads, previous)
-    text = BlockersJson()
-    window_start = None if window is None else T0 + window + 0.25
-    now = T0
-    for step in steps:
-        now += step
-        for instant in (now, now + 0.5):  # the second read of a second reuses the first
-            fragment = text.fragment(
-                forecast, instant, window_start=window_start, escalation=escalation
-            )
-            blockers = forecast.blockers(instant, window_start=window_start, escalation=escalation)
-            if fragment is None:  # not exact: a deadline that is not a whole second
-                assert not forecast.ready(instant)
-                continue
-            assert orjson.dumps(fragment) == orjson.dumps(blockers)
-
-
-def test_an_integer_beyond_64_bits_leaves_the_blockers_to_the_caller() -> None:
-    ad = {
-        "Name": "slot1_1@h",
-        "SlotType": "Dynamic",
-        "State": "Claimed",
-        "Activity": "Busy",
-        "Cpus": 1,
-        "TotalJobRunTime": 10,
-        "MaxJobRetirementTime": 100,
-        "JobId": 2**70,
-    }
-    forecast = DrainForecast([ad], None)
-    assert BlockersJson().fragment(forecast, T0) is None
-    assert forecast.blockers(T0)[0]["job_id"] == 2**70
+#: Owners whose text a ``%`` template or a JSON string would misread if not escaped.
+OWNERS = ("alice", "50%", "%d", "%%s", 'a"b\\c', "ünï")
 
 
 def _node_ad(n: int, now: float, jobs: int) -> dict[str, Any]:
@@ -102,7 +46,7 @@ def _node_ad(n: int, now: float, jobs: int) -> dict[str, Any]:
         machine.claim(
             now - 900 + 100 * j,
             resources=Resources(cpus=1 + j % 3),
-            spec=JobSpec(job_id=f"{n}.{j}", owner="50%d" if j % 2 else "alice"),
+            spec=JobSpec(job_id=f"{n}.{j}", owner=OWNERS[(n + j) % len(OWNERS)]),
         )
     return machine.ad(now)
 
