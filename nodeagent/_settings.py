@@ -156,6 +156,28 @@ def _check_url(value: str | None) -> str | None:
 ListenAddress = Annotated[str, AfterValidator(_check_listen)]
 
 
+def _master_urls(
+    url: str | None, urls: tuple[str, ...], *, one: str, several: str
+) -> tuple[str, ...]:
+    """The masters a daemon's configuration names: the key ``one`` (one URL, a shorthand)
+    or the key ``several`` (a list), never both; each without its trailing ``/``.
+
+    Raises ValueError (which the model reports under its own name) when both are given or
+    the list names a master twice.
+    """
+    if url is not None and urls:
+        raise ValueError(
+            f"give {one} (one master) or {several} (several masters), not both: "
+            f'write {several} = ["{url}", ...] to name them all'
+        )
+    found = (url,) if url is not None else urls
+    masters = tuple(each.rstrip("/") for each in found)
+    twice = sorted({each for each in masters if masters.count(each) > 1})
+    if twice:
+        raise ValueError(f"{several} names {', '.join(twice)} more than once")
+    return masters
+
+
 class _Section(BaseModel):
     """A TOML table of a daemon's configuration: immutable, unknown keys refused."""
 

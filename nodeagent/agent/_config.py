@@ -8,7 +8,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -17,6 +17,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    model_validator,
 )
 
 from nodeagent._paths import DEFAULT_AGENT_CONFIG_PATH, default_runtime_dir, default_state_dir
@@ -30,6 +31,7 @@ from nodeagent._settings import (
     _DaemonSettings,
     _field,
     _load_settings,
+    _master_urls,
     _Section,
     default_ip,
 )
@@ -91,13 +93,21 @@ class PolicyConfig(_Section):
 
 
 class MasterLinkConfig(_Section):
-    """``[master]``: where this agent pushes its ad. Reloadable (applied at the next push)."""
+    """``[master]``: where this agent pushes its ad. Reloadable (applied at the next push).
+
+    ``url`` names one master; ``urls`` several (masters sharing their state, one of them
+    leading), each of which gets every push. One or the other, not both:
+    :attr:`masters` is the list either way.
+    """
 
     url: Annotated[str | None, AfterValidator(_check_url)] = _field(
         None, reload=True, description="The master's base URL; none: no master"
     )
+    urls: tuple[Annotated[str, AfterValidator(_check_url)], ...] = _field(
+        (), reload=True, description="The base URLs of several masters; each gets every push"
+    )
     token_file: Path | None = _field(
-        None, reload=True, description="File holding the DAEMON token for the master"
+        None, reload=True, description="File holding the DAEMON token for the masters"
     )
     update_interval: Duration = _field(
         60.0, reload=True, description="Seconds between periodic ad pushes", gt=0
@@ -105,6 +115,16 @@ class MasterLinkConfig(_Section):
     ad_debounce: Duration = _field(
         0.25, reload=True, description="Delay coalescing state changes into one push", ge=0
     )
+
+    @model_validator(mode="after")
+    def _one_or_several(self) -> Self:
+        _master_urls(self.url, self.urls, one="url", several="urls")
+        return self
+
+    @property
+    def masters(self) -> tuple[str, ...]:
+        """The masters' base URLs, without a trailing ``/`` (empty: no master)."""
+        return _master_urls(self.url, self.urls, one="url", several="urls")
 
 
 def _argv(value: object) -> object:

@@ -1,20 +1,38 @@
-"""The agent's link to the master: push the ad, learn the maintenance mode and window.
+"""The agent's link to its masters: push the ad, learn the maintenance mode and window.
 
-The ad is pushed (``POST /v1/ads`` with a DAEMON token) every ``update_interval``
-and, debounced by ``ad_debounce``, at once after any state change. The master's reply
-carries this machine's maintenance mode and unavailability window, which the agent
-publishes as ``MaintenanceMode`` and ``Unavailability``. Without a master URL the
-link does nothing; a master that is down is retried at the next push.
+The ad is pushed (``POST /v1/ads`` with a DAEMON token) to every master the ``[master]``
+section names (``url``, or ``urls`` for several masters sharing one state), every
+``update_interval`` and, debounced by ``ad_debounce``, at once after any state change,
+as HTCondor's startd sends its ad to every collector. Without a master the link does
+nothing.
 
-The pushes go through one :class:`~nodeagent._peer.PeerClient`: while :meth:`MasterLink.run`
-runs, consecutive pushes share one kept-alive connection (closed when ``run`` ends). The
-token file is read at the first push and again only after a reload or a 401.
+Each master is pushed to by a task of its own, with a kept-alive connection of its own
+(a :class:`~nodeagent._peer.PeerClient` opened while :meth:`MasterLink.run` runs and
+closed when it ends) and a retry of its own: a push that fails is tried again after
+:data:`RETRY_MIN_S`, doubling up to ``update_interval`` while the master stays down, and
+at once after a state change. So a master that is down, or slow to answer (up to
+:data:`PUSH_TIMEOUT_S`), delays no push to the others. Every master takes the ad, leader
+or not (ads are soft state in each); a push is never redirected.
+
+The masters' replies carry this machine's maintenance mode and unavailability window,
+which the agent publishes as ``MaintenanceMode`` and ``Unavailability``: masters share
+one state, so they say the same, and while they disagree (a follower a moment behind) the
+most recent reply wins. A change a reply brings is pushed again (the masters' ads then
+show it) only when that master's word changed since its previous reply: two masters that
+disagree cannot set off a loop of pushes.
+
+The token file is read at the first push and again only after a reload or a 401. The
+link logs each master's first failure, a change of its error and its recovery, naming
+the master's URL.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
 
 import trio
 
@@ -23,13 +41,22 @@ from nodeagent._peer import Credentials, PeerCallFailed, PeerClient, TokenFile
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._config import MasterLinkConfig
 
-__all__ = ["MasterLink", "unavailability_from_mesos"]
+__all__ = [
+    "PUSH_TIMEOUT_S",
+    "RETRY_MIN_S",
+    "MasterLink",
+    "MasterPeer",
+    "MasterPush",
+    "unavailability_from_mesos",
+]
 
 log = logging.getLogger("nodeagent.master_link")
 
 _NS = 1_000_000_000
-#: Seconds to connect to the master and for each read and write of a push.
-_PUSH_TIMEOUT_S = 10.0
+#: Seconds to connect to a master and for each read and write of a push.
+PUSH_TIMEOUT_S = 10.0
+#: Seconds before a failed push to a master is tried again (doubling while it fails).
+RETRY_MIN_S = 1.0
 
 
 def unavailability_from_mesos(window: Any) -> dict[str, int] | None:
@@ -48,76 +75,213 @@ def unavailability_from_mesos(window: Any) -> dict[str, int] | None:
     return result
 
 
-class MasterLink:
-    """Pushes the agent's ad to the master; see the module docstring."""
+class MasterPeer(Protocol):
+    """One master's connection as the link uses it: a :class:`~nodeagent._peer.PeerClient`
+    (tests give fakes). Connections are kept while a session (``async with``) is open."""
 
-    def __init__(self, agent: Agent, config: MasterLinkConfig, *, clock: Clock) -> None:
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def request(
+        self, method: str, url: str, *, credentials: Credentials | None = None, json: Any = None
+    ) -> Any:
+        """The reply's JSON; raises :class:`~nodeagent._peer.PeerCallFailed`."""
+        ...
+
+
+def _peer_client(url: str) -> MasterPeer:
+    return PeerClient("master", timeout=PUSH_TIMEOUT_S, max_idle_peers=1)
+
+
+Said = tuple[Any, dict[str, int] | None]
+
+
+@dataclass(eq=False)
+class MasterPush:
+    """One master's pushes: its connection, its counters, its last word.
+
+    ``failing`` counts the failures since its last success (0: it took the last push).
+    """
+
+    url: str
+    peer: MasterPeer
+    pushes: int = 0
+    failures: int = 0
+    failing: int = 0
+    last_error: str | None = None
+    said: Said | None = None
+    nudge: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    started: bool = False
+
+
+class MasterLink:
+    """Pushes the agent's ad to its masters; see the module docstring.
+
+    ``connect(url)`` makes the connection to one master (default: a
+    :class:`~nodeagent._peer.PeerClient`). ``pushes`` and ``failures`` count every
+    master's; :attr:`masters` holds each master's own, by URL.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        config: MasterLinkConfig,
+        *,
+        clock: Clock,
+        connect: Callable[[str], MasterPeer] = _peer_client,
+    ) -> None:
         self.agent = agent
         self.config = config
         self.clock = clock
         self.pushes = 0
         self.failures = 0
-        self._nudge = trio.Event()
-        self._master = PeerClient("master", timeout=_PUSH_TIMEOUT_S, max_idle_peers=1)
+        #: Each master's pushes, in the order of the configuration.
+        self.masters: dict[str, MasterPush] = {}
+        self._connect = connect
         self._credentials = _credentials(config)
+        self._nursery: trio.Nursery | None = None
+        self._quiet = False
+        self._sync()
         agent.listeners.append(self._on_change)
 
     def _on_change(self) -> None:
-        self._nudge.set()
+        if self._quiet:
+            return
+        for master in self.masters.values():
+            master.nudge.set()
 
     def reconfigure(self, config: MasterLinkConfig) -> None:
-        """Apply a reloaded ``[master]`` section; the next push comes at once and reads the
-        token file again."""
+        """Apply a reloaded ``[master]`` section: a master no longer named is left (its
+        connection closed), a new one gets a task of its own; the next push to each comes
+        at once and reads the token file again."""
         self.config = config
         self._credentials = _credentials(config)
-        self._nudge.set()
+        self._sync()
+        for master in self.masters.values():
+            master.nudge.set()
+
+    def _sync(self) -> None:
+        """Make :attr:`masters` the configured ones; start or stop their tasks while
+        :meth:`run` runs."""
+        wanted = self.config.masters
+        for url in list(self.masters):
+            if url not in wanted:
+                self.masters.pop(url).scope.cancel()
+                log.info("no longer pushing the ad to %s", url)
+        kept = self.masters
+        self.masters = {url: kept.get(url) or MasterPush(url, self._connect(url)) for url in wanted}
+        if self._nursery is not None:
+            for master in self.masters.values():
+                if not master.started:
+                    master.started = True
+                    self._nursery.start_soon(self._pushing, master)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Push now, then after every (debounced) change or ``update_interval``.
+        """Push to every master now, then after every (debounced) change or
+        ``update_interval``, each master on its own (see the module docstring).
 
-        The connection to the master is kept while this runs and closed when it ends.
+        Each master's connection is kept while this runs and closed when it ends.
         """
-        async with self._master:
-            task_status.started()
-            while True:
-                self._nudge = trio.Event()
-                if self.config.url is not None:
-                    await self.push_now()
-                with trio.move_on_after(self.config.update_interval):
-                    await self._nudge.wait()
-                    await trio.sleep(self.config.ad_debounce)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._sync()
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            for master in self.masters.values():
+                master.started = False
+                master.scope = trio.CancelScope()
+
+    async def _pushing(self, master: MasterPush) -> None:
+        with master.scope:
+            async with master.peer:
+                while True:
+                    master.nudge = trio.Event()
+                    if await self._push(master):
+                        delay = self.config.update_interval
+                    else:
+                        delay = min(
+                            RETRY_MIN_S * 2 ** min(master.failing - 1, 30),
+                            self.config.update_interval,
+                        )
+                    with trio.move_on_after(delay):
+                        await master.nudge.wait()
+                        await trio.sleep(self.config.ad_debounce)
 
     async def aclose(self) -> None:
-        """Close the connection to the master (a later push opens one of its own)."""
-        await self._master.aclose()
+        """Close every master's connection (a later push opens one of its own)."""
+        for master in list(self.masters.values()):
+            await master.peer.aclose()
 
-    async def push_now(self) -> bool:
-        """Push the ad once; returns whether the master took it (a failure is logged)."""
-        url = self.config.url
-        if url is None:
-            return False
+    async def push_now(self) -> int:
+        """Push the ad once to every master at the same time; returns how many took it
+        (a failure is logged and counted)."""
+        took = 0
+
+        async def one(master: MasterPush) -> None:
+            nonlocal took
+            if await self._push(master):
+                took += 1
+
+        async with trio.open_nursery() as nursery:
+            for master in list(self.masters.values()):
+                nursery.start_soon(one, master)
+        return took
+
+    async def _push(self, master: MasterPush) -> bool:
+        """Push the ad to ``master`` once; whether it took it."""
         try:
-            reply = await self._master.request(
+            reply = await master.peer.request(
                 "POST",
-                url.rstrip("/") + "/v1/ads",
+                master.url + "/v1/ads",
                 json=self.agent.ad(),
                 credentials=self._credentials,
             )
         except PeerCallFailed as exc:
-            self.failures += 1
-            if exc.code == "master.token_file":
-                log.error("cannot read the master token: %s", exc.message)
-            elif exc.status is None:
-                log.warning("cannot push the ad to %s: %s", url, exc)
-            else:
-                log.warning("the master refused the ad (HTTP %d): %s", exc.status, exc)
+            self._failed(master, exc)
             return False
+        master.pushes += 1
         self.pushes += 1
+        if master.failing:
+            log.info("%s took the ad again (after %d failed pushes)", master.url, master.failing)
+        master.failing, master.last_error = 0, None
         if isinstance(reply, dict):
-            self.agent.set_maintenance(
-                reply.get("mode"), unavailability_from_mesos(reply.get("unavailability"))
+            said: Said = (
+                reply.get("mode"),
+                unavailability_from_mesos(reply.get("unavailability")),
             )
+            repeated, master.said = said == master.said, said
+            self._quiet = repeated
+            try:
+                self.agent.set_maintenance(*said)
+            finally:
+                self._quiet = False
         return True
+
+    def _failed(self, master: MasterPush, exc: PeerCallFailed) -> None:
+        master.failures += 1
+        master.failing += 1
+        self.failures += 1
+        error = str(exc)
+        level = logging.DEBUG if error == master.last_error else logging.WARNING
+        master.last_error = error
+        if exc.code == "master.token_file":
+            log.log(level, "cannot read the master token: %s", exc.message)
+        elif exc.status is None:
+            log.log(level, "cannot push the ad to %s: %s", master.url, exc)
+        else:
+            log.log(level, "%s refused the ad (HTTP %d): %s", master.url, exc.status, exc)
 
 
 def _credentials(config: MasterLinkConfig) -> Credentials | None:
