@@ -1,0 +1,260 @@
+"""Named JSON documents in etcd, shared by several daemons, written by their leader.
+
+The same contract as the SQLite :class:`~nodeagent._store.DocumentStore` (see
+:class:`~nodeagent._store.Documents`): ``save`` replaces the documents it is given in one
+transaction, durable (in etcd's raft log, on a quorum of its members) when it returns.
+
+Keys, under the store's prefix (``/nodeagent/master/`` by default):
+
+* ``docs/<name>``: a document, its JSON text;
+* ``sets/<name>/<member>``: one member of a *collection* (a document that is a JSON
+  object whose members change one at a time, such as the master's drain records): a save
+  writes only the members that changed, so a reconcile pass that records one drain
+  writes one key, whatever the size of the pool.
+
+Reads come from a copy of every key held in memory (:meth:`EtcdStore.load` costs no round
+trip): read whole when the store opens and when its daemon starts to lead
+(:meth:`EtcdStore.refresh`), and kept up to date by a watch (:meth:`EtcdStore.follow`),
+which tells its daemon which documents another writer changed.
+
+Writes are fenced: with a :class:`~nodeagent._leadership.Fence` set (:attr:`EtcdStore.fence`),
+each transaction holds only while that term of leadership lasts; a refused one raises
+:class:`~nodeagent._leadership.LeadershipLost` and writes nothing. Without a fence a save
+raises :class:`~nodeagent._leadership.NotLeading`: only the leader writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import trio
+
+from nodeagent._etcd import (
+    AsyncEtcd,
+    EtcdError,
+    EtcdSettings,
+    KeyValue,
+    SyncEtcd,
+    delete,
+    put,
+    revision_of,
+)
+from nodeagent._leadership import Fence, LeadershipLost, NotLeading
+from nodeagent._store import StoreError
+
+__all__ = ["EtcdStore"]
+
+log = logging.getLogger("nodeagent.store")
+
+#: What etcd allows in one transaction by default (``--max-txn-ops``).
+MAX_TXN_OPS = 128
+_DOCS = b"docs/"
+_SETS = b"sets/"
+#: One document's entries: member ("" for a whole document) → (mod revision, JSON text;
+#: ``None`` once deleted, kept so that an older event cannot bring it back).
+_Entries = dict[str, tuple[int, bytes | None]]
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+class EtcdStore:
+    """See the module docstring. ``collections`` names the documents kept one key per
+    member. Opening reads every key under ``prefix``; raises
+    :class:`~nodeagent._store.StoreError` (:class:`~nodeagent._etcd.EtcdUnavailable`)
+    when etcd cannot be reached."""
+
+    def __init__(
+        self, settings: EtcdSettings, prefix: str, *, collections: Iterable[str] = ()
+    ) -> None:
+        self.prefix = prefix.encode()
+        self.settings = settings
+        self.collections = frozenset(collections)
+        self.fence: Fence | None = None
+        self.revision = 0
+        self._docs: dict[str, _Entries] = {}
+        self._sync = SyncEtcd(settings)
+        try:
+            self.refresh()
+        except BaseException:
+            self._sync.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return f"etcd ({self.settings.describe()}) under {self.prefix.decode()}"
+
+    def close(self) -> None:
+        self._sync.close()
+
+    # ------------------------------------------------------------------ reading
+
+    def refresh(self) -> set[str]:
+        """Read every key again (blocking, within the etcd timeout); the names of the
+        documents that changed."""
+        revision, kvs = self._sync.range_prefix(self.prefix)
+        return self._replace(revision, kvs)
+
+    async def refresh_async(self, etcd: AsyncEtcd) -> set[str]:
+        """:meth:`refresh` through an async client."""
+        revision, kvs = await etcd.range_prefix(self.prefix)
+        return self._replace(revision, kvs)
+
+    def _replace(self, revision: int, kvs: list[KeyValue]) -> set[str]:
+        docs: dict[str, _Entries] = {}
+        for kv in kvs:
+            place = self._place(kv.key)
+            if place is not None:
+                docs.setdefault(place[0], {})[place[1]] = (kv.mod_revision, kv.value)
+        changed = {
+            name
+            for name in docs.keys() | self._docs.keys()
+            if _values(docs.get(name, {})) != _values(self._docs.get(name, {}))
+        }
+        self._docs, self.revision = docs, max(self.revision, revision)
+        return changed
+
+    def _place(self, key: bytes) -> tuple[str, str] | None:
+        """(document, member) of one of the store's keys; ``None`` for any other key."""
+        if not key.startswith(self.prefix):
+            return None
+        rest = key[len(self.prefix) :]
+        if rest.startswith(_DOCS):
+            return rest[len(_DOCS) :].decode(), ""
+        if rest.startswith(_SETS):
+            name, _, member = rest[len(_SETS) :].partition(b"/")
+            return name.decode(), member.decode()
+        return None
+
+    def _key(self, name: str, member: str) -> bytes:
+        if name in self.collections:
+            return self.prefix + _SETS + f"{name}/{member}".encode()
+        return self.prefix + _DOCS + name.encode()
+
+    def load(self, name: str) -> Any:
+        """The document saved under ``name`` (a collection: its members as an object), or
+        ``None``; raises :class:`~nodeagent._store.StoreError` for one that is not JSON."""
+        entries = self._docs.get(name, {})
+        try:
+            if name in self.collections:
+                return {m: json.loads(v) for m, (_, v) in entries.items() if v is not None}
+            _, text = entries.get("", (0, None))
+            return None if text is None else json.loads(text)
+        except ValueError as exc:
+            raise StoreError(f"unreadable document {name!r} in {self.where} ({exc})") from exc
+
+    # ------------------------------------------------------------------ writing
+
+    def save(self, **documents: Any) -> None:
+        """Write what changed in ``documents`` in one fenced transaction (see the module
+        docstring); nothing to write: no transaction. Raises
+        :class:`~nodeagent._leadership.NotLeading` (no fence),
+        :class:`~nodeagent._leadership.LeadershipLost` (fenced out) or
+        :class:`~nodeagent._store.StoreError` (etcd unreachable, or the change is over
+        etcd's transaction limit), having written nothing."""
+        changes: list[tuple[str, str, bytes | None]] = []
+        for name, doc in documents.items():
+            entries = self._docs.get(name, {})
+            wanted = (
+                {str(m): _dumps(v) for m, v in doc.items()}
+                if name in self.collections
+                else {"": _dumps(doc)}
+            )
+            for member, text in wanted.items():
+                if entries.get(member, (0, None))[1] != text:
+                    changes.append((name, member, text))
+            for member, (_, held) in entries.items():
+                if held is not None and member not in wanted:
+                    changes.append((name, member, None))
+        if not changes:
+            return
+        fence = self.fence
+        if fence is None:
+            raise NotLeading(f"only the leader writes the state ({self.where})")
+        if len(changes) > MAX_TXN_OPS:
+            raise StoreError(
+                f"one change of {len(changes)} keys is over etcd's {MAX_TXN_OPS} operations "
+                f"per transaction ({self.where})"
+            )
+        ops = [
+            put(self._key(n, m), v) if v is not None else delete(self._key(n, m))
+            for n, m, v in changes
+        ]
+        try:
+            kept, reply = self._sync.txn([fence.compare()], ops)
+        except EtcdError as exc:
+            raise StoreError(f"cannot write the state to {self.where}: {exc}") from exc
+        if not kept:
+            self.fence = None
+            raise LeadershipLost(
+                f"the state was not written: this daemon no longer leads ({self.where})"
+            )
+        revision = revision_of(reply)
+        for name, member, written in changes:
+            self._docs.setdefault(name, {})[member] = (revision, written)
+        self.revision = max(self.revision, revision)
+
+    # ------------------------------------------------------------------ following
+
+    async def follow(
+        self,
+        etcd: AsyncEtcd,
+        changed: Callable[[set[str]], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Keep the copy up to date with what others write, forever; call ``changed``
+        with the names of the documents each batch of changes touched. A watch that ends
+        is made again from the last revision seen; one that etcd cancels (its history
+        compacted) is replaced by a whole read."""
+        task_status.started()
+        failures = 0
+        while True:
+            try:
+                watch = etcd.watch(self.prefix, self.revision + 1)
+                async with contextlib.aclosing(watch) as batches:
+                    async for events in batches:
+                        failures = 0
+                        names = self._apply(events)
+                        if names:
+                            changed(names)
+            except EtcdError as exc:
+                failures += 1
+                log.warning("the watch of %s ended: %s", self.where, exc)
+                await trio.sleep(min(2.0, 0.1 * 2**failures))
+                try:
+                    names = await self.refresh_async(etcd)
+                except EtcdError:
+                    continue
+                if names:
+                    changed(names)
+            else:
+                await trio.sleep(0.1)
+
+    def _apply(self, events: Iterable[Any]) -> set[str]:
+        names: set[str] = set()
+        for event in events:
+            kv: KeyValue = event.kv
+            self.revision = max(self.revision, kv.mod_revision)
+            place = self._place(kv.key)
+            if place is None:
+                continue
+            name, member = place
+            entries = self._docs.setdefault(name, {})
+            held = entries.get(member)
+            if held is not None and held[0] >= kv.mod_revision:
+                continue  # this store wrote it (or saw it) already
+            text = None if event.deleted else kv.value
+            entries[member] = (kv.mod_revision, text)
+            if held is None or held[1] != text:
+                names.add(name)
+        return names
+
+
+def _values(entries: _Entries) -> dict[str, bytes]:
+    return {m: v for m, (_, v) in entries.items() if v is not None}

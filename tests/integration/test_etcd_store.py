@@ -1,0 +1,297 @@
+"""The etcd client, store and election against a real etcd on loopback.
+
+What the masters on etcd stand on: documents written in fenced transactions (a writer
+without a fence, or fenced out, writes nothing), collections written member by member,
+a second store following the first through a watch, endpoints tried in turn, etcd's users,
+and one leader among candidates, which stops leading when etcd goes away.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from nodeagent._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
+from nodeagent._etcd_store import EtcdStore
+from nodeagent._leadership import Election, Fence, LeadershipLost, NotLeading
+from tests.etcd import EtcdServer, etcd_server, free_port
+
+__all__ = ["etcd_server"]
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "/test/master/"
+
+
+def settings(server: EtcdServer, **kwargs: object) -> EtcdSettings:
+    return EtcdSettings(endpoints=(server.url,), timeout=2.0, **kwargs)  # type: ignore[arg-type]
+
+
+def keys(server: EtcdServer) -> dict[str, str]:
+    """Every key etcd holds, with its value (as text)."""
+    reply = httpx.post(
+        f"{server.url}/v3/kv/range",
+        json={"key": base64.b64encode(b"\0").decode(), "range_end": "AA=="},
+    ).json()
+    return {
+        base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+        for kv in reply.get("kvs", ())
+    }
+
+
+@pytest.fixture
+async def etcd(etcd_server: EtcdServer) -> AsyncIterator[AsyncEtcd]:
+    client = AsyncEtcd(settings(etcd_server))
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def lead_key(etcd: AsyncEtcd, key: bytes) -> Fence:
+    """Take ``key`` as a leader would (a lease of 10 s)."""
+    from nodeagent._etcd import created_at, put, revision_of
+
+    lease = await etcd.grant(10)
+    held, reply = await etcd.txn([created_at(key, 0)], [put(key, b"{}", lease=lease)])
+    assert held
+    return Fence(key=key, revision=revision_of(reply), lease=lease)
+
+
+async def test_documents_are_written_whole_and_collections_member_by_member(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    store = EtcdStore(settings(etcd_server), PREFIX, collections={"drains"})
+    try:
+        store.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        store.save(maintenance={"schedule": [1, 2]}, drains={"a": {"phase": "pending"}, "b": {}})
+        held = keys(etcd_server)
+        assert held[PREFIX + "docs/maintenance"] == '{"schedule":[1,2]}'
+        assert held[PREFIX + "sets/drains/a"] == '{"phase":"pending"}'
+        revision = store.revision
+        # One member changes, one goes: two operations, the rest is not written again.
+        store.save(maintenance={"schedule": [1, 2]}, drains={"a": {"phase": "committed"}})
+        held = keys(etcd_server)
+        assert held[PREFIX + "sets/drains/a"] == '{"phase":"committed"}'
+        assert PREFIX + "sets/drains/b" not in held
+        assert store.revision == revision + 1
+        # Nothing changed: no transaction at all.
+        store.save(maintenance={"schedule": [1, 2]}, drains={"a": {"phase": "committed"}})
+        assert store.revision == revision + 1
+        # Another store (another master) reads what was written.
+        other = EtcdStore(settings(etcd_server), PREFIX, collections={"drains"})
+        assert other.load("maintenance") == {"schedule": [1, 2]}
+        assert other.load("drains") == {"a": {"phase": "committed"}}
+        assert other.load("counters") is None
+        other.close()
+    finally:
+        store.close()
+
+
+async def test_a_writer_without_a_fence_or_fenced_out_writes_nothing(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    store = EtcdStore(settings(etcd_server), PREFIX, collections={"drains"})
+    try:
+        with pytest.raises(NotLeading):
+            store.save(counters={"drains_started": 1})
+        assert keys(etcd_server) == {}
+        leader = PREFIX.encode() + b"leader"
+        store.fence = await lead_key(etcd, leader)
+        store.save(counters={"drains_started": 1})
+        # The term ends behind the store's back (its lease revoked: the key goes) and
+        # another candidate takes the key: the old leader's write is refused.
+        await etcd.revoke(store.fence.lease)
+        await lead_key(etcd, leader)
+        with pytest.raises(LeadershipLost):
+            store.save(counters={"drains_started": 2}, drains={"x": {}})
+        after: Fence | None = store.fence  # save() ended the term
+        assert after is None
+        held = keys(etcd_server)
+        assert held[PREFIX + "docs/counters"] == '{"drains_started":1}'
+        assert PREFIX + "sets/drains/x" not in held
+        assert store.load("counters") == {"drains_started": 1}
+    finally:
+        store.close()
+
+
+async def test_a_follower_sees_each_change_through_its_watch(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    writer = EtcdStore(settings(etcd_server), PREFIX, collections={"drains"})
+    reader = EtcdStore(settings(etcd_server), PREFIX, collections={"drains"})
+    seen: list[set[str]] = []
+    arrived = trio.Event()
+
+    def changed(names: set[str]) -> None:
+        seen.append(names)
+        arrived.set()
+
+    try:
+        writer.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reader.follow, etcd, changed)
+            writer.save(drains={"a": {"phase": "pending"}}, counters={"n": 1})
+            with trio.fail_after(5):
+                while reader.load("drains") != {"a": {"phase": "pending"}}:
+                    await arrived.wait()
+                    arrived = trio.Event()
+            assert set().union(*seen) == {"drains", "counters"}
+            writer.save(drains={})
+            with trio.fail_after(5):
+                while reader.load("drains"):
+                    await arrived.wait()
+                    arrived = trio.Event()
+            nursery.cancel_scope.cancel()
+        assert reader.load("counters") == {"n": 1}
+    finally:
+        writer.close()
+        reader.close()
+
+
+async def test_endpoints_are_tried_in_turn_and_a_dead_etcd_fails_within_the_timeout(
+    etcd_server: EtcdServer,
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    client = SyncEtcd(EtcdSettings(endpoints=(dead, etcd_server.url), timeout=2.0))
+    try:
+        revision, kvs = client.range_prefix(b"/nothing/")
+        assert revision >= 1
+        assert kvs == []
+    finally:
+        client.close()
+    alone = SyncEtcd(EtcdSettings(endpoints=(dead,), timeout=0.5))
+    try:
+        with pytest.raises(EtcdUnavailable, match=dead):
+            alone.range_prefix(b"/x/")
+    finally:
+        alone.close()
+    with pytest.raises(EtcdUnavailable):
+        EtcdStore(EtcdSettings(endpoints=(dead,), timeout=0.5), PREFIX)
+
+
+async def test_etcd_users_log_in_and_a_wrong_password_is_refused(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    await etcd.call("auth/user/add", {"name": "root", "password": "secret"})
+    await etcd.call("auth/user/grant", {"user": "root", "role": "root"})
+    await etcd.call("auth/enable", {})
+    good = SyncEtcd(settings(etcd_server, user="root", password="secret"))
+    bad = SyncEtcd(settings(etcd_server, user="root", password="wrong"))
+    anonymous = SyncEtcd(settings(etcd_server))
+    try:
+        assert good.range_prefix(b"/x/")[1] == []
+        with pytest.raises(EtcdError, match="log in"):
+            bad.range_prefix(b"/x/")
+        with pytest.raises(EtcdError):
+            anonymous.range_prefix(b"/x/")
+    finally:
+        good.close()
+        bad.close()
+        anonymous.close()
+
+
+async def test_one_candidate_leads_and_the_next_takes_over_when_it_stops(
+    etcd_server: EtcdServer,
+) -> None:
+    clients = [AsyncEtcd(settings(etcd_server)) for _ in range(2)]
+    key = PREFIX.encode() + b"leader"
+    elections = [
+        Election(etcd=c, key=key, ttl=5, identity={"url": f"http://m{i}"})
+        for i, c in enumerate(clients)
+    ]
+    terms: list[str] = []
+
+    def leader_of(i: int):  # type: ignore[no-untyped-def]
+        async def lead(fence: Fence) -> None:
+            terms.append(f"m{i}")
+            await trio.sleep_forever()
+
+        return lead
+
+    try:
+        async with trio.open_nursery() as nursery:
+            scopes = []
+            for i, election in enumerate(elections):
+                scope = trio.CancelScope()
+                scopes.append(scope)
+
+                async def candidate(
+                    election: Election = election,
+                    scope: trio.CancelScope = scope,
+                    i: int = i,
+                ) -> None:
+                    with scope:
+                        await election.run(leader_of(i))
+
+                nursery.start_soon(candidate)
+            with trio.fail_after(5):
+                while not terms:
+                    await elections[0].changed()
+            first = int(terms[0][1])
+            assert elections[first].leading
+            assert not elections[1 - first].leading
+            with trio.fail_after(5):
+                while elections[1 - first].leader is None:
+                    await elections[1 - first].changed()
+            assert elections[1 - first].leader == {"url": f"http://m{first}"}
+            stopped = trio.current_time()
+            scopes[first].cancel()  # a master stopped: it gives its lease back
+            with trio.fail_after(5):
+                while not elections[1 - first].leading:
+                    await elections[1 - first].changed()
+            assert terms[1] == f"m{1 - first}"
+            assert trio.current_time() - stopped < 2.5  # well within the ttl of 5 s
+            nursery.cancel_scope.cancel()
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+async def test_a_leader_stops_acting_within_its_ttl_when_etcd_goes_and_leads_again_after(
+    tmp_path: Path,
+) -> None:
+    from tests.etcd import have_etcd
+
+    have_etcd()
+    server = EtcdServer(tmp_path / "etcd").start()
+    client = AsyncEtcd(EtcdSettings(endpoints=(server.url,), timeout=0.5))
+    election = Election(etcd=client, key=b"/t/leader", ttl=2, identity={"url": "http://m"})
+    acting: list[tuple[str, float]] = []
+
+    async def lead(fence: Fence) -> None:
+        acting.append(("start", trio.current_time()))
+        try:
+            await trio.sleep_forever()
+        finally:
+            acting.append(("stop", trio.current_time()))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(election.run, lead)
+            with trio.fail_after(5):
+                while not election.leading:
+                    await election.changed()
+            stopped_at = trio.current_time()
+            server.stop()
+            with trio.fail_after(5):
+                while election.leading:
+                    await election.changed()
+            assert acting[-1][0] == "stop"  # type: ignore[unreachable]  # a task ended it
+            assert acting[-1][1] - stopped_at <= 2.0 + 0.5  # the ttl, and one call's timeout
+            await trio.sleep(0.5)
+            assert not election.leading  # no etcd: nobody leads
+            server.start()
+            with trio.fail_after(10):
+                while not election.leading:
+                    await election.changed()
+            assert [what for what, _ in acting] == ["start", "stop", "start"]
+            nursery.cancel_scope.cancel()
+    finally:
+        await client.aclose()
+        server.stop()
