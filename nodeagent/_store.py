@@ -20,9 +20,16 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
-__all__ = ["DocumentStore", "FileIdentity", "StoreError", "StoreFull", "open_database"]
+__all__ = [
+    "DocumentStore",
+    "Documents",
+    "FileIdentity",
+    "StoreError",
+    "StoreFull",
+    "open_database",
+]
 
 log = logging.getLogger("nodeagent.store")
 
@@ -151,6 +158,25 @@ class FileIdentity:
         return cls(device=st.st_dev, inode=st.st_ino)
 
 
+class Documents(Protocol):
+    """Named JSON documents, each replaced whole: :class:`DocumentStore` (SQLite) or
+    :class:`~nodeagent._etcd_store.EtcdStore` (etcd, shared by several masters).
+
+    ``save`` writes the documents it is given in one transaction, durable when it
+    returns, or raises :class:`StoreError` having written none of them; ``load`` returns
+    what was saved under a name (``None``: nothing). ``where`` names the store in messages.
+    """
+
+    @property
+    def where(self) -> str: ...
+
+    def load(self, name: str) -> Any: ...
+
+    def save(self, **documents: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class DocumentStore:
     """A SQLite file holding named JSON documents, each replaced whole and durably.
 
@@ -168,6 +194,10 @@ class DocumentStore:
         self._db = open_database(path, self._SCHEMA)
         self._identity = FileIdentity.of(path)
         self.path = path
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
 
     def close(self) -> None:
         self._db.close()
