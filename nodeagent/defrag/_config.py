@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import (
-    AfterValidator,
-)
+from pydantic import AfterValidator, model_validator
 
 from nodeagent._paths import DEFAULT_DEFRAG_CONFIG_PATH
 from nodeagent._settings import (
@@ -19,6 +17,7 @@ from nodeagent._settings import (
     _DaemonSettings,
     _field,
     _load_settings,
+    _master_urls,
     _service_defaults,
 )
 
@@ -125,12 +124,18 @@ class DefragConfig(_DaemonSettings):
         gt=0,
     )
     master_url: Annotated[str | None, AfterValidator(_check_url)] = _field(
-        None, reload=True, description="The master's base URL (required to run)"
+        None, reload=True, description="The master's base URL (it or master_urls to run)"
+    )
+    master_urls: tuple[Annotated[str, AfterValidator(_check_url)], ...] = _field(
+        (),
+        reload=True,
+        description="The base URLs of several masters: ads read from the first that answers, "
+        "the Defrag ad pushed to each",
     )
     token_file: Path | None = _field(
         None,
         reload=True,
-        description="File holding a DAEMON token for the master (reads ads, pushes the ad)",
+        description="File holding a DAEMON token for the masters (reads ads, pushes the ad)",
     )
     agent_timeout: Duration = _field(
         10.0, reload=True, description="Timeout of each request to the master or an agent", gt=0
@@ -147,6 +152,18 @@ class DefragConfig(_DaemonSettings):
         reload=False,
         description="Pool key (shared with the agents); default: <state_dir>/pool.key",
     )
+
+    @model_validator(mode="after")
+    def _one_or_several(self) -> Self:
+        _master_urls(self.master_url, self.master_urls, one="master_url", several="master_urls")
+        return self
+
+    @property
+    def masters(self) -> tuple[str, ...]:
+        """The masters' base URLs, without a trailing ``/`` (empty: none, cannot run)."""
+        return _master_urls(
+            self.master_url, self.master_urls, one="master_url", several="master_urls"
+        )
 
     @classmethod
     def _computed_defaults(

@@ -72,14 +72,14 @@ def defrag_policy(config: DefragConfig) -> DefragPolicy:
     )
 
 
-_NEEDS_MASTER = "master_url is required: the defrag daemon reads the master's ads"
+_NEEDS_MASTER = "master_url (or master_urls) is required: the defrag daemon reads the master's ads"
 
 
 def _http_link(config: DefragConfig, key: bytes) -> HttpDefragLink:
-    if config.master_url is None:
+    if not config.masters:
         raise ConfigError(_NEEDS_MASTER)
     return HttpDefragLink(
-        master_url=config.master_url,
+        master_urls=config.masters,
         token_file=config.token_file,
         key=key,
         name=config.name,
@@ -233,10 +233,10 @@ class DefragDaemon(Program[DefragConfig, DocumentStore]):
         Refused (:class:`ConfigError`) without a ``master_url`` for the daemon's own link.
         """
         if self._master is not None:
-            if running.master_url is None:
+            if not running.masters:
                 raise ConfigError(_NEEDS_MASTER)
             self._master.reconfigure(
-                master_url=running.master_url,
+                master_urls=running.masters,
                 token_file=running.token_file,
                 timeout=running.agent_timeout,
             )
@@ -253,6 +253,6 @@ def run_defrag(config_path: Path | None) -> int:
     ``master_url``) and :class:`~nodeagent._auth.KeyFileError` for an unusable pool key.
     """
     config = load_defrag_config(config_path)
-    if config.master_url is None:
+    if not config.masters:
         raise ConfigError(_NEEDS_MASTER)
     return trio.run(DefragDaemon(config=config, config_path=config_path).serve)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -60,21 +61,28 @@ class DefragLink(Protocol):
 
 
 class HttpDefragLink:
-    """The real link: the master's ``/v1/ads`` with a DAEMON token read from ``token_file``
+    """The real link: the masters' ``/v1/ads`` with a DAEMON token read from ``token_file``
     (at the first request, and again after a 401 or :meth:`reconfigure`), and the agents'
     API with a short-lived ADMINISTRATOR token minted from the pool key (subject
     ``defrag:defrag-<name>``, recorded as the drain's requester; minted once and reused
     until near its expiry).
 
+    The masters are ``master_url`` (one) or ``master_urls`` (several, sharing one state),
+    not both. :meth:`slot_ads` reads the ads from the first master, in that order, that
+    answers: one that cannot be reached, times out or answers 5xx is passed over for the
+    next (a refusal, such as a 401, is not). :meth:`publish` pushes the Defrag ad to every
+    master at the same time.
+
     While a session is open (``async with link:``, which :meth:`DefragService.run` does)
-    the connections to the master and to each agent are kept between calls; leaving it, or
-    :meth:`aclose`, closes them (see :class:`~nodeagent._peer.PeerClient`).
+    the connections to each master and to each agent are kept between calls; leaving it,
+    or :meth:`aclose`, closes them (see :class:`~nodeagent._peer.PeerClient`).
     """
 
     def __init__(
         self,
         *,
-        master_url: str,
+        master_url: str | None = None,
+        master_urls: Sequence[str] = (),
         token_file: Path | None,
         key: bytes,
         name: str,
@@ -82,14 +90,31 @@ class HttpDefragLink:
         clock: Clock | None = None,
     ) -> None:
         self.actor = f"defrag-{name}"
-        self._master = PeerClient("master", timeout=timeout, max_idle_peers=1)
+        self._master = PeerClient("master", timeout=timeout)
         self._agents = HttpAgentLink(key, timeout=timeout, subject_prefix="defrag", clock=clock)
-        self.reconfigure(master_url=master_url, token_file=token_file, timeout=timeout)
+        #: The master the last ads were read from (``None`` before the first read).
+        self.read_from: str | None = None
+        self.reconfigure(
+            master_url=master_url, master_urls=master_urls, token_file=token_file, timeout=timeout
+        )
 
-    def reconfigure(self, *, master_url: str, token_file: Path | None, timeout: float) -> None:
-        """Apply a reloaded ``master_url``, ``token_file`` and ``agent_timeout`` from the next
-        call on; the token file is read again then."""
-        self.master_url = master_url.rstrip("/")
+    def reconfigure(
+        self,
+        *,
+        master_url: str | None = None,
+        master_urls: Sequence[str] = (),
+        token_file: Path | None,
+        timeout: float,
+    ) -> None:
+        """Apply a reloaded ``master_url`` or ``master_urls``, ``token_file`` and
+        ``agent_timeout`` from the next call on; the token file is read again then.
+
+        Raises ValueError unless exactly one of ``master_url`` and ``master_urls`` names
+        the masters (nothing is changed then)."""
+        if (master_url is None) == (not master_urls):
+            raise ValueError("give master_url (one master) or master_urls (several), not both")
+        urls = (master_url,) if master_url is not None else tuple(master_urls)
+        self.master_urls = tuple(url.rstrip("/") for url in urls)
         self.token_file = token_file
         self._credentials = None if token_file is None else TokenFile(token_file, peer="master")
         self.timeout = timeout
@@ -127,38 +152,80 @@ class HttpDefragLink:
         finally:
             await self._master.aclose()
 
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: dict[str, str] | None = None,
-    ) -> Any:
-        return await self._master.request(
-            method,
-            self.master_url + path,
-            credentials=self._credentials,
-            json=json,
-            params=params,
-        )
-
     async def slot_ads(self) -> list[dict[str, Any]]:
-        reply = await self._request(
-            "GET", "/v1/ads", params={"slots": "true", "constraint": "PartitionableSlot =?= true"}
-        )
-        ads = reply.get("ads") if isinstance(reply, dict) else None
-        if not isinstance(ads, list):
-            raise MasterCallFailed("master.bad_reply", "/v1/ads: no 'ads' list")
-        return [ad for ad in ads if isinstance(ad, dict)]
+        """The partitionable slot ads of the first master that answers (see the class
+        docstring); raises :class:`MasterCallFailed` naming each master when none did."""
+        passed: list[str] = []
+        last: MasterCallFailed | None = None
+        for url in self.master_urls:
+            try:
+                reply = await self._master.request(
+                    "GET",
+                    url + "/v1/ads",
+                    credentials=self._credentials,
+                    params={"slots": "true", "constraint": "PartitionableSlot =?= true"},
+                )
+            except MasterCallFailed as exc:
+                if not _another_may_answer(exc):
+                    raise
+                passed.append(f"{url}: {exc.message}")
+                last = exc
+                continue
+            if passed:
+                log.info("ads read from %s; passed over %s", url, "; ".join(passed))
+            self.read_from = url
+            ads = reply.get("ads") if isinstance(reply, dict) else None
+            if not isinstance(ads, list):
+                raise MasterCallFailed("master.bad_reply", f"{url}/v1/ads: no 'ads' list")
+            return [ad for ad in ads if isinstance(ad, dict)]
+        assert last is not None  # there is at least one master
+        if len(passed) == 1:
+            raise last
+        raise MasterCallFailed(last.code, "no master answered: " + "; ".join(passed), last.status)
 
     async def publish(self, ad: dict[str, Any]) -> None:
-        await self._request("POST", "/v1/ads", json={"machine": ad, "slots": []})
+        """Push the Defrag ad to every master at once; raises :class:`MasterCallFailed`
+        naming those that did not take it (the others did)."""
+        failed: dict[str, MasterCallFailed] = {}
+
+        async def push(url: str) -> None:
+            try:
+                await self._master.request(
+                    "POST",
+                    url + "/v1/ads",
+                    credentials=self._credentials,
+                    json={"machine": ad, "slots": []},
+                )
+            except MasterCallFailed as exc:
+                failed[url] = exc
+
+        async with trio.open_nursery() as nursery:
+            for url in self.master_urls:
+                nursery.start_soon(push, url)
+        ordered = [(url, failed[url]) for url in self.master_urls if url in failed]
+        if not ordered:
+            return
+        first = ordered[0][1]
+        if len(self.master_urls) == 1:
+            raise first
+        raise MasterCallFailed(
+            first.code,
+            "not taken by " + "; ".join(f"{url}: {exc.message}" for url, exc in ordered),
+            first.status,
+        )
 
     async def call_agent(
         self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         return await self._agents.call(address, method, path, actor=self.actor, body=body)
+
+
+def _another_may_answer(exc: MasterCallFailed) -> bool:
+    """Whether another master may answer where this one failed: no reply (unreachable,
+    timed out) or a 5xx; not a refusal, nor the caller's own token file."""
+    if exc.code == "master.token_file":
+        return False
+    return exc.status is None or exc.status >= 500
 
 
 # --- the service --------------------------------------------------------------------------
