@@ -11,8 +11,14 @@ outcome` prints ``code: message`` on stderr and exits with the status::
     │                     (master.…, defrag.… for the other daemons)
     ├── AgentError        the daemon answered with an error body (``reply`` holds it)
     │   ├── Refused        1  any 4xx but 401/403: the daemon's code (drain.in_progress, …)
-    │   ├── Unauthorized   4  401/403: auth.unauthenticated, auth.forbidden
-    │   └── AgentFailed    5  5xx, or a reply that is not the API's JSON (agent.bad_reply)
+    │   ├── Unauthorized   4  401/403: auth.unauthenticated, auth.forbidden; and
+    │   │                     cli.token_required: a master sent the request on to its
+    │   │                     leader over TCP, and no token was given
+    │   └── AgentFailed    5  5xx, or a reply that is not the API's JSON (agent.bad_reply);
+    │                         master.no_leader (503: no master leads now), and a redirect
+    │                         not followed: master.too_many_redirects (more than three in
+    │                         a row), master.insecure_redirect (https to http), or a 307
+    │                         without a usable Location (master.not_leader)
     ├── Declined       6  cli.declined: the drain was not committed at the prompt
     └── Interrupted  130  cli.interrupted: Ctrl-C
 
@@ -82,7 +88,8 @@ class Refused(AgentError):
 
 
 class Unauthorized(AgentError):
-    """Missing, bad or expired token (401), or a token without the scope (403)."""
+    """Missing, bad or expired token (401), or a token without the scope (403); or no
+    token to follow a redirect to the leader over TCP (``cli.token_required``)."""
 
     exit_status: ClassVar[int] = 4
 

@@ -14,6 +14,9 @@ with it ``email`` and ``ssl``, ≈ 20 ms); nothing here imports pydantic, httpx 
   parsed JSON); :func:`check` turns an error reply into its
   :class:`~nodeagent.cli._errors.AgentError` (the body read by
   :func:`nodeagent._wire.error_fields`, as every other caller reads it).
+* A master that does not lead answers a write with ``307`` and the leader's URL in
+  ``Location``: :func:`call` sends the same request (method, body, headers, the token) there,
+  at most :data:`MAX_REDIRECTS` times in a row (see :func:`call`).
 
 Errors are those of :mod:`nodeagent.cli._errors`: a connection that fails is
 :class:`~nodeagent.cli._errors.Unreachable`, an unusable option a
@@ -47,6 +50,7 @@ __all__ = [
     "DEFAULT_MASTER_PORT",
     "DEFAULT_PORT",
     "DEFAULT_TIMEOUT_S",
+    "MAX_REDIRECTS",
     "Reply",
     "Target",
     "call",
@@ -67,6 +71,11 @@ DEFAULT_TIMEOUT_S = 75.0
 """Per-request socket timeout. Longer than the daemon's default transaction lifetime
 (30 s), because a state-changing request waits while a drain transaction is pending."""
 
+MAX_REDIRECTS = 3
+"""How many redirects (307, 308) in a row :func:`call` follows; one more is an error."""
+
+_REDIRECTS = (307, 308)
+
 
 # --- targets ------------------------------------------------------------------------------
 
@@ -83,6 +92,8 @@ class Target:
     base_path: str = ""
     token: str | None = None
     peer: str = "agent"
+    #: The variable that names the token file, for messages (``--token`` or it).
+    token_variable: str = "NODEAGENT_TOKEN_FILE"
 
     def describe(self) -> str:
         if self.unix is not None:
@@ -168,10 +179,18 @@ def resolve_master_target(
     if host is not None:
         scheme, hostname, port, base = _parse_host(host, DEFAULT_MASTER_PORT)
         return Target(
-            scheme=scheme, host=hostname, port=port, base_path=base, token=token, peer="master"
+            scheme=scheme,
+            host=hostname,
+            port=port,
+            base_path=base,
+            token=token,
+            peer="master",
+            token_variable="NODEAGENT_MASTER_TOKEN_FILE",
         )
     unix = Path(socket_path) if socket_path else default_master_socket(env, uid)
-    return Target(unix=unix, token=token, peer="master")
+    return Target(
+        unix=unix, token=token, peer="master", token_variable="NODEAGENT_MASTER_TOKEN_FILE"
+    )
 
 
 # --- the transport ------------------------------------------------------------------------
@@ -258,6 +277,18 @@ def call(
     not parse raises :class:`~nodeagent.cli._errors.AgentFailed`; every connection failure
     (socket missing, refused, reset, timed out, TLS) raises
     :class:`~nodeagent.cli._errors.Unreachable`.
+
+    A ``307`` or ``308`` whose ``Location`` is an absolute ``http(s)://`` URL (a master
+    that does not lead, naming the leader) is followed: the same method, body and headers,
+    with the target's token, go to that URL (TLS for ``https://``, verified as for
+    ``--host``), at most :data:`MAX_REDIRECTS` times in a row; one more raises
+    :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.too_many_redirects``. A redirect
+    the command line cannot follow raises instead of sending anything: to TCP without a
+    token (the first target was the Unix socket, where no token is needed):
+    :class:`~nodeagent.cli._errors.Unauthorized` ``cli.token_required``, naming the URL
+    and how to give a token; from ``https://`` to ``http://`` with a token:
+    :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.insecure_redirect``. Any other
+    ``Location`` leaves the reply as it is (its error body says why).
     """
     headers = {"Accept": "application/json", "User-Agent": "nodeagent-cli"}
     if target.token is not None:
@@ -267,9 +298,87 @@ def call(
         payload = json.dumps(body, separators=(",", ":")).encode()
     if payload is not None:
         headers["Content-Type"] = "application/json"
+    where, where_path = target, target.base_path + path
+    hops: list[str] = []
+    while True:
+        reply, location = _exchange(
+            where, method, where_path, payload=payload, headers=headers, timeout=timeout
+        )
+        if reply.status not in _REDIRECTS or location is None:
+            return reply
+        found = _redirected(where, location)
+        if found is None:
+            return reply
+        hops.append(location)
+        if len(hops) > MAX_REDIRECTS:
+            raise AgentFailed(
+                f"{target.peer}.too_many_redirects",
+                f"{method} {path}: redirected {len(hops)} times in a row "
+                f"({target.describe()} → {' → '.join(hops)}); the {target.peer}s do not agree "
+                "on who leads: try again in a moment",
+                reply=reply,
+            )
+        _check_hop(target, where, found[0], location, reply)
+        where, where_path = found
+
+
+def _redirected(current: Target, location: str) -> tuple[Target, str] | None:
+    """The target and path a ``Location`` names, if it is an absolute http(s) URL."""
+    try:
+        parts = urlsplit(location)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    found = Target(
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port,
+        token=current.token,
+        peer=current.peer,
+        token_variable=current.token_variable,
+    )
+    return found, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _check_hop(first: Target, current: Target, found: Target, location: str, reply: Reply) -> None:
+    """Raise when the redirect from ``current`` to ``found`` must not be followed."""
+    peer = first.peer
+    if found.token is None:
+        raise Unauthorized(
+            "cli.token_required",
+            f"the {peer} at {current.describe()} sent this request to the leader at "
+            f"{location}, which needs a token over TCP: give one with --token FILE "
+            f"(or {first.token_variable}), or send the request to the leader's own socket",
+            reply=reply,
+        )
+    if current.unix is None and current.scheme == "https" and found.scheme != "https":
+        raise AgentFailed(
+            f"{peer}.insecure_redirect",
+            f"the {peer} at {current.describe()} redirected to {location} without TLS: "
+            "the token is not sent in clear; give the leader's https:// URL with --host",
+            reply=reply,
+        )
+
+
+def _exchange(
+    target: Target,
+    method: str,
+    path: str,
+    *,
+    payload: bytes | None,
+    headers: Mapping[str, str],
+    timeout: float,
+) -> tuple[Reply, str | None]:
+    """One request to ``target``: the reply, and its ``Location`` header (or ``None``)."""
     conn = _connection(target, timeout)
     try:
-        conn.request(method, target.base_path + path, body=payload, headers=headers)
+        conn.request(method, path, body=payload, headers=dict(headers))
         response = conn.getresponse()
         raw = response.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -278,6 +387,7 @@ def call(
         conn.close()
     text = raw.decode("utf-8", errors="replace")
     content_type = response.getheader("Content-Type", "") or ""
+    location = response.getheader("Location")
     reply = Reply(status=response.status, text=text, content_type=content_type)
     if content_type.startswith("application/json"):
         try:
@@ -290,7 +400,7 @@ def call(
                 reply=reply,
             ) from None
         reply = Reply(status=reply.status, text=text, data=data, content_type=content_type)
-    return reply
+    return reply, location
 
 
 def check(reply: Reply, *, peer: str = "agent") -> Reply:
