@@ -76,7 +76,10 @@ class EtcdStore:
         self.settings = settings
         self.collections = frozenset(collections)
         self.fence: Fence | None = None
+        self._fenced_out = trio.Event()
         self.revision = 0
+        #: The revision of the last whole read: events up to it are in the copy already.
+        self._floor = 0
         self._docs: dict[str, _Entries] = {}
         self._sync = SyncEtcd(settings)
         try:
@@ -117,6 +120,7 @@ class EtcdStore:
             if _values(docs.get(name, {})) != _values(self._docs.get(name, {}))
         }
         self._docs, self.revision = docs, max(self.revision, revision)
+        self._floor = max(self._floor, revision)
         return changed
 
     def _place(self, key: bytes) -> tuple[str, str] | None:
@@ -149,6 +153,13 @@ class EtcdStore:
             raise StoreError(f"unreadable document {name!r} in {self.where} ({exc})") from exc
 
     # ------------------------------------------------------------------ writing
+
+    def lead(self, fence: Fence) -> trio.Event:
+        """Write under ``fence`` from now on; the event returned is set if a write is
+        fenced out (the term is over: the fence is then dropped)."""
+        self.fence = fence
+        self._fenced_out = trio.Event()
+        return self._fenced_out
 
     def save(self, **documents: Any) -> None:
         """Write what changed in ``documents`` in one fenced transaction (see the module
@@ -191,6 +202,7 @@ class EtcdStore:
             raise StoreError(f"cannot write the state to {self.where}: {exc}") from exc
         if not kept:
             self.fence = None
+            self._fenced_out.set()
             raise LeadershipLost(
                 f"the state was not written: this daemon no longer leads ({self.where})"
             )
@@ -242,8 +254,8 @@ class EtcdStore:
             kv: KeyValue = event.kv
             self.revision = max(self.revision, kv.mod_revision)
             place = self._place(kv.key)
-            if place is None:
-                continue
+            if place is None or kv.mod_revision <= self._floor:
+                continue  # not a document, or read since by a whole read
             name, member = place
             entries = self._docs.setdefault(name, {})
             held = entries.get(member)

@@ -141,7 +141,10 @@ class Election:
             if not kvs:
                 continue  # resigned between the two: campaign again
             holder = KeyValue.of(kvs[0])
-            self._set(_identity(holder), None)
+            known = _identity(holder)
+            if known != self.leader:
+                self.log.info("following the leader %s", (known or {}).get("url", "(unknown)"))
+            self._set(known, None)
             await self._until_vacant(holder)
 
     async def _until_vacant(self, holder: KeyValue) -> None:

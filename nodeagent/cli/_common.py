@@ -109,6 +109,9 @@ def run_daemon(run: Callable[[Path | None], int], config: Path | None, log_level
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # httpx logs every request at INFO: a daemon's calls (ad pushes, etcd's keep-alives
+    # every few seconds) would fill its log. Their failures are logged by the daemon.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     _logsafe.install()
     try:
         status = run(config)

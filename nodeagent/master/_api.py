@@ -51,6 +51,7 @@ from nodeagent._http11 import MAX_BODY
 from nodeagent._peer import AgentCallFailed
 from nodeagent._store import StoreError
 from nodeagent.master._adstore import project
+from nodeagent.master._leader import LeaderView, NotLeader
 from nodeagent.master._maintenance import (
     MachineId,
     MaintenanceError,
@@ -417,8 +418,11 @@ def build_master_app(
     evaluator: Evaluator | None = None,
     sla: SlaBook | None = None,
     operations: Operations | None = None,
+    leader: LeaderView | None = None,
 ) -> FastAPI:
-    """The master API bound to ``master``. ``sla``: the SLA policies the endpoints of
+    """The master API bound to ``master``. ``leader``: whether this master leads (without:
+    it is the one master); a master that does not lead sends writes to the one that does
+    (:class:`~nodeagent.master._leader.NotLeader`). ``sla``: the SLA policies the endpoints of
     :mod:`~nodeagent.master._sla_api` serve (without: the app reads its own from the
     master's store).
 
@@ -439,6 +443,7 @@ def build_master_app(
     )
 
     principals = Principals(master, key)
+    leadership = LeaderView() if leader is None else leader
 
     def principal(request: Request) -> Principal:
         return principals(request.headers.get("authorization"), unix=bool(request.scope.get(_UNIX)))
@@ -457,8 +462,9 @@ def build_master_app(
             )
 
     async def administrator(request: Request, action: str) -> Principal:
-        """The caller, who must be ADMINISTRATOR; a refusal is audited under ``action``
-        (before the body is read)."""
+        """The caller, who must be ADMINISTRATOR, of a write this master must lead to make;
+        a refusal, or a write sent to the leader, is audited under ``action`` (before the
+        body is read)."""
         try:
             who = principal(request)
         except AuthError as exc:
@@ -466,7 +472,8 @@ def build_master_app(
             raise
         try:
             require(who, Scope.ADMINISTRATOR)
-        except AuthError as exc:
+            leadership.check()
+        except (AuthError, NotLeader) as exc:
             await record(request, who.subject, action, exc.code)
             raise
         return who
@@ -499,6 +506,19 @@ def build_master_app(
     # ------------------------------------------------------------------ errors
 
     app.add_exception_handler(AuthError, auth_error_response)
+
+    @app.exception_handler(NotLeader)
+    async def _not_leader(request: Request, exc: NotLeader) -> JSONResponse:
+        """307 to the same path and query on the leader (the method and body are sent
+        again there); 503 while nobody leads."""
+        body = error_body(exc.code, str(exc))
+        if exc.leader is None:
+            return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+        body["error"]["leader"] = exc.leader
+        target = exc.leader.rstrip("/") + request.url.path
+        if request.url.query:
+            target += "?" + request.url.query
+        return JSONResponse(body, status_code=307, headers={"Location": target})
 
     @app.exception_handler(SlotsError)
     async def _slots_error(request: Request, exc: SlotsError) -> JSONResponse:
@@ -550,6 +570,32 @@ def build_master_app(
             allowed(request, Scope.READ)
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)
+
+    # ------------------------------------------------------------------ leadership
+
+    @app.get("/v1/leader", tags=["health"], responses=_errors(401, 403))
+    async def get_leader(request: Request) -> dict[str, Any]:
+        """Which master leads (``leader``: its URL; ``null`` while nobody does), whether
+        this one does, and its store (``sqlite``: the one master; ``etcd``: several)."""
+        allowed(request, Scope.READ)
+        return leadership.to_json()
+
+    @app.get("/v1/ad", tags=["health"], responses=_errors(401, 403))
+    async def master_ad(request: Request) -> dict[str, Any]:
+        """The master's own ad (``MyType`` ``Master``): who it is, who leads, its store."""
+        allowed(request, Scope.READ)
+        shown = leadership.to_json()
+        return {
+            "MyType": "Master",
+            "Name": shown["self"],
+            "MyAddress": shown["self"],
+            "MasterVersion": __version__,
+            "MasterStore": shown["store"],
+            "MasterLeader": shown["leader"],
+            "MasterIsLeader": shown["leading"],
+            "MyCurrentTime": int(master.clock.now()),
+            "NumberOfNodes": len(master.ads),
+        }
 
     # ------------------------------------------------------------------ ads
 

@@ -21,6 +21,8 @@ hypercorn, like the agent's.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,9 @@ import trio
 from starlette.types import ASGIApp
 
 from nodeagent._clock import Clock, WallClock
+from nodeagent._etcd import AsyncEtcd, EtcdSettings
+from nodeagent._etcd_store import EtcdStore
+from nodeagent._leadership import Election, Fence, LeadershipLost, lease_ttl
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -38,21 +43,50 @@ from nodeagent._lifecycle import (
 )
 from nodeagent._peer import AgentLink, HttpAgentLink
 from nodeagent._settings import ConfigChanges
-from nodeagent._store import DocumentStore
+from nodeagent._store import Documents, DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
 from nodeagent.master._config import MasterConfig, load_master_config
+from nodeagent.master._leader import LeaderView
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_policies import SlaBook
 
-__all__ = ["MasterDaemon", "plan_policy", "run_master"]
+__all__ = ["MasterDaemon", "etcd_settings", "plan_policy", "run_master"]
 
 log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
 _WAKE_GAP = 0.25
+#: The master's documents kept one etcd key per member (see nodeagent._etcd_store).
+_COLLECTIONS = ("drains", "operations")
+
+
+def etcd_settings(config: MasterConfig) -> EtcdSettings:
+    """How the master speaks to etcd; raises :class:`~nodeagent._store.StoreError` when the
+    password file cannot be read."""
+    password = None
+    if config.etcd_password_file is not None:
+        try:
+            password = config.etcd_password_file.read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreError(
+                f"cannot read etcd_password_file {config.etcd_password_file}: {exc}"
+            ) from None
+    return EtcdSettings(
+        endpoints=config.etcd_endpoints,
+        ca_file=config.etcd_ca_file,
+        cert_file=config.etcd_cert_file,
+        key_file=config.etcd_key_file,
+        user=config.etcd_user,
+        password=password,
+        timeout=config.etcd_timeout,
+    )
+
+
+def _prefix(config: MasterConfig) -> str:
+    return config.etcd_prefix.rstrip("/") + "/master/"
 
 
 def plan_policy(config: MasterConfig) -> PlanPolicy:
@@ -76,10 +110,11 @@ class _Parts:
     operations: Operations
     agents: HttpAgentLink | None
     sla: SlaBook
+    leader: LeaderView
 
 
 @dataclass
-class MasterDaemon(Program[MasterConfig, DocumentStore]):
+class MasterDaemon(Program[MasterConfig, Documents]):
     """One running master; :meth:`serve` runs it until stopped.
 
     ``link`` and ``clock`` are seams for tests (a given ``link`` is used as it is: a reload
@@ -98,6 +133,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
     urls: list[str] = field(default_factory=list)
     _stop: trio.Event = field(default_factory=trio.Event)
     _parts: _Parts | None = None
+    _etcd: AsyncEtcd | None = None
 
     @property
     def socket(self) -> Path:
@@ -132,10 +168,15 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
     def load_config(self) -> MasterConfig:
         return load_master_config(self.config_path)
 
-    def open_store(self) -> DocumentStore:
-        return DocumentStore(self.config.state_dir / "master.db")
+    def open_store(self) -> Documents:
+        """SQLite (``master.db``), or etcd (``store = "etcd"``: read whole now; raises
+        :class:`~nodeagent._store.StoreError` when etcd cannot be reached)."""
+        config = self.config
+        if config.store == "etcd":
+            return EtcdStore(etcd_settings(config), _prefix(config), collections=_COLLECTIONS)
+        return DocumentStore(config.state_dir / "master.db")
 
-    def build(self, opened: Opened[DocumentStore]) -> ASGIApp:
+    def build(self, opened: Opened[Documents]) -> ASGIApp:
         """The master restored from its store, with its API (ad pushes on a fast path)."""
         config = self.config
         link: AgentLink
@@ -166,8 +207,14 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         )
         sla.load()
         operations.sla = sla  # each batch's SLA check
+        leader = LeaderView(store=config.store)
         self._parts = _Parts(
-            master=master, metrics=metrics, operations=operations, agents=agents, sla=sla
+            master=master,
+            metrics=metrics,
+            operations=operations,
+            agents=agents,
+            sla=sla,
+            leader=leader,
         )
         return with_ad_fast_path(
             build_master_app(
@@ -177,6 +224,7 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
                 metrics=metrics,
                 operations=operations,
                 sla=sla,
+                leader=leader,
             ),
             master,
             key=opened.key,
@@ -184,11 +232,73 @@ class MasterDaemon(Program[MasterConfig, DocumentStore]):
         )
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
-        """The reconcile service and the engine of rolling maintenance operations."""
-        if self._parts is None:
+        """The reconcile service and the engine of rolling maintenance operations: at
+        once with SQLite; with etcd, while this master leads (:meth:`_lead`), following
+        the leader's writes meanwhile."""
+        parts = self._parts
+        if parts is None:
             raise RuntimeError("the master daemon has not been built")
-        await services.start(self._parts.master.run)
-        await services.start(self._parts.operations.run)
+        config = self.config
+        tcp = [url for url in listening.urls if not url.startswith("http://unix")]
+        parts.leader.url = config.advertise_url or (tcp[0] if tcp else listening.urls[0])
+        store = parts.master.store
+        if not isinstance(store, EtcdStore):
+            await services.start(parts.master.run)
+            await services.start(parts.operations.run)
+            return
+        etcd = self._etcd = AsyncEtcd(store.settings)
+        ttl = lease_ttl(config.leader_ttl)
+        election = Election(
+            etcd=etcd,
+            key=_prefix(config).encode() + b"leader",
+            ttl=ttl,
+            identity={"url": parts.leader.url, "host": socket.gethostname(), "pid": os.getpid()},
+            log=log,
+        )
+        parts.leader.election, parts.leader.ttl = election, ttl
+        await services.start(store.follow, etcd, self._followed)
+        await services.start(election.run, self._lead)
+
+    async def _lead(self, fence: Fence) -> None:
+        """One term of leadership: the state as etcd holds it now (every write of the
+        terms before), then the reconcile service and the operations engine, until the
+        term ends (cancelled), or a write of theirs is fenced out."""
+        parts = self._parts
+        store = None if parts is None else parts.master.store
+        if parts is None or not isinstance(store, EtcdStore) or self._etcd is None:
+            raise RuntimeError("the master daemon has not been built for etcd")
+        await store.refresh_async(self._etcd)
+        self._take_state(parts)
+        lost = store.lead(fence)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(parts.master.run)
+                await nursery.start(parts.operations.run)
+                await lost.wait()
+                raise LeadershipLost("a write of this master's was fenced out")
+        finally:
+            store.fence = None
+            self._take_state(parts)  # a follower again: the state as written
+
+    def _followed(self, names: set[str]) -> None:
+        """The leader changed ``names``: take its state (a leader's own writes are not
+        reported; it reads all at the start of its term)."""
+        parts = self._parts
+        if parts is not None and not parts.leader.leading:
+            self._take_state(parts)
+
+    @staticmethod
+    def _take_state(parts: _Parts) -> None:
+        try:
+            parts.master.follow()
+            parts.operations.load()
+            parts.sla.load()
+        except StoreError as exc:
+            log.error("cannot read the shared state: %s", exc)
+
+    async def finish(self) -> None:
+        if self._etcd is not None:
+            await self._etcd.aclose()
 
     def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
         """The plan policy, intervals, ad lifetime, metrics auth, the agents' timeout, the

@@ -58,7 +58,7 @@ import trio
 
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
-from nodeagent._store import DocumentStore, StoreError
+from nodeagent._store import Documents, StoreError
 from nodeagent.master._adstore import AdEntry, AdStore
 from nodeagent.master._maintenance import (
     MachineId,
@@ -202,7 +202,7 @@ def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
 class Master:
     """See the module docstring. ``run`` is the reconcile service."""
 
-    store: DocumentStore
+    store: Documents
     link: AgentLink
     clock: Clock
     ads: AdStore
@@ -250,17 +250,26 @@ class Master:
     # ------------------------------------------------------------------ durability
 
     def load(self) -> None:
-        """Restore the schedule, modes, drains and counters from the store."""
+        """Restore the schedule, modes, drains and counters from the store, and forget
+        what a reconcile pass had under way (a new term of leadership starts afresh)."""
         snapshot = self.store.load("maintenance")
-        if snapshot is not None:
-            self.state = MaintenanceState.restore(snapshot)
+        self.state = MaintenanceState() if snapshot is None else MaintenanceState.restore(snapshot)
         self.drains = dict(self.store.load("drains") or {})
         self._unseen = set(self.drains)
+        self._busy, self._starting, self._backoff = set(), set(), {}
         self.actors = dict(self.store.load("actors") or {})
         counters = self.store.load("counters")
-        if counters:
-            self.counters = MasterCounters(**counters)
+        self.counters = MasterCounters(**counters) if counters else MasterCounters()
         self.operations = dict(self.store.load("operations") or {})
+
+    def follow(self) -> None:
+        """Take the state the leader wrote (a master that follows, see
+        :mod:`nodeagent.master._leader`): as :meth:`load`, and the machines that entered a
+        window or whose window moved are remembered with the time this master learnt it,
+        as :meth:`set_schedule` does, so that its plan fetches their nodes' ads first."""
+        before = {machine_key(m.id): m.window for m in self.state.machines()}
+        self.load()
+        self._remember_windows(before, self.state.machines(), self.clock.now())
 
     def save(self) -> None:
         """Write the schedule, modes, drains, actors and counters; raises
@@ -309,6 +318,16 @@ class Master:
         actors = {k: v for k, v in self.actors.items() if k in scheduled}
         for key in scheduled:
             actors.setdefault(key, actor)
+        self._save(state, actors)
+        self.state, self.actors = state, actors
+        self._remember_windows(before, statuses, now)
+        self.wake()
+
+    def _remember_windows(
+        self, before: Mapping[str, Any], statuses: tuple[MachineStatus, ...], now: float
+    ) -> None:
+        """Note ``now`` as the time each machine of ``statuses`` entered its window, unless
+        it had that window ``before`` (then its time stays)."""
         since: dict[str, float] = {}
         entering: dict[str, tuple[float, MachineId]] = {}
         for status in statuses:
@@ -322,10 +341,8 @@ class Master:
                 continue
             since[key] = now
             entering[key] = (now, status.id)
-        self._save(state, actors)
-        self.state, self.actors, self.window_since = state, actors, since
+        self.window_since = since
         self._to_fetch = {k: v for k, v in self._to_fetch.items() if k in since} | entering
-        self.wake()
 
     def machines_down(self, machine_ids: tuple[MachineId, ...], *, actor: str) -> None:
         """POST /machine/down (Mesos rules). Raises :class:`MaintenanceError` or

@@ -28,7 +28,7 @@ from typing import Any
 
 from nodeagent._durations import parse_duration
 from nodeagent._peer import PeerClient
-from nodeagent._store import DocumentStore, StoreError
+from nodeagent._store import Documents, StoreError
 from nodeagent.master._coordinators import ask_coordinators, coordinator_client
 from nodeagent.master._sla import (
     Instance,
@@ -108,7 +108,7 @@ class SlaBook:
     affected groups name, then :func:`~nodeagent.master._sla.probe`.
     """
 
-    store: DocumentStore
+    store: Documents
     file: SlaFile | None = None
     coordinator_timeout: float = 5.0
     api: dict[str, SlaPolicy] = field(default_factory=dict)
@@ -121,7 +121,7 @@ class SlaBook:
         try:
             self.api = {g: policy_from_json(g, doc) for g, doc in saved.items()}
         except (InvalidRequest, AttributeError) as exc:
-            raise StoreError(f"unreadable SLA policies in {self.store.path}: {exc}") from None
+            raise StoreError(f"unreadable SLA policies in {self.store.where}: {exc}") from None
         self.client.timeout = self.coordinator_timeout
 
     def reconfigure(self, file: SlaFile | None, coordinator_timeout: float) -> None:
