@@ -60,10 +60,11 @@ class Masters:
 
     def leader(self, timeout: float = 20.0) -> MasterProcess:
         """The master that leads (waits for one)."""
-        return wait_for(
+        leader: MasterProcess = wait_for(
             lambda: next((m for m in self.running() if self.leader_doc(m).get("leading")), None),
             timeout=timeout,
         )
+        return leader
 
     def followers(self) -> list[MasterProcess]:
         leader = self.leader()
@@ -92,7 +93,9 @@ class Masters:
 
 
 @contextlib.contextmanager
-def masters_on(root: Path, etcd: EtcdServer, count: int = 3, **settings: Any) -> Iterator[Masters]:
+def masters_on(
+    root: Path, etcd: EtcdServer, *, count: int = 3, **settings: Any
+) -> Iterator[Masters]:
     masters = Masters(root, etcd, count, **settings)
     try:
         masters.start()

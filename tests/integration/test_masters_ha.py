@@ -29,7 +29,7 @@ __all__ = ["etcd_server"]
 
 pytestmark = pytest.mark.integration
 
-JIT = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
+JIT: dict[str, Any] = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
 
 
 def plan_row(master: MasterProcess, host: str) -> dict[str, Any] | None:
@@ -100,7 +100,7 @@ def test_the_leader_killed_between_a_commit_and_its_next_pass(
 ) -> None:
     """Passes 30 s apart, pushes a minute apart: the new leader knows the drain from the
     record its predecessor wrote before the commit, adopts it and escalates it."""
-    settings = {**JIT, "reconcile_interval": 30}
+    settings: dict[str, Any] = {**JIT, "reconcile_interval": 30}
     with masters_on(tmp_path / "masters", etcd_server, **settings) as masters:
         link = {
             **masters.agent_settings(tmp_path / "kill.test", update_interval=60),
