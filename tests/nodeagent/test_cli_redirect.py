@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,13 +88,23 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 
 
 @contextmanager
-def serving(answer: Callable[[Arrived], Answer], *, unix: Path | None = None) -> Iterator[Server]:
-    """A server on 127.0.0.1 (or the Unix socket ``unix``) for the block."""
+def serving(
+    answer: Callable[[Arrived], Answer],
+    *,
+    unix: Path | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Iterator[Server]:
+    """A server on 127.0.0.1 (over TLS with ``tls``), or on the Unix socket ``unix``, for
+    the block."""
     server = Server(answer)
     httpd: socketserver.BaseServer
     if unix is None:
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
-        server.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+            scheme = "https"
+        server.url = f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
     else:
         httpd = _UnixHTTPServer(str(unix), _handler(server))
         server.url = f"unix:{unix}"
