@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, model_validator
 
+from nodeagent._etcd_options import EtcdOptions
 from nodeagent._paths import DEFAULT_DEFRAG_CONFIG_PATH
 from nodeagent._settings import (
     Duration,
@@ -40,7 +41,7 @@ ClassAdExpression = Annotated[str, AfterValidator(_check_expression)]
 """A ClassAd expression, checked with the official parser when the configuration loads."""
 
 
-class DefragConfig(_DaemonSettings):
+class DefragConfig(_DaemonSettings, EtcdOptions):
     """The configuration of ``nodeagent defrag run``. Load with :func:`load_defrag_config`.
 
     The policy keys are HTCondor's ``DEFRAG_*`` knobs in snake case, with its defaults;

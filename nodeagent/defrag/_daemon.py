@@ -4,6 +4,12 @@ Starts in order: the pool key (shared with the agents: the daemon signs its requ
 them with it; it must exist), the store (the pacing of the drain rate), a local Unix
 socket (ADMINISTRATOR) and the TCP listeners serving ``GET /v1/stats`` (``listen = []``:
 none), the service (cycles and pushes of the Defrag ad); then ``READY=1``.
+
+With ``store = "etcd"`` two or more daemons of one name run for availability: they keep
+the pacing in etcd (``<etcd_prefix>/defrag/<name>/``) and elect a leader with a lease, as
+the masters do (:mod:`nodeagent._leadership`); only the leader runs the cycles and pushes
+the Defrag ad, from the pacing its predecessors wrote. ``GET /v1/stats`` on each says
+whether it leads (``DefragIsLeader``) and which one does (``DefragLeader``).
 SIGTERM/SIGINT stop it at once; SIGHUP reloads the policy, the master link and the
 intervals (the name, directories, listeners and key stay as they were).
 """
@@ -11,6 +17,8 @@ intervals (the name, directories, listeners and key stay as they were).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +38,10 @@ from nodeagent._auth import (
     require,
 )
 from nodeagent._clock import Clock, WallClock
+from nodeagent._etcd import AsyncEtcd
+from nodeagent._etcd_store import EtcdStore
 from nodeagent._http import auth_error_response, error_body
+from nodeagent._leadership import Election, Fence, LeadershipLost, lease_ttl
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -41,7 +52,7 @@ from nodeagent._lifecycle import (
 )
 from nodeagent._serving import advertised_url
 from nodeagent._settings import ConfigChanges, ConfigError, default_ip
-from nodeagent._store import DocumentStore
+from nodeagent._store import Documents, DocumentStore
 from nodeagent.defrag._config import DefragConfig, load_defrag_config
 from nodeagent.defrag._policy import DefragPolicy
 from nodeagent.defrag._service import DefragLink, DefragService, HttpDefragLink
@@ -132,7 +143,7 @@ def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
 
 
 @dataclass
-class DefragDaemon(Program[DefragConfig, DocumentStore]):
+class DefragDaemon(Program[DefragConfig, Documents]):
     """One running defrag daemon; :meth:`serve` runs it until stopped.
 
     ``link`` and ``clock`` are seams for tests (a given ``link`` is used as it is);
@@ -152,6 +163,7 @@ class DefragDaemon(Program[DefragConfig, DocumentStore]):
     urls: list[str] = field(default_factory=list)
     _stop: trio.Event = field(default_factory=trio.Event)
     _master: HttpDefragLink | None = None
+    _etcd: AsyncEtcd | None = None
 
     @property
     def socket(self) -> Path:
@@ -185,10 +197,14 @@ class DefragDaemon(Program[DefragConfig, DocumentStore]):
     def load_config(self) -> DefragConfig:
         return load_defrag_config(self.config_path)
 
-    def open_store(self) -> DocumentStore:
-        return DocumentStore(self.config.state_dir / "defrag.db")
+    def open_store(self) -> Documents:
+        """SQLite (``defrag.db``), or etcd (``store = "etcd"``)."""
+        config = self.config
+        if config.store == "etcd":
+            return EtcdStore(config.etcd_settings(), config.etcd_keys("defrag", config.name))
+        return DocumentStore(config.state_dir / "defrag.db")
 
-    def build(self, opened: Opened[DocumentStore]) -> ASGIApp:
+    def build(self, opened: Opened[Documents]) -> ASGIApp:
         """The service with its saved pacing, and its API; raises :class:`ConfigError`
         without a ``master_url``."""
         config = self.config
@@ -214,11 +230,22 @@ class DefragDaemon(Program[DefragConfig, DocumentStore]):
         if service is None:
             raise RuntimeError("the defrag daemon has not been built")
         config = self.config
-        service.identity = {
-            "DaemonStartTime": int(self.clock.now()),
-            "MyAddress": advertised_url(list(listening.tcp), default_ip()),
-        }
-        await services.start(service.run)
+        address = config.advertise_url or advertised_url(list(listening.tcp), default_ip())
+        service.identity = {"DaemonStartTime": int(self.clock.now()), "MyAddress": address}
+        store = service.store
+        if isinstance(store, EtcdStore):
+            etcd = self._etcd = AsyncEtcd(store.settings)
+            election = Election(
+                etcd=etcd,
+                key=config.etcd_keys("defrag", config.name).encode() + b"leader",
+                ttl=lease_ttl(config.leader_ttl),
+                identity={"url": address, "host": socket.gethostname(), "pid": os.getpid()},
+                log=log,
+            )
+            await services.start(self._show_leader, election)
+            await services.start(election.run, self._lead)
+        else:
+            await services.start(service.run)
         log.info(
             "defrag %r: %g drains/hour every %g s, schedule %s",
             config.name,
@@ -226,6 +253,40 @@ class DefragDaemon(Program[DefragConfig, DocumentStore]):
             config.interval,
             config.schedule,
         )
+
+    async def _lead(self, fence: Fence) -> None:
+        """One term: the pacing as etcd holds it, then the cycles until the term ends."""
+        service = self.service
+        store = None if service is None else service.store
+        if service is None or not isinstance(store, EtcdStore) or self._etcd is None:
+            raise RuntimeError("the defrag daemon has not been built for etcd")
+        await store.refresh_async(self._etcd)
+        service.load()
+        lost = store.lead(fence)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                await lost.wait()
+                raise LeadershipLost("a write of this daemon's was fenced out")
+        finally:
+            store.fence = None
+
+    async def _show_leader(
+        self, election: Election, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep ``DefragIsLeader`` and ``DefragLeader`` of the ad in step with the election."""
+        task_status.started()
+        while True:
+            if self.service is not None:
+                leader = election.leader or {}
+                self.service.identity.update(
+                    DefragIsLeader=election.leading, DefragLeader=leader.get("url")
+                )
+            await election.changed()
+
+    async def finish(self) -> None:
+        if self._etcd is not None:
+            await self._etcd.aclose()
 
     def reconfigure(self, running: DefragConfig, changes: ConfigChanges) -> None:
         """The policy, the update interval and the master link; then a cycle at once.

@@ -19,7 +19,7 @@ from nodeagent._peer import (
     TokenFile,
     kept_alive,
 )
-from nodeagent._store import DocumentStore
+from nodeagent._store import Documents
 from nodeagent.defrag._policy import (
     TRANSACTION_TTL,
     Cancel,
@@ -253,7 +253,7 @@ class DefragService:
     policy: DefragPolicy
     link: DefragLink
     clock: Clock
-    store: DocumentStore | None = None
+    store: Documents | None = None
     update_interval: float = 60.0
     identity: dict[str, Any] = field(default_factory=dict)
     stats: DefragStats = field(default_factory=DefragStats)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, field_serializer, model_validator
+from pydantic import BeforeValidator, field_serializer
 
+from nodeagent._etcd_options import EtcdOptions
 from nodeagent._paths import DEFAULT_MASTER_CONFIG_PATH
 from nodeagent._settings import (
     Duration,
     ListenAddress,
-    _check_url,
     _DaemonSettings,
     _field,
     _load_settings,
@@ -24,7 +24,7 @@ from nodeagent.master._sla_policies import SlaFile, read_sla_file
 __all__ = ["DEFAULT_MASTER_CONFIG_PATH", "MasterConfig", "load_master_config"]
 
 
-class MasterConfig(_DaemonSettings):
+class MasterConfig(_DaemonSettings, EtcdOptions):
     """The configuration of ``nodeagent master run``. Load with :func:`load_master_config`."""
 
     state_dir: Path = _field(..., reload=False, description="Durable state directory")
@@ -79,57 +79,6 @@ class MasterConfig(_DaemonSettings):
     sla_coordinator_timeout: Duration = _field(
         5.0, reload=True, description="Seconds a coordinator of a job group has to answer", gt=0
     )
-
-    store: Literal["sqlite", "etcd"] = _field(
-        "sqlite",
-        reload=False,
-        description="Where the state lives: one master's SQLite file, or etcd shared by several",
-    )
-    etcd_endpoints: tuple[Annotated[str, AfterValidator(_check_url)], ...] = _field(
-        (), reload=False, description="etcd's client URLs (store = 'etcd')"
-    )
-    etcd_prefix: str = _field(
-        "/nodeagent/", reload=False, description="The masters' keys in etcd start with this"
-    )
-    etcd_ca_file: Path | None = _field(
-        None, reload=False, description="CA certificate(s) that verify etcd's members (PEM)"
-    )
-    etcd_cert_file: Path | None = _field(
-        None, reload=False, description="The master's client certificate for etcd (PEM)"
-    )
-    etcd_key_file: Path | None = _field(
-        None, reload=False, description="The private key of etcd_cert_file (PEM)"
-    )
-    etcd_user: str | None = _field(None, reload=False, description="etcd user to log in as")
-    etcd_password_file: Path | None = _field(
-        None, reload=False, description="File holding etcd_user's password"
-    )
-    etcd_timeout: Duration = _field(
-        2.0, reload=False, description="Seconds each call to etcd may take (all endpoints)", gt=0
-    )
-    leader_ttl: Duration = _field(
-        5.0,
-        reload=False,
-        description="The leader's lease in etcd (whole seconds, at least 2): how long the "
-        "masters wait for a leader that died",
-        ge=2,
-    )
-    advertise_url: Annotated[str | None, AfterValidator(_check_url)] = _field(
-        None,
-        reload=False,
-        description="This master's URL, given to clients sent to the leader; default: its "
-        "first TCP listener",
-    )
-
-    @model_validator(mode="after")
-    def _etcd_needs_endpoints(self) -> Self:
-        if self.store == "etcd" and not self.etcd_endpoints:
-            raise ValueError("store = 'etcd' needs etcd_endpoints (etcd's client URLs)")
-        if self.etcd_cert_file is not None and self.etcd_key_file is None:
-            raise ValueError("etcd_cert_file needs etcd_key_file")
-        if self.etcd_user is not None and self.etcd_password_file is None:
-            raise ValueError("etcd_user needs etcd_password_file")
-        return self
 
     @field_serializer("sla_file")
     def _sla_file_path(self, value: SlaFile | None) -> str | None:

@@ -30,7 +30,7 @@ import trio
 from starlette.types import ASGIApp
 
 from nodeagent._clock import Clock, WallClock
-from nodeagent._etcd import AsyncEtcd, EtcdSettings
+from nodeagent._etcd import AsyncEtcd
 from nodeagent._etcd_store import EtcdStore
 from nodeagent._leadership import Election, Fence, LeadershipLost, lease_ttl
 from nodeagent._lifecycle import (
@@ -54,7 +54,7 @@ from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_policies import SlaBook
 
-__all__ = ["MasterDaemon", "etcd_settings", "plan_policy", "run_master"]
+__all__ = ["MasterDaemon", "plan_policy", "run_master"]
 
 log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
@@ -63,30 +63,8 @@ _WAKE_GAP = 0.25
 _COLLECTIONS = ("drains", "operations")
 
 
-def etcd_settings(config: MasterConfig) -> EtcdSettings:
-    """How the master speaks to etcd; raises :class:`~nodeagent._store.StoreError` when the
-    password file cannot be read."""
-    password = None
-    if config.etcd_password_file is not None:
-        try:
-            password = config.etcd_password_file.read_text(encoding="utf-8").rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise StoreError(
-                f"cannot read etcd_password_file {config.etcd_password_file}: {exc}"
-            ) from None
-    return EtcdSettings(
-        endpoints=config.etcd_endpoints,
-        ca_file=config.etcd_ca_file,
-        cert_file=config.etcd_cert_file,
-        key_file=config.etcd_key_file,
-        user=config.etcd_user,
-        password=password,
-        timeout=config.etcd_timeout,
-    )
-
-
 def _prefix(config: MasterConfig) -> str:
-    return config.etcd_prefix.rstrip("/") + "/master/"
+    return config.etcd_keys("master")
 
 
 def plan_policy(config: MasterConfig) -> PlanPolicy:
@@ -173,7 +151,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         :class:`~nodeagent._store.StoreError` when etcd cannot be reached)."""
         config = self.config
         if config.store == "etcd":
-            return EtcdStore(etcd_settings(config), _prefix(config), collections=_COLLECTIONS)
+            return EtcdStore(config.etcd_settings(), _prefix(config), collections=_COLLECTIONS)
         return DocumentStore(config.state_dir / "master.db")
 
     def build(self, opened: Opened[Documents]) -> ASGIApp:
