@@ -178,6 +178,15 @@ def status(
     held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
     if held:
         console.print(held_nodes_view(held, now=time.time()))
+    leadership = request(target, "GET", "/v1/leader").data or {}
+    if leadership.get("store") == "etcd":  # several masters: say which one leads
+        leader = leadership.get("leader")
+        if leader is None:
+            console.print("no master leads at the moment (writes are refused until one does)")
+        elif leadership.get("leading"):
+            console.print(f"this master leads ({leader})")
+        else:
+            console.print(f"the leader is {leader}; this master ({leadership.get('self')}) follows")
 
 
 def schedule_get(

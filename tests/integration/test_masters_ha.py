@@ -209,6 +209,16 @@ def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: Etcd
         assert ("alice", "maintenance.schedule", "master.not_leader") in [
             (r["subject"], r["action"], r["result"]) for r in followed
         ]
+        status = subprocess.run(
+            [sys.executable, "-m", "nodeagent", "master", "status",
+             "--host", follower.url, "--token", str(token)],
+            check=False, capture_output=True, text=True, timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")},
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        assert f"the leader is {leader.url}; this master ({follower.url}) follows" in " ".join(
+            status.stdout.split()
+        )
         # Every master says who leads, in GET /v1/leader and in its own ad.
         for master in masters.all:
             assert masters.leader_doc(master)["leader"] == leader.url
