@@ -259,18 +259,20 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             self._take_state(parts)  # a follower again: the state as written
 
     def _followed(self, names: set[str]) -> None:
-        """The leader changed ``names``: take its state (a leader's own writes are not
-        reported; it reads all at the start of its term)."""
+        """The leader changed the documents ``names``: take them (a leader's own writes
+        are not reported; it reads all at the start of its term)."""
         parts = self._parts
         if parts is not None and not parts.leader.leading:
-            self._take_state(parts)
+            self._take_state(parts, names)
 
     @staticmethod
-    def _take_state(parts: _Parts) -> None:
+    def _take_state(parts: _Parts, names: set[str] | None = None) -> None:
         try:
-            parts.master.follow()
-            parts.operations.load()
-            parts.sla.load()
+            parts.master.follow(names)
+            if names is None or "operations" in names:
+                parts.operations.load()
+            if names is None or "sla_policies" in names:
+                parts.sla.load()
         except StoreError as exc:
             log.error("cannot read the shared state: %s", exc)
 

@@ -48,7 +48,7 @@ import contextlib
 import copy
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -262,14 +262,35 @@ class Master:
         self.counters = MasterCounters(**counters) if counters else MasterCounters()
         self.operations = dict(self.store.load("operations") or {})
 
-    def follow(self) -> None:
+    def follow(self, names: Collection[str] | None = None) -> None:
         """Take the state the leader wrote (a master that follows, see
-        :mod:`nodeagent.master._leader`): as :meth:`load`, and the machines that entered a
-        window or whose window moved are remembered with the time this master learnt it,
-        as :meth:`set_schedule` does, so that its plan fetches their nodes' ads first."""
-        before = {machine_key(m.id): m.window for m in self.state.machines()}
-        self.load()
-        self._remember_windows(before, self.state.machines(), self.clock.now())
+        :mod:`nodeagent.master._leader`): the documents ``names`` (all by default) again
+        from the store. A drain record equal to the one held is kept as it is, so that
+        the plans made of it stay cached; the machines that entered a window or whose
+        window moved are remembered with the time this master learnt it, as
+        :meth:`set_schedule` does, so that its plan fetches their nodes' ads first."""
+        if names is None:
+            names = {"maintenance", "drains", "actors", "counters", "operations"}
+        if "maintenance" in names:
+            before = {machine_key(m.id): m.window for m in self.state.machines()}
+            snapshot = self.store.load("maintenance")
+            self.state = (
+                MaintenanceState() if snapshot is None else MaintenanceState.restore(snapshot)
+            )
+            self._remember_windows(before, self.state.machines(), self.clock.now())
+        if "drains" in names:
+            held = self.drains
+            fresh = self.store.load("drains") or {}
+            self.drains = {k: held[k] if held.get(k) == v else v for k, v in fresh.items()}
+            self._unseen = set(self.drains)
+        if "actors" in names:
+            self.actors = dict(self.store.load("actors") or {})
+        if "counters" in names:
+            counters = self.store.load("counters")
+            self.counters = MasterCounters(**counters) if counters else MasterCounters()
+        if "operations" in names:
+            self.operations = dict(self.store.load("operations") or {})
+        self._busy, self._starting, self._backoff = set(), set(), {}
 
     def save(self) -> None:
         """Write the schedule, modes, drains, actors and counters; raises

@@ -1,0 +1,67 @@
+"""A master that follows takes what the leader wrote, document by document.
+
+Two masters on one store (a SQLite file here: the follower's part does not depend on the
+store): the leader writes, the follower takes the documents named, keeps the drain records
+that did not change as they were (so that its plan cache holds), and remembers when it
+learnt of each window.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from nodeagent._clock import TrioClock
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._master import Master
+from nodeagent.master._plan import PlanPolicy
+from tests.nodeagent.test_master_unit import EPOCH, DownLink, schedule
+
+
+def two_masters(tmp_path: Path) -> tuple[Master, Master]:
+    def one() -> Master:
+        return Master(
+            store=DocumentStore(tmp_path / "master.db"),
+            link=DownLink(),
+            clock=TrioClock(EPOCH),
+            ads=AdStore(lifetime=10_000),
+            policy=PlanPolicy(),
+        )
+
+    return one(), one()
+
+
+async def test_a_follower_takes_the_documents_the_leader_changed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    leader, follower = two_masters(tmp_path)
+    leader.set_schedule(schedule(EPOCH + 3600), actor="alice")
+    leader.drains = {"a": {"phase": "pending", "request_id": "1"}, "b": {"phase": "committed"}}
+    leader.counters.drains_started = 2
+    leader.save()
+    await trio.sleep(5)
+    follower.follow()
+    assert follower.state.schedule == leader.state.schedule
+    assert follower.actors == leader.actors
+    assert follower.drains == leader.drains
+    assert follower.counters.drains_started == 2
+    assert follower.window_since == dict.fromkeys(leader.window_since, EPOCH + 5)
+    kept = follower.drains["b"]
+
+    leader.drains["a"] = {"phase": "committed", "request_id": "1"}
+    leader.counters.drains_started = 3
+    leader.save()
+    await trio.sleep(5)
+    follower.follow({"drains"})
+    assert follower.drains["a"]["phase"] == "committed"
+    assert follower.drains["b"] is kept  # unchanged: the same record, plans stay cached
+    assert follower.counters.drains_started == 2  # not named: not read
+    assert follower.window_since == dict.fromkeys(leader.window_since, EPOCH + 5)
+
+    leader.set_schedule(schedule(EPOCH + 7200), actor="alice")  # the window moves
+    await trio.sleep(5)
+    follower.follow({"maintenance", "counters"})
+    assert follower.counters.drains_started == 3
+    assert follower.window_since == dict.fromkeys(leader.window_since, EPOCH + 15)
