@@ -15,11 +15,13 @@ import time
 from typing import Any
 
 import httpx
+import psutil
 
 from tests.etcd import EtcdServer
 from tests.harness import MasterProcess
 
 __all__ = [
+    "EtcdMeter",
     "etcd_requests",
     "etcd_settings",
     "master_values",
@@ -76,6 +78,34 @@ def requests_between(before: dict[str, int], after: dict[str, int]) -> dict[str,
         for method in sorted(after)
         if after[method] != before.get(method, 0)
     }
+
+
+class EtcdMeter:
+    """The calls etcd served (:func:`etcd_requests`) and the CPU it used, from
+    :meth:`start` to :meth:`since`."""
+
+    def __init__(self, etcd: EtcdServer) -> None:
+        if etcd.proc is None:
+            raise RuntimeError("etcd is not running")
+        self.etcd = etcd
+        self.process = psutil.Process(etcd.proc.pid)
+        self.calls: dict[str, int] = {}
+        self.cpu = 0.0
+
+    def _cpu(self) -> float:
+        times = self.process.cpu_times()
+        return float(times.user + times.system)
+
+    def start(self) -> None:
+        self.calls, self.cpu = etcd_requests(self.etcd), self._cpu()
+
+    def since(self, elapsed: float) -> dict[str, Any]:
+        """``etcd_requests`` (by method) and ``etcd_cpu_percent`` over ``elapsed`` s."""
+        cpu = self._cpu() - self.cpu
+        return {
+            "etcd_requests": requests_between(self.calls, etcd_requests(self.etcd)),
+            "etcd_cpu_percent": round(100 * cpu / elapsed, 1),
+        }
 
 
 def master_values(etcd: EtcdServer, prefix: str) -> dict[str, int]:

@@ -17,8 +17,15 @@ pushes are a minute apart, and each uses a client of its own). Both CPUs are mea
 (psutil for the master, ``getrusage`` for the client) over the measured interval.
 ``ads_per_master_cpu_second`` is the rate one fully busy core would give the master.
 
+``--store etcd``: the master keeps its state in a real etcd started for the run
+(:class:`tests.etcd.EtcdServer`, in the temporary directory, ended by its pid) and leads
+it alone; each interval also counts the calls etcd served meanwhile, by method
+(``etcd_requests``: its ``grpc_server_started_total``; an ad is soft state and must cost
+none) and etcd's CPU.
+
 Prints one JSON document. Usage:
-``python tests/bench/ad_ingest.py [--seconds 10] [--nodes 2000] [--connections 64]``.
+``python tests/bench/ad_ingest.py [--seconds 10] [--nodes 2000] [--connections 64]
+[--store sqlite|etcd]``.
 """
 
 from __future__ import annotations
@@ -45,9 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from nodeagent._auth import Scope, create_token, load_key
 from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.bench._benchlib import percentile, terminate
+from tests.bench._etcdlib import EtcdMeter, etcd_settings, master_values, require_etcd, wait_leading
+from tests.etcd import EtcdServer
 from tests.harness import MasterProcess
 
 NS = 1_000_000_000
+#: The master's etcd_prefix with ``--store etcd``.
+PREFIX = "/nodeagent-bench/"
 WARMUP = 2.0
 TEMPLATES = 8
 CLAIMS = 8
@@ -313,11 +324,13 @@ def drive(
     seconds: float,
     *,
     reconnect: bool = False,
+    etcd: EtcdServer | None = None,
 ) -> dict[str, Any]:
     """Push ads as fast as the master answers: warm-up, then the measured interval.
 
     ``reconnect``: a new connection for every ad (as an agent makes: one short-lived
-    client per push), instead of keep-alive.
+    client per push), instead of keep-alive. ``etcd``: the master's etcd, whose calls
+    and CPU over the measured interval are counted too.
     """
     selector = selectors.DefaultSelector()
     conns = [Connection(address, prepared[c::connections]) for c in range(connections)]
@@ -330,6 +343,7 @@ def drive(
     warm_until = start + WARMUP
     end = warm_until + seconds
     master_cpu0 = client_cpu0 = t0 = 0.0
+    meter = None if etcd is None else EtcdMeter(etcd)
     try:
         for conn in conns:
             conn.connect(selector)
@@ -338,6 +352,9 @@ def drive(
             now = time.perf_counter()
             if not measuring and now >= warm_until:
                 measuring = True
+                if meter is not None:
+                    meter.start()
+                    now = time.perf_counter()
                 t0, master_cpu0, client_cpu0 = now, _cpu(master), _own_cpu()
             if now >= end:
                 break
@@ -360,6 +377,7 @@ def drive(
         elapsed = time.perf_counter() - t0
         master_cpu = _cpu(master) - master_cpu0
         client_cpu = _own_cpu() - client_cpu0
+        on_etcd = {} if meter is None else meter.since(elapsed)
     finally:
         for conn in conns:
             if conn.sock is not None:
@@ -381,20 +399,33 @@ def drive(
         },
         "errors": {str(k): v for k, v in sorted(errors.items())},
         "reconnects": sum(c.reconnects for c in conns),
+        **on_etcd,
     }
 
 
 # ---------------------------------------------------------------------------- benchmark
 
 
-def run(seconds: float, nodes: int, connections: int, scheduled: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as tmp:
-        master = MasterProcess(
-            Path(tmp) / "master", settings={"reconcile_interval": 1.0, "ad_lifetime": 300}
-        )
+def run(
+    seconds: float, nodes: int, connections: int, scheduled: float, store: str = "sqlite"
+) -> dict[str, Any]:
+    if store == "etcd":
+        require_etcd()
+    with (
+        tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        settings: dict[str, Any] = {"reconcile_interval": 1.0, "ad_lifetime": 300}
+        etcd = None
+        if store == "etcd":
+            etcd = stack.enter_context(EtcdServer(Path(tmp) / "etcd"))
+            settings.update(etcd_settings(etcd, PREFIX))
+        master = MasterProcess(Path(tmp) / "master", settings=settings)
         try:
             master.start()
             assert master.proc is not None
+            if etcd is not None:
+                wait_leading(master)
             now = time.time()
             posted = master.call(
                 "POST", "/maintenance/schedule", json=schedule(nodes, scheduled, now)
@@ -405,8 +436,10 @@ def run(seconds: float, nodes: int, connections: int, scheduled: float) -> dict[
             prepared = requests(master, int(port), nodes, now)
             sizes = [len(p) for p in prepared]
             address = (host, int(port))
-            keep_alive = drive(address, prepared, connections, master.proc.pid, seconds)
-            fresh = drive(address, prepared, connections, master.proc.pid, seconds, reconnect=True)
+            pid = master.proc.pid
+            keep_alive = drive(address, prepared, connections, pid, seconds, etcd=etcd)
+            fresh = drive(address, prepared, connections, pid, seconds, reconnect=True, etcd=etcd)
+            values = {} if etcd is None else {"etcd_value_bytes": master_values(etcd, PREFIX)}
             received = master.call("GET", "/metrics").text
             nodes_seen = len(
                 master.call("GET", "/v1/ads", params={"projection": "Name"}).json()["ads"]
@@ -424,6 +457,7 @@ def run(seconds: float, nodes: int, connections: int, scheduled: float) -> dict[
             raise RuntimeError(f"the master counted {counter} ads, the client {counted}")
         return {
             "benchmark": "ad_ingest",
+            "store": store,
             "nodes": nodes,
             "nodes_seen": nodes_seen,
             "scheduled_nodes": int(nodes * scheduled),
@@ -435,6 +469,7 @@ def run(seconds: float, nodes: int, connections: int, scheduled: float) -> dict[
             "connection_per_ad": fresh,
             "master_rss_mib": round(rss / 2**20, 1),
             "master_ads_received_total": int(counter),
+            **values,
             "target_ads_per_second": 2000,
             "master_log_problems": log_problems(master),
         }
@@ -446,10 +481,14 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2000, help="distinct simulated nodes")
     parser.add_argument("--connections", type=int, default=64, help="concurrent connections")
     parser.add_argument("--scheduled", type=float, default=0.1, help="share of nodes scheduled")
+    parser.add_argument(
+        "--store", choices=("sqlite", "etcd"), default="sqlite", help="the master's store"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(run(args.seconds, args.nodes, args.connections, args.scheduled), indent=2))
+        figures = run(args.seconds, args.nodes, args.connections, args.scheduled, args.store)
+        print(json.dumps(figures, indent=2))
     return 0
 
 
