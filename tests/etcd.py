@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -34,10 +34,12 @@ def free_port() -> int:
 
 
 class EtcdServer:
-    """One etcd member; use as a context manager (ends it, by pid, on exit)."""
+    """One etcd member; use as a context manager (ends it, by pid, on exit). ``args``: more
+    of etcd's own flags (``--max-request-bytes=…``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, args: Sequence[str] = ()) -> None:
         self.root = root
+        self.args = tuple(args)
         root.mkdir(parents=True, exist_ok=True)
         self.client_port = free_port()
         self.peer_port = free_port()
@@ -60,6 +62,7 @@ class EtcdServer:
                 f"--initial-cluster=test={peer}",
                 "--log-level=warn",
                 "--logger=zap",
+                *self.args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

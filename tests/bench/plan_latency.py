@@ -21,9 +21,21 @@ ahead, so every machine is DRAINING and no drain is due during the benchmark.
   the default ``update_interval`` do, with a request every ``--interval`` seconds (as
   ``nodeagent master plan --watch``): the steady state of a cluster under maintenance.
 
-Both with blockers (the default) and with ``blockers=false``. Prints one JSON document.
-Usage: ``python tests/bench/plan_latency.py [--machines 10000] [--runs 5] [--http-runs 5]
-[--interval 2]``.
+Both with blockers (the default) and with ``blockers=false``.
+
+``--store etcd``: every master (the in-process one included) keeps its state in a real
+etcd started for the run (:class:`tests.etcd.EtcdServer`, in the temporary directory,
+ended by its pid; ``--etcd-max-request-bytes`` is etcd's ``--max-request-bytes``, 1.5 MiB
+when not given) and leads it alone. Each series also counts the calls etcd served
+meanwhile, by method (``*_etcd_requests``): a plan reads the state held in memory, so
+nothing but the lease's keep-alives should appear. ``schedule_values`` gives the size of
+what posting the schedule writes (the ``maintenance`` and ``actors`` documents, in one
+transaction), computed in-process, so that a schedule etcd refuses as too large is
+reported with its size.
+
+Prints one JSON document. Usage: ``python tests/bench/plan_latency.py [--machines 10000]
+[--runs 5] [--http-runs 5] [--interval 2] [--restarts 3] [--period 60] [--store
+sqlite|etcd] [--etcd-max-request-bytes N]``.
 """
 
 from __future__ import annotations
@@ -44,13 +56,23 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from nodeagent._etcd import EtcdSettings
+from nodeagent._etcd_store import EtcdStore
 from nodeagent._peer import HttpAgentLink
-from nodeagent._store import DocumentStore
+from nodeagent._store import Documents, DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import plan_body
-from nodeagent.master._maintenance import MaintenanceSchedule
+from nodeagent.master._maintenance import MaintenanceSchedule, MaintenanceState
 from nodeagent.master._master import Master
+from nodeagent.master._plan import machine_key
 from tests.bench._benchlib import percentile, terminate
+from tests.bench._etcdlib import (
+    EtcdMeter,
+    etcd_settings,
+    master_values,
+    require_etcd,
+    wait_leading,
+)
 from tests.bench.ad_ingest import (
     CLAIMS,
     TEMPLATES,
@@ -62,10 +84,13 @@ from tests.bench.ad_ingest import (
     stop_master,
     template_ads,
 )
+from tests.etcd import EtcdServer
 from tests.harness import MasterProcess
 
 NS = 1_000_000_000
 WINDOWS = 100
+#: etcd's ``--max-request-bytes`` when not given (1.5 MiB).
+ETCD_MAX_REQUEST_BYTES = 1_572_864
 
 
 class StepClock:
@@ -95,6 +120,31 @@ def schedule(machines: int, now: float) -> dict[str, Any]:
             for w in range(min(WINDOWS, machines))
         ]
     }
+
+
+def schedule_values(machines: int, now: float) -> dict[str, int]:
+    """The bytes posting :func:`schedule` writes to the store in one transaction: the
+    ``maintenance`` document (the state's snapshot) and ``actors`` (each machine's, as
+    the Unix socket's ``local``), as JSON the way the stores write it."""
+    state = MaintenanceState()
+    state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, now)))
+    actors = {machine_key(m.id): "local" for m in state.machines()}
+    sizes = {
+        "maintenance_bytes": len(json.dumps(state.snapshot(), separators=(",", ":"))),
+        "actors_bytes": len(json.dumps(actors, separators=(",", ":"))),
+    }
+    return {**sizes, "both_bytes": sum(sizes.values())}
+
+
+def post_schedule(master: MasterProcess, machines: int, now: float) -> None:
+    posted = master.call("POST", "/maintenance/schedule", json=schedule(machines, now))
+    if posted.status_code != 200:
+        sizes = schedule_values(machines, now)
+        raise RuntimeError(
+            f"schedule refused: {posted.status_code} {posted.text[:300]} (it writes "
+            f"{sizes['maintenance_bytes']} + {sizes['actors_bytes']} bytes of JSON in one "
+            "transaction; with etcd, see --etcd-max-request-bytes)"
+        )
 
 
 def summary(seconds: list[float]) -> dict[str, Any]:
@@ -129,9 +179,20 @@ def check_summary(plan: dict[str, Any], machines: int) -> None:
 # ---------------------------------------------------------------------------- in-process
 
 
-def in_process(ads: list[dict[str, Any]], now: float, runs: int, tmp: Path) -> dict[str, Any]:
+def in_process(
+    ads: list[dict[str, Any]], now: float, runs: int, tmp: Path, etcd: EtcdServer | None
+) -> dict[str, Any]:
     clock = StepClock(now)
-    store = DocumentStore(tmp / "in-process.db")
+    store: Documents
+    if etcd is None:
+        store = DocumentStore(tmp / "in-process.db")
+    else:
+        store = EtcdStore(
+            EtcdSettings(endpoints=(etcd.url,)),
+            "/bench-in-process/master/",
+            collections=("drains", "operations"),
+        )
+    meter = None if etcd is None else EtcdMeter(etcd)
     try:
         master = Master(
             store=store,
@@ -144,6 +205,9 @@ def in_process(ads: list[dict[str, Any]], now: float, runs: int, tmp: Path) -> d
         master.state.update_schedule(MaintenanceSchedule.from_json(schedule(len(ads), now)))
         master.plan()  # makes every forecast, as a running master's reconcile passes do
         result: dict[str, Any] = {}
+        if meter is not None:
+            meter.start()
+            measured = time.perf_counter()
         for blockers in (True, False):
             plan_times, body_times = [], []
             for _ in range(runs):
@@ -190,6 +254,9 @@ def in_process(ads: list[dict[str, Any]], now: float, runs: int, tmp: Path) -> d
         check_summary(json.loads(summary_body), len(ads))
         result["cold_body_ms"] = summary(cold)
         result["cold_summary_body_ms"] = summary(cold_summary)
+        if meter is not None:
+            calls = meter.since(time.perf_counter() - measured)
+            result["etcd_requests"] = calls["etcd_requests"]
         return result
     finally:
         store.close()
@@ -221,25 +288,37 @@ def churn(
         stop.wait(max(0.0, next_at - time.monotonic()))
 
 
-def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) -> dict[str, Any]:
-    master = MasterProcess(tmp / "master", settings={"ad_lifetime": 3600})
+def master_settings(etcd: EtcdServer | None, prefix: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {"ad_lifetime": 3600}
+    if etcd is not None:
+        settings.update(etcd_settings(etcd, prefix))
+    return settings
+
+
+def over_http(
+    machines: int, now: float, runs: int, interval: float, tmp: Path, etcd: EtcdServer | None
+) -> dict[str, Any]:
+    master = MasterProcess(tmp / "master", settings=master_settings(etcd, "/bench-http/"))
+    result: dict[str, Any] = {}
     try:
         master.start()
         assert master.proc is not None
         process = psutil.Process(master.proc.pid)
         host, port = master.url.removeprefix("http://").rsplit(":", 1)
+        if etcd is not None:
+            wait_leading(master)
         # The schedule first: ads that arrive after it are not older than the machines'
         # windows, so no plan fetches them again (from MyAddress, a closed port here).
-        posted = master.call("POST", "/maintenance/schedule", json=schedule(machines, now))
-        if posted.status_code != 200:
-            raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
+        post_schedule(master, machines, now)
+        if etcd is not None:
+            result["etcd_value_bytes"] = master_values(etcd, "/bench-http/")
         started = time.perf_counter()
         prepared = requests(master, int(port), machines, now)
         statuses = push_each((host, int(port)), prepared)
         pushed_in = time.perf_counter() - started
         if statuses != {200: machines}:
             raise RuntimeError(f"ad pushes answered {statuses}")
-        result: dict[str, Any] = {"ads_pushed_in_s": round(pushed_in, 2)}
+        result["ads_pushed_in_s"] = round(pushed_in, 2)
         # The reconcile passes make the new nodes' forecasts, up to 500 a pass (a pass a
         # second, plus its own time): wait until they are all made.
         time.sleep(machines / 400 + 5)
@@ -247,6 +326,10 @@ def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) 
 
             def measure(name: str, blockers: bool, pause: float) -> None:
                 times, cpu, size = [], [], 0
+                meter = None if etcd is None else EtcdMeter(etcd)
+                if meter is not None:
+                    meter.start()
+                began = time.perf_counter()
                 for _ in range(runs):
                     time.sleep(pause)
                     cpu0 = sum(process.cpu_times()[:2])
@@ -263,6 +346,9 @@ def over_http(machines: int, now: float, runs: int, interval: float, tmp: Path) 
                 result[f"{name}_ms"] = summary(times)
                 result[f"{name}_master_cpu_ms"] = summary(cpu)
                 result[f"{name}_reply_bytes"] = size
+                if meter is not None:
+                    calls = meter.since(time.perf_counter() - began)
+                    result[f"{name}_etcd_requests"] = calls["etcd_requests"]
 
             measure("plan", True, 0.0)
             measure("plan_without_blockers", False, 0.0)
@@ -309,7 +395,12 @@ def paced(address: tuple[str, int], prepared: list[bytes], rate: float) -> float
 
 
 def after_restart(
-    machines: int, now: float, restarts: int, period: float, tmp: Path
+    machines: int,
+    now: float,
+    restarts: int,
+    period: float,
+    tmp: Path,
+    etcd: EtcdServer | None,
 ) -> dict[str, Any]:
     """The first plans after a master restart (SIGKILL, then started again on its store).
 
@@ -319,15 +410,15 @@ def after_restart(
     summary ``nodeagent master plan`` draws. Then the same with every ad pushed at once
     (as fast as the master takes them), the worst case.
     """
-    master = MasterProcess(tmp / "restart", settings={"ad_lifetime": 3600})
+    master = MasterProcess(tmp / "restart", settings=master_settings(etcd, "/bench-restart/"))
     prepared: list[bytes] = []
     result: dict[str, Any] = {"period_s": period}
     times: dict[str, list[float]] = {}
     try:
         master.start()
-        posted = master.call("POST", "/maintenance/schedule", json=schedule(machines, now))
-        if posted.status_code != 200:
-            raise RuntimeError(f"schedule refused: {posted.status_code} {posted.text}")
+        if etcd is not None:
+            wait_leading(master)
+        post_schedule(master, machines, now)
         for run in range(restarts * 2):
             burst = run >= restarts
             assert master.proc is not None
@@ -365,21 +456,45 @@ def after_restart(
 
 
 def run(
-    machines: int, runs: int, http_runs: int, interval: float, restarts: int, period: float
+    machines: int,
+    runs: int,
+    http_runs: int,
+    interval: float,
+    restarts: int,
+    period: float,
+    store: str = "sqlite",
+    etcd_max_request_bytes: int | None = None,
 ) -> dict[str, Any]:
+    if store == "etcd":
+        require_etcd()
     now = time.time()
     templates = template_ads(now)
     ads = [
         node_ad(templates[i % TEMPLATES], f"node{i:05d}.bench", node_ip(i)) for i in range(machines)
     ]
-    with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as name:
+    on_etcd: dict[str, Any] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as name,
+        contextlib.ExitStack() as stack,
+    ):
         tmp = Path(name)
-        local = in_process(ads, now, runs, tmp)
+        etcd = None
+        if store == "etcd":
+            limit = etcd_max_request_bytes
+            args = () if limit is None else (f"--max-request-bytes={limit}",)
+            etcd = stack.enter_context(EtcdServer(tmp / "etcd", args=args))
+            on_etcd = {
+                "etcd_max_request_bytes": limit or ETCD_MAX_REQUEST_BYTES,
+                "schedule_values": schedule_values(machines, now),
+            }
+        local = in_process(ads, now, runs, tmp, etcd)
         del ads
-        remote = over_http(machines, now, http_runs, interval, tmp) if http_runs else {}
-        restarted = after_restart(machines, now, restarts, period, tmp) if restarts else {}
+        remote = over_http(machines, now, http_runs, interval, tmp, etcd) if http_runs else {}
+        restarted = after_restart(machines, now, restarts, period, tmp, etcd) if restarts else {}
     return {
         "benchmark": "plan_latency",
+        "store": store,
+        **on_etcd,
         "machines": machines,
         "claims_per_node": CLAIMS,
         "windows": min(WINDOWS, machines),
@@ -402,11 +517,27 @@ def main() -> int:
     parser.add_argument(
         "--period", type=float, default=60.0, help="the agents' update_interval after a restart"
     )
+    parser.add_argument(
+        "--store", choices=("sqlite", "etcd"), default="sqlite", help="the masters' store"
+    )
+    parser.add_argument(
+        "--etcd-max-request-bytes",
+        type=int,
+        default=None,
+        help="etcd's --max-request-bytes (default: etcd's own, 1.5 MiB)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
         figures = run(
-            args.machines, args.runs, args.http_runs, args.interval, args.restarts, args.period
+            args.machines,
+            args.runs,
+            args.http_runs,
+            args.interval,
+            args.restarts,
+            args.period,
+            args.store,
+            args.etcd_max_request_bytes,
         )
         print(json.dumps(figures, indent=2))
     return 0
