@@ -240,7 +240,7 @@ class Master:
     #: Each scheduled machine's plan and row state, and what they were made of, by key.
     _plan_cache: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     _refreshing: bool = False
-    #: Drain records loaded from the store whose node has not been heard from since.
+    #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
     #: The rolling maintenance operations, by id, as JSON (see
     #: :mod:`nodeagent.master._rolling`): saved with the rest, so that an operation's step
@@ -741,7 +741,9 @@ class Master:
         if self._to_fetch and not self._refreshing:
             nursery.start_soon(self._refresh_in_background)
         # A record left pending is settled from the node first (see _settle); a record
-        # loaded from the store whose node has not pushed yet has its node asked once.
+        # loaded from the store has its node asked once unless the ad held knows it: a
+        # restarted master holds no ad, a new leader may hold one its predecessor's
+        # record postdates (pushes lag), and neither must judge the node by it.
         for key, record in self.drains.items():
             if key in self._busy or self._backoff.get(key, (0, 0.0))[1] > now:
                 continue
@@ -749,7 +751,8 @@ class Master:
                 self._busy.add(key)
                 nursery.start_soon(self._settle, key)
             elif key in self._unseen:
-                if self.ads.get(record.get("node") or "") is not None:
+                held = self.ads.get(record.get("node") or "")
+                if held is not None and ad_knows(record, held):
                     self._unseen.discard(key)
                 elif record.get("address"):
                     self._busy.add(key)
@@ -1143,8 +1146,8 @@ class Master:
 
     async def _look_up(self, key: str) -> None:
         """Fetch, once, the ad of the node of a drain record loaded from the store, so
-        that a restarted master acts on its own drains (at their window) without waiting
-        for the node's next push."""
+        that a restarted master, or a new leader, acts on its own drains (at their window)
+        from an ad that knows them, without waiting for the node's next push."""
         record = self.drains[key]
         self._unseen.discard(key)
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from nodeagent._clock import TrioClock
@@ -65,3 +66,43 @@ async def test_a_follower_takes_the_documents_the_leader_changed(
     follower.follow({"maintenance", "counters"})
     assert follower.counters.drains_started == 3
     assert follower.window_since == dict.fromkeys(leader.window_since, EPOCH + 15)
+
+
+async def test_a_new_leader_asks_the_node_whose_ad_predates_the_drain_record(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The follower holds the node's ad from before its predecessor's drain (pushes lag):
+    taking over, it asks the node for its ad before it judges the drain by it (the same
+    as a restarted master, which holds none)."""
+    from tests.nodeagent.test_master_unit import node_ad
+
+    leader, follower = two_masters(tmp_path)
+    follower.receive_ad(node_ad(EPOCH))  # made before the drain
+    leader.set_schedule(schedule(EPOCH + 3600), actor="alice")
+    key = next(iter(leader.window_since))
+    leader.drains = {
+        key: {
+            "node": "n1.test",
+            "address": "http://10.0.0.1:9621",
+            "request_id": "1",
+            "phase": "committed",
+            "committed_at": EPOCH + 10,
+            "recorded_at": EPOCH + 10,
+        }
+    }
+    leader.save()
+    await trio.sleep(20)
+    follower.follow()  # a new term: the whole state
+    async with trio.open_nursery() as nursery:
+        follower.reconcile(nursery)
+    looked_up = "n1.test: ad not fetched (its next push will do)"
+    assert caplog.text.count(looked_up) == 1  # the record's node asked for its ad, once
+    assert key not in follower._unseen
+    # A record whose node's ad knows it is not asked for.
+    caplog.clear()
+    follower._unseen = {key}
+    follower.receive_ad(node_ad(EPOCH + 25))
+    async with trio.open_nursery() as nursery:
+        follower.reconcile(nursery)
+    assert looked_up not in caplog.text
+    assert key not in follower._unseen
