@@ -186,6 +186,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         sla.load()
         operations.sla = sla  # each batch's SLA check
         leader = LeaderView(store=config.store)
+        metrics.show_leadership(leader)
         self._parts = _Parts(
             master=master,
             metrics=metrics,

@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from nodeagent.master._leader import LeaderView
     from nodeagent.master._master import Master
 
 __all__ = ["MasterMetrics"]
@@ -19,6 +20,7 @@ __all__ = ["MasterMetrics"]
 class _MasterCollector(Collector):
     def __init__(self, master: Master) -> None:
         self._master = master
+        self.leader: LeaderView | None = None
 
     def collect(self) -> Iterator[Metric]:
         master = self._master
@@ -53,6 +55,19 @@ class _MasterCollector(Collector):
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)
             yield counter
+        leader = self.leader
+        if leader is not None:
+            leading = GaugeMetricFamily(
+                "nodeagent_master_leading",
+                "1 while this master leads (always, with the SQLite store), else 0",
+            )
+            leading.add_metric([], 1 if leader.leading else 0)
+            yield leading
+            terms = CounterMetricFamily(
+                "nodeagent_master_leadership_terms", "Terms of leadership this master began"
+            )
+            terms.add_metric([], 0 if leader.election is None else leader.election.terms)
+            yield terms
 
 
 class MasterMetrics:
@@ -61,7 +76,8 @@ class MasterMetrics:
     def __init__(self, master: Master, *, require_auth: bool = True) -> None:
         self.require_auth = require_auth
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_MasterCollector(master))
+        self._collector = _MasterCollector(master)
+        self.registry.register(self._collector)
         self._latency = Histogram(
             "nodeagent_master_http_request_seconds",
             "HTTP request latency",
@@ -69,6 +85,10 @@ class MasterMetrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )
+
+    def show_leadership(self, leader: LeaderView) -> None:
+        """Export whether this master leads (``nodeagent_master_leading``) and its terms."""
+        self._collector.leader = leader
 
     def observe_request(self, method: str, route: str, started: float) -> None:
         self._latency.labels(method, route).observe(time.perf_counter() - started)

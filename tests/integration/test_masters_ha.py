@@ -226,6 +226,8 @@ def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: Etcd
             assert ad["MyType"] == "Master"
             assert ad["MasterLeader"] == leader.url
             assert ad["MasterIsLeader"] is (master is leader)
+            metrics = master.call("GET", "/metrics").text
+            assert f"nodeagent_master_leading {1.0 if master is leader else 0.0}" in metrics
 
 
 def test_a_rolling_operation_survives_a_change_of_leader(
