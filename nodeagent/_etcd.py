@@ -238,10 +238,13 @@ class SyncEtcd:
     def close(self) -> None:
         self._client.close()
 
-    def call(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST ``body`` to ``/v3/<path>`` and return etcd's reply."""
+    def call(
+        self, path: str, body: Mapping[str, Any], *, limit: float | None = None
+    ) -> dict[str, Any]:
+        """POST ``body`` to ``/v3/<path>`` and return etcd's reply, within ``limit``
+        seconds (``settings.timeout`` by default) over all endpoints."""
         calls = self._calls
-        deadline = time.monotonic() + calls.settings.timeout
+        deadline = time.monotonic() + (limit or calls.settings.timeout)
         failures: list[str] = []
         for _ in range(2):  # a second round only after logging in again
             for endpoint in calls.order():
@@ -282,10 +285,14 @@ class SyncEtcd:
         compare: Sequence[Mapping[str, Any]],
         success: Sequence[Mapping[str, Any]],
         failure: Sequence[Mapping[str, Any]] = (),
+        *,
+        limit: float | None = None,
     ) -> tuple[bool, dict[str, Any]]:
         """One transaction: whether its compares held, and etcd's reply."""
         reply = self.call(
-            "kv/txn", {"compare": list(compare), "success": list(success), "failure": list(failure)}
+            "kv/txn",
+            {"compare": list(compare), "success": list(success), "failure": list(failure)},
+            limit=limit,
         )
         return bool(reply.get("succeeded")), reply
 

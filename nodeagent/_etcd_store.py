@@ -17,6 +17,11 @@ trip): read whole when the store opens and when its daemon starts to lead
 (:meth:`EtcdStore.refresh`), and kept up to date by a watch (:meth:`EtcdStore.follow`),
 which tells its daemon which documents another writer changed.
 
+A write is a blocking call, like the SQLite store's (its caller's state stays consistent: no
+other task runs between a change and its write), bounded by ``write_timeout``: the masters
+give it a third of the leader's lease, the interval of its keep-alives, so that a leader cut
+off from etcd blocks its loop no longer than it takes to learn that it no longer leads.
+
 Writes are fenced: with a :class:`~nodeagent._leadership.Fence` set (:attr:`EtcdStore.fence`),
 each transaction holds only while that term of leadership lasts; a refused one raises
 :class:`~nodeagent._leadership.LeadershipLost` and writes nothing. Without a fence a save
@@ -70,9 +75,17 @@ class EtcdStore:
     when etcd cannot be reached."""
 
     def __init__(
-        self, settings: EtcdSettings, prefix: str, *, collections: Iterable[str] = ()
+        self,
+        settings: EtcdSettings,
+        prefix: str,
+        *,
+        collections: Iterable[str] = (),
+        write_timeout: float | None = None,
     ) -> None:
         self.prefix = prefix.encode()
+        #: How long a write may block its caller (the daemon's event loop, as a SQLite
+        #: write does): at most ``settings.timeout``.
+        self.write_timeout = min(write_timeout or settings.timeout, settings.timeout)
         self.settings = settings
         self.collections = frozenset(collections)
         self.fence: Fence | None = None
@@ -197,7 +210,7 @@ class EtcdStore:
             for n, m, v in changes
         ]
         try:
-            kept, reply = self._sync.txn([fence.compare()], ops)
+            kept, reply = self._sync.txn([fence.compare()], ops, limit=self.write_timeout)
         except EtcdError as exc:
             raise StoreError(f"cannot write the state to {self.where}: {exc}") from exc
         if not kept:

@@ -201,7 +201,11 @@ class DefragDaemon(Program[DefragConfig, Documents]):
         """SQLite (``defrag.db``), or etcd (``store = "etcd"``)."""
         config = self.config
         if config.store == "etcd":
-            return EtcdStore(config.etcd_settings(), config.etcd_keys("defrag", config.name))
+            return EtcdStore(
+                config.etcd_settings(),
+                config.etcd_keys("defrag", config.name),
+                write_timeout=lease_ttl(config.leader_ttl) / 3,
+            )
         return DocumentStore(config.state_dir / "defrag.db")
 
     def build(self, opened: Opened[Documents]) -> ASGIApp:

@@ -151,7 +151,12 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         :class:`~nodeagent._store.StoreError` when etcd cannot be reached)."""
         config = self.config
         if config.store == "etcd":
-            return EtcdStore(config.etcd_settings(), _prefix(config), collections=_COLLECTIONS)
+            return EtcdStore(
+                config.etcd_settings(),
+                _prefix(config),
+                collections=_COLLECTIONS,
+                write_timeout=lease_ttl(config.leader_ttl) / 3,
+            )
         return DocumentStore(config.state_dir / "master.db")
 
     def build(self, opened: Opened[Documents]) -> ASGIApp:

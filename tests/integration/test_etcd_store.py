@@ -19,6 +19,7 @@ import trio
 from nodeagent._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
 from nodeagent._etcd_store import EtcdStore
 from nodeagent._leadership import Election, Fence, LeadershipLost, NotLeading
+from nodeagent._store import StoreError
 from tests.etcd import EtcdServer, etcd_server, free_port
 
 __all__ = ["etcd_server"]
@@ -295,3 +296,32 @@ async def test_a_leader_stops_acting_within_its_ttl_when_etcd_goes_and_leads_aga
     finally:
         await client.aclose()
         server.stop()
+
+
+async def test_a_write_to_an_etcd_that_does_not_answer_gives_up_within_its_limit(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """A member that takes the connection and never answers (a partition, a hung
+    process): the store's write raises within its write timeout, well before the calls'
+    own timeout, having written nothing."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        store = EtcdStore(settings(etcd_server), PREFIX, write_timeout=0.3)
+        store.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        store._sync.close()  # from now on etcd "is" the silent member
+        store._sync = SyncEtcd(EtcdSettings(endpoints=(url,), timeout=5.0))
+        began = time.monotonic()
+        with pytest.raises(StoreError, match="cannot write the state"):
+            store.save(counters={"n": 1})
+        assert time.monotonic() - began < 2.5  # the write's limit, not the 5 s of the calls
+        assert store.load("counters") is None
+        assert keys(etcd_server) == {PREFIX + "leader": "{}"}
+        store.close()
+    finally:
+        silent.close()
