@@ -42,6 +42,8 @@ __all__ = ["Election", "Fence", "LeadershipLost", "NotLeading", "lease_ttl"]
 
 #: Seconds between two campaigns that failed (etcd unreachable), at most.
 _MAX_RETRY = 2.0
+#: A campaign that fails is logged the first time, then once every this many times.
+_QUIET = 30
 
 
 class NotLeading(EtcdError):
@@ -117,9 +119,18 @@ class Election:
                 failures += 1
                 self._set(None, None)
                 delay = min(_MAX_RETRY, 0.1 * 2**failures)
-                self.log.warning("cannot campaign for leadership: %s (again in %.1f s)", exc, delay)
+                if failures == 1 or failures % _QUIET == 0:  # not every retry: once a minute
+                    self.log.warning(
+                        "cannot campaign for leadership: %s (tried %d times; again every %.1f s"
+                        " at most)",
+                        exc,
+                        failures,
+                        _MAX_RETRY,
+                    )
                 await trio.sleep(delay)
                 continue
+            if failures:
+                self.log.info("etcd answers again after %d failed campaigns", failures)
             failures = 0
             await self._lead(fence, lead)
 
@@ -142,6 +153,12 @@ class Election:
                 continue  # resigned between the two: campaign again
             holder = KeyValue.of(kvs[0])
             known = _identity(holder)
+            if known == self.identity and holder.lease:
+                # Its own key from a term that ended without giving it back (etcd was
+                # unreachable then): give it back now rather than wait out its lease.
+                with contextlib.suppress(EtcdError):
+                    await self.etcd.revoke(holder.lease)
+                continue
             if known != self.leader:
                 self.log.info("following the leader %s", (known or {}).get("url", "(unknown)"))
             self._set(known, None)

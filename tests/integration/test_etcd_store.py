@@ -9,6 +9,7 @@ and one leader among candidates, which stops leading when etcd goes away.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -325,3 +326,41 @@ async def test_a_write_to_an_etcd_that_does_not_answer_gives_up_within_its_limit
         store.close()
     finally:
         silent.close()
+
+
+async def test_a_candidate_gives_back_its_own_key_left_from_an_earlier_term(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """etcd was unreachable when its term ended, so the key it held (its lease of 30 s)
+    is still there: it gives it back and leads at once instead of waiting out the lease.
+    Another candidate's key is waited for."""
+    from nodeagent._etcd import created_at, put
+
+    key = PREFIX.encode() + b"leader"
+    me = {"url": "http://m1", "host": "h", "pid": 1}
+    lease = await etcd.grant(30)
+    held, _ = await etcd.txn([created_at(key, 0)], [put(key, json.dumps(me).encode(), lease=lease)])
+    assert held
+    election = Election(etcd=etcd, key=key, ttl=2, identity=me)
+
+    async def lead(fence: Fence) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(election.run, lead)
+        with trio.fail_after(3):  # not the 30 s of the old lease
+            while not election.leading:
+                await election.changed()
+        nursery.cancel_scope.cancel()
+    other = Election(etcd=etcd, key=key, ttl=2, identity={"url": "http://m2"})
+    lease = await etcd.grant(30)
+    held, _ = await etcd.txn([created_at(key, 0)], [put(key, json.dumps(me).encode(), lease=lease)])
+    assert held
+    async with trio.open_nursery() as nursery:
+        await nursery.start(other.run, lead)
+        with trio.move_on_after(2):
+            while not other.leading:
+                await other.changed()
+        assert not other.leading
+        assert other.leader == me
+        nursery.cancel_scope.cancel()
