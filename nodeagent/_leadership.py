@@ -187,7 +187,8 @@ class Election:
 
     async def _lead(self, fence: Fence, lead: Callable[[Fence], Awaitable[None]]) -> None:
         """One term: ``lead(fence)`` with the lease kept alive; ends at the first refresh
-        that fails, when ``lead`` returns, or when it raises :class:`LeadershipLost`."""
+        that fails, when ``lead`` returns, or when it raises :class:`LeadershipLost` or
+        another :class:`~nodeagent._etcd.EtcdError` (etcd went away under it)."""
         self.terms += 1
         self.since = trio.current_time()
         self._set(self.identity, fence)
@@ -199,6 +200,8 @@ class Election:
                 nursery.cancel_scope.cancel()
         except* LeadershipLost as group:
             self.log.warning("leadership lost: %s", group.exceptions[0])
+        except* EtcdError as group:  # the term's first reads or writes: etcd went away
+            self.log.warning("leadership ends: %s", group.exceptions[0])
         finally:
             self._set(None, None)
             self.since = None

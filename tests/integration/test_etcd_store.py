@@ -364,3 +364,27 @@ async def test_a_candidate_gives_back_its_own_key_left_from_an_earlier_term(
         assert not other.leading
         assert other.leader == me
         nursery.cancel_scope.cancel()
+
+
+async def test_a_term_whose_first_reads_fail_ends_and_the_candidate_campaigns_again(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """etcd going away just as a term starts (the leader's first read of the state fails)
+    ends the term, not the daemon: it campaigns again."""
+    election = Election(etcd=etcd, key=b"/t/leader", ttl=2, identity={"url": "http://m"})
+    terms: list[int] = []
+
+    async def lead(fence: Fence) -> None:
+        terms.append(fence.revision)
+        if len(terms) == 1:
+            raise EtcdUnavailable("etcd is unavailable (a test)")
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(election.run, lead)
+        with trio.fail_after(5):
+            while len(terms) < 2 or not election.leading:
+                await election.changed()
+        assert election.terms == 2
+        assert terms[1] > terms[0]  # a new term, a new fence
+        nursery.cancel_scope.cancel()
