@@ -30,7 +30,7 @@ import httpx
 import orjson
 import trio
 
-from nodeagent._store import StoreError
+from nodeagent._store import StoreError, StoreUnavailable
 
 __all__ = [
     "AsyncEtcd",
@@ -62,7 +62,7 @@ class EtcdError(StoreError):
     http_status = 503
 
 
-class EtcdUnavailable(EtcdError):
+class EtcdUnavailable(EtcdError, StoreUnavailable):
     """No endpoint answered within the timeout (each one's failure is in the message)."""
 
 

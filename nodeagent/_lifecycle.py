@@ -81,7 +81,7 @@ from nodeagent._settings import (
     merge_reloadable,
     reloadable_changes,
 )
-from nodeagent._store import StoreError, StoreFull
+from nodeagent._store import StoreError, StoreFull, StoreUnavailable
 
 __all__ = [
     "EXIT_CONFIG",
@@ -97,6 +97,7 @@ __all__ = [
     "StateFull",
     "StateInUse",
     "StateLost",
+    "StateUnreachable",
     "StateUnusable",
     "reload_config",
     "reload_daemon",
@@ -154,6 +155,13 @@ class StateInUse(StartFailed):
 class StateFull(StartFailed):
     """The store cannot be opened because its file system is full (a restart may succeed
     once space is freed)."""
+
+    exit_status: ClassVar[int] = EXIT_UNAVAILABLE
+
+
+class StateUnreachable(StartFailed):
+    """The store cannot be reached now (etcd: no endpoint answered); a restart may
+    succeed once it answers."""
 
     exit_status: ClassVar[int] = EXIT_UNAVAILABLE
 
@@ -351,6 +359,8 @@ async def serve_daemon(
             store = program.open_store()
         except StoreFull as exc:
             raise StateFull(str(exc)) from exc
+        except StoreUnavailable as exc:
+            raise StateUnreachable(str(exc)) from exc
         except StoreError as exc:
             raise StateUnusable(str(exc)) from exc
         opened.callback(store.close)

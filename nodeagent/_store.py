@@ -28,6 +28,7 @@ __all__ = [
     "FileIdentity",
     "StoreError",
     "StoreFull",
+    "StoreUnavailable",
     "open_database",
 ]
 
@@ -42,7 +43,12 @@ class StoreError(Exception):
     http_status = 500
 
 
-class StoreFull(StoreError):
+class StoreUnavailable(StoreError):
+    """The store cannot be had now, and a later start may succeed (its file system is
+    full, etcd cannot be reached)."""
+
+
+class StoreFull(StoreUnavailable):
     """The database cannot be opened because its file system is full: a condition that
     passes once space is freed (a restart may then succeed)."""
 

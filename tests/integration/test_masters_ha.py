@@ -267,3 +267,22 @@ def test_a_rolling_operation_survives_a_change_of_leader(
         wait_for(lambda: s.operation(op_id)["ended_at"] is not None, timeout=120, interval=0.3)
         assert s.operation(op_id)["state"] == "completed"
         assert_each_once(s)
+
+
+def test_a_master_that_cannot_reach_etcd_at_start_exits_9(tmp_path: Path) -> None:
+    """Status 9, which its unit restarts: etcd may answer at the next start."""
+    from tests.etcd import free_port
+
+    master = MasterProcess(
+        tmp_path / "m",
+        settings={"store": "etcd", "etcd_endpoints": [f"http://127.0.0.1:{free_port()}"]},
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "master", "run", "--config", str(master.config_path)],
+        check=False, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "NOTIFY_SOCKET": ""},
+    )  # fmt: skip
+    assert result.returncode == 9, result.stderr
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("nodeagent:")]
+    assert "etcd is unavailable" in line
+    assert "check the endpoints" in line
