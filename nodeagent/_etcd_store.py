@@ -55,6 +55,8 @@ __all__ = ["EtcdStore"]
 
 log = logging.getLogger("nodeagent.store")
 
+#: Seconds a watch is kept before it is made anew (see :meth:`EtcdStore.follow`).
+WATCH_RENEWAL = 30.0
 #: What etcd allows in one transaction by default (``--max-txn-ops``).
 MAX_TXN_OPS = 128
 _DOCS = b"docs/"
@@ -236,21 +238,27 @@ class EtcdStore:
         """Keep the copy up to date with what others write, forever; call ``changed``
         with the names of the documents each batch of changes touched. A watch that ends
         is made again from the last revision seen; one that etcd cancels (its history
-        compacted) is replaced by a whole read."""
+        compacted) is replaced by a whole read. A watch is also made anew every
+        :data:`WATCH_RENEWAL` seconds: a connection that went silent (a partition that
+        dropped it without a word) cannot leave the copy behind for longer."""
         task_status.started()
         failures = 0
         while True:
             try:
-                watch = etcd.watch(self.prefix, self.revision + 1)
-                async with contextlib.aclosing(watch) as batches:
-                    async for events in batches:
-                        failures = 0
-                        names = self._apply(events)
-                        if names:
-                            changed(names)
+                with trio.move_on_after(WATCH_RENEWAL):
+                    watch = etcd.watch(self.prefix, self.revision + 1)
+                    async with contextlib.aclosing(watch) as batches:
+                        async for events in batches:
+                            failures = 0
+                            names = self._apply(events)
+                            if names:
+                                changed(names)
             except EtcdError as exc:
                 failures += 1
-                log.warning("the watch of %s ended: %s", self.where, exc)
+                if failures == 1 or failures % 30 == 0:  # not at every retry
+                    log.warning(
+                        "the watch of %s ended (%d times in a row): %s", self.where, failures, exc
+                    )
                 await trio.sleep(min(2.0, 0.1 * 2**failures))
                 try:
                     names = await self.refresh_async(etcd)

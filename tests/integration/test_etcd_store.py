@@ -9,6 +9,7 @@ and one leader among candidates, which stops leading when etcd goes away.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -388,3 +389,74 @@ async def test_a_term_whose_first_reads_fail_ends_and_the_candidate_campaigns_ag
         assert election.terms == 2
         assert terms[1] > terms[0]  # a new term, a new fence
         nursery.cancel_scope.cancel()
+
+
+class StallingProxy:
+    """Forwards TCP connections to etcd; :meth:`stall` makes the connections open now
+    go silent (nothing more reaches the client, nothing is closed), as a partition that
+    drops packets does; later connections flow."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.opened = 0
+        self._stalled_upto = 0
+
+    def stall(self) -> None:
+        self._stalled_upto = self.opened
+
+    async def serve(self, client: trio.SocketStream) -> None:
+        self.opened += 1
+        number = self.opened
+        upstream = await trio.open_tcp_stream(*self.upstream)
+
+        async def pump(source: trio.SocketStream, sink: trio.SocketStream, to_client: bool) -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while data := await source.receive_some(65536):
+                    if to_client and number <= self._stalled_upto:
+                        await trio.sleep_forever()
+                    await sink.send_all(data)
+
+        async with upstream, client, trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, upstream, False)
+            nursery.start_soon(pump, upstream, client, True)
+
+
+async def test_a_watch_gone_silent_is_made_anew(
+    etcd_server: EtcdServer, etcd: AsyncEtcd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nodeagent import _etcd_store
+
+    monkeypatch.setattr(_etcd_store, "WATCH_RENEWAL", 1.0)
+    proxy = StallingProxy(("127.0.0.1", etcd_server.client_port))
+    writer = EtcdStore(settings(etcd_server), PREFIX)
+    reader = EtcdStore(settings(etcd_server), PREFIX)
+    try:
+        writer.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(trio.serve_tcp, proxy.serve, 0)
+            port = listeners[0].socket.getsockname()[1]
+            via = AsyncEtcd(EtcdSettings(endpoints=(f"http://127.0.0.1:{port}",), timeout=2.0))
+            arrived = trio.Event()
+
+            def changed(names: set[str]) -> None:
+                nonlocal arrived
+                arrived.set()
+                arrived = trio.Event()
+
+            async def until(value: dict[str, int]) -> None:
+                while reader.load("counters") != value:
+                    await arrived.wait()
+
+            await nursery.start(reader.follow, via, changed)
+            writer.save(counters={"n": 1})
+            with trio.fail_after(5):
+                await until({"n": 1})
+            proxy.stall()  # the watch's connection goes silent
+            writer.save(counters={"n": 2})
+            with trio.fail_after(5):  # the renewed watch brings it
+                await until({"n": 2})
+            nursery.cancel_scope.cancel()
+        await via.aclose()
+    finally:
+        writer.close()
+        reader.close()
