@@ -32,6 +32,7 @@ from nodeagent.client import (
     NoSuchRequest,
     NotAccepting,
     NotPending,
+    RedirectNotFollowed,
     Refused,
     ResourcesInsufficient,
     TransactionExpired,
@@ -110,11 +111,12 @@ def test_every_exported_exception_is_an_agent_error() -> None:
         for v in (getattr(client_module, n) for n in client_module.__all__)
         if isinstance(v, type) and issubclass(v, BaseException)
     ]
-    assert len(errors) == 17
+    assert len(errors) == 20
     assert all(issubclass(e, AgentError) for e in errors)
     assert {e for e in errors if not issubclass(e, Refused)} == {
         AgentError,
         BadResponse,
+        RedirectNotFollowed,
         Unreachable,
     }
 
