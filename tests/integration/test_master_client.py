@@ -1,0 +1,89 @@
+"""The Python client against real masters on a real etcd: pointed at a follower, its
+writes reach the leader (:class:`nodeagent.client.MasterClient`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.client import InvalidMaintenance, MasterClient, RedirectNotFollowed
+from tests.etcd import EtcdServer, etcd_server, free_port
+from tests.ha import masters_on
+from tests.harness import MasterProcess, wait_for
+from tests.integration.test_master import window
+
+__all__ = ["etcd_server"]
+
+pytestmark = pytest.mark.integration
+
+
+def scheduled(master: MasterProcess) -> list[str]:
+    """The hostnames in ``master``'s schedule, as it serves it."""
+    schedule: dict[str, Any] = master.call("GET", "/maintenance/schedule").json()
+    return [m["hostname"] for w in schedule.get("windows", []) for m in w["machine_ids"]]
+
+
+def audited(master: MasterProcess) -> list[tuple[str, str, str]]:
+    lines = (master.root / "state" / "audit.log").read_text().splitlines()
+    return [(r["subject"], r["action"], r["result"]) for r in map(json.loads, lines)]
+
+
+async def test_a_client_pointed_at_a_follower_writes_through_the_leader(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    with masters_on(tmp_path / "masters", etcd_server, count=2) as masters:
+        leader = masters.leader()
+        [follower] = masters.followers()
+        token = follower.token("ADMINISTRATOR", subject="alice")
+        soon = time.time() + 3600
+
+        async with MasterClient(url=follower.url, token=token) as master:
+            shown = await master.leader()
+            assert (shown.leader, shown.url, shown.leading, shown.store) == (
+                leader.url,
+                follower.url,
+                False,
+                "etcd",
+            )
+            await master.set_schedule(window(["a.test"], soon))
+            for each in masters.all:
+                wait_for(lambda m=each: scheduled(m) == ["a.test"])
+            assert ("alice", "maintenance.schedule", "ok") in audited(leader)
+            assert ("alice", "maintenance.schedule", "master.not_leader") in audited(follower)
+            # Mesos's plain-text refusal comes back through the redirect as it is.
+            twice = window(["a.test", "a.test"], soon)
+            with pytest.raises(InvalidMaintenance) as refused:
+                await master.set_schedule(twice)
+            assert "a.test" in refused.value.message
+            assert scheduled(leader) == ["a.test"]
+
+        # A master that cannot be reached is passed over; the follower sends on the write.
+        dead = f"http://127.0.0.1:{free_port()}"
+        async with MasterClient(urls=[dead, follower.url], token=token) as master:
+            await master.set_schedule(window(["b.test"], soon))
+            assert (await master.leader()).leader == leader.url
+            for each in masters.all:
+                wait_for(lambda m=each: scheduled(m) == ["b.test"])
+            assert await master.status() == {"draining_machines": [{"id": {
+                "hostname": "b.test", "ip": "127.0.0.1"}}]}  # fmt: skip
+
+        # From the follower's own socket: the leader is over TCP and needs the token.
+        b_test = [{"hostname": "b.test", "ip": "127.0.0.1"}]
+        async with MasterClient(socket=follower.socket) as master:
+            with pytest.raises(RedirectNotFollowed) as without:
+                await master.down(b_test)
+        assert without.value.code == "client.token_required"
+        assert without.value.location == leader.url + "/machine/down"
+        assert leader.call("GET", "/maintenance/status").json().get("down_machines", []) == []
+        async with MasterClient(socket=follower.socket, token=token) as master:
+            await master.down(b_test)
+            wait_for(
+                lambda: follower.call("GET", "/maintenance/status").json().get("down_machines")
+            )
+            report = await master.up(b_test)
+        assert [m["machine_id"] for m in report["machines"]] == b_test
+        assert scheduled(leader) == []
