@@ -28,7 +28,11 @@ machine leaves the schedule (the new leader cancels its drain, the node resumes)
 agent gets a new job.
 
 Prints one JSON document: p50, p90, max and min of each figure, every run, the TTL.
-Usage: ``python tests/bench/failover.py [--runs 10] [--agents 3] [--ttl 2] [--due 0.25]``.
+``--signal TERM`` stops the leader instead (it gives its lease back, so another should
+lead at once); ``exit_status`` is each stopped leader's.
+
+Usage: ``python tests/bench/failover.py [--runs 10] [--agents 3] [--ttl 2] [--due 0.25]
+[--signal KILL|TERM]``.
 """
 
 from __future__ import annotations
@@ -143,6 +147,7 @@ def one_run(
     agent: AgentProcess,
     clients: dict[str, httpx.Client],
     due: float,
+    sig: signal.Signals,
 ) -> dict[str, Any]:
     leader = masters.leader()
     began = time.time()
@@ -160,12 +165,15 @@ def one_run(
     time.sleep(max(0.0, kill_at - time.time()))
     if audited(agent, "drain.start", began):
         raise RuntimeError(f"{agent.hostname}: a drain started before the leader was killed")
-    killed = masters.kill(leader)
+    assert leader.proc is not None
+    killed = time.time()
+    leader.proc.send_signal(sig)
     survivors = {url: c for url, c in clients.items() if url != leader.url}
     named = first_leader_named(survivors, killed + 15)
     if named is None:
         raise RuntimeError("no survivor named a new leader within 15 s")
     named_at, new_leader = named
+    status = leader.proc.wait(timeout=20)
     commits = wait_for(lambda: audited(agent, "drain.commit", began), timeout=15, interval=0.05)
     starts = audited(agent, "drain.start", began)
     if len(starts) != 1 or len(commits) != 1 or starts[0]["time"] < killed:  # the old leader
@@ -180,6 +188,7 @@ def one_run(
         "kill_to_drain_start_s": round(starts[0]["time"] - killed, 3),
         "kill_to_drain_commit_s": round(commits[0]["time"] - killed, 3),
         "drain_due_after_kill_s": due,
+        "exit_status": status,
     }
 
 
@@ -202,7 +211,7 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def run(runs: int, count: int, ttl: float, due: float) -> dict[str, Any]:
+def run(runs: int, count: int, ttl: float, due: float, sig: signal.Signals) -> dict[str, Any]:
     require_etcd()
     become_subreaper()
     results: list[dict[str, Any]] = []
@@ -233,7 +242,7 @@ def run(runs: int, count: int, ttl: float, due: float) -> dict[str, Any]:
             clients = {m.url: stack.enter_context(m.client()) for m in masters.all}
             for i in range(runs):
                 agent = agents[i % count]
-                results.append(one_run(masters, agent, clients, due))
+                results.append(one_run(masters, agent, clients, due, sig))
                 killed = next(m for m in masters.all if m.url == results[-1]["killed_leader"])
                 reset(masters, agent, killed, tmp, count)
             problems = [
@@ -252,6 +261,7 @@ def run(runs: int, count: int, ttl: float, due: float) -> dict[str, Any]:
         "masters": 3,
         "agents": count,
         "runs": runs,
+        "signal": sig.name,
         "leader_ttl_s": ttl,
         "reconcile_interval_s": JIT["reconcile_interval"],
         "drain_due_after_kill_s": due,
@@ -270,10 +280,17 @@ def main() -> int:
     parser.add_argument(
         "--due", type=float, default=0.25, help="seconds from the kill to the drain's planned start"
     )
+    parser.add_argument(
+        "--signal",
+        choices=("KILL", "TERM"),
+        default="KILL",
+        help="what the leader gets (TERM: a leader stopped, which gives its lease back)",
+    )
     args = parser.parse_args()
+    sig = signal.Signals[f"SIG{args.signal}"]
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(run(args.runs, args.agents, args.ttl, args.due), indent=2))
+        print(json.dumps(run(args.runs, args.agents, args.ttl, args.due, sig), indent=2))
     return 0
 
 
