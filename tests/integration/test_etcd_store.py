@@ -42,7 +42,9 @@ def keys(server: EtcdServer) -> dict[str, str]:
         json={"key": base64.b64encode(b"\0").decode(), "range_end": "AA=="},
     ).json()
     return {
-        base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+        base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(
+            errors="replace"
+        )
         for kv in reply.get("kvs", ())
     }
 
@@ -457,6 +459,39 @@ async def test_a_watch_gone_silent_is_made_anew(
                 await until({"n": 2})
             nursery.cancel_scope.cancel()
         await via.aclose()
+    finally:
+        writer.close()
+        reader.close()
+
+
+async def test_a_large_document_is_stored_compressed_and_read_back_by_every_store(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """The schedule of a large pool: over etcd's default request size as JSON (1.5 MiB),
+    written compressed, read back as it was by a store that opens later and by one that
+    follows."""
+    schedule = {"machines": [{"hostname": f"node{i:05d}.example.org"} for i in range(60_000)]}
+    assert len(json.dumps(schedule)) > 1_600_000
+    writer = EtcdStore(settings(etcd_server), PREFIX)
+    reader = EtcdStore(settings(etcd_server), PREFIX)
+    arrived = trio.Event()
+    try:
+        writer.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reader.follow, etcd, lambda names: arrived.set())
+            writer.save(maintenance=schedule, counters={"n": 1})
+            with trio.fail_after(5):
+                await arrived.wait()
+            nursery.cancel_scope.cancel()
+        _, held = await etcd.get(f"{PREFIX}docs/maintenance".encode())
+        assert held is not None
+        assert held.value[:2] == b"x\x9c"  # zlib
+        assert len(held.value) < 1_000_000
+        assert keys(etcd_server)[PREFIX + "docs/counters"] == '{"n":1}'  # small: plain JSON
+        assert reader.load("maintenance") == schedule
+        later = EtcdStore(settings(etcd_server), PREFIX)
+        assert later.load("maintenance") == schedule
+        later.close()
     finally:
         writer.close()
         reader.close()
