@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from nodeagent._etcd import (
     revision_of,
 )
 
-__all__ = ["Election", "Fence", "LeadershipLost", "NotLeading", "lease_ttl"]
+__all__ = ["Election", "EtcdTasks", "Fence", "LeadershipLost", "NotLeading", "lease_ttl"]
 
 #: Seconds between two campaigns that failed (etcd unreachable), at most.
 _MAX_RETRY = 2.0
@@ -239,3 +239,37 @@ def _identity(kv: KeyValue) -> dict[str, Any] | None:
 def lease_ttl(seconds: float) -> int:
     """A lease TTL in whole seconds (etcd's unit), at least 2."""
     return max(2, math.ceil(seconds))
+
+
+class EtcdTasks:
+    """A daemon's tasks on etcd (its election, its store's watch) in a scope of their own,
+    so that a daemon that stops ends them, and a leader gives its lease back (another
+    leads at once), before it closes its etcd client (:meth:`close`)."""
+
+    def __init__(self, etcd: AsyncEtcd) -> None:
+        self.etcd = etcd
+        self._scope = trio.CancelScope()
+        self._done = trio.Event()
+
+    async def run(
+        self,
+        tasks: Sequence[Callable[..., Awaitable[None]]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Start each of ``tasks`` (``nursery.start``-able) and run them until closed."""
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    for task in tasks:
+                        await nursery.start(task)
+                    task_status.started()
+        finally:
+            self._done.set()
+
+    async def close(self) -> None:
+        """End the tasks (each one's own cleanup included, within 2 s), then the client."""
+        self._scope.cancel()
+        with trio.move_on_after(2.0):
+            await self._done.wait()
+        await self.etcd.aclose()

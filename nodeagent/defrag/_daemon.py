@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from nodeagent._clock import Clock, WallClock
 from nodeagent._etcd import AsyncEtcd
 from nodeagent._etcd_store import EtcdStore
 from nodeagent._http import auth_error_response, error_body
-from nodeagent._leadership import Election, Fence, LeadershipLost, lease_ttl
+from nodeagent._leadership import Election, EtcdTasks, Fence, LeadershipLost, lease_ttl
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -164,6 +165,7 @@ class DefragDaemon(Program[DefragConfig, Documents]):
     _stop: trio.Event = field(default_factory=trio.Event)
     _master: HttpDefragLink | None = None
     _etcd: AsyncEtcd | None = None
+    _etcd_tasks: EtcdTasks | None = None
 
     @property
     def socket(self) -> Path:
@@ -246,8 +248,11 @@ class DefragDaemon(Program[DefragConfig, Documents]):
                 identity={"url": address, "host": socket.gethostname(), "pid": os.getpid()},
                 log=log,
             )
-            await services.start(self._show_leader, election)
-            await services.start(election.run, self._lead)
+            self._etcd_tasks = EtcdTasks(etcd)
+            await services.start(
+                self._etcd_tasks.run,
+                [partial(self._show_leader, election), partial(election.run, self._lead)],
+            )
         else:
             await services.start(service.run)
         log.info(
@@ -289,8 +294,9 @@ class DefragDaemon(Program[DefragConfig, Documents]):
             await election.changed()
 
     async def finish(self) -> None:
-        if self._etcd is not None:
-            await self._etcd.aclose()
+        """With etcd: the election ends (a leader gives its lease back), then the client."""
+        if self._etcd_tasks is not None:
+            await self._etcd_tasks.close()
 
     def reconfigure(self, running: DefragConfig, changes: ConfigChanges) -> None:
         """The policy, the update interval and the master link; then a cycle at once.

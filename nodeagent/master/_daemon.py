@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -32,7 +33,7 @@ from starlette.types import ASGIApp
 from nodeagent._clock import Clock, WallClock
 from nodeagent._etcd import AsyncEtcd
 from nodeagent._etcd_store import EtcdStore
-from nodeagent._leadership import Election, Fence, LeadershipLost, lease_ttl
+from nodeagent._leadership import Election, EtcdTasks, Fence, LeadershipLost, lease_ttl
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -112,6 +113,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
     _stop: trio.Event = field(default_factory=trio.Event)
     _parts: _Parts | None = None
     _etcd: AsyncEtcd | None = None
+    _etcd_tasks: EtcdTasks | None = None
 
     @property
     def socket(self) -> Path:
@@ -240,8 +242,11 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             log=log,
         )
         parts.leader.election, parts.leader.ttl = election, ttl
-        await services.start(store.follow, etcd, self._followed)
-        await services.start(election.run, self._lead)
+        self._etcd_tasks = EtcdTasks(etcd)
+        await services.start(
+            self._etcd_tasks.run,
+            [partial(store.follow, etcd, self._followed), partial(election.run, self._lead)],
+        )
 
     async def _lead(self, fence: Fence) -> None:
         """One term of leadership: the state as etcd holds it now (every write of the
@@ -283,8 +288,10 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             log.error("cannot read the shared state: %s", exc)
 
     async def finish(self) -> None:
-        if self._etcd is not None:
-            await self._etcd.aclose()
+        """With etcd: the election and the watch end (a leader gives its lease back, so
+        that another master leads at once), then the etcd client closes."""
+        if self._etcd_tasks is not None:
+            await self._etcd_tasks.close()
 
     def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
         """The plan policy, intervals, ad lifetime, metrics auth, the agents' timeout, the

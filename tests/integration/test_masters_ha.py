@@ -286,3 +286,20 @@ def test_a_master_that_cannot_reach_etcd_at_start_exits_9(tmp_path: Path) -> Non
     (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("nodeagent:")]
     assert "etcd is unavailable" in line
     assert "check the endpoints" in line
+
+
+def test_a_leader_stopped_gives_its_lease_back(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    """SIGTERM: the leader exits 0 having given its lease back, so the other leads at
+    once rather than when the lease (5 s here) would have run out."""
+    with masters_on(tmp_path / "masters", etcd_server, count=2, leader_ttl=5) as masters:
+        leader = masters.leader()
+        other = next(m for m in masters.all if m is not leader)
+        wait_for(lambda: masters.leader_doc(other).get("leader") == leader.url)
+        stopped = time.time()
+        assert leader.stop() == 0
+        masters.leader(timeout=10)
+        assert masters.leader_doc(other)["leading"] is True
+        assert time.time() - stopped < 3  # not the 5 s of the lease
+        log = leader.log_path.read_text()
+        assert "Traceback" not in log
+        assert "watch of" not in log  # its watch ended quietly
