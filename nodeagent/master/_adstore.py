@@ -31,7 +31,7 @@ from slots import (
 )
 from slots._classad import check_value
 
-__all__ = ["AdEntry", "AdStore", "check_node_ad", "project"]
+__all__ = ["AdEntry", "AdStore", "check_node_ad", "may_hold_control", "project"]
 
 
 _ACTIVE_PAIRS = {(str(state), str(activity)) for state, activity in ACTIVE}
@@ -56,6 +56,19 @@ _STRINGS = ("State", "Activity", "SlotType", "DrainSuspendedJobs")
 #: breaks. The ClassAd long format cannot carry them (a newline would start a line of its
 #: own: another attribute), and a terminal showing them would obey them.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f\u2028\u2029]")
+
+
+#: What, in a JSON document, may decode to a character of :data:`_CONTROL`: a raw control
+#: character is not JSON, so only an escape (``\n``, ``\r``, ``\b``, ``\f``, ``\uXXXX``; not
+#: ``\t``: a tab is text) or a raw DEL, U+2028 or U+2029 (in UTF-8) can. An escaped
+#: backslash before such a letter matches too: the texts are then searched one by one.
+_MAY_ESCAPE_CONTROL = re.compile(rb"\\[nrbfu]|\x7f|\xe2\x80[\xa8\xa9]")
+
+
+def may_hold_control(document: bytes) -> bool:
+    """Whether the texts decoded from the UTF-8 JSON ``document`` may hold a character of
+    :data:`_CONTROL` (false: they surely do not; ``check_node_ad(plain_text=True)``)."""
+    return _MAY_ESCAPE_CONTROL.search(document) is not None
 
 
 def _check_text(ad: Mapping[str, Any], name: str, text: str) -> None:
@@ -87,7 +100,9 @@ def _refuse(ad: Mapping[str, Any], message: str) -> InvalidRequest:
     return InvalidRequest(f"{ad.get('Name', 'an ad')}: {message}")
 
 
-def check_node_ad(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]) -> None:
+def check_node_ad(
+    machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]], *, plain_text: bool = False
+) -> None:
     """Raise :class:`InvalidRequest` unless the master can read a node's machine ad and
     slot ads wherever it reads them.
 
@@ -101,7 +116,9 @@ def check_node_ad(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
     ``TotalMachineDrainingUnclaimedTime``) are finite numbers; no text (strings, and the
     strings in lists and records) holds a character of :data:`_CONTROL`; then
     :func:`slots.check_estimate_inputs`. Agents' ads hold scalars and no ``null``: those
-    are checked at the cost of a scan of the values.
+    are checked at the cost of a scan of the values. ``plain_text``: the caller knows that
+    no text of the ads can hold such a character (the JSON they were read from escapes
+    none: :func:`may_hold_control`), and the texts are not searched again.
     """
     for name in _STATISTICS:
         value = machine.get(name, 0)
@@ -113,9 +130,9 @@ def check_node_ad(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
         if not _SCALARS.issuperset(map(type, values)):
             for name, value in ad.items():
                 check_value(value, name=f"{ad.get('Name', 'an ad')}: {name}")
-                if not isinstance(value, str | int | float | bool | None):
+                if not plain_text and not isinstance(value, str | int | float | bool | None):
                     _check_text(ad, name, "\t".join(_strings_in(value)))
-        if _CONTROL.search("\t".join([v for v in values if type(v) is str])):
+        if not plain_text and _CONTROL.search("\t".join([v for v in values if type(v) is str])):
             for name, value in ad.items():
                 if type(value) is str:
                     _check_text(ad, name, value)
@@ -310,7 +327,7 @@ class AdStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def update(self, ad: Mapping[str, Any], now: float) -> AdEntry:
+    def update(self, ad: Mapping[str, Any], now: float, *, plain_text: bool = False) -> AdEntry:
         """Store a pushed ad (``{"machine": {...}, "slots": [...]}``).
 
         Raises :class:`InvalidRequest` when it is not shaped like an agent's ad, or when it
@@ -349,7 +366,7 @@ class AdStore:
             self._others[(my_type, name)] = other
             self.received += 1
             return other
-        check_node_ad(machine, slots)
+        check_node_ad(machine, slots, plain_text=plain_text)
         previous = self._entries.get(name)
         entry = AdEntry(
             name=name,

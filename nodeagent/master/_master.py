@@ -427,20 +427,21 @@ class Master:
 
     # ------------------------------------------------------------------ ads
 
-    def receive_ad(self, ad: Mapping[str, Any]) -> dict[str, Any]:
+    def receive_ad(self, ad: Mapping[str, Any], *, plain_text: bool = False) -> dict[str, Any]:
         """Store a node's ad; the reply carries its machine's mode and window.
 
         The ad of a DRAINING or DOWN machine wakes the reconcile pass when it can change
         what the pass does: a node new or back from lost, or a change of its drain or of
         what its drain's length depends on. Otherwise the periodic pass sees it soon
         enough; with thousands of agents, a pass per ad would run passes back to back.
+        ``plain_text``: see :func:`~nodeagent.master._adstore.check_node_ad`.
         """
         now = self.clock.now()
         machine = ad.get("machine")
         name = machine.get("Name") if isinstance(machine, dict) else None
         previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
-        entry = self.ads.update(ad, now)
+        entry = self.ads.update(ad, now, plain_text=plain_text)
         if entry.my_type != "Machine":
             return {"machine_id": None, "mode": None, "unavailability": None}
         status = self.state.match(entry.hostname, entry.ip)

@@ -13,11 +13,13 @@ import pytest
 import trio
 import trio.testing
 
+from nodeagent._auth import Scope, create_token, generate_key, load_key
 from nodeagent._clock import TrioClock
 from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.agent._schemas import drain_json
-from nodeagent.master._adstore import AdStore
+from nodeagent.master._adstore import AdStore, may_hold_control
+from nodeagent.master._api import Principals, push_ad
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
@@ -118,8 +120,6 @@ async def test_other_daemons_ads_are_kept_out_of_the_nodes(
 async def test_an_ad_with_a_non_finite_number_is_refused(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    from nodeagent._auth import Scope, create_token
-    from nodeagent.master._api import Principals, push_ad
 
     master = make_master(tmp_path, DownLink())
     key = b"k" * 32
@@ -167,6 +167,55 @@ async def test_an_ad_whose_text_holds_a_control_character_is_refused(
     else:
         master.receive_ad(ad)
         assert master.ads.query(master.clock.now())[0]["Name"] == "n1.test"
+
+
+@pytest.mark.parametrize(
+    ("where", "refused"), CONTROL_CHARACTERS.values(), ids=list(CONTROL_CHARACTERS)
+)
+@pytest.mark.parametrize("ascii_only", [True, False], ids=["escaped", "utf-8"])
+async def test_a_pushed_ad_is_judged_the_same_whatever_its_json_escapes(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    where: tuple[str, str, Any],
+    refused: bool,
+    ascii_only: bool,
+) -> None:
+    """The push reads the body's bytes first (an ad whose JSON escapes no control
+    character holds none, and its texts are not searched again): the verdict is that of
+    the ad itself, whether its JSON escapes every non-ASCII character or none."""
+    key_file = tmp_path / "pool.key"
+    generate_key(key_file)
+    key = load_key(key_file)
+    master = make_master(tmp_path, DownLink())
+    token = create_token(key, subject="agent", scope=Scope.DAEMON, lifetime_s=60, now=EPOCH)
+    ad = node_ad(EPOCH)
+    part, name, value = where
+    (ad["machine"] if part == "machine" else ad["slots"][-1])[name] = value
+    body = json.dumps(ad, ensure_ascii=ascii_only).encode()
+    reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
+    if refused:
+        assert reply.status == 422
+        assert b"holds a control character" in reply.body
+        assert master.ads.query(master.clock.now()) == []
+    else:
+        assert reply.status == 200
+        assert master.ads.query(master.clock.now())[0]["Name"] == "n1.test"
+
+
+@pytest.mark.parametrize(
+    ("body", "may"),
+    [
+        (b'{"a": "plain text, a tab\\t and \\"quotes\\""}', False),
+        (b'{"a": "x\\ny"}', True),
+        (b'{"a": "\\u0007"}', True),
+        (b'{"a": "caf\\u00e9"}', True),  # any \\u escape is looked at
+        (b'{"a": "x\x7fy"}', True),
+        ('{"a": "x\u2028y"}'.encode(), True),
+        (b'{"a": "a backslash, then n: \\\\n"}', True),  # looked at, found to be text
+    ],
+)
+def test_what_json_may_hold_a_control_character(body: bytes, may: bool) -> None:
+    assert may_hold_control(body) is may
 
 
 def many_nodes_schedule(count: int, start: float) -> MaintenanceSchedule:
@@ -232,8 +281,6 @@ async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_numbe
 async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, where: str, attribute: str, value: Any
 ) -> None:
-    from nodeagent._auth import Scope, create_token
-    from nodeagent.master._api import Principals, push_ad
 
     master = make_master(tmp_path, DownLink())
     master.receive_ad(node_ad(EPOCH))
