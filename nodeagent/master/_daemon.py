@@ -256,8 +256,10 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         store = None if parts is None else parts.master.store
         if parts is None or not isinstance(store, EtcdStore) or self._etcd is None:
             raise RuntimeError("the master daemon has not been built for etcd")
-        await store.refresh_async(self._etcd)
-        self._take_state(parts)
+        # What the predecessors wrote since this master's copy: only those documents are
+        # taken again (the plans kept for the rest stay); then a pass starts afresh.
+        self._take_state(parts, await store.refresh_async(self._etcd))
+        parts.master.take_over()
         lost = store.lead(fence)
         try:
             async with trio.open_nursery() as nursery:

@@ -292,6 +292,13 @@ class Master:
             self.operations = dict(self.store.load("operations") or {})
         self._busy, self._starting, self._backoff = set(), set(), {}
 
+    def take_over(self) -> None:
+        """A new term of leadership (:mod:`nodeagent.master._leader`) with the state taken
+        from the store: nothing of a pass is under way, and every drain record's node is
+        asked for its ad unless the ad held knows the record (see :meth:`reconcile`)."""
+        self._busy, self._starting, self._backoff = set(), set(), {}
+        self._unseen = set(self.drains)
+
     def save(self) -> None:
         """Write the schedule, modes, drains, actors and counters; raises
         :class:`~nodeagent._store.StoreError` (what was saved before stays saved)."""
