@@ -296,6 +296,11 @@ class SyncEtcd:
         )
         return bool(reply.get("succeeded")), reply
 
+    def keepalive(self, lease: int, *, limit: float | None = None) -> int:
+        """Refresh ``lease`` (within ``limit`` seconds); its TTL now (0: the lease is gone)."""
+        reply = self.call("lease/keepalive", {"ID": str(lease)}, limit=limit)
+        return int(reply.get("result", reply).get("TTL", 0))
+
 
 class AsyncEtcd:
     """The same calls on trio, plus leases and watches."""

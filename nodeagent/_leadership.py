@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from nodeagent._etcd import (
     AsyncEtcd,
     EtcdError,
     KeyValue,
+    SyncEtcd,
     WatchEvent,
     b64,
     created_at,
@@ -213,19 +215,39 @@ class Election:
                 await self.etcd.revoke(fence.lease)  # let another candidate lead at once
 
     async def _keep_alive(self, fence: Fence, term: trio.CancelScope) -> None:
-        interval = max(0.2, self.ttl / 3)
-        while True:
-            await trio.sleep(interval)
+        """Refresh the lease every ``ttl / 3`` seconds from a thread of its own, so that
+        an event loop held by long work (a cold plan of a large pool on a busy machine)
+        does not cost the daemon its lease; the first refresh that fails ends the term
+        (the loop is told at once, whenever it next runs)."""
+        stop = threading.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def end(why: str) -> None:
+            self.log.warning("leadership ends: %s", why)
+            token.run_sync_soon(term.cancel)
+
+        def keep() -> None:
+            interval = max(0.2, self.ttl / 3)
+            client = SyncEtcd(self.etcd.settings)
             try:
-                left = await self.etcd.keepalive(fence.lease, limit=interval)
-            except EtcdError as exc:
-                self.log.warning("leadership ends: the lease's keep-alive failed (%s)", exc)
-                term.cancel()
-                return
-            if left <= 0:
-                self.log.warning("leadership ends: the lease expired")
-                term.cancel()
-                return
+                while not stop.wait(interval):
+                    try:
+                        left = client.keepalive(fence.lease, limit=interval)
+                    except EtcdError as exc:
+                        end(f"the lease's keep-alive failed ({exc})")
+                        return
+                    if left <= 0:
+                        end("the lease expired")
+                        return
+            except trio.RunFinishedError:
+                return  # the daemon is gone
+            finally:
+                client.close()
+
+        try:
+            await trio.to_thread.run_sync(keep, abandon_on_cancel=True)
+        finally:
+            stop.set()
 
 
 def _identity(kv: KeyValue) -> dict[str, Any] | None:

@@ -495,3 +495,34 @@ async def test_a_large_document_is_stored_compressed_and_read_back_by_every_stor
     finally:
         writer.close()
         reader.close()
+
+
+async def test_a_leader_whose_loop_is_held_past_its_ttl_keeps_its_lease(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """Long work in the event loop (a cold plan of a large pool on a busy machine) does
+    not cost the leader its lease: the keep-alives go on from a thread of their own."""
+    import time
+
+    key = b"/t/leader"
+    election = Election(etcd=etcd, key=key, ttl=2, identity={"url": "http://m"})
+
+    async def lead(fence: Fence) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(election.run, lead)
+        with trio.fail_after(5):
+            while not election.leading:
+                await election.changed()
+        fence = election.fence
+        assert fence is not None
+        await trio.sleep(0.1)  # the term under way (its keep-alive started)
+        time.sleep(3.5)  # the loop held for longer than the lease (2 s)  # noqa: ASYNC251
+        await trio.sleep(1.0)
+        assert election.fence == fence
+        assert election.terms == 1
+        _, held = await etcd.get(key)
+        assert held is not None
+        assert held.create_revision == fence.revision
+        nursery.cancel_scope.cancel()
