@@ -55,7 +55,7 @@ from nodeagent._etcd import (
 from nodeagent._leadership import Fence, LeadershipLost, NotLeading
 from nodeagent._store import StoreError
 
-__all__ = ["EtcdStore"]
+__all__ = ["COMPRESS_FROM", "WATCH_RENEWAL", "EtcdStore"]
 
 log = logging.getLogger("nodeagent.store")
 

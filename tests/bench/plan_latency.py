@@ -49,6 +49,7 @@ import signal
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent._etcd import EtcdSettings
-from nodeagent._etcd_store import EtcdStore
+from nodeagent._etcd_store import COMPRESS_FROM, EtcdStore
 from nodeagent._peer import HttpAgentLink
 from nodeagent._store import Documents, DocumentStore
 from nodeagent.master._adstore import AdStore
@@ -129,11 +130,22 @@ def schedule_values(machines: int, now: float) -> dict[str, int]:
     state = MaintenanceState()
     state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, now)))
     actors = {machine_key(m.id): "local" for m in state.machines()}
-    sizes = {
-        "maintenance_bytes": len(json.dumps(state.snapshot(), separators=(",", ":"))),
-        "actors_bytes": len(json.dumps(actors, separators=(",", ":"))),
+    texts = {
+        "maintenance": json.dumps(state.snapshot(), separators=(",", ":")).encode(),
+        "actors": json.dumps(actors, separators=(",", ":")).encode(),
     }
-    return {**sizes, "both_bytes": sum(sizes.values())}
+    sizes = {f"{name}_bytes": len(text) for name, text in texts.items()}
+    # etcd is written a value of COMPRESS_FROM bytes or more zlib-compressed
+    stored = {
+        f"{name}_stored_bytes": len(zlib.compress(text, 6) if len(text) >= COMPRESS_FROM else text)
+        for name, text in texts.items()
+    }
+    return {
+        **sizes,
+        **stored,
+        "both_bytes": sum(sizes.values()),
+        "both_stored_bytes": sum(stored.values()),
+    }
 
 
 def post_schedule(master: MasterProcess, machines: int, now: float) -> None:
@@ -143,7 +155,8 @@ def post_schedule(master: MasterProcess, machines: int, now: float) -> None:
         raise RuntimeError(
             f"schedule refused: {posted.status_code} {posted.text[:300]} (it writes "
             f"{sizes['maintenance_bytes']} + {sizes['actors_bytes']} bytes of JSON in one "
-            "transaction; with etcd, see --etcd-max-request-bytes)"
+            f"transaction, {sizes['both_stored_bytes']} bytes to etcd; see "
+            "--etcd-max-request-bytes)"
         )
 
 
