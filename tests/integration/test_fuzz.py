@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.fuzzing import AgentTarget, MasterTarget, Report, fuzz
 from tests.harness import AgentProcess, MasterProcess
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
 BUDGET_S = 45.0
 
 
