@@ -138,7 +138,7 @@ def test_a_node_that_publishes_a_marker_gets_its_row_written_the_slow_way(
 ) -> None:
     """Ads cannot hold a NUL (the master refuses control characters), so no ad can hold a
     template's marker; should one ever reach a row, the row is written the slow way."""
-    monkeypatch.setattr(adstore, "check_node_ad", lambda machine, slots: None)
+    monkeypatch.setattr(adstore, "check_node_ad", lambda machine, slots, **_: None)
     clock = StepClock(1_800_000_000.0)
     store = DocumentStore(tmp_path / "master.db")
     master = Master(
