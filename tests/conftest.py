@@ -6,6 +6,11 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# pytest-xdist's workers are given COLUMNS=80 and LINES=24; the command line under test lays
+# its output out as for no terminal, as in a run without workers.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 settings.register_profile(
     "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
