@@ -1121,8 +1121,9 @@ class Master:
         """Settle a record left ``pending`` with the node: fetch its ad and look for the
         request there.
 
-        Committed (``draining`` or ``drained`` under that id): the drain is adopted as
-        the master's (``committed``; escalated at the window like any other). Still
+        Committed (``draining`` or ``drained`` under that id, or ended: its completion hook
+        is that request's): the drain is adopted as the master's (``committed``; escalated
+        at the window like any other). Still
         pending: cancelled by its id, and the record forgotten. Gone (expired, cancelled,
         never made): the record is forgotten. Either way a later pass starts the drain
         the window then requires. The node is asked at the record's address (a restarted
@@ -1175,7 +1176,10 @@ class Master:
         machine = self.ads.update(ad, self.clock.now()).machine
         state = machine.get("DrainState")
         shown = machine.get("DrainingRequestId") == request_id
-        if shown and state in ("draining", "drained"):
+        # A drain with a completion hook ends once its hook has run: the node then shows the
+        # request only as its hook's. Committed all the same: never a second drain (and hook).
+        hooked = request_id is not None and machine.get("DrainHookRequestId") == request_id
+        if (shown and state in ("draining", "drained")) or hooked:
             record["phase"] = COMMITTED
             record["committed_at"] = machine.get("MyCurrentTime")
             self.counters.drains_started += 1
