@@ -21,7 +21,7 @@ import base64
 import contextlib
 import ssl
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -154,6 +154,17 @@ def revision_of(reply: Mapping[str, Any]) -> int:
     return int(reply.get("header", {}).get("revision", 0))
 
 
+@dataclass(frozen=True)
+class _Post:
+    """A request of :meth:`_Calls.attempts`: ``POST <endpoint>/v3/<path>`` within
+    ``seconds``."""
+
+    endpoint: str
+    path: str
+    body: bytes
+    seconds: float
+
+
 class _Calls:
     """What the sync and async clients share: endpoint order, the body of each call,
     the reading of each reply (which says: done, try the next endpoint, or fail)."""
@@ -217,6 +228,41 @@ class _Calls:
             return "next", f"{endpoint}: {message or f'HTTP {response.status_code}'}"
         raise EtcdError(f"etcd at {endpoint} refused the request: {message}")
 
+    def attempts(
+        self, path: str, body: Mapping[str, Any], left: Callable[[], float]
+    ) -> Generator[_Post, httpx.Response | httpx.HTTPError, dict[str, Any]]:
+        """One call as the requests to send: yields each POST (login, then the call, on
+        each endpoint in turn), is sent its response or the transport's error, and returns
+        etcd's reply; raises :class:`EtcdUnavailable` once ``left()`` (the seconds left)
+        runs out or every endpoint failed, :class:`EtcdError` for a refusal. The sync and
+        the async client drive it, each with its own transport."""
+        failures: list[str] = []
+        payload = orjson.dumps(body)
+        for _ in range(2):  # a second round only after logging in again
+            for endpoint in self.order():
+                seconds = left()
+                if seconds <= 0:
+                    raise self.unavailable(failures)
+                if self.needs_token:
+                    login = yield _Post(endpoint, "auth/authenticate", self.login_body(), seconds)
+                    if isinstance(login, httpx.HTTPError):
+                        failures.append(_transport_failure(endpoint, login))
+                        continue
+                    self.logged_in(endpoint, login)
+                response = yield _Post(endpoint, path, payload, max(left(), 0.001))
+                if isinstance(response, httpx.HTTPError):
+                    failures.append(_transport_failure(endpoint, response))
+                    continue
+                outcome, value = self.read(endpoint, response)
+                if outcome == "ok":
+                    return dict(value)
+                failures.append(str(value))
+                if outcome == "login":
+                    break
+            else:
+                break
+        raise self.unavailable(failures)
+
     def unavailable(self, failures: Sequence[str]) -> EtcdUnavailable:
         return EtcdUnavailable(
             f"etcd is unavailable ({'; '.join(failures) or 'no time left'}): "
@@ -243,32 +289,19 @@ class SyncEtcd:
     ) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` and return etcd's reply, within ``limit``
         seconds (``settings.timeout`` by default) over all endpoints."""
-        calls = self._calls
-        deadline = time.monotonic() + (limit or calls.settings.timeout)
-        failures: list[str] = []
-        for _ in range(2):  # a second round only after logging in again
-            for endpoint in calls.order():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise calls.unavailable(failures)
-                try:
-                    if calls.needs_token:
-                        login = self._raw(endpoint, "auth/authenticate", calls.login_body(), left)
-                        calls.logged_in(endpoint, login)
-                    outcome, value = calls.read(
-                        endpoint, self._raw(endpoint, path, orjson.dumps(body), left)
-                    )
-                except httpx.HTTPError as exc:
-                    failures.append(_transport_failure(endpoint, exc))
-                    continue
-                if outcome == "ok":
-                    return dict(value)
-                failures.append(str(value))
-                if outcome == "login":
-                    break
-            else:
-                break
-        raise calls.unavailable(failures)
+        deadline = time.monotonic() + (limit or self._calls.settings.timeout)
+        attempts = self._calls.attempts(path, body, lambda: deadline - time.monotonic())
+        post = next(attempts)
+        while True:
+            result: httpx.Response | httpx.HTTPError
+            try:
+                result = self._raw(post.endpoint, post.path, post.body, post.seconds)
+            except httpx.HTTPError as exc:
+                result = exc
+            try:
+                post = attempts.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     def _raw(self, endpoint: str, path: str, body: bytes, timeout: float) -> httpx.Response:
         return self._client.post(
@@ -318,33 +351,19 @@ class AsyncEtcd:
     ) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` and return etcd's reply, within ``limit``
         seconds (``settings.timeout`` by default) over all endpoints."""
-        calls = self._calls
-        deadline = trio.current_time() + (limit or calls.settings.timeout)
-        failures: list[str] = []
-        for _ in range(2):
-            for endpoint in calls.order():
-                left = deadline - trio.current_time()
-                if left <= 0:
-                    raise calls.unavailable(failures)
-                try:
-                    if calls.needs_token:
-                        login = await self._raw(
-                            endpoint, "auth/authenticate", calls.login_body(), left
-                        )
-                        calls.logged_in(endpoint, login)
-                    response = await self._raw(endpoint, path, orjson.dumps(body), left)
-                    outcome, value = calls.read(endpoint, response)
-                except httpx.HTTPError as exc:
-                    failures.append(_transport_failure(endpoint, exc))
-                    continue
-                if outcome == "ok":
-                    return dict(value)
-                failures.append(str(value))
-                if outcome == "login":
-                    break
-            else:
-                break
-        raise calls.unavailable(failures)
+        deadline = trio.current_time() + (limit or self._calls.settings.timeout)
+        attempts = self._calls.attempts(path, body, lambda: deadline - trio.current_time())
+        post = next(attempts)
+        while True:
+            result: httpx.Response | httpx.HTTPError
+            try:
+                result = await self._raw(post.endpoint, post.path, post.body, post.seconds)
+            except httpx.HTTPError as exc:
+                result = exc
+            try:
+                post = attempts.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     async def _raw(self, endpoint: str, path: str, body: bytes, seconds: float) -> httpx.Response:
         return await self._client.post(
