@@ -37,7 +37,7 @@ import contextlib
 import json
 import logging
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import trio
@@ -196,12 +196,20 @@ class EtcdStore:
 
     # ------------------------------------------------------------------ writing
 
-    def lead(self, fence: Fence) -> trio.Event:
-        """Write under ``fence`` from now on; the event returned is set if a write is
-        fenced out (the term is over: the fence is then dropped)."""
+    async def hold(self, fence: Fence, *services: Callable[..., Awaitable[None]]) -> None:
+        """A term of leadership: write under ``fence`` while ``services`` (each started as
+        ``nursery.start`` does) run, until the term is cancelled or a write is fenced out
+        (:class:`~nodeagent._leadership.LeadershipLost`); the fence is dropped after."""
         self.fence = fence
         self._fenced_out = trio.Event()
-        return self._fenced_out
+        try:
+            async with trio.open_nursery() as nursery:
+                for service in services:
+                    await nursery.start(service)
+                await self._fenced_out.wait()
+                raise LeadershipLost(f"a write to {self.where} was fenced out")
+        finally:
+            self.fence = None
 
     def save(self, **documents: Any) -> None:
         """Write what changed in ``documents`` in one fenced transaction (see the module

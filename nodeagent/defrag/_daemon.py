@@ -42,7 +42,7 @@ from nodeagent._clock import Clock, WallClock
 from nodeagent._etcd import AsyncEtcd
 from nodeagent._etcd_store import EtcdStore
 from nodeagent._http import auth_error_response, error_body
-from nodeagent._leadership import Election, EtcdTasks, Fence, LeadershipLost, lease_ttl
+from nodeagent._leadership import Election, EtcdTasks, Fence, lease_ttl
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -271,14 +271,7 @@ class DefragDaemon(Program[DefragConfig, Documents]):
             raise RuntimeError("the defrag daemon has not been built for etcd")
         await store.refresh_async(self._etcd)
         service.load()
-        lost = store.lead(fence)
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(service.run)
-                await lost.wait()
-                raise LeadershipLost("a write of this daemon's was fenced out")
-        finally:
-            store.fence = None
+        await store.hold(fence, service.run)
 
     async def _show_leader(
         self, election: Election, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp
 from nodeagent._clock import Clock, WallClock
 from nodeagent._etcd import AsyncEtcd
 from nodeagent._etcd_store import EtcdStore
-from nodeagent._leadership import Election, EtcdTasks, Fence, LeadershipLost, lease_ttl
+from nodeagent._leadership import Election, EtcdTasks, Fence, lease_ttl
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -260,15 +260,9 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         # taken again (the plans kept for the rest stay); then a pass starts afresh.
         self._take_state(parts, await store.refresh_async(self._etcd))
         parts.master.take_over()
-        lost = store.lead(fence)
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(parts.master.run)
-                await nursery.start(parts.operations.run)
-                await lost.wait()
-                raise LeadershipLost("a write of this master's was fenced out")
+            await store.hold(fence, parts.master.run, parts.operations.run)
         finally:
-            store.fence = None
             self._take_state(parts)  # a follower again: the state as written
 
     def _followed(self, names: set[str]) -> None:
