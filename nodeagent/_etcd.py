@@ -43,6 +43,8 @@ __all__ = [
     "b64",
     "created_at",
     "delete",
+    "get",
+    "modified_at",
     "prefix_end",
     "put",
     "revision_of",
@@ -511,6 +513,16 @@ def put(key: bytes, value: bytes, *, lease: int = 0) -> dict[str, Any]:
 def delete(key: bytes) -> dict[str, Any]:
     """A delete operation of a transaction."""
     return {"request_delete_range": {"key": b64(key)}}
+
+
+def get(key: bytes) -> dict[str, Any]:
+    """A read of ``key`` in a transaction (its reply: ``response_range``)."""
+    return {"request_range": {"key": b64(key)}}
+
+
+def modified_at(key: bytes, revision: int) -> dict[str, Any]:
+    """A compare: ``key`` was last written at ``revision`` (0: it does not exist)."""
+    return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(revision)}
 
 
 def created_at(key: bytes, revision: int) -> dict[str, Any]:

@@ -29,6 +29,44 @@ Writes are fenced: with a :class:`~nodeagent._leadership.Fence` set (:attr:`Etcd
 each transaction holds only while that term of leadership lasts; a refused one raises
 :class:`~nodeagent._leadership.LeadershipLost` and writes nothing. Without a fence a save
 raises :class:`~nodeagent._leadership.NotLeading`: only the leader writes.
+
+**A write without a reply is settled before the save returns.** A write that timed out,
+or whose connection was lost once it was sent, or that a member answered "unavailable"
+(etcd's own "request timed out" is one: the proposal may still be applied), may be applied
+by etcd afterwards: a request still on its way to a stopped member is applied when the
+member goes on, after any read that found it absent. Reading back is therefore not
+enough; the store makes sure the write *can no longer land* before it says it did not.
+
+Each write is serialised with every other by one key, ``last-write`` under the prefix:
+a write's transaction holds only if ``last-write`` was last modified at the revision the
+store knows (:func:`~nodeagent._etcd.modified_at`, besides the fence), and it puts there a
+nonce of its own. etcd applies transactions one at a time, in revision order, so of all
+the transactions conditioned on one revision of ``last-write`` at most one ever succeeds,
+whenever it arrives: the first applied moves ``last-write`` on, and every later one — the
+same write sent to the next endpoint, or arriving late at a member that was stopped —
+fails its compare and changes nothing.
+
+After a write without a reply the store sends a *seal*: a transaction under the same two
+compares that only puts a nonce of its own in ``last-write`` (again until one is answered,
+within ``write_timeout``). Every failed transaction reads the leader key and ``last-write``
+back (its failure branch). The verdict (:func:`verdict`):
+
+* the seal succeeded, or ``last-write`` holds an earlier seal's nonce: a seal won, so the
+  write was not applied before it and can never be: :class:`~nodeagent._store.StoreError`
+  (nothing changed);
+* ``last-write`` holds the write's nonce: it was applied, at that key's revision: the copy
+  takes it and the save returns as any write does;
+* ``last-write`` is still at the revision the store knew: the transaction failed on the
+  fence alone, and the write, which needs the fence too, can never land (a leader key is
+  never created at the same revision again): nothing changed, the term is over
+  (:class:`~nodeagent._leadership.LeadershipLost`);
+* anything else (no seal answered in time; the fence gone and ``last-write`` written
+  since by a successor, which hides whether the write came first):
+  :class:`~nodeagent._store.OutcomeUnknown`. The store then drops its fence and ends the
+  term (:meth:`EtcdStore.hold` raises), so that its daemon never goes on writing from a
+  state etcd may not hold: it takes the state again (its copy, which the watch keeps
+  up to date, when the term ends; a whole read when it next leads, after which the write,
+  fenced on a leader key that is gone, can no longer land).
 """
 
 from __future__ import annotations
@@ -36,9 +74,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import secrets
+import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any, Literal
 
 import trio
 
@@ -49,13 +89,15 @@ from nodeagent._etcd import (
     KeyValue,
     SyncEtcd,
     delete,
+    get,
+    modified_at,
     put,
     revision_of,
 )
 from nodeagent._leadership import Fence, LeadershipLost, NotLeading
-from nodeagent._store import StoreError
+from nodeagent._store import OutcomeUnknown, StoreError
 
-__all__ = ["COMPRESS_FROM", "WATCH_RENEWAL", "EtcdStore"]
+__all__ = ["COMPRESS_FROM", "LAST_WRITE", "WATCH_RENEWAL", "EtcdStore", "Verdict", "verdict"]
 
 log = logging.getLogger("nodeagent.store")
 
@@ -65,6 +107,12 @@ WATCH_RENEWAL = 30.0
 MAX_TXN_OPS = 128
 _DOCS = b"docs/"
 _SETS = b"sets/"
+#: The key under the prefix that every write compares and replaces (see the module
+#: docstring): its last writer's nonce.
+LAST_WRITE = b"last-write"
+#: What :func:`verdict` finds of a write: applied (at a revision), not applied and never to
+#: be (the revision ``last-write`` is at now, 0 if not known), or not known.
+Verdict = tuple[Literal["landed", "not landed", "unknown"], int]
 #: One document's entries: member ("" for a whole document) → (mod revision, JSON text;
 #: ``None`` once deleted, kept so that an older event cannot bring it back).
 _Entries = dict[str, tuple[int, bytes | None]]
@@ -97,6 +145,23 @@ def _text(value: bytes) -> bytes:
         raise EtcdError(f"a value in etcd is neither JSON nor zlib ({exc})") from None
 
 
+def verdict(
+    *, known: int, nonce: bytes, seals: Collection[bytes], last: KeyValue | None
+) -> Verdict:
+    """What a transaction that failed its compares tells of a write (the module docstring
+    gives the argument): ``known`` is the revision of ``last-write`` the write was
+    conditioned on, ``nonce`` the write's, ``seals`` the nonces of the seals sent since,
+    ``last`` the ``last-write`` key the failed transaction read (``None``: absent)."""
+    if last is not None and last.value == nonce:
+        return "landed", last.mod_revision
+    now = 0 if last is None else last.mod_revision
+    if now == known:  # its compare on last-write held: it failed on the fence, for good
+        return "not landed", now
+    if last is not None and last.value in seals:
+        return "not landed", now
+    return "unknown", 0
+
+
 class EtcdStore:
     """See the module docstring. ``collections`` names the documents kept one key per
     member. Opening reads every key under ``prefix``; raises
@@ -119,7 +184,10 @@ class EtcdStore:
         self.collections = frozenset(collections)
         self.fence: Fence | None = None
         self._fenced_out = trio.Event()
+        self._ended = ""
         self.revision = 0
+        #: The revision ``last-write`` was last modified at, as known (0: absent).
+        self.last_write = 0
         #: The revision of the last whole read: events up to it are in the copy already.
         self._floor = 0
         self._docs: dict[str, _Entries] = {}
@@ -153,6 +221,8 @@ class EtcdStore:
     def _replace(self, revision: int, kvs: list[KeyValue]) -> set[str]:
         docs: dict[str, _Entries] = {}
         for kv in kvs:
+            if kv.key == self.prefix + LAST_WRITE:
+                self.last_write = max(self.last_write, kv.mod_revision)
             place = self._place(kv.key)
             if place is not None:
                 docs.setdefault(place[0], {})[place[1]] = (kv.mod_revision, _text(kv.value))
@@ -207,17 +277,22 @@ class EtcdStore:
                 for service in services:
                     await nursery.start(service)
                 await self._fenced_out.wait()
-                raise LeadershipLost(f"a write to {self.where} was fenced out")
+                raise LeadershipLost(self._ended)
         finally:
             self.fence = None
 
     def save(self, **documents: Any) -> None:
         """Write what changed in ``documents`` in one fenced transaction (see the module
-        docstring); nothing to write: no transaction. Raises
+        docstring); nothing to write: no transaction. Returns once etcd holds the change
+        (a write that got no reply but was applied included: the copy holds it then).
+
+        Raises, having written nothing (and the write can no longer be applied):
         :class:`~nodeagent._leadership.NotLeading` (no fence),
-        :class:`~nodeagent._leadership.LeadershipLost` (fenced out) or
+        :class:`~nodeagent._leadership.LeadershipLost` (fenced out: the term ends) or
         :class:`~nodeagent._store.StoreError` (etcd unreachable, or the change is over
-        etcd's transaction limit), having written nothing."""
+        etcd's transaction limit). Raises :class:`~nodeagent._store.OutcomeUnknown` when
+        etcd could not say whether it was applied: the fence is dropped and the term ends
+        (:meth:`hold`), the copy unchanged (the watch brings the write if it lands)."""
         changes: list[tuple[str, str, bytes | None]] = []
         for name, doc in documents.items():
             entries = self._docs.get(name, {})
@@ -237,29 +312,107 @@ class EtcdStore:
         fence = self.fence
         if fence is None:
             raise NotLeading(f"only the leader writes the state ({self.where})")
-        if len(changes) > MAX_TXN_OPS:
+        if len(changes) + 1 > MAX_TXN_OPS:
             raise StoreError(
                 f"one change of {len(changes)} keys is over etcd's {MAX_TXN_OPS} operations "
-                f"per transaction ({self.where})"
+                f"per transaction, the store's own key included ({self.where})"
             )
+        last_write = self.prefix + LAST_WRITE
+        known, nonce = self.last_write, _nonce(fence)
         ops = [
             put(self._key(n, m), _stored(v)) if v is not None else delete(self._key(n, m))
             for n, m, v in changes
         ]
+        ops.append(put(last_write, nonce))
+        compare = [fence.compare(), modified_at(last_write, known)]
+        reads = [get(fence.key), get(last_write)]
         try:
-            kept, reply = self._sync.txn([fence.compare()], ops, limit=self.write_timeout)
+            kept, reply = self._sync.txn(compare, ops, reads, limit=self.write_timeout)
         except EtcdError as exc:
-            raise StoreError(f"cannot write the state to {self.where}: {exc}") from exc
-        if not kept:
-            self.fence = None
-            self._fenced_out.set()
-            raise LeadershipLost(
-                f"the state was not written: this daemon no longer leads ({self.where})"
-            )
-        revision = revision_of(reply)
+            revision = self._settle(fence, known, nonce, exc)
+        else:
+            revision = revision_of(reply) if kept else self._failed(fence, known, nonce, reply)
+        self.last_write = max(self.last_write, revision)
         for name, member, written in changes:
             self._docs.setdefault(name, {})[member] = (revision, written)
         self.revision = max(self.revision, revision)
+
+    def _failed(self, fence: Fence, known: int, nonce: bytes, reply: dict[str, Any]) -> int:
+        """The revision a write whose transaction failed its compares was applied at
+        (an earlier attempt of it, on another endpoint, was); raises as :meth:`save`."""
+        leader, last = _reads(reply)
+        found, revision = verdict(known=known, nonce=nonce, seals=(), last=last)
+        return self._decide(fence, leader, (found, revision), "its transaction failed")
+
+    def _settle(self, fence: Fence, known: int, nonce: bytes, exc: EtcdError) -> int:
+        """A write that got no reply (``exc``): seal ``last-write`` at ``known`` (see the
+        module docstring), within ``write_timeout``; the revision the write was applied
+        at, or raises as :meth:`save` (:class:`OutcomeUnknown` when etcd did not say)."""
+        last_write = self.prefix + LAST_WRITE
+        deadline = time.monotonic() + self.write_timeout
+        seals: list[bytes] = []
+        why = str(exc)
+        while (left := deadline - time.monotonic()) > 0.01:
+            seals.append(_nonce(fence))
+            try:
+                kept, reply = self._sync.txn(
+                    [fence.compare(), modified_at(last_write, known)],
+                    [put(last_write, seals[-1])],
+                    [get(fence.key), get(last_write)],
+                    limit=left,
+                )
+            except EtcdError as again:
+                why = str(again)
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            if kept:
+                self.last_write = max(self.last_write, revision_of(reply))
+                raise StoreError(
+                    f"cannot write the state to {self.where}: {exc} (it was not applied, "
+                    "and no longer can be)"
+                )
+            leader, last = _reads(reply)
+            found = verdict(known=known, nonce=nonce, seals=seals, last=last)
+            return self._decide(fence, leader, found, f"{exc}")
+        self._end(f"the outcome of a write to {self.where} is unknown")
+        raise OutcomeUnknown(
+            f"a write to {self.where} got no reply, and etcd could not say within "
+            f"{self.write_timeout:.1f} s whether it was applied ({why}): this master stops "
+            "leading and takes the state from etcd again"
+        )
+
+    def _decide(self, fence: Fence, leader: KeyValue | None, found: Verdict, why: str) -> int:
+        """Act on a write's :func:`verdict`: its revision if it was applied; raises
+        otherwise. The term ends when the fence is gone or the outcome is unknown."""
+        outcome, revision = found
+        fenced_out = leader is None or leader.create_revision != fence.revision
+        if outcome != "unknown":
+            self.last_write = max(self.last_write, revision)
+        if outcome == "unknown":
+            self._end(f"the outcome of a write to {self.where} is unknown")
+            raise OutcomeUnknown(
+                f"a write to {self.where} may or may not have been applied ({why}; another "
+                "leader has written since): this master stops leading and takes the state "
+                "from etcd again"
+            )
+        if fenced_out:
+            self._end(f"a write to {self.where} was fenced out")
+        if outcome == "landed":
+            return revision
+        if fenced_out:
+            raise LeadershipLost(
+                f"the state was not written: this daemon no longer leads ({self.where})"
+            )
+        raise StoreError(
+            f"cannot write the state to {self.where}: {why} (it was not applied, and no "
+            "longer can be)"
+        )
+
+    def _end(self, why: str) -> None:
+        """Write no more in this term: drop the fence, and let :meth:`hold` end the term."""
+        self.fence = None
+        self._ended = why
+        self._fenced_out.set()
 
     # ------------------------------------------------------------------ following
 
@@ -309,6 +462,8 @@ class EtcdStore:
         for event in events:
             kv: KeyValue = event.kv
             self.revision = max(self.revision, kv.mod_revision)
+            if kv.key == self.prefix + LAST_WRITE:
+                self.last_write = max(self.last_write, kv.mod_revision)
             place = self._place(kv.key)
             if place is None or kv.mod_revision <= self._floor:
                 continue  # not a document, or read since by a whole read
@@ -322,6 +477,24 @@ class EtcdStore:
             if held is None or held[1] != text:
                 names.add(name)
         return names
+
+
+def _nonce(fence: Fence) -> bytes:
+    """What one write (or seal) puts in ``last-write``: its term's revision and 64 random
+    bits, unique to it."""
+    return f"{fence.revision}:{secrets.token_hex(8)}".encode()
+
+
+def _reads(reply: dict[str, Any]) -> tuple[KeyValue | None, KeyValue | None]:
+    """The leader key and ``last-write`` as a failed transaction read them (its failure
+    branch: the two ``get``)."""
+    found: list[KeyValue | None] = []
+    for response in reply.get("responses", ())[:2]:
+        kvs = response.get("response_range", {}).get("kvs", ())
+        found.append(KeyValue.of(kvs[0]) if kvs else None)
+    if len(found) != 2:
+        raise EtcdError(f"etcd's reply to a failed transaction lacks its reads: {reply}")
+    return found[0], found[1]
 
 
 def _values(entries: _Entries) -> dict[str, bytes]:

@@ -26,6 +26,7 @@ __all__ = [
     "DocumentStore",
     "Documents",
     "FileIdentity",
+    "OutcomeUnknown",
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
@@ -46,6 +47,17 @@ class StoreError(Exception):
 class StoreUnavailable(StoreError):
     """The store cannot be had now, and a later start may succeed (its file system is
     full, etcd cannot be reached)."""
+
+
+class OutcomeUnknown(StoreError):
+    """A write may or may not have been applied: it was sent, and the store could not say
+    in time whether it holds it (etcd, cut off mid-write; SQLite never raises it). The
+    daemon that made it does not go on with the state it holds in memory: it stops
+    writing (its term of leadership ends) and takes the state from the store again. A
+    client reads the state back before it sends the write again."""
+
+    code = "store.outcome_unknown"
+    http_status = 503
 
 
 class StoreFull(StoreUnavailable):

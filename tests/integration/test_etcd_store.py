@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ import trio
 from nodeagent._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
 from nodeagent._etcd_store import EtcdStore
 from nodeagent._leadership import Election, Fence, LeadershipLost, NotLeading
-from nodeagent._store import StoreError
+from nodeagent._store import OutcomeUnknown, StoreError
 from tests.etcd import EtcdServer, etcd_server, free_port
 
 __all__ = ["etcd_server"]
@@ -306,8 +307,9 @@ async def test_a_write_to_an_etcd_that_does_not_answer_gives_up_within_its_limit
     etcd_server: EtcdServer, etcd: AsyncEtcd
 ) -> None:
     """A member that takes the connection and never answers (a partition, a hung
-    process): the store's write raises within its write timeout, well before the calls'
-    own timeout, having written nothing."""
+    process): the store's write, then its seal, each give up within the write timeout,
+    well before the calls' own timeout; etcd could not say whether the write was applied,
+    so the store says so and ends its term (its copy unchanged)."""
     import socket
     import time
 
@@ -321,14 +323,92 @@ async def test_a_write_to_an_etcd_that_does_not_answer_gives_up_within_its_limit
         store._sync.close()  # from now on etcd "is" the silent member
         store._sync = SyncEtcd(EtcdSettings(endpoints=(url,), timeout=5.0))
         began = time.monotonic()
-        with pytest.raises(StoreError, match="cannot write the state"):
+        with pytest.raises(OutcomeUnknown, match="could not say"):
             store.save(counters={"n": 1})
-        assert time.monotonic() - began < 2.5  # the write's limit, not the 5 s of the calls
+        assert time.monotonic() - began < 2.5  # twice the write's limit, not the 5 s of the calls
+        assert store.fence is None
         assert store.load("counters") is None
         assert keys(etcd_server) == {PREFIX + "leader": "{}"}
         store.close()
     finally:
         silent.close()
+
+
+class Unanswered(SyncEtcd):
+    """etcd whose answer to the next transaction is lost: with ``deliver`` it is sent and
+    applied (the reply lost on its way back), without it is kept in :attr:`held`, still
+    on its way (a member stopped before it read it), for the test to deliver later."""
+
+    def __init__(self, settings: EtcdSettings, *, deliver: bool) -> None:
+        super().__init__(settings)
+        self.deliver = deliver
+        self.held: list[tuple[list[Any], list[Any], list[Any]]] = []
+        self.lost = 0
+
+    def txn(
+        self,
+        compare: Sequence[Mapping[str, Any]],
+        success: Sequence[Mapping[str, Any]],
+        failure: Sequence[Mapping[str, Any]] = (),
+        *,
+        limit: float | None = None,
+    ) -> tuple[bool, dict[str, Any]]:
+        if self.lost:
+            return super().txn(compare, success, failure, limit=limit)
+        self.lost += 1
+        if self.deliver:
+            super().txn(compare, success, failure, limit=limit)
+        else:
+            self.held.append((list(compare), list(success), list(failure)))
+        raise EtcdUnavailable("etcd is unavailable (ReadTimeout): the reply was lost")
+
+
+async def test_a_write_whose_reply_was_lost_but_was_applied_is_a_write(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """The store learns from ``last-write`` that its write landed: the save returns, its
+    copy holds the change, and the next write goes on from it."""
+    store = EtcdStore(settings(etcd_server), PREFIX)
+    try:
+        store.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        store.save(counters={"n": 1})
+        store._sync.close()
+        store._sync = lossy = Unanswered(settings(etcd_server), deliver=True)
+        store.save(counters={"n": 2})
+        assert lossy.lost == 1
+        assert keys(etcd_server)[PREFIX + "docs/counters"] == '{"n":2}'
+        assert store.load("counters") == {"n": 2}
+        assert store.fence is not None  # the term goes on
+        store.save(counters={"n": 3})
+        assert keys(etcd_server)[PREFIX + "docs/counters"] == '{"n":3}'
+    finally:
+        store.close()
+
+
+async def test_a_write_still_on_its_way_is_sealed_out_before_it_is_called_refused(
+    etcd_server: EtcdServer, etcd: AsyncEtcd
+) -> None:
+    """A write held on its way to etcd when the store gives up on it: the store seals
+    ``last-write`` first, so that the write, delivered after its refusal, changes nothing."""
+    store = EtcdStore(settings(etcd_server), PREFIX)
+    try:
+        store.fence = await lead_key(etcd, PREFIX.encode() + b"leader")
+        store.save(counters={"n": 1})
+        store._sync.close()
+        store._sync = lossy = Unanswered(settings(etcd_server), deliver=False)
+        with pytest.raises(StoreError, match="no longer can be") as refused:
+            store.save(counters={"n": 2})
+        assert not isinstance(refused.value, OutcomeUnknown | LeadershipLost)
+        assert store.load("counters") == {"n": 1}
+        assert store.fence is not None  # the term goes on
+        ((compare, success, failure),) = lossy.held
+        applied, _ = await etcd.txn(compare, success, failure)  # the write arrives at last
+        assert not applied
+        assert keys(etcd_server)[PREFIX + "docs/counters"] == '{"n":1}'
+        store.save(counters={"n": 3})  # the store knows where last-write is
+        assert keys(etcd_server)[PREFIX + "docs/counters"] == '{"n":3}'
+    finally:
+        store.close()
 
 
 async def test_a_candidate_gives_back_its_own_key_left_from_an_earlier_term(
