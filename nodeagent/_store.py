@@ -31,6 +31,7 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "open_database",
+    "unknown_outcome",
 ]
 
 log = logging.getLogger("nodeagent.store")
@@ -58,6 +59,14 @@ class OutcomeUnknown(StoreError):
 
     code = "store.outcome_unknown"
     http_status = 503
+
+
+def unknown_outcome(exc: OutcomeUnknown) -> str:
+    """The message of the API's 503 ``store.outcome_unknown``: what happened, what to do."""
+    return (
+        f"the state may or may not have been written: {exc}; read it back (from any master, "
+        "once one leads) before sending the request again"
+    )
 
 
 class StoreFull(StoreUnavailable):

@@ -37,6 +37,8 @@ daemon's stable code, or ``client.*`` for failures seen only by the client), ``m
     ├── BadResponse                      client.bad_response   a reply the API does not promise
     ├── RedirectNotFollowed              client.token_required | client.insecure_redirect |
     │                                    client.too_many_redirects   (the master client)
+    ├── OutcomeUnknown         503   store.outcome_unknown   (the master client: a write may
+    │                                or may not have been applied; read back, then retry)
     └── Refused                          any code the daemon sent; unknown codes stay here
         ├── Unauthorized           401   auth.unauthenticated
         ├── Forbidden              403   auth.forbidden
@@ -55,8 +57,10 @@ daemon's stable code, or ``client.*`` for failures seen only by the client), ``m
         └── HookRunning            409   drain.hook_running
 
 A :class:`Refused` request changed nothing on the daemon (the API's contract), nor did a
-:class:`RedirectNotFollowed` one. After :class:`Unreachable` with code ``client.timeout``
-the request may or may not have been applied: read the state back before retrying a write.
+:class:`RedirectNotFollowed` one. After :class:`Unreachable` with code ``client.timeout``,
+or :class:`OutcomeUnknown` (a master on etcd whose write got no reply, and etcd could not
+say in time whether it applied it), the request may or may not have been applied: read
+the state back before retrying a write.
 Foreign exceptions (httpx's) are translated in one place, :func:`_map_exceptions`; error
 bodies in one place, :func:`_refusal` (the master's through :func:`_master_refusal`); JSON
 into results in one place, the ``_*_from_json`` functions.
@@ -115,6 +119,7 @@ __all__ = [
     "NotAccepting",
     "NotPending",
     "OnCompletion",
+    "OutcomeUnknown",
     "RedirectNotFollowed",
     "Refused",
     "ResourcesInsufficient",
@@ -313,6 +318,18 @@ class NoLeader(Refused):
     code = "master.no_leader"
     status = 503
     retry_after: float = 1.0
+
+
+class OutcomeUnknown(AgentError):
+    """A master answered a write 503 ``store.outcome_unknown``: its store (etcd) was sent
+    the write and could not say in time whether it applied it. It may have been; the
+    master that made it has stopped leading and takes the state from etcd again. Not a
+    :class:`Refused` (that changed nothing), and not sent to another master: read the
+    state back (once a master leads again, :class:`NoLeader` until then) and send the
+    write again only if it is not there."""
+
+    code = "store.outcome_unknown"
+    status = 503
 
 
 class RedirectNotFollowed(AgentError):
@@ -1462,12 +1479,13 @@ def _retry_after(response: httpx.Response) -> float:
     return value if math.isfinite(value) and value >= 0 else 1.0
 
 
-def _master_refusal(response: httpx.Response, *, mesos: bool) -> Refused:
+def _master_refusal(response: httpx.Response, *, mesos: bool) -> Refused | OutcomeUnknown:
     """The exception for a master's error reply: its JSON error body by code (the agent's
     codes and :class:`NoLeader`, with ``Retry-After``), or, from a Mesos endpoint
     (``mesos``), its plain-text 400 as :class:`InvalidMaintenance` and its plain-text 503
     (the state could not be written) as a :class:`Refused` ``store.error``; anything else
-    by its status alone, as :func:`_refusal` does."""
+    by its status alone, as :func:`_refusal` does. ``store.outcome_unknown`` (from any
+    endpoint) is :class:`OutcomeUnknown`, not a refusal."""
     status = response.status_code
     fields = _error_fields(response)
     if fields is None:
@@ -1479,6 +1497,8 @@ def _master_refusal(response: httpx.Response, *, mesos: bool) -> Refused:
             return Refused(text or "the state could not be written", code="store.error", status=503)
         return _refusal(response, peer="master")
     code, message, condor_code = fields
+    if code == OutcomeUnknown.code:
+        return OutcomeUnknown(message, status=status)
     error = _MASTER_REFUSALS.get(code, Refused)(
         message, code=code, status=status, condor_code=condor_code
     )
@@ -1551,8 +1571,8 @@ class MasterClient:
 
     **Several masters.** A request goes to the first master that answers: the next one is
     asked after no reply or a 5xx for a read, and, for a write, only when the first surely
-    changed nothing (the connection could not be made, or a ``503``). When every master
-    failed so, the last one's error is raised, naming each.
+    changed nothing (the connection could not be made, or a ``503`` refusal). When every
+    master failed so, the last one's error is raised, naming each.
 
     **Redirects.** A master that does not lead answers a write with ``307`` (or ``308``)
     and the leader's URL in ``Location``: the same method, body and token are sent there,
@@ -1565,6 +1585,10 @@ class MasterClient:
     nothing; with ``retry_no_leader`` (seconds, default 0: no retry) the request is sent
     again after each reply's ``Retry-After`` until it is answered otherwise or that many
     seconds have passed.
+
+    **Outcome unknown.** A ``503`` ``store.outcome_unknown`` raises :class:`OutcomeUnknown`
+    at once (no other master is asked, nothing is sent again): the write may have been
+    applied. Read the state back, and send the write again only if it is not there.
 
     The client may be entered again after it is left, never twice at once. Raises
     ValueError for contradictory arguments.

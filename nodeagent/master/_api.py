@@ -49,7 +49,7 @@ from nodeagent._expressions import Evaluator
 from nodeagent._http import auth_error_response, error_body, request_peer
 from nodeagent._http11 import MAX_BODY
 from nodeagent._peer import AgentCallFailed
-from nodeagent._store import StoreError
+from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._adstore import may_hold_control, project
 from nodeagent.master._leader import LeaderView, NotLeader
 from nodeagent.master._maintenance import (
@@ -111,7 +111,8 @@ _DESCRIPTIONS = {
     413: f"Body over {MAX_BODY} bytes (empty reply)",
     422: "Malformed body, bad values or expressions",
     502: "The node could not be asked, or answered an ad the master refuses",
-    503: "The state could not be written (store.error); nothing changed",
+    503: "The state could not be written (store.error): nothing changed; or it is not known"
+    " whether it was (store.outcome_unknown): read the state back",
 }
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
 _JSON_ERROR = {"application/json": {"schema": _ERROR_BODY}}
@@ -496,6 +497,9 @@ def build_master_app(
         except MaintenanceError as exc:
             await record(request, who.subject, action, exc.code)
             return PlainTextResponse(exc.message, status_code=400)
+        except OutcomeUnknown as exc:
+            await record(request, who.subject, action, exc.code)
+            return JSONResponse(error_body(exc.code, unknown_outcome(exc)), status_code=503)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
             return PlainTextResponse(

@@ -4,7 +4,8 @@
 a ClassAd ``constraint`` over the node ads (resolved to the matching nodes now), its
 ``grouping``, ``batches`` at once, ``schedule``, ``hook``, ``budget`` and ``sla_wait``. Bad
 input is 422 with a stable code (``request.invalid``, ``operation.*``) and changes nothing;
-a state that cannot be written is 503 ``store.error`` and changes nothing. ``GET`` lists
+a state that cannot be written is 503 ``store.error`` and changes nothing (503
+``store.outcome_unknown``: etcd could not say whether it was written; read it back). ``GET`` lists
 them or shows one (READ); ``POST …/{id}/pause|resume|cancel`` (ADMINISTRATOR) act at once.
 Every state-changing request is audited, refusals included.
 """
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions import Evaluator
 from nodeagent._http import error_body
-from nodeagent._store import StoreError
+from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._operations import OperationError, OperationSpec, progress
 from nodeagent.master._rolling import Operations
 from slots import SlotsError
@@ -46,6 +47,13 @@ class OperationRequest(BaseModel):
 
 def _refusal(code: str, message: str, status: int = 422) -> JSONResponse:
     return JSONResponse(error_body(code, message), status_code=status)
+
+
+def _unwritten(exc: StoreError) -> str:
+    """The message of a 503 for a write the store failed (``exc``)."""
+    if isinstance(exc, OutcomeUnknown):
+        return unknown_outcome(exc)
+    return f"the state could not be written; nothing changed: {exc}"
 
 
 def add_operation_routes(
@@ -120,9 +128,7 @@ def add_operation_routes(
             return _refusal(exc.code, exc.message)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return _refusal(
-                exc.code, f"the state could not be written; nothing changed: {exc}", 503
-            )
+            return _refusal(exc.code, _unwritten(exc), 503)
         await record(request, who.subject, f"{action} {op.id}", "ok")
         return JSONResponse(progress(op), status_code=201)
 
@@ -163,8 +169,7 @@ def add_operation_routes(
                 return _refusal(exc.code, exc.message, status)
             except StoreError as exc:
                 await record(request, who.subject, action, exc.code)
-                message = f"the state could not be written; nothing changed: {exc}"
-                return _refusal(exc.code, message, 503)
+                return _refusal(exc.code, _unwritten(exc), 503)
             await record(request, who.subject, action, "ok")
             return JSONResponse(progress(op))
 

@@ -4,7 +4,8 @@
   force, each with its ``source`` (``api`` or ``file``); an unknown group is 404
   ``sla.no_such_policy``.
 * ``PUT /v1/sla/policies/{group}`` (ADMINISTRATOR): set the API's policy of ``group``;
-  written before the reply (a store that fails: 503 ``store.error``, nothing changes);
+  written before the reply (a store that fails: 503 ``store.error``, nothing changes;
+  503 ``store.outcome_unknown``: not known whether it was written, read it back);
   bad input: 422 ``sla.invalid_policy``. ``DELETE`` removes it (404 when the API holds
   none for the group; the file's policy, if any, is then in force again). Both audited
   (``sla.policy.put``, ``sla.policy.delete``), refusals included.
@@ -28,7 +29,7 @@ from fastapi.responses import JSONResponse
 from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions import Evaluator
 from nodeagent._http import error_body
-from nodeagent._store import StoreError
+from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._master import Master
 from nodeagent.master._sla import (
     NodeAds,
@@ -68,6 +69,13 @@ _POLICY_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+def _unwritten(exc: StoreError) -> str:
+    """The message of a 503 for a write the store failed (``exc``)."""
+    if isinstance(exc, OutcomeUnknown):
+        return unknown_outcome(exc)
+    return f"nothing changed: {exc}"
 
 
 def probe_json(key: str, result: Probe) -> dict[str, Any]:
@@ -142,7 +150,7 @@ def add_sla_routes(
             book.put(policy)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return JSONResponse(error_body(exc.code, f"nothing changed: {exc}"), 503)
+            return JSONResponse(error_body(exc.code, _unwritten(exc)), 503)
         await record(request, who.subject, action, "ok")
         return JSONResponse(book.policy_json(policy))
 
@@ -155,7 +163,7 @@ def add_sla_routes(
             deleted = book.delete(group)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return JSONResponse(error_body(exc.code, f"nothing changed: {exc}"), 503)
+            return JSONResponse(error_body(exc.code, _unwritten(exc)), 503)
         if not deleted:
             await record(request, who.subject, action, "sla.no_such_policy")
             message = f"the API holds no policy for {group!r}"

@@ -32,6 +32,7 @@ from nodeagent.client import (
     NoSuchRequest,
     NotAccepting,
     NotPending,
+    OutcomeUnknown,
     RedirectNotFollowed,
     Refused,
     ResourcesInsufficient,
@@ -111,11 +112,12 @@ def test_every_exported_exception_is_an_agent_error() -> None:
         for v in (getattr(client_module, n) for n in client_module.__all__)
         if isinstance(v, type) and issubclass(v, BaseException)
     ]
-    assert len(errors) == 20
+    assert len(errors) == 21
     assert all(issubclass(e, AgentError) for e in errors)
     assert {e for e in errors if not issubclass(e, Refused)} == {
         AgentError,
         BadResponse,
+        OutcomeUnknown,
         RedirectNotFollowed,
         Unreachable,
     }

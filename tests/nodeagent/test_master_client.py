@@ -26,6 +26,7 @@ from nodeagent.client import (
     Leadership,
     MasterClient,
     NoLeader,
+    OutcomeUnknown,
     RedirectNotFollowed,
     Refused,
     SyncMasterClient,
@@ -353,6 +354,29 @@ async def test_a_mesos_503_in_plain_text_is_the_store_error() -> None:
         503,
         "cannot write",
     )
+
+
+async def test_an_unknown_outcome_is_no_refusal_and_is_not_sent_on() -> None:
+    """503 ``store.outcome_unknown`` (a Mesos endpoint's too, in JSON): the write may have
+    been applied, so it is neither a :class:`Refused` nor sent to the next master."""
+    body = {"error": {"code": "store.outcome_unknown", "message": "may or may not"}}
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.host)
+        return httpx.Response(503, json=body)
+
+    urls = ["http://a.test", "http://b.test"]
+    transport = httpx.MockTransport(handler)
+    async with MasterClient(urls=urls, token="t", transport=transport) as master:
+        for call in (lambda: master.set_schedule(BODY), lambda: master.pause_operation("op-1")):
+            asked.clear()
+            with pytest.raises(OutcomeUnknown) as caught:
+                await call()
+            assert not isinstance(caught.value, Refused)
+            assert (caught.value.code, caught.value.status) == ("store.outcome_unknown", 503)
+            assert caught.value.message == "may or may not"
+            assert asked == ["a.test"]
 
 
 LEADER = {
