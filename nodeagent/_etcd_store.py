@@ -21,9 +21,10 @@ trip): read whole when the store opens and when its daemon starts to lead
 which tells its daemon which documents another writer changed.
 
 A write is a blocking call, like the SQLite store's (its caller's state stays consistent: no
-other task runs between a change and its write), bounded by ``write_timeout``: the masters
-give it a third of the leader's lease, the interval of its keep-alives, so that a leader cut
-off from etcd blocks its loop no longer than it takes to learn that it no longer leads.
+other task runs between a change and its write), bounded by ``write_timeout`` (twice that
+for a write that got no reply, settled as below): the masters give it a third of the
+leader's lease, the interval of its keep-alives, so that a leader cut off from etcd blocks
+its loop no longer than it takes to learn that it no longer leads.
 
 Writes are fenced: with a :class:`~nodeagent._leadership.Fence` set (:attr:`EtcdStore.fence`),
 each transaction holds only while that term of leadership lasts; a refused one raises
