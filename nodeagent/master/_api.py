@@ -201,8 +201,10 @@ _AD = {
         },
     },
 }
-#: Mesos endpoints: 400 in plain text; the rest in JSON (401, 403 from the token check).
+#: Mesos endpoints: 400 in plain text; the rest in JSON (401, 403 from the token check);
+#: 503 in plain text (store.error) or JSON (master.no_leader, store.outcome_unknown).
 _MESOS_ERRORS = _errors(400, 401, 403, 413, 503, text=(400, 503))
+_MESOS_ERRORS[503]["content"] = {**_TEXT, **_JSON_ERROR}
 
 
 def _mesos_json(value: Any) -> Response:
