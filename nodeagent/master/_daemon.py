@@ -267,9 +267,13 @@ class MasterDaemon(Program[MasterConfig, Documents]):
 
     def _followed(self, names: set[str]) -> None:
         """The leader changed the documents ``names``: take them (a leader's own writes
-        are not reported; it reads all at the start of its term)."""
+        are not reported; it reads all at the start of its term). Taken whenever the
+        store holds no fence: from the moment a term's write is fenced out or its outcome
+        is unknown, not only once the election says the term is over — a write of unknown
+        outcome that lands meanwhile must reach the memory, whose copy already holds it."""
         parts = self._parts
-        if parts is not None and not parts.leader.leading:
+        store = None if parts is None else parts.master.store
+        if parts is not None and isinstance(store, EtcdStore) and store.fence is None:
             self._take_state(parts, names)
 
     @staticmethod
