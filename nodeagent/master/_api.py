@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import orjson
 from fastapi import FastAPI, Query, Request
@@ -415,6 +416,17 @@ def with_ad_fast_path(
     return fast_path
 
 
+def _request_target(scope: ASGIScope) -> str:
+    """The path and query as the caller sent them, still percent-encoded (ASGI's
+    ``raw_path`` and ``query_string``): a ``Location`` made from the decoded path would
+    hold raw spaces and non-ASCII text (an invalid URL, or a header that cannot be
+    written). Without ``raw_path`` the decoded path is quoted again."""
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else quote(scope.get("path", "/"), safe="/:@!$&'()*+,;=~")
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{path}?{query}" if query else path
+
+
 def build_master_app(
     master: Master,
     *,
@@ -524,9 +536,7 @@ def build_master_app(
         if exc.leader is None:
             return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
         body["error"]["leader"] = exc.leader
-        target = exc.leader.rstrip("/") + request.url.path
-        if request.url.query:
-            target += "?" + request.url.query
+        target = exc.leader.rstrip("/") + _request_target(request.scope)
         return JSONResponse(body, status_code=307, headers={"Location": target})
 
     @app.exception_handler(SlotsError)

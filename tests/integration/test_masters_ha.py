@@ -176,6 +176,18 @@ def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: Etcd
         assert refused.status_code == 307
         assert refused.headers["location"] == leader.url + "/maintenance/schedule"
         assert refused.json()["error"]["leader"] == leader.url
+        # The Location is the path and query as they were sent, still percent-encoded:
+        # a valid URL naming the same group on the leader.
+        with follower.client(token.read_text()) as c, leader.client(token.read_text()) as at:
+            for group, raw in [("a\u2028b", "a%E2%80%A8b"), ("a b", "a%20b"), ("é", "%C3%A9")]:
+                path = f"/v1/sla/policies/{raw}"
+                sent = c.put(f"{path}?q=%20%C3%A9", json={"kind": "count", "count": 1})
+                assert sent.status_code == 307, sent.text
+                assert sent.headers["location"] == f"{leader.url}{path}?q=%20%C3%A9"
+                again = at.put(sent.headers["location"], json={"kind": "count", "count": 1})
+                assert again.status_code in (200, 422), again.text
+                if again.status_code == 200:
+                    assert again.json()["group"] == group
         # The command line follows the redirect with the same body and token.
         schedule = tmp_path / "schedule.json"
         schedule.write_text(json.dumps(window(["b.test"], time.time() + 60)))
