@@ -35,7 +35,7 @@ from nodeagent._settings import (
     _Section,
     default_ip,
 )
-from slots import HOOK_NAME, InvalidRequest, check_site_attributes
+from slots import InvalidRequest, check_hook_name, check_site_attributes
 
 __all__ = [
     "BOOT_ID_FILE",
@@ -212,12 +212,13 @@ class HealthConfig(_Section):
 
 
 def _hook_names(value: dict[str, HookConfig]) -> dict[str, HookConfig]:
+    """Every name by the one rule of hook names (:func:`slots.check_hook_name`), which the
+    master applies to the hook an operation names."""
     for name in value:
-        if not HOOK_NAME.fullmatch(name):
-            raise ValueError(
-                f"{name[:80]!r} is not a hook name: 1 to 64 letters, digits, '_', '.' or '-', "
-                "starting with a letter or digit"
-            )
+        try:
+            check_hook_name(name)
+        except InvalidRequest as exc:
+            raise ValueError(exc.message) from None
     return value
 
 

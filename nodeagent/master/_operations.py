@@ -37,8 +37,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from slots import ATTRIBUTE_NAME, InvalidRequest, check_hook_name
+
 __all__ = [
     "ACTIVE_PHASES",
+    "MAX_HOSTS",
+    "MAX_HOST_LENGTH",
+    "MAX_SLA_WAIT",
     "SCHEDULES",
     "Batch",
     "NodeStep",
@@ -61,6 +66,12 @@ __all__ = [
 ]
 
 SCHEDULES = ("graceful", "quick", "fast")
+#: The most hosts one operation names (and so the most batches it may run at once).
+MAX_HOSTS = 10_000
+#: The longest host name an operation may name (a node's ``Name``).
+MAX_HOST_LENGTH = 255
+#: The longest a batch may be held before it is skipped (``sla_wait``): 30 days.
+MAX_SLA_WAIT = 30 * 86400.0
 OperationState = Literal["running", "paused", "cancelled", "completed"]
 #: Phases of a node whose batch has started and that is not finished yet.
 ACTIVE_PHASES = frozenset({"draining", "hook", "health", "returning"})
@@ -305,22 +316,49 @@ def mesos_mode(phase: str) -> str | None:
 
 
 def _check_spec(spec: OperationSpec) -> None:
+    """Raise :class:`OperationError` unless every field of ``spec`` is within its bounds:
+    1 to :data:`MAX_HOSTS` distinct host names of printable text without spaces (at most
+    :data:`MAX_HOST_LENGTH` characters), ``batches`` a whole number from 1 to
+    :data:`MAX_HOSTS`, a known schedule, ``hook`` a hook's name by the agents' own rule
+    (:data:`slots.HOOK_NAME`), ``grouping`` ``host`` or an attribute name
+    (:data:`slots.ATTRIBUTE_NAME`), ``budget`` finite and >= 0, ``sla_wait`` from 0 to
+    :data:`MAX_SLA_WAIT` seconds."""
     if not spec.hosts:
         raise OperationError("operation.no_hosts", "the operation names no host")
+    if len(spec.hosts) > MAX_HOSTS:
+        raise OperationError("operation.invalid", f"at most {MAX_HOSTS} hosts")
+    for host in spec.hosts:
+        if not _host_name(host):
+            raise OperationError(
+                "operation.invalid",
+                f"{host[:80]!r} is not a host name: 1 to {MAX_HOST_LENGTH} printable "
+                "characters without spaces",
+            )
     if len(set(spec.hosts)) != len(spec.hosts):
         raise OperationError("operation.duplicate_host", "a host is named twice")
-    if spec.batches < 1:
-        raise OperationError("operation.invalid", "batches must be at least 1")
+    if type(spec.batches) is not int or not 1 <= spec.batches <= MAX_HOSTS:
+        raise OperationError("operation.invalid", f"batches must be 1 to {MAX_HOSTS}")
     if spec.schedule not in SCHEDULES:
         raise OperationError("operation.invalid", f"schedule must be one of {', '.join(SCHEDULES)}")
-    if not spec.hook or any(c.isspace() or c == ":" for c in spec.hook):
-        raise OperationError("operation.invalid", "hook must name one of the nodes' hooks")
+    try:
+        check_hook_name(spec.hook)
+    except InvalidRequest as exc:
+        raise OperationError("operation.invalid", f"hook: {exc.message}") from None
     if spec.budget is not None and not (math.isfinite(spec.budget) and spec.budget >= 0):
         raise OperationError("operation.invalid", "budget must be a number of cpu-seconds >= 0")
-    if not (math.isfinite(spec.sla_wait) and spec.sla_wait >= 0):
-        raise OperationError("operation.invalid", "sla_wait must be a duration >= 0")
-    if not spec.grouping:
-        raise OperationError("operation.invalid", "grouping must be 'host' or an attribute")
+    if not (math.isfinite(spec.sla_wait) and 0 <= spec.sla_wait <= MAX_SLA_WAIT):
+        raise OperationError("operation.invalid", f"sla_wait must be 0 to {MAX_SLA_WAIT:.0f} s")
+    if spec.grouping != "host" and not ATTRIBUTE_NAME.fullmatch(spec.grouping):
+        raise OperationError("operation.invalid", "grouping must be 'host' or an attribute name")
+
+
+def _host_name(host: object) -> bool:
+    return (
+        isinstance(host, str)
+        and 0 < len(host) <= MAX_HOST_LENGTH
+        and host.isprintable()
+        and not any(c.isspace() for c in host)
+    )
 
 
 def new_operation(

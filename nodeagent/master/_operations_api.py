@@ -13,36 +13,75 @@ Every state-changing request is audited, refusals included.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions import Evaluator
 from nodeagent._http import error_body
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
-from nodeagent.master._operations import OperationError, OperationSpec, progress
+from nodeagent.master._operations import (
+    MAX_HOST_LENGTH,
+    MAX_HOSTS,
+    MAX_SLA_WAIT,
+    OperationError,
+    OperationSpec,
+    progress,
+)
 from nodeagent.master._rolling import Operations
-from slots import SlotsError
+from slots import (
+    ATTRIBUTE_NAME,
+    HOOK_NAME,
+    InvalidRequest,
+    SlotsError,
+    check_hook_name,
+)
 
 __all__ = ["OperationRequest", "add_operation_routes"]
 
 
+def _hook(name: str) -> str:
+    """The agents' own rule for a hook's name (:func:`slots.check_hook_name`)."""
+    try:
+        return check_hook_name(name)
+    except InvalidRequest as exc:
+        raise ValueError(exc.message) from None
+
+
+def _host(name: str) -> str:
+    if not name.isprintable() or any(c.isspace() for c in name):
+        raise ValueError(f"{name[:80]!r} is not a host name: printable, without spaces")
+    return name
+
+
+_HostName = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_HOST_LENGTH, json_schema_extra={"pattern": r"^\S+$"}),
+    AfterValidator(_host),
+]
+_HookName = Annotated[
+    str, Field(json_schema_extra={"pattern": f"^{HOOK_NAME.pattern}$"}), AfterValidator(_hook)
+]
+
+
 class OperationRequest(BaseModel):
-    """The body of ``POST /v1/maintenance/operations``."""
+    """The body of ``POST /v1/maintenance/operations``: strict JSON types (no ``true``
+    for a number, no ``2.0`` for a whole one) within the bounds of
+    :func:`~nodeagent.master._operations.new_operation`, which checks them again."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    hosts: list[str] | None = None
-    constraint: str | None = None
-    grouping: str = "host"
-    batches: int = Field(default=1, ge=1)
-    schedule: str = "graceful"
-    hook: str
+    hosts: list[_HostName] | None = Field(default=None, min_length=1, max_length=MAX_HOSTS)
+    constraint: str | None = None  # bounded by the evaluator (422 expression.*)
+    grouping: str = Field(default="host", pattern=f"^(?:host|{ATTRIBUTE_NAME.pattern})$")
+    batches: int = Field(default=1, ge=1, le=MAX_HOSTS)
+    schedule: Literal["graceful", "quick", "fast"] = "graceful"
+    hook: _HookName
     budget: float | None = Field(default=None, ge=0)
-    sla_wait: float = Field(default=3600.0, ge=0)
+    sla_wait: float = Field(default=3600.0, ge=0, le=MAX_SLA_WAIT)
 
 
 def _refusal(code: str, message: str, status: int = 422) -> JSONResponse:

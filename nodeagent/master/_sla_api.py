@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,7 +41,7 @@ from nodeagent.master._sla import (
     verdict_json,
 )
 from nodeagent.master._sla_policies import SlaBook
-from slots import InvalidRequest
+from slots import ATTRIBUTE_NAME, InvalidRequest
 
 __all__ = ["add_sla_routes", "probe_json"]
 
@@ -76,6 +77,16 @@ def _unwritten(exc: StoreError) -> str:
     if isinstance(exc, OutcomeUnknown):
         return unknown_outcome(exc)
     return f"nothing changed: {exc}"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _policy_document(body: bytes) -> Any:
+    """The JSON of a policy's body; raises ValueError (not UTF-8, not JSON, ``NaN`` or
+    ``Infinity``) or RecursionError (nested too deep)."""
+    return json.loads(body, parse_constant=_no_constant)
 
 
 def probe_json(key: str, result: Probe) -> dict[str, Any]:
@@ -139,10 +150,11 @@ def add_sla_routes(
         action = "sla.policy.put"
         who = await administrator(request, action)
         try:
-            policy = policy_from_json(group, await request.json())
-        except ValueError:
+            policy = policy_from_json(group, _policy_document(await request.body()))
+        except (ValueError, RecursionError):
             await record(request, who.subject, action, "sla.invalid_policy")
-            return JSONResponse(error_body("sla.invalid_policy", "the body is not JSON"), 422)
+            message = "the body is not JSON (UTF-8, no NaN or Infinity, nested at most a little)"
+            return JSONResponse(error_body("sla.invalid_policy", message), 422)
         except InvalidRequest as exc:
             await record(request, who.subject, action, "sla.invalid_policy")
             return JSONResponse(error_body("sla.invalid_policy", exc.message), 422)
@@ -200,7 +212,7 @@ def add_sla_routes(
         if len(chosen) > _MAX_HOSTS:
             message = f"at most {_MAX_HOSTS} hosts at once"
             return JSONResponse(error_body("request.invalid", message), 422)
-        if grouping is not None and grouping != "host" and not grouping.isidentifier():
+        if grouping is not None and grouping != "host" and not ATTRIBUTE_NAME.fullmatch(grouping):
             message = "grouping is 'host' or an attribute name"
             return JSONResponse(error_body("request.invalid", message), 422)
         lost_at = master.ads.lost_at(now)

@@ -88,9 +88,32 @@ async def test_start_list_show_and_change(tmp_path: Path) -> None:
         ({"hosts": ["n1"], "hook": "reboot", "batches": 0}, "request.invalid"),
         ({"hosts": ["n1"], "hook": "reboot", "budget": -1}, "request.invalid"),
         ({"hosts": ["n1"], "hook": "reboot", "command": "rm"}, "request.invalid"),
-        ({"hosts": ["n1"], "hook": "reboot", "schedule": "slow"}, "operation.invalid"),
-        ({"hosts": ["n1"], "hook": "a b"}, "operation.invalid"),
-        ({"hosts": [], "hook": "reboot"}, "operation.no_hosts"),
+        ({"hosts": ["n1"], "hook": "reboot", "schedule": "slow"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "a b"}, "request.invalid"),
+        ({"hosts": [], "hook": "reboot"}, "request.invalid"),
+        # A hook's name by the agents' rule; strict, bounded numbers, lists and strings.
+        ({"hosts": ["n1"], "hook": "../../../bin/sh"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot\u0000"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "\u001b[31mreboot"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot\n"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "r" * (1 << 20)}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "h:x"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": 7}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "batches": 2**70}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "batches": 10_001}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "batches": True}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "batches": 2.0}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "batches": "2"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "budget": True}, "request.invalid"),
+        ('{"hosts": ["n1"], "hook": "reboot", "budget": NaN}', "request.invalid"),
+        ('{"hosts": ["n1"], "hook": "reboot", "sla_wait": Infinity}', "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "sla_wait": 1e12}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "grouping": "../Rack"}, "request.invalid"),
+        ({"hosts": ["n1"], "hook": "reboot", "grouping": "R" * 65}, "request.invalid"),
+        ({"hosts": ["n1\u001b[2J"], "hook": "reboot"}, "request.invalid"),
+        ({"hosts": ["n" * 256], "hook": "reboot"}, "request.invalid"),
+        ({"hosts": [f"n{i}" for i in range(10_001)], "hook": "reboot"}, "request.invalid"),
+        ({"hosts": "n1", "hook": "reboot"}, "request.invalid"),
         ({"hosts": ["n1", "n1"], "hook": "reboot"}, "operation.duplicate_host"),
         ({"hosts": ["zz"], "hook": "reboot"}, "operation.unknown_host"),
         (
@@ -100,11 +123,14 @@ async def test_start_list_show_and_change(tmp_path: Path) -> None:
     ],
 )
 async def test_bad_input_is_422_and_changes_nothing(
-    tmp_path: Path, body: dict[str, Any], code: str
+    tmp_path: Path, body: dict[str, Any] | str, code: str
 ) -> None:
     async with api(tmp_path) as a:
         await a.push(racked("n1", "r1"))
-        reply = await a.local.post(PATH, json=body)
+        if isinstance(body, str):  # JSON that json.dumps would not write
+            reply = await a.local.post(PATH, content=body.encode())
+        else:
+            reply = await a.local.post(PATH, json=body)
         assert error_code(reply) == (422, code)
         assert a.master.operations == {}
         assert (await a.local.get(PATH)).json() == {"operations": []}

@@ -141,12 +141,34 @@ async def test_the_probe_by_hosts_constraint_and_grouping(tmp_path: Path) -> Non
         {"hosts": "a", "constraint": "true"},
         {"hosts": " , "},
         {"hosts": "a", "grouping": "Rack == 1"},
+        {"hosts": "a", "grouping": "R" * 65},  # an attribute name is at most 64
+        {"hosts": "a", "grouping": "Räck"},
     ],
 )
 async def test_a_bad_probe_is_422(tmp_path: Path, params: dict[str, str]) -> None:
     async with api(tmp_path) as a:
         reply = await a.tcp.get("/v1/sla/probe", params=params, headers=a.token(Scope.READ))
         assert error_code(reply) == (422, "request.invalid")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000,  # nested past the decoder's recursion limit
+        b'{"kind": "count", "count": 4, "duration": NaN}',
+        b'{"kind": "percentage", "percentage": Infinity}',
+        b'{"kind": "count", "count": 4, "duration": 1}\xff',
+    ],
+)
+async def test_a_body_that_is_no_json_policy_is_422_and_changes_nothing(
+    tmp_path: Path, body: bytes
+) -> None:
+    async with api(tmp_path) as a:
+        admin = a.token(Scope.ADMINISTRATOR, "alice")
+        reply = await a.tcp.put(f"/v1/sla/policies/{WEB}", content=body, headers=admin)
+        assert error_code(reply) == (422, "sla.invalid_policy")
+        assert a.master.store.load("sla_policies") in (None, {})
+        assert a.audited() == [("alice", "sla.policy.put", "sla.invalid_policy")]
 
 
 async def test_a_probe_needs_read(tmp_path: Path) -> None:
