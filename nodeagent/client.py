@@ -35,8 +35,9 @@ daemon's stable code, or ``client.*`` for failures seen only by the client), ``m
     AgentError
     ├── Unreachable                      client.unreachable | client.timeout   no reply
     ├── BadResponse                      client.bad_response   a reply the API does not promise
-    ├── RedirectNotFollowed              client.token_required | client.insecure_redirect |
-    │                                    client.too_many_redirects   (the master client)
+    ├── RedirectNotFollowed              client.redirect_refused | client.token_required |
+    │                                    client.insecure_redirect | client.too_many_redirects
+    │                                    (the master client)
     ├── OutcomeUnknown         503   store.outcome_unknown   (the master client: a write may
     │                                or may not have been applied; read back, then retry)
     └── Refused                          any code the daemon sent; unknown codes stay here
@@ -336,6 +337,9 @@ class RedirectNotFollowed(AgentError):
     """A master sent the request on to its leader (307, 308) and the client did not follow:
     nothing was sent to ``location``, and nothing changed. ``code``:
 
+    * ``client.redirect_refused``: ``location`` is not a master the client was given
+      (``url``, ``urls``) nor the origin of the master that redirected: the token is never
+      sent to an address a reply chose; name every master in ``urls=[...]``;
     * ``client.token_required``: the leader is over TCP and the client has no token (it
       spoke to a master's Unix socket, where none is needed): give it one, or use the
       leader's own socket;
@@ -1525,6 +1529,19 @@ def _redirect_location(response: httpx.Response) -> str | None:
     return str(url)
 
 
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """``url``'s scheme, host and port (the scheme's default when none is written);
+    ``None`` for anything that is no ``http(s)://`` URL (a Unix socket's ``unix:…``)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.scheme, parsed.host.lower(), port
+
+
 def _another_may_answer(error: Unreachable | Refused, *, read: bool) -> bool:
     """Whether the next master may be asked where one failed. A read: after no reply or a
     5xx. A write: only when it surely changed nothing: the connection could not be made
@@ -1576,10 +1593,12 @@ class MasterClient:
 
     **Redirects.** A master that does not lead answers a write with ``307`` (or ``308``)
     and the leader's URL in ``Location``: the same method, body and token are sent there,
-    at most :data:`MAX_REDIRECTS` times in a row. A redirect the client does not follow
-    raises :class:`RedirectNotFollowed` before anything is sent: more than
-    :data:`MAX_REDIRECTS` in a row, to TCP without a token (``token`` goes to TCP masters
-    only; the Unix socket needs none, the leader does), or from ``https://`` to ``http://``.
+    at most :data:`MAX_REDIRECTS` times in a row, and only to a master the client was given
+    (the scheme, host and port of one of ``url`` or ``urls``) or to the origin of the master
+    that redirected. A redirect the client does not follow raises
+    :class:`RedirectNotFollowed` before anything is sent: more than :data:`MAX_REDIRECTS` in
+    a row, to any other address (from a Unix socket: to any TCP address), from ``https://``
+    to ``http://``, or to TCP without a token (``token`` goes to TCP masters only).
 
     **No leader.** A ``503`` ``master.no_leader`` raises :class:`NoLeader`, which changed
     nothing; with ``retry_no_leader`` (seconds, default 0: no retry) the request is sent
@@ -1632,6 +1651,8 @@ class MasterClient:
                 else default_master_socket(os.environ, os.geteuid())
             )
         self._bases: tuple[str | None, ...] = tuple(b.rstrip("/") for b in bases) or (None,)
+        #: Where a redirect may send the token: the masters given, by scheme, host and port.
+        self._origins = frozenset(_origin(b) for b in bases)
         self._token = token
         self._timeout = timeout
         self._max_concurrency = max_concurrency
@@ -1776,12 +1797,21 @@ class MasterClient:
         """Raise :class:`RedirectNotFollowed` when the redirect from ``here`` to
         ``location`` must not be followed."""
         refused: RedirectNotFollowed | None = None
+        origin = _origin(location)
         if len(hops) > MAX_REDIRECTS:
             refused = RedirectNotFollowed(
                 f"{method} {target}: redirected {len(hops)} times in a row "
                 f"({self._describe(base)} → {' → '.join(hops)}); the masters do not agree on "
                 "who leads: try again in a moment",
                 code="client.too_many_redirects",
+            )
+        elif origin not in self._origins and origin != _origin(here):
+            given = ", ".join(b for b in self._bases if b is not None) or "none"
+            refused = RedirectNotFollowed(
+                f"the master at {here} redirected to {location}, which is not one of the "
+                f"masters this client was given ({given}): the token is sent to no other "
+                "address; name every master with urls=[...]",
+                code="client.redirect_refused",
             )
         elif self._token is None:
             refused = RedirectNotFollowed(

@@ -16,9 +16,10 @@ outcome` prints ``code: message`` on stderr and exits with the status::
     │   │                     leader over TCP, and no token was given
     │   └── AgentFailed    5  5xx, or a reply that is not the API's JSON (agent.bad_reply);
     │                         master.no_leader (503: no master leads now), and a redirect
-    │                         not followed: master.too_many_redirects (more than three in
-    │                         a row), master.insecure_redirect (https to http), or a 307
-    │                         without a usable Location (master.not_leader)
+    │                         not followed: master.redirect_refused (to a master not given
+    │                         with --host, nor the same origin), master.too_many_redirects
+    │                         (more than three in a row), master.insecure_redirect (https
+    │                         to http), or a 307 without a usable Location (master.not_leader)
     ├── Declined       6  cli.declined: the drain was not committed at the prompt
     └── Interrupted  130  cli.interrupted: Ctrl-C
 

@@ -16,7 +16,8 @@ with it ``email`` and ``ssl``, ≈ 20 ms); nothing here imports pydantic, httpx 
   :func:`nodeagent._wire.error_fields`, as every other caller reads it).
 * A master that does not lead answers a write with ``307`` and the leader's URL in
   ``Location``: :func:`call` sends the same request (method, body, headers, the token) there,
-  at most :data:`MAX_REDIRECTS` times in a row (see :func:`call`).
+  at most :data:`MAX_REDIRECTS` times in a row, and only to a master the command was given
+  (``--host URL[,URL…]``) or the origin that redirected (see :func:`call`).
 
 Errors are those of :mod:`nodeagent.cli._errors`: a connection that fails is
 :class:`~nodeagent.cli._errors.Unreachable`, an unusable option a
@@ -94,6 +95,16 @@ class Target:
     peer: str = "agent"
     #: The variable that names the token file, for messages (``--token`` or it).
     token_variable: str = "NODEAGENT_TOKEN_FILE"
+    #: The masters the command was given (``--host`` lists them), by scheme, host and
+    #: port: the only places besides this target's own origin a redirect may lead to.
+    masters: tuple[tuple[str, str, int], ...] = ()
+    #: The variable that names the masters, for messages.
+    host_variable: str = "NODEAGENT_HOST"
+
+    @property
+    def origin(self) -> tuple[str, str, int] | None:
+        """Scheme, host and port; ``None`` for the Unix socket."""
+        return None if self.unix is not None else (self.scheme, self.host.lower(), self.port)
 
     def describe(self) -> str:
         if self.unix is not None:
@@ -170,14 +181,19 @@ def resolve_master_target(
     As :func:`resolve_target`, with the master's variables (``NODEAGENT_MASTER_HOST``,
     ``NODEAGENT_MASTER_TOKEN_FILE``, ``NODEAGENT_MASTER_SOCKET``), its default port
     (:data:`DEFAULT_MASTER_PORT`) and its socket
-    (:func:`~nodeagent._paths.default_master_socket`). Raises
+    (:func:`~nodeagent._paths.default_master_socket`). ``--host`` may list several masters
+    separated by commas (``https://m1:9622,https://m2:9622``): the command goes to the
+    first, and a redirect may lead to any of them (:attr:`Target.masters`). Raises
     :class:`~nodeagent.cli._errors.UsageError`.
     """
     host = host or env.get("NODEAGENT_MASTER_HOST") or None
     token_file = token_file or env.get("NODEAGENT_MASTER_TOKEN_FILE") or None
     token = None if token_file is None else _read_token(token_file)
     if host is not None:
-        scheme, hostname, port, base = _parse_host(host, DEFAULT_MASTER_PORT)
+        listed = [_parse_host(h, DEFAULT_MASTER_PORT) for h in host.split(",") if h.strip()]
+        if not listed:
+            raise UsageError("cli.bad_url", f"invalid --host {host!r}: no master named")
+        scheme, hostname, port, base = listed[0]
         return Target(
             scheme=scheme,
             host=hostname,
@@ -186,10 +202,16 @@ def resolve_master_target(
             token=token,
             peer="master",
             token_variable="NODEAGENT_MASTER_TOKEN_FILE",
+            masters=tuple((s, h.lower(), p) for s, h, p, _ in listed),
+            host_variable="NODEAGENT_MASTER_HOST",
         )
     unix = Path(socket_path) if socket_path else default_master_socket(env, uid)
     return Target(
-        unix=unix, token=token, peer="master", token_variable="NODEAGENT_MASTER_TOKEN_FILE"
+        unix=unix,
+        token=token,
+        peer="master",
+        token_variable="NODEAGENT_MASTER_TOKEN_FILE",
+        host_variable="NODEAGENT_MASTER_HOST",
     )
 
 
@@ -283,8 +305,11 @@ def call(
     with the target's token, go to that URL (TLS for ``https://``, verified as for
     ``--host``), at most :data:`MAX_REDIRECTS` times in a row; one more raises
     :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.too_many_redirects``. A redirect
-    the command line cannot follow raises instead of sending anything: to TCP without a
-    token (the first target was the Unix socket, where no token is needed):
+    the command line cannot follow raises instead of sending anything: to an address that
+    is neither one of the masters given (:attr:`Target.masters`) nor the origin that
+    redirected (from the Unix socket: any TCP address not given):
+    :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.redirect_refused``, naming it and
+    how to list the masters; to TCP without a token:
     :class:`~nodeagent.cli._errors.Unauthorized` ``cli.token_required``, naming the URL
     and how to give a token; from ``https://`` to ``http://`` with a token:
     :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.insecure_redirect``. Any other
@@ -342,6 +367,8 @@ def _redirected(current: Target, location: str) -> tuple[Target, str] | None:
         token=current.token,
         peer=current.peer,
         token_variable=current.token_variable,
+        masters=current.masters,
+        host_variable=current.host_variable,
     )
     return found, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
@@ -349,6 +376,15 @@ def _redirected(current: Target, location: str) -> tuple[Target, str] | None:
 def _check_hop(first: Target, current: Target, found: Target, location: str, reply: Reply) -> None:
     """Raise when the redirect from ``current`` to ``found`` must not be followed."""
     peer = first.peer
+    if found.origin not in first.masters and found.origin != current.origin:
+        given = ", ".join(f"{s}://{h}:{p}" for s, h, p in first.masters) or "none"
+        raise AgentFailed(
+            f"{peer}.redirect_refused",
+            f"the {peer} at {current.describe()} redirected to {location}, which is not one "
+            f"of the {peer}s given ({given}): the token is sent to no other address; list "
+            f"every {peer} with --host URL,URL… (or {first.host_variable})",
+            reply=reply,
+        )
     if found.token is None:
         raise Unauthorized(
             "cli.token_required",

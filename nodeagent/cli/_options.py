@@ -98,7 +98,16 @@ AgentSocket = Annotated[
 AgentConfig = Annotated[Path | None, _config(DEFAULT_AGENT_CONFIG_PATH, "NODEAGENT_CONFIG")]
 
 MasterHost = Annotated[
-    str | None, _host("master", 9622, "NODEAGENT_MASTER_HOST", "the master's Unix socket")
+    str | None,
+    typer.Option(
+        "--host",
+        metavar="URL[,URL…]",
+        show_default=False,
+        help="A remote master: http://HOST:PORT or https://HOST:PORT (port 9622 by default); "
+        "needs --token. With several masters, list them all, separated by commas: the "
+        "command goes to the first and follows a redirect to the leader only to one of "
+        "them. Env: NODEAGENT_MASTER_HOST. Default: the master's Unix socket.",
+    ),
 ]
 MasterToken = Annotated[str | None, _token("NODEAGENT_MASTER_TOKEN_FILE")]
 MasterSocket = Annotated[

@@ -41,7 +41,7 @@ async def test_a_client_pointed_at_a_follower_writes_through_the_leader(
         token = follower.token("ADMINISTRATOR", subject="alice")
         soon = time.time() + 3600
 
-        async with MasterClient(url=follower.url, token=token) as master:
+        async with MasterClient(urls=[follower.url, leader.url], token=token) as master:
             shown = await master.leader()
             assert (shown.leader, shown.url, shown.leading, shown.store) == (
                 leader.url,
@@ -63,7 +63,7 @@ async def test_a_client_pointed_at_a_follower_writes_through_the_leader(
 
         # A master that cannot be reached is passed over; the follower sends on the write.
         dead = f"http://127.0.0.1:{free_port()}"
-        async with MasterClient(urls=[dead, follower.url], token=token) as master:
+        async with MasterClient(urls=[dead, follower.url, leader.url], token=token) as master:
             await master.set_schedule(window(["b.test"], soon))
             assert (await master.leader()).leader == leader.url
             for each in masters.all:
@@ -71,15 +71,20 @@ async def test_a_client_pointed_at_a_follower_writes_through_the_leader(
             assert await master.status() == {"draining_machines": [{"id": {
                 "hostname": "b.test", "ip": "127.0.0.1"}}]}  # fmt: skip
 
-        # From the follower's own socket: the leader is over TCP and needs the token.
+        # Given only the follower, the client sends nothing to the leader it names.
         b_test = [{"hostname": "b.test", "ip": "127.0.0.1"}]
-        async with MasterClient(socket=follower.socket) as master:
-            with pytest.raises(RedirectNotFollowed) as without:
+        async with MasterClient(url=follower.url, token=token) as master:
+            with pytest.raises(RedirectNotFollowed) as alone:
                 await master.down(b_test)
-        assert without.value.code == "client.token_required"
-        assert without.value.location == leader.url + "/machine/down"
-        assert leader.call("GET", "/maintenance/status").json().get("down_machines", []) == []
+        # From the follower's own socket, which names no TCP master, neither.
         async with MasterClient(socket=follower.socket, token=token) as master:
+            with pytest.raises(RedirectNotFollowed) as local:
+                await master.down(b_test)
+        for not_followed in (alone.value, local.value):
+            assert not_followed.code == "client.redirect_refused"
+            assert not_followed.location == leader.url + "/machine/down"
+        assert leader.call("GET", "/maintenance/status").json().get("down_machines", []) == []
+        async with MasterClient(urls=[follower.url, leader.url], token=token) as master:
             await master.down(b_test)
             wait_for(
                 lambda: follower.call("GET", "/maintenance/status").json().get("down_machines")

@@ -13,13 +13,13 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from nodeagent.cli._errors import AgentFailed, Unauthorized
+from nodeagent.cli._errors import AgentFailed
 from nodeagent.cli._http import (
     MAX_REDIRECTS,
     Target,
@@ -93,18 +93,19 @@ def serving(
     *,
     unix: Path | None = None,
     tls: ssl.SSLContext | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[Server]:
-    """A server on 127.0.0.1 (over TLS with ``tls``), or on the Unix socket ``unix``, for
-    the block."""
+    """A server on ``host`` (a loopback address; over TLS with ``tls``), or on the Unix
+    socket ``unix``, for the block."""
     server = Server(answer)
     httpd: socketserver.BaseServer
     if unix is None:
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
+        httpd = ThreadingHTTPServer((host, 0), _handler(server))
         scheme = "http"
         if tls is not None:
             httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
             scheme = "https"
-        server.url = f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
+        server.url = f"{scheme}://{host}:{httpd.server_address[1]}"
     else:
         httpd = _UnixHTTPServer(str(unix), _handler(server))
         server.url = f"unix:{unix}"
@@ -139,9 +140,18 @@ def redirect_to(url: Callable[[], str], status: int = 307) -> Callable[[Arrived]
     return answer
 
 
-def tcp(url: str, token: str | None = "tok") -> Target:
-    host, port = url.removeprefix("http://").split(":")
-    return Target(host=host, port=int(port), token=token, peer="master")
+def tcp(url: str, token: str | None = "tok", *, masters: tuple[str, ...] = ()) -> Target:
+    """The master at ``url`` as ``--host URL,MASTERS…`` names it: a redirect may lead to
+    ``url`` and to ``masters``."""
+    _, host, port = origin(url)
+    listed = tuple(origin(u) for u in (url, *masters))
+    return Target(host=host, port=port, token=token, peer="master", masters=listed)
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    scheme, rest = url.split("://")
+    host, port = rest.split(":")
+    return (scheme, host, int(port))
 
 
 BODY = {"windows": [{"machine_ids": [{"hostname": "n1", "ip": "10.0.0.1"}]}]}
@@ -151,7 +161,7 @@ BODY = {"windows": [{"machine_ids": [{"hostname": "n1", "ip": "10.0.0.1"}]}]}
 @pytest.mark.parametrize("status", [307, 308])
 def test_a_write_to_a_follower_reaches_the_leader(method: str, status: int) -> None:
     with serving(leader_answer) as leader, serving(redirect_to(lambda: leader.url, status)) as f:
-        reply = call(tcp(f.url), method, "/maintenance/schedule?x=1", BODY)
+        reply = call(tcp(f.url, masters=(leader.url,)), method, "/maintenance/schedule?x=1", BODY)
     assert (reply.status, reply.data) == (200, {"took": method})
     [first] = f.arrived
     [arrived] = leader.arrived
@@ -165,7 +175,7 @@ def test_a_write_to_a_follower_reaches_the_leader(method: str, status: int) -> N
 def test_raw_content_is_sent_again_as_it_is() -> None:
     content = b'{"windows": []}'
     with serving(leader_answer) as leader, serving(redirect_to(lambda: leader.url)) as f:
-        call(tcp(f.url), "POST", "/maintenance/schedule", content=content)
+        call(tcp(f.url, masters=(leader.url,)), "POST", "/maintenance/schedule", content=content)
     assert leader.arrived[0].body == content
 
 
@@ -178,10 +188,11 @@ def test_three_redirects_in_a_row_are_followed_and_a_fourth_is_an_error() -> Non
         serving(redirect_to(lambda: f1.url)) as f0,
     ):
         assert MAX_REDIRECTS == 3
-        assert call(tcp(f1.url), "POST", "/machine/down", BODY).status == 200
+        pool = (leader.url, f3.url, f2.url, f1.url)
+        assert call(tcp(f1.url, masters=pool), "POST", "/machine/down", BODY).status == 200
         assert len(leader.arrived) == 1
         with pytest.raises(AgentFailed) as looped:
-            call(tcp(f0.url), "POST", "/machine/down", BODY)
+            call(tcp(f0.url, masters=pool), "POST", "/machine/down", BODY)
         assert len(leader.arrived) == 1  # the fourth redirect is not followed
     assert looped.value.code == "master.too_many_redirects"
     assert looped.value.exit_status == 5
@@ -197,32 +208,92 @@ def test_two_followers_pointing_at_each_other_end_in_the_error() -> None:
     ):
         urls.update(a=a.url, b=b.url)
         with pytest.raises(AgentFailed, match="do not agree on who leads"):
-            call(tcp(a.url), "DELETE", "/v1/maintenance/operations/7")
+            call(tcp(a.url, masters=(b.url,)), "DELETE", "/v1/maintenance/operations/7")
         assert len(a.arrived) + len(b.arrived) == MAX_REDIRECTS + 1
 
 
-def test_from_the_unix_socket_the_leader_needs_a_token(tmp_path: Path) -> None:
+def test_from_the_unix_socket_a_redirect_is_refused(tmp_path: Path) -> None:
+    """The socket names no TCP master: a redirect from it goes nowhere, token or not."""
     socket_path = tmp_path / "master.sock"
-    env = {"NODEAGENT_MASTER_SOCKET": str(socket_path)}
+    token = tmp_path / "admin.token"
+    token.write_text("tok\n")
     with (
         serving(leader_answer) as leader,
         serving(redirect_to(lambda: leader.url), unix=socket_path) as follower,
     ):
-        target = resolve_master_target(host=None, token_file=None, socket_path=None, env=env, uid=0)
-        with pytest.raises(Unauthorized) as refused:
-            call(target, "POST", "/machine/down", BODY)
-        assert leader.arrived == []  # nothing sent without the token
-        assert len(follower.arrived) == 1
-        token = tmp_path / "admin.token"
-        token.write_text("tok\n")
-        env["NODEAGENT_MASTER_TOKEN_FILE"] = str(token)
-        target = resolve_master_target(host=None, token_file=None, socket_path=None, env=env, uid=0)
-        assert call(target, "POST", "/machine/down", BODY).status == 200
-    error = refused.value
-    assert (error.code, error.exit_status) == ("cli.token_required", 4)
-    assert f"leader at {leader.url}/machine/down" in error.message
-    assert "--token FILE (or NODEAGENT_MASTER_TOKEN_FILE)" in error.message
-    assert error.reply.data["error"]["leader"] == leader.url  # what --json prints
+        errors = []
+        for env in (
+            {"NODEAGENT_MASTER_SOCKET": str(socket_path)},
+            {
+                "NODEAGENT_MASTER_SOCKET": str(socket_path),
+                "NODEAGENT_MASTER_TOKEN_FILE": str(token),
+            },
+        ):
+            target = resolve_master_target(
+                host=None, token_file=None, socket_path=None, env=env, uid=0
+            )
+            with pytest.raises(AgentFailed) as refused:
+                call(target, "POST", "/machine/down", BODY)
+            errors.append(refused.value)
+        assert leader.arrived == []  # nothing sent there, with or without the token
+        assert len(follower.arrived) == 2
+    for error in errors:
+        assert (error.code, error.exit_status) == ("master.redirect_refused", 5)
+        assert f"the master at unix:{socket_path} redirected to {leader.url}/machine/down" in (
+            error.message
+        )
+        assert "--host URL,URL… (or NODEAGENT_MASTER_HOST)" in error.message
+        assert error.reply.data["error"]["leader"] == leader.url  # what --json prints
+
+
+def test_a_redirect_to_a_master_not_given_is_refused_and_gets_no_token() -> None:
+    """A lone master (or anything answering at its address) sends the command elsewhere,
+    here to another loopback address: nothing is sent there."""
+    with (
+        serving(leader_answer, host="127.0.0.2") as elsewhere,
+        serving(leader_answer) as given,
+        serving(redirect_to(lambda: elsewhere.url)) as master,
+    ):
+        for target in (tcp(master.url), tcp(master.url, masters=(given.url,))):
+            with pytest.raises(AgentFailed) as refused:
+                call(target, "POST", "/machine/down", BODY)
+            error = refused.value
+            assert (error.code, error.exit_status) == ("master.redirect_refused", 5)
+            assert f"redirected to {elsewhere.url}/machine/down" in error.message
+        assert elsewhere.arrived == []
+        assert given.arrived == []
+        assert len(master.arrived) == 2
+        # The same host on another port is another origin; the same origin is followed.
+        other_port = redirect_to(lambda: given.url.replace("127.0.0.1", "localhost"))
+        master.answer = other_port
+        with pytest.raises(AgentFailed, match="redirect_refused"):
+            call(tcp(master.url, masters=(given.url,)), "POST", "/machine/down", BODY)
+        assert given.arrived == []
+
+        def same_origin(seen: Arrived) -> Answer:
+            if seen.path == "/v2/machine/down":
+                return leader_answer(seen)
+            return redirect_to(lambda: master.url + "/v2")(seen)
+
+        master.answer = same_origin
+        assert call(tcp(master.url), "POST", "/machine/down", BODY).status == 200
+        assert master.arrived[-1].authorization == "Bearer tok"
+
+
+def test_a_redirect_to_a_master_given_in_the_list_is_followed() -> None:
+    with (
+        serving(leader_answer, host="127.0.0.2") as leader,
+        serving(redirect_to(lambda: leader.url)) as follower,
+    ):
+        target = resolve_master_target(
+            host=f"{follower.url}, {leader.url}/",
+            token_file=None,
+            socket_path=None,
+            env={},
+            uid=0,
+        )
+        assert target.describe() == follower.url  # the command goes to the first
+        assert call(replace(target, token="tok"), "POST", "/machine/down", BODY).status == 200
     assert leader.arrived[0].authorization == "Bearer tok"
 
 

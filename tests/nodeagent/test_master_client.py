@@ -69,7 +69,7 @@ async def test_a_write_to_a_follower_reaches_the_leader(
     method: str, path: str, write: Callable[[MasterClient], Any], body: Any, status: int
 ) -> None:
     with serving(leader_answer) as leader, serving(redirect_to(lambda: leader.url, status)) as f:
-        async with MasterClient(url=f.url, token="tok") as master:
+        async with MasterClient(urls=[f.url, leader.url], token="tok") as master:
             await write(master)
     [first] = f.arrived
     [arrived] = leader.arrived
@@ -83,7 +83,7 @@ async def test_a_write_to_a_follower_reaches_the_leader(
 
 async def test_the_query_goes_along() -> None:
     with serving(leader_answer) as leader, serving(redirect_to(lambda: leader.url)) as f:
-        async with MasterClient(url=f.url, token="tok") as master:
+        async with MasterClient(urls=[f.url, leader.url], token="tok") as master:
             # a read a master would answer itself; the rule is the same for every method
             await master.plan(late=True, limit=5, blockers=False)
     assert f.arrived[0].path == leader.arrived[0].path
@@ -99,10 +99,11 @@ async def test_three_redirects_in_a_row_are_followed_and_a_fourth_is_not() -> No
         serving(redirect_to(lambda: f1.url)) as f0,
     ):
         assert MAX_REDIRECTS == 3
-        async with MasterClient(url=f1.url, token="tok") as master:
+        pool = [leader.url, f3.url, f2.url, f1.url]
+        async with MasterClient(urls=[f1.url, *pool], token="tok") as master:
             await master.down(IDS)
         assert len(leader.arrived) == 1
-        async with MasterClient(url=f0.url, token="tok") as master:
+        async with MasterClient(urls=[f0.url, *pool], token="tok") as master:
             with pytest.raises(RedirectNotFollowed) as looped:
                 await master.down(IDS)
         assert len(leader.arrived) == 1  # the fourth redirect is not followed
@@ -121,34 +122,88 @@ async def test_two_followers_pointing_at_each_other_end_in_the_error() -> None:
         serving(redirect_to(lambda: urls["a"])) as b,
     ):
         urls.update(a=a.url, b=b.url)
-        async with MasterClient(url=a.url, token="tok") as master:
+        async with MasterClient(urls=[a.url, b.url], token="tok") as master:
             with pytest.raises(RedirectNotFollowed, match="do not agree on who leads"):
                 await master.cancel_operation("7")
         assert len(a.arrived) + len(b.arrived) == MAX_REDIRECTS + 1
 
 
-async def test_from_the_unix_socket_the_leader_needs_a_token(tmp_path: Path) -> None:
+async def test_from_the_unix_socket_a_redirect_is_refused(tmp_path: Path) -> None:
+    """The socket names no TCP master: a redirect from it goes nowhere, token or not."""
     socket_path = tmp_path / "master.sock"
     with (
         serving(leader_answer) as leader,
         serving(redirect_to(lambda: leader.url), unix=socket_path) as follower,
     ):
-        async with MasterClient(socket=socket_path) as master:
-            with pytest.raises(RedirectNotFollowed) as refused:
-                await master.down(IDS)
-        assert leader.arrived == []  # nothing sent without the token
-        assert len(follower.arrived) == 1
-        async with MasterClient(socket=socket_path, token="tok") as master:
-            await master.down(IDS)
-    error = refused.value
-    assert (error.code, error.location) == ("client.token_required", leader.url + "/machine/down")
-    assert f"the master at unix:{socket_path}" in error.message
-    assert f"leader at {leader.url}/machine/down" in error.message
-    assert "token" in error.message
-    # The socket needs no token and is sent none; the leader gets it.
+        errors = []
+        for token in (None, "tok"):
+            async with MasterClient(socket=socket_path, token=token) as master:
+                with pytest.raises(RedirectNotFollowed) as refused:
+                    await master.down(IDS)
+            errors.append(refused.value)
+        assert leader.arrived == []  # nothing sent there
+        assert len(follower.arrived) == 2
+    for error in errors:
+        assert (error.code, error.location) == (
+            "client.redirect_refused",
+            leader.url + "/machine/down",
+        )
+        assert f"the master at unix:{socket_path}" in error.message
+        assert "urls=[...]" in error.message
+    # The socket needs no token and is sent none.
     assert follower.arrived[-1].authorization is None
-    assert leader.arrived[0].authorization == "Bearer tok"
-    assert json.loads(leader.arrived[0].body) == IDS
+
+
+async def test_a_redirect_to_a_master_not_given_is_refused_and_gets_no_token() -> None:
+    """A lone master (or anything answering at its address) sends the request elsewhere,
+    here to another loopback address: nothing is sent there; a master given is followed."""
+    with (
+        serving(leader_answer, host="127.0.0.2") as elsewhere,
+        serving(leader_answer) as given,
+        serving(redirect_to(lambda: elsewhere.url)) as master,
+    ):
+        for urls in ([master.url], [master.url, given.url]):
+            async with MasterClient(urls=urls, token="tok") as client:
+                with pytest.raises(RedirectNotFollowed) as refused:
+                    await client.set_schedule(BODY)
+            error = refused.value
+            assert (error.code, error.location) == (
+                "client.redirect_refused",
+                elsewhere.url + "/maintenance/schedule",
+            )
+            assert "not one of the masters this client was given" in error.message
+        assert elsewhere.arrived == []
+        assert given.arrived == []
+        assert len(master.arrived) == 2
+        # Named among the masters, the same address is followed.
+        async with MasterClient(urls=[master.url, elsewhere.url], token="tok") as client:
+            await client.set_schedule(BODY)
+        assert [a.authorization for a in elsewhere.arrived] == ["Bearer tok"]
+
+
+def test_the_sync_client_refuses_a_master_not_given_too() -> None:
+    with (
+        serving(leader_answer, host="127.0.0.2") as elsewhere,
+        serving(redirect_to(lambda: elsewhere.url)) as master,
+    ):
+        with pytest.raises(RedirectNotFollowed) as refused:
+            SyncMasterClient(url=master.url, token="tok").set_schedule(BODY)
+        assert refused.value.code == "client.redirect_refused"
+        assert elsewhere.arrived == []
+        SyncMasterClient(urls=[master.url, elsewhere.url], token="tok").set_schedule(BODY)
+        assert [a.authorization for a in elsewhere.arrived] == ["Bearer tok"]
+
+
+async def test_a_redirect_to_the_same_origin_is_followed() -> None:
+    def answer(seen: Arrived) -> Answer:
+        if seen.path.startswith("/v2/"):
+            return leader_answer(seen)
+        return redirect_to(lambda: master.url + "/v2")(seen)
+
+    with serving(answer) as master:
+        async with MasterClient(url=master.url, token="tok") as client:
+            await client.down(IDS)
+    assert [a.path for a in master.arrived] == ["/machine/down", "/v2/machine/down"]
 
 
 @pytest.mark.parametrize(
@@ -167,7 +222,8 @@ async def test_from_https_to_http_the_token_is_not_sent(location: str, followed:
         return httpx.Response(200)
 
     transport = httpx.MockTransport(handler)
-    async with MasterClient(url="https://follower.test", token="t", transport=transport) as m:
+    urls = ["https://follower.test", "https://leader.test", "http://leader.test"]
+    async with MasterClient(urls=urls, token="t", transport=transport) as m:
         if followed:
             await m.set_schedule(BODY)
         else:
@@ -272,7 +328,8 @@ async def test_with_several_urls_the_first_that_answers_is_used() -> None:
             return leader_answer(seen) if seen.method == "GET" else redirect(seen)
 
         with serving(reads_itself) as follower:
-            async with MasterClient(urls=[dead, follower.url], token="tok") as master:
+            urls = [dead, follower.url, leader.url]
+            async with MasterClient(urls=urls, token="tok") as master:
                 assert await master.status() == {"took": "GET"}
                 await master.set_schedule(BODY)
     assert [a.method for a in follower.arrived] == ["GET", "POST"]
@@ -454,7 +511,9 @@ def test_the_sync_client_follows_too() -> None:
         return httpx.Response(200, json={"machines": []})
 
     master = SyncMasterClient(
-        url="http://follower.test", token="t", transport=httpx.MockTransport(handler)
+        urls=["http://follower.test", "http://leader.test"],
+        token="t",
+        transport=httpx.MockTransport(handler),
     )
     assert master.up(IDS) == {"machines": []}
     body = json.dumps(IDS, separators=(",", ":")).encode()
