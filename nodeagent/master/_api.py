@@ -104,6 +104,7 @@ _ERROR_BODY: dict[str, Any] = {
     },
 }
 _DESCRIPTIONS = {
+    307: "This master does not lead: send the same request to the leader (Location)",
     400: "Refused as Mesos refuses it (its plain-text message); nothing changed",
     401: "No, bad or expired token (TCP)",
     403: "The token lacks the scope",
@@ -112,8 +113,9 @@ _DESCRIPTIONS = {
     413: f"Body over {MAX_BODY} bytes (empty reply)",
     422: "Malformed body, bad values or expressions",
     502: "The node could not be asked, or answered an ad the master refuses",
-    503: "The state could not be written (store.error): nothing changed; or it is not known"
-    " whether it was (store.outcome_unknown): read the state back",
+    503: "The state could not be written (store.error) or no master leads (master.no_leader):"
+    " nothing changed; or it is not known whether it was (store.outcome_unknown): read the"
+    " state back",
 }
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
 _JSON_ERROR = {"application/json": {"schema": _ERROR_BODY}}
@@ -204,7 +206,7 @@ _AD = {
 }
 #: Mesos endpoints: 400 in plain text; the rest in JSON (401, 403 from the token check);
 #: 503 in plain text (store.error) or JSON (master.no_leader, store.outcome_unknown).
-_MESOS_ERRORS = _errors(400, 401, 403, 413, 503, text=(400, 503))
+_MESOS_ERRORS = _errors(307, 400, 401, 403, 413, 503, text=(400, 503))
 _MESOS_ERRORS[503]["content"] = {**_TEXT, **_JSON_ERROR}
 
 

@@ -123,7 +123,7 @@ def add_operation_routes(
         tags=["operations"],
         status_code=201,
         openapi_extra=body_schema,
-        responses=errors(401, 403, 413, 422, 503),
+        responses=errors(307, 401, 403, 413, 422, 503),
     )
     async def start_operation(request: Request) -> JSONResponse:
         """Start a rolling maintenance operation; its progress document."""
@@ -220,5 +220,8 @@ def add_operation_routes(
         app.post(
             f"/v1/maintenance/operations/{{op_id}}/{verb}",
             tags=["operations"],
-            responses={**errors(401, 403, 404, 503), 409: {"description": "Not in that state"}},
+            responses={
+                **errors(307, 401, 403, 404, 503),
+                409: {"description": "Not in that state"},
+            },
         )(change(verb))

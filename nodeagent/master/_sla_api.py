@@ -142,7 +142,7 @@ def add_sla_routes(
     @app.put(
         "/v1/sla/policies/{group:path}",
         tags=["sla"],
-        responses=errors(401, 403, 404, 413, 422, 503),  # 404: a group with a line break
+        responses=errors(307, 401, 403, 404, 413, 422, 503),  # 404: a group with a line break
         openapi_extra=_POLICY_BODY,
     )
     async def put_policy(request: Request, group: str) -> JSONResponse:
@@ -166,7 +166,9 @@ def add_sla_routes(
         await record(request, who.subject, action, "ok")
         return JSONResponse(book.policy_json(policy))
 
-    @app.delete("/v1/sla/policies/{group:path}", tags=["sla"], responses=errors(401, 403, 404, 503))
+    @app.delete(
+        "/v1/sla/policies/{group:path}", tags=["sla"], responses=errors(307, 401, 403, 404, 503)
+    )
     async def delete_policy(request: Request, group: str) -> JSONResponse:
         """Remove ``group``'s API policy (ADMINISTRATOR); the file's, if any, applies again."""
         action = "sla.policy.delete"

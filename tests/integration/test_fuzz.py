@@ -3,8 +3,9 @@ on loopback TCP.
 
 Every operation gets a bounded number of schema-valid and schema-invalid requests
 (:mod:`tests.fuzzing`): no reply is a 5xx, every reply matches the document, and a 4xx
-changes nothing. ``FUZZ_SEED`` replays a run; ``FUZZ_EXAMPLES`` sets the examples per
-operation and mode. The longer run is ``tests/bench/fuzz.py``.
+changes nothing. The master is fuzzed alone (SQLite), and as a follower of another on
+etcd (its writes go to the leader: 307). ``FUZZ_SEED`` replays a run; ``FUZZ_EXAMPLES``
+sets the examples per operation and mode. The longer run is ``tests/bench/fuzz.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ import os
 import random
 from pathlib import Path
 
+from tests.etcd import EtcdServer, etcd_server
 from tests.fuzzing import AgentTarget, MasterTarget, Report, fuzz
+from tests.ha import masters_on
 from tests.harness import AgentProcess, MasterProcess
+
+__all__ = ["etcd_server"]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
 BUDGET_S = 45.0
@@ -43,12 +48,33 @@ def test_master_api_under_fuzz(tmp_path: Path) -> None:
             report = fuzz(target, max_examples=EXAMPLES, seed=seed, time_budget_s=BUDGET_S)
         finally:
             target.close()
-    _assert_clean(report, seed, operations=11)
+    _assert_clean(report, seed, operations=24)
+
+
+def test_a_followers_api_under_fuzz(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    """A master that does not lead (two on etcd): every write is redirected to the leader
+    (307, documented, changing nothing) before its body is read, whatever the path or
+    query; reads are answered from the shared state."""
+    seed = _seed()
+    with masters_on(tmp_path / "masters", etcd_server, count=2) as masters:
+        leader = masters.leader()
+        [follower] = masters.followers()
+        target = MasterTarget(follower, writer=leader)
+        try:
+            report = fuzz(
+                target, max_examples=max(EXAMPLES // 3, 2), seed=seed, time_budget_s=BUDGET_S / 2
+            )
+        finally:
+            target.close()
+    _assert_clean(report, seed, operations=24)
+    assert report.by_status.get("307", 0) > 0, report.figures()
 
 
 def _assert_clean(report: Report, seed: int, *, operations: int) -> None:
     assert report.operations >= operations, report.figures()
     assert report.examples >= report.operations * 2, report.figures()
+    unanswered = sorted(name for name, count in report.by_operation.items() if not count)
+    assert not unanswered, f"operations that got no request: {unanswered}"
     findings = "\n".join(
         f"{f.operation} -> {f.status}: {f.problem}\n  {f.request}" for f in report.findings
     )
