@@ -81,12 +81,14 @@ from slots._health import (
 )
 from slots._hooks import (
     AD_OUTPUT_LIMIT,
+    HEALTH_OUTPUT_LIMIT,
     HOOK_NAME,
     OUTPUT_LIMIT,
     HookRun,
     HookState,
     ad_text,
     check_hook_name,
+    kept_output,
     outcome_message,
     printable_tail,
 )
@@ -120,6 +122,7 @@ __all__ = [
     "FINISHED",
     "GROUP_NAME",
     "HEALTH_MOVES",
+    "HEALTH_OUTPUT_LIMIT",
     "HOOK_NAME",
     "MAX_PUBLISHED",
     "MOVES",
@@ -201,6 +204,7 @@ __all__ = [
     "evaluate",
     "graceful_time",
     "is_true",
+    "kept_output",
     "late_by",
     "outcome_message",
     "parse_long",

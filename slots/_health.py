@@ -117,7 +117,8 @@ class HealthGate:
 
     ``reason`` says why it closed and ``since`` when; ``passes`` and ``failures`` count
     the checks in a row since; ``last_check`` is when the last one ended, ``message`` how
-    (``exit status 1``, ``passed``) and ``output`` the tail of its output; ``due_at`` is
+    (``exit status 1``, ``passed``), ``output`` the tail of its output and
+    ``output_dropped`` the count of the bytes before that tail not kept; ``due_at`` is
     when the next check is due (``None`` while one runs, and while the gate is open);
     ``running_since`` is when the machine asked for the check under way (``None``: none
     runs); a result for a check asked for before the gate last closed does not count.
@@ -131,6 +132,7 @@ class HealthGate:
     last_check: float | None = None
     message: str | None = None
     output: str = ""
+    output_dropped: int = 0
     due_at: float | None = None
     running_since: float | None = None
 

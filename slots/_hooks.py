@@ -13,7 +13,10 @@ A run's states (:class:`HookState`)::
        └──could not start──▶ failed └──the agent restarted meanwhile, same boot──▶ interrupted
 
 Outputs are kept as printable text (:func:`printable_tail`): the last
-:data:`OUTPUT_LIMIT` characters, lines kept, every other control character replaced.
+:data:`OUTPUT_LIMIT` characters (:data:`HEALTH_OUTPUT_LIMIT` of a health check's), lines
+kept, every other control character replaced; with them, how many bytes the program
+wrote before that tail that are not kept (:func:`kept_output`), so that a tail is never
+taken for the whole.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from slots._errors import InvalidRequest
 
 __all__ = [
     "AD_OUTPUT_LIMIT",
+    "HEALTH_OUTPUT_LIMIT",
     "HOOK_NAME",
     "OUTPUT_LIMIT",
     "HookRun",
     "HookState",
     "ad_text",
     "check_hook_name",
+    "kept_output",
     "outcome_message",
     "printable_tail",
 ]
@@ -40,8 +45,11 @@ __all__ = [
 #: What a hook's name may be: a letter or digit, then letters, digits, ``_``, ``.``, ``-``.
 HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
-#: The most characters of a hook's or health check's output the model keeps.
+#: The most characters of a hook's output the model keeps.
 OUTPUT_LIMIT = 4096
+
+#: The most characters of a health check's output the model keeps.
+HEALTH_OUTPUT_LIMIT = 1024
 
 #: The most characters of an output an ad carries (its end).
 AD_OUTPUT_LIMIT = 1024
@@ -66,7 +74,8 @@ class HookRun:
     ``pid`` and ``process_start`` the process that runs it (to wait for it should the
     agent restart meanwhile). ``exit_status`` follows ``subprocess``: negative means
     killed by that signal. ``message`` says how it ended, ``output`` is the tail of its
-    output (stdout and stderr together).
+    output (stdout and stderr together) and ``output_dropped`` the count of the bytes it
+    wrote before that tail, which are not kept.
     """
 
     name: str
@@ -81,6 +90,7 @@ class HookRun:
     exit_status: int | None = None
     message: str | None = None
     output: str = ""
+    output_dropped: int = 0
 
 
 def check_hook_name(name: str) -> str:
@@ -98,6 +108,16 @@ def printable_tail(text: str, limit: int = OUTPUT_LIMIT) -> str:
     become newlines, tabs spaces, any other control or separator character ``?``."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ")
     return "".join(c if c == "\n" or c.isprintable() else "?" for c in text[-limit:])
+
+
+def kept_output(output: str, *, dropped: int = 0, limit: int = OUTPUT_LIMIT) -> tuple[str, int]:
+    """What is kept of an output the shell read: its :func:`printable_tail` of ``limit``
+    characters, and the count of the bytes before that tail that are not kept:
+    ``dropped`` (those the shell did not read) plus those of ``output`` the tail leaves
+    out (counted in UTF-8)."""
+    text = output.replace("\r\n", "\n").replace("\r", "\n")
+    cut = text[: max(0, len(text) - limit)]
+    return printable_tail(output, limit), max(0, dropped) + len(cut.encode("utf-8", "replace"))
 
 
 def ad_text(output: str) -> str | None:

@@ -63,11 +63,12 @@ from slots._estimates import (
 from slots._groups import check_group_name
 from slots._health import HealthEvent, HealthGate, HealthPolicy, HealthState, check_health_move
 from slots._hooks import (
-    OUTPUT_LIMIT,
+    HEALTH_OUTPUT_LIMIT,
     HookRun,
     HookState,
     ad_text,
     check_hook_name,
+    kept_output,
     outcome_message,
     printable_tail,
 )
@@ -748,6 +749,7 @@ class Machine:
                 last_check=self._health.last_check,
                 message=self._health.message,
                 output=self._health.output,
+                output_dropped=self._health.output_dropped,
             )
         self._settle_pslot(now)
         actions: list[Action] = [Publish()]
@@ -821,9 +823,11 @@ class Machine:
         exit_status: int | None,
         timed_out: bool = False,
         output: str = "",
+        output_dropped: int = 0,
     ) -> list[Action]:
         """Request ``request_id``'s running hook ended with ``exit_status`` (negative:
-        killed by that signal; ``timed_out``: killed at its timeout), printing ``output``.
+        killed by that signal; ``timed_out``: killed at its timeout), printing ``output``
+        after ``output_dropped`` bytes the shell did not keep.
 
         Exit status 0 in time completes the request (and closes the health gate, when a
         health check is configured: the first check is asked for at once); anything
@@ -836,22 +840,31 @@ class Machine:
         run = request.hook_run
         message = outcome_message(exit_status, timed_out=run.timeout if timed_out else None)
         succeeded = exit_status == 0 and not timed_out
+        kept, dropped = kept_output(output, dropped=output_dropped)
         ended = dataclasses.replace(
             run,
             state=HookState.SUCCEEDED if succeeded else HookState.FAILED,
             ended_at=now,
             exit_status=exit_status,
             message=message,
-            output=printable_tail(output, OUTPUT_LIMIT),
+            output=kept,
+            output_dropped=dropped,
         )
         return self._hook_over(now, request, ended, succeeded=succeeded)
 
     def hook_lost(
-        self, now: float, request_id: str, *, boot_id: str | None, output: str = ""
+        self,
+        now: float,
+        request_id: str,
+        *,
+        boot_id: str | None,
+        output: str = "",
+        output_dropped: int = 0,
     ) -> list[Action]:
         """A restarted daemon found request ``request_id``'s hook started and not
         reported; it is not running any more (the shell waited for it). ``boot_id`` is
-        the machine's boot id now.
+        the machine's boot id now; ``output`` what the shell found of its output, after
+        ``output_dropped`` bytes it did not keep.
 
         The machine booted since the hook started (the boot ids differ) and the hook
         ``reboots``: it succeeded. Otherwise it was interrupted, its outcome unknown:
@@ -876,12 +889,13 @@ class Machine:
             message = (
                 "interrupted: the agent restarted while the hook ran; its exit status is unknown"
             )
+        kept, dropped = (
+            kept_output(output, dropped=output_dropped)
+            if output
+            else (run.output, run.output_dropped)
+        )
         ended = dataclasses.replace(
-            run,
-            state=state,
-            ended_at=now,
-            message=message,
-            output=printable_tail(output, OUTPUT_LIMIT) if output else run.output,
+            run, state=state, ended_at=now, message=message, output=kept, output_dropped=dropped
         )
         succeeded = state is HookState.SUCCEEDED or self.policy.health is not None
         return self._hook_over(now, request, ended, succeeded=succeeded)
@@ -918,10 +932,11 @@ class Machine:
         return actions
 
     def health_result(
-        self, now: float, *, passed: bool, message: str, output: str = ""
+        self, now: float, *, passed: bool, message: str, output: str = "", output_dropped: int = 0
     ) -> list[Action]:
         """The health check the machine asked for ended: ``passed`` or not, ``message``
-        saying how, printing ``output``.
+        saying how, printing ``output`` after ``output_dropped`` bytes the shell did not
+        keep.
 
         A pass counts towards the policy's passes in a row: the last one opens the gate
         (Start comes back); a failure keeps it closed. Either way the next check is due
@@ -937,11 +952,13 @@ class Machine:
             # Asked for before the gate closed again: it says nothing of the node since.
             self._health = dataclasses.replace(gate, running_since=None, due_at=now)
             return self._advance(now)
+        kept, dropped = kept_output(output, dropped=output_dropped, limit=HEALTH_OUTPUT_LIMIT)
         seen = dataclasses.replace(
             gate,
             last_check=now,
             message=message,
-            output=printable_tail(output, 1024),
+            output=kept,
+            output_dropped=dropped,
             running_since=None,
             due_at=now + policy.interval,
         )
@@ -1131,6 +1148,7 @@ class Machine:
             "DrainHookExitStatus": run.exit_status,
             "DrainHookMessage": run.message,
             "DrainHookOutput": ad_text(run.output),
+            "DrainHookOutputDropped": run.output_dropped or None,
         }
 
     def _health_attributes(self) -> dict[str, Any]:
@@ -1149,6 +1167,7 @@ class Machine:
             "HealthNextCheck": _maybe_clamp(gate.due_at),
             "HealthMessage": gate.message,
             "HealthOutput": ad_text(gate.output),
+            "HealthOutputDropped": gate.output_dropped or None,
         }
 
     def _slot_attributes(self, claim: _Claim, now: float) -> dict[str, Any]:
@@ -1260,7 +1279,10 @@ class Machine:
             if policy.health is None:
                 check_health_move(gate.state, HealthEvent.DISABLE, HealthState.PASSING)
                 gate = HealthGate(
-                    last_check=gate.last_check, message=gate.message, output=gate.output
+                    last_check=gate.last_check,
+                    message=gate.message,
+                    output=gate.output,
+                    output_dropped=gate.output_dropped,
                 )
             else:
                 gate = dataclasses.replace(gate, running_since=None, due_at=now)

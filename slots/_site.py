@@ -80,6 +80,7 @@ COMPUTED_ATTRIBUTES = frozenset(
         "DrainHookExitStatus",
         "DrainHookMessage",
         "DrainHookOutput",
+        "DrainHookOutputDropped",
         "HealthState",
         "HealthReason",
         "HealthSince",
@@ -90,6 +91,7 @@ COMPUTED_ATTRIBUTES = frozenset(
         "HealthNextCheck",
         "HealthMessage",
         "HealthOutput",
+        "HealthOutputDropped",
         *EXPECTED_ATTRIBUTES,
         # the slot ads
         "SlotID",

@@ -52,20 +52,25 @@ them as actions, and each runs in a task of its own. A hook that is due (:class:
 is launched held, its start (pid, boot id) written, and only then its program let go, so
 it runs at most once whatever happens: a start that cannot be written kills the held
 process, whose program never ran, and the hook fails ("not started"); a drain cancelled
-meanwhile starts nothing. It runs in its own process group, with its timeout (SIGTERM,
-then SIGKILL), its output (stdout and stderr together) in ``<hook_dir>/<request>-<name>/``;
-its end is reported to the model (a fact), counted, and written to the audit log with its
-start. A restarted agent finds a hook recorded as started: the model resolves it, or asks
-(:class:`AwaitHook`) to wait for its process if it still runs on this boot, never to start
-it again. A health check (:class:`RunHealthCheck`) runs the same way, as the agent's user,
-its output in ``<hook_dir>/health/``. A stopping agent leaves a running hook or check
-running (the next start resolves it).
+meanwhile starts nothing. It runs under the reaper (:mod:`nodeagent.agent._reaper`) in
+its own session and process group, in ``<hook_dir>/<request>-<name>/`` (the runtime
+directory, never the durable state: the newest :data:`KEPT_RUNS` are kept), with its
+timeout (SIGTERM, then SIGKILL); the reaper keeps the end of its output (stdout and stderr
+together) in ``output`` there, at most 128 KiB, and ends whatever the hook left running,
+however detached, before it exits itself. So its end — reported to the model (a fact),
+counted, and written to the audit log with its start — comes only once nothing it
+started runs, and the node cannot open before. A restarted agent finds a hook recorded
+as started: the model resolves it, or asks (:class:`AwaitHook`) to wait for its reaper if
+it still runs on this boot, never to start it again. A health check
+(:class:`RunHealthCheck`) runs the same way, as the agent's user, in
+``<hook_dir>/health/``. A stopping agent leaves a running hook or check running (the next
+start resolves it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import functools
 import logging
 import math
 import os
@@ -82,12 +87,16 @@ from nodeagent._clock import Clock
 from nodeagent._expressions import EXIT_TIMEOUT, Evaluator, ExpressionTooCostly
 from nodeagent._store import StoreError
 from nodeagent.agent._hooks import (
+    KEPT_RUNS,
     Ended,
     HealthSpec,
     HookCounts,
     HookSpec,
+    Output,
     hook_environment,
-    read_tail,
+    prune_runs,
+    read_output,
+    reaped,
     run_to_end,
 )
 from nodeagent.agent._processes import (
@@ -101,6 +110,7 @@ from nodeagent.agent._processes import (
 )
 from nodeagent.agent._store import ProcessRecord, StateStore
 from slots import (
+    HEALTH_OUTPUT_LIMIT,
     OUTPUT_LIMIT,
     Action,
     AwaitHook,
@@ -172,8 +182,9 @@ class Agent:
         audit: AuditLog | None = None,
     ) -> None:
         """``hooks`` and ``health`` are the configured commands (the model's policy holds
-        their names and the gate's schedule); hooks and checks keep their output under
-        ``hook_dir`` (default: ``hooks`` beside ``execute_dir``); ``boot_id`` reads the
+        their names and the gate's schedule); hooks and checks run, and keep their output,
+        under ``hook_dir`` (the daemon's: ``<runtime_dir>/hooks``; default: ``hooks``
+        beside ``execute_dir``); ``boot_id`` reads the
         machine's boot id; ``audit`` records each hook's start and end and the health
         gate's changes."""
         self.machine = machine
@@ -483,6 +494,17 @@ class Agent:
             self._hook_not_started(action, f"no hook named {action.name!r} is configured")
             return
         directory = self.hook_dir / f"{action.request_id}-{action.name}"
+        self._nursery_soon(
+            functools.partial(
+                trio.to_thread.run_sync,
+                functools.partial(
+                    prune_runs,
+                    self.hook_dir,
+                    keep=KEPT_RUNS - 1,
+                    spare=frozenset({"health", directory.name}),
+                ),
+            )
+        )
         try:
             proc = await self.runner.launch(
                 LaunchSpec(
@@ -491,7 +513,7 @@ class Agent:
                     user=spec.user,
                     execute_dir=directory,
                     held=True,
-                    combined_output=True,
+                    reaped=reaped(directory),
                 )
             )
         except ProcessError as exc:
@@ -540,7 +562,7 @@ class Agent:
             {"hook": action.name, "command": list(spec.command), "pid": ident.pid},
         )
         ended = await run_to_end(proc, spec.timeout)
-        output = read_tail(directory / "output", limit=OUTPUT_LIMIT)
+        output = read_output(directory / "output", limit=OUTPUT_LIMIT)
         self._hook_over(action.request_id, action.name, ended, output)
 
     async def _await_hook(self, action: AwaitHook) -> None:
@@ -562,10 +584,14 @@ class Agent:
             left = math.inf if action.deadline_at is None else action.deadline_at - self.clock.now()
             await run_to_end(proc, left)
         directory = self.hook_dir / f"{action.request_id}-{action.name}"
-        output = read_tail(directory / "output", limit=OUTPUT_LIMIT)
+        output = read_output(directory / "output", limit=OUTPUT_LIMIT)
         try:
             actions = self.machine.hook_lost(
-                self.clock.now(), action.request_id, boot_id=self.boot_id(), output=output
+                self.clock.now(),
+                action.request_id,
+                boot_id=self.boot_id(),
+                output=output.text,
+                output_dropped=output.dropped,
             )
         except SlotsError:
             return
@@ -581,14 +607,15 @@ class Agent:
         self._apply(actions)
         self._hook_recorded(action.request_id, action.name)
 
-    def _hook_over(self, request_id: str, name: str, ended: Ended, output: str) -> None:
+    def _hook_over(self, request_id: str, name: str, ended: Ended, output: Output) -> None:
         try:
             actions = self.machine.hook_ended(
                 self.clock.now(),
                 request_id,
                 exit_status=ended.exit_status,
                 timed_out=ended.timed_out,
-                output=output,
+                output=output.text,
+                output_dropped=output.dropped,
             )
         except SlotsError:
             return
@@ -607,6 +634,14 @@ class Agent:
         (log.warning if failed else log.info)(
             "drain %s: hook %s %s: %s", request_id, name, run.state, run.message
         )
+        if run.output_dropped:
+            log.info(
+                "drain %s: hook %s: the %d bytes of its output before its last %d are not kept",
+                request_id,
+                name,
+                run.output_dropped,
+                len(run.output.encode()),
+            )
         self._audit_own(
             "hook.end",
             request_id,
@@ -617,6 +652,7 @@ class Agent:
                 "exit_status": run.exit_status,
                 "message": run.message,
                 "output": run.output,
+                "output_dropped": run.output_dropped,
             },
         )
 
@@ -627,22 +663,20 @@ class Agent:
             return  # unconfigured meanwhile: the gate opened with it
         directory = self.hook_dir / "health"
         before = self.machine.health.state
-        with contextlib.suppress(OSError):  # each check's output is its own
-            os.truncate(directory / "output", 0)
         try:
             proc = await self.runner.launch(
                 LaunchSpec(
                     argv=spec.command,
                     env={**daemon_environment(), "NODEAGENT_NODE": self.machine.host},
                     execute_dir=directory,
-                    combined_output=True,
+                    reaped=reaped(directory),  # each check's output is its own
                 )
             )
         except ProcessError as exc:
-            ended, output, message = None, "", f"could not start: {exc}"
+            ended, output, message = None, Output(), f"could not start: {exc}"
         else:
             ended = await run_to_end(proc, spec.timeout)
-            output = read_tail(directory / "output", limit=1024)
+            output = read_output(directory / "output", limit=HEALTH_OUTPUT_LIMIT)
             message = outcome_message(
                 ended.exit_status, timed_out=spec.timeout if ended.timed_out else None
             )
@@ -655,7 +689,8 @@ class Agent:
                 self.clock.now(),
                 passed=passed,
                 message="passed" if passed else message,
-                output=output,
+                output=output.text,
+                output_dropped=output.dropped,
             )
         )
         after = self.machine.health
@@ -667,7 +702,12 @@ class Agent:
                 f"health.{after.state}",
                 None,
                 "ok" if after.state is not HealthState.FAILING else "health.failing",
-                {"reason": after.reason, "message": after.message, "output": after.output},
+                {
+                    "reason": after.reason,
+                    "message": after.message,
+                    "output": after.output,
+                    "output_dropped": after.output_dropped,
+                },
             )
 
     def _audit_own(

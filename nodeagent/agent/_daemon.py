@@ -205,7 +205,7 @@ class AgentDaemon(Program[AgentConfig, Store]):
             processes=processes,
             hooks=hook_specs(config),
             health=health_spec(config),
-            hook_dir=config.state_dir / "hooks",
+            hook_dir=config.runtime_dir / "hooks",
             boot_id=lambda: read_boot_id(config.boot_id_file),
             audit=opened.audit,
         )

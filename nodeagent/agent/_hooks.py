@@ -3,10 +3,15 @@
 The commands come from the configuration only (``[hooks.NAME]``, ``[health]``): a
 request names a hook, it never supplies a command. This module holds them as the agent
 runs them (:class:`HookSpec`, :class:`HealthSpec`), the environment a hook gets
-(:func:`hook_environment`), how a program is run to its end within its time
-(:func:`run_to_end`: at the timeout SIGTERM to its process group, then SIGKILL after
-:data:`KILL_GRACE`), the tail of its output (:func:`read_tail`), the machine's boot id
-(:func:`read_boot_id`) and the counts the metrics publish (:class:`HookCounts`).
+(:func:`hook_environment`), how a program is run (:func:`reaped`: under the agent's
+reaper, :mod:`nodeagent.agent._reaper`, which ends whatever the program leaves running
+and keeps the last :data:`OUTPUT_FILE_LIMIT` bytes of its output in a file) and run to
+its end within its time (:func:`run_to_end`: at the timeout SIGTERM to its process
+group, which the reaper passes on to every process the program started, then SIGKILL
+after :data:`KILL_GRACE`), the tail of its output and how much of it was not kept
+(:func:`read_output`), the pruning of old runs' directories (:func:`prune_runs`), the
+machine's boot id (:func:`read_boot_id`) and the counts the metrics publish
+(:class:`HookCounts`).
 
 The agent (:class:`~nodeagent.agent._agent.Agent`) does the rest: it records a hook's
 start durably before its program runs, and reports every end to the model.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 from collections import Counter
 from collections.abc import Mapping
@@ -25,25 +31,44 @@ from pathlib import Path
 import trio
 
 from nodeagent.agent._config import AgentConfig
-from nodeagent.agent._processes import JobProcess, ProcessError, daemon_environment
+from nodeagent.agent._processes import JobProcess, ProcessError, Reaped, daemon_environment
+from nodeagent.agent._reaper import DROPPED_SUFFIX
 from slots import DrainRequest, HealthPolicy
 
 __all__ = [
+    "KEPT_RUNS",
     "KILL_GRACE",
+    "OUTPUT_FILE_LIMIT",
+    "REAPER_SLACK",
     "Ended",
     "HealthSpec",
     "HookCounts",
     "HookSpec",
+    "Output",
     "health_spec",
     "hook_environment",
     "hook_specs",
+    "prune_runs",
     "read_boot_id",
-    "read_tail",
+    "read_output",
+    "reaped",
     "run_to_end",
 ]
 
-#: Seconds between the SIGTERM that ends a program at its timeout and the SIGKILL.
+#: Seconds between the SIGTERM that ends a program (at its timeout, or what it left
+#: running when it exited) and the SIGKILL; the reaper keeps it.
 KILL_GRACE = 10.0
+
+#: Seconds the agent gives the reaper past :data:`KILL_GRACE` before it SIGKILLs the
+#: run's process group itself (a reaper that cannot end: never seen, but bounded).
+REAPER_SLACK = 5.0
+
+#: The most bytes of a run's output its file keeps (the last ones; twice as many at
+#: most while it runs). What the agent's state keeps is less (``slots.OUTPUT_LIMIT``).
+OUTPUT_FILE_LIMIT = 64 * 1024
+
+#: Hook runs whose directories :func:`prune_runs` keeps (the newest ones).
+KEPT_RUNS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,10 +153,20 @@ class Ended:
     timed_out: bool = False
 
 
-async def run_to_end(proc: JobProcess, allowed: float, *, grace: float = KILL_GRACE) -> Ended:
+def reaped(directory: Path) -> Reaped:
+    """A hook's or health check's run under the reaper, its output in
+    ``directory/output``."""
+    return Reaped(output=directory / "output", output_limit=OUTPUT_FILE_LIMIT, grace=KILL_GRACE)
+
+
+async def run_to_end(
+    proc: JobProcess, allowed: float, *, grace: float = KILL_GRACE + REAPER_SLACK
+) -> Ended:
     """Wait for ``proc`` to end; once it has run ``allowed`` more seconds send its process
-    group SIGTERM, and SIGKILL ``grace`` seconds later. Cancelled, it leaves the process
-    running."""
+    group SIGTERM, and SIGKILL ``grace`` seconds later. Under the reaper, its end is
+    the end of everything the program started (the reaper ends them within
+    :data:`KILL_GRACE` of the program's exit or of the SIGTERM). Cancelled, it leaves
+    the process running."""
     with trio.move_on_after(max(0.0, allowed)):
         return Ended(exit_status=await proc.wait())
     _signal(proc, signal.SIGTERM)
@@ -146,18 +181,51 @@ def _signal(proc: JobProcess, sig: signal.Signals) -> None:
         proc.signal_group(sig)
 
 
-def read_tail(path: Path, *, offset: int = 0, limit: int = 4096) -> str:
-    """The last ``limit`` bytes of ``path`` after ``offset``, as text (undecodable bytes
-    replaced); ``""`` when it cannot be read. A few KiB of a local file: the agent reads
-    them on its event loop, as it writes its state."""
+@dataclass(frozen=True, kw_only=True)
+class Output:
+    """The end of a run's output: ``text`` (undecodable bytes replaced) and how many
+    bytes the program wrote before it that are not kept (``dropped``)."""
+
+    text: str = ""
+    dropped: int = 0
+
+
+def read_output(path: Path, *, limit: int) -> Output:
+    """The last ``limit`` bytes of the output file ``path`` the reaper left, and the
+    count of the bytes before them (those cut from the file, in ``path.dropped``, and
+    those of the file before its last ``limit``); empty when it cannot be read. A few
+    KiB of a local file: the agent reads them on its event loop, as it writes its
+    state."""
     try:
         with path.open("rb") as f:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(offset, size - limit))
+            f.seek(max(0, size - limit))
             data = f.read(limit)
     except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace")
+        return Output()
+    try:
+        cut = int(path.with_name(path.name + DROPPED_SUFFIX).read_text())
+    except (OSError, ValueError):
+        cut = 0
+    return Output(
+        text=data.decode("utf-8", errors="replace"), dropped=max(0, cut) + size - len(data)
+    )
+
+
+def prune_runs(directory: Path, *, keep: int = KEPT_RUNS, spare: frozenset[str]) -> None:
+    """Remove the run directories in ``directory`` but the ``keep`` newest (by the time
+    they last changed) and those named in ``spare`` (blocking: a thread's work)."""
+    try:
+        entries = [e for e in os.scandir(directory) if e.name not in spare]
+    except OSError:
+        return
+    dated = []
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+    for _, path in sorted(dated, reverse=True)[keep:]:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def read_boot_id(path: Path) -> str | None:

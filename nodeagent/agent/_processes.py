@@ -22,6 +22,11 @@ Contract:
   go; if the pipe closes first (the daemon refused the claim, or died), the holder exits 125
   and the program never runs. So the daemon can record a job's pid *before* its program
   runs, and no crash can leave a program running that the daemon does not know about.
+* **Reaped launch** (``LaunchSpec.reaped``, the agent's hooks and health checks): the
+  leader is the agent's reaper (:mod:`nodeagent.agent._reaper`), which runs the program,
+  keeps a bounded tail of its output and, when the program ends or the reaper gets
+  SIGTERM, ends every process the program left, however detached, before it exits as the
+  program did. Jobs are never reaped: what a job starts is the job's.
 * **Signals** (soft kill, hard kill, suspend, continue) all go to the whole process group,
   never to group 0, group 1 or the daemon's own group (:meth:`JobProcess.signal_group`
   refuses those, whatever the identity says).
@@ -62,6 +67,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import psutil
 import trio
 
+from nodeagent.agent._reaper import reaper_argv
+
 if TYPE_CHECKING:
     from typing import Any
 
@@ -79,6 +86,7 @@ __all__ = [
     "ProcessError",
     "ProcessIdentity",
     "ProcessRunner",
+    "Reaped",
     "Usage",
     "boot_start_of",
     "current_boot_id",
@@ -173,6 +181,21 @@ class AlreadyClaimed(ProcessError):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Reaped:
+    """How a program is run under the reaper (:attr:`LaunchSpec.reaped`).
+
+    ``output`` is the file that keeps the last ``output_limit`` bytes of its output (at
+    most twice that while it runs; ``output.dropped`` counts the bytes cut); ``grace`` is
+    how long the processes it left (or all of them, once the reaper is sent SIGTERM) have
+    between SIGTERM and SIGKILL.
+    """
+
+    output: Path
+    output_limit: int
+    grace: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class LaunchSpec:
     """What to run and where.
 
@@ -193,8 +216,11 @@ class LaunchSpec:
     * ``held``: start the process but hold its program until :meth:`JobProcess.start` (see
       the module docstring). The program is then looked up before the launch, so a missing
       or non-executable program still raises :class:`LaunchFailed`.
-    * ``combined_output``: stdout and stderr both appended to ``output`` in the execute
-      directory, in the order they are written (the agent's hooks and health checks).
+    * ``reaped``: run the program under the agent's reaper (:class:`Reaped`,
+      :mod:`nodeagent.agent._reaper`), which ends whatever the program leaves running and
+      keeps its output (stdout and stderr together) to a bounded tail in a file of its
+      own; the reaper is then the leader (its pid the process's), and the program is
+      looked up before the launch, as for a held one.
 
     Raises :class:`LaunchFailed` when built with an empty ``argv``, a NUL byte in any string,
     an environment name that is empty or holds ``=``, or a ``cwd`` outside the execute
@@ -207,7 +233,7 @@ class LaunchSpec:
     user: str | None = None
     execute_dir: Path
     held: bool = False
-    combined_output: bool = False
+    reaped: Reaped | None = None
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -595,13 +621,23 @@ class OsProcessRunner:
         cwd = spec.execute_dir / spec.cwd if spec.cwd is not None else spec.execute_dir
         env = daemon_environment() if spec.env is None else dict(spec.env)
         argv = list(spec.argv)
+        if spec.reaped is not None:
+            # The reaper spawns the program by path: look it up now, as exec would.
+            program = _find_program(spec.argv[0], env, cwd)
+            reaped = spec.reaped
+            argv = reaper_argv(
+                [program, *spec.argv[1:]],
+                output=str(reaped.output),
+                limit=reaped.output_limit,
+                grace=reaped.grace,
+            )
         if spec.held:
             # The holder execs the program by path: look it up now, as exec would, so a
             # missing program is refused here and not by a job that dies at once.
-            program = _find_program(spec.argv[0], env, cwd)
-            argv = ["/bin/sh", "-c", _HOLDER, "nodeagent-job", program, *spec.argv[1:]]
+            program = _find_program(argv[0], env, cwd)
+            argv = ["/bin/sh", "-c", _HOLDER, "nodeagent-job", program, *argv[1:]]
         stdout, stderr = await trio.to_thread.run_sync(
-            _prepare_execute_dir, spec.execute_dir, user, cwd, spec.combined_output
+            _prepare_execute_dir, spec.execute_dir, user, cwd, spec.reaped is None
         )
         options: dict[str, Any] = {}
         if user is not None:
@@ -628,8 +664,9 @@ class OsProcessRunner:
             where = f" ({exc.filename})" if exc.filename else ""
             raise LaunchFailed(f"cannot start {spec.argv[0]!r}: {what}{where}") from exc
         finally:
-            os.close(stdout)
-            os.close(stderr)
+            for fd in (stdout, stderr):
+                if fd >= 0:
+                    os.close(fd)
             if gate is not None:
                 os.close(gate_read)
         # Not reaped before someone waits, so psutil can read the start time even if the
@@ -849,11 +886,12 @@ def _resolve_user(name: str | None) -> _User | None:
 
 
 def _prepare_execute_dir(
-    execute_dir: Path, user: _User | None, cwd: Path, combined: bool = False
+    execute_dir: Path, user: _User | None, cwd: Path, files: bool = True
 ) -> tuple[int, int]:
     """Create the execute directory if needed, check that ``cwd`` resolves inside it (no
-    symbolic link leads out), and open the output files (``combined``: one, ``output``,
-    for both; blocking)."""
+    symbolic link leads out), and open the output files ``stdout`` and ``stderr`` (without
+    ``files``: ``/dev/null`` for both, whose descriptor is ``subprocess.DEVNULL``;
+    blocking)."""
     opened: list[int] = []
     try:
         execute_dir.mkdir(mode=_EXECUTE_DIR_MODE, parents=True, exist_ok=True)
@@ -861,10 +899,7 @@ def _prepare_execute_dir(
         if not cwd.resolve().is_relative_to(inside):
             raise LaunchFailed(f"cwd {cwd} leads out of the job's execute directory")
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        if combined:
-            opened.append(os.open(execute_dir / "output", flags, _OUTPUT_MODE))
-            opened.append(os.dup(opened[0]))
-        for name in () if combined else ("stdout", "stderr"):
+        for name in ("stdout", "stderr") if files else ():
             opened.append(os.open(execute_dir / name, flags, _OUTPUT_MODE))
         if user is not None:
             os.chown(execute_dir, user.uid, user.gid)
@@ -874,4 +909,6 @@ def _prepare_execute_dir(
         for fd in opened:
             os.close(fd)
         raise LaunchFailed(f"cannot prepare execute directory {execute_dir}: {exc}") from exc
+    if not files:
+        return subprocess.DEVNULL, subprocess.DEVNULL
     return opened[0], opened[1]

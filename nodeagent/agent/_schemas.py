@@ -294,8 +294,8 @@ def _when(value: float | None) -> float | None:
 
 
 def hook_run_json(run: HookRun) -> dict[str, Any]:
-    """A completion hook's run: its name, state, times, exit status, how it ended, and
-    the tail of its output."""
+    """A completion hook's run: its name, state, times, exit status, how it ended, the
+    tail of its output and the count of the bytes before that tail not kept."""
     return {
         "name": run.name,
         "state": str(run.state),
@@ -306,6 +306,7 @@ def hook_run_json(run: HookRun) -> dict[str, Any]:
         "exit_status": run.exit_status,
         "message": run.message,
         "output": run.output,
+        "output_dropped": run.output_dropped,
     }
 
 
@@ -324,6 +325,7 @@ def health_json(gate: HealthGate, policy: HealthPolicy | None) -> dict[str, Any]
         "next_check": _when(gate.due_at),
         "message": gate.message,
         "output": gate.output,
+        "output_dropped": gate.output_dropped,
     }
 
 

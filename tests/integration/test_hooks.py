@@ -9,6 +9,7 @@ end by themselves within a second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -193,6 +194,220 @@ def test_a_hook_that_succeeds_opens_the_node_when_healthy_and_wait_says_so(
         assert lines(record) == ["run"]
 
 
+# ------------------------------------------------------------------- what a hook leaves behind
+
+#: Shell lines that leave processes behind, each writing its pid to "$PIDS" first: one in
+#: the program's own process group, one in a session of its own (setsid), one double
+#: forked (its parent gone at once), and one both, which takes a moment to die on SIGTERM.
+LEAVE_CHILDREN = """
+: >> "$PIDS"
+sh -c 'echo $$ >> "$PIDS"; exec sleep 300' &
+setsid sh -c 'echo $$ >> "$PIDS"; exec sleep 301' &
+( sh -c 'echo $$ >> "$PIDS"; exec sleep 302' & )
+( setsid sh -c 'echo $$ >> "$PIDS"; trap "sleep 0.3; exit 0" TERM; while :; do sleep 0.05; done' & )
+while [ "$(wc -l < "$PIDS")" -lt "$((${SEEN:-0} + 4))" ]; do sleep 0.01; done
+"""
+
+#: Appends to "$ALIVE" each pid of "$PIDS" that still runs (a zombie has ended).
+RECORD_ALIVE = """
+for p in $(cat "$PIDS" 2>/dev/null); do
+    state=$(cut -d')' -f2 "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)
+    if [ -n "$state" ] && [ "$state" != Z ]; then echo "$p" >> "$ALIVE"; fi
+done
+"""
+
+
+def running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run (a zombie has ended)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+@pytest.fixture
+def left_behind(tmp_path: Path) -> Iterator[Path]:
+    """The file the processes a test's programs leave write their pids to; whatever of
+    them still runs at the end is killed."""
+    pids = tmp_path / "left.pids"
+    yield pids
+    for pid in [int(p) for p in lines(pids)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_what_a_hook_leaves_running_ends_before_its_end_is_reported_and_the_node_opens(
+    tmp_path: Path, left_behind: Path
+) -> None:
+    alive = tmp_path / "alive"
+    files = f'export PIDS="{left_behind}" ALIVE="{alive}"\n'
+    hook = script(tmp_path / "detach.sh", f"{files}echo leaving children\n{LEAVE_CHILDREN}")
+    check = script(tmp_path / "health.sh", files + RECORD_ALIVE)
+    extra = config(tmp_path, hooks={"detach": {"command": [str(hook)]}})
+    extra += f'[health]\ncommand = {toml_value([str(check)])}\ninterval = 0.2\ntimeout = "30s"\n'
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        response = agent.call(
+            "POST",
+            "/v1/drain",
+            json={"schedule": "fast", "on_completion": "hook:detach", "commit": True},
+        )
+        assert response.status_code == 201, response.text
+
+        def ended() -> dict[str, Any] | None:
+            ad = machine_ad(agent)
+            return ad if ad.get("DrainHookState") not in (None, "pending", "running") else None
+
+        ad = ended() or wait_for(ended)
+        pids = [int(p) for p in lines(left_behind)]
+        assert len(pids) == 4
+        # Its end is reported only once nothing it started runs...
+        assert running(pids) == []
+        assert ad["DrainHookState"] == "succeeded"
+        assert ad["DrainHookOutput"].startswith("leaving children")
+        # ...and the node opens after that: the health check, which runs before it
+        # opens, saw none of them.
+        wait_for(lambda: machine_ad(agent)["Start"] is True)
+        assert lines(alive) == []
+
+
+def test_what_a_hook_left_when_it_timed_out_ends_before_its_end_is_reported(
+    tmp_path: Path, left_behind: Path
+) -> None:
+    files = f'export PIDS="{left_behind}"\n'
+    hook = script(tmp_path / "stuck.sh", f'{files}{LEAVE_CHILDREN}echo $$ >> "$PIDS"\nsleep 300\n')
+    extra = config(tmp_path, hooks={"stuck": {"command": [str(hook)], "timeout": "1s"}})
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        response = agent.call(
+            "POST",
+            "/v1/drain",
+            json={"schedule": "fast", "on_completion": "hook:stuck", "commit": True},
+        )
+        assert response.status_code == 201, response.text
+        ad = wait_for(lambda: (a := machine_ad(agent)).get("DrainHookState") == "failed" and a)
+        pids = [int(p) for p in lines(left_behind)]
+        assert len(pids) == 5  # the hook too
+        assert running(pids) == []
+        assert ad["DrainHookMessage"] == "timed out after 1 s (SIGTERM, then SIGKILL)"
+        assert ad["Start"] is False
+
+
+def test_what_a_health_check_leaves_running_ends_with_each_check(
+    tmp_path: Path, left_behind: Path
+) -> None:
+    alive, runs = tmp_path / "alive", tmp_path / "checks"
+    files = f'export PIDS="{left_behind}" ALIVE="{alive}"\n'
+    check = script(
+        tmp_path / "health.sh",
+        f'{files}echo run >> "{runs}"\n{RECORD_ALIVE}'
+        f'SEEN=$(wc -l < "$PIDS" 2>/dev/null || echo 0)\n{LEAVE_CHILDREN}'
+        f'[ "$(wc -l < "{runs}")" -ge 4 ]\n',
+    )
+    extra = f'[health]\ncommand = {toml_value([str(check)])}\ninterval = 0.1\ntimeout = "30s"\n'
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        # A drained node whose drain is cancelled returns through the health check,
+        # which fails three times (each leaving four processes), then passes.
+        response = agent.call("POST", "/v1/drain", json={"schedule": "fast", "commit": True})
+        assert response.status_code == 201, response.text
+        wait_for(lambda: machine_ad(agent)["DrainState"] == "drained")
+        assert agent.call("DELETE", "/v1/drain").status_code == 200
+        wait_for(lambda: machine_ad(agent)["Start"] is True)
+        pids = [int(p) for p in lines(left_behind)]
+        assert len(lines(runs)) == 4
+        assert len(pids) == 16
+        assert running(pids) == []
+        # No check saw one left by an earlier one.
+        assert lines(alive) == []
+
+
+def test_a_hook_outliving_its_agent_is_awaited_and_what_it_left_still_ends(
+    tmp_path: Path, left_behind: Path
+) -> None:
+    release = tmp_path / "release"
+    files = f'export PIDS="{left_behind}"\n'
+    hook = script(
+        tmp_path / "long.sh",
+        f"{files}echo started\n{LEAVE_CHILDREN}"
+        f'while [ ! -e "{release}" ]; do sleep 0.02; done\necho finished\n',
+    )
+    extra = config(tmp_path, hooks={"long": {"command": [str(hook)]}})
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        response = agent.call(
+            "POST",
+            "/v1/drain",
+            json={"schedule": "fast", "on_completion": "hook:long", "commit": True},
+        )
+        assert response.status_code == 201, response.text
+        wait_for(lambda: len(lines(left_behind)) == 4)
+        agent.kill9()
+        agent.start()  # the same state and runtime directories
+        wait_for(lambda: "still runs from before the restart" in agent.log_path.read_text())
+        assert machine_ad(agent)["DrainHookState"] == "running"
+        release.touch()
+        ad = wait_for(lambda: (a := machine_ad(agent)).get("DrainHookState") == "interrupted" and a)
+        assert running([int(p) for p in lines(left_behind)]) == []
+        # What the hook wrote before and after the restart, from the reaper's file.
+        assert ad["DrainHookOutput"].startswith("started\\nfinished")
+
+
+@pytest.fixture
+def small_state_dir(tmp_path: Path) -> Iterator[Path]:
+    """``agent/state`` under ``tmp_path`` on a 16 MiB file system of its own (a tmpfs,
+    unmounted at the end); skipped where mounting one is refused."""
+    state = tmp_path / "agent" / "state"
+    state.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(state)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a 16 MiB tmpfs cannot be mounted here: {mounted.stderr.strip()}")
+    try:
+        yield state
+    finally:
+        subprocess.run(["umount", "--lazy", str(state)], check=False)
+
+
+def test_100_mb_of_hook_output_on_a_small_state_file_system_leaves_the_store_working(
+    tmp_path: Path, small_state_dir: Path
+) -> None:
+    hook = script(
+        tmp_path / "chatty.sh",
+        "yes 0123456789 | head -c 100000000\necho\necho the end\nexit 1\n",
+    )
+    extra = config(tmp_path, hooks={"chatty": {"command": [str(hook)], "timeout": "5m"}})
+    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+        response = agent.call(
+            "POST",
+            "/v1/drain",
+            json={"schedule": "fast", "on_completion": "hook:chatty", "commit": True},
+        )
+        assert response.status_code == 201, response.text
+        wait_for(lambda: machine_ad(agent).get("DrainHookState") == "failed", timeout=120)
+        run = agent.call("GET", "/v1/drain").json()["hook"]
+        # The state's file system has room: the store takes the cancel.
+        cancelled = agent.call("POST", "/v1/drain/1/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert os.statvfs(small_state_dir).f_bfree > 0
+        assert run["message"] == "exit status 1"
+        # The tail is kept, with the count of the bytes before it that are not.
+        assert run["output"].endswith("\n0123456789\n0\nthe end\n")
+        assert len(run["output"]) == 4096
+        assert run["output_dropped"] == 100_000_000 + len("\nthe end\n") - 4096
+        ad = machine_ad(agent)
+        assert ad["DrainHookOutput"].endswith("6789\\n0\\nthe end")
+        assert ad["DrainHookOutputDropped"] == run["output_dropped"]
+        [end] = [r for r in audit(agent) if r["action"] == "hook.end"]
+        assert end["details"]["output_dropped"] == run["output_dropped"]
+        wait_for(lambda: machine_ad(agent)["Start"] is True)
+
+
 # ------------------------------------------------------------------- the agent killed mid-hook
 
 
@@ -332,7 +547,7 @@ def test_a_hook_command_cannot_be_set_over_the_api(
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "request.invalid"
     assert hooked_agent.call("GET", "/v1/drain").json()["state"] == "none"
-    assert not (hooked_agent.root / "state" / "hooks").exists()
+    assert not (hooked_agent.root / "run" / "hooks").exists()
 
 
 # ------------------------------------------------------------------- reload

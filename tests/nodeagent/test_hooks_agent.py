@@ -25,9 +25,21 @@ from nodeagent._audit import AuditLog
 from nodeagent._clock import TrioClock
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, ClaimRequest
-from nodeagent.agent._hooks import KILL_GRACE, HealthSpec, HookSpec
+from nodeagent.agent._hooks import (
+    KILL_GRACE,
+    OUTPUT_FILE_LIMIT,
+    REAPER_SLACK,
+    HealthSpec,
+    HookSpec,
+)
 from nodeagent.agent._metrics import AgentMetrics
-from nodeagent.agent._processes import LaunchFailed, LaunchSpec, NoSuchProcess, ProcessIdentity
+from nodeagent.agent._processes import (
+    LaunchFailed,
+    LaunchSpec,
+    NoSuchProcess,
+    ProcessIdentity,
+    Reaped,
+)
 from nodeagent.agent._store import ProcessRecord, StateStore, Store
 from nodeagent.testing import FakeBehaviour, FakeRunner
 from slots import (
@@ -307,12 +319,13 @@ async def test_the_hook_runs_once_after_the_last_job_is_gone_and_its_start_is_wr
         assert states_at_start == ["hook_running"]  # durable before the program ran
         assert hook.started_at == pytest.approx(r.t0 + 50)
         spec = hook.spec
-        assert (spec.argv, spec.held, spec.combined_output) == (
-            ("hook-reboot", "--now"),
-            True,
-            True,
-        )
+        assert (spec.argv, spec.held) == (("hook-reboot", "--now"), True)
         assert spec.execute_dir == tmp_path / "hooks" / "1-reboot"
+        assert spec.reaped == Reaped(
+            output=tmp_path / "hooks" / "1-reboot" / "output",
+            output_limit=OUTPUT_FILE_LIMIT,
+            grace=KILL_GRACE,
+        )
         env = dict(spec.env or {})
         assert {k: env[k] for k in env if k.startswith("NODEAGENT_") or k == "SITE"} == {
             "NODEAGENT_HOOK": "reboot",
@@ -363,13 +376,15 @@ async def test_a_failing_hook_leaves_the_node_closed_and_is_audited(
 async def test_a_hook_past_its_timeout_gets_sigterm_then_sigkill(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # The reaper SIGKILLs what is left KILL_GRACE after the SIGTERM; the agent SIGKILLs
+    # the process group itself only should the reaper not have ended REAPER_SLACK later.
     async with rig(tmp_path) as r:
         drain(r, "stuck")
-        await trio.sleep(60 + KILL_GRACE + 1)
+        await trio.sleep(60 + KILL_GRACE + REAPER_SLACK + 1)
         [hook] = r.hooks()
         assert [(round(t - r.t0, 6), s) for t, s in hook.signals] == [
             (60.0, "SIGTERM"),
-            (60.0 + KILL_GRACE, "SIGKILL"),
+            (60.0 + KILL_GRACE + REAPER_SLACK, "SIGKILL"),
         ]
         ad = r.ad()
         assert ad["DrainHookMessage"] == "timed out after 60 s (SIGTERM, then SIGKILL)"

@@ -34,6 +34,7 @@ from slots import (
     SlotsError,
     ad_text,
     check_health_move,
+    kept_output,
     outcome_message,
     parse_long,
     printable_tail,
@@ -561,6 +562,44 @@ def test_outputs_are_printable_bounded_tails() -> None:
     assert ad_text("") is None
     assert ad_text("a\nb\n\n") == "a\\nb"
     assert len(ad_text("y" * 3000) or "") == 1024
+
+
+@pytest.mark.parametrize(
+    ("output", "dropped", "limit", "kept"),
+    [
+        ("abc", 0, 10, ("abc", 0)),
+        ("abc", 7, 10, ("abc", 7)),
+        ("0123456789", 5, 4, ("6789", 11)),
+        ("é" * 6, 0, 4, ("éééé", 4)),  # counted in UTF-8 bytes
+        ("a\r\nb", 0, 2, ("\nb", 1)),  # as printed: "\r\n" is one newline
+        ("", -3, 4, ("", 0)),
+    ],
+)
+def test_what_is_kept_of_an_output_and_how_much_is_not(
+    output: str, dropped: int, limit: int, kept: tuple[str, int]
+) -> None:
+    assert kept_output(output, dropped=dropped, limit=limit) == kept
+
+
+def test_the_bytes_not_kept_of_a_hook_and_a_check_are_shown_and_survive_a_restart() -> None:
+    m = machine()
+    drain_with_hook(m)
+    start_hook(m)
+    m.hook_ended(T0 + 9, "1", exit_status=1, output="x" * 5000, output_dropped=100)
+    m.cancel_draining(T0 + 10)
+    m.health_result(
+        T0 + 11, passed=False, message="exit status 1", output="y" * 1030, output_dropped=9
+    )
+    for seen in (m, restart(m, T0 + 12)):
+        ad = machine_ad(seen, T0 + 12)
+        assert (ad["DrainHookOutputDropped"], ad["HealthOutputDropped"]) == (100 + 904, 9 + 6)
+        assert seen.health.output == "y" * 1024
+    quiet = machine()
+    drain_with_hook(quiet)
+    start_hook(quiet)
+    quiet.hook_ended(T0 + 9, "1", exit_status=0, output="fine\n")
+    ad = machine_ad(quiet, T0 + 10)
+    assert "DrainHookOutputDropped" not in ad  # none dropped: absent, as undefined
 
 
 @pytest.mark.parametrize(
