@@ -282,9 +282,14 @@ def main(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     for sig in (*_ENDING, signal.SIGCHLD):
         signal.signal(sig, lambda signum, frame: None)
-    read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    except OSError as exc:
+        output.add(f"nodeagent reaper: cannot become a subreaper: {exc}\n".encode())
+        output.close()
+        return 127
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
         pid = os.posix_spawn(
             program[0],
             program,
@@ -353,5 +358,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    try:
+        status = main(sys.argv[1:])
+    except BaseException:
+        # A failure of the reaper's own leaves nothing of the program's behind either.
+        _Run(0).end_all()
+        raise
     # Nothing to flush or finalize: the interpreter's clean-up would only add time.
-    os._exit(main(sys.argv[1:]))
+    os._exit(status)

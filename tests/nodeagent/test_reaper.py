@@ -1,5 +1,6 @@
 """The reaper on real processes: the program's status, its output's tail, and the end of
-everything it started, however detached.
+everything it started, however detached; and the runs' directories, as the agent prunes
+them.
 
 Each test runs the reaper as the agent does (its own session, :func:`reaper_argv`) and
 ends by pid whatever it recorded should the reaper not have.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent._hooks import read_output
+from nodeagent.agent._hooks import prune_runs, read_output
 from nodeagent.agent._reaper import reaper_argv
 from tests.harness import wait_for
 
@@ -128,3 +129,17 @@ def test_the_reaper_starts_with_few_modules(tmp_path: Path) -> None:
     assert "ctypes" in modules  # the profile is read right
     costly = ("nodeagent", "trio", "psutil", "site", "enum", "typing", "contextlib", "signal")
     assert not [m for m in modules if m.split(".")[0] in costly]
+
+
+def test_old_runs_directories_are_pruned_to_the_newest(tmp_path: Path) -> None:
+    for i in range(12):
+        run = tmp_path / f"{i}-reboot"
+        (run / "scratch").mkdir(parents=True)
+        (run / "output").write_text("x")
+        os.utime(run, (1000 + i, 1000 + i))
+    (tmp_path / "health").mkdir()
+    os.utime(tmp_path / "health", (1, 1))
+    prune_runs(tmp_path, keep=7, spare=frozenset({"health"}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["health", *(f"{i}-reboot" for i in range(5, 12))]
+    )
