@@ -401,11 +401,15 @@ _HEALTH_STYLES = {"passing": "green", "pending": "yellow", "failing": "bold red"
 _OUTPUT_LINES = 5
 
 
-def _output_lines(text: object) -> list[str]:
-    """The last lines of an ad's output attribute (newlines written ``\\n``)."""
+def _output_lines(text: object, dropped: object = None) -> list[str]:
+    """The last lines of an ad's output attribute (newlines written ``\\n``), after how
+    many bytes before the agent's tail were not kept (``dropped``), when some were."""
     if not isinstance(text, str) or not text:
         return []
-    return [f"    | {line}" for line in text.split("\\n")[-_OUTPUT_LINES:]]
+    lines = [f"    | {line}" for line in text.split("\\n")[-_OUTPUT_LINES:]]
+    if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped > 0:
+        lines.insert(0, f"    | [… {dropped:,} earlier bytes not kept]")
+    return lines
 
 
 def _hook_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
@@ -440,7 +444,10 @@ def _hook_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
         )
     if in_force or state in ("failed", "interrupted"):
         lines.extend(
-            Text(out, style="dim") for out in _output_lines(machine.get("DrainHookOutput"))
+            Text(out, style="dim")
+            for out in _output_lines(
+                machine.get("DrainHookOutput"), machine.get("DrainHookOutputDropped")
+            )
         )
     return lines
 
@@ -480,7 +487,12 @@ def _health_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
         detail.append("a check is running")
     lines.append(Text("    " + "; ".join(detail)))
     if state == "failing":
-        lines.extend(Text(out, style="dim") for out in _output_lines(machine.get("HealthOutput")))
+        lines.extend(
+            Text(out, style="dim")
+            for out in _output_lines(
+                machine.get("HealthOutput"), machine.get("HealthOutputDropped")
+            )
+        )
     return lines
 
 

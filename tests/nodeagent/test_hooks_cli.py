@@ -52,6 +52,17 @@ def test_status_shows_a_failed_hook_its_output_and_what_to_do(failed_hook: Machi
     assert "health: passing" in text
 
 
+def test_status_says_how_much_of_an_output_was_not_kept() -> None:
+    m = _machine()
+    m.start_draining(
+        T0 + 1, schedule=Schedule.FAST, on_completion=OnCompletion.HOOK, hook="reboot", commit=True
+    )
+    m.hook_started(T0 + 2, "1", pid=77, process_start=T0 + 2, boot_id="b", reboots=True, timeout=60)
+    m.hook_ended(T0 + 9, "1", exit_status=1, output="the end\n", output_dropped=104_853_504)
+    text = _text(status_view(m.ad(T0 + 20)))
+    assert "    | [… 104,853,504 earlier bytes not kept]\n    | the end" in text
+
+
 def test_status_shows_a_node_waiting_for_its_health_check(failed_hook: Machine) -> None:
     failed_hook.cancel_draining(T0 + 30)
     failed_hook.health_result(T0 + 31, passed=False, message="exit status 1", output="no /scratch")
