@@ -2,9 +2,12 @@
 
 The master's TCP listeners take every agent's ad pushes, thousands a second in a large
 pool; per request this costs less than half of hypercorn's trio worker. One request at a
-time per connection (no pipelining), keep-alive with an idle timeout, bounded headers
-and bodies, optional TLS (HTTP/1.1 only). Lifespan events are not sent: the apps served
-here have none.
+time per connection (no pipelining), keep-alive with an idle timeout, a read timeout,
+bounded headers and bodies, optional TLS (HTTP/1.1 only). The body is read as the app
+asks for it (so that the app can refuse a request from its headers before reading any);
+what the app leaves unread is read and dropped after its reply, up to
+:data:`~nodeagent._gate.DISCARD_LIMIT` bytes, then the connection is closed. Lifespan
+events are not sent: the apps served here have none.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ import h11
 import trio
 from starlette.types import ASGIApp, Message
 
+from nodeagent import _settings
+from nodeagent._gate import DISCARD_LIMIT
+
 __all__ = ["HttpServer", "serve_http"]
 
 http_log = logging.getLogger("nodeagent.http")
@@ -31,9 +37,11 @@ http_log = logging.getLogger("nodeagent.http")
 
 #: An idle keep-alive connection is closed after this long (hypercorn's default).
 KEEP_ALIVE_TIMEOUT = 5.0
-#: Once a request has begun, each read of it must arrive within this long.
-READ_TIMEOUT = 30.0
-#: Largest request body accepted (413 beyond); an ad of a 128-claim node is ~200 KiB.
+#: Once a request has begun, each read of it must arrive within this long (by default: the
+#: daemons' ``read_timeout`` sets it); a connection that stalls longer is closed.
+READ_TIMEOUT = _settings.READ_TIMEOUT
+#: Largest request body the server passes on (413 beyond); each endpoint has a lower cap
+#: of its own (the gate's, :mod:`nodeagent._gate`).
 MAX_BODY = 32 * 1024 * 1024
 MAX_HEADERS = 64 * 1024
 BACKLOG = 1024
@@ -82,11 +90,13 @@ async def serve_http(
     *,
     tls: tuple[Path, Path] | None = None,
     max_body: int = MAX_BODY,
+    read_timeout: float = READ_TIMEOUT,
 ) -> list[str]:
     """Start serving ``app`` on the TCP ``binds`` in ``nursery``; returns the bound URLs.
 
-    ``tls`` is (certificate, key); a larger body than ``max_body`` bytes is refused (413).
-    Serving ends when ``nursery`` is cancelled.
+    ``tls`` is (certificate, key); a larger body than ``max_body`` bytes is refused (413);
+    a request that stalls ``read_timeout`` seconds closes its connection. Serving ends
+    when ``nursery`` is cancelled.
     """
     context = None if tls is None else _ssl_context(*tls)
     scheme = "http" if context is None else "https"
@@ -101,7 +111,7 @@ async def serve_http(
     urls = [_url(scheme, sock) for sock in sockets]
     if sockets:
         listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
-        server = HttpServer(app, context=context, max_body=max_body)
+        server = HttpServer(app, context=context, max_body=max_body, read_timeout=read_timeout)
         await nursery.start(functools.partial(trio.serve_listeners, server.handle, listeners))
     return urls
 
@@ -132,16 +142,26 @@ class _Date:
 class HttpServer:
     """HTTP/1.1 with keep-alive for an ASGI app (``http`` scope only, no lifespan).
 
-    One request at a time per connection; the request body is read whole before the app
-    runs (``receive`` gives it in one message, then ``http.disconnect`` once the response
-    is complete). A response without ``content-length`` is sent chunked. An exception in
-    the app is logged and answered 500 if no response had begun.
+    One request at a time per connection. The app reads the request body through
+    ``receive`` as it goes (each read within ``read_timeout``; a stalled or vanished
+    client, or a body past ``max_body``, is ``http.disconnect`` and closes the
+    connection); then ``http.disconnect`` once the response is complete. What the app left
+    unread is dropped after its reply, up to :data:`~nodeagent._gate.DISCARD_LIMIT` bytes
+    (the connection is kept if the body ends by then, else closed). A response without
+    ``content-length`` is sent chunked. An exception in the app is logged and answered 500
+    if no response had begun.
     """
 
     def __init__(
-        self, app: ASGIApp, *, context: ssl.SSLContext | None = None, max_body: int = MAX_BODY
+        self,
+        app: ASGIApp,
+        *,
+        context: ssl.SSLContext | None = None,
+        max_body: int = MAX_BODY,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self.max_body = max_body
+        self.read_timeout = read_timeout
         self.app = app
         self.context = context
         self.scheme = "http" if context is None else "https"
@@ -176,17 +196,17 @@ class HttpServer:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADERS)
         while True:
             try:
-                received = await self._request(conn, stream)
+                request = await self._head(conn, stream)
             except _BadRequest as exc:
                 await self._refuse(conn, stream, exc.status)
+                await self._drop(conn, stream)
                 return
             except h11.RemoteProtocolError as exc:
                 await self._refuse(conn, stream, exc.error_status_hint)
                 return
-            if received is None:
+            if request is None:
                 return
-            request, body = received
-            if not await self._respond(conn, stream, request, body, client=client, server=server):
+            if not await self._respond(conn, stream, request, client=client, server=server):
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
@@ -195,40 +215,42 @@ class HttpServer:
             except h11.LocalProtocolError:
                 return
 
-    async def _request(
-        self, conn: h11.Connection, stream: trio.abc.Stream
-    ) -> tuple[h11.Request, bytes] | None:
-        """The next request and its body; None when the connection ends or idles out."""
-        request: h11.Request | None = None
-        chunks: list[bytes | bytearray] = []
-        size = 0
+    async def _event(self, conn: h11.Connection, stream: trio.abc.Stream, wait: float) -> Any:
+        """The next h11 event; ``None`` when no data came within ``wait`` seconds."""
         while True:
             event = conn.next_event()
-            if event is h11.NEED_DATA:
-                if conn.they_are_waiting_for_100_continue:
-                    await stream.send_all(
-                        conn.send(h11.InformationalResponse(status_code=100, headers=[]))
-                    )
-                timeout = KEEP_ALIVE_TIMEOUT if request is None else READ_TIMEOUT
-                with trio.move_on_after(timeout) as waited:
-                    conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
-                if waited.cancelled_caught:
-                    return None
-            elif isinstance(event, h11.Request):
-                request = event
-                for name, value in event.headers:
-                    if name == b"content-length" and int(value) > self.max_body:
-                        raise _BadRequest(413)
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > self.max_body:
-                    raise _BadRequest(413)
-                chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                assert request is not None
-                return request, bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
-            else:  # ConnectionClosed, or PAUSED after a protocol switch we never agree to
+            if event is not h11.NEED_DATA:
+                return event
+            if conn.they_are_waiting_for_100_continue:
+                await stream.send_all(
+                    conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+                )
+            with trio.move_on_after(wait) as waited:
+                conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
+            if waited.cancelled_caught:
                 return None
+
+    async def _head(self, conn: h11.Connection, stream: trio.abc.Stream) -> h11.Request | None:
+        """The next request's head; None when the connection ends or idles out."""
+        event = await self._event(conn, stream, KEEP_ALIVE_TIMEOUT)
+        if not isinstance(event, h11.Request):
+            return None  # idle, ConnectionClosed, or PAUSED after a protocol switch
+        for name, value in event.headers:
+            if name == b"content-length" and int(value) > self.max_body:
+                raise _BadRequest(413)
+        return event
+
+    async def _drop(self, conn: h11.Connection, stream: trio.abc.Stream) -> bool:
+        """Read and drop the rest of the request body, up to ``DISCARD_LIMIT`` bytes;
+        whether it ended by then (the connection may be used again)."""
+        dropped = 0
+        while dropped <= DISCARD_LIMIT and conn.their_state is h11.SEND_BODY:
+            event = await self._event(conn, stream, self.read_timeout)
+            if isinstance(event, h11.Data):
+                dropped += len(event.data)
+            elif not isinstance(event, h11.EndOfMessage):
+                return False
+        return conn.their_state is h11.DONE
 
     async def _refuse(self, conn: h11.Connection, stream: trio.abc.Stream, status: int) -> None:
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
@@ -248,7 +270,6 @@ class HttpServer:
         conn: h11.Connection,
         stream: trio.abc.Stream,
         request: h11.Request,
-        body: bytes,
         *,
         client: tuple[str, int],
         server: tuple[str, int],
@@ -276,16 +297,35 @@ class HttpServer:
             "extensions": {},
         }
         head = request.method == b"HEAD"
-        started = finished = delivered = False
+        started = finished = ended = lost = False
+        size = 0
         done = trio.Event()
 
         async def receive() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await done.wait()
-            return {"type": "http.disconnect"}
+            """The body's next bytes as they come (what has arrived, at least one byte)."""
+            nonlocal ended, lost, size
+            if ended:
+                await done.wait()
+                return {"type": "http.disconnect"}
+            chunks: list[bytes] = []
+            while True:
+                event = conn.next_event() if chunks else None
+                if event is None or event is h11.NEED_DATA:
+                    if chunks:
+                        return {"type": "http.request", "body": b"".join(chunks), "more_body": True}
+                    event = await self._event(conn, stream, self.read_timeout)
+                if isinstance(event, h11.Data):
+                    size += len(event.data)
+                    if size > self.max_body:
+                        ended = lost = True
+                        return {"type": "http.disconnect"}
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    ended = True
+                    return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                else:  # stalled past the read timeout, or the client went away
+                    ended = lost = True
+                    return {"type": "http.disconnect"}
 
         status = 500
         headers: list[tuple[bytes, bytes]] = []
@@ -332,7 +372,7 @@ class HttpServer:
         finally:
             done.set()
         if finished:
-            return True
+            return not lost and (ended or await self._drop(conn, stream))
         if conn.our_state is h11.SEND_RESPONSE:
             text = b"Internal Server Error"
             data = conn.send(
@@ -348,4 +388,6 @@ class HttpServer:
             )
             data += conn.send(h11.Data(data=text)) + conn.send(h11.EndOfMessage())
             await stream.send_all(data)
+            if not (ended or lost):
+                await self._drop(conn, stream)
         return False

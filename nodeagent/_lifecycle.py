@@ -72,7 +72,7 @@ from nodeagent import _sdnotify
 from nodeagent._audit import AuditLog
 from nodeagent._auth import KeyFileError, generate_key, load_key
 from nodeagent._http import trusted
-from nodeagent._http11 import serve_http
+from nodeagent._http11 import READ_TIMEOUT, serve_http
 from nodeagent._serving import SHUTDOWN_GRACE, free_stale_socket, serve, write_runtime_info
 from nodeagent._settings import (
     ConfigChanges,
@@ -203,7 +203,8 @@ class DaemonSpec:
     ``tcp_server``: hypercorn's trio worker, or :mod:`nodeagent._http11` for many small
     requests. ``finish_requests``: at shutdown, requests in flight get
     :data:`~nodeagent._serving.SHUTDOWN_GRACE` to be answered; otherwise they are cut at
-    once (right for a daemon that saves its state before every reply).
+    once (right for a daemon that saves its state before every reply). ``read_timeout``:
+    every listener closes a connection whose request stalls this many seconds.
     """
 
     name: str
@@ -219,6 +220,7 @@ class DaemonSpec:
     tls: tuple[Path, Path] | None
     tcp_server: Literal["hypercorn", "h11"] = "hypercorn"
     finish_requests: bool = False
+    read_timeout: float = READ_TIMEOUT
 
 
 def tls_files(cert: Path | None, key: Path | None) -> tuple[Path, Path] | None:
@@ -511,12 +513,17 @@ async def _serve(
         async with trio.open_nursery() as servers:
             binds = [f"unix:{spec.socket}"]
             try:
-                unix = await serve(servers, trusted(app), binds, shutdown=stop.wait, unix=True)
+                wait = spec.read_timeout
+                unix = await serve(
+                    servers, trusted(app), binds, shutdown=stop.wait, unix=True, read_timeout=wait
+                )
                 binds = list(spec.listen)
                 if spec.tcp_server == "h11":
-                    tcp = await serve_http(servers, app, binds, tls=spec.tls)
+                    tcp = await serve_http(servers, app, binds, tls=spec.tls, read_timeout=wait)
                 else:
-                    tcp = await serve(servers, app, binds, shutdown=stop.wait, tls=spec.tls)
+                    tcp = await serve(
+                        servers, app, binds, shutdown=stop.wait, tls=spec.tls, read_timeout=wait
+                    )
             except OSError as exc:
                 raise _address_failure(binds, exc) from exc
             except BaseExceptionGroup as group:  # hypercorn binds inside its own nurseries

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
+from nodeagent._settings import READ_TIMEOUT
+
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
 
@@ -45,12 +47,16 @@ async def serve(
     shutdown: Callable[[], Awaitable[None]],
     unix: bool = False,
     tls: tuple[Path, Path] | None = None,
+    read_timeout: float = READ_TIMEOUT,
 ) -> list[str]:
     """Start serving ``app`` on ``binds`` in ``nursery``; returns the bound URLs.
 
     A Unix socket gets mode 0660 (whoever may open it is ADMINISTRATOR). ``tls`` is
-    (certificate, key) for TCP listeners. No binds (``listen = []``): nothing is started
-    and the list is empty (trio's ``serve_listeners`` refuses an empty list of listeners).
+    (certificate, key) for TCP listeners. A connection whose client sends nothing for
+    ``read_timeout`` seconds while the server waits for it (a request's head or body) is
+    closed (hypercorn's ``read_timeout``; an idle kept-alive one after 5 s). No binds
+    (``listen = []``): nothing is started and the list is empty (trio's
+    ``serve_listeners`` refuses an empty list of listeners).
     Serving ends ``SHUTDOWN_GRACE`` at most after ``shutdown`` returns, once the requests
     in flight are answered.
     """
@@ -65,6 +71,7 @@ async def serve(
     config.errorlog = logging.getLogger("nodeagent.http")
     config.graceful_timeout = SHUTDOWN_GRACE
     config.include_server_header = False
+    config.read_timeout = read_timeout  # type: ignore[assignment]  # seconds; a float works
     if unix:
         config.umask = 0o117
     elif tls is not None:

@@ -73,6 +73,7 @@ from nodeagent._paths import default_runtime_dir, default_state_dir
 
 __all__ = [
     "ENV_PREFIX",
+    "READ_TIMEOUT",
     "ConfigChanges",
     "ConfigError",
     "Duration",
@@ -83,6 +84,10 @@ __all__ = [
 ]
 
 ENV_PREFIX = "NODEAGENT_"
+
+#: The default ``read_timeout`` of every daemon's listeners (seconds): a connection whose
+#: request (its head or its body) stalls this long is closed.
+READ_TIMEOUT = 30.0
 
 
 _NESTED_DELIMITER = "__"

@@ -5,8 +5,8 @@ ADMINISTRATOR (:func:`trusted`), and on TCP, where every path but ``/healthz`` n
 bearer token. Errors are ``{"error": {"code", "message", "condor_code"?}}`` with a
 stable code.
 
-Every request passes the gate (:class:`_Gate`, raw ASGI in front of FastAPI) in this order,
-each step refusing before the next one runs:
+Every request passes the gate (:class:`nodeagent._gate.Gate`, raw ASGI in front of FastAPI)
+in this order, each step refusing before the next one runs:
 
 1. the route is matched (method and path);
 2. the caller is authenticated (401) and its scope checked (403), from the headers alone;
@@ -16,47 +16,36 @@ each step refusing before the next one runs:
 5. a body must be UTF-8 JSON the parser can hold: 422 ``request.invalid``;
 6. the endpoint runs; a state write that fails is 503 ``store.error`` and changes nothing.
 
+A refusal before the body was read is answered at once and closes the connection once the
+rest of the body is read and dropped (see :mod:`nodeagent._gate`).
+
 Every request to a state-changing endpoint, accepted or refused at any of these steps, is
 written to the audit log with its result (``ok`` or the error code) before its reply leaves.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nodeagent import __version__
 from nodeagent._audit import AuditLog
 from nodeagent._auth import (
     AuthError,
     Principal,
-    Unauthenticated,
     principal_from_authorization,
-    require,
 )
 from nodeagent._auth import (
     Scope as AuthScope,
 )
-from nodeagent._http import (
-    _UNIX,
-    BodyTooLarge,
-    auth_error_response,
-    error_body,
-    read_body,
-    replay_body,
-    send_error,
-)
+from nodeagent._gate import PRINCIPAL, Audited, Gate, Rule
+from nodeagent._http import auth_error_response, error_body
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, ClaimRequest
 from nodeagent.agent._metrics import AgentMetrics
@@ -78,9 +67,6 @@ log = logging.getLogger("nodeagent.api")
 BODY_LIMIT = 1 << 20
 """Largest request body the agent reads (1 MiB); a claim or a drain needs a few hundred bytes."""
 
-_PRINCIPAL = "nodeagent.principal"
-_ANONYMOUS = "anonymous"
-
 
 def _error(
     status: int,
@@ -95,90 +81,7 @@ def _error(
 # ---------------------------------------------------------------------------------- the gate
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Rule:
-    """Who may call a route: ``scope`` (``None``: anyone, even without a token), only when
-    ``when()`` says so if given; ``action`` names a state-changing route in the audit log."""
-
-    scope: AuthScope | None
-    action: str | None = None
-    when: Callable[[], bool] | None = None
-
-    def required(self) -> AuthScope | None:
-        if self.scope is None or (self.when is not None and not self.when()):
-            return None
-        return self.scope
-
-
-#: What an unknown path or method needs on TCP: a valid token (only /healthz is anonymous).
-_ANY_CALLER = _Rule(scope=AuthScope.READ)
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Match:
-    route: BaseRoute | None
-    rule: _Rule
-    params: dict[str, Any]
-    allowed: frozenset[str]  # the methods of the path, when the method did not match
-
-
-class _Reply:
-    """The ``send`` handed to the app: notes the status, and holds the reply when asked."""
-
-    def __init__(self, send: Send, *, hold: bool) -> None:
-        self._send = send
-        self._hold = hold
-        self.held: list[Message] = []
-        self.status = 500
-        self.sent = False
-        self.abandoned = False  # the client went away before its body was read
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = int(message["status"])
-        if self._hold:
-            self.held.append(message)
-        else:
-            self.sent = True
-            await self._send(message)
-
-    async def release(self) -> None:
-        for message in self.held:
-            await self._send(message)
-        self.sent = bool(self.held)
-
-    def body(self) -> Any:
-        raw = b"".join(m.get("body", b"") for m in self.held if m["type"] == "http.response.body")
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return None
-
-
-def _json_problem(body: bytes) -> str | None:
-    """Why ``body`` is not a JSON document the API can read, or ``None``."""
-    try:
-        json.loads(body)
-    except RecursionError:
-        return "the body is nested too deeply"
-    except UnicodeDecodeError:
-        return "the body is not UTF-8"
-    except ValueError as exc:
-        return f"the body is not JSON: {exc}"
-    return None
-
-
-def _result(status: int, body: Any) -> str:
-    if status < 400:
-        return "ok"
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        code = body["error"].get("code")
-        if isinstance(code, str):
-            return code
-    return f"http.{status}"
-
-
-def _audited_id(params: dict[str, Any], status: int, body: Any) -> str | None:
+def _audited_id(params: Mapping[str, Any], status: int, body: Any) -> str | None:
     """The drain request or claim an audited request is about."""
     for name in ("request_id", "claim_id"):
         if name in params:
@@ -192,159 +95,26 @@ def _audited_id(params: dict[str, Any], status: int, body: Any) -> str | None:
     return None
 
 
-class _Gate:
-    """Raw ASGI in front of the API: authenticate, cap and check the body, audit, time.
+def _auditor(audit: AuditLog | None) -> Callable[[Audited], Awaitable[None]] | None:
+    """How the gate writes an audited request (accepted or refused) before its reply."""
+    if audit is None:
+        return None
 
-    See the module docstring for the order of the checks.
-    """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        routes: list[BaseRoute],
-        rules: dict[tuple[str, str], _Rule],
-        key: bytes | None,
-        audit: AuditLog | None,
-        metrics: AgentMetrics,
-        now: Callable[[], float],
-        body_limit: int,
-    ) -> None:
-        self.app = app
-        self.routes = routes
-        self.rules = rules
-        self.key = key
-        self.audit = audit
-        self.metrics = metrics
-        self.now = now
-        self.body_limit = body_limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        found = self._match(scope)
-        path = getattr(found.route, "path", "unmatched")
-        reply = _Reply(send, hold=found.rule.action is not None)
-        who: Principal | None = None
+    async def write(done: Audited) -> None:
+        result = done.result()
         try:
-            who = self._authenticate(scope, found)
-            required = found.rule.required()
-            if who is not None and required is not None:
-                require(who, required)
-            if found.route is None and not found.allowed:
-                await self._refuse(reply, 404, "http.not_found", "no such path")
-            elif found.allowed:
-                allow = ", ".join(sorted(found.allowed))
-                await self._refuse(
-                    reply,
-                    405,
-                    "http.method_not_allowed",
-                    f"{scope['method']} is not allowed here (allowed: {allow})",
-                    headers=[("Allow", allow)],
-                )
-            else:
-                await self._serve(scope, receive, reply, found, who)
-        except AuthError as exc:
-            headers = [("WWW-Authenticate", "Bearer")] if isinstance(exc, Unauthenticated) else []
-            await self._refuse(reply, exc.http_status, exc.code, str(exc), headers)
-        if found.rule.action is not None:
-            await self._audit(scope, found, who, reply)
-            await reply.release()
-        self.metrics.observe_request(scope["method"], path, reply.status, started)
-
-    def _match(self, scope: Scope) -> _Match:
-        allowed: set[str] = set()
-        for route in self.routes:
-            match, child = route.matches(scope)
-            if match is Match.FULL:
-                path = getattr(route, "path", "")
-                rule = self.rules.get((scope["method"], path), _ANY_CALLER)
-                params = dict(child.get("path_params", {}))
-                return _Match(route=route, rule=rule, params=params, allowed=frozenset())
-            if match is Match.PARTIAL:
-                allowed.update(getattr(route, "methods", None) or ())
-        # No route, or (``allowed``) the path exists with other methods only.
-        return _Match(route=None, rule=_ANY_CALLER, params={}, allowed=frozenset(allowed))
-
-    def _authenticate(self, scope: Scope, found: _Match) -> Principal | None:
-        """The caller, from the headers alone (``None``: an anonymous call the route allows).
-
-        Raises :class:`Unauthenticated` when the route needs a token and it is missing or bad.
-        """
-        if scope.get(_UNIX):
-            return Principal(subject="local", scope=AuthScope.ADMINISTRATOR, via="unix")
-        if found.rule.required() is None:
-            return None
-        if self.key is None:
-            raise Unauthenticated("this listener accepts no tokens (no pool key)")
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value.decode("latin-1")
-                break
-        return principal_from_authorization(header, self.key, self.now())
-
-    async def _serve(
-        self, scope: Scope, receive: Receive, reply: _Reply, found: _Match, who: Principal | None
-    ) -> None:
-        try:
-            body = await read_body(scope, receive, self.body_limit)
-        except BodyTooLarge as exc:
-            await self._refuse(reply, exc.http_status, exc.code, str(exc))
-            return
-        if body is None:  # the client went away
-            reply.abandoned = True
-            return
-        if body:
-            problem = _json_problem(body)
-            if problem is not None:
-                await self._refuse(reply, 422, "request.invalid", problem)
-                return
-        inner = {**scope, _PRINCIPAL: who}
-        try:
-            await self.app(inner, replay_body(body, receive), reply.send)
-        except Exception:
-            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
-            if reply.sent:
-                raise
-            reply.held.clear()
-            await self._refuse(reply, 500, "internal.error", "internal error; see the agent's log")
-
-    @staticmethod
-    async def _refuse(
-        reply: _Reply,
-        status: int,
-        code: str,
-        message: str,
-        headers: list[tuple[str, str]] | None = None,
-    ) -> None:
-        await send_error(reply.send, status, code, message, headers=headers or ())
-
-    async def _audit(
-        self, scope: Scope, found: _Match, who: Principal | None, reply: _Reply
-    ) -> None:
-        if self.audit is None or found.rule.action is None:
-            return
-        body = reply.body()
-        if scope.get(_UNIX):
-            peer = "unix"
-        else:
-            client = scope.get("client")
-            peer = f"{client[0]}:{client[1]}" if client else "unknown"
-        result = "request.abandoned" if reply.abandoned else _result(reply.status, body)
-        try:
-            await self.audit.record_async(
-                subject=who.subject if who is not None else _ANONYMOUS,
-                peer=peer,
-                action=found.rule.action,
+            await audit.record_async(
+                subject=done.subject,
+                peer=done.peer,
+                action=done.action,
                 result=result,
-                request_id=_audited_id(found.params, reply.status, body),
+                request_id=_audited_id(done.params, done.status, done.body),
             )
         except (OSError, ValueError) as exc:
             # The reply still goes: the request happened (or was refused) either way.
-            log.error("audit record of %s (%s) not written: %s", found.rule.action, result, exc)
+            log.error("audit record of %s (%s) not written: %s", done.action, result, exc)
+
+    return write
 
 
 # ---------------------------------------------------------------------------------- the app
@@ -393,14 +163,14 @@ def build_app(
         docs_url=None,
         redoc_url=None,
     )
-    rules: dict[tuple[str, str], _Rule] = {
-        ("GET", "/healthz"): _Rule(scope=None),
-        ("GET", "/metrics"): _Rule(scope=AuthScope.READ, when=lambda: metrics.require_auth),
-        ("GET", "/v1/openapi.json"): _Rule(scope=AuthScope.READ),
+    rules: dict[tuple[str, str], Rule] = {
+        ("GET", "/healthz"): Rule(scope=None),
+        ("GET", "/metrics"): Rule(scope=AuthScope.READ, when=lambda: metrics.require_auth),
+        ("GET", "/v1/openapi.json"): Rule(scope=AuthScope.READ),
     }
 
     def rule(method: str, path: str, scope: AuthScope, action: str | None = None) -> None:
-        rules[(method, path)] = _Rule(scope=scope, action=action)
+        rules[(method, path)] = Rule(scope=scope, action=action)
 
     def drain_reply(
         drain: Any, estimate: Any, *, current: bool, status_code: int = 200
@@ -417,7 +187,7 @@ def build_app(
         return JSONResponse(body, status_code=status_code)
 
     def caller(request: Request) -> Principal:
-        who = request.scope.get(_PRINCIPAL)
+        who = request.scope.get(PRINCIPAL)
         assert isinstance(who, Principal), "the gate lets no unauthorized request through"
         return who
 
@@ -698,15 +468,19 @@ def build_app(
         info = await agent.continue_(claim_id)
         return JSONResponse(claim_json(info, agent.process(claim_id)))
 
+    def verify(authorization: str | None) -> Principal:
+        assert key is not None
+        return principal_from_authorization(authorization, key, agent.clock.now())
+
     app.add_middleware(
-        _Gate,
+        Gate,
         routes=app.router.routes,
         rules=rules,
-        key=key,
-        audit=audit,
-        metrics=metrics,
-        now=agent.clock.now,
+        verify=None if key is None else verify,
         body_limit=body_limit,
+        audit=_auditor(audit),
+        audit_replies=True,
+        observe=metrics.observe_request,
     )
     return app
 

@@ -22,6 +22,7 @@ from pydantic import (
 
 from nodeagent._paths import DEFAULT_AGENT_CONFIG_PATH, default_runtime_dir, default_state_dir
 from nodeagent._settings import (
+    READ_TIMEOUT,
     ConfigError,
     Duration,
     ListenAddress,
@@ -252,6 +253,12 @@ class AgentConfig(_DaemonSettings):
     )
     listen: tuple[ListenAddress, ...] = _field(
         ("127.0.0.1:9621",), reload=False, description="TCP listeners 'host:port'; [] = none"
+    )
+    read_timeout: Duration = _field(
+        READ_TIMEOUT,
+        reload=False,
+        description="A connection whose request stalls this long (head or body) is closed",
+        gt=0,
     )
     tls_cert: Path | None = _field(None, reload=False, description="TLS certificate (PEM)")
     tls_key: Path | None = _field(None, reload=False, description="TLS private key (PEM)")

@@ -174,6 +174,7 @@ class AgentDaemon(Program[AgentConfig, Store]):
             runtime_info={"host": config.hostname},
             listen=config.listen,
             tls=tls_files(config.tls_cert, config.tls_key),
+            read_timeout=config.read_timeout,
             # A reply is never cut off, not even the one whose drain completes with `exit`.
             finish_requests=True,
         )

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, model_validator
 from nodeagent._etcd_options import EtcdOptions
 from nodeagent._paths import DEFAULT_DEFRAG_CONFIG_PATH
 from nodeagent._settings import (
+    READ_TIMEOUT,
     Duration,
     ListenAddress,
     _check_url,
@@ -145,6 +146,12 @@ class DefragConfig(_DaemonSettings, EtcdOptions):
     runtime_dir: Path = _field(..., reload=False, description="Runtime directory (socket)")
     listen: tuple[ListenAddress, ...] = _field(
         ("127.0.0.1:9623",), reload=False, description="TCP listeners 'host:port'; [] = none"
+    )
+    read_timeout: Duration = _field(
+        READ_TIMEOUT,
+        reload=False,
+        description="A connection whose request stalls this long (head or body) is closed",
+        gt=0,
     )
     tls_cert: Path | None = _field(None, reload=False, description="TLS certificate (PEM)")
     tls_key: Path | None = _field(None, reload=False, description="TLS private key (PEM)")

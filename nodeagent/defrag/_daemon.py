@@ -194,6 +194,7 @@ class DefragDaemon(Program[DefragConfig, Documents]):
             runtime_file=config.runtime_dir / "defrag.json",
             listen=config.listen,
             tls=tls_files(config.tls_cert, config.tls_key),
+            read_timeout=config.read_timeout,
         )
 
     def load_config(self) -> DefragConfig:

@@ -15,6 +15,13 @@ evaluated against; past the budget the query is refused (422 ``expression.too_co
 Ad pushes are the master's hot path: :func:`with_ad_fast_path` answers ``POST /v1/ads``
 in front of the FastAPI app, with the same function (:func:`push_ad`) as the app's own
 route, so that the behaviour is one and the cost per ad is that of the work itself.
+
+Every request is checked from its headers before its body is read: the fast path checks
+the DAEMON token first; the app sits behind the gate (:class:`nodeagent._gate.Gate`:
+route, token and scope, 404/405, then the body under its endpoint's cap, 413
+``request.too_large`` beyond; the endpoints' caps are :data:`BODY_LIMITS`). A refusal
+before the body was read closes the connection once the rest of the body is read and
+dropped. Refusals keep each endpoint's format (JSON; a Mesos endpoint's 405 in plain text).
 """
 
 from __future__ import annotations
@@ -47,8 +54,14 @@ from nodeagent._auth import (
     require,
 )
 from nodeagent._expressions import Evaluator
-from nodeagent._http import auth_error_response, error_body, request_peer
-from nodeagent._http11 import MAX_BODY
+from nodeagent._gate import Audited, Gate, Rule, has_body, refuse
+from nodeagent._http import (
+    BodyTooLarge,
+    auth_error_response,
+    error_body,
+    read_body,
+    request_peer,
+)
 from nodeagent._peer import AgentCallFailed
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._adstore import may_hold_control, project
@@ -70,6 +83,10 @@ from nodeagent.master._sla_policies import SlaBook
 from slots import InvalidRequest, SlotsError, render_long
 
 __all__ = [
+    "AD_BODY_LIMIT",
+    "BODY_LIMIT",
+    "BODY_LIMITS",
+    "LARGE_BODY_LIMIT",
     "AdReply",
     "Principals",
     "build_master_app",
@@ -79,6 +96,23 @@ __all__ = [
 ]
 
 _UNIX = "nodeagent.unix"
+
+#: The largest body of an endpoint without a cap of its own (1 MiB): an SLA policy, a
+#: query's needs are a few hundred bytes.
+BODY_LIMIT = 1 << 20
+#: The largest ad push (4 MiB): an agent's ad is ~13 kB, a node with 128 claims ~200 KiB.
+AD_BODY_LIMIT = 4 << 20
+#: The largest schedule, machine list or operation (16 MiB): a schedule of 10,000
+#: machines is ~1.4 MB of JSON, a list of 10,000 machines or hosts less.
+LARGE_BODY_LIMIT = 16 << 20
+#: Each endpoint's body cap, by (method, route path); :data:`BODY_LIMIT` for the rest.
+BODY_LIMITS = {
+    ("POST", "/v1/ads"): AD_BODY_LIMIT,
+    ("POST", "/maintenance/schedule"): LARGE_BODY_LIMIT,
+    ("POST", "/machine/down"): LARGE_BODY_LIMIT,
+    ("POST", "/machine/up"): LARGE_BODY_LIMIT,
+    ("POST", "/v1/maintenance/operations"): LARGE_BODY_LIMIT,
+}
 _MESOS_METHODS = {
     "/maintenance/schedule": ("GET", "POST"),
     "/maintenance/status": ("GET",),
@@ -110,7 +144,7 @@ _DESCRIPTIONS = {
     403: "The token lacks the scope",
     404: "No such resource",
     405: "Wrong method",
-    413: f"Body over {MAX_BODY} bytes (empty reply)",
+    413: "Body over the endpoint's cap (request.too_large; see the API's documentation)",
     422: "Malformed body, bad values or expressions",
     502: "The node could not be asked, or answered an ad the master refuses",
     503: "The state could not be written (store.error) or no master leads (master.no_leader):"
@@ -123,12 +157,11 @@ _JSON_ERROR = {"application/json": {"schema": _ERROR_BODY}}
 
 def _errors(*statuses: int, text: tuple[int, ...] = ()) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for error statuses: a JSON error body, or plain text for
-    the statuses in ``text``; 413 (answered by the HTTP server) has no body."""
+    the statuses in ``text``."""
     out: dict[int | str, dict[str, Any]] = {}
     for status in sorted(statuses):
         reply: dict[str, Any] = {"description": _DESCRIPTIONS[status]}
-        if status != 413:
-            reply["content"] = _TEXT if status in text else _JSON_ERROR
+        reply["content"] = _TEXT if status in text else _JSON_ERROR
         out[status] = reply
     return out
 
@@ -383,8 +416,10 @@ def with_ad_fast_path(
 ) -> ASGIApp:
     """``app`` with ``POST /v1/ads`` answered by :func:`push_ad` before it reaches ``app``.
 
-    Everything else goes to ``app``. The request latency is observed as the app's
-    middleware would (route ``/v1/ads``).
+    The DAEMON token is checked from the headers before the body is read (then again by
+    :func:`push_ad`, from the verified tokens it remembers); the body is capped at
+    :data:`AD_BODY_LIMIT` (413 ``request.too_large``). Everything else goes to ``app``.
+    The request latency is observed as the app's middleware would (route ``/v1/ads``).
     """
     principals = Principals(master, key)
 
@@ -393,22 +428,26 @@ def with_ad_fast_path(
             await app(scope, receive, send)
             return
         started = time.perf_counter()
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
         authorization = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
                 break
-        reply = push_ad(
-            master, principals, authorization, b"".join(chunks), unix=bool(scope.get(_UNIX))
-        )
+        unix = bool(scope.get(_UNIX))
+        try:  # from the headers, before a byte of the body is read
+            require(principals(authorization, unix=unix), Scope.DAEMON)
+            body = await read_body(scope, receive, AD_BODY_LIMIT)
+        except (AuthError, BodyTooLarge) as exc:
+            headers = [("WWW-Authenticate", "Bearer")] if isinstance(exc, Unauthenticated) else []
+            payload = _json_bytes(error_body(exc.code, str(exc)))
+            await refuse(
+                receive, send, exc.http_status, payload, headers=headers, unread=has_body(scope)
+            )
+            metrics.observe_request("POST", "/v1/ads", started)
+            return
+        if body is None:  # the client went away
+            return
+        reply = push_ad(master, principals, authorization, body, unix=unix)
         await send(
             {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
         )
@@ -823,4 +862,66 @@ def build_master_app(
         constraints=constraints,
         errors=_errors,
     )
+    app.add_middleware(
+        Gate,
+        routes=app.router.routes,
+        rules=_rules(metrics),
+        verify=lambda authorization: principals(authorization, unix=False),
+        body_limit=BODY_LIMIT,
+        json_bodies=False,  # each endpoint refuses a bad body its own way (Mesos: 400)
+        render=_render,
+        audit=None if audit is None else _gate_audit(audit),
+    )
     return app
+
+
+def _rules(metrics: MasterMetrics) -> dict[tuple[str, str], Rule]:
+    """Who may call each route (the rest: READ), the audited ones and their body caps."""
+    rules = {
+        ("GET", "/healthz"): Rule(scope=None),
+        ("GET", "/metrics"): Rule(scope=Scope.READ, when=lambda: metrics.require_auth),
+        ("GET", "/v1/openapi.json"): Rule(scope=None),
+        ("POST", "/v1/ads"): Rule(scope=Scope.DAEMON),
+    }
+    writes = {
+        ("POST", "/maintenance/schedule"): "maintenance.schedule",
+        ("POST", "/machine/down"): "machine.down",
+        ("POST", "/machine/up"): "machine.up",
+        ("PUT", "/v1/sla/policies/{group:path}"): "sla.policy.put",
+        ("DELETE", "/v1/sla/policies/{group:path}"): "sla.policy.delete",
+        ("POST", "/v1/maintenance/operations"): "operation.start",
+        **{
+            ("POST", f"/v1/maintenance/operations/{{op_id}}/{verb}"): f"operation.{verb} {{op_id}}"
+            for verb in ("pause", "resume", "cancel")
+        },
+    }
+    for route, action in writes.items():
+        rules[route] = Rule(scope=Scope.ADMINISTRATOR, action=action)
+    return {
+        route: Rule(
+            scope=rule.scope, action=rule.action, when=rule.when, body_limit=BODY_LIMITS.get(route)
+        )
+        for route, rule in rules.items()
+    }
+
+
+def _render(scope: ASGIScope, status: int, code: str, message: str) -> tuple[str, bytes]:
+    """The gate's refusals: JSON error bodies; a wrong method on a Mesos endpoint in
+    Mesos's plain text."""
+    allowed = _MESOS_METHODS.get(scope["path"])
+    if status == 405 and allowed is not None:
+        listed = ", ".join(f"'{m}'" for m in allowed)
+        text = f"Expecting one of {{ {listed} }}, but received '{scope['method']}'"
+        return "text/plain; charset=utf-8", text.encode()
+    return "application/json", _json_bytes(error_body(code, message))
+
+
+def _gate_audit(audit: AuditLog) -> Callable[[Audited], Awaitable[None]]:
+    """How the gate audits the writes it refuses itself (the endpoints audit the rest)."""
+
+    async def write(done: Audited) -> None:
+        await audit.record_async(
+            subject=done.subject, peer=done.peer, action=done.action, result=done.result()
+        )
+
+    return write

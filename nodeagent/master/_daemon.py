@@ -142,6 +142,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             runtime_file=config.runtime_dir / "master.json",
             listen=config.listen,
             tls=tls_files(config.tls_cert, config.tls_key),
+            read_timeout=config.read_timeout,
             tcp_server="h11",
         )
 

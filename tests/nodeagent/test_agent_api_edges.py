@@ -198,13 +198,16 @@ async def test_a_chunked_body_is_refused_once_past_the_cap(tmp_path: Path) -> No
         chunks = [b'{"reason": "', *([b"a" * 300] * 100), b'"}']
         read: list[int] = []
         sent: list[dict[str, Any]] = []
+        read_when_sent: list[int] = []
 
         async def receive() -> dict[str, Any]:
             read.append(len(read))
-            return {"type": "http.request", "body": chunks[len(read) - 1], "more_body": True}
+            more = len(read) < len(chunks)
+            return {"type": "http.request", "body": chunks[len(read) - 1], "more_body": more}
 
         async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(dict(message))
+            read_when_sent.append(len(read))
 
         scope = {
             "type": "http",
@@ -223,8 +226,13 @@ async def test_a_chunked_body_is_refused_once_past_the_cap(tmp_path: Path) -> No
         }
         await app(scope, receive, send)
         assert sent[0]["status"] == 413
+        assert (b"connection", b"close") in sent[0]["headers"]
         assert json.loads(sent[1]["body"])["error"]["code"] == "request.too_large"
-        assert len(read) == 5  # 12 + 3 * 300 bytes fit; the fifth chunk passes the cap
+        # 12 + 3 * 300 bytes fit; the fifth chunk passes the cap, and the refusal leaves
+        assert read_when_sent[:2] == [5, 5]
+        # The reply ends once the rest is read and dropped (the server then closes).
+        assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+        assert len(read) == len(chunks) == read_when_sent[-1]
 
 
 async def test_a_client_gone_before_its_body_is_audited_as_abandoned(tmp_path: Path) -> None:
