@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import orjson
@@ -33,11 +33,13 @@ import trio
 from nodeagent._store import StoreError, StoreUnavailable
 
 __all__ = [
+    "REPLY_LIMIT",
     "AsyncEtcd",
     "EtcdError",
     "EtcdSettings",
     "EtcdUnavailable",
     "KeyValue",
+    "ReplyTooLarge",
     "SyncEtcd",
     "WatchEvent",
     "b64",
@@ -52,6 +54,12 @@ __all__ = [
 ]
 
 #: gRPC status codes etcd answers with, by name.
+#: The largest reply (or watch message) read from etcd (256 MiB): the largest is the
+#: master's whole state, read at its start, a few MB for thousands of operations (etcd
+#: refuses a request over 1.5 MiB, so each document and each transaction is smaller). A
+#: longer one is not read further and fails on that endpoint (:class:`ReplyTooLarge`).
+REPLY_LIMIT = 256 << 20
+
 _UNAVAILABLE = 14
 _UNAUTHENTICATED = 16
 _DEADLINE_EXCEEDED = 4
@@ -272,6 +280,70 @@ class _Calls:
         )
 
 
+class ReplyTooLarge(httpx.HTTPError):
+    """A reply (or a watch's message) over :data:`REPLY_LIMIT`: not read further, and
+    taken as the endpoint's failure."""
+
+
+class _Capped:
+    """A reply's body pieces, up to ``cap`` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.size = 0
+        self.pieces: list[bytes] = []
+
+    def declared(self, response: httpx.Response) -> None:
+        """Raise :class:`ReplyTooLarge` before reading if the reply's length passes the cap."""
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.cap:
+            raise ReplyTooLarge(f"the reply declares {length} bytes, over {self.cap}; not read")
+
+    def take(self, piece: bytes) -> bool:
+        """Keep ``piece``; False once the body passed the cap (the piece is dropped)."""
+        self.size += len(piece)
+        if self.size > self.cap:
+            return False
+        self.pieces.append(piece)
+        return True
+
+    def check(self) -> None:
+        """Raise :class:`ReplyTooLarge` if the body passed the cap."""
+        if self.size > self.cap:
+            raise ReplyTooLarge(f"the reply passed {self.cap} bytes; not read further")
+
+    def response(self, streamed: httpx.Response) -> httpx.Response:
+        """``streamed``'s status and headers with the body read."""
+        return httpx.Response(
+            streamed.status_code,
+            headers=streamed.headers,
+            content=b"".join(self.pieces),
+            request=streamed.request,
+        )
+
+
+async def _lines(response: httpx.Response, cap: int) -> AsyncGenerator[str, None]:
+    """A streamed reply's lines (a watch's messages), each at most ``cap`` bytes (else
+    :class:`ReplyTooLarge`, the read under it cancelled so that the HTTP stack's generators
+    finish)."""
+    pending = bytearray()
+    with trio.CancelScope() as reading:
+        async for piece in response.aiter_bytes():
+            if len(pending) > cap:
+                reading.cancel()
+                continue
+            pending += piece
+            if b"\n" in piece:
+                *lines, rest = pending.split(b"\n")
+                pending = bytearray(rest)
+                for line in lines:
+                    yield line.decode()
+    if len(pending) > cap:
+        raise ReplyTooLarge(f"a watch message passed {cap} bytes")
+    if pending and not reading.cancelled_caught:
+        yield pending.decode()
+
+
 def _transport_failure(endpoint: str, exc: httpx.HTTPError) -> str:
     return f"{endpoint}: {type(exc).__name__} {exc}".rstrip()
 
@@ -306,9 +378,24 @@ class SyncEtcd:
                 return done.value  # type: ignore[no-any-return]
 
     def _raw(self, endpoint: str, path: str, body: bytes, timeout: float) -> httpx.Response:
-        return self._client.post(
-            f"{endpoint}/v3/{path}", content=body, headers=self._calls.headers(), timeout=timeout
+        request = self._client.build_request(
+            "POST",
+            f"{endpoint}/v3/{path}",
+            content=body,
+            headers=self._calls.headers(),
+            timeout=timeout,
         )
+        response = self._client.send(request, stream=True)
+        try:
+            pieces = _Capped(REPLY_LIMIT)
+            pieces.declared(response)
+            for piece in response.iter_bytes():
+                if not pieces.take(piece):
+                    break
+            pieces.check()
+        finally:
+            response.close()
+        return pieces.response(response)
 
     def range_prefix(self, prefix: bytes) -> tuple[int, list[KeyValue]]:
         """Every key under ``prefix`` and the revision they were read at."""
@@ -368,9 +455,27 @@ class AsyncEtcd:
                 return done.value  # type: ignore[no-any-return]
 
     async def _raw(self, endpoint: str, path: str, body: bytes, seconds: float) -> httpx.Response:
-        return await self._client.post(
-            f"{endpoint}/v3/{path}", content=body, headers=self._calls.headers(), timeout=seconds
+        request = self._client.build_request(
+            "POST",
+            f"{endpoint}/v3/{path}",
+            content=body,
+            headers=self._calls.headers(),
+            timeout=seconds,
         )
+        response = await self._client.send(request, stream=True)
+        try:
+            pieces = _Capped(REPLY_LIMIT)
+            pieces.declared(response)
+            # Past the cap, the next read is cancelled rather than the loop left, so
+            # that every generator of the HTTP stack under it finishes.
+            with trio.CancelScope() as reading:
+                async for piece in response.aiter_bytes():
+                    if not pieces.take(piece):
+                        reading.cancel()
+            pieces.check()
+        finally:
+            await response.aclose()
+        return pieces.response(response)
 
     async def get(self, key: bytes) -> tuple[int, KeyValue | None]:
         reply = await self.call("kv/range", {"key": b64(key)})
@@ -443,7 +548,7 @@ class AsyncEtcd:
                     failures.append(f"{endpoint}: HTTP {response.status_code}")
                     continue
                 calls.answered(endpoint)
-                lines_of = cast(AsyncGenerator[str, None], response.aiter_lines())
+                lines_of = _lines(response, REPLY_LIMIT)
                 async with contextlib.aclosing(lines_of) as lines:
                     async for line in lines:
                         batch = _watch_batch(line)

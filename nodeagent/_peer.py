@@ -22,6 +22,12 @@ subject, and reuses each until :data:`RENEW_AHEAD` of its lifetime is left; a
 (the request is then sent once more if the token changed) or when its owner is
 reconfigured (a new :class:`TokenFile`).
 
+Replies. A reply is read as it comes, at most ``max_reply`` bytes (the client's, or the
+call's own): a longer one is not read further and fails the call with
+``<peer>.bad_reply``, so that no peer can make a daemon hold more than the cap. The caps of
+the calls the daemons make are :data:`AGENT_REPLY_LIMIT`, :data:`MASTER_REPLY_LIMIT`,
+:data:`MASTER_ADS_REPLY_LIMIT` and the coordinators' (:mod:`nodeagent.master._coordinators`).
+
 Errors. Every failure is a :class:`PeerCallFailed` (``AgentCallFailed`` is the same class)
 with a stable ``code``, a ``message`` and the HTTP ``status`` (``None`` without a reply);
 ``<peer>`` is the peer's role, ``agent`` or ``master``::
@@ -32,7 +38,8 @@ with a stable ``code``, a ``message`` and the HTTP ``status`` (``None`` without 
     ├── <peer>.token_file     the caller's own token file cannot be read
     ├── the peer's code       an error body (DESIGN §4), read by ``_wire.error_fields``
     ├── <peer>.error          a 5xx reply without an error body
-    └── <peer>.bad_reply      another non-2xx reply without one, or a 2xx that is not JSON
+    └── <peer>.bad_reply      another non-2xx reply without one, a 2xx that is not JSON,
+                              or a reply over the call's cap
 
 The codes are the command line's (``nodeagent.cli._http``) for the same failures.
 httpx's exceptions are translated in one place, :func:`_map_exceptions`; replies are
@@ -60,7 +67,10 @@ from nodeagent._clock import Clock
 from nodeagent._wire import TokenFileError, error_fields, read_token_file
 
 __all__ = [
+    "AGENT_REPLY_LIMIT",
     "KEEPALIVE_EXPIRY_S",
+    "MASTER_ADS_REPLY_LIMIT",
+    "MASTER_REPLY_LIMIT",
     "RENEW_AHEAD",
     "TOKEN_LIFETIME_S",
     "AgentCallFailed",
@@ -81,6 +91,15 @@ KEEPALIVE_EXPIRY_S = 4.0
 TOKEN_LIFETIME_S = 300.0
 #: A minted token is replaced once less than this share of its lifetime is left.
 RENEW_AHEAD = 0.2
+#: The largest reply read from an agent (8 MiB): its ad is ~13 kB, ~200 KiB with 128
+#: claims; its other replies (a drain, a claim, its health) are smaller.
+AGENT_REPLY_LIMIT = 8 << 20
+#: The largest reply read from a master by default (1 MiB): the answer to an ad push (the
+#: machine's mode and window) is a few hundred bytes.
+MASTER_REPLY_LIMIT = 1 << 20
+#: The largest list of ads the defrag daemon reads from a master (512 MiB): the
+#: partitionable slot ads of the pool, a few kB each, ~50 MB for 10,000 nodes.
+MASTER_ADS_REPLY_LIMIT = 512 << 20
 #: How long closing a client may take at shutdown (it runs shielded from cancellation).
 _CLOSE_GRACE_S = 2.0
 
@@ -248,7 +267,8 @@ class PeerClient:
     docstring for connections, credentials and errors.
 
     ``timeout`` (seconds, for connecting and for each read and write) may be set at any
-    time: the next call uses it. ``verify``: the TLS context for ``https://`` peers, or
+    time: the next call uses it. ``max_reply``: the largest reply read (bytes), unless a
+    call gives its own. ``verify``: the TLS context for ``https://`` peers, or
     whether to verify them against the system's CA bundle. Every peer's client shares one
     TLS context, made at the first call (≈ 40 ms of CPU, which a client of its own would
     spend each time).
@@ -262,11 +282,13 @@ class PeerClient:
         verify: bool | ssl.SSLContext = True,
         max_in_flight: int = 4,
         max_idle_peers: int = 64,
+        max_reply: int = MASTER_REPLY_LIMIT,
     ) -> None:
         if max_in_flight < 1 or max_idle_peers < 0:
             raise ValueError("max_in_flight must be at least 1 and max_idle_peers not negative")
         self.peer = peer
         self.timeout = timeout
+        self.max_reply = max_reply
         self._verify = verify
         self._tls: ssl.SSLContext | None = verify if isinstance(verify, ssl.SSLContext) else None
         self._max_in_flight = max_in_flight
@@ -324,12 +346,15 @@ class PeerClient:
         credentials: Credentials | None = None,
         json: Any = None,
         params: Mapping[str, str] | None = None,
+        max_reply: int | None = None,
     ) -> Any:
-        """Send one request to ``url`` and return the reply's JSON document.
+        """Send one request to ``url`` and return the reply's JSON document, read up to
+        ``max_reply`` bytes (default: the client's).
 
         Raises :class:`PeerCallFailed` (see the module docstring); the peer's refusal left
         nothing changed there, per the API's contract.
         """
+        cap = self.max_reply if max_reply is None else max_reply
         try:
             origin = _origin(url)
         except httpx.InvalidURL as exc:
@@ -338,7 +363,7 @@ class PeerClient:
             client = self._new_client(1)
             try:
                 return await self._exchange(
-                    client, method, url, credentials=credentials, json=json, params=params
+                    client, method, url, credentials=credentials, json=json, params=params, cap=cap
                 )
             finally:
                 await _close(client)
@@ -354,7 +379,13 @@ class PeerClient:
         try:
             async with peer.limiter:
                 return await self._exchange(
-                    peer.client, method, url, credentials=credentials, json=json, params=params
+                    peer.client,
+                    method,
+                    url,
+                    credentials=credentials,
+                    json=json,
+                    params=params,
+                    cap=cap,
                 )
         finally:
             peer.in_flight -= 1
@@ -378,20 +409,60 @@ class PeerClient:
         credentials: Credentials | None,
         json: Any,
         params: Mapping[str, str] | None,
+        cap: int,
     ) -> Any:
         retried = False
         while True:
             token = None if credentials is None else credentials.token()
             headers = {} if token is None else {"Authorization": f"Bearer {token}"}
             with _map_exceptions(self.peer, url, self.timeout, client):
-                response = await client.request(
+                request = client.build_request(
                     method, url, json=json, params=params, headers=headers, timeout=self.timeout
+                )
+                streamed = await client.send(request, stream=True)
+                try:
+                    response = await _read_capped(streamed, cap)
+                finally:
+                    await streamed.aclose()
+            if response is None:
+                raise PeerCallFailed(
+                    f"{self.peer}.bad_reply",
+                    f"{method} {url}: the reply is too large (over {cap} bytes); not read",
+                    streamed.status_code,
                 )
             if response.status_code == 401 and credentials is not None and not retried:
                 retried = True
                 if credentials.renew():
                     continue
             return _decode(self.peer, method, url, response)
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> httpx.Response | None:
+    """The streamed ``response`` read whole, or ``None`` as soon as its body is known to
+    pass ``cap`` bytes (from its ``Content-Length``, or as it arrives): at most ``cap``
+    bytes and a piece are ever held."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        return None
+    pieces: list[bytes] = []
+    size = 0
+    # Past the cap, the next read is cancelled rather than the loop left, so that every
+    # generator of the HTTP stack under it finishes (none is left to the collector).
+    with trio.CancelScope() as reading:
+        async for piece in response.aiter_bytes():
+            size += len(piece)
+            if size > cap:
+                reading.cancel()
+                continue
+            pieces.append(piece)
+    if size > cap:
+        return None
+    return httpx.Response(
+        response.status_code,
+        headers=response.headers,
+        content=b"".join(pieces),
+        request=response.request,
+    )
 
 
 @contextlib.contextmanager
@@ -500,6 +571,7 @@ class HttpAgentLink:
             verify=verify,
             max_in_flight=max_in_flight,
             max_idle_peers=max_idle_peers,
+            max_reply=AGENT_REPLY_LIMIT,
         )
 
     @property

@@ -20,7 +20,15 @@ from typing import Any
 import h11
 import trio
 
-__all__ = ["CountingProxy", "LoopbackPeer", "Seen", "json_reply", "listening_socket", "serving"]
+__all__ = [
+    "CountingProxy",
+    "EndlessReply",
+    "LoopbackPeer",
+    "Seen",
+    "json_reply",
+    "listening_socket",
+    "serving",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,7 +227,8 @@ class CountingProxy(_Counts):
 
 @asynccontextmanager
 async def serving(
-    server: LoopbackPeer | CountingProxy, sock: trio.socket.SocketType | None = None
+    server: LoopbackPeer | CountingProxy | EndlessReply,
+    sock: trio.socket.SocketType | None = None,
 ) -> AsyncIterator[None]:
     """Serve ``server`` on ``sock`` (default: a free port on 127.0.0.1) for the block; its
     ``url`` is set. Leaving the block closes the listener and every connection."""
@@ -231,3 +240,46 @@ async def serving(
         await nursery.start(partial(trio.serve_listeners, server.serve, [listener]))
         yield
         nursery.cancel_scope.cancel()
+
+
+class EndlessReply:
+    """A peer whose every reply is 200 with a JSON body that never ends (chunked), or, with
+    ``declared``, a ``Content-Length`` of that many bytes; ``sent`` counts the body bytes
+    the kernel took, ``ended`` the connections that the client closed."""
+
+    def __init__(self, *, declared: int | None = None) -> None:
+        self.declared = declared
+        self.sent = 0
+        self.ended = 0
+        self.url = ""
+        self.changed = trio.Event()
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await stream.receive_some(65536))
+            if self.declared is None:
+                headers = [("content-type", "application/json"), ("transfer-encoding", "chunked")]
+            else:
+                headers = [("content-type", "application/json")]
+                headers.append(("content-length", str(self.declared)))
+            await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
+            piece = b'{"allow": true, "reason": "' + b"a" * 65536
+            while True:
+                await stream.send_all(conn.send(h11.Data(data=piece)))
+                self.sent += len(piece)
+                piece = b"a" * 65536
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            self.ended += 1
+            self.changed.set()
+            self.changed = trio.Event()
+
+    async def wait_ended(self, count: int) -> None:
+        while self.ended < count:
+            await self.changed.wait()

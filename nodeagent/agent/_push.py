@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import trio
 
 from nodeagent._clock import Clock
-from nodeagent._peer import Credentials, PeerCallFailed, PeerClient, TokenFile
+from nodeagent._peer import MASTER_REPLY_LIMIT, Credentials, PeerCallFailed, PeerClient, TokenFile
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._config import MasterLinkConfig
 
@@ -98,7 +98,11 @@ class MasterPeer(Protocol):
 
 
 def _peer_client(url: str) -> MasterPeer:
-    return PeerClient("master", timeout=PUSH_TIMEOUT_S, max_idle_peers=1)
+    """The link to one master; its answer to a push (the machine's mode and window) is read
+    up to :data:`~nodeagent._peer.MASTER_REPLY_LIMIT` bytes."""
+    return PeerClient(
+        "master", timeout=PUSH_TIMEOUT_S, max_idle_peers=1, max_reply=MASTER_REPLY_LIMIT
+    )
 
 
 Said = tuple[Any, dict[str, int] | None]

@@ -12,6 +12,7 @@ import trio
 
 from nodeagent._clock import Clock
 from nodeagent._peer import (
+    MASTER_ADS_REPLY_LIMIT,
     AgentCallFailed,
     HttpAgentLink,
     PeerCallFailed,
@@ -164,6 +165,7 @@ class HttpDefragLink:
                     url + "/v1/ads",
                     credentials=self._credentials,
                     params={"slots": "true", "constraint": "PartitionableSlot =?= true"},
+                    max_reply=MASTER_ADS_REPLY_LIMIT,
                 )
             except MasterCallFailed as exc:
                 if not _another_may_answer(exc):

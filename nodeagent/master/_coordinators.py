@@ -8,8 +8,9 @@ anything else: the master calls only the URL of a policy). The master sends::
      "instances": [{"node": "node3", "slot": "slot1_2@node3", "up_since": 1700000000.0}]}
 
 and reads a 2xx JSON reply ``{"allow": true|false, "reason": "..."}`` (``reason``
-optional). Anything else is a no whose reason says what happened: the coordinator
-unreachable, slower than the timeout, an error status, a reply that is not that object.
+optional), of at most :data:`COORDINATOR_REPLY_LIMIT` bytes. Anything else is a no whose
+reason says what happened: the coordinator unreachable, slower than the timeout, an error
+status, a reply too large (it is not read past the cap), a reply that is not that object.
 Each question is bounded by ``within`` seconds (connecting and the whole exchange); the questions
 of one check are asked at once, so a check takes at most ``within`` whatever their number.
 """
@@ -24,12 +25,18 @@ import trio
 from nodeagent._peer import PeerCallFailed, PeerClient
 from nodeagent.master._sla import Answer, Question
 
-__all__ = ["ask_coordinators", "coordinator_client", "question_json"]
+__all__ = ["COORDINATOR_REPLY_LIMIT", "ask_coordinators", "coordinator_client", "question_json"]
+
+#: The largest reply read from a coordinator (64 KiB): its answer is a yes or a no and a
+#: short reason (of which 200 characters are kept).
+COORDINATOR_REPLY_LIMIT = 64 << 10
 
 
 def coordinator_client(timeout: float) -> PeerClient:
     """The client the master asks coordinators with (peer role ``coordinator``)."""
-    return PeerClient("coordinator", timeout=timeout, max_in_flight=4)
+    return PeerClient(
+        "coordinator", timeout=timeout, max_in_flight=4, max_reply=COORDINATOR_REPLY_LIMIT
+    )
 
 
 def question_json(question: Question) -> dict[str, Any]:
