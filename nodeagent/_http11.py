@@ -373,6 +373,8 @@ class HttpServer:
             done.set()
         if finished:
             return not lost and (ended or await self._drop(conn, stream))
+        if lost:  # the client stalled or went away: nobody to answer
+            return False
         if conn.our_state is h11.SEND_RESPONSE:
             text = b"Internal Server Error"
             data = conn.send(

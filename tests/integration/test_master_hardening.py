@@ -1,11 +1,17 @@
 """A real master under hostile input: a costly constraint is refused while the master
-keeps answering, bad input is a clean 4xx, and its expression workers end with it."""
+keeps answering, bad input is a clean 4xx, and its expression workers end with it; bodies
+are checked from the headers before they are read and never held, a refused body gets its
+reply and a closed connection, stalled connections are released, and a coordinator's
+endless reply is not read past its cap."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +21,14 @@ import pytest
 
 from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.harness import MasterProcess, wait_for
+from tests.rawhttp import (
+    MIB,
+    closed_by_peer,
+    open_descriptors,
+    post_head,
+    rss_mib,
+    send_whole_body,
+)
 
 #: ≈ 0.2 s per ad (up to the regex library's match limit): ≈ 10 s over 50 ads.
 RUNAWAY = 'regexp("^(a+)+$", "' + "a" * 40 + '!")'
@@ -159,3 +173,211 @@ def test_a_name_holding_a_newline_cannot_forge_a_line_of_the_masters_log(
     assert not any(line.startswith("2030-01-01") for line in log.splitlines())
     assert "\x1b" not in log
     assert "\u2028" not in log
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded reads: bodies checked from the headers first, refused bodies closed, stalled
+# connections released, coordinators' replies capped.
+
+
+@pytest.fixture(scope="module")
+def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
+    root = tmp_path_factory.mktemp("shared") / "master"
+    with MasterProcess(root, settings={"reconcile_interval": 0.5}) as m:
+        yield m
+
+
+class PeakRss:
+    """The largest RSS of ``pid`` seen while the block runs (sampled in a thread)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss_mib(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, rss_mib(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mib(self.pid))
+
+
+def in_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
+    """``work(i)`` for ``i`` in range(count), all at once; their results (or errors raised)."""
+    results: list[Any] = [None] * count
+
+    def run(i: int) -> None:
+        try:
+            results[i] = work(i)
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_anonymous_bodies_are_refused_from_the_headers_and_never_held(
+    shared_master: MasterProcess,
+) -> None:
+    """16 anonymous 30 MB schedules at once: each is answered 401 and closed, and the
+    master holds none of them (they were read whole before the token was checked)."""
+    assert shared_master.proc is not None
+    before = rss_mib(shared_master.proc.pid)
+    with PeakRss(shared_master.proc.pid) as rss:
+        replies = in_threads(
+            16,
+            lambda i: send_whole_body(shared_master.url, "/maintenance/schedule", 30_000_000, None),
+        )
+    for reply in replies:
+        assert not isinstance(reply, Exception), reply
+        status, _, body = reply
+        assert (status, json.loads(body)["error"]["code"]) == (401, "auth.unauthenticated")
+    assert rss.peak - before < 100
+    assert shared_master.call("GET", "/maintenance/schedule").json() == {}
+
+
+def test_a_refused_body_gets_its_reply_and_a_closed_connection(
+    shared_master: MasterProcess,
+) -> None:
+    """Sent whole, then answered, then closed, 20 times in a row: an anonymous 8 MiB body,
+    and an ADMINISTRATOR's over its endpoint's cap (1 MiB for an SLA policy)."""
+    administrator = shared_master.token("ADMINISTRATOR")
+    for _ in range(20):
+        status, headers, body = send_whole_body(shared_master.url, "/machine/down", 8 * MIB, None)
+        assert (status, headers["connection"]) == (401, "close"), body
+        status, _, body = send_whole_body(
+            shared_master.url, "/v1/sla/policies/web", 8 * MIB, administrator, method="PUT"
+        )
+        assert (status, json.loads(body)["error"]["code"]) == (413, "request.too_large")
+    assert shared_master.call("GET", "/v1/sla/policies").json()["policies"] == []
+    records = [
+        json.loads(line)
+        for line in (shared_master.root / "state" / "audit.log").read_text().splitlines()
+    ]
+    assert ("machine.down", "anonymous", "auth.unauthenticated") in {
+        (r["action"], r["subject"], r["result"]) for r in records
+    }
+
+
+class EndlessCoordinator:
+    """A coordinator that answers 200 with a chunked JSON body that never ends."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/may"
+        self.asked = 0
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            with contextlib.suppress(OSError):
+                conn.recv(65536)  # the question (its reply does not depend on it)
+                self.asked += 1
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
+                chunk = b"a" * 65536
+                conn.sendall(b'1b\r\n{"allow": true, "reason": "\r\n')
+                while True:
+                    conn.sendall(b"10000\r\n" + chunk + b"\r\n")
+
+    def __enter__(self) -> EndlessCoordinator:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+        self.thread.join(timeout=10)
+
+
+def grouped_ad(name: str, group: str) -> dict[str, Any]:
+    now = time.time()
+    machine = Machine(
+        host=name,
+        ip="127.0.0.1",
+        address="http://127.0.0.1:1",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(),
+        now=now,
+    )
+    machine.claim(now, resources=Resources(cpus=1), spec=JobSpec(group=group), started_at=now)
+    return machine.ad(now)
+
+
+def test_a_coordinator_streaming_forever_is_a_no_that_says_why(
+    shared_master: MasterProcess,
+) -> None:
+    """Three probes at once against a coordinator whose reply never ends: each says why
+    the group is not safe, and the master's memory stays where it was."""
+    assert shared_master.proc is not None
+    with EndlessCoordinator() as coordinator:
+        with shared_master.client(shared_master.token("DAEMON", subject="agent@c")) as tcp:
+            assert tcp.post("/v1/ads", json=grouped_ad("c1.test", "svc")).status_code == 200
+        policy = {"kind": "coordinator", "url": coordinator.url}
+        assert shared_master.call("PUT", "/v1/sla/policies/svc", json=policy).is_success
+        before = rss_mib(shared_master.proc.pid)
+        with PeakRss(shared_master.proc.pid) as rss:
+            probes = in_threads(
+                3,
+                lambda i: shared_master.call(
+                    "GET", "/v1/sla/probe", params={"hosts": "c1.test"}
+                ).json(),
+            )
+        shared_master.call("DELETE", "/v1/sla/policies/svc")
+    for probe in probes:
+        assert not isinstance(probe, Exception), probe
+        (group,) = probe["host_groups"][0]["groups"]
+        assert group["reason"].startswith(f"coordinator {coordinator.url}: no: ")
+        assert "coordinator.bad_reply" in group["reason"]
+        assert "too large" in group["reason"]
+    assert coordinator.asked == 3
+    assert rss.peak - before < 100
+
+
+def test_stalled_connections_are_released_by_the_read_timeout(tmp_path: Path) -> None:
+    """300 anonymous connections that declare a body and stall: each is closed after
+    ``read_timeout``, its descriptor with it."""
+    settings = {"read_timeout": "1s"}
+    with MasterProcess(tmp_path / "master", settings=settings) as master:
+        assert master.proc is not None
+        before = open_descriptors(master.proc.pid)
+        socks: list[socket.socket] = []
+        try:
+            for i in range(300):
+                # /healthz takes anonymous callers (the master waits for the body); the
+                # schedule refuses them (the master waits for the rest to drop it).
+                if i % 2:
+                    sock = post_head(master.url, "/healthz", 1000, None, method="GET")
+                else:
+                    sock = post_head(master.url, "/maintenance/schedule", 1000, None)
+                sock.sendall(b"{" + b" " * 9)
+                socks.append(sock)
+            for sock in socks:
+                assert closed_by_peer(sock)
+            wait_for(lambda: open_descriptors(master.proc.pid) <= before + 5)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert httpx.get(f"{master.url}/healthz", timeout=30).status_code == 200
