@@ -41,6 +41,7 @@ from nodeagent._auth import (
 from nodeagent._clock import Clock, WallClock
 from nodeagent._etcd import AsyncEtcd
 from nodeagent._etcd_store import EtcdStore
+from nodeagent._gate import Gate, Rule
 from nodeagent._http import auth_error_response, error_body
 from nodeagent._leadership import Election, EtcdTasks, Fence, lease_ttl
 from nodeagent._lifecycle import (
@@ -59,7 +60,10 @@ from nodeagent.defrag._policy import DefragPolicy
 from nodeagent.defrag._service import DefragLink, DefragService, HttpDefragLink
 from slots import Schedule, render_long
 
-__all__ = ["DefragDaemon", "build_defrag_app", "defrag_policy", "run_defrag"]
+__all__ = ["BODY_LIMIT", "DefragDaemon", "build_defrag_app", "defrag_policy", "run_defrag"]
+
+#: The largest request body the defrag daemon reads (64 KiB): its API takes none.
+BODY_LIMIT = 64 << 10
 
 log = logging.getLogger("nodeagent.defrag")
 
@@ -100,7 +104,9 @@ def _http_link(config: DefragConfig, key: bytes) -> HttpDefragLink:
 
 
 def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
-    """The defrag daemon's API: ``/healthz`` and ``GET /v1/stats`` (READ)."""
+    """The defrag daemon's API: ``/healthz`` and ``GET /v1/stats`` (READ), behind the
+    gate (:class:`~nodeagent._gate.Gate`: the token checked from the headers, a body of
+    at most :data:`BODY_LIMIT` bytes, a refused body's connection closed)."""
     app = FastAPI(
         title="nodeagent defrag API",
         version=__version__,
@@ -140,6 +146,20 @@ def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
             )
         return JSONResponse(ad)
 
+    def verify(authorization: str | None) -> Principal:
+        assert key is not None
+        return principal_from_authorization(authorization, key, service.clock.now())
+
+    app.add_middleware(
+        Gate,
+        routes=app.router.routes,
+        rules={
+            ("GET", "/healthz"): Rule(scope=None),
+            ("GET", "/v1/openapi.json"): Rule(scope=None),
+        },
+        verify=None if key is None else verify,
+        body_limit=BODY_LIMIT,
+    )
     return app
 
 

@@ -25,6 +25,7 @@ from nodeagent._auth import load_key
 from nodeagent.defrag._policy import DefragPolicy
 from nodeagent.defrag._service import CycleReport, DefragService, HttpDefragLink
 from tests.harness import AgentProcess, DaemonProcess, MasterProcess, job_script, wait_for
+from tests.rawhttp import MIB, send_whole_body
 
 pytestmark = pytest.mark.integration
 
@@ -325,6 +326,12 @@ def test_the_daemon_drains_serves_its_statistics_and_pushes_its_ad(
                 assert reader.get("/v1/stats").json()["Name"] == "defrag-live"
                 text = reader.get("/v1/stats", params={"format": "classad"}).text
                 assert 'MyType = "Defrag"' in text
+            # A refused body gets its reply, then a closed connection (never a hang).
+            for token_or_none, expected in ((None, 401), (read, 413)):
+                status, _, body = send_whole_body(
+                    defrag.url, "/v1/stats", 8 * MIB, token_or_none, method="GET"
+                )
+                assert status == expected, body
             status = defrag.cli("status")
             assert status.returncode == 0, status.stderr
             assert "drains started      1" in status.stdout
