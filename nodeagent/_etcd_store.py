@@ -10,7 +10,9 @@ Keys, under the store's prefix (``/nodeagent/master/`` by default):
 * ``sets/<name>/<member>``: one member of a *collection* (a document that is a JSON
   object whose members change one at a time, such as the master's drain records): a save
   writes only the members that changed, so a reconcile pass that records one drain
-  writes one key, whatever the size of the pool.
+  writes one key, whatever the size of the pool. A collection saved as
+  :class:`~nodeagent._store.Members` writes those members and reads none of the others
+  (the master's operations: creating one is one key, whatever their number).
 
 Values are JSON; one of :data:`COMPRESS_FROM` bytes or more (the schedule of a large pool) is
 stored zlib-compressed, which its first byte, 0x78, tells apart from JSON.
@@ -96,7 +98,7 @@ from nodeagent._etcd import (
     revision_of,
 )
 from nodeagent._leadership import Fence, LeadershipLost, NotLeading
-from nodeagent._store import OutcomeUnknown, StoreError
+from nodeagent._store import Members, OutcomeUnknown, StoreError
 
 __all__ = ["COMPRESS_FROM", "LAST_WRITE", "WATCH_RENEWAL", "EtcdStore", "Verdict", "verdict"]
 
@@ -297,6 +299,17 @@ class EtcdStore:
         changes: list[tuple[str, str, bytes | None]] = []
         for name, doc in documents.items():
             entries = self._docs.get(name, {})
+            if isinstance(doc, Members):
+                if name not in self.collections:
+                    raise TypeError(f"{name!r} is not a collection of this store")
+                for member, value in doc.put.items():
+                    text = _dumps(value)
+                    if entries.get(str(member), (0, None))[1] != text:
+                        changes.append((name, str(member), text))
+                for member in doc.delete:
+                    if entries.get(member, (0, None))[1] is not None:
+                        changes.append((name, member, None))
+                continue
             wanted = (
                 {str(m): _dumps(v) for m, v in doc.items()}
                 if name in self.collections

@@ -13,12 +13,14 @@ new file at the same path: the daemon's memory holds the whole state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -26,6 +28,7 @@ __all__ = [
     "DocumentStore",
     "Documents",
     "FileIdentity",
+    "Members",
     "OutcomeUnknown",
     "StoreError",
     "StoreFull",
@@ -185,6 +188,18 @@ class FileIdentity:
         return cls(device=st.st_dev, inode=st.st_ino)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Members:
+    """A change of some members of a *collection* (a document that is a JSON object kept
+    one member per row or key, such as the master's operations), given to
+    :meth:`Documents.save` in place of the whole document: ``put`` writes these members
+    (each replaced whole), ``delete`` removes these; the others are left as they are, not
+    read nor written. A collection of a thousand operations costs one row to change one."""
+
+    put: Mapping[str, Any] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+
 class Documents(Protocol):
     """Named JSON documents, each replaced whole: :class:`DocumentStore` (SQLite) or
     :class:`~nodeagent._etcd_store.EtcdStore` (etcd, shared by several masters).
@@ -192,7 +207,13 @@ class Documents(Protocol):
     ``save`` writes the documents it is given in one transaction, durable when it
     returns, or raises :class:`StoreError` having written none of them; ``load`` returns
     what was saved under a name (``None``: nothing). ``where`` names the store in messages.
+    A document the store keeps as a collection (given when it is made) may be saved as
+    :class:`Members`: only those members are written; its ``load`` is the object of all
+    its members (``{}`` for none).
     """
+
+    #: The documents kept one member per row or key (see :class:`Members`).
+    collections: frozenset[str]
 
     @property
     def where(self) -> str: ...
@@ -207,20 +228,55 @@ class Documents(Protocol):
 class DocumentStore:
     """A SQLite file holding named JSON documents, each replaced whole and durably.
 
+    ``collections`` names the documents kept one row per member (table ``members``), which
+    :meth:`save` takes as :class:`Members` too; a file written before they were kept so
+    holds such a document whole: its members are moved to their rows when the file opens.
+
     A file deleted or replaced while the store is open is noticed by :meth:`save`, which
-    then writes to a new file at the same path (the daemons using it save every
-    document they keep in each call).
+    then writes to a new file at the same path: the documents the daemons save whole in
+    each call, and the collections' rows carried over from the file it had open (an
+    unlinked file stays readable while it is open).
     """
 
     _SCHEMA = (
         "CREATE TABLE IF NOT EXISTS documents ("
         "name TEXT PRIMARY KEY, saved_at REAL NOT NULL, doc TEXT NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS members ("
+        "name TEXT NOT NULL, member TEXT NOT NULL, saved_at REAL NOT NULL, doc TEXT NOT NULL,"
+        " PRIMARY KEY (name, member));"
     )
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, collections: Iterable[str] = ()) -> None:
         self._db = open_database(path, self._SCHEMA)
         self._identity = FileIdentity.of(path)
         self.path = path
+        self.collections = frozenset(collections)
+        #: A replaced file's collection rows, until a save has written them to the new one.
+        self._carried: list[tuple[str, str, str]] = []
+        try:
+            self._split_collections()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _split_collections(self) -> None:
+        """Move a collection saved whole (by an earlier version) to one row per member."""
+        for name in sorted(self.collections):
+            whole = self.load_document(name)
+            if whole is None:
+                continue
+            if not isinstance(whole, dict):
+                raise StoreError(
+                    f"document {name!r} in {self.path} is not a JSON object: {_MOVE_ASIDE}"
+                )
+            try:
+                with self._db:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    self._put_members(name, whole)
+                    self._db.execute("DELETE FROM documents WHERE name = ?", (name,))
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc
+            log.info("%s: %s moved to one row per member (%d)", self.path, name, len(whole))
 
     @property
     def where(self) -> str:
@@ -230,7 +286,28 @@ class DocumentStore:
         self._db.close()
 
     def load(self, name: str) -> Any:
-        """The document saved under ``name``, or ``None``; raises :class:`StoreError`."""
+        """The document saved under ``name``, or ``None`` (a collection: its members as an
+        object); raises :class:`StoreError`."""
+        if name in self.collections:
+            return self._load_members(name)
+        return self.load_document(name)
+
+    def _load_members(self, name: str) -> dict[str, Any]:
+        try:
+            rows = self._db.execute(
+                "SELECT member, doc FROM members WHERE name = ?", (name,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}") from exc
+        try:
+            return {member: json.loads(doc) for member, doc in rows}
+        except ValueError as exc:
+            raise StoreError(
+                f"unreadable member of {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}"
+            ) from exc
+
+    def load_document(self, name: str) -> Any:
+        """The whole document saved under ``name`` (not a collection's rows), or ``None``."""
         try:
             row = self._db.execute("SELECT doc FROM documents WHERE name = ?", (name,)).fetchone()
         except sqlite3.Error as exc:
@@ -245,28 +322,68 @@ class DocumentStore:
             ) from exc
 
     def save(self, **documents: Any) -> None:
-        """Replace the given documents in one transaction; durable when this returns.
+        """Replace the given documents in one transaction; durable when this returns. A
+        collection's document is given whole (its rows replaced by its members) or as
+        :class:`Members` (only those rows written); :class:`Members` for another
+        document is a ``TypeError``.
 
         Raises :class:`StoreError` when the write fails (a full disk, an I/O error); the
         documents saved before are then still the saved ones.
         """
+        for name, doc in documents.items():
+            if isinstance(doc, Members) and name not in self.collections:
+                raise TypeError(f"{name!r} is not a collection of this store")
         if FileIdentity.of(self.path) != self._identity:
             log.error(
                 "%s was deleted or replaced while this daemon ran: its state goes to a new file",
                 self.path,
             )
+            with contextlib.suppress(sqlite3.Error):  # kept until a save has written them
+                self._carried += self._db.execute(
+                    "SELECT name, member, doc FROM members"
+                ).fetchall()
             self._db.close()
             self._db = open_database(self.path, self._SCHEMA)
             self._identity = FileIdentity.of(self.path)
         try:
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")
-                for name, doc in documents.items():
-                    self._db.execute(
-                        "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, "
-                        "doc = excluded.doc",
-                        (name, time.time(), json.dumps(doc, separators=(",", ":"))),
+                if self._carried:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO members (name, member, saved_at, doc) "
+                        "VALUES (?, ?, ?, ?)",
+                        [(name, member, time.time(), doc) for name, member, doc in self._carried],
                     )
+                for name, doc in documents.items():
+                    if isinstance(doc, Members):
+                        self._put_members(name, doc.put)
+                        self._db.executemany(
+                            "DELETE FROM members WHERE name = ? AND member = ?",
+                            [(name, member) for member in doc.delete],
+                        )
+                    elif name in self.collections:
+                        self._db.execute("DELETE FROM members WHERE name = ?", (name,))
+                        self._put_members(name, doc)
+                    else:
+                        self._db.execute(
+                            "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
+                            "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, "
+                            "doc = excluded.doc",
+                            (name, time.time(), _dumps(doc)),
+                        )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc
+        self._carried = []
+
+    def _put_members(self, name: str, members: Mapping[str, Any]) -> None:
+        now = time.time()
+        self._db.executemany(
+            "INSERT INTO members (name, member, saved_at, doc) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (name, member) DO UPDATE SET saved_at = excluded.saved_at, "
+            "doc = excluded.doc",
+            [(name, str(member), now, _dumps(doc)) for member, doc in members.items()],
+        )
+
+
+def _dumps(doc: Any) -> str:
+    return json.dumps(doc, separators=(",", ":"))

@@ -22,7 +22,7 @@ import trio
 from nodeagent._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
 from nodeagent._etcd_store import EtcdStore
 from nodeagent._leadership import Election, Fence, LeadershipLost, NotLeading
-from nodeagent._store import OutcomeUnknown, StoreError
+from nodeagent._store import Members, OutcomeUnknown, StoreError
 from tests.etcd import EtcdServer, etcd_server, free_port
 
 __all__ = ["etcd_server"]
@@ -95,6 +95,16 @@ async def test_documents_are_written_whole_and_collections_member_by_member(
         assert other.load("drains") == {"a": {"phase": "committed"}}
         assert other.load("counters") is None
         other.close()
+        # Members: those written (one key each), the others neither read nor written.
+        revision = store.revision
+        store.save(drains=Members(put={"c": {"phase": "operation"}}, delete=("a", "z")))
+        held = keys(etcd_server)
+        assert held[PREFIX + "sets/drains/c"] == '{"phase":"operation"}'
+        assert PREFIX + "sets/drains/a" not in held
+        assert store.revision == revision + 1
+        assert store.load("drains") == {"c": {"phase": "operation"}}
+        with pytest.raises(TypeError):
+            store.save(maintenance=Members(put={"x": 1}))
     finally:
         store.close()
 
