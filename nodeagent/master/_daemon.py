@@ -62,6 +62,8 @@ log = logging.getLogger("nodeagent.master")
 _WAKE_GAP = 0.25
 #: The master's documents kept one etcd key per member (see nodeagent._etcd_store).
 _COLLECTIONS = ("drains", "operations")
+#: The master's documents kept one SQLite row per member (see nodeagent._store.Members).
+_SQLITE_COLLECTIONS = ("operations",)
 
 
 def _prefix(config: MasterConfig) -> str:
@@ -160,7 +162,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
                 collections=_COLLECTIONS,
                 write_timeout=lease_ttl(config.leader_ttl) / 3,
             )
-        return DocumentStore(config.state_dir / "master.db")
+        return DocumentStore(config.state_dir / "master.db", collections=_SQLITE_COLLECTIONS)
 
     def build(self, opened: Opened[Documents]) -> ASGIApp:
         """The master restored from its store, with its API (ad pushes on a fast path)."""

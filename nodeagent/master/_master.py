@@ -58,7 +58,7 @@ import trio
 
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
-from nodeagent._store import Documents, StoreError
+from nodeagent._store import Documents, Members, StoreError
 from nodeagent.master._adstore import AdEntry, AdStore
 from nodeagent.master._maintenance import (
     MachineId,
@@ -243,8 +243,9 @@ class Master:
     #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
     #: The rolling maintenance operations, by id, as JSON (see
-    #: :mod:`nodeagent.master._rolling`): saved with the rest, so that an operation's step
-    #: and the drain record and modes it acts through are written together.
+    #: :mod:`nodeagent.master._rolling`): an operation is saved when it changes
+    #: (:meth:`commit_state`), with the rest, so that its step and the drain record and
+    #: modes it acts through are written together; the others are not written again.
     operations: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ durability
@@ -301,24 +302,45 @@ class Master:
 
     def save(self) -> None:
         """Write the schedule, modes, drains, actors and counters; raises
-        :class:`~nodeagent._store.StoreError` (what was saved before stays saved)."""
+        :class:`~nodeagent._store.StoreError` (what was saved before stays saved). The
+        operations are written by :meth:`commit_state`, each when it changes."""
         self._save(self.state, self.actors)
 
-    def _save(self, state: MaintenanceState, actors: dict[str, str]) -> None:
-        self.store.save(
-            maintenance=state.snapshot(),
-            drains=self.drains,
-            actors=actors,
-            counters=vars(self.counters),
-            operations=self.operations,
-        )
+    def _save(
+        self,
+        state: MaintenanceState,
+        actors: dict[str, str],
+        operations: Mapping[str, Any] | None = None,
+    ) -> None:
+        documents: dict[str, Any] = {
+            "maintenance": state.snapshot(),
+            "drains": self.drains,
+            "actors": actors,
+            "counters": vars(self.counters),
+        }
+        if operations:
+            if "operations" in self.store.collections:
+                documents["operations"] = Members(put=operations)
+            else:  # a store that keeps it whole
+                documents["operations"] = {**self.operations, **operations}
+        self.store.save(**documents)
 
-    def commit_state(self, state: MaintenanceState, actors: dict[str, str]) -> None:
-        """Save ``state`` and ``actors`` with the drains, counters and operations, then
-        install them (a rolling operation's change of modes); raises
-        :class:`~nodeagent._store.StoreError`, changing nothing in memory."""
-        self._save(state, actors)
+    def commit_state(
+        self,
+        state: MaintenanceState,
+        actors: dict[str, str],
+        *,
+        operations: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Save ``state`` and ``actors`` with the drains and counters, and ``operations``
+        (rolling operations by id, as JSON: only these are written, see
+        :class:`~nodeagent._store.Members`), then install them (a rolling operation's
+        change of modes); raises :class:`~nodeagent._store.StoreError`, changing nothing
+        in memory."""
+        self._save(state, actors, operations)
         self.state, self.actors = state, actors
+        if operations:
+            self.operations.update(operations)
         self.wake()
 
     def wake(self) -> None:

@@ -33,7 +33,7 @@ it is ``skipped``, with that reason, as Aurora does. A failed node pauses the op
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -368,7 +368,7 @@ def new_operation(
     *,
     actor: str,
     now: float,
-    busy: Iterable[str] = (),
+    busy: Container[str] = frozenset(),
 ) -> Operation:
     """A running operation over ``spec.hosts``, in batches of equal ``groups[host]``
     (the value of the grouping attribute in the host's ad; with ``host`` grouping, the
@@ -378,15 +378,14 @@ def new_operation(
     ``operation.invalid`` (a field out of range), ``operation.unknown_host`` (a host
     without an ad: absent from ``groups``), ``operation.no_grouping_attribute`` (a
     host's ad lacks the attribute: its value is ``None``), ``operation.host_busy`` (a
-    host in ``busy``: part of another unfinished operation).
+    host in ``busy``: part of another unfinished operation; asked host by host).
     """
     _check_spec(spec)
-    taken = set(busy)
     by_group: dict[str, list[str]] = {}
     for host in spec.hosts:
         if host not in groups:
             raise OperationError("operation.unknown_host", f"no node ad for {host!r}")
-        if host in taken:
+        if host in busy:
             raise OperationError(
                 "operation.host_busy", f"{host!r} is part of another unfinished operation"
             )

@@ -1,23 +1,32 @@
 """The engine of rolling maintenance operations: the master's trio task that carries out
 :mod:`nodeagent.master._operations` on the nodes.
 
-Each step (every ``master.reconcile_interval``, and at once after a request), for every
-unfinished operation: the nodes of its started batches are read from fresh ads
-(:meth:`Master.fetch_ad <nodeagent.master._master.Master.fetch_ad>`; the ad held when the
-node does not answer), the others from the ads held; the operation moves
-(:func:`~nodeagent.master._operations.advance`), a running one starts the batches it may
-(:func:`~nodeagent.master._operations.choose`, with the SLA check when one is given);
-the machines' Mesos modes follow their nodes' phases (DRAINING while draining, DOWN while
-the hook runs and until the health check passes, out of the schedule — UP — once back in
-service); then the drains asked for are started.
+Each operation is stepped on its own, in a task of its own (at most ``concurrency`` at
+once, never two steps of one operation at once), when it is due: at once after it is
+created, changed by a request, or one of its drains started or failed; every
+``master.reconcile_interval`` while a node of it is in progress; when a held batch of it
+may go (see :meth:`Operations._next_step`). A paused operation with nothing in progress,
+and a finished one, cost nothing. A step first makes its calls: the nodes in progress are
+asked for their ads (:meth:`Master.fetch_ad <nodeagent.master._master.Master.fetch_ad>`,
+each call within the master's ``agent_timeout``; the ad held when the node does not
+answer), and the waiting batches' SLA checked when a place is free. Then, with no
+checkpoint until it is saved, it decides from the ads held by then and the operation as it
+is by then: the operation moves (:func:`~nodeagent.master._operations.advance`), a running
+one starts the batches it may (:func:`~nodeagent.master._operations.choose`, with the SLA
+verdicts); the machines' Mesos modes follow their nodes' phases (DRAINING while draining,
+DOWN while the hook runs and until the health check passes, out of the schedule — UP —
+once back in service); then the drains asked for are started, each in a task of its own
+whose result is saved the same way. A node that does not answer delays only its own
+operation.
 
 **Written before acted upon.** The operation, the modes and the drain records are saved
-together (:meth:`Master.commit_state <nodeagent.master._master.Master.commit_state>`) before
-any call to a node. A node about to drain has a drain record of the operation's (``operation``
-set; the reconcile pass leaves such records to this engine, but settles them when left
-``pending``) written with its DRAINING mode, so that no pass of the master starts a drain of
-its own there. Its drain goes through the master's two-phase transaction, recorded before
-its commit, with ``on_completion: "hook:NAME"``: the agent then runs the hook itself, once.
+together (:meth:`Master.commit_state <nodeagent.master._master.Master.commit_state>`; only
+that operation of all of them) before any call to a node. A node about to drain has a
+drain record of the operation's (``operation`` set; the reconcile pass leaves such records
+to this engine, but settles them when left ``pending``) written with its DRAINING mode, so
+that no pass of the master starts a drain of its own there. Its drain goes through the
+master's two-phase transaction, recorded before its commit, with ``on_completion:
+"hook:NAME"``: the agent then runs the hook itself, once.
 After a restart (kill -9 included) a record left ``pending`` is settled by the master
 (adopted, or cancelled and forgotten) and a committed one is adopted here by its request
 id: no node is drained twice, and so no hook runs twice; a node whose record was forgotten
@@ -67,13 +76,17 @@ from nodeagent.master._plan import machine_key
 from nodeagent.master._sla import NodeAds, Probe
 from slots import InvalidRequest
 
-__all__ = ["Operations", "SlaCheck", "sla_verdict"]
+__all__ = ["HELD_RECHECK", "Operations", "SlaCheck", "sla_verdict"]
 
 log = logging.getLogger("nodeagent.master.operations")
 
 #: Refusals of a drain that retrying cannot cure: the node fails (the operation pauses).
 _FATAL = frozenset({"drain.no_such_hook", "request.invalid"})
 _NS = 1_000_000_000
+#: A held batch is looked at again at least every this many ``reconcile_interval``.
+HELD_RECHECK = 10
+#: The phases of a node that an unfinished operation no longer holds.
+_LET_GO = frozenset({"done", "skipped", "cancelled"})
 #: The ads' times are whole seconds (``MyCurrentTime``, ``TotalJobRunTime``): when an
 #: instance started is known within a second, and a batch's SLA is checked as of this much
 #: earlier, so that an instance counts as up long enough only when it surely is.
@@ -132,18 +145,42 @@ class Operations:
     master: Master
     sla: SlaCheck | None = None
     ops: dict[str, Operation] = field(default_factory=dict)
+    #: Operations stepped at once at most (each in a task of its own).
+    concurrency: int = 64
+    #: Steps taken, one operation's each (what the engine did: for tests and benchmarks).
+    steps: int = 0
     _wake: trio.Event = field(default_factory=trio.Event)
     #: Nodes whose drain the engine is starting now (phase 1 or the commit under way).
     _starting: set[str] = field(default_factory=set)
     #: Nodes whose failed drain is retried from then on (a failure's backoff).
     _retry_at: dict[str, float] = field(default_factory=dict)
+    #: Unfinished operations to be stepped, by id: when (``trio.current_time()``). One
+    #: that is not here waits for a request or one of its drains (see :meth:`_next_step`).
+    _due: dict[str, float] = field(default_factory=dict)
+    #: Operations whose step runs now: never two steps of one operation at once.
+    _stepping: set[str] = field(default_factory=set)
+    #: The hosts unfinished operations hold (not done, skipped or cancelled there): by
+    #: name, the operation's id; a new operation may not take them.
+    _held: dict[str, str] = field(default_factory=dict)
+    #: The highest operation number given (the next is one more).
+    _last: int = 0
+    _nursery: trio.Nursery | None = None
 
     def load(self) -> None:
-        """The operations the master loaded from its store."""
-        self.ops = {k: Operation.from_json(v) for k, v in self.master.operations.items()}
+        """The operations the master loaded from its store (every unfinished one due)."""
+        self.ops, self._held, self._last = {}, {}, 0
+        for value in self.master.operations.values():
+            self._install(Operation.from_json(value))
+        self._due = {k: 0.0 for k, op in self.ops.items() if op.ended_at is None}
 
     def wake(self) -> None:
         self._wake.set()
+
+    @property
+    def call_timeout(self) -> float:
+        """How long one call to a node may take (the master's ``agent_timeout``: the link's
+        own timeout bounds each read and write, this the whole call)."""
+        return self.master.fetch_timeout
 
     # ------------------------------------------------------------------ requests
 
@@ -157,21 +194,21 @@ class Operations:
     def create(self, spec: OperationSpec, *, actor: str) -> Operation:
         """Make and save a running operation over ``spec.hosts`` (node names), batched by
         their ads held now. Raises :class:`OperationError` (nothing changes) or
-        :class:`StoreError` (nothing changes)."""
+        :class:`StoreError` (nothing changes). Its cost does not grow with the number of
+        operations: the hosts others hold are indexed, and only this one is written."""
         groups: dict[str, Any] = {}
         for host in spec.hosts:
             entry = self.master.ads.get(host)
             if entry is not None:
                 groups[host] = entry.machine.get(spec.grouping) if spec.grouping != "host" else host
-        busy = {n.name for op in self.ops.values() if op.ended_at is None for b in op.batches
-                for n in b.nodes if n.phase not in ("done", "skipped", "cancelled")}  # fmt: skip
-        number = 1 + max((int(k) for k in self.ops if k.isdecimal()), default=0)
         now = self.master.clock.now()
-        op = new_operation(str(number), spec, groups, actor=actor, now=now, busy=busy)
+        op = new_operation(
+            str(self._last + 1), spec, groups, actor=actor, now=now, busy=self._held.keys()
+        )
         self._save(op)
         log.info("operation %s started by %s: %d hosts in %d batches", op.id, actor,
                  len(spec.hosts), len(op.batches))  # fmt: skip
-        self.wake()
+        self._step_soon(op.id)
         return op
 
     def pause(self, op_id: str, *, actor: str) -> Operation:
@@ -193,52 +230,97 @@ class Operations:
         op = how(old, self.master.clock.now())
         self._commit(old, op)
         log.info("operation %s %s by %s", op_id, what, actor)
-        self.wake()
+        self._step_soon(op_id)
         return op
 
     def _save(self, op: Operation) -> None:
-        """Save ``op`` with the master's state; raises :class:`StoreError`, changing nothing."""
-        before = self.master.operations.get(op.id)
-        self.master.operations[op.id] = op.to_json()
-        try:
-            self.master.save()
-        except StoreError:
-            if before is None:
-                del self.master.operations[op.id]
-            else:
-                self.master.operations[op.id] = before
-            raise
+        """Save ``op`` (alone) with the master's state; raises :class:`StoreError`,
+        changing nothing."""
+        master = self.master
+        master.commit_state(master.state, master.actors, operations={op.id: op.to_json()})
+        self._install(op)
+
+    def _install(self, op: Operation) -> None:
+        """``op`` as the operation held under its id, and the indexes kept with it."""
+        old = self.ops.get(op.id)
+        if old is not None:
+            for name in _holding(old):
+                if self._held.get(name) == op.id:
+                    del self._held[name]
         self.ops[op.id] = op
+        for name in _holding(op):
+            self._held[name] = op.id
+        if op.id.isdecimal():
+            self._last = max(self._last, int(op.id))
+        if op.ended_at is not None:
+            self._due.pop(op.id, None)
+
+    def _step_soon(self, op_id: str) -> None:
+        """Step the operation at once (unless it has ended), after its step under way."""
+        op = self.ops.get(op_id)
+        if op is not None and op.ended_at is None:
+            self._due[op_id] = 0.0
+            self.wake()
 
     # ------------------------------------------------------------------ the task
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Step the operations, forever (every ``reconcile_interval``, or when woken)."""
-        task_status.started()
+        """Step the operations, forever: each due one in a task of its own (at most
+        ``concurrency`` at once), looking for due ones every ``reconcile_interval`` and
+        when woken (a request, a drain's end)."""
+        self._stepping = set()
+        self._due = {k: 0.0 for k, op in self.ops.items() if op.ended_at is None}
+        limit = trio.CapacityLimiter(self.concurrency)
         async with trio.open_nursery() as nursery:
-            while True:
-                self._wake = trio.Event()
-                await self.step(nursery)
-                with trio.move_on_after(self.master.reconcile_interval):
-                    await self._wake.wait()
-
-    async def step(self, nursery: trio.Nursery) -> None:
-        """One step of every unfinished operation (see the module docstring)."""
-        for op in list(self.ops.values()):
-            if op.ended_at is not None:
-                continue
+            self._nursery = nursery
+            task_status.started()
             try:
-                await self._step(op, nursery)
-            except StoreError as exc:
-                log.error("operation %s: the state could not be written: %s", op.id, exc)
+                while True:
+                    self._wake = trio.Event()
+                    self._dispatch(nursery, limit)
+                    with trio.move_on_after(self.master.reconcile_interval):
+                        await self._wake.wait()
+            finally:
+                self._nursery = None
 
-    async def _step(self, old: Operation, nursery: trio.Nursery) -> None:
+    def _dispatch(self, nursery: trio.Nursery, limit: trio.CapacityLimiter) -> None:
+        """Start the step of every due operation that is not being stepped."""
+        now = trio.current_time()
+        for op_id, at in list(self._due.items()):
+            if at <= now and op_id not in self._stepping:
+                del self._due[op_id]
+                self._stepping.add(op_id)
+                nursery.start_soon(self._step_task, op_id, limit)
+
+    async def _step_task(self, op_id: str, limit: trio.CapacityLimiter) -> None:
+        try:
+            async with limit:
+                await self._step(op_id)
+        except StoreError as exc:
+            log.error("operation %s: the state could not be written: %s", op_id, exc)
+            self._due[op_id] = trio.current_time() + self.master.reconcile_interval
+        finally:
+            self._stepping.discard(op_id)
+
+    async def _step(self, op_id: str) -> None:
+        """One step of the operation (see the module docstring): its calls first (fresh
+        ads of its nodes in progress, its waiting batches' SLA), then, with no checkpoint
+        between, what they mean for the operation as it is by then (a request or a drain
+        of its may have changed it meanwhile) is decided and saved, and its drains started."""
         master = self.master
-        views = await self._views(old)
+        before = self.get(op_id)
+        if before.ended_at is not None:
+            return
+        await self._fetch(before)
+        verdicts: dict[tuple[str, ...], SlaVerdict] = {}
+        if before.state == "running":
+            verdicts = await self._sla_verdicts(before, master.clock.now())
+        # decide and save
+        old = self.get(op_id)
         now = master.clock.now()
+        views = self._views(old, now)
         op = self._adopt(advance(old, views, now))
         if op.state == "running":
-            verdicts = await self._sla_verdicts(op, now)
             unchecked = SlaVerdict(safe=False, message="SLA not checked")
             op = choose(
                 op,
@@ -246,6 +328,7 @@ class Operations:
                 now,
                 None if self.sla is None else lambda hosts: verdicts.get(hosts, unchecked),
             )
+        self.steps += 1
         unstarted = [
             n.name
             for b in op.batches
@@ -255,10 +338,39 @@ class Operations:
         # a record the master forgot (a transaction left pending, cancelled) is written again
         if op != old or any(self._record(name) is None for name in unstarted):
             self._commit(old, op)
+        if op.state == "running":
+            for name in unstarted:
+                self._start_soon(op, name)
+        due = self._next_step(op)
+        if due is not None:
+            self._due[op_id] = due
+
+    def _next_step(self, op: Operation) -> float | None:
+        """When to step ``op`` again (``trio.current_time()``), ``None``: not until a
+        request or one of its drains changes it (paused or cancelled with no node in
+        progress; ended: never). A node in progress is looked at every
+        ``reconcile_interval``; a batch held (SLA, badput budget, a node not heard from) is
+        looked at again when it would be skipped (``sla_wait``), when its SLA says it will
+        be safe (``until``), and at least every :data:`HELD_RECHECK` intervals otherwise."""
+        if op.ended_at is not None:
+            return None
+        now = trio.current_time()
+        interval = self.master.reconcile_interval
+        if op.active_nodes:
+            return now + interval
         if op.state != "running":
-            return
-        for name in unstarted:
-            self._start_soon(op, name, nursery)
+            return None
+        clock = self.master.clock.now()
+        times = [clock + HELD_RECHECK * interval]
+        for batch in op.batches:
+            if batch.state != "waiting":
+                continue
+            if batch.held_since is not None:
+                times.append(batch.held_since + op.spec.sla_wait)
+            until = (batch.reason or {}).get("until")
+            if isinstance(until, int | float):
+                times.append(float(until))
+        return now + max(interval, min(times) - clock)
 
     async def _sla_verdicts(self, op: Operation, now: float) -> dict[tuple[str, ...], SlaVerdict]:
         """Each waiting batch's SLA verdict now, when a place is free for one (its
@@ -268,6 +380,8 @@ class Operations:
         if check is None or in_progress >= op.spec.batches:
             return {}
         waiting = [b.hosts for b in op.batches if b.state == "waiting"]
+        if not waiting:
+            return {}
         held = self.master.ads.entries()
         lost = {e.name for e in held if self.master.ads.lost(e, now)}
         entries: list[NodeAds] = list(held)
@@ -287,36 +401,48 @@ class Operations:
                 nursery.start_soon(one, hosts)
         return verdicts
 
-    async def _views(self, op: Operation) -> dict[str, NodeView]:
-        """Each node's view: fresh ads for the nodes of started batches, the held ones
-        for the others (their estimates are computed for now)."""
+    async def _fetch(self, op: Operation) -> None:
+        """Ask the nodes in progress for their ads now (stored: the ad held when a node
+        does not answer), ``fetch_concurrency`` at once, each call within
+        :attr:`call_timeout`."""
         master = self.master
-        active = {n.name for n in op.active_nodes}
-        fresh: dict[str, AdEntry] = {}
         limit = trio.CapacityLimiter(master.fetch_concurrency)
+        bound = self.call_timeout
 
         async def fetch(entry: AdEntry) -> None:
             async with limit:
-                with contextlib.suppress(AgentCallFailed, InvalidRequest):
-                    fresh[entry.name] = await master.fetch_ad(entry)
+                with (
+                    trio.move_on_after(bound),
+                    contextlib.suppress(AgentCallFailed, InvalidRequest),
+                ):
+                    await master.fetch_ad(entry)
 
-        with trio.move_on_after(master.fetch_timeout):
-            async with trio.open_nursery() as nursery:
-                for name in active:
-                    entry = master.ads.get(name)
-                    if entry is not None:
-                        nursery.start_soon(fetch, entry)
-        now = master.clock.now()
+        async with trio.open_nursery() as nursery:
+            for node in op.active_nodes:
+                entry = master.ads.get(node.name)
+                if entry is not None:
+                    nursery.start_soon(fetch, entry)
+
+    def _views(self, op: Operation, now: float) -> dict[str, NodeView]:
+        """The views of the nodes the step moves, from the ads held now: those in progress,
+        and those of the waiting batches when a place is free for one (their estimates
+        are computed for now, to rank them). A node without an ad is not present."""
+        master = self.master
+        active = {n.name for n in op.active_nodes}
+        in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
+        choosing = op.state == "running" and in_progress < op.spec.batches
         schedule = op.spec.schedule.capitalize()
         views: dict[str, NodeView] = {}
         for batch in op.batches:
+            waiting = choosing and batch.state == "waiting"
             for node in batch.nodes:
-                entry = fresh.get(node.name) or master.ads.get(node.name)
+                if not waiting and node.name not in active:
+                    continue
+                entry = master.ads.get(node.name)
                 if entry is None:
                     views[node.name] = NodeView(present=False)
                     continue
                 views[node.name] = self._view(entry, now, schedule, node.name in active)
-
         return views
 
     def _view(self, entry: AdEntry, now: float, schedule: str, active: bool) -> NodeView:
@@ -444,24 +570,21 @@ class Operations:
         except MaintenanceError as exc:
             log.warning("operation %s: modes not changed: %s", op.id, exc.message)
             state = master.state
-        before = master.operations.get(op.id)
-        master.operations[op.id] = op.to_json()
         master.drains.update(records)
         try:
-            master.commit_state(state, actors)
+            master.commit_state(state, actors, operations={op.id: op.to_json()})
         except StoreError:
             for key in records:
                 master.drains.pop(key, None)
-            if before is None:
-                del master.operations[op.id]
-            else:
-                master.operations[op.id] = before
             raise
-        self.ops[op.id] = op
+        self._install(op)
 
     # ------------------------------------------------------------------ drains
 
-    def _start_soon(self, op: Operation, name: str, nursery: trio.Nursery) -> None:
+    def _start_soon(self, op: Operation, name: str) -> None:
+        nursery = self._nursery
+        if nursery is None:
+            return
         if name in self._starting or self._retry_at.get(name, 0.0) > self.master.clock.now():
             return
         machine = self._machine(name)
@@ -479,7 +602,10 @@ class Operations:
 
     async def _drain(self, op_id: str, name: str, key: str, record: dict[str, Any]) -> None:
         """The node's drain, through the master's two-phase transaction (recorded before
-        its commit), with the operation's hook as its completion."""
+        its commit), with the operation's hook as its completion; its two calls within
+        twice :attr:`call_timeout` (cut short, it fails as ``agent.timeout``: a phase 1
+        without a reply was never recorded, a commit without one leaves the record
+        ``pending``, settled by the master). Its end makes the operation due at once."""
         master = self.master
         try:
             op = self.get(op_id)
@@ -495,7 +621,7 @@ class Operations:
                 "ttl": 30,
                 "on_completion": f"hook:{op.spec.hook}",
             }
-            phase1, _ = await master._transaction(key, address, op.actor, body, record)
+            phase1 = await self._transaction(key, address, op.actor, body, record)
             master.counters.drains_started += 1
             op = self.get(op_id)
             self._commit(op, with_request(op, name, str(phase1["id"])))
@@ -510,7 +636,20 @@ class Operations:
         finally:
             self._starting.discard(name)
             self.master._busy.discard(key)
-            self.wake()
+            self._step_soon(op_id)
+
+    async def _transaction(
+        self, key: str, address: str, actor: str, body: dict[str, Any], record: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The master's two-phase transaction within twice :attr:`call_timeout`; phase 1's
+        reply. Raises :class:`AgentCallFailed` (``agent.timeout`` when cut short)."""
+        bound = 2 * self.call_timeout
+        with trio.move_on_after(bound):
+            phase1, _ = await self.master._transaction(key, address, actor, body, record)
+            return phase1
+        raise AgentCallFailed(
+            "agent.timeout", f"the agent at {address} did not answer within {bound:g} s"
+        )
 
     def _refused(self, op_id: str, name: str, exc: AgentCallFailed) -> None:
         """A drain call failed: a refusal no retry cures fails the node (the operation
@@ -530,6 +669,13 @@ class Operations:
         with contextlib.suppress(StoreError):
             self._commit(op, _with_node(op, name, reason=f"drain not started: {exc}"))
         log.warning("%s: drain for operation %s failed: %s", name, op_id, exc)
+
+
+def _holding(op: Operation) -> list[str]:
+    """The hosts an unfinished operation holds: those it has not finished with."""
+    if op.ended_at is not None:
+        return []
+    return [n.name for b in op.batches for n in b.nodes if n.phase not in _LET_GO]
 
 
 def _with_node(op: Operation, name: str, **changes: Any) -> Operation:

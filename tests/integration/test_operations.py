@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from slots import Machine, MachinePolicy, Resources
 from tests.harness import AgentProcess, MasterProcess, wait_for
 
 RACKS = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2", "n5": "r3", "n6": "r3"}
@@ -48,8 +49,16 @@ def _free_port() -> int:
 class Site:
     """A master and agents in racks, their record file and health flags."""
 
-    def __init__(self, tmp: Path, racks: dict[str, str], *, hook_seconds: float = 0.3) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        racks: dict[str, str],
+        *,
+        hook_seconds: float = 0.3,
+        master_settings: dict[str, Any] | None = None,
+    ) -> None:
         self.tmp = tmp
+        self.master_settings = {"reconcile_interval": 0.2, **(master_settings or {})}
         self.racks = racks
         self.record = tmp / "record"
         self.port = _free_port()
@@ -70,7 +79,7 @@ class Site:
         self.agents: dict[str, AgentProcess] = {}
 
     def _master(self) -> MasterProcess:
-        master = MasterProcess(self.tmp / "master", settings={"reconcile_interval": 0.2})
+        master = MasterProcess(self.tmp / "master", settings=self.master_settings)
         text = master.config_path.read_text()
         master.config_path.write_text(text.replace("127.0.0.1:0", f"127.0.0.1:{self.port}"))
         return master
@@ -444,3 +453,45 @@ def test_a_coordinator_that_says_no_holds_its_hosts(tmp_path: Path) -> None:
         wait_for(lambda: s.operation(op_id)["ended_at"] is not None, timeout=120, interval=0.3)
         assert s.operation(op_id)["state"] == "completed"
         assert_each_once(s)
+
+
+def test_a_silent_node_delays_only_its_own_operation(tmp_path: Path) -> None:
+    """A node whose address takes the connection and never answers (the master waits an
+    hour for an agent): its operation waits on it, while an operation on a real agent
+    beside it runs to completion."""
+    with contextlib.closing(socket.socket()) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # connections are taken by the kernel, never answered
+        address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        settings = {"agent_timeout": 3600}
+        with site(tmp_path, {"n1": "r1"}, master_settings=settings) as s:
+            now = time.time()
+            machine = Machine(
+                host="quiet",
+                ip="127.0.0.2",
+                address=address,
+                total=Resources(cpus=4),
+                policy=MachinePolicy(),
+                now=now,
+            )
+            with s.master.client(s.master.token("DAEMON", subject="agent@quiet")) as c:
+                pushed = c.post("/v1/ads", json=machine.ad(now))
+            assert pushed.status_code < 300, pushed.text
+            body = {"hosts": ["quiet"], "hook": "reboot"}
+            quiet = s.master.call("POST", "/v1/maintenance/operations", json=body).json()["id"]
+
+            def draining() -> bool:
+                node = s.operation(quiet)["batches"][0]["nodes"][0]
+                return bool(node["phase"] == "draining")
+
+            wait_for(draining)
+            body = {"hosts": ["n1"], "hook": "reboot"}
+            healthy = s.master.call("POST", "/v1/maintenance/operations", json=body).json()["id"]
+            wait_for(lambda: s.operation(healthy)["ended_at"] is not None, timeout=60)
+            assert s.operation(healthy)["state"] == "completed"
+            assert_each_once(s)
+            waiting = s.operation(quiet)
+            assert waiting["ended_at"] is None
+            node = waiting["batches"][0]["nodes"][0]
+            assert node["phase"] == "draining"
+            assert node["request_id"] is None  # its drain's first call still unanswered

@@ -17,13 +17,18 @@ import trio.testing
 
 from nodeagent._clock import TrioClock
 from nodeagent._peer import AgentCallFailed
-from nodeagent._store import DocumentStore
+from nodeagent._store import DocumentStore, Members
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import Mode
 from nodeagent.master._master import Master
-from nodeagent.master._operations import OperationError, OperationSpec, SlaVerdict
+from nodeagent.master._operations import (
+    OperationError,
+    OperationSpec,
+    SlaVerdict,
+    new_operation,
+)
 from nodeagent.master._plan import PlanPolicy
-from nodeagent.master._rolling import Operations, sla_verdict
+from nodeagent.master._rolling import HELD_RECHECK, Operations, sla_verdict
 from nodeagent.master._sla import GroupVerdict, NodeAds, Probe, SlaKind
 from slots import Machine, MachinePolicy, Resources
 
@@ -55,6 +60,8 @@ class ModelNode:
         self.in_service_at: list[float] = []
         #: "commit": the commit is carried out, its reply never comes (lost)
         self.hang: str | None = None
+        #: Accepts every call and never answers it (its ads still come, pushed).
+        self.silent = False
 
     def _update(self) -> None:
         """The node as it is now, each step taken at its own time (not when it is seen:
@@ -160,12 +167,23 @@ class Fleet:
             for i, (name, rack) in enumerate(racks.items())
         }
         self.by_address = {node.address: node for node in self.nodes.values()}
+        #: Every call made, and the calls to silent nodes still waiting for their answer.
+        self.calls: list[tuple[str, str, str]] = []
+        self.outstanding = 0
 
     async def call(
         self, address: str, method: str, path: str, *, actor: str, body: Any = None
     ) -> dict[str, Any]:
         await trio.lowlevel.checkpoint()
-        return await self.by_address[address].call(method, path, body)
+        node = self.by_address[address]
+        self.calls.append((node.name, method, path))
+        if node.silent:
+            self.outstanding += 1
+            try:
+                await trio.sleep_forever()
+            finally:
+                self.outstanding -= 1
+        return await node.call(method, path, body)
 
     async def push(self, master: Master) -> None:
         """Every node pushes its ad every 0.5 s, as agents do."""
@@ -526,3 +544,132 @@ async def test_killed_inside_the_transaction(
         await wait_for(operations, op.id, ("completed",))
         scope.cancel()
     assert_once_each(fleet, ("d",))
+
+
+# ------------------------------------------------------------------ operations apart
+
+
+async def test_a_silent_node_delays_only_its_own_operation(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Two operations whose node takes every call and never answers (each call may take
+    a day), and one on a healthy node: the healthy one completes while the silent nodes'
+    calls are still waited for, their operations not ended."""
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    for name in ("a", "c"):
+        fleet.nodes[name].silent = True
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        master.fetch_timeout = 86_400.0  # the agents' timeout: a call may take that long
+        silent = [
+            operations.create(spec(hosts=(name,), grouping="host"), actor="admin")
+            for name in ("a", "c")
+        ]
+        await until(lambda: fleet.outstanding >= 2, within=30, every=0.1)
+        op = operations.create(spec(hosts=("d",), grouping="host"), actor="admin")
+        await wait_for(operations, op.id, ("completed",))
+        assert fleet.outstanding >= 2  # still waiting for the silent nodes
+        for each in silent:
+            waiting = operations.get(each.id)
+            assert waiting.ended_at is None
+            assert waiting.batches[0].nodes[0].phase == "draining"
+            assert waiting.batches[0].nodes[0].request_id is None
+        scope.cancel()
+    assert_once_each(fleet, ("d",))
+    assert fleet.nodes["a"].commits == fleet.nodes["c"].commits == []
+
+
+async def test_idle_operations_make_no_calls_and_few_steps(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Operations paused before their first batch, and operations whose batch the SLA
+    holds for a long while: over 200 intervals no node is called; a paused one is not
+    stepped again, a held one is looked at again every HELD_RECHECK intervals (its SLA
+    asked then), not at every interval."""
+    clock = TrioClock(EPOCH)
+    racks = {f"n{i}": f"r{i}" for i in range(24)}
+    fleet = Fleet(clock, racks)
+    book = Book(EPOCH + 1_000_000)  # safe in eleven days
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery)
+        operations.sla = book
+        paused = [
+            operations.create(spec(hosts=(f"n{i}",), grouping="host"), actor="admin")
+            for i in range(12)
+        ]
+        for op in paused:
+            operations.pause(op.id, actor="admin")
+        held = [
+            operations.create(spec(hosts=(f"n{i}",), grouping="host"), actor="admin")
+            for i in range(12, 24)
+        ]
+        await until(lambda: all(operations.get(op.id).batches[0].reason is not None for op in held))
+        await trio.sleep(master.reconcile_interval)
+        steps, asked, calls = operations.steps, len(book.asked), len(fleet.calls)
+        intervals = 200
+        await trio.sleep(intervals * master.reconcile_interval)
+        scope.cancel()
+    assert len(fleet.calls) == calls == 0
+    rechecks = len(held) * (intervals // HELD_RECHECK + 1)
+    assert len(book.asked) - asked <= rechecks
+    assert operations.steps - steps <= rechecks
+    for op in held:
+        assert operations.get(op.id).batches[0].state == "waiting"
+    for op in paused:
+        assert operations.get(op.id).batches[0].state == "waiting"
+
+
+class Recording(DocumentStore):
+    """The master's SQLite store, noting what each save was given."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, collections=("operations",))
+        self.saves: list[dict[str, Any]] = []
+
+    def save(self, **documents: Any) -> None:
+        self.saves.append(documents)
+        super().save(**documents)
+
+
+async def test_creating_an_operation_beside_2000_writes_only_it(tmp_path: Path) -> None:
+    """2,000 operations in the store (half finished, half paused holding their host): a
+    new one is one save that writes that operation alone (one row), and the busy hosts
+    are still refused."""
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    store = Recording(tmp_path / "master.db")
+    old = {}
+    for i in range(2000):
+        op = new_operation(str(i + 1), spec(hosts=(f"h{i}",)), {f"h{i}": "r"}, actor="x", now=EPOCH)
+        op = (
+            replace(op, state="paused") if i % 2 else replace(op, state="completed", ended_at=EPOCH)
+        )
+        old[op.id] = op.to_json()
+    store.save(operations=old)
+    master = Master(
+        store=store, link=fleet, clock=clock, ads=AdStore(lifetime=10_000),
+        reconcile_interval=0.5,
+    )  # fmt: skip
+    master.load()
+    operations = Operations(master)
+    operations.load()
+    for node in fleet.nodes.values():
+        master.receive_ad(node.ad())
+        master.receive_ad({**node.ad(), "machine": {**node.ad()["machine"], "Name": "h1"}})
+    store.saves.clear()
+    op = operations.create(spec(hosts=("d",), grouping="host"), actor="admin")
+    assert op.id == "2001"
+    assert len(store.saves) == 1
+    written = store.saves[0]["operations"]
+    assert written == Members(put={"2001": op.to_json()})
+    with pytest.raises(OperationError) as refused:
+        operations.create(spec(hosts=("h1",), grouping="host"), actor="admin")
+    assert refused.value.code == "operation.host_busy"
+    assert len(store.saves) == 1
+    store.close()
+    again = DocumentStore(tmp_path / "master.db", collections=("operations",))
+    try:
+        assert len(again.load("operations")) == 2001
+    finally:
+        again.close()
