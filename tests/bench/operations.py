@@ -21,8 +21,8 @@ loopback ports that take connections and never answer.
    request to the operation ended as ``GET`` shows it (polled every 50 ms), ``--runs``
    times; then again with an operation of ``silent1`` under way, then of both silent nodes.
 
-Prints one JSON document. Usage: ``python tests/bench/operations.py [--operations 2000]
-[--sample 20] [--idle 20] [--runs 3]``.
+About 7 minutes (``run_all --timeout 900``). Prints one JSON document. Usage:
+``python tests/bench/operations.py [--operations 2000] [--sample 20] [--idle 20] [--runs 3]``.
 """
 
 from __future__ import annotations
