@@ -26,6 +26,10 @@ The pacing is saved before the cycle acts, so a crash errs on the side of draini
 Limits are headroom: a cycle starts at most ``max_concurrent_draining − draining`` drains
 and at most ``max_whole_machines − |whole ∪ draining|`` (a machine this daemon drains is
 counted as the whole machine it will become).
+
+A cycle never acts on an ad older than the daemon's own record of a drain it started
+(:mod:`._records`): until the machine's ad shows the drain, the machine counts as
+draining and is neither a candidate nor whole, so a late ad cannot get it drained twice.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeagent.defrag._records import DrainRecord, ad_knows, outlived
 from slots import Schedule, evaluate, is_true
 
 __all__ = [
@@ -168,6 +173,8 @@ class CyclePlan:
     ``candidates`` (best first; a failed or skipped candidate makes room for the next).
 
     ``why`` names the control that held the cycle back (the rate, a limit, no candidate).
+    ``unseen``: machines counted as draining on the daemon's record alone, their ads being
+    older than it; ``records``: the records to keep.
     """
 
     now: float
@@ -179,6 +186,8 @@ class CyclePlan:
     credit: float
     pacing: Pacing
     why: str = ""
+    unseen: tuple[str, ...] = ()
+    records: tuple[DrainRecord, ...] = ()
 
 
 def machine_of(ad: Mapping[str, Any]) -> str:
@@ -244,11 +253,20 @@ def _address(ad: Mapping[str, Any]) -> str | None:
 
 
 def plan_cycle(
-    ads: Iterable[Mapping[str, Any]], policy: DefragPolicy, *, now: float, pacing: Pacing
+    ads: Iterable[Mapping[str, Any]],
+    policy: DefragPolicy,
+    *,
+    now: float,
+    pacing: Pacing,
+    records: Mapping[str, DrainRecord] | None = None,
 ) -> CyclePlan:
     """Decide one cycle from the partitionable slot ads the master serves.
 
     * Ads that are not partitionable slots, are ``Offline`` or ``Lost`` are ignored.
+    * *Unseen*: machines with a record of this daemon's (``records``, by machine) that
+      none of their ads knows (:func:`~._records.ad_knows`): counted as draining, and
+      nothing else is read from their ads. A record is kept until an ad shows it
+      outlived (:func:`~._records.outlived`) or the master lists no ad of its machine.
     * *Draining*: machines with a committed drain whose reason is this daemon's.
     * *Whole*: machines matching ``whole_machine_expr`` and not under someone else's drain.
     * *Cancels*: this daemon's drains matching the cancel requirements.
@@ -259,14 +277,28 @@ def plan_cycle(
     """
     reason = policy.reason
     by_machine: dict[str, list[Mapping[str, Any]]] = {}
+    listed: set[str] = set()
     for ad in ads:
+        listed.add(machine_of(ad))
         if _usable(ad):
             by_machine.setdefault(machine_of(ad), []).append(ad)
 
-    draining: set[str] = set()
+    kept: list[DrainRecord] = []
+    unseen: set[str] = set()
+    for machine, record in sorted((records or {}).items()):
+        slot_ads = by_machine.get(machine, [])
+        if machine not in listed or any(outlived(record, ad) for ad in slot_ads):
+            continue
+        kept.append(record)
+        if slot_ads and not any(ad_knows(record, ad) for ad in slot_ads):
+            unseen.add(machine)
+
+    draining: set[str] = set(unseen)
     whole: set[str] = set()
     cancels: list[Cancel] = []
     for machine, slot_ads in sorted(by_machine.items()):
+        if machine in unseen:
+            continue
         cancel: Cancel | None = None
         for ad in slot_ads:
             ours = ad.get("DrainReason") == reason
@@ -341,6 +373,8 @@ def plan_cycle(
         credit=credit,
         pacing=after,
         why=why,
+        unseen=tuple(sorted(unseen)),
+        records=tuple(kept),
     )
 
 

@@ -1,9 +1,14 @@
-"""The defrag service: cycles against the master's ads and the agents, on trio."""
+"""The defrag service: cycles against the master's ads and the agents, on trio.
+
+Each drain the service starts is recorded (:mod:`._records`) once phase 1 names its
+request, and the record saved with the pacing before the commit; a cycle never acts on an
+ad older than that record.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -20,7 +25,7 @@ from nodeagent._peer import (
     TokenFile,
     kept_alive,
 )
-from nodeagent._store import Documents
+from nodeagent._store import Documents, StoreError
 from nodeagent.defrag._policy import (
     TRANSACTION_TTL,
     Cancel,
@@ -35,6 +40,7 @@ from nodeagent.defrag._policy import (
     log,
     plan_cycle,
 )
+from nodeagent.defrag._records import DrainRecord, records_from_json, records_to_json
 
 __all__ = ["CycleReport", "DefragLink", "DefragService", "HttpDefragLink", "MasterCallFailed"]
 
@@ -248,8 +254,10 @@ class CycleReport:
 class DefragService:
     """Runs the cycles and publishes the statistics; see the module docstring.
 
-    ``store`` (optional) keeps the pacing across restarts. ``identity`` is merged into the
-    published ad (``MyAddress``, ``DaemonStartTime``).
+    ``store`` (optional) keeps the pacing and the records of the drains across restarts
+    (and leaders). ``identity`` is merged into the published ad (``MyAddress``,
+    ``DaemonStartTime``). ``drains``: the records of this daemon's drains that no ad has
+    shown yet, by machine.
     """
 
     policy: DefragPolicy
@@ -261,17 +269,19 @@ class DefragService:
     stats: DefragStats = field(default_factory=DefragStats)
     pacing: Pacing = field(default_factory=Pacing)
     baselines: dict[str, CostBaseline] = field(default_factory=dict)
+    drains: dict[str, DrainRecord] = field(default_factory=dict)
     _wake: trio.Event | None = None
     _publish: trio.Event | None = None
 
     def load(self) -> None:
-        """Restore the pacing saved by a previous run."""
+        """Restore the pacing and the records of the drains saved by a previous run."""
         if self.store is not None:
             self.pacing = Pacing.from_json(self.store.load("pacing"))
+            self.drains = records_from_json(self.store.load("drains"))
 
     def _save(self) -> None:
         if self.store is not None:
-            self.store.save(pacing=self.pacing.to_json())
+            self.store.save(pacing=self.pacing.to_json(), drains=records_to_json(self.drains))
 
     def wake(self) -> None:
         """Run a cycle now (after a reload)."""
@@ -340,16 +350,18 @@ class DefragService:
             log.warning("cycle skipped: cannot read the ads: %s", exc)
             self._nudge_publisher()
             return CycleReport(plan=None)
-        plan = plan_cycle(ads, self.policy, now=now, pacing=self.pacing)
+        plan = plan_cycle(ads, self.policy, now=now, pacing=self.pacing, records=self.drains)
         self.pacing = plan.pacing
+        self.drains = {record.machine: record for record in plan.records}
         self._save()
         self.stats.observe(plan)
         avg_badput, avg_unclaimed, self.baselines = draining_cost(ads, self.baselines)
         self.stats.avg_draining_badput = avg_badput
         self.stats.avg_draining_unclaimed = avg_unclaimed
         log.info(
-            "%d draining, %d whole; earned %.3f drains, may start %d%s",
+            "%d draining (%d not in the ads yet), %d whole; earned %.3f drains, may start %d%s",
             len(plan.draining),
+            len(plan.unseen),
             len(plan.whole),
             plan.credit,
             plan.wanted,
@@ -392,7 +404,13 @@ class DefragService:
         return True
 
     async def _drain(self, candidate: Candidate) -> str:
-        """Phase 1, compare, commit. Returns ``success``, ``skip`` or ``failure``."""
+        """Phase 1, record, compare, commit. Returns ``success``, ``skip`` or ``failure``.
+
+        The record of the drain is saved before the commit: a
+        :class:`~nodeagent._store.StoreError` there (with etcd, also the loss of
+        leadership) is raised with the transaction uncommitted, and cancelled if it can be
+        (else the agent expires it after its ``ttl``).
+        """
         policy = self.policy
         what = str(policy.schedule)
         body: dict[str, Any] = {
@@ -409,10 +427,17 @@ class DefragService:
             request_id = str(phase1["id"])
         except (AgentCallFailed, KeyError) as exc:
             return self._failed(candidate, what, f"phase 1: {exc}")
+        record = DrainRecord(
+            machine=candidate.machine,
+            request_id=request_id,
+            committed=False,
+            at=self._node_time(phase1.get("created_at")),
+        )
+        previous, self.drains[candidate.machine] = self.drains.get(candidate.machine), record
         estimate = phase1.get("estimate") or {}
         fresh = estimate.get("badput") if isinstance(estimate, dict) else None
         if not estimate_acceptable(candidate.badput, fresh, policy.max_badput_increase):
-            await self._abandon(candidate, request_id)
+            await self._abandon(candidate, request_id, previous)
             self.stats.record("skip", candidate.machine, self.clock.now(), what)
             log.info(
                 "%s: skipped: badput %s now, %s when ranked (more than %g×)",
@@ -423,10 +448,19 @@ class DefragService:
             )
             return "skip"
         try:
-            await self.link.call_agent(address, "POST", f"/v1/drain/{request_id}/commit")
+            self._save()  # written before the commit
+        except StoreError:
+            await self._abandon(candidate, request_id, previous)
+            raise
+        try:
+            committed = await self.link.call_agent(
+                address, "POST", f"/v1/drain/{request_id}/commit"
+            )
         except AgentCallFailed as exc:
-            await self._abandon(candidate, request_id)
+            await self._abandon(candidate, request_id, previous)
             return self._failed(candidate, what, f"commit: {exc}")
+        at = self._node_time(committed.get("committed_at"))
+        self.drains[candidate.machine] = replace(record, committed=True, at=at)
         self.stats.record("success", candidate.machine, self.clock.now(), what)
         log.info(
             "%s: %s drain %s started (badput %s, rank %g)",
@@ -443,8 +477,20 @@ class DefragService:
         log.warning("%s: drain failed: %s", candidate.machine, message)
         return "failure"
 
-    async def _abandon(self, candidate: Candidate, request_id: str) -> None:
-        """Cancel a pending transaction; if that fails, the agent expires it by itself."""
+    def _node_time(self, value: Any) -> float:
+        """An instant an agent's reply gives (its clock); the daemon's own clock stands in
+        for one missing."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return self.clock.now()
+        return float(value)
+
+    async def _abandon(
+        self, candidate: Candidate, request_id: str, previous: DrainRecord | None
+    ) -> None:
+        """Cancel a pending transaction: the drain never was, and the machine's record is
+        ``previous`` again (that of the drain before, if any). If the cancel fails, the
+        agent expires the transaction by itself, and its record stays (until an ad shows
+        what became of it)."""
         try:
             await self.link.call_agent(candidate.address, "POST", f"/v1/drain/{request_id}/cancel")
         except AgentCallFailed as exc:
@@ -455,3 +501,8 @@ class DefragService:
                 TRANSACTION_TTL,
                 exc,
             )
+            return
+        if previous is None:
+            self.drains.pop(candidate.machine, None)
+        else:
+            self.drains[candidate.machine] = previous

@@ -40,6 +40,13 @@ from nodeagent.defrag._policy import (
     pace,
     plan_cycle,
 )
+from nodeagent.defrag._records import (
+    RECORD_LIFETIME,
+    DrainRecord,
+    ad_knows,
+    records_from_json,
+    records_to_json,
+)
 from nodeagent.defrag._service import DefragService, MasterCallFailed
 from slots import JobSpec, Machine, MachinePolicy, OnCompletion, Resources, Schedule
 
@@ -408,6 +415,125 @@ def test_draining_cost_is_the_fraction_of_core_time_since_first_seen() -> None:
     assert base == {"a": CostBaseline(badput=10, unclaimed=0, at=200)}
 
 
+# ----------------------------------------------------------------------- the daemon's record
+
+#: A drain of machine "a" this daemon committed, request 4, at EPOCH + 0.5 (node's clock).
+COMMITTED = DrainRecord(machine="a", request_id="4", committed=True, at=EPOCH + 0.5)
+PENDING = DrainRecord(machine="a", request_id="4", committed=False, at=EPOCH + 0.5)
+BEFORE, SAME_SECOND, AFTER = int(EPOCH) - 30, int(EPOCH), int(EPOCH) + 1
+
+
+@pytest.mark.parametrize(
+    ("record", "ad", "knows"),
+    [
+        # made before the drain: no request, the jobs still there
+        (COMMITTED, pslot("a", MyCurrentTime=BEFORE), False),
+        # MyCurrentTime is whole seconds: the second of the commit may be before it
+        (COMMITTED, pslot("a", MyCurrentTime=SAME_SECOND), False),
+        # made after: whatever it shows (here: the drain over, the machine whole)
+        (COMMITTED, pslot("a", free=8, MyCurrentTime=AFTER), True),
+        # it shows the drain, committed
+        (COMMITTED, pslot("a", state="draining", reason=REASON, request_id="4",
+                          MyCurrentTime=SAME_SECOND), True),
+        # it shows the request still pending: made before the commit
+        (COMMITTED, pslot("a", state="pending", reason=REASON, request_id="4",
+                          MyCurrentTime=SAME_SECOND), False),
+        # ... which is all a record of phase 1 knows
+        (PENDING, pslot("a", state="pending", reason=REASON, request_id="4",
+                        MyCurrentTime=SAME_SECOND), True),
+        # a later request (anyone's), or an earlier one
+        (COMMITTED, pslot("a", state="pending", reason="admin", request_id="5",
+                          MyCurrentTime=SAME_SECOND), True),
+        (COMMITTED, pslot("a", state="draining", reason="admin", request_id="3",
+                          MyCurrentTime=SAME_SECOND), False),
+        # an ad without MyCurrentTime knows a record by its request id only
+        (COMMITTED, pslot("a", free=8), False),
+    ],
+)  # fmt: skip
+def test_an_ad_knows_a_record_by_its_request_or_its_time(
+    record: DrainRecord, ad: dict[str, Any], knows: bool
+) -> None:
+    assert ad_knows(record, ad) is knows
+
+
+RECORD_CASES = {
+    "an ad older than the record: counted as draining, not a candidate": Case(
+        ads=[pslot("a", MyCurrentTime=BEFORE), pslot("b", badput=900)],
+        knobs={"max_concurrent_draining": 2},
+        draining=("a",),
+        candidates=("b",),
+        wanted=1,
+        why="max_concurrent_draining reached",
+    ),
+    "... nor whole, nor cancelled from that ad": Case(
+        ads=[pslot("a", free=8, state="draining", reason=REASON, request_id="3",
+                   MyCurrentTime=BEFORE)],
+        draining=("a",),
+        why="no candidate",
+    ),
+    "an ad that knows the drain decides: over, the machine whole": Case(
+        ads=[pslot("a", free=8, MyCurrentTime=AFTER), pslot("b")],
+        whole=("a",),
+        candidates=("b",),
+    ),
+    "an ad that knows it decides: fragmented again, a candidate again": Case(
+        ads=[pslot("a", MyCurrentTime=AFTER)], candidates=("a",)
+    ),
+    "a lost machine's record is kept but counts nothing": Case(
+        ads=[pslot("a", Lost=True, MyCurrentTime=BEFORE)], why="no candidate"
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", RECORD_CASES.values(), ids=RECORD_CASES.keys())
+def test_plan_cycle_never_acts_on_an_ad_older_than_its_record(case: Case) -> None:
+    records = {"a": COMMITTED}
+    plan = plan_cycle(case.ads, policy(**case.knobs), now=EPOCH + 1, pacing=Pacing(),
+                      records=records)  # fmt: skip
+    assert plan.draining == case.draining
+    assert plan.unseen == tuple(m for m in case.draining if m == "a")
+    assert plan.whole == case.whole
+    assert tuple(c.machine for c in plan.cancels) == case.cancels
+    assert tuple(names(plan.candidates)) == case.candidates
+    assert plan.wanted == case.wanted
+    assert plan.why == case.why
+    assert plan.records == (COMMITTED,)
+
+
+@pytest.mark.parametrize(
+    ("ads", "kept"),
+    [
+        ([pslot("a", MyCurrentTime=AFTER)], True),
+        # an ad an hour after the record: no master serves an older one still
+        ([pslot("a", MyCurrentTime=int(COMMITTED.at + RECORD_LIFETIME))], True),
+        ([pslot("a", MyCurrentTime=int(COMMITTED.at + RECORD_LIFETIME) + 1)], False),
+        # the master lists no ad of the machine at all (forgotten)
+        ([pslot("b", MyCurrentTime=AFTER)], False),
+        ([pslot("a", Lost=True, MyCurrentTime=BEFORE)], True),
+    ],
+)
+def test_a_record_is_kept_an_hour_or_while_its_machine_is_listed(
+    ads: list[dict[str, Any]], kept: bool
+) -> None:
+    plan = plan_cycle(ads, policy(), now=EPOCH + 1, pacing=Pacing(), records={"a": COMMITTED})
+    assert plan.records == ((COMMITTED,) if kept else ())
+
+
+def test_records_round_trip_through_the_store_and_unreadable_ones_are_left_out() -> None:
+    records = {"a": COMMITTED, "b": DrainRecord(machine="b", request_id="x", committed=False,
+                                                 at=1.0)}  # fmt: skip
+    assert records_from_json(records_to_json(records)) == records
+    doc = {
+        **records_to_json(records),
+        "c": {"request_id": 7, "committed": True, "at": 1.0},
+        "d": {"request_id": "7", "committed": "yes", "at": 1.0},
+        "e": {"request_id": "7", "committed": True, "at": True},
+        "f": None,
+    }
+    assert records_from_json(doc) == records
+    assert records_from_json(None) == records_from_json([1, 2]) == {}
+
+
 # ----------------------------------------------------------------------- a fake pool
 
 
@@ -425,6 +551,7 @@ class FakeMachine:
     reachable: bool = True
     request: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    served: tuple[float, dict[str, Any]] | None = None  # the ad the master holds, since when
 
 
 class FakePool:
@@ -434,6 +561,9 @@ class FakePool:
         self.clock = clock
         self.machines = {m.name: m for m in machines}
         self.down_until = -1.0  # the master does not answer before this offset
+        #: The master holds each machine's ad this long before it hears it again (None:
+        #: every read shows the machines as they are).
+        self.ad_refresh: float | None = None
         self.published: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
 
@@ -481,7 +611,11 @@ class FakePool:
         if self.offset() < self.down_until:
             raise MasterCallFailed("master.unreachable", "down")
         self._settle()
-        return [self.ad(m) for m in self.machines.values()]
+        now = self.offset()
+        for m in self.machines.values():
+            if self.ad_refresh is None or m.served is None or now >= m.served[0] + self.ad_refresh:
+                m.served = (now, self.ad(m))
+        return [m.served[1] for m in self.machines.values() if m.served is not None]
 
     async def publish(self, ad: dict[str, Any]) -> None:
         await trio.lowlevel.checkpoint()
@@ -506,13 +640,19 @@ class FakePool:
             m.request = r
             m.history.append(r)
             badput = m.badput if m.fresh_badput is None else m.fresh_badput
-            return {"id": r["id"], "state": "pending", "estimate": {"badput": badput}}
+            return {
+                "id": r["id"],
+                "state": "pending",
+                "estimate": {"badput": badput},
+                "created_at": self.clock.now(),
+            }
         request_id, _, verb = path.removeprefix("/v1/drain/").partition("/")
         if r is None or r["id"] != request_id:
             raise AgentCallFailed("drain.no_such_request", f"no request {request_id}", 404)
         if verb == "commit":
             r.update(state="draining", committed_at=self.offset())
-        elif verb == "cancel":
+            return {"id": r["id"], "state": r["state"], "committed_at": self.clock.now()}
+        if verb == "cancel":
             r["state"] = "cancelled"
             m.request = None
         return {"id": r["id"], "state": r["state"]}
@@ -525,11 +665,13 @@ async def running(
     *,
     master_down_until: float = -1.0,
     clock: TrioClock | None = None,
+    ad_refresh: float | None = None,
     **knobs: Any,
 ) -> AsyncIterator[tuple[DefragService, FakePool]]:
     clock = clock or TrioClock(EPOCH)
     pool = FakePool(clock, machines)
     pool.down_until = master_down_until
+    pool.ad_refresh = ad_refresh
     store = None if tmp_path is None else DocumentStore(tmp_path / "defrag.db")
     service = DefragService(
         policy=policy(**knobs), link=pool, clock=clock, store=store, update_interval=300.0
@@ -703,6 +845,61 @@ async def test_the_defrag_ad_is_pushed(autojump_clock: trio.testing.MockClock) -
     assert last["DrainReason"] == REASON
     assert last["LastPollTime"] == int(EPOCH) + 600
     assert {"MachinesDraining", "WholeMachinesPeak", "AvgDrainingBadput"} <= set(last)
+
+
+@pytest.mark.parametrize(
+    "drain_time",
+    [
+        1,  # over before the next cycle: read stale, it would be drained a second time
+        900,  # still draining then: read stale, it would be tried (and b drained past the limit)
+    ],
+)
+async def test_a_late_ad_never_gets_a_machine_drained_twice(
+    autojump_clock: trio.testing.MockClock, drain_time: float
+) -> None:
+    """The master holds each ad for 25 minutes: the cycles at 600 and 1200 read the ads of
+    time 0, which show a as it was before its drain."""
+    machines = [
+        FakeMachine(name="a", badput=100, drain_time=drain_time),
+        FakeMachine(name="b", badput=200, drain_time=drain_time),
+    ]
+    async with running(machines, ad_refresh=1500, max_concurrent_draining=1) as (service, pool):
+        await trio.sleep(601)
+        assert service.stats.machines_draining == 1  # a, on the record alone
+        assert service.drains["a"].committed
+        await trio.sleep(1800)
+        ad = service.ad()
+    # b once the master held a fresh ad of a again (at 1800)
+    assert pool.commits() == [(0.0, "a"), (1800.0, "b")]
+    assert [len(m.history) for m in machines] == [1, 1]
+    assert (ad["DrainSuccesses"], ad["DrainFailures"], ad["MachinesDrainingPeak"]) == (1 + 1, 0, 1)
+
+
+async def test_the_record_survives_a_restart_and_goes_to_the_next_leader(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    machines = fragmented("a", "b", drain_time=1)
+    clock = TrioClock(EPOCH)
+    knobs: dict[str, Any] = {"clock": clock, "ad_refresh": 1500, "max_concurrent_draining": 1}
+    async with running(machines, tmp_path, **knobs) as (service, _):
+        await trio.sleep(300)  # a drained at 0, over at 1
+        assert list(service.drains) == ["a"]
+    async with running(machines, tmp_path, **knobs) as (service, pool):
+        assert service.drains["a"].request_id == "1"  # saved before the commit
+        await trio.sleep(1000)  # a cycle at 600 on the ads of time 0
+    assert pool.commits() == [(0.0, "a")]
+    assert len(machines[0].history) == 1
+
+
+async def test_a_skipped_transaction_leaves_no_record(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    machines = [FakeMachine(name="a", badput=100, fresh_badput=1000), FakeMachine(name="b")]
+    async with running(machines, ad_refresh=1500) as (service, pool):
+        await trio.sleep(601)  # skipped at 0, b drained at 0; a tried again at 600, not b
+        assert list(service.drains) == ["b"]
+    assert [h["state"] for h in machines[0].history] == ["cancelled", "cancelled"]
+    assert pool.commits() == [(0.0, "b")]
 
 
 # ----------------------------------------------------------------------- configuration
