@@ -63,10 +63,16 @@ def in_etcd(etcd: EtcdServer, document: str) -> Any:
 
 
 def drained_once(daemon: DefragProcess, machine: str) -> None:
-    """Once a cycle of ``daemon`` has seen both nodes whole (``machine`` after its drain):
-    its one drain, of ``machine``, and nothing tried again from an ad that was late."""
-    wait_for(lambda: daemon.stats()["WholeMachines"] == 2)
-    stats = daemon.stats()
+    """Once ``daemon`` has drained ``machine`` and a later cycle has seen both nodes whole
+    (the one that drained it saw it fragmented): that one drain, and nothing tried again
+    from an ad that was late."""
+
+    def seen_whole_after_its_drain() -> dict[str, Any] | None:
+        stats = daemon.stats()
+        drained = any(d["who"] == machine for d in stats["RecentDrainsList"])
+        return stats if drained and stats["WholeMachines"] == 2 else None
+
+    stats = wait_for(seen_whole_after_its_drain)
     assert (stats["DrainSuccesses"], stats["DrainFailures"], stats["DrainSkips"]) == (1, 0, 0)
     assert [(d["who"], d["result"]) for d in stats["RecentDrainsList"]] == [(machine, "success")]
 
