@@ -13,8 +13,21 @@ Errors (each carries a stable ``code`` and an ``http_status``)::
 
     AuthError
     ├── Unauthenticated   401 auth.unauthenticated  missing, malformed, forged or expired token
+    │   └── WrongAudience 401 auth.wrong_audience   a token bound to another receiver
     └── Forbidden         403 auth.forbidden        valid principal lacking the required scope
+        ├── WrongNode     403 auth.wrong_node       a node's DAEMON token, another node's ad
+        └── PoolToken     403 auth.pool_daemon_token  a DAEMON token that names no node
     KeyFileError          500 auth.key_file         pool key file missing, unsafe or too short
+
+Two optional claims bind a token (DESIGN §5, node restriction):
+
+* ``node``, on a DAEMON token: the one node (or daemon) whose ads it may push; the master
+  refuses an ad under another name (:class:`WrongNode`) and, unless told to for a
+  migration, a DAEMON token without one (:class:`PoolToken`);
+* ``aud``, on a token one daemon mints to call another: the receiver's name. A receiver
+  that knows its name (an agent: its advertised host name) accepts such a token only if
+  it is named; a receiver that does not (the master, the defrag daemon) accepts none
+  (:class:`WrongAudience`). Operators' tokens carry no ``aud`` and work everywhere.
 
 The pool key file holds the shared HMAC secret. :func:`load_key` *refuses* a key file that
 grants any permission to group or other: a readable key lets anyone mint ADMINISTRATOR
@@ -47,9 +60,12 @@ __all__ = [
     "Forbidden",
     "KeyFileError",
     "PeerCredentials",
+    "PoolToken",
     "Principal",
     "Scope",
     "Unauthenticated",
+    "WrongAudience",
+    "WrongNode",
     "create_token",
     "generate_key",
     "load_key",
@@ -121,11 +137,29 @@ class Unauthenticated(AuthError):
     www_authenticate: ClassVar[str] = f'Bearer realm="{ISSUER}"'
 
 
+class WrongAudience(Unauthenticated):
+    """A token minted for another receiver (its ``aud`` claim), replayed here (HTTP 401)."""
+
+    code: ClassVar[str] = "auth.wrong_audience"
+
+
 class Forbidden(AuthError):
     """The principal is known but its scope does not cover the action (HTTP 403)."""
 
     code: ClassVar[str] = "auth.forbidden"
     http_status: ClassVar[int] = 403
+
+
+class WrongNode(Forbidden):
+    """A DAEMON token made for one node pushed an ad under another node's name (HTTP 403)."""
+
+    code: ClassVar[str] = "auth.wrong_node"
+
+
+class PoolToken(Forbidden):
+    """A DAEMON token that names no node, where only a node's own is accepted (HTTP 403)."""
+
+    code: ClassVar[str] = "auth.pool_daemon_token"
 
 
 class KeyFileError(AuthError):
@@ -143,12 +177,14 @@ class Principal:
     """Who makes a request and what it may do.
 
     ``expires_at`` is the token's ``exp`` (epoch seconds) for ``via="token"`` and ``None``
-    for a Unix socket peer.
+    for a Unix socket peer. ``node`` is a DAEMON token's ``node`` claim: the node whose
+    ads it may push (``None``: a pool-wide token, or another scope).
     """
 
     subject: str
     scope: Scope
     expires_at: float | None = None
+    node: str | None = None
     via: Literal["token", "unix"] = "token"
 
 
@@ -258,12 +294,27 @@ def _check_key(key: bytes) -> None:
         raise ValueError(f"the pool key must hold at least {MIN_KEY_BYTES} bytes")
 
 
-def create_token(key: bytes, *, subject: str, scope: Scope, lifetime_s: float, now: float) -> str:
+def _name_claim(value: object) -> bool:
+    return isinstance(value, str) and bool(value) and value.isprintable()
+
+
+def create_token(
+    key: bytes,
+    *,
+    subject: str,
+    scope: Scope,
+    lifetime_s: float,
+    now: float,
+    node: str | None = None,
+    audience: str | None = None,
+) -> str:
     """Return a signed token for ``subject`` with ``scope``, valid from ``now`` for ``lifetime_s``.
 
     Claims: ``iss`` (:data:`ISSUER`), ``sub``, ``scope``, ``iat`` = ``int(now)`` and
-    ``exp`` = ``int(now + lifetime_s)``. Raises ValueError for an empty or non-printable
-    subject, a non-positive lifetime or a short key.
+    ``exp`` = ``int(now + lifetime_s)``; ``node`` (a DAEMON token's node) and ``aud`` (the
+    one receiver, ``audience``) when given. Raises ValueError for an empty or non-printable
+    subject, node or audience, a node on a token that is not DAEMON, a non-positive
+    lifetime or a short key.
     """
     _check_key(key)
     if not subject:
@@ -279,17 +330,34 @@ def create_token(key: bytes, *, subject: str, scope: Scope, lifetime_s: float, n
         "iat": int(now),
         "exp": int(now + lifetime_s),
     }
+    if node is not None:
+        if Scope(scope) is not Scope.DAEMON:
+            raise ValueError("only a DAEMON token names a node")
+        if not _name_claim(node):
+            raise ValueError("a token's node must be non-empty printable text")
+        claims["node"] = node
+    if audience is not None:
+        if not _name_claim(audience):
+            raise ValueError("a token's audience must be non-empty printable text")
+        claims["aud"] = audience
     return jwt.encode(claims, key, algorithm=_ALGORITHM)
 
 
-def verify_token(key: bytes, token: str, *, now: float | None = None) -> Principal:
+def verify_token(
+    key: bytes, token: str, *, now: float | None = None, audience: str | None = None
+) -> Principal:
     """Check ``token``'s signature, issuer and lifetime at ``now`` and return its principal.
 
     ``now`` defaults to the wall clock. A token is expired when ``exp <= now``; one issued
     (``iat``) or valid from (``nbf``, optional) more than a minute after ``now`` is refused
-    too (a minute: the clocks of two hosts may disagree that much). The subject must be
-    printable text. Raises :class:`Unauthenticated` for any defect (the message says which,
-    without echoing the token).
+    too (a minute: the clocks of two hosts may disagree that much). The subject, and the
+    ``node`` claim when there is one, must be printable text. Raises
+    :class:`Unauthenticated` for any defect (the message says which, without echoing the
+    token).
+
+    ``audience`` is the receiver's own name (``None``: the receiver has none to check). A
+    token without ``aud`` is accepted by every receiver; one with ``aud`` only by the
+    receiver it names (a string, or a list holding it), else :class:`WrongAudience`.
     """
     _check_key(key)
     if now is None:
@@ -305,6 +373,7 @@ def verify_token(key: bytes, token: str, *, now: float | None = None) -> Princip
                 "verify_exp": False,
                 "verify_iat": False,
                 "verify_nbf": False,
+                "verify_aud": False,
             },
         )
     except jwt.InvalidSignatureError:
@@ -332,16 +401,34 @@ def verify_token(key: bytes, token: str, *, now: float | None = None) -> Princip
         raise Unauthenticated("token is issued in the future")
     if nbf > now + _CLOCK_SKEW_S:
         raise Unauthenticated("token is not valid yet (nbf)")
-    return Principal(subject=subject, scope=scope, expires_at=float(exp), via="token")
+    node = claims.get("node")
+    if node is not None and (scope is not Scope.DAEMON or not _name_claim(node)):
+        raise Unauthenticated("token has an invalid node claim")
+    if "aud" in claims:
+        _check_audience(claims["aud"], audience)
+    return Principal(subject=subject, scope=scope, expires_at=float(exp), node=node, via="token")
+
+
+def _check_audience(aud: object, audience: str | None) -> None:
+    """Raise :class:`WrongAudience` unless ``aud`` (a token's claim) names ``audience``."""
+    named = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else None
+    if named is None or not all(isinstance(each, str) for each in named):
+        raise Unauthenticated("token has an invalid aud claim")
+    if audience is None:
+        raise WrongAudience("token is bound to another receiver (aud); it is not valid here")
+    if audience not in named:
+        shown = ", ".join(repr(each) for each in named[:3])
+        raise WrongAudience(f"token is bound to {shown}, not to {audience!r}")
 
 
 def principal_from_authorization(
-    header: str | None, key: bytes, now: float | None = None
+    header: str | None, key: bytes, now: float | None = None, *, audience: str | None = None
 ) -> Principal:
     """Return the principal of an ``Authorization: Bearer <token>`` header value.
 
     The scheme is case-insensitive. Raises :class:`Unauthenticated` when the header is
-    missing or empty, uses another scheme, or carries a token :func:`verify_token` refuses.
+    missing or empty, uses another scheme, or carries a token :func:`verify_token` refuses
+    (``audience``: the receiver's name, as there).
     """
     if header is None or not header.strip():
         raise Unauthenticated("a bearer token is required")
@@ -349,7 +436,7 @@ def principal_from_authorization(
     token = token.strip()
     if scheme.lower() != "bearer" or not token or " " in token:
         raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
-    return verify_token(key, token, now=now)
+    return verify_token(key, token, now=now, audience=audience)
 
 
 # --- Unix socket peers --------------------------------------------------------------------

@@ -17,7 +17,7 @@ their client; the others are closed as calls end. Leaving the last session, or
 opens a connection for itself and closes it before it returns, so it leaves nothing open.
 
 Credentials. A :class:`TokenMint` signs short-lived tokens with the pool key, one per
-subject, and reuses each until :data:`RENEW_AHEAD` of its lifetime is left; a
+subject, receiver and scope, and reuses each until :data:`RENEW_AHEAD` of its lifetime is left; a
 :class:`TokenFile` reads a bearer token once, and again only when the peer answers 401
 (the request is then sent once more if the token changed) or when its owner is
 reconfigured (a new :class:`TokenFile`).
@@ -64,6 +64,7 @@ import trio
 
 from nodeagent._auth import Scope, create_token
 from nodeagent._clock import Clock
+from nodeagent._origin import NotAnOrigin, parse_origin
 from nodeagent._wire import TokenFileError, error_fields, read_token_file
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "KEEPALIVE_EXPIRY_S",
     "MASTER_ADS_REPLY_LIMIT",
     "MASTER_REPLY_LIMIT",
+    "MAX_MINTED",
     "RENEW_AHEAD",
     "TOKEN_LIFETIME_S",
     "AgentCallFailed",
@@ -82,13 +84,17 @@ __all__ = [
     "TokenFile",
     "TokenMint",
     "kept_alive",
+    "scope_for",
 ]
 
 #: An idle kept connection is dropped after this long: under the servers' idle timeout
 #: (5 s, hypercorn's and :mod:`nodeagent._http11`'s), so a request never races their close.
 KEEPALIVE_EXPIRY_S = 4.0
-#: Lifetime of the tokens a daemon mints for its calls to agents.
-TOKEN_LIFETIME_S = 300.0
+#: Lifetime of the tokens a daemon mints for its calls to agents: short, since each is
+#: sent to a node, and it is worth that node alone.
+TOKEN_LIFETIME_S = 60.0
+#: At most this many minted tokens are kept for reuse (one per node, actor and scope).
+MAX_MINTED = 4096
 #: A minted token is replaced once less than this share of its lifetime is left.
 RENEW_AHEAD = 0.2
 #: The largest reply read from an agent (8 MiB): its ad is ~13 kB, ~200 KiB with 128
@@ -175,12 +181,17 @@ class _Minted:
     renew_at: float
 
 
-class TokenMint:
-    """Tokens of ``scope`` signed with the pool ``key``, one per subject, reused.
+#: What a :class:`TokenMint` keeps a token for: (subject, audience, scope).
+_MintKey = tuple[str, str | None, Scope]
 
-    A subject's token is minted at its first call and reused until ``RENEW_AHEAD`` of its
+
+class TokenMint:
+    """Tokens signed with the pool ``key``, one per (subject, audience, scope), reused.
+
+    A token is minted at its first call and reused until ``RENEW_AHEAD`` of its
     ``lifetime_s`` is left (or the clock went back before its issue time); then a new one is
-    minted. ``clock`` is the wall clock unless a test gives another.
+    minted. At most ``max_tokens`` are kept: those whose time is up go first, then the least
+    recently used. ``clock`` is the wall clock unless a test gives another.
     """
 
     def __init__(
@@ -190,49 +201,79 @@ class TokenMint:
         scope: Scope = Scope.ADMINISTRATOR,
         lifetime_s: float = TOKEN_LIFETIME_S,
         clock: Clock | None = None,
+        max_tokens: int = MAX_MINTED,
     ) -> None:
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
         self._key = key
         self._scope = scope
         self._lifetime = lifetime_s
         self._clock = clock
-        self._tokens: dict[str, _Minted] = {}
+        self._max = max_tokens
+        self._tokens: OrderedDict[_MintKey, _Minted] = OrderedDict()
         #: How many tokens were signed (for tests and metrics).
         self.minted = 0
 
     def _now(self) -> float:
         return time.time() if self._clock is None else self._clock.now()
 
-    def token(self, subject: str) -> str:
-        """``subject``'s current token; raises ValueError for an empty subject."""
+    @property
+    def kept(self) -> int:
+        """How many tokens are kept for reuse now."""
+        return len(self._tokens)
+
+    def token(
+        self, subject: str, *, audience: str | None = None, scope: Scope | None = None
+    ) -> str:
+        """The current token of ``subject`` for ``audience`` (its ``aud``; ``None``: none)
+        with ``scope`` (default: the mint's); raises ValueError for an empty subject or
+        audience."""
         now = self._now()
-        minted = self._tokens.get(subject)
+        key: _MintKey = (subject, audience, self._scope if scope is None else scope)
+        minted = self._tokens.get(key)
         if minted is not None and minted.issued_at <= now < minted.renew_at:
+            self._tokens.move_to_end(key)
             return minted.token
         token = create_token(
-            self._key, subject=subject, scope=self._scope, lifetime_s=self._lifetime, now=now
+            self._key,
+            subject=subject,
+            scope=key[2],
+            lifetime_s=self._lifetime,
+            now=now,
+            audience=audience,
         )
         self.minted += 1
-        # Forget the subjects whose token ran out: the cache holds the active callers only.
-        self._tokens = {s: m for s, m in self._tokens.items() if m.renew_at > now}
-        self._tokens[subject] = _Minted(
+        self._tokens.pop(key, None)
+        if len(self._tokens) >= self._max:
+            # Forget the tokens whose time is up, then the least recently used.
+            for stale in [k for k, m in self._tokens.items() if not m.renew_at > now]:
+                del self._tokens[stale]
+            while len(self._tokens) >= self._max:
+                self._tokens.popitem(last=False)
+        self._tokens[key] = _Minted(
             token=token,
             issued_at=int(now),
             renew_at=int(now) + self._lifetime * (1 - RENEW_AHEAD),
         )
         return token
 
-    def credentials(self, subject: str) -> Credentials:
-        """The :class:`Credentials` of ``subject`` (a minted token is not renewed on 401)."""
-        return _MintedFor(self, subject)
+    def credentials(
+        self, subject: str, *, audience: str | None = None, scope: Scope | None = None
+    ) -> Credentials:
+        """The :class:`Credentials` of ``subject`` for ``audience`` with ``scope`` (a minted
+        token is not renewed on 401)."""
+        return _MintedFor(self, subject, audience, scope)
 
 
 @dataclass(frozen=True, slots=True)
 class _MintedFor:
     mint: TokenMint
     subject: str
+    audience: str | None
+    scope: Scope | None
 
     def token(self) -> str:
-        return self.mint.token(self.subject)
+        return self.mint.token(self.subject, audience=self.audience, scope=self.scope)
 
     def renew(self) -> bool:
         return False  # a fresh token would be refused for the same reason
@@ -528,7 +569,11 @@ def kept_alive(link: object) -> contextlib.AbstractAsyncContextManager[object]:
 
 
 class AgentLink(Protocol):
-    """The seam from the master (or the defrag daemon) to the agents; fakes stand in for it."""
+    """The seam from the master (or the defrag daemon) to the agents; fakes stand in for it.
+
+    ``node`` is the receiving node's name (its ad's ``Name``, its slot ads' ``Machine``):
+    the token the call carries is bound to it.
+    """
 
     async def call(
         self,
@@ -536,20 +581,34 @@ class AgentLink(Protocol):
         method: str,
         path: str,
         *,
+        node: str,
         actor: str,
         body: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
 
-class HttpAgentLink:
-    """The agents' HTTP API at their ``MyAddress``, with a minted ADMINISTRATOR token.
+def scope_for(method: str) -> Scope:
+    """The least scope an agent's API needs for ``method`` (DESIGN §4): READ for a read,
+    ADMINISTRATOR for a write."""
+    return Scope.READ if method.upper() in ("GET", "HEAD") else Scope.ADMINISTRATOR
 
-    The caller holds the pool key and signs, for each ``actor``, a token of subject
-    ``<subject_prefix>:<actor>`` (``master:…``, ``defrag:…``) that the agent records as the
-    drain's requester; each is minted once and reused until near its expiry
-    (:class:`TokenMint`). Connections to each agent are kept while a session is open
-    (``async with link:``; :meth:`aclose`), see :class:`PeerClient`. ``timeout`` may be set
-    at any time; the next call uses it.
+
+class HttpAgentLink:
+    """The agents' HTTP API at their ``MyAddress``, with a token minted for each call's node.
+
+    The caller holds the pool key and signs, for each (node, ``actor``, scope), a token of
+    subject ``<subject_prefix>:<actor>`` (``master:…``, ``defrag:…``) that the agent records
+    as the drain's requester. Each token is worth one node for one purpose: its ``aud`` is
+    the receiving node's name (the agent refuses a token bound to another), its scope is
+    the least the call needs (:func:`scope_for`: READ to read an ad, ADMINISTRATOR to
+    drain, cancel or commit), and it lives :data:`TOKEN_LIFETIME_S`; each is minted once
+    and reused until near its expiry (:class:`TokenMint`, bounded).
+
+    ``address`` must be a plain origin (:mod:`nodeagent._origin`): the URL is that origin
+    and the caller's own path, never the address's text with the path appended.
+    Connections to each agent are kept while a session is open (``async with link:``;
+    :meth:`aclose`), see :class:`PeerClient`. ``timeout`` may be set at any time; the next
+    call uses it.
     """
 
     def __init__(
@@ -562,9 +621,12 @@ class HttpAgentLink:
         clock: Clock | None = None,
         max_in_flight: int = 4,
         max_idle_peers: int = 64,
+        token_lifetime_s: float = TOKEN_LIFETIME_S,
     ) -> None:
         self._prefix = subject_prefix
-        self.mint = TokenMint(key, scope=Scope.ADMINISTRATOR, clock=clock)
+        self.mint = TokenMint(
+            key, scope=Scope.ADMINISTRATOR, lifetime_s=token_lifetime_s, clock=clock
+        )
         self.peers = PeerClient(
             "agent",
             timeout=timeout,
@@ -605,22 +667,33 @@ class HttpAgentLink:
         method: str,
         path: str,
         *,
+        node: str,
         actor: str,
         body: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """One request to the agent at ``address``; its reply, a JSON object.
+        """One request to the agent ``node`` at ``address``; its reply, a JSON object.
 
-        Raises :class:`PeerCallFailed` (``agent.unreachable`` for an address that is not
-        ``http(s)://``, such as an agent listening on its Unix socket only).
+        Raises :class:`PeerCallFailed`: ``agent.unreachable`` for an address that is not
+        a plain ``http(s)://`` origin (such as an agent listening on its Unix socket only,
+        or an address with a path), or no ``node``, with nothing sent.
         """
-        if not address.startswith(("http://", "https://")):
-            raise PeerCallFailed("agent.unreachable", f"no HTTP address for the agent: {address}")
+        if not node:
+            raise PeerCallFailed("agent.unreachable", f"no node named for the agent at {address}")
+        try:
+            origin = parse_origin(address)
+        except NotAnOrigin as exc:
+            raise PeerCallFailed(
+                "agent.unreachable", f"no HTTP address for the agent {node}: {exc}"
+            ) from None
+        url = origin.url(path)
         reply = await self.peers.request(
             method,
-            address + path,
+            url,
             json=body,
-            credentials=self.mint.credentials(f"{self._prefix}:{actor}"),
+            credentials=self.mint.credentials(
+                f"{self._prefix}:{actor}", audience=node, scope=scope_for(method)
+            ),
         )
         if not isinstance(reply, dict):
-            raise PeerCallFailed("agent.bad_reply", f"{method} {address}{path}: not a JSON object")
+            raise PeerCallFailed("agent.bad_reply", f"{method} {url}: not a JSON object")
         return reply

@@ -139,12 +139,23 @@ def _is_reloadable(info: FieldInfo) -> bool:
     return isinstance(extra, dict) and extra.get("reloadable") is True
 
 
+#: A listener's host: a name or an IPv4 address, or an IPv6 address in brackets; nothing
+#: that would give the URL advertised from it (the agent's ``MyAddress``) a path, query,
+#: fragment or user.
+_LISTEN_HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+")
+
+
 def _check_listen(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{value!r} is not 'host:port' (IPv6 hosts in brackets)")
     if host.startswith("[") != host.endswith("]"):
         raise ValueError(f"{value!r} has an unbalanced IPv6 bracket")
+    if not _LISTEN_HOST.fullmatch(host):
+        raise ValueError(
+            f"{value!r}: the host is a name or an IP address, with nothing else "
+            "(no scheme, path, query or user)"
+        )
     return value
 
 

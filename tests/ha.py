@@ -76,15 +76,19 @@ class Masters:
         master.stop(signal.SIGKILL)
         return sent
 
-    def agent_settings(self, root: Path, *, update_interval: float = 0.5) -> dict[str, Any]:
-        """What an agent needs to report to every master."""
-        one = MasterProcess.agent_settings(self.all[0], root, update_interval=update_interval)
+    def agent_settings(
+        self, root: Path, *, node: str, update_interval: float = 0.5
+    ) -> dict[str, Any]:
+        """What the agent ``node`` needs to report to every master."""
+        one = MasterProcess.agent_settings(
+            self.all[0], root, node=node, update_interval=update_interval
+        )
         one.pop("url")
         return {**one, "urls": [m.url for m in self.all]}
 
     def agent(self, root: Path, name: str, **kwargs: Any) -> AgentProcess:
         return AgentProcess(
-            root / name, hostname=name, master=self.agent_settings(root / name), **kwargs
+            root / name, hostname=name, master=self.agent_settings(root / name, node=name), **kwargs
         )
 
     def close(self) -> None:

@@ -148,9 +148,18 @@ class DaemonProcess:
             return c.request(method, path, **kwargs)
 
     def token(
-        self, scope: str, *, subject: str = "tester", lifetime: float = 3600, age: float = 0
+        self,
+        scope: str,
+        *,
+        subject: str = "tester",
+        lifetime: float = 3600,
+        age: float = 0,
+        node: str | None = None,
+        audience: str | None = None,
     ) -> str:
-        """A token signed with this daemon's pool key, issued ``age`` seconds ago."""
+        """A token signed with this daemon's pool key, issued ``age`` seconds ago; a DAEMON
+        token names ``node`` (``None``: a pool-wide one, which a master refuses unless
+        ``allow_pool_daemon_tokens``), ``audience`` binds it to one receiver."""
         from nodeagent._auth import Scope, create_token, load_key
 
         return create_token(
@@ -159,6 +168,8 @@ class DaemonProcess:
             scope=Scope(scope),
             lifetime_s=lifetime,
             now=time.time() - age,
+            node=node,
+            audience=audience,
         )
 
 
@@ -275,15 +286,18 @@ class MasterProcess(DaemonProcess):
             self.key_file.parent.mkdir(parents=True, exist_ok=True)
             generate_key(self.key_file)
 
-    def agent_settings(self, root: Path, *, update_interval: float = 1.0) -> dict[str, Any]:
-        """What an agent under ``root`` needs to report here: the pool key and a token."""
+    def agent_settings(
+        self, root: Path, *, node: str, update_interval: float = 1.0
+    ) -> dict[str, Any]:
+        """What the agent ``node`` (its hostname) under ``root`` needs to report here: the
+        pool key and its own node's DAEMON token."""
         state = root / "state"
         state.mkdir(parents=True, exist_ok=True)
         key = state / "pool.key"
         key.write_bytes(self.key_file.read_bytes())
         key.chmod(0o600)
         token_file = root / "daemon.token"
-        token_file.write_text(self.token("DAEMON", subject=f"agent@{root.name}"))
+        token_file.write_text(self.token("DAEMON", subject=f"agent@{node}", node=node))
         return {
             "url": self.url,
             "token_file": str(token_file),

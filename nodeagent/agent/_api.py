@@ -10,6 +10,9 @@ in this order, each step refusing before the next one runs:
 
 1. the route is matched (method and path);
 2. the caller is authenticated (401) and its scope checked (403), from the headers alone;
+   a token bound to a receiver (``aud``: a daemon minted it to call one node) is accepted
+   only when it names this agent (its advertised host name), else 401
+   ``auth.wrong_audience``;
 3. an unknown path is 404, a known path with another method 405 with ``Allow``;
 4. the body is read, at most :data:`BODY_LIMIT` bytes: 413 ``request.too_large`` from
    ``Content-Length`` before reading, or as soon as a chunked body passes the cap;
@@ -470,7 +473,9 @@ def build_app(
 
     def verify(authorization: str | None) -> Principal:
         assert key is not None
-        return principal_from_authorization(authorization, key, agent.clock.now())
+        return principal_from_authorization(
+            authorization, key, agent.clock.now(), audience=agent.machine.host
+        )
 
     app.add_middleware(
         Gate,

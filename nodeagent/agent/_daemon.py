@@ -40,6 +40,7 @@ from nodeagent._lifecycle import (
     serve_daemon,
     tls_files,
 )
+from nodeagent._origin import NotAnOrigin, parse_my_address
 from nodeagent._serving import advertised_url
 from nodeagent._settings import ConfigChanges, ConfigError
 from nodeagent._store import StoreError
@@ -296,9 +297,16 @@ class AgentDaemon(Program[AgentConfig, Store]):
         """Advertise the first TCP address (else the socket); push; watch for completion."""
         parts = self._built()
         config = self.config
-        parts.agent.machine.address = (
-            advertised_url(list(listening.tcp), config.ip) or f"unix://{config.socket}"
-        )
+        address = advertised_url(list(listening.tcp), config.ip) or f"unix://{config.socket}"
+        try:
+            # The masters refuse an ad whose MyAddress is not a plain origin: refuse to start
+            # rather than push ads that are refused for ever.
+            parse_my_address(address)
+        except NotAnOrigin as exc:
+            raise ConfigError(
+                f"the address this agent would advertise (MyAddress): {exc}"
+            ) from None
+        parts.agent.machine.address = address
         await services.start(parts.link.run)
         services.start_soon(self._completion, parts.agent)
 

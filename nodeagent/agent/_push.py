@@ -1,6 +1,6 @@
 """The agent's link to its masters: push the ad, learn the maintenance mode and window.
 
-The ad is pushed (``POST /v1/ads`` with a DAEMON token) to every master the ``[master]``
+The ad is pushed (``POST /v1/ads`` with its node's DAEMON token) to every master the ``[master]``
 section names (``url``, or ``urls`` for several masters sharing one state), every
 ``update_interval`` and, debounced by ``ad_debounce``, at once after any state change,
 as HTCondor's startd sends its ad to every collector. Without a master the link does

@@ -123,11 +123,17 @@ async def start_agent(
     tables: str,
 ) -> AgentDaemon:
     """Start an agent named ``name`` in ``home`` (4 cores, loopback) reporting to the master
-    at ``master_url``: a DAEMON token signed with the pool key in ``key_file``, a copy of
-    that key, and the TOML ``tables`` (its policy, attributes, hooks …) in its configuration."""
+    at ``master_url``: its own node's DAEMON token signed with the pool key in ``key_file``,
+    a copy of that key, and the TOML ``tables`` (its policy, attributes, hooks …) in its
+    configuration."""
     key = load_key(key_file)
     token = create_token(
-        key, subject=f"agent:{name}", scope=Scope.DAEMON, lifetime_s=3600, now=time.time()
+        key,
+        subject=f"agent:{name}",
+        scope=Scope.DAEMON,
+        lifetime_s=3600,
+        now=time.time(),
+        node=name,
     )
     write(home / "daemon.token", token)
     copy = home / "state" / "pool.key"

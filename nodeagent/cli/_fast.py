@@ -197,6 +197,7 @@ COMMANDS: tuple[Command, ...] = (
             ),
             _value("--subject", required=True),
             _value("--lifetime", required=True),
+            _value("--node"),
             _value("--key-file", kind="path"),
             _value("--output", "-o", kind="path"),
             _JSON,

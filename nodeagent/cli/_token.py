@@ -37,10 +37,16 @@ def create(
     key_file: Path | None,
     output: Path | None,
     json_output: bool,
+    node: str | None = None,
 ) -> None:
     """Sign a token for ``subject`` with ``scope`` (``READ``, ``ADMINISTRATOR`` or
     ``DAEMON``, any case) valid for ``lifetime``; print it, write it to ``output`` (mode
-    0600), or print ``{token, subject, scope, expires_at}`` with ``json_output``."""
+    0600), or print ``{token, subject, scope, expires_at}`` (and ``node``) with
+    ``json_output``.
+
+    A DAEMON token names the ``node`` whose ads it may push (the agent's ``hostname``, or
+    ``defrag-<name>`` for a defrag daemon): without one it is refused (exit 2,
+    ``cli.node_required``), and so is a node on another scope (``cli.usage``)."""
     from nodeagent._auth import KeyFileError, Scope, create_token, load_key  # noqa: PLC0415
 
     seconds = duration("--lifetime", lifetime)
@@ -49,6 +55,16 @@ def create(
         raise UsageError("cli.bad_duration", "--lifetime must be positive")
     if not subject:
         raise UsageError("cli.usage", "--subject must not be empty")
+    if scope.upper() == "DAEMON" and not node:
+        raise UsageError(
+            "cli.node_required",
+            "--scope DAEMON needs --node HOST: the one node whose ads the token may push "
+            "(the agent's hostname; defrag-<name> for a defrag daemon)",
+        )
+    if node is not None and scope.upper() != "DAEMON":
+        raise UsageError("cli.usage", "--node names the node of a DAEMON token only")
+    if node is not None and not node.isprintable():
+        raise UsageError("cli.usage", "--node must be printable text")
     path = key_file or agent_key_file(os.environ, os.geteuid())
     try:
         key = load_key(path)
@@ -56,7 +72,7 @@ def create(
         raise UsageError(exc.code, str(exc)) from None
     now = time.time()
     token = create_token(
-        key, subject=subject, scope=Scope(scope.upper()), lifetime_s=seconds, now=now
+        key, subject=subject, scope=Scope(scope.upper()), lifetime_s=seconds, now=now, node=node
     )
     expires_at = int(now + seconds)
     if output is not None:
@@ -70,13 +86,16 @@ def create(
             "scope": scope.upper(),
             "expires_at": expires_at,
         }
+        if node is not None:
+            document["node"] = node
         sys.stdout.write(json.dumps(document) + "\n")
     elif output is None:
         sys.stdout.write(token + "\n")
     else:
         from nodeagent.cli._render import format_local_time  # noqa: PLC0415
 
+        bound = f", node {node}" if node is not None else ""
         sys.stderr.write(
-            f"token for {subject} ({scope.upper()}) written to {output}, "
+            f"token for {subject} ({scope.upper()}{bound}) written to {output}, "
             f"valid until {format_local_time(expires_at, now)}\n"
         )

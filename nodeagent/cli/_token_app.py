@@ -56,6 +56,15 @@ def create(
             "--json", help="Print {token, subject, scope, expires_at} as one JSON document."
         ),
     ] = False,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST",
+            show_default=False,
+            help="DAEMON only, and required: the node whose ads the token may push "
+            "(the agent's hostname; defrag-<name> for a defrag daemon).",
+        ),
+    ] = None,
 ) -> None:
     """Sign a bearer token with the pool key (for --host / --token)."""
     finish(
@@ -66,6 +75,7 @@ def create(
             key_file=key_file,
             output=output,
             json_output=json_output,
+            node=node,
         ),
         json_output=json_output,
     )

@@ -149,7 +149,11 @@ class Pacing:
 
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
-    """A machine that may be drained, with what its ad said when it was ranked."""
+    """A machine that may be drained, with what its ad said when it was ranked.
+
+    ``machine`` (the slot ads' ``Machine``: the name the master took that node's ad under,
+    from that node's own token) is the node the calls to ``address`` are bound to.
+    """
 
     machine: str
     address: str

@@ -55,7 +55,9 @@ class DefragLink(Protocol):
 
     ``slot_ads`` and ``publish`` raise :class:`MasterCallFailed`; ``call_agent`` raises
     :class:`~nodeagent._peer.AgentCallFailed` with the agent's stable code (both are
-    :class:`~nodeagent._peer.PeerCallFailed`).
+    :class:`~nodeagent._peer.PeerCallFailed`). ``node`` is the receiving machine (its slot
+    ads' ``Machine``, which the master took from that node's own token only): the token
+    the call carries is bound to it.
     """
 
     async def slot_ads(self) -> list[dict[str, Any]]: ...
@@ -63,16 +65,23 @@ class DefragLink(Protocol):
     async def publish(self, ad: dict[str, Any]) -> None: ...
 
     async def call_agent(
-        self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
+        self,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        node: str,
+        body: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
 
 class HttpDefragLink:
     """The real link: the masters' ``/v1/ads`` with a DAEMON token read from ``token_file``
     (at the first request, and again after a 401 or :meth:`reconfigure`), and the agents'
-    API with a short-lived ADMINISTRATOR token minted from the pool key (subject
-    ``defrag:defrag-<name>``, recorded as the drain's requester; minted once and reused
-    until near its expiry).
+    API with a short-lived token minted from the pool key for each node and scope
+    (:class:`~nodeagent._peer.HttpAgentLink`: subject ``defrag:defrag-<name>``, recorded
+    as the drain's requester; bound to the node; minted once and reused until near its
+    expiry).
 
     The masters are ``master_url`` (one) or ``master_urls`` (several, sharing one state),
     not both. :meth:`slot_ads` reads the ads from the first master, in that order, that
@@ -223,9 +232,17 @@ class HttpDefragLink:
         )
 
     async def call_agent(
-        self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
+        self,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        node: str,
+        body: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        return await self._agents.call(address, method, path, actor=self.actor, body=body)
+        return await self._agents.call(
+            address, method, path, node=node, actor=self.actor, body=body
+        )
 
 
 def _another_may_answer(exc: MasterCallFailed) -> bool:
@@ -394,7 +411,10 @@ class DefragService:
     async def _cancel(self, cancel: Cancel) -> bool:
         try:
             await self.link.call_agent(
-                cancel.address, "POST", f"/v1/drain/{cancel.request_id}/cancel"
+                cancel.address,
+                "POST",
+                f"/v1/drain/{cancel.request_id}/cancel",
+                node=cancel.machine,
             )
         except AgentCallFailed as exc:
             log.warning("%s: cannot cancel drain %s: %s", cancel.machine, cancel.request_id, exc)
@@ -423,7 +443,9 @@ class DefragService:
             body["start"] = policy.draining_start_expr
         address = candidate.address
         try:
-            phase1 = await self.link.call_agent(address, "POST", "/v1/drain", body=body)
+            phase1 = await self.link.call_agent(
+                address, "POST", "/v1/drain", node=candidate.machine, body=body
+            )
             request_id = str(phase1["id"])
         except (AgentCallFailed, KeyError) as exc:
             return self._failed(candidate, what, f"phase 1: {exc}")
@@ -454,7 +476,7 @@ class DefragService:
             raise
         try:
             committed = await self.link.call_agent(
-                address, "POST", f"/v1/drain/{request_id}/commit"
+                address, "POST", f"/v1/drain/{request_id}/commit", node=candidate.machine
             )
         except AgentCallFailed as exc:
             await self._abandon(candidate, request_id, previous)
@@ -492,7 +514,12 @@ class DefragService:
         agent expires the transaction by itself, and its record stays (until an ad shows
         what became of it)."""
         try:
-            await self.link.call_agent(candidate.address, "POST", f"/v1/drain/{request_id}/cancel")
+            await self.link.call_agent(
+                candidate.address,
+                "POST",
+                f"/v1/drain/{request_id}/cancel",
+                node=candidate.machine,
+            )
         except AgentCallFailed as exc:
             log.warning(
                 "%s: cannot cancel pending drain %s (it expires in %g s): %s",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from nodeagent._origin import NotAnOrigin, parse_my_address
 from slots import (
     ACTIVE,
     DrainForecast,
@@ -31,7 +32,15 @@ from slots import (
 )
 from slots._classad import check_value
 
-__all__ = ["AdEntry", "AdStore", "check_node_ad", "may_hold_control", "project"]
+__all__ = [
+    "AdEntry",
+    "AdStore",
+    "check_my_address",
+    "check_node_ad",
+    "foreign_ad",
+    "may_hold_control",
+    "project",
+]
 
 
 _ACTIVE_PAIRS = {(str(state), str(activity)) for state, activity in ACTIVE}
@@ -99,6 +108,58 @@ def _refuse(ad: Mapping[str, Any], message: str) -> InvalidRequest:
     return InvalidRequest(f"{ad.get('Name', 'an ad')}: {message}")
 
 
+def _slot_machine(ad: Mapping[str, Any]) -> str:
+    """The machine a slot ad belongs to, as its readers take it (the defrag daemon's
+    ``machine_of``): ``Machine``, else the part of ``Name`` after ``@``, else ``Name``."""
+    machine = ad.get("Machine")
+    if isinstance(machine, str) and machine:
+        return machine
+    name = str(ad.get("Name", ""))
+    return name.partition("@")[2] or name
+
+
+def foreign_ad(machine: Mapping[str, Any], slots: Sequence[object], node: str) -> str | None:
+    """Why the ad (``machine`` and ``slots``) is not the node ``node``'s own; ``None`` if
+    it is.
+
+    A node's ad is its own when the machine ad's ``Name`` is ``node``, its ``Machine`` is
+    absent or ``node``, and every slot ad belongs to ``node`` (its ``Machine``, else the
+    part of its ``Name`` after ``@``): the names the master keys the ad by and matches the
+    schedule's hostnames against, and the one the defrag daemon calls a slot's node by.
+    Names compare exactly (an agent advertises one host name in all of them). ``MachineIp``
+    is not checked: a schedule that names a machine by its ip alone matches whichever node
+    advertises that ip.
+    """
+    name = machine.get("Name")
+    if name != node:
+        return f"the ad's Name {name!r} is not {node!r}"
+    host = machine.get("Machine", node)
+    if host != node:
+        return f"the ad's Machine {host!r} is not {node!r}"
+    for slot in slots:
+        if isinstance(slot, Mapping) and _slot_machine(slot) != node:
+            return (
+                f"slot ad {slot.get('Name')!r} is of machine {_slot_machine(slot)!r}, not {node!r}"
+            )
+    return None
+
+
+def check_my_address(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`InvalidRequest` unless every ``MyAddress`` of the ad (machine and slot
+    ads) is absent, a plain ``http(s)`` origin, or a Unix socket's address
+    (:func:`nodeagent._origin.parse_my_address`): the master and the defrag daemon call a
+    node at its ``MyAddress`` with paths of their own, and nothing else."""
+    address = machine.get("MyAddress")
+    for ad in (machine, *slots):
+        value = ad.get("MyAddress")
+        if value is None or (ad is not machine and value == address):
+            continue
+        try:
+            parse_my_address(value)
+        except NotAnOrigin as exc:
+            raise _refuse(ad, f"MyAddress: {exc}") from None
+
+
 def check_node_ad(
     machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]], *, plain_text: bool = False
 ) -> None:
@@ -113,7 +174,8 @@ def check_node_ad(
     ``DrainSuspendedJobs``) are absent rather than ``null``; the machine's draining
     statistics the plan sums (``TotalMachineDrainingBadput``,
     ``TotalMachineDrainingUnclaimedTime``) are finite numbers; no text (strings, and the
-    strings in lists and records) holds a character of :data:`_CONTROL`; then
+    strings in lists and records) holds a character of :data:`_CONTROL`; every
+    ``MyAddress`` is a plain origin (:func:`check_my_address`); then
     :func:`slots.check_estimate_inputs`. Agents' ads hold scalars and no ``null``: those
     are checked at the cost of a scan of the values. ``plain_text``: the caller knows that
     no text of the ads can hold such a character (the JSON they were read from escapes
@@ -143,6 +205,7 @@ def check_node_ad(
             for name in _NOT_NULL:
                 if name in ad and ad[name] is None:
                     raise _refuse(ad, f"{name} must be absent rather than null")
+    check_my_address(machine, slots)
     check_estimate_inputs(ads)
 
 

@@ -4,7 +4,8 @@ Mesos endpoints keep Mesos's contract: the same paths and JSON shapes; invalid i
 is ``400`` with Mesos's plain-text message and changes nothing; a wrong method is
 ``405`` ("Expecting one of { 'GET', 'POST' }, but received 'PUT'"). The rest speaks
 the agent API's JSON errors. Scopes: READ for queries, status and the plan;
-ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes. Every state-changing
+ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes, a node's token for that
+node's ad only (:func:`push_ad`). Every state-changing
 request goes to the audit log, refused ones included (401 and 403 too), except ad pushes
 (each agent sends one every ``update_interval``, and at once on every change).
 
@@ -50,6 +51,7 @@ from nodeagent._auth import (
     Principal,
     Scope,
     Unauthenticated,
+    WrongNode,
     principal_from_authorization,
     require,
 )
@@ -64,7 +66,7 @@ from nodeagent._http import (
 )
 from nodeagent._peer import AgentCallFailed
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
-from nodeagent.master._adstore import may_hold_control, project
+from nodeagent.master._adstore import foreign_ad, may_hold_control, project
 from nodeagent.master._leader import LeaderView, NotLeader
 from nodeagent.master._maintenance import (
     MachineId,
@@ -376,23 +378,35 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number an ad may hold")
 
 
+def _refused(exc: AuthError) -> AdReply:
+    return AdReply(
+        exc.http_status,
+        _json_bytes(error_body(exc.code, str(exc))),
+        www_authenticate=isinstance(exc, Unauthenticated),
+    )
+
+
 def push_ad(
     master: Master, principals: Principals, authorization: str | None, body: bytes, *, unix: bool
 ) -> AdReply:
-    """``POST /v1/ads``: check the DAEMON token, parse the ad, :meth:`Master.receive_ad`.
+    """``POST /v1/ads``: check the DAEMON token, parse the ad, check that it is the token's
+    node's, :meth:`Master.receive_ad`.
 
     The reply carries the machine's mode and window. Errors are those of the rest of the
     API: 401 (with ``WWW-Authenticate: Bearer``) or 403, 422 for a body that is not a
     JSON object (or nests too deep to decode), the model's status for an ad it refuses.
+    Node restriction: a token that names a node pushes that node's ad only (else 403
+    ``auth.wrong_node``, :func:`~nodeagent.master._adstore.foreign_ad`); a DAEMON token
+    that names none is refused (403 ``auth.pool_daemon_token``) unless
+    ``Master.allow_pool_daemon_tokens``. A refused ad changes nothing.
     """
     try:
-        require(principals(authorization, unix=unix), Scope.DAEMON)
+        who = principals(authorization, unix=unix)
+        require(who, Scope.DAEMON)
+        if who.node is None:
+            master.pool_token_used(who.subject)
     except AuthError as exc:
-        return AdReply(
-            exc.http_status,
-            _json_bytes(error_body(exc.code, str(exc))),
-            www_authenticate=isinstance(exc, Unauthenticated),
-        )
+        return _refused(exc)
     try:
         ad = orjson.loads(body)  # UTF-8, 64-bit integers, no NaN: every agent's ad
     except orjson.JSONDecodeError:
@@ -404,6 +418,17 @@ def push_ad(
             return AdReply(422, _json_bytes(error_body("request.invalid", "JSON nested too deep")))
     if not isinstance(ad, dict):
         return AdReply(422, _json_bytes(error_body("request.invalid", "an ad is an object")))
+    if who.node is not None:
+        machine, slots = ad.get("machine"), ad.get("slots")
+        foreign = foreign_ad(
+            machine if isinstance(machine, dict) else {},
+            slots if isinstance(slots, list) else [],
+            who.node,
+        )
+        if foreign is not None:
+            return _refused(
+                WrongNode(f"a token of node {who.node!r} pushes its ad only: {foreign}")
+            )
     try:
         reply = master.receive_ad(ad, plain_text=not may_hold_control(body))
     except SlotsError as exc:

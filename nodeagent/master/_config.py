@@ -78,6 +78,11 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
     metrics_require_auth: bool = _field(
         True, reload=True, description="Whether /metrics needs a READ token"
     )
+    allow_pool_daemon_tokens: bool = _field(
+        False,
+        reload=True,
+        description="Take ads pushed with DAEMON tokens that name no node (migration only)",
+    )
     sla_file: Annotated[SlaFile | None, BeforeValidator(read_sla_file)] = _field(
         None,
         reload=True,

@@ -6,7 +6,8 @@ restart it reconciles with the agents' ads as they arrive again. SIGTERM/SIGINT 
 it at once (state is saved before every reply, so a request cut off either took effect
 or did not). SIGHUP reloads the drain policy, the reconcile interval, the ad lifetime,
 ``metrics_require_auth`` and ``agent_timeout`` (the next call to an agent uses it, and
-it bounds how long a plan waits for fresh ads: :meth:`Master.refresh_figures`). A drain
+it bounds how long a plan waits for fresh ads: :meth:`Master.refresh_figures`) and
+``allow_pool_daemon_tokens`` (logged as a warning while on). A drain
 the master left ``pending`` in its store (stopped between the record and the commit)
 is settled with its node by the first reconcile pass.
 
@@ -184,6 +185,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             fetch_timeout=config.agent_timeout,
         )
         master.load()
+        _allow_pool_daemon_tokens(master, config.allow_pool_daemon_tokens)
         metrics = MasterMetrics(master, require_auth=config.metrics_require_auth)
         self.master = master
         operations = Operations(master)
@@ -297,8 +299,9 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             await self._etcd_tasks.close()
 
     def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
-        """The plan policy, intervals, ad lifetime, metrics auth, the agents' timeout, the
-        SLA file's policies and the coordinators' timeout; then a reconcile pass at once."""
+        """The plan policy, intervals, ad lifetime, metrics auth, pool-wide DAEMON tokens,
+        the agents' timeout, the SLA file's policies and the coordinators' timeout; then a
+        reconcile pass at once."""
         parts = self._parts
         if parts is None:
             return
@@ -307,10 +310,24 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         parts.master.ads.lifetime = running.ad_lifetime
         parts.master.fetch_timeout = running.agent_timeout
         parts.metrics.require_auth = running.metrics_require_auth
+        if running.allow_pool_daemon_tokens != parts.master.allow_pool_daemon_tokens:
+            _allow_pool_daemon_tokens(parts.master, running.allow_pool_daemon_tokens)
         if parts.agents is not None:
             parts.agents.timeout = running.agent_timeout
         parts.sla.reconfigure(running.sla_file, running.sla_coordinator_timeout)
         parts.master.wake()
+
+
+def _allow_pool_daemon_tokens(master: Master, allow: bool) -> None:
+    """Whether ``master`` takes ads pushed with DAEMON tokens that name no node; a warning
+    says so while it does (such a token lets its holder push any node's ad)."""
+    master.allow_pool_daemon_tokens = allow
+    if allow:
+        log.warning(
+            "allow_pool_daemon_tokens is on: ads pushed with DAEMON tokens that name no node "
+            "are taken, and their holders may push any node's ad; give each agent its own "
+            "(nodeagent token create --scope DAEMON --node HOST), then turn it off"
+        )
 
 
 def run_master(config_path: Path | None) -> int:

@@ -56,10 +56,11 @@ from typing import Any
 import orjson
 import trio
 
+from nodeagent._auth import PoolToken
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
 from nodeagent._store import Documents, Members, StoreError
-from nodeagent.master._adstore import AdEntry, AdStore
+from nodeagent.master._adstore import AdEntry, AdStore, foreign_ad
 from nodeagent.master._maintenance import (
     MachineId,
     MachineStatus,
@@ -247,6 +248,13 @@ class Master:
     #: (:meth:`commit_state`), with the rest, so that its step and the drain record and
     #: modes it acts through are written together; the others are not written again.
     operations: dict[str, Any] = field(default_factory=dict)
+    #: Whether ads pushed with a DAEMON token that names no node are taken (a migration
+    #: to per-node tokens; ``[master] allow_pool_daemon_tokens``).
+    allow_pool_daemon_tokens: bool = False
+    #: Ads taken with a DAEMON token that names no node (the metric of the migration).
+    pool_token_ads: int = 0
+    #: The subjects of such tokens already logged (each is logged once).
+    _pool_token_subjects: set[str] = field(default_factory=set)
 
     # ------------------------------------------------------------------ durability
 
@@ -487,11 +495,47 @@ class Master:
             "unavailability": None if window is None else window.unavailability.to_json(),
         }
 
+    def pool_token_used(self, subject: str) -> None:
+        """An ad comes with a DAEMON token of ``subject`` that names no node: raise
+        :class:`~nodeagent._auth.PoolToken` unless :attr:`allow_pool_daemon_tokens`; else
+        count it (:attr:`pool_token_ads`) and log a warning the first time ``subject`` is
+        seen."""
+        if not self.allow_pool_daemon_tokens:
+            raise PoolToken(
+                f"{subject} holds a pool-wide DAEMON token (it names no node): make one "
+                "per node (nodeagent token create --scope DAEMON --node HOST)"
+            )
+        self.pool_token_ads += 1
+        if subject not in self._pool_token_subjects and len(self._pool_token_subjects) < 4096:
+            self._pool_token_subjects.add(subject)
+            log.warning(
+                "an ad pushed with %s's pool-wide DAEMON token (no node) was taken "
+                "(allow_pool_daemon_tokens): give that agent its own node's token",
+                subject,
+            )
+
+    async def _node_ad(self, address: str, node: str) -> dict[str, Any]:
+        """The ad the node ``node`` serves at ``address``; raises :class:`AgentCallFailed`,
+        or :class:`InvalidRequest` when it is not ``node``'s own (the answer of another
+        node, or of something else at that address), which is then not stored."""
+        ad = await self.link.call(address, "GET", "/v1/ad", node=node, actor="master")
+        machine, slots = ad.get("machine"), ad.get("slots")
+        foreign = foreign_ad(
+            machine if isinstance(machine, dict) else {},
+            slots if isinstance(slots, list) else [],
+            node,
+        )
+        if foreign is not None:
+            raise InvalidRequest(f"the node {node} at {address} answered another's ad: {foreign}")
+        return ad
+
     async def fetch_ad(self, entry: AdEntry) -> AdEntry:
-        """Ask the node for its ad now (at its ``MyAddress``) and store it."""
+        """Ask the node for its ad now (at its ``MyAddress``) and store it; raises
+        :class:`AgentCallFailed`, or :class:`InvalidRequest` for an ad the master refuses
+        (one that is not the node's own included), storing nothing."""
         if not entry.address:
             return entry
-        ad = await self.link.call(entry.address, "GET", "/v1/ad", actor="master")
+        ad = await self._node_ad(entry.address, entry.name)
         return self.ads.update(ad, self.clock.now())
 
     def _live_node(self, machine_id: MachineId, now: float) -> AdEntry | None:
@@ -1047,7 +1091,13 @@ class Master:
         request_id = record.get("request_id")
         if plan.drain_start is not None and now < plan.drain_start:
             try:
-                await self.link.call(address, "POST", f"/v1/drain/{request_id}/cancel", actor=actor)
+                await self.link.call(
+                    address,
+                    "POST",
+                    f"/v1/drain/{request_id}/cancel",
+                    node=record.get("node") or "",
+                    actor=actor,
+                )
             except AgentCallFailed as exc:
                 if exc.code != "drain.no_such_request":
                     raise
@@ -1094,7 +1144,11 @@ class Master:
         """
         try:
             await self.link.call(
-                address, "POST", f"/v1/drain/{record['request_id']}/cancel", actor=actor
+                address,
+                "POST",
+                f"/v1/drain/{record['request_id']}/cancel",
+                node=record.get("node") or "",
+                actor=actor,
             )
         except AgentCallFailed as exc:
             if exc.code != "drain.no_such_request":
@@ -1123,7 +1177,10 @@ class Master:
         to settle with the node (:meth:`_settle`; a transaction nobody commits expires
         on the agent after its ``ttl``).
         """
-        phase1 = await self.link.call(address, "POST", "/v1/drain", actor=actor, body=body)
+        node = record.get("node") or ""
+        phase1 = await self.link.call(
+            address, "POST", "/v1/drain", node=node, actor=actor, body=body
+        )
         record["request_id"] = phase1["id"]
         record["schedule"] = body["schedule"]
         record["deadline"] = body.get("deadline")
@@ -1133,7 +1190,7 @@ class Master:
         self.drains[key] = record
         self.save()
         committed = await self.link.call(
-            address, "POST", f"/v1/drain/{phase1['id']}/commit", actor=actor
+            address, "POST", f"/v1/drain/{phase1['id']}/commit", node=node, actor=actor
         )
         record["phase"] = COMMITTED
         record["committed_at"] = committed.get("committed_at")
@@ -1182,7 +1239,7 @@ class Master:
         record = self.drains[key]
         self._unseen.discard(key)
         try:
-            ad = await self.link.call(record["address"], "GET", "/v1/ad", actor="master")
+            ad = await self._node_ad(record["address"], record.get("node") or "")
             self.ads.update(ad, self.clock.now())
         except (AgentCallFailed, InvalidRequest) as exc:
             log.warning("%s: ad not fetched (its next push will do): %s", record.get("node"), exc)
@@ -1194,7 +1251,7 @@ class Master:
     async def _settle_with(self, key: str, record: dict[str, Any], address: str) -> None:
         name = record.get("node") or ""
         request_id = record.get("request_id")
-        ad = await self.link.call(address, "GET", "/v1/ad", actor="master")
+        ad = await self._node_ad(address, name)
         machine = self.ads.update(ad, self.clock.now()).machine
         state = machine.get("DrainState")
         shown = machine.get("DrainingRequestId") == request_id
@@ -1215,6 +1272,7 @@ class Master:
                     address,
                     "POST",
                     f"/v1/drain/{request_id}/cancel",
+                    node=name,
                     actor=record.get("actor", "operator"),
                 )
             except AgentCallFailed as exc:
@@ -1279,7 +1337,9 @@ class Master:
         master that dies between the commit and the save adopts it when it comes back
         (:meth:`_settle`) instead of draining the node again.
         """
-        await self.link.call(address, "DELETE", "/v1/drain", actor=actor)
+        await self.link.call(
+            address, "DELETE", "/v1/drain", node=record.get("node") or "", actor=actor
+        )
         body = {"schedule": "fast", "reason": REASON, "ttl": 30}
         await self._transaction(key, address, actor, body, record)
 
@@ -1309,6 +1369,7 @@ class Master:
                         address,
                         "POST",
                         f"/v1/drain/{request_id}/cancel",
+                        node=record.get("node") or "",
                         actor=record.get("actor", "operator"),
                     )
                     self.counters.drains_cancelled += 1

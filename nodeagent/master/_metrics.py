@@ -51,6 +51,8 @@ class _MasterCollector(Collector):
              "Fast drains of machines brought down"),
             ("nodeagent_master_drain_failures", master.counters.drain_failures,
              "Drain requests an agent refused or did not answer"),
+            ("nodeagent_master_pool_token_ads", master.pool_token_ads,
+             "Ads taken with a DAEMON token that names no node (allow_pool_daemon_tokens)"),
         ):  # fmt: skip
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)

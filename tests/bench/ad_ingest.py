@@ -160,7 +160,7 @@ def requests(master: MasterProcess, port: int, nodes: int, now: float) -> list[b
         host = f"node{i:05d}.bench"
         body = json.dumps(node_ad(templates[i % TEMPLATES], host, node_ip(i))).encode()
         token = create_token(
-            key, subject=f"agent@{host}", scope=Scope.DAEMON, lifetime_s=3600, now=now
+            key, subject=f"agent@{host}", scope=Scope.DAEMON, lifetime_s=3600, now=now, node=host
         )
         head = (
             f"POST /v1/ads HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"

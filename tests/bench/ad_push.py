@@ -69,6 +69,7 @@ async def bench(master: MasterProcess, pushes: int) -> dict[str, Any]:
         scope=Scope.DAEMON,
         lifetime_s=3600,
         now=time.time(),
+        node="push.bench",
     )
     url = master.url + "/v1/ads"
     headers = {"Authorization": f"Bearer {token}"}

@@ -117,18 +117,21 @@ def sim_ad(name: str, address: str, now: float) -> dict[str, Any]:
 
 
 def push_ads(master: MasterProcess, ads: list[dict[str, Any]]) -> None:
-    token = create_token(
-        load_key(master.key_file),
-        subject="agent@bench",
-        scope=Scope.DAEMON,
-        lifetime_s=3600,
-        now=time.time(),
-    )
-    with httpx.Client(
-        base_url=master.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as client:
+    """Push each simulated node's ad with a DAEMON token of that node's own."""
+    key = load_key(master.key_file)
+    with httpx.Client(base_url=master.url, timeout=30) as client:
         for ad in ads:
-            client.post("/v1/ads", json=ad).raise_for_status()
+            token = create_token(
+                key,
+                subject=f"agent@{ad['Name']}",
+                scope=Scope.DAEMON,
+                node=ad["Name"],
+                lifetime_s=3600,
+                now=time.time(),
+            )
+            client.post(
+                "/v1/ads", json=ad, headers={"Authorization": f"Bearer {token}"}
+            ).raise_for_status()
 
 
 def start(
@@ -221,7 +224,7 @@ def measure(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     extra = f'[hooks.{HOOK}]\ncommand = ["/bin/true"]\n'
-    settings = master.agent_settings(tmp / "healthy", update_interval=0.5)
+    settings = master.agent_settings(tmp / "healthy", node="healthy", update_interval=0.5)
     with AgentProcess(tmp / "healthy", hostname="healthy", master=settings, extra=extra):
         now = time.time()
         names = [f"sim{i:05d}" for i in range(2 * args.operations)]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent._auth import Scope, load_key, verify_token
 from tests.harness import AgentProcess, job_script, wait_for
 
 pytestmark = pytest.mark.integration
@@ -544,6 +545,30 @@ def test_token_create_gives_remote_access(idle_agent: AgentProcess, tmp_path: Pa
     admin.write_text(doc["token"])
     nothing = cli(None, "cancel", "--host", idle_agent.url, "--token", str(admin))
     assert nothing.returncode == 0, nothing.stderr
+
+    key = ("--key-file", str(idle_agent.key_file))
+    for twice in ((), ("--lifetime", "1h")):  # plain, then through typer (an option twice)
+        unbound = cli(
+            None, "token", "create", "--scope", "daemon", "--subject", "n1", "--lifetime", "1h",
+            *twice, *key,
+        )  # fmt: skip
+        assert unbound.returncode == 2
+        assert unbound.stderr.startswith("cli.node_required: --scope DAEMON needs --node HOST")
+        misplaced = cli(
+            None, "token", "create", "--scope", "READ", "--subject", "n1", "--lifetime", "1h",
+            "--node", "node1.test", *twice, *key,
+        )  # fmt: skip
+        assert misplaced.returncode == 2
+        assert misplaced.stderr.startswith("cli.usage: ")
+        bound = cli(
+            None, "token", "create", "--scope", "DAEMON", "--subject", "agent@node1.test",
+            "--lifetime", "1h", "--node", "node1.test", "--json", *twice, *key,
+        )  # fmt: skip
+        assert bound.returncode == 0, bound.stderr
+        [doc] = json_lines(bound)
+        assert (doc["scope"], doc["node"]) == ("DAEMON", "node1.test")
+        principal = verify_token(load_key(idle_agent.key_file), doc["token"])
+        assert (principal.scope, principal.node) == (Scope.DAEMON, "node1.test")
 
     unsafe = tmp_path / "unsafe.key"
     unsafe.write_text("x" * 64)

@@ -56,7 +56,7 @@ class DefragDaemon(DaemonProcess):
         self.key_file.write_bytes(master.key_file.read_bytes())
         self.key_file.chmod(0o600)
         token = root / "daemon.token"
-        token.write_text(master.token("DAEMON", subject="defrag"))
+        token.write_text(master.token("DAEMON", subject="defrag", node="defrag-main"))
         self.config_path = root / "defrag.toml"
         self.config_path.write_text(
             f'state_dir = "{root / "state"}"\nruntime_dir = "{root / "run"}"\n'

@@ -62,7 +62,7 @@ def agents_for(master: MasterProcess, root: Path, names: list[str]) -> Iterator[
                     hostname=name,
                     cpus=8,
                     policy=POLICY,
-                    master=master.agent_settings(root / name, update_interval=0.5),
+                    master=master.agent_settings(root / name, node=name, update_interval=0.5),
                 )
             )
             for name in names
@@ -86,7 +86,7 @@ def pslots(master: MasterProcess) -> dict[str, dict[str, Any]]:
 
 def service_for(master: MasterProcess, tmp: Path, clock: StepClock, **knobs: Any) -> DefragService:
     token_file = tmp / "defrag.token"
-    token_file.write_text(master.token("DAEMON", subject="defrag"))
+    token_file.write_text(master.token("DAEMON", subject="defrag", node="defrag-itest"))
     link = HttpDefragLink(
         master_url=master.url,
         token_file=token_file,
@@ -298,7 +298,7 @@ def test_the_daemon_drains_serves_its_statistics_and_pushes_its_ad(
     key.write_bytes(master.key_file.read_bytes())
     key.chmod(0o600)
     token = root / "daemon.token"
-    token.write_text(master.token("DAEMON", subject="defrag"))
+    token.write_text(master.token("DAEMON", subject="defrag", node="defrag-live"))
     settings = {
         "name": "live",
         "interval": 0.3,

@@ -38,7 +38,7 @@ def defrag_daemon(root: Path, master: MasterProcess, etcd: EtcdServer) -> Defrag
     key.write_bytes(master.key_file.read_bytes())
     key.chmod(0o600)
     token = root / "daemon.token"
-    token.write_text(master.token("DAEMON", subject=f"defrag@{root.name}"))
+    token.write_text(master.token("DAEMON", subject=f"defrag@{root.name}", node="defrag-live"))
     settings: dict[str, Any] = {
         "name": "live",
         "interval": 0.3,

@@ -467,7 +467,7 @@ def test_machine_up_from_a_real_master_leaves_an_unhealthy_node_closed_until_hea
 ) -> None:
     with MasterProcess(tmp_path / "master", settings={"reconcile_interval": 0.2}) as master:
         extra = config(tmp_path, hooks={}, health_flag=flag)
-        settings = master.agent_settings(tmp_path / "agent", update_interval=0.5)
+        settings = master.agent_settings(tmp_path / "agent", node="n1.test", update_interval=0.5)
         with AgentProcess(
             tmp_path / "agent", hostname="n1.test", master=settings, extra=extra
         ) as agent:

@@ -169,7 +169,7 @@ def agents_for(
                     root / name,
                     hostname=name,
                     policy=policy,
-                    master=master.agent_settings(root / name, update_interval=0.5),
+                    master=master.agent_settings(root / name, node=name, update_interval=0.5),
                 )
             )
             for name in names
@@ -333,7 +333,7 @@ def test_a_master_down_across_the_window_escalates_the_node_at_its_first_pass(
         port = httpx.URL(master.url).port
         start = time.time() + 3
         master.call("POST", "/maintenance/schedule", json=window(["late.test"], start))
-        link = master.agent_settings(tmp_path / "late.test", update_interval=0.5)
+        link = master.agent_settings(tmp_path / "late.test", node="late.test", update_interval=0.5)
         master.stop()
         # back on the same port: the agent's [master] url stays right
         config = master.config_path.read_text()
@@ -386,7 +386,7 @@ def audited(agent: AgentProcess, action: str) -> list[dict[str, Any]]:
 def lagging(master: MasterProcess, root: Path) -> dict[str, Any]:
     """An agent's link to ``master`` whose pushes lag: one at start, then one a minute,
     and a change pushed ten seconds after it happened."""
-    return {**master.agent_settings(root, update_interval=60), "ad_debounce": 10}
+    return {**master.agent_settings(root, node=root.name, update_interval=60), "ad_debounce": 10}
 
 
 def test_a_pass_before_the_agents_next_push_never_starts_a_second_drain(

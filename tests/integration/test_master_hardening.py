@@ -81,9 +81,10 @@ def gone(process: psutil.Process) -> bool:
 
 
 def test_a_costly_constraint_is_refused_while_the_master_answers(master: MasterProcess) -> None:
-    with master.client(master.token("DAEMON", subject="agent@many")) as tcp:
-        for i in range(50):
-            assert tcp.post("/v1/ads", json=node_ad(f"n{i:02}.test")).status_code == 200
+    for i in range(50):
+        name = f"n{i:02}.test"
+        with master.client(master.token("DAEMON", subject=f"agent@{name}", node=name)) as tcp:
+            assert tcp.post("/v1/ads", json=node_ad(name)).status_code == 200
     replies: list[httpx.Response] = []
     costly = threading.Thread(
         target=lambda: replies.append(master.call("GET", "/v1/ads", params={"constraint": RUNAWAY}))
@@ -116,7 +117,7 @@ def test_a_costly_constraint_is_refused_while_the_master_answers(master: MasterP
 def test_bad_input_is_a_clean_4xx_and_changes_nothing(master: MasterProcess) -> None:
     nul = master.call("GET", "/v1/ads", params={"constraint": "true\x00"})
     assert (nul.status_code, nul.json()["error"]["code"]) == (422, "request.invalid")
-    with master.client(master.token("DAEMON", subject="agent@x")) as tcp:
+    with master.client(master.token("DAEMON", subject="agent@x", node="x.test")) as tcp:
         ad = node_ad("x.test")
         ad["slots"][-1]["DrainSuspendedJobs"] = []
         refused = tcp.post("/v1/ads", json=ad)
@@ -157,7 +158,8 @@ def test_a_name_holding_a_newline_cannot_forge_a_line_of_the_masters_log(
     a node can put a line of its own in the log, or an escape sequence on a terminal; what
     the master does log of the refusal is escaped."""
     forged = "evil\n2030-01-01 00:00:00,000 WARNING nodeagent.master: n1 is DOWN\u2028x\x1b[2J"
-    settings = {"reconcile_interval": 0.2, "ad_lifetime": 1}
+    # A pool-wide token (no node claim), so that the forged name reaches the ad's checks.
+    settings = {"reconcile_interval": 0.2, "ad_lifetime": 1, "allow_pool_daemon_tokens": True}
     with MasterProcess(tmp_path / "master", settings=settings) as master:
         ad = node_ad("evil.test")
         ad["machine"]["Name"] = forged

@@ -15,7 +15,7 @@ def test_up_answers_that_an_unhealthy_node_is_not_yet_in_service(tmp_path: Path)
     flag = tmp_path / "healthy"
     with MasterProcess(tmp_path / "master", settings={"reconcile_interval": 0.2}) as master:
         extra = config(tmp_path, hooks={}, health_flag=flag)
-        settings = master.agent_settings(tmp_path / "agent", update_interval=0.5)
+        settings = master.agent_settings(tmp_path / "agent", node="n1.test", update_interval=0.5)
         with AgentProcess(
             tmp_path / "agent", hostname="n1.test", master=settings, extra=extra
         ) as agent:

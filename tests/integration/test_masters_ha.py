@@ -103,7 +103,7 @@ def test_the_leader_killed_between_a_commit_and_its_next_pass(
     settings: dict[str, Any] = {**JIT, "reconcile_interval": 30}
     with masters_on(tmp_path / "masters", etcd_server, **settings) as masters:
         link = {
-            **masters.agent_settings(tmp_path / "kill.test", update_interval=60),
+            **masters.agent_settings(tmp_path / "kill.test", node="kill.test", update_interval=60),
             "ad_debounce": 10,
         }
         policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}

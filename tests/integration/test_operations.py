@@ -100,7 +100,7 @@ class Site:
                 f"[health]\ncommand = {json.dumps([str(self.health)])}\n"
                 'timeout = "5s"\ninterval = 0.3\npasses = 1\n'
             )
-            settings = self.master.agent_settings(self.tmp / name, update_interval=0.5)
+            settings = self.master.agent_settings(self.tmp / name, node=name, update_interval=0.5)
             agent = AgentProcess(self.tmp / name, hostname=name, master=settings, extra=extra)
             self.agents[name] = stack.enter_context(agent)
 

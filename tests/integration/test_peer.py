@@ -66,7 +66,7 @@ async def test_an_agent_pushes_consecutive_ads_to_the_master_over_one_connection
 ) -> None:
     proxy = CountingProxy(upstream(master))
     async with serving(proxy):
-        settings = master.agent_settings(tmp_path / "push", update_interval=0.2)
+        settings = master.agent_settings(tmp_path / "push", node="push.test", update_interval=0.2)
         agent = AgentProcess(
             tmp_path / "push", hostname="push.test", master={**settings, "url": proxy.url}
         )
@@ -90,8 +90,8 @@ async def test_the_master_calls_each_agent_over_one_connection_with_one_token(
 ) -> None:
     one, two = fake_agent("fake1.test"), fake_agent("fake2.test")
     async with serving(one), serving(two):
-        push = master.token("DAEMON", subject="agents")
         for agent, name in ((one, "fake1.test"), (two, "fake2.test")):
+            push = master.token("DAEMON", subject=f"agent@{name}", node=name)
             with master.client(push) as http:
                 response = await trio.to_thread.run_sync(
                     partial(http.post, "/v1/ads", json=node_ad(name, agent.url))
@@ -105,12 +105,13 @@ async def test_the_master_calls_each_agent_over_one_connection_with_one_token(
                 assert reply.status_code == 200, reply.text
                 assert reply.json()["machine"]["Name"] == name
     key = load_key(master.key_file)
-    for agent in (one, two):
+    for agent, name in ((one, "fake1.test"), (two, "fake2.test")):
         assert (agent.connections, len(agent.requests)) == (1, 3)
         tokens = {seen.token for seen in agent.requests}
         assert len(tokens) == 1
-        principal = verify_token(key, str(tokens.pop()))
-        assert (principal.subject, principal.scope) == ("master:master", Scope.ADMINISTRATOR)
+        # reading an ad: READ, bound to the node read
+        principal = verify_token(key, str(tokens.pop()), audience=name)
+        assert (principal.subject, principal.scope) == ("master:master", Scope.READ)
 
 
 async def test_the_defrag_link_keeps_one_connection_to_the_master_and_to_each_agent(
@@ -119,7 +120,7 @@ async def test_the_defrag_link_keeps_one_connection_to_the_master_and_to_each_ag
     proxy = CountingProxy(upstream(master))
     agent = fake_agent("fake1.test")
     token_file = tmp_path / "defrag.token"
-    token_file.write_text(master.token("DAEMON", subject="defrag"))
+    token_file.write_text(master.token("DAEMON", subject="defrag", node="defrag-itest"))
     key = load_key(master.key_file)
     async with serving(proxy), serving(agent):
         link = HttpDefragLink(master_url=proxy.url, token_file=token_file, key=key, name="itest")
@@ -127,7 +128,7 @@ async def test_the_defrag_link_keeps_one_connection_to_the_master_and_to_each_ag
             for _ in range(3):
                 await link.slot_ads()
                 await link.publish({"MyType": "Defrag", "Name": "defrag-itest"})
-                ad = await link.call_agent(agent.url, "GET", "/v1/ad")
+                ad = await link.call_agent(agent.url, "GET", "/v1/ad", node="fake1.test")
                 assert ad["machine"]["Name"] == "fake1.test"
         with trio.fail_after(10):  # leaving the session closed both
             await proxy.wait_until(lambda: proxy.ended == 1)
@@ -136,4 +137,5 @@ async def test_the_defrag_link_keeps_one_connection_to_the_master_and_to_each_ag
     assert (agent.connections, len(agent.requests)) == (1, 3)
     tokens = {seen.token for seen in agent.requests}
     assert len(tokens) == 1
-    assert verify_token(key, str(tokens.pop())).subject == "defrag:defrag-itest"
+    principal = verify_token(key, str(tokens.pop()), audience="fake1.test")
+    assert (principal.subject, principal.scope) == ("defrag:defrag-itest", Scope.READ)

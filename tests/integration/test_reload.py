@@ -320,7 +320,9 @@ def _master_agent_timeout_reloads(tmp_path: Path) -> None:
             body: dict[str, Any] = master.call("GET", "/v1/maintenance/plan").json()["totals"]
             return body
 
-        with master.client(master.token("DAEMON", subject="agent@standin")) as pusher:
+        with master.client(
+            master.token("DAEMON", subject="agent@standin", node="standin.test")
+        ) as pusher:
             assert pusher.post("/v1/ads", json=_standin_ad(agent.url)).status_code == 200
         machine = {"hostname": "standin.test", "ip": "127.0.0.1"}
         start = int((time.time() + 3600) * NS)

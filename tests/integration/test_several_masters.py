@@ -99,8 +99,10 @@ def masters(tmp_path: Path) -> Iterator[tuple[MasterProcess, MasterProcess]]:
         yield first, second
 
 
-def agent_settings(masters: tuple[MasterProcess, ...], root: Path) -> dict[str, Any]:
-    settings = masters[0].agent_settings(root, update_interval=0.5)
+def agent_settings(
+    masters: tuple[MasterProcess, ...], root: Path, node: str = "node1.test"
+) -> dict[str, Any]:
+    settings = masters[0].agent_settings(root, node=node, update_interval=0.5)
     del settings["url"]
     return {**settings, "urls": [m.url for m in masters]}
 
@@ -163,7 +165,7 @@ def test_the_defrag_daemon_reads_from_the_first_that_answers_and_publishes_to_ea
     key.write_bytes(one.key_file.read_bytes())
     key.chmod(0o600)
     token = root / "daemon.token"
-    token.write_text(one.token("DAEMON", subject="defrag"))
+    token.write_text(one.token("DAEMON", subject="defrag", node="defrag-several"))
     settings = {
         "name": "several",
         "interval": 0.3,

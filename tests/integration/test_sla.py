@@ -34,7 +34,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[MasterProcess, list[AgentProcess]]
         try:
             for name, rack in RACKS.items():
                 root = tmp_path / name
-                settings = master.agent_settings(root, update_interval=0.3)
+                settings = master.agent_settings(root, node=name, update_interval=0.3)
                 agent = AgentProcess(
                     root,
                     hostname=name,

@@ -146,6 +146,38 @@ async def test_an_anonymous_write_is_401_before_its_body_is_looked_at(tmp_path: 
         assert a.agent.machine.request is None
 
 
+async def test_a_token_bound_to_another_node_is_refused_and_one_for_this_node_is_taken(
+    tmp_path: Path,
+) -> None:
+    """A token a daemon minted for one node (``aud``) works there only: another agent
+    refuses it (401 ``auth.wrong_audience``), whatever its scope; this agent takes its own
+    with the scope it carries (a READ one does not drain); operators' tokens (no ``aud``)
+    work as before."""
+    async with api(tmp_path) as a:
+
+        def bound(scope: Scope, audience: str) -> dict[str, str]:
+            token = create_token(
+                KEY, subject="master:master", scope=scope, lifetime_s=60, now=EPOCH,
+                audience=audience,
+            )  # fmt: skip
+            return {"Authorization": f"Bearer {token}"}
+
+        elsewhere = bound(Scope.ADMINISTRATOR, "other.node")
+        for method, path in (("GET", "/v1/ad"), ("POST", "/v1/drain"), ("POST", "/v1/claims")):
+            refused = await a.tcp.request(method, path, json={}, headers=elsewhere)
+            assert code(refused) == (401, "auth.wrong_audience"), path
+            assert refused.headers["WWW-Authenticate"] == "Bearer"
+        read_here = bound(Scope.READ, "vnode")
+        assert (await a.tcp.get("/v1/ad", headers=read_here)).status_code == 200
+        write = await a.tcp.post("/v1/drain", json={"schedule": "fast"}, headers=read_here)
+        assert code(write) == (403, "auth.forbidden")
+        assert a.agent.machine.request is None
+        admin_here = bound(Scope.ADMINISTRATOR, "vnode")
+        drained = await a.tcp.post("/v1/drain", json={"schedule": "fast"}, headers=admin_here)
+        assert drained.status_code == 201, drained.text
+        assert (await a.tcp.get("/v1/ad", headers=a.token(Scope.READ))).status_code == 200
+
+
 async def test_only_healthz_is_anonymous_on_tcp(tmp_path: Path) -> None:
     async with api(tmp_path) as a:
         assert (await a.tcp.get("/healthz")).status_code == 200

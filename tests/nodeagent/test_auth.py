@@ -20,6 +20,7 @@ from nodeagent._auth import (
     Principal,
     Scope,
     Unauthenticated,
+    WrongAudience,
     create_token,
     generate_key,
     load_key,
@@ -63,6 +64,95 @@ def test_token_claims() -> None:
         "iat": int(NOW),
         "exp": int(NOW) + 3600,
     }
+
+
+def test_a_daemon_token_names_its_node() -> None:
+    made = create_token(
+        KEY, subject="agent@n1", scope=Scope.DAEMON, lifetime_s=60, now=NOW, node="n1.test"
+    )
+    claims = jwt.decode(made, KEY, algorithms=["HS256"], options={"verify_exp": False})
+    assert claims["node"] == "n1.test"
+    principal = verify_token(KEY, made, now=NOW)
+    assert (principal.scope, principal.node) == (Scope.DAEMON, "n1.test")
+    assert verify_token(KEY, token(Scope.DAEMON), now=NOW).node is None  # pool-wide
+
+
+@pytest.mark.parametrize(
+    ("scope", "node", "message"),
+    [
+        (Scope.READ, "n1", "only a DAEMON token names a node"),
+        (Scope.ADMINISTRATOR, "n1", "only a DAEMON token names a node"),
+        (Scope.DAEMON, "", "node must be non-empty printable"),
+        (Scope.DAEMON, "n1\n", "node must be non-empty printable"),
+    ],
+)
+def test_create_token_refuses_a_bad_node(scope: Scope, node: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        create_token(KEY, subject="a", scope=scope, lifetime_s=60, now=NOW, node=node)
+
+
+@pytest.mark.parametrize(
+    ("claims", "message"),
+    [
+        ({"scope": "ADMINISTRATOR", "node": "n1"}, "invalid node"),
+        ({"scope": "DAEMON", "node": 7}, "invalid node"),
+        ({"scope": "DAEMON", "node": ""}, "invalid node"),
+        ({"scope": "READ", "aud": 7}, "invalid aud"),
+        ({"scope": "READ", "aud": ["n1", 7]}, "invalid aud"),
+    ],
+)
+def test_forged_node_or_audience_claims_are_unauthenticated(
+    claims: dict[str, object], message: str
+) -> None:
+    body = {"iss": "nodeagent", "sub": "x", "iat": int(NOW), "exp": int(NOW) + 60, **claims}
+    with pytest.raises(Unauthenticated, match=message):
+        verify_token(KEY, jwt.encode(body, KEY, algorithm="HS256"), now=NOW, audience="n1")
+
+
+@pytest.mark.parametrize(
+    ("aud", "receiver", "accepted"),
+    [
+        (None, None, True),  # an operator's token works everywhere
+        (None, "n1.test", True),
+        ("n1.test", "n1.test", True),
+        ("n1.test", "n2.test", False),  # replayed to another agent
+        ("n1.test", None, False),  # replayed to a receiver without a name (the master)
+        (["n2.test", "n1.test"], "n1.test", True),
+        ([], "n1.test", False),
+    ],
+)
+def test_a_bound_token_is_accepted_by_its_receiver_only(
+    aud: str | list[str] | None, receiver: str | None, accepted: bool
+) -> None:
+    body: dict[str, object] = {
+        "iss": "nodeagent",
+        "sub": "master:master",
+        "scope": "READ",
+        "iat": int(NOW),
+        "exp": int(NOW) + 60,
+    }
+    if aud is not None:
+        body["aud"] = aud
+    made = jwt.encode(body, KEY, algorithm="HS256")
+    header = f"Bearer {made}"
+    if accepted:
+        assert verify_token(KEY, made, now=NOW, audience=receiver).subject == "master:master"
+        assert principal_from_authorization(header, KEY, NOW, audience=receiver).scope is Scope.READ
+        return
+    with pytest.raises(WrongAudience) as refused:
+        principal_from_authorization(header, KEY, NOW, audience=receiver)
+    assert (refused.value.code, refused.value.http_status) == ("auth.wrong_audience", 401)
+
+
+def test_create_token_binds_an_audience() -> None:
+    made = create_token(
+        KEY, subject="m", scope=Scope.READ, lifetime_s=60, now=NOW, audience="n1.test"
+    )
+    assert verify_token(KEY, made, now=NOW, audience="n1.test").subject == "m"
+    with pytest.raises(WrongAudience):
+        verify_token(KEY, made, now=NOW)
+    with pytest.raises(ValueError, match="audience"):
+        create_token(KEY, subject="m", scope=Scope.READ, lifetime_s=60, now=NOW, audience="")
 
 
 @pytest.mark.parametrize(

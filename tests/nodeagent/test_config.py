@@ -363,6 +363,10 @@ def test_config_is_immutable(tmp_path: Path, home: Path) -> None:
         ),
         pytest.param('listen = ["9621"]\n', {}, ["listen.0", "host:port"], id="bad-listen"),
         pytest.param('listen = ["h:70000"]\n', {}, ["listen.0"], id="bad-port"),
+        pytest.param(
+            'listen = ["h/x?target=:9621"]\n', {}, ["listen.0", "no scheme, path"], id="listen-path"
+        ),
+        pytest.param('listen = ["u@h:9621"]\n', {}, ["listen.0"], id="listen-user"),
         pytest.param('ip = "not-an-ip"\n', {}, ["ip"], id="bad-ip"),
         pytest.param('tls_cert = "/c.pem"\n', {}, ["tls_cert and tls_key"], id="tls-half"),
         pytest.param("[resources]\ncpus = 0\n", {}, ["resources.cpus"], id="zero-cpus"),

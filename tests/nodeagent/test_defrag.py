@@ -624,9 +624,17 @@ class FakePool:
         self.published.append(ad)
 
     async def call_agent(
-        self, address: str, method: str, path: str, *, body: dict[str, Any] | None = None
+        self,
+        address: str,
+        method: str,
+        path: str,
+        *,
+        node: str,
+        body: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         await trio.lowlevel.checkpoint()
+        # every call names the node it is for: the machine whose address it took
+        assert node == address.removeprefix("fake://")
         m = self.machines[address.removeprefix("fake://")]
         if not m.reachable:
             raise AgentCallFailed("agent.unreachable", f"{address}: connection refused")

@@ -23,7 +23,7 @@ from nodeagent._auth import Scope, create_token
 from nodeagent._clock import TrioClock
 from nodeagent._expressions import Evaluator
 from nodeagent._http import trusted
-from nodeagent._peer import AgentCallFailed
+from nodeagent._peer import AgentCallFailed, AgentLink
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
@@ -47,7 +47,7 @@ SCHEDULE = {
 
 class UnreachableLink:
     async def call(
-        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
     ) -> dict[str, Any]:
         await trio.lowlevel.checkpoint()
         raise AgentCallFailed("agent.unreachable", f"{address}: connection refused")
@@ -61,8 +61,12 @@ class Api:
     local: httpx.AsyncClient  # as over the Unix socket: ADMINISTRATOR
     tcp: httpx.AsyncClient  # as over TCP: tokens needed
 
-    def token(self, scope: Scope, subject: str = "tester") -> dict[str, str]:
-        token = create_token(KEY, subject=subject, scope=scope, lifetime_s=3600, now=EPOCH)
+    def token(
+        self, scope: Scope, subject: str = "tester", *, node: str | None = None
+    ) -> dict[str, str]:
+        token = create_token(
+            KEY, subject=subject, scope=scope, lifetime_s=3600, now=EPOCH, node=node
+        )
         return {"Authorization": f"Bearer {token}"}
 
     def audited(self) -> list[tuple[str, str, str]]:
@@ -71,9 +75,18 @@ class Api:
         records = map(json.loads, self.audit_path.read_text().splitlines())
         return [(r["subject"], r["action"], r["result"]) for r in records]
 
-    async def push(self, ad: Any, *, raw: bytes | None = None) -> httpx.Response:
+    async def push(
+        self, ad: Any, *, raw: bytes | None = None, node: str | None = None
+    ) -> httpx.Response:
+        """Push ``ad`` (or the bytes ``raw``) with the DAEMON token of ``node``, by default
+        the node the ad names."""
         body = raw if raw is not None else json.dumps(ad).encode()
-        return await self.tcp.post("/v1/ads", content=body, headers=self.token(Scope.DAEMON))
+        machine = ad.get("machine") if isinstance(ad, dict) else None
+        name = machine.get("Name") if isinstance(machine, dict) else None
+        if node is None:
+            node = name if isinstance(name, str) and name else "n1.test"
+        headers = self.token(Scope.DAEMON, f"agent@{node}", node=node)
+        return await self.tcp.post("/v1/ads", content=body, headers=headers)
 
 
 class FailingStore(DocumentStore):
@@ -88,11 +101,29 @@ class FailingStore(DocumentStore):
         super().save(**documents)
 
 
+class AnsweringLink:
+    """Agents that answer ``GET /v1/ad`` with ``answers[address]``; each call is kept as
+    (address, path, node, actor)."""
+
+    def __init__(self, answers: dict[str, dict[str, Any]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str, str, str]] = []
+
+    async def call(
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        self.calls.append((address, path, node, actor))
+        return self.answers[address]
+
+
 @asynccontextmanager
-async def api(tmp_path: Path, *, budget: float = 0.5) -> AsyncIterator[Api]:
+async def api(
+    tmp_path: Path, *, budget: float = 0.5, link: AgentLink | None = None
+) -> AsyncIterator[Api]:
     master = Master(
         store=FailingStore(tmp_path / "master.db"),
-        link=UnreachableLink(),
+        link=UnreachableLink() if link is None else link,
         clock=TrioClock(EPOCH),
         ads=AdStore(lifetime=10_000),
     )
@@ -248,7 +279,7 @@ async def test_a_deeply_nested_ad_body_is_422(tmp_path: Path, depth: int) -> Non
         deep = (
             b'{"machine": {"Name": "n1", "X": ' + b"[" * depth + b"]" * depth + b'}, "slots": []}'
         )
-        reply = await a.push(None, raw=deep)
+        reply = await a.push(None, raw=deep, node="n1")
         assert error_code(reply) == (422, "request.invalid")
         assert a.master.ads.get("n1") is None
 
@@ -259,6 +290,110 @@ async def test_a_fresh_ad_from_an_unreachable_node_is_502(tmp_path: Path) -> Non
         reply = await a.local.get("/v1/ads/n1", params={"fresh": "true"})
         assert error_code(reply) == (502, "agent.unreachable")
         assert (await a.local.get("/v1/ads/n1")).json()["machine"]["Name"] == "n1"
+
+
+# ------------------------------------------------------------------ node restriction
+
+
+async def test_an_ad_under_another_nodes_name_is_403_and_changes_nothing(tmp_path: Path) -> None:
+    """A node's DAEMON token pushes that node's ad only: an ad under another ``Name``, or
+    naming another machine in ``Machine`` or in a slot ad, is 403 ``auth.wrong_node``;
+    the other node's ad is held unchanged, and its fresh fetches still go to it."""
+    link = AnsweringLink({"http://n1:9621": node_ad("n1")})
+    async with api(tmp_path, link=link) as a:
+        assert (await a.push(node_ad("n1"))).status_code == 200
+        held = a.master.ads.get("n1")
+        forged = node_ad("n1")
+        forged["machine"]["MyAddress"] = forged["slots"][0]["MyAddress"] = "http://127.0.0.1:1"
+        reply = await a.push(forged, node="n2")
+        assert error_code(reply) == (403, "auth.wrong_node")
+        assert "'n1' is not 'n2'" in reply.json()["error"]["message"]
+        own_name_other_machine = node_ad("n2")
+        own_name_other_machine["machine"]["Machine"] = "n1"
+        other_slot = node_ad("n2")
+        other_slot["slots"][-1]["Machine"] = "n1"
+        nameless_slot = node_ad("n2")
+        del nameless_slot["slots"][-1]["Machine"]
+        nameless_slot["slots"][-1]["Name"] = "slot1_1@n1"
+        for ad in (own_name_other_machine, other_slot, nameless_slot):
+            assert error_code(await a.push(ad, node="n2")) == (403, "auth.wrong_node")
+        assert a.master.ads.get("n1") is held
+        assert a.master.ads.get("n2") is None
+        fresh = await a.local.get("/v1/ads/n1", params={"fresh": "true"})
+        assert fresh.status_code == 200
+        assert link.calls == [("http://n1:9621", "/v1/ad", "n1", "master")]
+
+
+async def test_a_pool_wide_daemon_token_is_refused_unless_allowed(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        pool = a.token(Scope.DAEMON, "agents")  # names no node
+        body = json.dumps(node_ad("n1")).encode()
+        refused = await a.tcp.post("/v1/ads", content=body, headers=pool)
+        assert error_code(refused) == (403, "auth.pool_daemon_token")
+        assert a.master.ads.get("n1") is None
+        a.master.allow_pool_daemon_tokens = True  # [master] allow_pool_daemon_tokens
+        for _ in range(2):
+            assert (await a.tcp.post("/v1/ads", content=body, headers=pool)).status_code == 200
+        assert a.master.ads.get("n1") is not None
+        assert a.master.pool_token_ads == 2
+        metrics = (await a.local.get("/metrics")).text
+        assert "nodeagent_master_pool_token_ads_total 2.0" in metrics
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "http://127.0.0.1:9621/x?target=",
+        "http://127.0.0.1:9621/",
+        "http://127.0.0.1:9621?x=1",
+        "http://127.0.0.1:9621#f",
+        "http://user:pw@127.0.0.1:9621",
+        "ftp://127.0.0.1:9621",
+        "http://127.0.0.1:99999",
+        "127.0.0.1:9621",
+        7,
+    ],
+)
+@pytest.mark.parametrize("where", ["machine", "slot"])
+async def test_my_address_that_is_not_a_plain_origin_is_refused(
+    tmp_path: Path, address: object, where: str
+) -> None:
+    async with api(tmp_path) as a:
+        ad = node_ad("n1")
+        (ad["machine"] if where == "machine" else ad["slots"][-1])["MyAddress"] = address
+        reply = await a.push(ad)
+        assert error_code(reply) == (422, "request.invalid")
+        assert "MyAddress" in reply.json()["error"]["message"]
+        assert a.master.ads.get("n1") is None
+
+
+@pytest.mark.parametrize(
+    "address", ["https://n1.example:443", "http://[::1]:9621", "unix:///run/nodeagent/s.sock"]
+)
+async def test_a_plain_origin_or_a_unix_socket_is_a_my_address(
+    tmp_path: Path, address: str
+) -> None:
+    async with api(tmp_path) as a:
+        ad = node_ad("n1")
+        for one in (ad["machine"], *ad["slots"]):
+            one["MyAddress"] = address
+        assert (await a.push(ad)).status_code == 200
+
+
+async def test_a_fresh_fetch_answered_with_another_nodes_ad_stores_nothing(
+    tmp_path: Path,
+) -> None:
+    """What answers at a node's address must be that node: another's ad is 502
+    ``agent.bad_reply`` and is not stored (no way round the push's node check)."""
+    impostor = node_ad("n2")
+    impostor["machine"]["MyAddress"] = "http://127.0.0.1:1"
+    link = AnsweringLink({"http://n1:9621": impostor})
+    async with api(tmp_path, link=link) as a:
+        assert (await a.push(node_ad("n1"))).status_code == 200
+        reply = await a.local.get("/v1/ads/n1", params={"fresh": "true"})
+        assert error_code(reply) == (502, "agent.bad_reply")
+        assert "answered another's ad" in reply.json()["error"]["message"]
+        assert a.master.ads.get("n2") is None
 
 
 # ------------------------------------------------------------------ Mesos endpoints

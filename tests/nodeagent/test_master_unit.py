@@ -44,7 +44,7 @@ class DownLink:
         self.calls: list[float] = []
 
     async def call(
-        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
     ) -> dict[str, Any]:
         self.calls.append(trio.current_time())
         await trio.lowlevel.checkpoint()
@@ -124,7 +124,12 @@ async def test_an_ad_with_a_non_finite_number_is_refused(
     master = make_master(tmp_path, DownLink())
     key = b"k" * 32
     token = create_token(
-        key, subject="agent", scope=Scope.DAEMON, lifetime_s=60, now=master.clock.now()
+        key,
+        subject="agent",
+        scope=Scope.DAEMON,
+        node="n1.test",
+        lifetime_s=60,
+        now=master.clock.now(),
     )
     body = b'{"machine": {"Name": "n1.test", "CpuUsage": NaN}, "slots": []}'
     reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
@@ -187,7 +192,9 @@ async def test_a_pushed_ad_is_judged_the_same_whatever_its_json_escapes(
     generate_key(key_file)
     key = load_key(key_file)
     master = make_master(tmp_path, DownLink())
-    token = create_token(key, subject="agent", scope=Scope.DAEMON, lifetime_s=60, now=EPOCH)
+    token = create_token(
+        key, subject="agent", scope=Scope.DAEMON, node="n1.test", lifetime_s=60, now=EPOCH
+    )
     ad = node_ad(EPOCH)
     part, name, value = where
     (ad["machine"] if part == "machine" else ad["slots"][-1])[name] = value
@@ -292,7 +299,12 @@ async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
     target[attribute] = value
     key = b"k" * 32
     token = create_token(
-        key, subject="agent", scope=Scope.DAEMON, lifetime_s=60, now=master.clock.now()
+        key,
+        subject="agent",
+        scope=Scope.DAEMON,
+        node="n1.test",
+        lifetime_s=60,
+        now=master.clock.now(),
     )
     # 1e400 reads as infinity: JSON's own Infinity is refused earlier, as not JSON
     body = json.dumps(bad).replace("Infinity", "1e400").encode()
@@ -379,10 +391,10 @@ class ModelNode:
         self._changed = trio.Event()
 
     async def call(
-        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
     ) -> dict[str, Any]:
         await trio.lowlevel.checkpoint()
-        assert address == ADDRESS
+        assert (address, node) == (ADDRESS, self.machine.host)  # the token is bound to it
         now = self.clock.now()
         words = path.split("/")
         if (method, path) == ("GET", "/v1/ad"):
@@ -888,10 +900,10 @@ class SlowLink:
         self.delay = delay
 
     async def call(
-        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
     ) -> dict[str, Any]:
         await trio.sleep(self.delay)
-        return await self.link.call(address, method, path, actor=actor, body=body)
+        return await self.link.call(address, method, path, node=node, actor=actor, body=body)
 
 
 # ----------------------------------------------------------------------- the record's phases

@@ -172,18 +172,19 @@ class Fleet:
         self.outstanding = 0
 
     async def call(
-        self, address: str, method: str, path: str, *, actor: str, body: Any = None
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
     ) -> dict[str, Any]:
         await trio.lowlevel.checkpoint()
-        node = self.by_address[address]
-        self.calls.append((node.name, method, path))
-        if node.silent:
+        target = self.by_address[address]
+        assert target is self.nodes[node]  # the token is bound to it
+        self.calls.append((target.name, method, path))
+        if target.silent:
             self.outstanding += 1
             try:
                 await trio.sleep_forever()
             finally:
                 self.outstanding -= 1
-        return await node.call(method, path, body)
+        return await target.call(method, path, body)
 
     async def push(self, master: Master) -> None:
         """Every node pushes its ad every 0.5 s, as agents do."""

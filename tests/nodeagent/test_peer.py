@@ -17,7 +17,7 @@ import trio.testing
 from hypercorn.config import Config as HypercornConfig
 
 from nodeagent import client as agent_client
-from nodeagent._auth import Scope, generate_key, load_key, verify_token
+from nodeagent._auth import Scope, WrongAudience, generate_key, load_key, verify_token
 from nodeagent._http11 import KEEP_ALIVE_TIMEOUT
 from nodeagent._peer import (
     KEEPALIVE_EXPIRY_S,
@@ -28,6 +28,7 @@ from nodeagent._peer import (
     PeerCallFailed,
     PeerClient,
     TokenFile,
+    TokenMint,
     kept_alive,
 )
 from nodeagent.agent._agent import Agent
@@ -83,8 +84,8 @@ async def test_each_agent_has_its_own_kept_connection(key: bytes) -> None:
     link = HttpAgentLink(key)
     async with serving(one), serving(two), link:
         for _ in range(3):
-            await link.call(one.url, "GET", "/v1/ad", actor="master")
-            await link.call(two.url, "GET", "/v1/drain", actor="master")
+            await link.call(one.url, "GET", "/v1/ad", node="n1.test", actor="master")
+            await link.call(two.url, "GET", "/v1/drain", node="n1.test", actor="master")
         assert (one.connections, len(one.requests)) == (1, 3)
         assert (two.connections, len(two.requests)) == (1, 3)
         assert link.peers.kept == 2
@@ -95,7 +96,7 @@ async def test_leaving_the_session_closes_every_connection(key: bytes) -> None:
     link = HttpAgentLink(key)
     async with serving(peer):
         async with link:
-            await link.call(peer.url, "GET", "/v1/ad", actor="master")
+            await link.call(peer.url, "GET", "/v1/ad", node="n1.test", actor="master")
             assert peer.ended == 0
         with trio.fail_after(5):
             await peer.wait_until(lambda: peer.ended == 1)
@@ -173,22 +174,24 @@ async def test_a_peer_that_is_down_is_unreachable_and_the_next_call_reconnects(
     async with link:
         first = LoopbackPeer(ok)
         async with serving(first, sock):
-            await link.call(url, "GET", "/v1/ad", actor="master")
+            await link.call(url, "GET", "/v1/ad", node="n1.test", actor="master")
         with pytest.raises(AgentCallFailed) as down:
-            await link.call(url, "GET", "/v1/ad", actor="master")
+            await link.call(url, "GET", "/v1/ad", node="n1.test", actor="master")
         assert (down.value.code, down.value.status) == ("agent.unreachable", None)
         assert down.value.message.startswith(f"cannot reach the agent at {url}: ")
         again = LoopbackPeer(ok)
         async with serving(again, listening_socket(port)):
             for _ in range(3):
-                await link.call(url, "GET", "/v1/ad", actor="master")
+                await link.call(url, "GET", "/v1/ad", node="n1.test", actor="master")
             assert (again.connections, len(again.requests)) == (1, 3)
 
 
 async def test_an_address_that_is_not_http_is_unreachable(key: bytes) -> None:
     link = HttpAgentLink(key)
     with pytest.raises(PeerCallFailed) as failed:
-        await link.call("unix:///run/nodeagent/nodeagent.sock", "GET", "/v1/ad", actor="m")
+        await link.call(
+            "unix:///run/nodeagent/nodeagent.sock", "GET", "/v1/ad", node="n1.test", actor="m"
+        )
     assert failed.value.code == "agent.unreachable"
 
 
@@ -205,11 +208,11 @@ async def test_the_timeout_is_settable_and_the_next_call_uses_it(key: bytes) -> 
     async with serving(peer), link:
         link.timeout = 0.05
         with pytest.raises(PeerCallFailed) as late:
-            await link.call(peer.url, "GET", "/stall", actor="master")
+            await link.call(peer.url, "GET", "/stall", node="n1.test", actor="master")
         assert (late.value.code, late.value.status) == ("agent.timeout", None)
         answer.set()
         link.timeout = 30.0
-        assert await link.call(peer.url, "GET", "/stall", actor="master") == {}
+        assert await link.call(peer.url, "GET", "/stall", node="n1.test", actor="master") == {}
 
 
 def test_kept_connections_expire_before_the_servers_close_them() -> None:
@@ -228,23 +231,83 @@ async def test_a_token_is_minted_once_and_renewed_ahead_of_its_expiry(key: bytes
     renew_at = EPOCH + TOKEN_LIFETIME_S * (1 - RENEW_AHEAD)
     async with serving(peer), link:
         for _ in range(10):
-            await link.call(peer.url, "GET", "/v1/ad", actor="alice")
+            await link.call(peer.url, "GET", "/v1/ad", node="n1.test", actor="alice")
         clock.t = renew_at - 1
-        await link.call(peer.url, "GET", "/v1/ad", actor="alice")
+        await link.call(peer.url, "GET", "/v1/ad", node="n1.test", actor="alice")
         assert link.mint.minted == 1
         clock.t = renew_at
-        await link.call(peer.url, "GET", "/v1/ad", actor="alice")
-        await link.call(peer.url, "GET", "/v1/ad", actor="bob")
+        await link.call(peer.url, "GET", "/v1/ad", node="n1.test", actor="alice")
+        await link.call(peer.url, "GET", "/v1/ad", node="n1.test", actor="bob")
     tokens = [seen.token for seen in peer.requests]
     assert len(set(tokens[:11])) == 1
     assert tokens[11] != tokens[0]
     assert link.mint.minted == 3
-    first = verify_token(key, str(tokens[0]), now=renew_at - 1)
-    assert (first.subject, first.scope) == ("defrag:alice", Scope.ADMINISTRATOR)
-    assert verify_token(key, str(tokens[11]), now=EPOCH + TOKEN_LIFETIME_S).subject == (
-        "defrag:alice"
+    first = verify_token(key, str(tokens[0]), now=renew_at - 1, audience="n1.test")
+    assert (first.subject, first.scope) == ("defrag:alice", Scope.READ)
+    assert first.expires_at == EPOCH + TOKEN_LIFETIME_S
+    renewed = verify_token(key, str(tokens[11]), now=EPOCH + TOKEN_LIFETIME_S, audience="n1.test")
+    assert renewed.subject == "defrag:alice"
+    assert verify_token(key, str(tokens[12]), now=renew_at, audience="n1.test").subject == (
+        "defrag:bob"
     )
-    assert verify_token(key, str(tokens[12]), now=renew_at).subject == "defrag:bob"
+
+
+async def test_each_token_is_bound_to_its_node_and_no_stronger_than_the_call(key: bytes) -> None:
+    """A read carries a READ token, a write an ADMINISTRATOR one, each for one node only:
+    minted per (node, actor, scope), short-lived, refused by any other receiver."""
+    peer = LoopbackPeer(ok)
+    link = HttpAgentLink(key, clock=SetClock(EPOCH))
+    async with serving(peer), link:
+        for _ in range(2):
+            await link.call(peer.url, "GET", "/v1/ad", node="a.test", actor="master")
+            await link.call(peer.url, "POST", "/v1/drain", node="a.test", actor="master")
+            await link.call(peer.url, "GET", "/v1/ad", node="b.test", actor="master")
+    read_a, write_a, read_b = (str(seen.token) for seen in peer.requests[:3])
+    assert [str(seen.token) for seen in peer.requests[3:]] == [read_a, write_a, read_b]
+    assert link.mint.minted == 3
+    now = EPOCH + 1
+    for token, node, scope in ((read_a, "a.test", "READ"), (write_a, "a.test", "ADMINISTRATOR")):
+        principal = verify_token(key, token, now=now, audience=node)
+        assert (principal.scope, principal.expires_at) == (Scope(scope), EPOCH + 60)
+        for elsewhere in ("b.test", None):  # another agent; a receiver without a name
+            with pytest.raises(WrongAudience):
+                verify_token(key, token, now=now, audience=elsewhere)
+    assert verify_token(key, read_b, now=now, audience="b.test").scope is Scope.READ
+
+
+def test_the_mint_keeps_a_bounded_number_of_tokens(key: bytes) -> None:
+    clock = SetClock(EPOCH)
+    mint = TokenMint(key, clock=clock, max_tokens=3)
+    first = mint.token("master:master", audience="n0.test")
+    for n in range(1, 10):
+        mint.token("master:master", audience=f"n{n}.test")
+        assert mint.kept == min(n + 1, 3)
+    assert mint.minted == 10
+    mint.token("master:master", audience="n9.test")  # kept: reused
+    assert mint.minted == 10
+    # the least recently used went first: n0's token is signed anew (the same claims in
+    # the same second: the same text)
+    assert mint.token("master:master", audience="n0.test") == first
+    assert (mint.minted, mint.kept) == (11, 3)
+
+
+async def test_an_address_that_is_not_a_plain_origin_is_never_called(key: bytes) -> None:
+    """The link calls the origin of ``MyAddress`` only: an address with a path, query,
+    fragment or user is refused before anything is sent, and a plain one gets the caller's
+    own path."""
+    peer = LoopbackPeer(ok)
+    link = HttpAgentLink(key)
+    async with serving(peer), link:
+        for tail in ("/x?target=", "/", "?q=1", "#f"):
+            with pytest.raises(PeerCallFailed) as refused:
+                await link.call(peer.url + tail, "GET", "/v1/ad", node="n1.test", actor="m")
+            assert refused.value.code == "agent.unreachable"
+        user = peer.url.replace("http://", "http://user:pw@")
+        with pytest.raises(PeerCallFailed):
+            await link.call(user, "GET", "/v1/ad", node="n1.test", actor="m")
+        assert peer.requests == []
+        reply = await link.call(peer.url, "GET", "/v1/ad", node="n1.test", actor="m")
+    assert reply["path"] == "/v1/ad"
 
 
 async def test_a_token_file_is_read_once_and_again_only_after_a_401(tmp_path: Path) -> None:
@@ -327,7 +390,9 @@ async def test_an_error_body_maps_to_the_same_code_everywhere(
     code, message = body["error"]["code"], body["error"]["message"]
     async with serving(peer):
         with pytest.raises(PeerCallFailed) as by_link:
-            await HttpAgentLink(key).call(peer.url, "GET", "/v1/drain", actor="master")
+            await HttpAgentLink(key).call(
+                peer.url, "GET", "/v1/drain", node="n1.test", actor="master"
+            )
         async with agent_client.AgentClient(url=peer.url, token="t") as client:
             with pytest.raises(agent_client.AgentError) as by_client:
                 await client.drain()
@@ -362,7 +427,9 @@ async def test_a_reply_without_an_error_body_gets_the_command_lines_code(
     peer = LoopbackPeer(proxy_page)
     async with serving(peer):
         with pytest.raises(PeerCallFailed) as by_link:
-            await HttpAgentLink(key).call(peer.url, "GET", "/v1/drain", actor="master")
+            await HttpAgentLink(key).call(
+                peer.url, "GET", "/v1/drain", node="n1.test", actor="master"
+            )
         by_cli = await trio.to_thread.run_sync(cli_report, peer.url)
     assert (by_link.value.code, by_link.value.message, by_link.value.status) == (
         code,
@@ -381,7 +448,7 @@ async def test_a_success_that_is_not_a_json_object_is_a_bad_reply(key: bytes) ->
     async with serving(peer), link:
         for path in ("/list", "/html"):
             with pytest.raises(PeerCallFailed) as bad:
-                await link.call(peer.url, "GET", path, actor="master")
+                await link.call(peer.url, "GET", path, node="n1.test", actor="master")
             assert bad.value.code == "agent.bad_reply"
         assert peer.connections == 1  # a bad reply leaves the connection usable
 
