@@ -104,14 +104,15 @@ def _http_link(config: DefragConfig, key: bytes) -> HttpDefragLink:
 
 
 def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
-    """The defrag daemon's API: ``/healthz`` and ``GET /v1/stats`` (READ), behind the
-    gate (:class:`~nodeagent._gate.Gate`: the token checked from the headers, a body of
-    at most :data:`BODY_LIMIT` bytes, a refused body's connection closed)."""
+    """The defrag daemon's API: ``/healthz``, and ``GET /v1/stats`` and its OpenAPI
+    document (READ), behind the gate (:class:`~nodeagent._gate.Gate`: the token checked
+    from the headers, a body of at most :data:`BODY_LIMIT` bytes, a refused body's
+    connection closed)."""
     app = FastAPI(
         title="nodeagent defrag API",
         version=__version__,
         summary="The defrag daemon's statistics.",
-        openapi_url="/v1/openapi.json",
+        openapi_url=None,  # served below, behind READ like every path but /healthz
         docs_url=None,
         redoc_url=None,
     )
@@ -132,6 +133,12 @@ def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
     async def healthz() -> dict[str, Any]:
         """Liveness. No auth."""
         return {"status": "ok", "version": __version__}
+
+    @app.get("/v1/openapi.json", include_in_schema=False)
+    async def openapi_document(request: Request) -> JSONResponse:
+        """This API's OpenAPI document (READ, as the agent's and the master's)."""
+        allowed(request, Scope.READ)
+        return JSONResponse(app.openapi())
 
     @app.get("/v1/stats", tags=["stats"])
     async def stats(request: Request, format: str = "json") -> Response:

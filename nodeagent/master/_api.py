@@ -3,7 +3,8 @@
 Mesos endpoints keep Mesos's contract: the same paths and JSON shapes; invalid input
 is ``400`` with Mesos's plain-text message and changes nothing; a wrong method is
 ``405`` ("Expecting one of { 'GET', 'POST' }, but received 'PUT'"). The rest speaks
-the agent API's JSON errors. Scopes: READ for queries, status and the plan;
+the agent API's JSON errors. Scopes: READ for queries, status, the plan and the OpenAPI
+document (every path but ``/healthz`` needs a token over TCP, as on the agent);
 ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes, a node's token for that
 node's ad only (:func:`push_ad`). Every state-changing
 request goes to the audit log, refused ones included (401 and 403 too), except ad pushes
@@ -521,7 +522,7 @@ def build_master_app(
         title="nodeagent master API",
         version=__version__,
         summary="Node ads, the Mesos-compatible maintenance schedule, the maintenance plan.",
-        openapi_url="/v1/openapi.json",
+        openapi_url=None,  # served below, behind READ like every path but /healthz
         docs_url=None,
         redoc_url=None,
     )
@@ -655,6 +656,12 @@ def build_master_app(
             allowed(request, Scope.READ)
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)
+
+    @app.get("/v1/openapi.json", include_in_schema=False)
+    async def openapi_document(request: Request) -> JSONResponse:
+        """This API's OpenAPI document (READ, as the agent's)."""
+        allowed(request, Scope.READ)
+        return JSONResponse(app.openapi())
 
     # ------------------------------------------------------------------ leadership
 

@@ -329,10 +329,12 @@ def test_the_daemon_drains_serves_its_statistics_and_pushes_its_ad(
             )
             with httpx.Client(base_url=defrag.url, timeout=10) as anonymous:
                 assert anonymous.get("/v1/stats").status_code == 401
+                assert anonymous.get("/v1/openapi.json").status_code == 401
             read = master.token("READ")
             with httpx.Client(
                 base_url=defrag.url, headers={"Authorization": f"Bearer {read}"}, timeout=10
             ) as reader:
+                assert "/v1/stats" in reader.get("/v1/openapi.json").json()["paths"]
                 assert reader.get("/v1/stats").json()["Name"] == "defrag-live"
                 text = reader.get("/v1/stats", params={"format": "classad"}).text
                 assert 'MyType = "Defrag"' in text

@@ -396,6 +396,17 @@ async def test_a_fresh_fetch_answered_with_another_nodes_ad_stores_nothing(
         assert a.master.ads.get("n2") is None
 
 
+async def test_the_openapi_document_needs_read_as_every_path_but_healthz(tmp_path: Path) -> None:
+    async with api(tmp_path) as a:
+        anonymous = await a.tcp.get("/v1/openapi.json")
+        assert error_code(anonymous) == (401, "auth.unauthenticated")
+        read = await a.tcp.get("/v1/openapi.json", headers=a.token(Scope.READ))
+        assert read.status_code == 200
+        assert "/v1/ads" in read.json()["paths"]
+        assert (await a.local.get("/v1/openapi.json")).json() == read.json()
+        assert (await a.tcp.get("/healthz")).status_code == 200
+
+
 # ------------------------------------------------------------------ Mesos endpoints
 
 
