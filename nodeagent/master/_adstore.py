@@ -132,16 +132,23 @@ def foreign_ad(machine: Mapping[str, Any], slots: Sequence[object], node: str) -
     """
     name = machine.get("Name")
     if name != node:
-        return f"the ad's Name {name!r} is not {node!r}"
+        return f"the ad's Name {_shown(name)} is not {node!r}"
     host = machine.get("Machine", node)
     if host != node:
-        return f"the ad's Machine {host!r} is not {node!r}"
+        return f"the ad's Machine {_shown(host)} is not {node!r}"
     for slot in slots:
         if isinstance(slot, Mapping) and _slot_machine(slot) != node:
             return (
-                f"slot ad {slot.get('Name')!r} is of machine {_slot_machine(slot)!r}, not {node!r}"
+                f"slot ad {_shown(slot.get('Name'))} is of machine "
+                f"{_shown(_slot_machine(slot))}, not {node!r}"
             )
     return None
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: its repr, cut at 80 characters (it came from the network)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def check_my_address(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]) -> None:

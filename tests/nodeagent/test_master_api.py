@@ -315,8 +315,12 @@ async def test_an_ad_under_another_nodes_name_is_403_and_changes_nothing(tmp_pat
         nameless_slot = node_ad("n2")
         del nameless_slot["slots"][-1]["Machine"]
         nameless_slot["slots"][-1]["Name"] = "slot1_1@n1"
-        for ad in (own_name_other_machine, other_slot, nameless_slot):
-            assert error_code(await a.push(ad, node="n2")) == (403, "auth.wrong_node")
+        huge = node_ad("n2")
+        huge["machine"]["Name"] = "n" * 1_000_000
+        for ad in (own_name_other_machine, other_slot, nameless_slot, huge):
+            reply = await a.push(ad, node="n2")
+            assert error_code(reply) == (403, "auth.wrong_node")
+            assert len(reply.content) < 500  # what came from the network is cut
         assert a.master.ads.get("n1") is held
         assert a.master.ads.get("n2") is None
         fresh = await a.local.get("/v1/ads/n1", params={"fresh": "true"})
