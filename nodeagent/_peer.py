@@ -96,7 +96,9 @@ TOKEN_LIFETIME_S = 60.0
 #: At most this many minted tokens are kept for reuse (one per node, actor and scope).
 MAX_MINTED = 4096
 #: A minted token is replaced once less than this share of its lifetime is left.
-RENEW_AHEAD = 0.2
+#: Half: a token is at least 30 s from its expiry when sent, so a receiver whose clock runs
+#: up to 30 s ahead of the sender's still takes it.
+RENEW_AHEAD = 0.5
 #: The largest reply read from an agent (8 MiB): its ad is ~13 kB, ~200 KiB with 128
 #: claims; its other replies (a drain, a claim, its health) are smaller.
 AGENT_REPLY_LIMIT = 8 << 20
