@@ -17,8 +17,8 @@ their client; the others are closed as calls end. Leaving the last session, or
 opens a connection for itself and closes it before it returns, so it leaves nothing open.
 
 Credentials. A :class:`TokenMint` signs short-lived tokens with the pool key, one per
-subject, receiver and scope, and reuses each until :data:`RENEW_AHEAD` of its lifetime is left; a
-:class:`TokenFile` reads a bearer token once, and again only when the peer answers 401
+subject, receiver and scope, and reuses each until :data:`RENEW_AHEAD` of its lifetime is
+left; a :class:`TokenFile` reads a bearer token once, and again only when the peer answers 401
 (the request is then sent once more if the token changed) or when its owner is
 reconfigured (a new :class:`TokenFile`).
 
