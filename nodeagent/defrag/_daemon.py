@@ -162,7 +162,6 @@ def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
         routes=app.router.routes,
         rules={
             ("GET", "/healthz"): Rule(scope=None),
-            ("GET", "/v1/openapi.json"): Rule(scope=None),
         },
         verify=None if key is None else verify,
         body_limit=BODY_LIMIT,

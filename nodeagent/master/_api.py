@@ -912,7 +912,6 @@ def _rules(metrics: MasterMetrics) -> dict[tuple[str, str], Rule]:
     rules = {
         ("GET", "/healthz"): Rule(scope=None),
         ("GET", "/metrics"): Rule(scope=Scope.READ, when=lambda: metrics.require_auth),
-        ("GET", "/v1/openapi.json"): Rule(scope=None),
         ("POST", "/v1/ads"): Rule(scope=Scope.DAEMON),
     }
     writes = {
