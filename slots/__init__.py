@@ -98,6 +98,7 @@ from slots._request_states import (
     REQUEST_MOVES,
     RequestEvent,
     check_request_move,
+    request_number,
 )
 from slots._resources import Resources
 from slots._site import (
@@ -216,6 +217,7 @@ __all__ = [
     "promise_cut",
     "remaining_at",
     "render_long",
+    "request_number",
     "retirement_remaining",
     "run_at",
     "sticky_completion",

@@ -29,11 +29,12 @@ but the machine's health gate, with its own table (:mod:`slots._health` says why
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from slots._drain import DrainState
 from slots._errors import IllegalDrainTransition
 
-__all__ = ["FINISHED", "REQUEST_MOVES", "RequestEvent", "check_request_move"]
+__all__ = ["FINISHED", "REQUEST_MOVES", "RequestEvent", "check_request_move", "request_number"]
 
 
 class RequestEvent(StrEnum):
@@ -101,3 +102,15 @@ def check_request_move(
     raise IllegalDrainTransition(
         f"drain request {request}: {event} cannot move it from {current} to {new}"
     )
+
+
+def request_number(request_id: Any) -> int | None:
+    """A drain request id as the number it is (ids are increasing strings of ASCII digits; an ad
+    may carry one as an integer); ``None`` for anything else. Who compares two requests of
+    one machine (a record kept by a master or a defrag daemon against the request an ad
+    shows) compares these numbers."""
+    if isinstance(request_id, int) and not isinstance(request_id, bool):
+        return request_id
+    if isinstance(request_id, str) and request_id.isascii() and request_id.isdecimal():
+        return int(request_id)
+    return None

@@ -21,7 +21,15 @@ from typing import Any, Self
 
 import httpx
 
-__all__ = ["AgentProcess", "DaemonProcess", "MasterProcess", "agents", "job_script", "wait_for"]
+__all__ = [
+    "AgentProcess",
+    "DaemonProcess",
+    "MasterProcess",
+    "agents",
+    "job_script",
+    "running",
+    "wait_for",
+]
 
 #: A job that records the instant it receives SIGTERM, then exits after ``delay``.
 _JOB = r"""
@@ -48,6 +56,19 @@ def job_script(tmp: Path, name: str, *, term_delay: float = 0.0) -> tuple[list[s
     """
     record = tmp / f"{name}.term"
     return [sys.executable, "-c", _JOB, str(record), str(term_delay)], record
+
+
+def running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run (a zombie has ended)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
 
 
 def wait_for(predicate: Any, *, timeout: float = 20.0, interval: float = 0.02) -> Any:

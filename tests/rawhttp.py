@@ -99,3 +99,31 @@ def send_whole_body(
     finally:
         with contextlib.suppress(OSError):
             sock.close()
+
+
+def check_stalled_connections_released(
+    url: str, pid: int, refusing_path: str, count: int = 300
+) -> None:
+    """Open ``count`` anonymous connections that declare a body and stall, half of them to
+    ``/healthz`` (which takes anonymous callers: the server waits for the body) and half to
+    ``refusing_path`` (which refuses them: the server waits for the rest to drop it); assert
+    that the server at ``url`` (process ``pid``) closes every one by its read timeout and
+    lets their descriptors go."""
+    before = open_descriptors(pid)
+    socks: list[socket.socket] = []
+    try:
+        for i in range(count):
+            if i % 2:
+                sock = post_head(url, "/healthz", 1000, None, method="GET")
+            else:
+                sock = post_head(url, refusing_path, 1000, None)
+            sock.sendall(b"{" + b" " * 9)
+            socks.append(sock)
+        for sock in socks:
+            assert closed_by_peer(sock)
+        from tests.harness import wait_for
+
+        wait_for(lambda: open_descriptors(pid) <= before + 5)
+    finally:
+        for sock in socks:
+            sock.close()

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slots import request_number
+
 __all__ = [
     "RECORD_LIFETIME",
     "DrainRecord",
@@ -62,15 +64,6 @@ class DrainRecord:
         return {"request_id": self.request_id, "committed": self.committed, "at": self.at}
 
 
-def _request_number(request_id: Any) -> int | None:
-    """A drain request id as the number it is (ids are increasing decimal strings)."""
-    if isinstance(request_id, int) and not isinstance(request_id, bool):
-        return request_id
-    if isinstance(request_id, str) and request_id.isdecimal():
-        return int(request_id)
-    return None
-
-
 def ad_knows(record: DrainRecord, ad: Mapping[str, Any]) -> bool:
     """Whether a machine's ad is not older than this daemon's record of its drain.
 
@@ -82,7 +75,7 @@ def ad_knows(record: DrainRecord, ad: Mapping[str, Any]) -> bool:
     its request id.
     """
     shown = ad.get("DrainingRequestId")
-    own, later = _request_number(record.request_id), _request_number(shown)
+    own, later = request_number(record.request_id), request_number(shown)
     if own is not None and later is not None and later > own:
         return True
     if (

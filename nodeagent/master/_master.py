@@ -82,7 +82,7 @@ from nodeagent.master._plan import (
     row_state,
 )
 from nodeagent.master._row_json import RowJson
-from slots import Escalation, InvalidRequest
+from slots import Escalation, InvalidRequest, request_number
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
@@ -160,15 +160,6 @@ def _carries_the_window(
     )
 
 
-def _request_number(request_id: Any) -> int | None:
-    """A drain request id as the number it is (ids are increasing decimal strings)."""
-    if isinstance(request_id, int) and not isinstance(request_id, bool):
-        return request_id
-    if isinstance(request_id, str) and request_id.isdecimal():
-        return int(request_id)
-    return None
-
-
 def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
     """Whether the node's ad is not older than the master's record of its drain.
 
@@ -180,11 +171,11 @@ def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
     the master received it after it wrote the record (``recorded_at``, the master's clock).
     A record without a request id (a ``down`` record being made) is known by every ad.
     """
-    own = _request_number(record.get("request_id"))
+    own = request_number(record.get("request_id"))
     if own is None:
         return True
     machine = entry.machine
-    shown = _request_number(machine.get("DrainingRequestId"))
+    shown = request_number(machine.get("DrainingRequestId"))
     if shown is not None and shown > own:
         return True
     if shown == own and (

@@ -26,8 +26,8 @@ import pytest
 from tests.harness import AgentProcess, job_script, wait_for
 from tests.rawhttp import (
     MIB,
+    check_stalled_connections_released,
     closed_by_peer,
-    open_descriptors,
     post_head,
     read_reply,
     rss_mib,
@@ -99,24 +99,7 @@ def test_stalled_connections_are_released_by_the_read_timeout(tmp_path: Path) ->
     refuses at once, and closes every one after ``read_timeout``, descriptors and all."""
     with AgentProcess(tmp_path / "a", extra='read_timeout = "1s"') as agent:
         assert agent.proc is not None
-        before = open_descriptors(agent.proc.pid)
-        socks: list[socket.socket] = []
-        try:
-            for i in range(300):
-                # /healthz takes anonymous callers (the agent waits for the body);
-                # /v1/claims refuses them (the agent waits for the rest to drop it).
-                if i % 2:
-                    sock = post_head(agent.url, "/healthz", 1000, None, method="GET")
-                else:
-                    sock = post_head(agent.url, "/v1/claims", 1000, None)
-                sock.sendall(b"{" + b" " * 9)
-                socks.append(sock)
-            for sock in socks:
-                assert closed_by_peer(sock)
-            wait_for(lambda: open_descriptors(agent.proc.pid) <= before + 5)
-        finally:
-            for sock in socks:
-                sock.close()
+        check_stalled_connections_released(agent.url, agent.proc.pid, "/v1/claims")
         with agent.client() as c:
             assert c.get("/healthz").status_code == 200
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
+from tests.harness import AgentProcess, MasterProcess, job_script, running, wait_for
 
 NS = 1_000_000_000
 
@@ -215,19 +215,6 @@ for p in $(cat "$PIDS" 2>/dev/null); do
     if [ -n "$state" ] && [ "$state" != Z ]; then echo "$p" >> "$ALIVE"; fi
 done
 """
-
-
-def running(pids: list[int]) -> list[int]:
-    """Those of ``pids`` that still run (a zombie has ended)."""
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
 
 
 @pytest.fixture

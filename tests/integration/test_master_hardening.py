@@ -23,9 +23,7 @@ from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.harness import MasterProcess, wait_for
 from tests.rawhttp import (
     MIB,
-    closed_by_peer,
-    open_descriptors,
-    post_head,
+    check_stalled_connections_released,
     rss_mib,
     send_whole_body,
 )
@@ -364,22 +362,5 @@ def test_stalled_connections_are_released_by_the_read_timeout(tmp_path: Path) ->
     settings = {"read_timeout": "1s"}
     with MasterProcess(tmp_path / "master", settings=settings) as master:
         assert master.proc is not None
-        before = open_descriptors(master.proc.pid)
-        socks: list[socket.socket] = []
-        try:
-            for i in range(300):
-                # /healthz takes anonymous callers (the master waits for the body); the
-                # schedule refuses them (the master waits for the rest to drop it).
-                if i % 2:
-                    sock = post_head(master.url, "/healthz", 1000, None, method="GET")
-                else:
-                    sock = post_head(master.url, "/maintenance/schedule", 1000, None)
-                sock.sendall(b"{" + b" " * 9)
-                socks.append(sock)
-            for sock in socks:
-                assert closed_by_peer(sock)
-            wait_for(lambda: open_descriptors(master.proc.pid) <= before + 5)
-        finally:
-            for sock in socks:
-                sock.close()
+        check_stalled_connections_released(master.url, master.proc.pid, "/maintenance/schedule")
         assert httpx.get(f"{master.url}/healthz", timeout=30).status_code == 200

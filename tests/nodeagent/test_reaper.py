@@ -19,19 +19,7 @@ import pytest
 
 from nodeagent.agent._hooks import prune_runs, read_output
 from nodeagent.agent._reaper import reaper_argv
-from tests.harness import wait_for
-
-
-def running(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
+from tests.harness import running, wait_for
 
 
 @pytest.fixture

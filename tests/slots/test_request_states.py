@@ -31,6 +31,7 @@ from slots import (
     SlotsError,
     TransactionExpired,
     check_request_move,
+    request_number,
 )
 
 T0 = 1_000_000.0
@@ -526,3 +527,22 @@ def test_any_sequence_of_operations_keeps_to_the_table(sequence: list[tuple[Any,
             assert m.last_request.state in FINISHED
         in_view = {r.id for r in shown}
         assert all(s in FINISHED for rid, s in seen.items() if rid not in in_view)
+
+
+@pytest.mark.parametrize(
+    ("request_id", "number"),
+    [
+        ("1", 1),
+        ("0042", 42),
+        (7, 7),
+        (True, None),  # a bool is no id, though Python counts it an int
+        ("", None),
+        ("-1", None),
+        ("1.5", None),
+        (1.0, None),
+        (None, None),
+        ("٣", None),  # a decimal digit, but not an id an agent gives
+    ],
+)
+def test_request_number(request_id: Any, number: int | None) -> None:
+    assert request_number(request_id) == number
