@@ -333,7 +333,9 @@ def test_a_coordinator_streaming_forever_is_a_no_that_says_why(
     the group is not safe, and the master's memory stays where it was."""
     assert shared_master.proc is not None
     with EndlessCoordinator() as coordinator:
-        with shared_master.client(shared_master.token("DAEMON", subject="agent@c")) as tcp:
+        with shared_master.client(
+            shared_master.token("DAEMON", subject="agent@c1", node="c1.test")
+        ) as tcp:
             assert tcp.post("/v1/ads", json=grouped_ad("c1.test", "svc")).status_code == 200
         policy = {"kind": "coordinator", "url": coordinator.url}
         assert shared_master.call("PUT", "/v1/sla/policies/svc", json=policy).is_success

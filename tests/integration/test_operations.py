@@ -474,7 +474,9 @@ def test_a_silent_node_delays_only_its_own_operation(tmp_path: Path) -> None:
                 policy=MachinePolicy(),
                 now=now,
             )
-            with s.master.client(s.master.token("DAEMON", subject="agent@quiet")) as c:
+            with s.master.client(
+                s.master.token("DAEMON", subject="agent@quiet", node="quiet")
+            ) as c:
                 pushed = c.post("/v1/ads", json=machine.ad(now))
             assert pushed.status_code < 300, pushed.text
             body = {"hosts": ["quiet"], "hook": "reboot"}
