@@ -19,7 +19,8 @@ opens a connection for itself and closes it before it returns, so it leaves noth
 Credentials. A :class:`TokenMint` signs short-lived tokens with the pool key, one per
 subject, receiver and scope, and reuses each until :data:`RENEW_AHEAD` of its lifetime is
 left; a :class:`TokenFile` reads a bearer token once, and again only when the peer answers 401
-(the request is then sent once more if the token changed) or when its owner is
+or 403 (the request is then sent once more if the token changed: an operator who replaced
+a node's token file after a refusal needs no restart) or when its owner is
 reconfigured (a new :class:`TokenFile`).
 
 Replies. A reply is read as it comes, at most ``max_reply`` bytes (the client's, or the
@@ -141,12 +142,13 @@ class Credentials(Protocol):
         ...
 
     def renew(self) -> bool:
-        """After a 401: fetch the token anew; whether it changed (then the call is retried)."""
+        """After a 401 or 403: fetch the token anew; whether it changed (then the call is
+        retried)."""
         ...
 
 
 class TokenFile:
-    """A bearer token kept in a file, read at the first call and after a 401 only.
+    """A bearer token kept in a file, read at the first call and after a 401 or 403 only.
 
     ``peer`` names the peer in the error code (``<peer>.token_file``) raised when the file
     cannot be read or does not hold one token.
@@ -473,7 +475,7 @@ class PeerClient:
                     f"{method} {url}: the reply is too large (over {cap} bytes); not read",
                     streamed.status_code,
                 )
-            if response.status_code == 401 and credentials is not None and not retried:
+            if response.status_code in (401, 403) and credentials is not None and not retried:
                 retried = True
                 if credentials.renew():
                     continue

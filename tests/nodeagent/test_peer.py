@@ -312,12 +312,21 @@ async def test_an_address_that_is_not_a_plain_origin_is_never_called(key: bytes)
     assert reply["path"] == "/v1/ad"
 
 
-async def test_a_token_file_is_read_once_and_again_only_after_a_401(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (401, "auth.unauthenticated"),  # the token expired, or the pool key changed
+        (403, "auth.wrong_node"),  # a token made for another node: the operator mints anew
+    ],
+)
+async def test_a_token_file_is_read_once_and_again_only_after_a_refusal(
+    tmp_path: Path, status: int, code: str
+) -> None:
     expected = ["old"]
 
     async def wants(seen: Seen) -> Reply:
         if seen.token != expected[0]:
-            return json_reply(401, {"error": {"code": "auth.unauthenticated", "message": "no"}})
+            return json_reply(status, {"error": {"code": code, "message": "no"}})
         return json_reply(200, {})
 
     token_file = tmp_path / "daemon.token"
@@ -332,7 +341,7 @@ async def test_a_token_file_is_read_once_and_again_only_after_a_401(tmp_path: Pa
         expected[0] = "new"  # the master now wants a renewed token, not yet in the file
         with pytest.raises(PeerCallFailed) as refused:
             await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
-        assert (refused.value.code, refused.value.status) == ("auth.unauthenticated", 401)
+        assert (refused.value.code, refused.value.status) == (code, status)
         assert credentials.reads == 2  # read again, unchanged: not sent twice
         token_file.write_text("new\n")
         await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
