@@ -18,9 +18,9 @@ opens a connection for itself and closes it before it returns, so it leaves noth
 
 Credentials. A :class:`TokenMint` signs short-lived tokens with the pool key, one per
 subject, receiver and scope, and reuses each until :data:`RENEW_AHEAD` of its lifetime is
-left; a :class:`TokenFile` reads a bearer token once, and again only when the peer answers 401
-or 403 (the request is then sent once more if the token changed: an operator who replaced
-a node's token file after a refusal needs no restart) or when its owner is
+left; a :class:`TokenFile` reads a bearer token once, and again when the file is replaced
+or when the peer answers 401 or 403 (the request is then sent once more if the token
+changed): an operator who replaces a token file needs no restart and no reload or when its owner is
 reconfigured (a new :class:`TokenFile`).
 
 Replies. A reply is read as it comes, at most ``max_reply`` bytes (the client's, or the
@@ -148,7 +148,9 @@ class Credentials(Protocol):
 
 
 class TokenFile:
-    """A bearer token kept in a file, read at the first call and after a 401 or 403 only.
+    """A bearer token kept in a file: read at the first call, and again when the file was
+    replaced or changed since (its inode, size or modification time: one ``stat`` a call)
+    or after a 401 or 403.
 
     ``peer`` names the peer in the error code (``<peer>.token_file``) raised when the file
     cannot be read or does not hold one token.
@@ -158,11 +160,12 @@ class TokenFile:
         self.path = path
         self._peer = peer
         self._token: str | None = None
+        self._seen: tuple[int, int, int] | None = None
         #: How many times the file was read (for tests and logs).
         self.reads = 0
 
     def token(self) -> str:
-        if self._token is None:
+        if self._token is None or self._signature() != self._seen:
             self._token = self._read()
         return self._token
 
@@ -170,8 +173,16 @@ class TokenFile:
         previous, self._token = self._token, None
         return self.token() != previous
 
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def _read(self) -> str:
         self.reads += 1
+        self._seen = self._signature()
         try:
             return read_token_file(self.path)
         except TokenFileError as exc:

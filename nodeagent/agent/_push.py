@@ -21,8 +21,8 @@ most recent reply wins. A change a reply brings is pushed again (the masters' ad
 show it) only when that master's word changed since its previous reply: two masters that
 disagree cannot set off a loop of pushes.
 
-The token file is read at the first push and again only after a reload, a 401 or a 403 (a
-token made for another node, replaced by the operator: the next push takes the new one). The
+The token file is read at the first push and again when it was replaced (the next push
+takes the new token), after a reload, a 401 or a 403. The
 link logs each master's first failure, a change of its error and its recovery, naming
 the master's URL.
 """

@@ -319,7 +319,7 @@ async def test_an_address_that_is_not_a_plain_origin_is_never_called(key: bytes)
         (403, "auth.wrong_node"),  # a token made for another node: the operator mints anew
     ],
 )
-async def test_a_token_file_is_read_once_and_again_only_after_a_refusal(
+async def test_a_token_file_is_read_once_and_again_after_a_refusal(
     tmp_path: Path, status: int, code: str
 ) -> None:
     expected = ["old"]
@@ -347,14 +347,29 @@ async def test_a_token_file_is_read_once_and_again_only_after_a_refusal(
         await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
         await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
         assert credentials.reads == 3
-    assert [seen.token for seen in peer.requests] == [
-        *["old"] * 3,
-        "old",
-        "old",
-        "new",
-        "new",
-    ]
+    # The file's change is seen before the call: the new token goes at once, never refused.
+    assert [seen.token for seen in peer.requests] == [*["old"] * 3, "old", "new", "new"]
     assert peer.connections == 1
+
+
+async def test_a_replaced_token_file_is_read_at_the_next_call(tmp_path: Path) -> None:
+    """No refusal needed (a master that still takes the old token, during a migration): the
+    file replaced, the next call carries the new token; unchanged, it is not read again."""
+    token_file = tmp_path / "daemon.token"
+    token_file.write_text("old\n")
+    credentials = TokenFile(token_file, peer="master")
+    peer = LoopbackPeer(ok)
+    client = PeerClient("master")
+    async with serving(peer), client:
+        await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
+        await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
+        replacement = tmp_path / "daemon.token.new"
+        replacement.write_text("new\n")
+        replacement.replace(token_file)  # as an installer does: a new file renamed over
+        await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
+        await client.request("POST", peer.url + "/v1/ads", credentials=credentials)
+    assert [seen.token for seen in peer.requests] == ["old", "old", "new", "new"]
+    assert credentials.reads == 2
 
 
 async def test_an_unreadable_token_file_fails_before_any_request(tmp_path: Path) -> None:
