@@ -195,6 +195,9 @@ class _Claim:
     accepted_in: str | None = None
     evicted_at: float | None = None
     hard_kill_at: float | None = None
+    # When the run last stopped accruing (suspended, evicted); not kept across restarts:
+    # only the second it happened in reads it (:meth:`run_as_of`).
+    stopped_at: float | None = None
     drain_eviction: bool = False
     cpu_usage: float = 0.0
     memory_usage: int = 0
@@ -214,6 +217,16 @@ class _Claim:
         if self.running_since is None:
             return self.run_base
         return self.run_base + max(0.0, now - self.running_since)
+
+    def run_as_of(self, whole: int) -> float:
+        """The run at the whole second ``whole`` (at most a second before the last
+        change): what ran since then is taken off, also when the run stopped in between
+        (a suspension or an eviction)."""
+        if self.running_since is not None:
+            return self.run(whole)
+        if self.stopped_at is None:
+            return self.run_base
+        return max(0.0, self.run_base - max(0.0, self.stopped_at - whole))
 
     def suspended(self, now: float) -> float:
         if self.suspended_since is None:
@@ -545,6 +558,7 @@ class Machine:
         self._move(claim, (State.CLAIMED, Activity.SUSPENDED), now)
         claim.run_base = claim.run(now)
         claim.running_since = None
+        claim.stopped_at = now
         claim.suspended_since = now
         actions: list[Action] = [SignalJob(claim_id=claim.claim_id, signal="SIGSTOP"), Publish()]
         actions.extend(self._advance(now))
@@ -1412,15 +1426,23 @@ class Machine:
         ]
 
     def _timing(self, claim: _Claim, now: float, *, integer: bool) -> JobTiming:
-        """The arithmetic's view of a claim; ``integer`` truncates as the ads do."""
+        """The arithmetic's view of a claim; ``integer`` gives it as the ads carry it.
+
+        Ads carry whole seconds as of ``MyCurrentTime`` (``now``'s whole second): every
+        time left is truncated there, the retirement left as the vacate left, so that a
+        job's end reads the same second before and after its soft kill, whenever that
+        comes. The run is what makes the retirement left truncated: its whole second
+        counted up (``R = MJRT − run``).
+        """
         run = claim.run(now)
         left = 0.0
         if claim.activity is Activity.VACATING and claim.hard_kill_at is not None:
             left = max(0.0, claim.hard_kill_at - now)
         if integer:
-            run = math.floor(run)
+            whole = math.floor(now)
+            run = math.ceil(claim.run_as_of(whole))
             if claim.activity is Activity.VACATING and claim.hard_kill_at is not None:
-                left = max(0, math.floor(claim.hard_kill_at) - math.floor(now))
+                left = max(0, math.floor(claim.hard_kill_at) - whole)
         return JobTiming(
             cpus=claim.resources.cpus,
             run=run,
@@ -1490,6 +1512,8 @@ class Machine:
         claim.running_since = now
 
     def _freeze(self, claim: _Claim, now: float) -> None:
+        if claim.running_since is not None:
+            claim.stopped_at = now
         claim.run_base = claim.run(now)
         claim.running_since = None
         if claim.suspended_since is not None:

@@ -289,6 +289,78 @@ def test_as_planned_is_what_the_agent_does(
     assert verdicts.cut_badput == sum(r["cut_badput"] for r in rows)
 
 
+@dataclass(frozen=True)
+class Published:
+    """Jobs claimed at fractional instants, the master's drain committed at ``now``."""
+
+    name: str
+    claims: list[tuple[float, int | None]]  # claimed at (seconds after T0), JobMaxVacateTime
+    now: float  # the drain committed, seconds after T0
+    window: int  # seconds after T0: the drain's deadline
+    completion: int  # as planned, and as published until the last job is gone
+    badput: int  # as planned, and as published at the commit
+    reads: list[float]  # instants (seconds after T0) at which the completion is read again
+    policy: tuple[int, int] = (1, 0)  # MaxJobRetirementTime, MachineMaxVacateTime
+
+
+PUBLISHED = [
+    # Ads carry whole seconds, times left truncated: at T0 + 2 a job claimed at T0 + 1.5
+    # shows 1 s run and none of its retirement (ending T0 + 2.5) left to borrow as vacate,
+    # which is what it shows once soft-killed there (gone T0 + 2.5, shown T0 + 2).
+    Published("the borrowed vacate ends mid-second", [(0, None), (1.5, 1)], 2, 3, 2, 3, [2]),
+    Published("the borrowed vacate beside retiring jobs",
+              [(0, None), (1.5, None), (1.5, None), (1.5, 1)], 2, 3, 2, 5, [2]),
+    # Soft-killed at the deadline (T0 + 80) with 20.5 s of retirement left to borrow.
+    Published("the vacate borrowed at the deadline", [(0.5, 30)], 10, 80, 100, 100,
+              [10, 79.5, 80, 80.7, 90, 100.2], policy=(100, 0)),
+    # No deadline before the promise: soft-killed when 30 s are left (T0 + 70.5).
+    Published("the vacate borrowed at the promise", [(0.5, 30)], 10, 200, 100, 100,
+              [10.2, 10.7, 70.2, 70.7, 71, 90, 100.2], policy=(100, 0)),
+    # Soft-killed at a commit between two seconds: no retirement, or 14.8 s left to borrow.
+    Published("no retirement, committed mid-second", [(0.5, None)], 10.7, 1000, 130, 130,
+              [11, 11.5, 130.2], policy=(0, 120)),
+    Published("the vacate borrowed at a commit mid-second", [(0.5, 30)], 85.7, 200, 100, 100,
+              [86, 99.5, 100.2], policy=(100, 0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", PUBLISHED, ids=[c.name for c in PUBLISHED])
+def test_the_agent_publishes_the_plan_while_its_jobs_vacate(case: Published) -> None:
+    """The as-planned figures of the ad before the master's drain are what the agent
+    publishes once it is committed, and keeps publishing while its jobs are soft-killed:
+    a Vacating job's end is shown at the whole second its Retiring end was."""
+    mjrt, vm = case.policy
+    w = World.make(
+        now=float(T0),
+        cpus=16,
+        policy=MachinePolicy(max_job_retirement_time=mjrt, machine_max_vacate_time=vm),
+    )
+    for at, vacate in case.claims:
+        w.run_until(T0 + at)
+        w.claim(vacate=vacate, term_delay=None)
+    w.run_until(T0 + case.now)
+    before = w.machine.ad(w.now)
+    previous = {k: before["machine"][k] for k in EXPECTED_ATTRIBUTES}
+    planned = drain_verdicts(
+        before["slots"],
+        w.now,
+        window_start=T0 + case.window,
+        escalation=Escalation.QUICK,
+        previous=previous,
+    )
+    assert (planned.planned_completion, planned.planned_badput) == (
+        T0 + case.completion,
+        case.badput,
+    )
+    master_drain(case.window - math.floor(case.now))(w)
+    after = w.machine.ad(w.now)["machine"]
+    assert (after[GRACEFUL_END], after[GRACEFUL_BADPUT]) == (T0 + case.completion, case.badput)
+    for read in case.reads:
+        w.run_until(T0 + read)
+        assert w.machine.ad(w.now)["machine"][GRACEFUL_END] == T0 + case.completion, read
+    assert w.jobs  # every read came before the last job was gone
+
+
 # ---------------------------------------------------------------- properties
 
 
