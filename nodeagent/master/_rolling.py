@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -58,6 +59,7 @@ from nodeagent.master._maintenance import (
 from nodeagent.master._master import COMMITTED, PENDING, Master, ad_knows
 from nodeagent.master._operations import (
     ACTIVE_PHASES,
+    Batch,
     NodeView,
     Operation,
     OperationError,
@@ -301,12 +303,18 @@ class Operations:
             self._due[op_id] = trio.current_time() + self.master.reconcile_interval
         finally:
             self._stepping.discard(op_id)
+            if self._due.get(op_id, math.inf) <= trio.current_time():
+                self.wake()  # made due while it was being stepped: stepped at once
 
     async def _step(self, op_id: str) -> None:
         """One step of the operation (see the module docstring): its calls first (fresh
-        ads of its nodes in progress, its waiting batches' SLA), then, with no checkpoint
-        between, what they mean for the operation as it is by then (a request or a drain
-        of its may have changed it meanwhile) is decided and saved, and its drains started."""
+        ads of its nodes in progress, then the SLA of its waiting batches when a place is
+        free once those nodes have moved: a batch ending now frees its place in this very
+        step), then, with no checkpoint between, what they mean for the operation as it is
+        by then (a request or a drain of its may have changed it meanwhile) is decided and
+        saved, and its drains started. A held batch is saved with its reason by the step
+        that holds it; a place that came free only with such a change (the SLA of its
+        waiting batches not asked) is filled by another step at once."""
         master = self.master
         before = self.get(op_id)
         if before.ended_at is not None:
@@ -314,20 +322,24 @@ class Operations:
         await self._fetch(before)
         verdicts: dict[tuple[str, ...], SlaVerdict] = {}
         if before.state == "running":
-            verdicts = await self._sla_verdicts(before, master.clock.now())
+            now = master.clock.now()
+            moved = advance(before, self._views(before, now), now)
+            verdicts = await self._sla_verdicts(moved, now)
         # decide and save
         old = self.get(op_id)
         now = master.clock.now()
         views = self._views(old, now)
         op = self._adopt(advance(old, views, now))
-        if op.state == "running":
-            unchecked = SlaVerdict(safe=False, message="SLA not checked")
-            op = choose(
-                op,
-                views,
-                now,
-                None if self.sla is None else lambda hosts: verdicts.get(hosts, unchecked),
-            )
+        again = False
+        waiting = _choosing(op)
+        if waiting:
+            views.update(self._waiting_views(op, waiting, now))
+            if self.sla is None:
+                op = choose(op, views, now)
+            elif all(batch.hosts in verdicts for batch in waiting):
+                op = choose(op, views, now, verdicts.__getitem__)
+            else:
+                again = True
         self.steps += 1
         unstarted = [
             n.name
@@ -341,7 +353,7 @@ class Operations:
         if op.state == "running":
             for name in unstarted:
                 self._start_soon(op, name)
-        due = self._next_step(op)
+        due = trio.current_time() if again else self._next_step(op)
         if due is not None:
             self._due[op_id] = due
 
@@ -373,14 +385,11 @@ class Operations:
         return now + max(interval, min(times) - clock)
 
     async def _sla_verdicts(self, op: Operation, now: float) -> dict[tuple[str, ...], SlaVerdict]:
-        """Each waiting batch's SLA verdict now, when a place is free for one (its
-        coordinators asked, all batches at once); a check that fails is a no."""
+        """Each waiting batch's SLA verdict now, when ``op`` runs and a place is free for
+        one (its coordinators asked, all batches at once); a check that fails is a no."""
         check = self.sla
-        in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
-        if check is None or in_progress >= op.spec.batches:
-            return {}
-        waiting = [b.hosts for b in op.batches if b.state == "waiting"]
-        if not waiting:
+        waiting = [b.hosts for b in _choosing(op)]
+        if check is None or not waiting:
             return {}
         held = self.master.ads.entries()
         lost = {e.name for e in held if self.master.ads.lost(e, now)}
@@ -424,28 +433,33 @@ class Operations:
                     nursery.start_soon(fetch, entry)
 
     def _views(self, op: Operation, now: float) -> dict[str, NodeView]:
-        """The views of the nodes the step moves, from the ads held now: those in progress,
-        and those of the waiting batches when a place is free for one (their estimates
-        are computed for now, to rank them). A node without an ad is not present."""
-        master = self.master
-        active = {n.name for n in op.active_nodes}
-        in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
-        choosing = op.state == "running" and in_progress < op.spec.batches
-        schedule = op.spec.schedule.capitalize()
+        """The views of the nodes in progress, from the ads held now (a node without an
+        ad is not present)."""
         views: dict[str, NodeView] = {}
-        for batch in op.batches:
-            waiting = choosing and batch.state == "waiting"
-            for node in batch.nodes:
-                if not waiting and node.name not in active:
-                    continue
-                entry = master.ads.get(node.name)
-                if entry is None:
-                    views[node.name] = NodeView(present=False)
-                    continue
-                views[node.name] = self._view(entry, now, schedule, node.name in active)
+        for node in op.active_nodes:
+            entry = self.master.ads.get(node.name)
+            views[node.name] = (
+                NodeView(present=False) if entry is None else self._view(entry, now, None)
+            )
         return views
 
-    def _view(self, entry: AdEntry, now: float, schedule: str, active: bool) -> NodeView:
+    def _waiting_views(
+        self, op: Operation, batches: Collection[Batch], now: float
+    ) -> dict[str, NodeView]:
+        """The views of the nodes of ``op``'s waiting ``batches``, from the ads held now,
+        their estimates for the operation's schedule computed for now (to rank them)."""
+        schedule = op.spec.schedule.capitalize()
+        views: dict[str, NodeView] = {}
+        for batch in batches:
+            for node in batch.nodes:
+                entry = self.master.ads.get(node.name)
+                views[node.name] = (
+                    NodeView(present=False) if entry is None else self._view(entry, now, schedule)
+                )
+        return views
+
+    def _view(self, entry: AdEntry, now: float, schedule: str | None) -> NodeView:
+        """A node's view; with ``schedule`` (a waiting node), its estimates for it."""
         master = self.master
         machine = entry.machine
         key = machine_key(MachineId(hostname=entry.hostname, ip=entry.ip))
@@ -453,7 +467,7 @@ class Operations:
         known = record is None or ad_knows(record, entry)
         completion: float | None = None
         badput = 0.0
-        if not active:
+        if schedule is not None:
             estimates = entry.forecast.estimates(now)
             completion = float(estimates[f"ExpectedMachine{schedule}DrainingCompletion"])
             badput = float(estimates[f"ExpectedMachine{schedule}DrainingBadput"])
@@ -669,6 +683,17 @@ class Operations:
         with contextlib.suppress(StoreError):
             self._commit(op, _with_node(op, name, reason=f"drain not started: {exc}"))
         log.warning("%s: drain for operation %s failed: %s", name, op_id, exc)
+
+
+def _choosing(op: Operation) -> list[Batch]:
+    """The waiting batches of ``op`` when it runs and a place is free for one (those
+    :func:`~nodeagent.master._operations.choose` looks at), else none."""
+    if op.state != "running":
+        return []
+    in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
+    if in_progress >= op.spec.batches:
+        return []
+    return [b for b in op.batches if b.state == "waiting"]
 
 
 def _holding(op: Operation) -> list[str]:

@@ -22,6 +22,7 @@ from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import Mode
 from nodeagent.master._master import Master
 from nodeagent.master._operations import (
+    Operation,
     OperationError,
     OperationSpec,
     SlaVerdict,
@@ -204,9 +205,11 @@ async def until(ok: Callable[[], bool], within: float = 60, every: float = 0.1) 
             await trio.sleep(every)
 
 
-def build(tmp_path: Path, fleet: Fleet, clock: TrioClock) -> tuple[Master, Operations]:
+def build(
+    tmp_path: Path, fleet: Fleet, clock: TrioClock, store: DocumentStore | None = None
+) -> tuple[Master, Operations]:
     master = Master(
-        store=DocumentStore(tmp_path / "master.db"),
+        store=DocumentStore(tmp_path / "master.db") if store is None else store,
         link=fleet,
         clock=clock,
         ads=AdStore(lifetime=10_000),
@@ -237,10 +240,11 @@ async def running(
     nursery: trio.Nursery,
     *,
     engine_after: float = 0.0,
+    store: DocumentStore | None = None,
 ) -> tuple[Master, Operations, trio.CancelScope]:
     """A master and its engine (``engine_after`` seconds after the master's reconcile
     passes begin) running in their own scope (cancel it: a kill -9)."""
-    master, operations = build(tmp_path, fleet, clock)
+    master, operations = build(tmp_path, fleet, clock, store)
     scope = trio.CancelScope()
 
     async def serve() -> None:
@@ -441,11 +445,53 @@ async def test_an_unsafe_batch_waits_then_proceeds(
     assert fleet.nodes["d"].commits[0] >= safe_from + 1
 
 
-class Book:
-    """An SLA book whose one group, ``web``, is safe to take down from ``safe_from`` on."""
+async def test_a_batch_held_by_its_sla_says_so_from_the_step_that_frees_its_place(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Rack r1, then rack r2 whose SLA allows it only a few seconds after r1 is done: the
+    step that ends r1 checks r2's SLA at once, and every state of the operation saved from
+    then until r2 starts shows r2 waiting with reason ``sla`` and ``until`` (an operator
+    watching sees why and until when all along); r2 starts when ``until`` comes."""
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    store = Recording(tmp_path / "master.db")
+    safe_from = EPOCH + 10  # r1 is done at about EPOCH + 8
+    book = Book(safe_from, only=("c",))
+    async with trio.open_nursery() as nursery:
+        master, operations, scope = await running(tmp_path, fleet, clock, nursery, store=store)
+        operations.sla = book
+        op = operations.create(spec(hosts=("a", "b", "c")), actor="admin")
+        await wait_for(operations, op.id, ("completed",))
+        scope.cancel()
+    saved = [
+        Operation.from_json(save["operations"].put[op.id])
+        for save in store.saves
+        if "operations" in save and op.id in save["operations"].put
+    ]
+    first = next(i for i, each in enumerate(saved) if each.batches[0].ended_at is not None)
+    last = next(i for i, each in enumerate(saved) if each.batches[1].started_at is not None)
+    assert first < last
+    for each in saved[first:last]:
+        r1, r2 = each.batches
+        assert r1.state == "done"
+        assert r2.state == "waiting"
+        assert r2.reason is not None
+        assert r2.reason["code"] == "sla"
+        assert r2.reason["groups"] == ["web"]
+        assert r2.reason["until"] == safe_from + 1
+        assert r2.held_since == r1.ended_at
+    assert ("a", "b") in book.asked
+    assert safe_from + 1 <= fleet.nodes["c"].commits[0] <= safe_from + 1 + master.reconcile_interval
+    assert_once_each(fleet, ("a", "b", "c"))
 
-    def __init__(self, safe_from: float) -> None:
+
+class Book:
+    """An SLA book whose one group, ``web``, is safe to take down from ``safe_from`` on
+    (with ``only``: on those hosts; the others are always safe)."""
+
+    def __init__(self, safe_from: float, only: Collection[str] = ()) -> None:
         self.safe_from = safe_from
+        self.only = frozenset(only)
         self.asked: list[tuple[str, ...]] = []
 
     async def check(
@@ -453,7 +499,8 @@ class Book:
     ) -> Probe:
         await trio.lowlevel.checkpoint()
         self.asked.append(tuple(hosts))
-        return Probe(hosts=tuple(hosts), unknown=(), groups=(verdict(self.safe_from - now),))
+        wait = 0.0 if self.only and not self.only & set(hosts) else self.safe_from - now
+        return Probe(hosts=tuple(hosts), unknown=(), groups=(verdict(wait),))
 
 
 def verdict(wait: float | None) -> GroupVerdict:
