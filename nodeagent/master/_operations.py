@@ -515,20 +515,25 @@ def choose(
     """Start as many waiting batches as there are places free (``spec.batches`` less
     those in progress), best first (:func:`batch_estimate`: soonest empty, then least
     badput, then name). A held batch keeps waiting with its reason (and is passed over
-    for the next); held ``spec.sla_wait`` seconds, it is skipped. Only a running
-    operation starts batches. ``sla`` answers for a batch's hosts (none: no check)."""
+    for the next); held ``spec.sla_wait`` seconds, it is skipped. A batch left waiting
+    because the places are taken is not held: it loses its reason and ``held_since``.
+    Only a running operation starts batches. ``sla`` answers for a batch's hosts (none:
+    no check)."""
     if op.state != "running":
         return op
     in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
     free = op.spec.batches - in_progress
-    if free <= 0:
-        return op
     waiting = [b for b in op.batches if b.state == "waiting"]
-    ranked = sorted(waiting, key=lambda b: (*batch_estimate(b, views), b.name))
+    if free <= 0:
+        ranked = waiting
+    else:
+        ranked = sorted(waiting, key=lambda b: (*batch_estimate(b, views), b.name))
     changed: dict[str, Batch] = {}
     for batch in ranked:
         if free <= 0:
-            break
+            if batch.reason is not None or batch.held_since is not None:
+                changed[batch.name] = replace(batch, held_since=None, reason=None)
+            continue
         reason = _held(op, batch, views, sla)
         if reason is None:
             nodes = tuple(replace(n, phase="draining", since=now, reason=None) for n in batch.nodes)

@@ -379,6 +379,27 @@ def test_a_held_batch_starts_when_safe() -> None:
     assert op.batches[0].reason is None
 
 
+def test_a_batch_left_for_want_of_a_place_no_longer_shows_why_it_was_held() -> None:
+    """Every rack held by its SLA, then safe: the first starts and takes the one place;
+    the others wait for a place, not for their SLA (no reason, no longer held: their time
+    towards ``sla_wait`` starts again when a place is free for them)."""
+    safe = {"now": False}
+
+    def sla(hosts: tuple[str, ...]) -> SlaVerdict:
+        return SlaVerdict(safe=safe["now"], groups=("web",), until=NOW + 30)
+
+    op = choose(op_of(batches=1), VIEWS, NOW, sla)
+    assert all(b.state == "waiting" and b.reason is not None for b in op.batches)
+    safe["now"] = True
+    op = choose(op, VIEWS, NOW + 30, sla)
+    [started] = [b for b in op.batches if b.state == "draining"]
+    for batch in op.batches:
+        if batch is not started:
+            assert batch.state == "waiting"
+            assert batch.reason is None
+            assert batch.held_since is None
+
+
 # ---------------------------------------------------------------- pause, resume, cancel
 
 
