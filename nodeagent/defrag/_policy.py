@@ -2,14 +2,16 @@
 
 ``condor_defrag``'s policy, on the master's ads. Every ``interval`` a cycle
 
-1. reads the partitionable slot ads from the master (one per node; they carry the
-   machine-wide attributes and the machine's free resources);
+1. reads the slot ads from the master: one partitionable slot ad per node (it carries the
+   machine-wide attributes and the machine's free resources), which every expression is
+   evaluated on, and the dynamic slot ads of the node's jobs;
 2. decides, with :func:`plan_cycle` — a pure function of (ads, policy, now, pacing) —
    which of its own drains to cancel, how many drains it may start, and which
    candidates, best ranked first;
 3. cancels, then drains: each drain is a two-phase transaction (phase 1 with reason
    ``Defrag <name>`` and ``on_completion: resume``; the fresh badput is compared with the
-   ad the candidate was ranked on; commit, or cancel and try the next candidate);
+   ad the candidate was ranked on, brought forward to phase 1's instant
+   (:meth:`Candidate.badput_at`); commit, or cancel and try the next candidate);
 4. pushes its statistics to the master as an ad with ``MyType = "Defrag"``.
 
 Only drains whose ``DrainReason`` is ``Defrag <name>`` are counted or cancelled: an
@@ -42,7 +44,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.defrag._records import DrainRecord, ad_knows, outlived
-from slots import Schedule, evaluate, is_true
+from slots import (
+    InvalidRequest,
+    Schedule,
+    check_estimate_inputs,
+    clamp,
+    drain_estimates,
+    evaluate,
+    is_true,
+)
 
 __all__ = [
     "RECENT_WINDOW",
@@ -160,6 +170,31 @@ class Candidate:
     rank: float
     badput: int | None
     completion: int | None
+    schedule: Schedule = Schedule.GRACEFUL
+    as_of: float | None = None
+    ads: tuple[Mapping[str, Any], ...] = ()
+
+    def badput_at(self, at: float) -> int | None:
+        """The ranked ``badput`` brought forward to ``at`` (the node's clock).
+
+        ``badput`` is the ranked ad's ``ExpectedMachine<schedule>DrainingBadput`` as of its
+        ``MyCurrentTime`` (``as_of``); a running job's badput grows with its run time. So
+        it is ``badput`` plus what :func:`slots.drain_estimates` of the machine's slot ads
+        as ranked (``ads``: each job's run time brought forward from its ad) adds between
+        ``as_of`` and ``at``: exactly the value those ads give at ``at``, since the agent
+        publishes what that function computes. ``badput`` unchanged when either instant
+        is unknown, ``at`` is not later, or the ads cannot be read; ``None`` when it is.
+        """
+        if self.badput is None or self.as_of is None or not at > self.as_of:
+            return self.badput
+        try:
+            check_estimate_inputs(self.ads)
+        except InvalidRequest:
+            return self.badput
+        attribute = _BADPUT[self.schedule]
+        before = drain_estimates(self.ads, self.as_of)[attribute]
+        after = drain_estimates(self.ads, at)[attribute]
+        return clamp(max(self.badput + after - before, 0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,7 +299,7 @@ def plan_cycle(
     pacing: Pacing,
     records: Mapping[str, DrainRecord] | None = None,
 ) -> CyclePlan:
-    """Decide one cycle from the partitionable slot ads the master serves.
+    """Decide one cycle from the slot ads the master serves.
 
     * Ads that are not partitionable slots, are ``Offline`` or ``Lost`` are ignored.
     * *Unseen*: machines with a record of this daemon's (``records``, by machine) that
@@ -277,13 +312,17 @@ def plan_cycle(
     * *Candidates*: machines with no drain request at all, not whole, not in maintenance
       (``MaintenanceMode`` DRAINING or DOWN: the master's), with an address, matching
       ``requirements``; ranked by ``rank`` (higher first; a non-numeric rank counts 0,
-      as in HTCondor), ties by machine name. Computed only when ``wanted`` > 0.
+      as in HTCondor), ties by machine name. Computed only when ``wanted`` > 0. Each
+      keeps its machine's slot ads (the dynamic slots' too) to bring its badput forward.
+
+    Every expression is evaluated on partitionable slot ads; the other slot ads of a
+    machine (its jobs' dynamic slots) are only kept with its candidate.
     """
     reason = policy.reason
     by_machine: dict[str, list[Mapping[str, Any]]] = {}
-    listed: set[str] = set()
+    every: dict[str, list[Mapping[str, Any]]] = {}
     for ad in ads:
-        listed.add(machine_of(ad))
+        every.setdefault(machine_of(ad), []).append(ad)
         if _usable(ad):
             by_machine.setdefault(machine_of(ad), []).append(ad)
 
@@ -291,7 +330,7 @@ def plan_cycle(
     unseen: set[str] = set()
     for machine, record in sorted((records or {}).items()):
         slot_ads = by_machine.get(machine, [])
-        if machine not in listed or any(outlived(record, ad) for ad in slot_ads):
+        if machine not in every or any(outlived(record, ad) for ad in slot_ads):
             continue
         kept.append(record)
         if slot_ads and not any(ad_knows(record, ad) for ad in slot_ads):
@@ -358,6 +397,9 @@ def plan_cycle(
                     rank=0.0 if rank is None else rank,
                     badput=_integer(ad.get(badput_attr)),
                     completion=_integer(ad.get(completion_attr)),
+                    schedule=policy.schedule,
+                    as_of=_number(ad.get("MyCurrentTime")),
+                    ads=tuple(every[machine]),
                 )
                 if best is None or candidate.rank > best.rank:
                     best = candidate
@@ -385,8 +427,11 @@ def plan_cycle(
 def estimate_acceptable(ranked: int | None, fresh: Any, factor: float) -> bool:
     """Whether a phase-1 badput ``fresh`` keeps the promise of the ranked ad's ``ranked``.
 
-    True when ``fresh ≤ factor × ranked``; also true when either is unknown (nothing to
-    compare: the drain goes ahead, as it would in HTCondor without a check expression).
+    ``ranked`` is the promise as of the same instant as ``fresh``
+    (:meth:`Candidate.badput_at`): an ad some seconds old does not make a running job's
+    growing badput look like an increase. True when ``fresh ≤ factor × ranked``; also
+    true when either is unknown (nothing to compare: the drain goes ahead, as it would in
+    HTCondor without a check expression).
     """
     fresh_value = _number(fresh)
     if ranked is None or fresh_value is None:

@@ -7,6 +7,7 @@ ad older than that record.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -169,8 +170,9 @@ class HttpDefragLink:
             await self._master.aclose()
 
     async def slot_ads(self) -> list[dict[str, Any]]:
-        """The partitionable slot ads of the first master that answers (see the class
-        docstring); raises :class:`MasterCallFailed` naming each master when none did."""
+        """Every slot ad (partitionable and dynamic) of the first master that answers
+        (see the class docstring); raises :class:`MasterCallFailed` naming each master when
+        none did."""
         passed: list[str] = []
         last: MasterCallFailed | None = None
         for url in self.master_urls:
@@ -179,7 +181,7 @@ class HttpDefragLink:
                     "GET",
                     url + "/v1/ads",
                     credentials=self._credentials,
-                    params={"slots": "true", "constraint": "PartitionableSlot =?= true"},
+                    params={"slots": "true"},
                     max_reply=MASTER_ADS_REPLY_LIMIT,
                 )
             except MasterCallFailed as exc:
@@ -456,17 +458,23 @@ class DefragService:
             at=self._node_time(phase1.get("created_at")),
         )
         previous, self.drains[candidate.machine] = self.drains.get(candidate.machine), record
-        estimate = phase1.get("estimate") or {}
-        fresh = estimate.get("badput") if isinstance(estimate, dict) else None
-        if not estimate_acceptable(candidate.badput, fresh, policy.max_badput_increase):
+        estimate = phase1.get("estimate")
+        if not isinstance(estimate, dict):
+            estimate = {}
+        fresh = estimate.get("badput")
+        # the promise as of the fresh estimate's instant (the node's clock), not the ad's
+        ranked = candidate.badput_at(self._node_time(estimate.get("now"), phase1.get("created_at")))
+        if not estimate_acceptable(ranked, fresh, policy.max_badput_increase):
             await self._abandon(candidate, request_id, previous)
             self.stats.record("skip", candidate.machine, self.clock.now(), what)
             log.info(
-                "%s: skipped: badput %s now, %s when ranked (more than %g×)",
+                "%s: skipped: badput %s now, more than %g× the %s its ad gives by now "
+                "(%s when ranked)",
                 candidate.machine,
                 fresh,
-                candidate.badput,
                 policy.max_badput_increase,
+                ranked,
+                candidate.badput,
             )
             return "skip"
         try:
@@ -499,12 +507,17 @@ class DefragService:
         log.warning("%s: drain failed: %s", candidate.machine, message)
         return "failure"
 
-    def _node_time(self, value: Any) -> float:
-        """An instant an agent's reply gives (its clock); the daemon's own clock stands in
-        for one missing."""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return self.clock.now()
-        return float(value)
+    def _node_time(self, *values: Any) -> float:
+        """An instant an agent's reply gives (its clock): the first of ``values`` that is
+        a number; the daemon's own clock stands in when none is."""
+        for value in values:
+            if (
+                not isinstance(value, bool)
+                and isinstance(value, int | float)
+                and math.isfinite(value)
+            ):
+                return float(value)
+        return self.clock.now()
 
     async def _abandon(
         self, candidate: Candidate, request_id: str, previous: DrainRecord | None

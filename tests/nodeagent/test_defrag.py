@@ -358,6 +358,91 @@ def test_estimate_acceptable(ranked: int | None, fresh: Any, ok: bool) -> None:
     assert estimate_acceptable(ranked, fresh, 1.5) is ok
 
 
+@dataclass(frozen=True, kw_only=True)
+class AgedAd:
+    """A machine ranked on its ad of ``ad_at`` and asked phase 1 at ``EPOCH``; ``jobs``
+    (claimed at, cpus) before the ad, ``later`` between the ad and phase 1. Every machine
+    promises 1 s of retirement and 5 s to vacate: a graceful drain's badput is
+    cpus × (run + 5), and grows with the run."""
+
+    jobs: tuple[tuple[float, int], ...]
+    later: tuple[tuple[float, int], ...] = ()
+    ad_at: float = EPOCH - 10
+    ranked: int  # the ad's ExpectedMachineGracefulDrainingBadput
+    brought: int  # that, brought forward to phase 1
+    fresh: int  # phase 1's estimate
+    ok: bool
+
+
+AGED = {
+    # 2 × (2 + 5) when ranked, 2 × (12 + 5) at phase 1: the same job, ten seconds older
+    "a young job on an ad 10 s old": AgedAd(
+        jobs=((EPOCH - 12, 2),), ranked=14, brought=34, fresh=34, ok=True
+    ),
+    "the ad of phase 1's second": AgedAd(
+        jobs=((EPOCH - 12, 2),), ad_at=EPOCH, ranked=34, brought=34, fresh=34, ok=True
+    ),
+    "an old job on an old ad": AgedAd(
+        jobs=((EPOCH - 1000, 2),), ad_at=EPOCH - 60, ranked=1890, brought=2010, fresh=2010,
+        ok=True,
+    ),
+    # a job claimed since the ad: 4 × (5 + 5) more than the ad promised, brought forward
+    "a job of 4 cores claimed since the ad": AgedAd(
+        jobs=((EPOCH - 12, 2),), later=((EPOCH - 5, 4),), ranked=14, brought=34, fresh=74,
+        ok=False,
+    ),
+    "a job of 1 core claimed since the ad, within the factor": AgedAd(
+        jobs=((EPOCH - 12, 2),), later=((EPOCH - 1, 1),), ranked=14, brought=34, fresh=40,
+        ok=True,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", AGED.values(), ids=AGED.keys())
+def test_the_ranked_badput_is_brought_forward_to_phase_1(case: AgedAd) -> None:
+    """The fresh estimate is compared with the ad's promise as of the same instant: the
+    age of the ad alone never skips a drain; a real increase still does."""
+    m = Machine(
+        host="m",
+        total=Resources(cpus=8, memory=8192),
+        policy=MachinePolicy(max_job_retirement_time=1, machine_max_vacate_time=5),
+        now=EPOCH - 2000,
+        address="http://m:1",
+    )
+    for at, cpus in case.jobs:
+        m.claim(at, resources=Resources(cpus=cpus), spec=JobSpec())
+    ads = m.ad(case.ad_at)["slots"]
+    for at, cpus in case.later:
+        m.claim(at, resources=Resources(cpus=cpus), spec=JobSpec())
+    _, estimate, _ = m.start_draining(
+        EPOCH, schedule=Schedule.GRACEFUL, reason=REASON, on_completion=OnCompletion.RESUME
+    )
+    (candidate,) = plan_cycle(ads, policy(), now=case.ad_at, pacing=Pacing()).candidates
+    assert candidate.ads == tuple(ads)
+    assert (candidate.badput, estimate.now, estimate.badput) == (case.ranked, EPOCH, case.fresh)
+    assert candidate.badput_at(estimate.now) == case.brought
+    assert estimate_acceptable(candidate.badput_at(estimate.now), estimate.badput, 1.5) is case.ok
+
+
+def test_a_ranked_badput_is_brought_forward_as_far_as_its_ads_say() -> None:
+    job = {"Name": "slot1_1@a", "Machine": "a", "State": "Claimed", "Activity": "Busy",
+           "Cpus": 2, "TotalJobRunTime": 10, "MyCurrentTime": int(EPOCH) - 10}  # fmt: skip
+    timed = pslot("a", badput=100, MyCurrentTime=int(EPOCH) - 10)
+    for ads, brought in [
+        ([timed, job], 100 + 2 * 10),  # the job ran 10 s more
+        ([pslot("a", badput=100), job], 100),  # the ad has no MyCurrentTime
+        ([timed, {**job, "TotalJobRunTime": "x"}], 100),  # a value that is not a number
+        ([timed, {**job, "DrainSuspendedJobs": "x"}], 100),
+    ]:
+        (candidate,) = plan_cycle(ads, policy(), now=EPOCH, pacing=Pacing()).candidates
+        assert candidate.badput_at(EPOCH) == brought
+        assert candidate.badput_at(EPOCH - 20) == 100  # phase 1 before the ad: as it is
+    unpromised = pslot("a", MyCurrentTime=int(EPOCH) - 10)
+    del unpromised["ExpectedMachineGracefulDrainingBadput"]
+    (unknown,) = plan_cycle([unpromised, job], policy(), now=EPOCH, pacing=Pacing()).candidates
+    assert unknown.badput_at(EPOCH + 10) is None
+
+
 def test_plan_on_the_agents_own_ads() -> None:
     """The attribute names the policy relies on are the ones a real machine publishes."""
 
@@ -551,7 +636,8 @@ class FakeMachine:
     reachable: bool = True
     request: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
-    served: tuple[float, dict[str, Any]] | None = None  # the ad the master holds, since when
+    #: the slot ads the master holds, since when (the test may set the first)
+    served: tuple[float, list[dict[str, Any]]] | None = None
 
 
 class FakePool:
@@ -591,9 +677,9 @@ class FakePool:
                 m.request = None
                 m.jobs = [2, 2] if m.refill else []
 
-    def ad(self, m: FakeMachine) -> dict[str, Any]:
+    def ads(self, m: FakeMachine) -> list[dict[str, Any]]:
         r = m.request
-        return pslot(
+        ad = pslot(
             m.name,
             free=m.total - sum(m.jobs),
             total=m.total,
@@ -605,6 +691,7 @@ class FakePool:
             TotalMachineDrainingUnclaimedTime=0,
             MyCurrentTime=int(self.clock.now()),
         )
+        return [ad]
 
     async def slot_ads(self) -> list[dict[str, Any]]:
         await trio.lowlevel.checkpoint()
@@ -614,8 +701,8 @@ class FakePool:
         now = self.offset()
         for m in self.machines.values():
             if self.ad_refresh is None or m.served is None or now >= m.served[0] + self.ad_refresh:
-                m.served = (now, self.ad(m))
-        return [m.served[1] for m in self.machines.values() if m.served is not None]
+                m.served = (now, self.ads(m))
+        return [ad for m in self.machines.values() if m.served is not None for ad in m.served[1]]
 
     async def publish(self, ad: dict[str, Any]) -> None:
         await trio.lowlevel.checkpoint()
@@ -651,7 +738,7 @@ class FakePool:
             return {
                 "id": r["id"],
                 "state": "pending",
-                "estimate": {"badput": badput},
+                "estimate": {"badput": badput, "now": int(self.clock.now())},
                 "created_at": self.clock.now(),
             }
         request_id, _, verb = path.removeprefix("/v1/drain/").partition("/")
@@ -765,6 +852,41 @@ async def test_a_worse_fresh_estimate_skips_the_candidate(
         ad = service.ad()
     assert [h["state"] for h in machines[0].history] == ["cancelled"]
     assert pool.commits() == [(0.0, "b")]
+    assert (ad["DrainSkips"], ad["DrainSuccesses"], ad["DrainFailures"]) == (1, 1, 0)
+
+
+async def test_an_old_ad_of_a_young_job_is_no_badput_increase(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The master serves ads 10 s old. A young job's badput has grown since, as its ad says
+    it would (2 × (2 + 5) then, 2 × (12 + 5) at phase 1): drained. A job of 4 cores
+    claimed since the ad adds 4 × (5 + 5) to that: skipped."""
+
+    def node(name: str, *later: tuple[float, int]) -> FakeMachine:
+        m = Machine(
+            host=name,
+            total=Resources(cpus=8, memory=8192),
+            policy=MachinePolicy(max_job_retirement_time=1, machine_max_vacate_time=5),
+            now=EPOCH - 100,
+            address=f"fake://{name}",
+        )
+        m.claim(EPOCH - 12, resources=Resources(cpus=2), spec=JobSpec())
+        ads = m.ad(EPOCH - 10)["slots"]
+        for at, cpus in later:
+            m.claim(at, resources=Resources(cpus=cpus), spec=JobSpec())
+        _, estimate, _ = m.start_draining(EPOCH, schedule=Schedule.GRACEFUL, reason=REASON)
+        return FakeMachine(name=name, fresh_badput=estimate.badput, served=(-10.0, ads))
+
+    grown, young = node("grown", (EPOCH - 5, 4)), node("young")
+    assert (grown.fresh_badput, young.fresh_badput) == (74, 34)
+    async with running([grown, young], ad_refresh=600, draining_machines_per_hour=6.0) as (
+        service,
+        pool,
+    ):
+        await trio.sleep(1)
+        ad = service.ad()
+    assert [h["state"] for h in grown.history] == ["cancelled"]
+    assert pool.commits() == [(0.0, "young")]
     assert (ad["DrainSkips"], ad["DrainSuccesses"], ad["DrainFailures"]) == (1, 1, 0)
 
 
