@@ -175,17 +175,23 @@ class Candidate:
     ads: tuple[Mapping[str, Any], ...] = ()
 
     def badput_at(self, at: float) -> int | None:
-        """The ranked ``badput`` brought forward to ``at`` (the node's clock).
+        """The ranked ``badput`` brought forward to the end of the second ``at`` falls in
+        (the node's clock).
 
         ``badput`` is the ranked ad's ``ExpectedMachine<schedule>DrainingBadput`` as of its
         ``MyCurrentTime`` (``as_of``); a running job's badput grows with its run time. So
         it is ``badput`` plus what :func:`slots.drain_estimates` of the machine's slot ads
         as ranked (``ads``: each job's run time brought forward from its ad) adds between
-        ``as_of`` and ``at``: exactly the value those ads give at ``at``, since the agent
-        publishes what that function computes. ``badput`` unchanged when either instant
-        is unknown, ``at`` is not later, or the ads cannot be read; ``None`` when it is.
+        ``as_of`` and ``⌊at⌋ + 1``: the value those ads give then, since the agent
+        publishes what that function computes. The end of the second, because ads carry
+        whole seconds: a job's ``TotalJobRunTime`` is up to a second short of its run at
+        ``MyCurrentTime``, so an estimate made later in the same second (or the next ones)
+        may count one second more of it. ``badput`` unchanged when either instant is
+        unknown, ``at`` is before ``as_of``'s second, or the ads cannot be read; ``None``
+        when it is.
         """
-        if self.badput is None or self.as_of is None or not at > self.as_of:
+        end = math.floor(at) + 1
+        if self.badput is None or self.as_of is None or not end > self.as_of:
             return self.badput
         try:
             check_estimate_inputs(self.ads)
@@ -193,7 +199,7 @@ class Candidate:
             return self.badput
         attribute = _BADPUT[self.schedule]
         before = drain_estimates(self.ads, self.as_of)[attribute]
-        after = drain_estimates(self.ads, at)[attribute]
+        after = drain_estimates(self.ads, end)[attribute]
         return clamp(max(self.badput + after - before, 0))
 
 

@@ -73,7 +73,8 @@ def drained_once(daemon: DefragProcess, machine: str) -> None:
         return stats if drained and stats["WholeMachines"] == 2 else None
 
     stats = wait_for(seen_whole_after_its_drain)
-    assert (stats["DrainSuccesses"], stats["DrainFailures"], stats["DrainSkips"]) == (1, 0, 0)
+    log = daemon.log_path.read_text(errors="replace")[-4000:]  # what it decided, if not this
+    assert (stats["DrainSuccesses"], stats["DrainFailures"], stats["DrainSkips"]) == (1, 0, 0), log
     assert [(d["who"], d["result"]) for d in stats["RecentDrainsList"]] == [(machine, "success")]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -360,39 +361,47 @@ def test_estimate_acceptable(ranked: int | None, fresh: Any, ok: bool) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class AgedAd:
-    """A machine ranked on its ad of ``ad_at`` and asked phase 1 at ``EPOCH``; ``jobs``
+    """A machine ranked on its ad of ``ad_at`` and asked phase 1 at ``phase_at``; ``jobs``
     (claimed at, cpus) before the ad, ``later`` between the ad and phase 1. Every machine
-    promises 1 s of retirement and 5 s to vacate: a graceful drain's badput is
-    cpus × (run + 5), and grows with the run."""
+    promises 1 s of retirement and ``vacate`` s to vacate: past its retirement, a job's
+    graceful badput is cpus × (run + vacate), and grows with the run."""
 
     jobs: tuple[tuple[float, int], ...]
     later: tuple[tuple[float, int], ...] = ()
     ad_at: float = EPOCH - 10
+    phase_at: float = EPOCH
+    vacate: int = 5
     ranked: int  # the ad's ExpectedMachineGracefulDrainingBadput
-    brought: int  # that, brought forward to phase 1
+    brought: int  # that, brought forward to the end of phase 1's second
     fresh: int  # phase 1's estimate
     ok: bool
 
 
 AGED = {
     # 2 × (2 + 5) when ranked, 2 × (12 + 5) at phase 1: the same job, ten seconds older
+    # (brought forward to the end of that second: 2 × (13 + 5))
     "a young job on an ad 10 s old": AgedAd(
-        jobs=((EPOCH - 12, 2),), ranked=14, brought=34, fresh=34, ok=True
+        jobs=((EPOCH - 12, 2),), ranked=14, brought=36, fresh=34, ok=True
     ),
     "the ad of phase 1's second": AgedAd(
-        jobs=((EPOCH - 12, 2),), ad_at=EPOCH, ranked=34, brought=34, fresh=34, ok=True
+        jobs=((EPOCH - 12, 2),), ad_at=EPOCH, ranked=34, brought=36, fresh=34, ok=True
+    ),
+    # the ad says 0 s of run (0.95 s, in whole seconds), phase 1 in the same second 1 s
+    "a run that crosses a second within the ad's second": AgedAd(
+        jobs=((EPOCH - 1.1, 2),), ad_at=EPOCH - 0.15, phase_at=EPOCH - 0.01, vacate=1,
+        ranked=2, brought=4, fresh=4, ok=True,
     ),
     "an old job on an old ad": AgedAd(
-        jobs=((EPOCH - 1000, 2),), ad_at=EPOCH - 60, ranked=1890, brought=2010, fresh=2010,
+        jobs=((EPOCH - 1000, 2),), ad_at=EPOCH - 60, ranked=1890, brought=2012, fresh=2010,
         ok=True,
     ),
     # a job claimed since the ad: 4 × (5 + 5) more than the ad promised, brought forward
     "a job of 4 cores claimed since the ad": AgedAd(
-        jobs=((EPOCH - 12, 2),), later=((EPOCH - 5, 4),), ranked=14, brought=34, fresh=74,
+        jobs=((EPOCH - 12, 2),), later=((EPOCH - 5, 4),), ranked=14, brought=36, fresh=74,
         ok=False,
     ),
     "a job of 1 core claimed since the ad, within the factor": AgedAd(
-        jobs=((EPOCH - 12, 2),), later=((EPOCH - 1, 1),), ranked=14, brought=34, fresh=40,
+        jobs=((EPOCH - 12, 2),), later=((EPOCH - 1, 1),), ranked=14, brought=36, fresh=40,
         ok=True,
     ),
 }  # fmt: skip
@@ -405,7 +414,7 @@ def test_the_ranked_badput_is_brought_forward_to_phase_1(case: AgedAd) -> None:
     m = Machine(
         host="m",
         total=Resources(cpus=8, memory=8192),
-        policy=MachinePolicy(max_job_retirement_time=1, machine_max_vacate_time=5),
+        policy=MachinePolicy(max_job_retirement_time=1, machine_max_vacate_time=case.vacate),
         now=EPOCH - 2000,
         address="http://m:1",
     )
@@ -415,11 +424,15 @@ def test_the_ranked_badput_is_brought_forward_to_phase_1(case: AgedAd) -> None:
     for at, cpus in case.later:
         m.claim(at, resources=Resources(cpus=cpus), spec=JobSpec())
     _, estimate, _ = m.start_draining(
-        EPOCH, schedule=Schedule.GRACEFUL, reason=REASON, on_completion=OnCompletion.RESUME
+        case.phase_at,
+        schedule=Schedule.GRACEFUL,
+        reason=REASON,
+        on_completion=OnCompletion.RESUME,
     )
     (candidate,) = plan_cycle(ads, policy(), now=case.ad_at, pacing=Pacing()).candidates
     assert candidate.ads == tuple(ads)
-    assert (candidate.badput, estimate.now, estimate.badput) == (case.ranked, EPOCH, case.fresh)
+    assert estimate.now == math.floor(case.phase_at)
+    assert (candidate.badput, estimate.badput) == (case.ranked, case.fresh)
     assert candidate.badput_at(estimate.now) == case.brought
     assert estimate_acceptable(candidate.badput_at(estimate.now), estimate.badput, 1.5) is case.ok
 
@@ -429,7 +442,7 @@ def test_a_ranked_badput_is_brought_forward_as_far_as_its_ads_say() -> None:
            "Cpus": 2, "TotalJobRunTime": 10, "MyCurrentTime": int(EPOCH) - 10}  # fmt: skip
     timed = pslot("a", badput=100, MyCurrentTime=int(EPOCH) - 10)
     for ads, brought in [
-        ([timed, job], 100 + 2 * 10),  # the job ran 10 s more
+        ([timed, job], 100 + 2 * 11),  # the job ran 10 s more, to the end of EPOCH's second
         ([pslot("a", badput=100), job], 100),  # the ad has no MyCurrentTime
         ([timed, {**job, "TotalJobRunTime": "x"}], 100),  # a value that is not a number
         ([timed, {**job, "DrainSuspendedJobs": "x"}], 100),
