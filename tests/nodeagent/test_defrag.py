@@ -386,10 +386,11 @@ AGED = {
     "the ad of phase 1's second": AgedAd(
         jobs=((EPOCH - 12, 2),), ad_at=EPOCH, ranked=34, brought=36, fresh=34, ok=True
     ),
-    # the ad says 0 s of run (0.95 s, in whole seconds), phase 1 in the same second 1 s
+    # 0.95 s of run at the ad (its whole seconds counted up: 1), 1.09 s at phase 1, in the
+    # same second: the ad's figure is already phase 1's
     "a run that crosses a second within the ad's second": AgedAd(
         jobs=((EPOCH - 1.1, 2),), ad_at=EPOCH - 0.15, phase_at=EPOCH - 0.01, vacate=1,
-        ranked=2, brought=4, fresh=4, ok=True,
+        ranked=4, brought=6, fresh=4, ok=True,
     ),
     "an old job on an old ad": AgedAd(
         jobs=((EPOCH - 1000, 2),), ad_at=EPOCH - 60, ranked=1890, brought=2012, fresh=2010,
