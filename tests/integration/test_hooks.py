@@ -98,6 +98,16 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def fast_drain_with_hook(agent: AgentProcess, hook: str) -> None:
+    """Commit a fast drain of ``agent`` whose completion runs ``hook``."""
+    response = agent.call(
+        "POST",
+        "/v1/drain",
+        json={"schedule": "fast", "on_completion": f"hook:{hook}", "commit": True},
+    )
+    assert response.status_code == 201, response.text
+
+
 @pytest.fixture
 def flag(tmp_path: Path) -> Path:
     return tmp_path / "healthy"
@@ -238,12 +248,7 @@ def test_what_a_hook_leaves_running_ends_before_its_end_is_reported_and_the_node
     extra = config(tmp_path, hooks={"detach": {"command": [str(hook)]}})
     extra += f'[health]\ncommand = {toml_value([str(check)])}\ninterval = 0.2\ntimeout = "30s"\n'
     with AgentProcess(tmp_path / "agent", extra=extra) as agent:
-        response = agent.call(
-            "POST",
-            "/v1/drain",
-            json={"schedule": "fast", "on_completion": "hook:detach", "commit": True},
-        )
-        assert response.status_code == 201, response.text
+        fast_drain_with_hook(agent, "detach")
 
         def ended() -> dict[str, Any] | None:
             ad = machine_ad(agent)
@@ -269,12 +274,7 @@ def test_what_a_hook_left_when_it_timed_out_ends_before_its_end_is_reported(
     hook = script(tmp_path / "stuck.sh", f'{files}{LEAVE_CHILDREN}echo $$ >> "$PIDS"\nsleep 300\n')
     extra = config(tmp_path, hooks={"stuck": {"command": [str(hook)], "timeout": "1s"}})
     with AgentProcess(tmp_path / "agent", extra=extra) as agent:
-        response = agent.call(
-            "POST",
-            "/v1/drain",
-            json={"schedule": "fast", "on_completion": "hook:stuck", "commit": True},
-        )
-        assert response.status_code == 201, response.text
+        fast_drain_with_hook(agent, "stuck")
         ad = wait_for(lambda: (a := machine_ad(agent)).get("DrainHookState") == "failed" and a)
         pids = [int(p) for p in lines(left_behind)]
         assert len(pids) == 5  # the hook too
@@ -323,12 +323,7 @@ def test_a_hook_outliving_its_agent_is_awaited_and_what_it_left_still_ends(
     )
     extra = config(tmp_path, hooks={"long": {"command": [str(hook)]}})
     with AgentProcess(tmp_path / "agent", extra=extra) as agent:
-        response = agent.call(
-            "POST",
-            "/v1/drain",
-            json={"schedule": "fast", "on_completion": "hook:long", "commit": True},
-        )
-        assert response.status_code == 201, response.text
+        fast_drain_with_hook(agent, "long")
         wait_for(lambda: len(lines(left_behind)) == 4)
         agent.kill9()
         agent.start()  # the same state and runtime directories
@@ -370,12 +365,7 @@ def test_100_mb_of_hook_output_on_a_small_state_file_system_leaves_the_store_wor
     )
     extra = config(tmp_path, hooks={"chatty": {"command": [str(hook)], "timeout": "5m"}})
     with AgentProcess(tmp_path / "agent", extra=extra) as agent:
-        response = agent.call(
-            "POST",
-            "/v1/drain",
-            json={"schedule": "fast", "on_completion": "hook:chatty", "commit": True},
-        )
-        assert response.status_code == 201, response.text
+        fast_drain_with_hook(agent, "chatty")
         wait_for(lambda: machine_ad(agent).get("DrainHookState") == "failed", timeout=120)
         run = agent.call("GET", "/v1/drain").json()["hook"]
         # The state's file system has room: the store takes the cancel.
@@ -419,12 +409,7 @@ def test_a_hook_that_kills_the_agent_is_never_run_again_and_health_decides(
     with AgentProcess(tmp_path / "agent", extra=extra) as agent:
         assert agent.proc is not None
         pidfile.write_text(str(agent.proc.pid))
-        response = agent.call(
-            "POST",
-            "/v1/drain",
-            json={"schedule": "fast", "on_completion": "hook:reboot", "commit": True},
-        )
-        assert response.status_code == 201, response.text
+        fast_drain_with_hook(agent, "reboot")
         assert agent.wait_exit() == -signal.SIGKILL  # the hook killed it
         assert lines(record) == ["1"]
         if boot == "new boot":
