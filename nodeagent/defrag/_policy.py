@@ -39,8 +39,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nodeagent.defrag._records import DrainRecord, ad_knows, outlived
@@ -69,6 +69,7 @@ __all__ = [
     "machine_of",
     "pace",
     "plan_cycle",
+    "with_machine_ads",
 ]
 
 log = logging.getLogger("nodeagent.defrag")
@@ -201,6 +202,29 @@ class Candidate:
         before = drain_estimates(self.ads, self.as_of)[attribute]
         after = drain_estimates(self.ads, end)[attribute]
         return clamp(max(self.badput + after - before, 0))
+
+
+def with_machine_ads(candidate: Candidate, ads: Sequence[Mapping[str, Any]]) -> Candidate:
+    """``candidate`` with ``ads``, every slot ad of its machine as the master holds it now
+    (its jobs too), read after the machine was ranked from its partitionable slot ad alone.
+
+    The same ad as ranked (the same ``MyCurrentTime``): its promise stays, its jobs are
+    added, so :meth:`Candidate.badput_at` can bring it forward. A newer one: its own
+    promise, as of its own time (a job claimed since it is still an increase). No
+    partitionable slot ad among ``ads``: ``candidate`` unchanged.
+    """
+    machine = next((ad for ad in ads if ad.get("PartitionableSlot") is True), None)
+    if machine is None:
+        return candidate
+    as_of = _number(machine.get("MyCurrentTime"))
+    if as_of == candidate.as_of:
+        return replace(candidate, ads=tuple(ads))
+    return replace(
+        candidate,
+        ads=tuple(ads),
+        as_of=as_of,
+        badput=_integer(machine.get(_BADPUT[candidate.schedule])),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

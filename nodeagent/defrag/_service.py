@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
+from urllib.parse import quote
 
 import trio
 
 from nodeagent._clock import Clock
 from nodeagent._peer import (
+    AGENT_REPLY_LIMIT,
     MASTER_ADS_REPLY_LIMIT,
     AgentCallFailed,
     HttpAgentLink,
@@ -40,6 +42,7 @@ from nodeagent.defrag._policy import (
     estimate_acceptable,
     log,
     plan_cycle,
+    with_machine_ads,
 )
 from nodeagent.defrag._records import DrainRecord, records_from_json, records_to_json
 
@@ -62,6 +65,8 @@ class DefragLink(Protocol):
     """
 
     async def slot_ads(self) -> list[dict[str, Any]]: ...
+
+    async def machine_ads(self, machine: str) -> list[dict[str, Any]]: ...
 
     async def publish(self, ad: dict[str, Any]) -> None: ...
 
@@ -170,9 +175,11 @@ class HttpDefragLink:
             await self._master.aclose()
 
     async def slot_ads(self) -> list[dict[str, Any]]:
-        """Every slot ad (partitionable and dynamic) of the first master that answers
-        (see the class docstring); raises :class:`MasterCallFailed` naming each master when
-        none did."""
+        """The partitionable slot ads (one a machine: what a cycle ranks) of the first
+        master that answers (see the class docstring); raises :class:`MasterCallFailed`
+        naming each master when none did. A machine's jobs (its dynamic slot ads) are read
+        only for a candidate whose badput check needs them (:meth:`machine_ads`), so that a
+        cycle reads one ad a machine, not one a job."""
         passed: list[str] = []
         last: MasterCallFailed | None = None
         for url in self.master_urls:
@@ -181,7 +188,7 @@ class HttpDefragLink:
                     "GET",
                     url + "/v1/ads",
                     credentials=self._credentials,
-                    params={"slots": "true"},
+                    params={"slots": "true", "constraint": "PartitionableSlot =?= true"},
                     max_reply=MASTER_ADS_REPLY_LIMIT,
                 )
             except MasterCallFailed as exc:
@@ -201,6 +208,21 @@ class HttpDefragLink:
         if len(passed) == 1:
             raise last
         raise MasterCallFailed(last.code, "no master answered: " + "; ".join(passed), last.status)
+
+    async def machine_ads(self, machine: str) -> list[dict[str, Any]]:
+        """Every slot ad of one machine (``GET /v1/ads/{machine}``) from the master the
+        last cycle read (else the first); raises :class:`MasterCallFailed`."""
+        url = self.read_from or self.master_urls[0]
+        reply = await self._master.request(
+            "GET",
+            url + "/v1/ads/" + quote(machine, safe=""),
+            credentials=self._credentials,
+            max_reply=AGENT_REPLY_LIMIT,
+        )
+        slots = reply.get("slots") if isinstance(reply, dict) else None
+        if not isinstance(slots, list):
+            raise MasterCallFailed("master.bad_reply", f"{url}/v1/ads/{machine}: no 'slots' list")
+        return [ad for ad in slots if isinstance(ad, dict)]
 
     async def publish(self, ad: dict[str, Any]) -> None:
         """Push the Defrag ad to every master at once; raises :class:`MasterCallFailed`
@@ -463,7 +485,11 @@ class DefragService:
             estimate = {}
         fresh = estimate.get("badput")
         # the promise as of the fresh estimate's instant (the node's clock), not the ad's
-        ranked = candidate.badput_at(self._node_time(estimate.get("now"), phase1.get("created_at")))
+        at = self._node_time(estimate.get("now"), phase1.get("created_at"))
+        ranked = candidate.badput_at(at)
+        if not estimate_acceptable(ranked, fresh, policy.max_badput_increase):
+            candidate = await self._with_jobs(candidate)
+            ranked = candidate.badput_at(at)
         if not estimate_acceptable(ranked, fresh, policy.max_badput_increase):
             await self._abandon(candidate, request_id, previous)
             self.stats.record("skip", candidate.machine, self.clock.now(), what)
@@ -506,6 +532,21 @@ class DefragService:
         self.stats.record("failure", candidate.machine, self.clock.now(), what)
         log.warning("%s: drain failed: %s", candidate.machine, message)
         return "failure"
+
+    async def _with_jobs(self, candidate: Candidate) -> Candidate:
+        """``candidate`` with its machine's jobs, to bring its promise forward
+        (:meth:`Candidate.badput_at`), when its ads hold none (a cycle reads one ad a
+        machine): the master's ads of that machine now (:func:`with_machine_ads`).
+        Unchanged when the ads already hold the jobs or cannot be read (the check then
+        compares with the ranked figure as it was)."""
+        if any(ad.get("PartitionableSlot") is False for ad in candidate.ads):
+            return candidate
+        try:
+            ads = await self.link.machine_ads(candidate.machine)
+        except MasterCallFailed as exc:
+            log.info("%s: its jobs' ads cannot be read: %s", candidate.machine, exc)
+            return candidate
+        return with_machine_ads(candidate, ads)
 
     def _node_time(self, *values: Any) -> float:
         """An instant an agent's reply gives (its clock): the first of ``values`` that is

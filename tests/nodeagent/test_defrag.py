@@ -32,6 +32,7 @@ from nodeagent.defrag._daemon import DefragDaemon, defrag_policy
 from nodeagent.defrag._policy import (
     RECENT_WINDOW,
     Cancel,
+    Candidate,
     CostBaseline,
     DefragPolicy,
     Pacing,
@@ -40,6 +41,7 @@ from nodeagent.defrag._policy import (
     machine_of,
     pace,
     plan_cycle,
+    with_machine_ads,
 )
 from nodeagent.defrag._records import (
     RECORD_LIFETIME,
@@ -654,6 +656,43 @@ class FakeMachine:
     served: tuple[float, list[dict[str, Any]]] | None = None
 
 
+_PSLOT = {
+    "PartitionableSlot": True,
+    "MyCurrentTime": 100,
+    "ExpectedMachineGracefulDrainingBadput": 14,
+}
+_JOB = {"PartitionableSlot": False, "MyCurrentTime": 100, "Cpus": 2}
+
+
+@pytest.mark.parametrize(
+    ("ads", "expected"),
+    [
+        # the ad ranked, read again: its jobs added, its promise kept
+        ([_PSLOT, _JOB], {"badput": 14, "as_of": 100.0, "ads": 2}),
+        # a newer ad: its own promise, as of its own time
+        (
+            [{**_PSLOT, "MyCurrentTime": 104, "ExpectedMachineGracefulDrainingBadput": 22}, _JOB],
+            {"badput": 22, "as_of": 104.0, "ads": 2},
+        ),
+        # no partitionable slot ad (the machine gone from the master): unchanged
+        ([_JOB], {"badput": 14, "as_of": 100.0, "ads": 1}),
+        ([], {"badput": 14, "as_of": 100.0, "ads": 1}),
+    ],
+)
+def test_with_machine_ads(ads: list[dict[str, Any]], expected: dict[str, Any]) -> None:
+    ranked = Candidate(
+        machine="m",
+        address="http://m:1",
+        rank=-14,
+        badput=14,
+        completion=None,
+        as_of=100.0,
+        ads=(_PSLOT,),
+    )
+    got = with_machine_ads(ranked, ads)
+    assert {"badput": got.badput, "as_of": got.as_of, "ads": len(got.ads)} == expected
+
+
 class FakePool:
     """A :class:`~nodeagent.defrag._service.DefragLink` over fake machines (no I/O, no Mock)."""
 
@@ -665,6 +704,10 @@ class FakePool:
         #: every read shows the machines as they are).
         self.ad_refresh: float | None = None
         self.published: list[dict[str, Any]] = []
+        #: A cycle's read gets the partitionable slot ads only, as the real link asks the
+        #: master; a machine's jobs come through :meth:`machine_ads` (False: every ad).
+        self.partitionable_only = False
+        self.machine_reads: list[str] = []
         self._ids = itertools.count(1)
 
     def offset(self) -> float:
@@ -716,7 +759,18 @@ class FakePool:
         for m in self.machines.values():
             if self.ad_refresh is None or m.served is None or now >= m.served[0] + self.ad_refresh:
                 m.served = (now, self.ads(m))
-        return [ad for m in self.machines.values() if m.served is not None for ad in m.served[1]]
+        every = [ad for m in self.machines.values() if m.served is not None for ad in m.served[1]]
+        if self.partitionable_only:
+            return [ad for ad in every if ad.get("PartitionableSlot", True) is True]
+        return every
+
+    async def machine_ads(self, machine: str) -> list[dict[str, Any]]:
+        await trio.lowlevel.checkpoint()
+        if self.offset() < self.down_until:
+            raise MasterCallFailed("master.unreachable", "down")
+        self.machine_reads.append(machine)
+        served = self.machines[machine].served
+        return [] if served is None else list(served[1])
 
     async def publish(self, ad: dict[str, Any]) -> None:
         await trio.lowlevel.checkpoint()
@@ -775,12 +829,14 @@ async def running(
     master_down_until: float = -1.0,
     clock: TrioClock | None = None,
     ad_refresh: float | None = None,
+    partitionable_only: bool = False,
     **knobs: Any,
 ) -> AsyncIterator[tuple[DefragService, FakePool]]:
     clock = clock or TrioClock(EPOCH)
     pool = FakePool(clock, machines)
     pool.down_until = master_down_until
     pool.ad_refresh = ad_refresh
+    pool.partitionable_only = partitionable_only
     store = None if tmp_path is None else DocumentStore(tmp_path / "defrag.db")
     service = DefragService(
         policy=policy(**knobs), link=pool, clock=clock, store=store, update_interval=300.0
@@ -869,12 +925,15 @@ async def test_a_worse_fresh_estimate_skips_the_candidate(
     assert (ad["DrainSkips"], ad["DrainSuccesses"], ad["DrainFailures"]) == (1, 1, 0)
 
 
+@pytest.mark.parametrize("partitionable_only", [False, True], ids=["every ad", "as the master"])
 async def test_an_old_ad_of_a_young_job_is_no_badput_increase(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, partitionable_only: bool
 ) -> None:
     """The master serves ads 10 s old. A young job's badput has grown since, as its ad says
     it would (2 × (2 + 5) then, 2 × (12 + 5) at phase 1): drained. A job of 4 cores
-    claimed since the ad adds 4 × (5 + 5) to that: skipped."""
+    claimed since the ad adds 4 × (5 + 5) to that: skipped. Read as the real link reads
+    (the partitionable slot ads a cycle, a machine's jobs only for a check that needs
+    them), the same, with the jobs of the two candidates read once each."""
 
     def node(name: str, *later: tuple[float, int]) -> FakeMachine:
         m = Machine(
@@ -893,15 +952,18 @@ async def test_an_old_ad_of_a_young_job_is_no_badput_increase(
 
     grown, young = node("grown", (EPOCH - 5, 4)), node("young")
     assert (grown.fresh_badput, young.fresh_badput) == (74, 34)
-    async with running([grown, young], ad_refresh=600, draining_machines_per_hour=6.0) as (
-        service,
-        pool,
-    ):
+    async with running(
+        [grown, young],
+        ad_refresh=600,
+        partitionable_only=partitionable_only,
+        draining_machines_per_hour=6.0,
+    ) as (service, pool):
         await trio.sleep(1)
         ad = service.ad()
     assert [h["state"] for h in grown.history] == ["cancelled"]
     assert pool.commits() == [(0.0, "young")]
     assert (ad["DrainSkips"], ad["DrainSuccesses"], ad["DrainFailures"]) == (1, 1, 0)
+    assert sorted(pool.machine_reads) == (["grown", "young"] if partitionable_only else [])
 
 
 async def test_a_failed_drain_moves_on_to_the_next(autojump_clock: trio.testing.MockClock) -> None:
