@@ -458,7 +458,8 @@ async def test_a_fault_is_a_clean_audited_500(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ callers' expressions
 
-#: Some 5 s of evaluation (40 backtracking regexps of 0.13 s each), inside the size caps.
+#: Some 2 s of evaluation on a quiet machine (40 backtracking regexps, each false after about
+#: 0.05 s), against budgets of 0.3 s, inside the size caps.
 COSTLY = " || ".join(['regexp("^(a+)+$", "' + "a" * 21 + '!")'] * 40)
 
 
