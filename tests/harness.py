@@ -26,6 +26,7 @@ __all__ = [
     "DaemonProcess",
     "MasterProcess",
     "agents",
+    "costly_expression",
     "job_script",
     "running",
     "wait_for",
@@ -56,6 +57,16 @@ def job_script(tmp: Path, name: str, *, term_delay: float = 0.0) -> tuple[list[s
     """
     record = tmp / f"{name}.term"
     return [sys.executable, "-c", _JOB, str(record), str(term_delay)], record
+
+
+def costly_expression(levels: int) -> str:
+    """A ClassAd expression that costs about 0.05 × 2**``levels`` seconds to evaluate on a
+    quiet machine (more on a loaded one) and passes the callers' caps (characters,
+    operators and brackets): a record whose attributes each take the one before twice, so
+    that its last one evaluates a backtracking regexp (false after about 0.05 s) 2**levels
+    times. Its value is false."""
+    steps = "; ".join(f"a{i} = a{i - 1} || a{i - 1}" for i in range(1, levels + 1))
+    return f'[a0 = regexp("^(a+)+$", "{"a" * 21}!"); {steps}].a{levels}'
 
 
 def running(pids: list[int]) -> list[int]:

@@ -10,20 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness import AgentProcess, wait_for
+from tests.harness import AgentProcess, costly_expression, wait_for
 
-#: Some 25 s of evaluation on a quiet machine (more on a loaded one) against the agent's
-#: budget of 2 s, within a check's caps (4,096 characters, 256 operators and brackets): a
-#: record whose attributes each take the one before twice, so that its last one evaluates a
-#: backtracking regexp (false after about 0.05 s) 2**9 times. (40 of those regexps joined by
-#: ``||`` took 1.94 s on a quiet machine: under the budget.)
-COSTLY = (
-    '[a0 = regexp("^(a+)+$", "'
-    + "a" * 21
-    + '!"); '
-    + "; ".join(f"a{i} = a{i - 1} || a{i - 1}" for i in range(1, 10))
-    + "].a9"
-)
+#: Some 25 s of evaluation on a quiet machine against the agent's budget of 2 s. (40
+#: backtracking regexps joined by ``||`` took 1.94 s on a quiet machine: under the budget.)
+COSTLY = costly_expression(9)
 WORKER = b"nodeagent._expression_worker"
 
 

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from slots import JobSpec, Machine, MachinePolicy, Resources
-from tests.harness import MasterProcess, wait_for
+from tests.harness import MasterProcess, costly_expression, wait_for
 from tests.rawhttp import (
     MIB,
     check_stalled_connections_released,
@@ -28,16 +28,8 @@ from tests.rawhttp import (
     send_whole_body,
 )
 
-#: Some 3 s an ad on a quiet machine (more on a loaded one), 150 s over 50 ads, against the
-#: master's budget of 2 s: a record whose attributes each take the one before twice, so that
-#: its last one evaluates a backtracking regexp (false after about 0.05 s) 2**6 times.
-RUNAWAY = (
-    '[a0 = regexp("^(a+)+$", "'
-    + "a" * 21
-    + '!"); '
-    + "; ".join(f"a{i} = a{i - 1} || a{i - 1}" for i in range(1, 7))
-    + "].a6"
-)
+#: Some 3 s an ad on a quiet machine, 150 s over 50 ads, against the master's budget of 2 s.
+RUNAWAY = costly_expression(6)
 
 
 @pytest.fixture
@@ -46,8 +38,8 @@ def master(tmp_path: Path) -> Iterator[MasterProcess]:
         yield m
 
 
-def node_ad(name: str) -> dict[str, Any]:
-    now = 1_800_000_000.0
+def node_ad(name: str, *, group: str | None = None, now: float = 1_800_000_000.0) -> dict[str, Any]:
+    """A node's ad with one job of 1 core (in job ``group`` when given), as of ``now``."""
     machine = Machine(
         host=name,
         ip="127.0.0.1",
@@ -56,7 +48,7 @@ def node_ad(name: str) -> dict[str, Any]:
         policy=MachinePolicy(),
         now=now,
     )
-    machine.claim(now, resources=Resources(cpus=1), spec=JobSpec())
+    machine.claim(now, resources=Resources(cpus=1), spec=JobSpec(group=group), started_at=now)
     return machine.ad(now)
 
 
@@ -320,20 +312,6 @@ class EndlessCoordinator:
         self.thread.join(timeout=10)
 
 
-def grouped_ad(name: str, group: str) -> dict[str, Any]:
-    now = time.time()
-    machine = Machine(
-        host=name,
-        ip="127.0.0.1",
-        address="http://127.0.0.1:1",
-        total=Resources(cpus=4),
-        policy=MachinePolicy(),
-        now=now,
-    )
-    machine.claim(now, resources=Resources(cpus=1), spec=JobSpec(group=group), started_at=now)
-    return machine.ad(now)
-
-
 def test_a_coordinator_streaming_forever_is_a_no_that_says_why(
     shared_master: MasterProcess,
 ) -> None:
@@ -344,7 +322,12 @@ def test_a_coordinator_streaming_forever_is_a_no_that_says_why(
         with shared_master.client(
             shared_master.token("DAEMON", subject="agent@c1", node="c1.test")
         ) as tcp:
-            assert tcp.post("/v1/ads", json=grouped_ad("c1.test", "svc")).status_code == 200
+            assert (
+                tcp.post(
+                    "/v1/ads", json=node_ad("c1.test", group="svc", now=time.time())
+                ).status_code
+                == 200
+            )
         policy = {"kind": "coordinator", "url": coordinator.url}
         assert shared_master.call("PUT", "/v1/sla/policies/svc", json=policy).is_success
         before = rss_mib(shared_master.proc.pid)

@@ -64,6 +64,13 @@ def node_ad(now: float) -> dict[str, Any]:
     return machine.ad(now)
 
 
+def daemon_token(key: bytes, *, now: float) -> str:
+    """The DAEMON token of node ``n1.test``, as its agent pushes with."""
+    return create_token(
+        key, subject="agent", scope=Scope.DAEMON, node="n1.test", lifetime_s=60, now=now
+    )
+
+
 def make_master(tmp_path: Path, link: DownLink) -> Master:
     clock = TrioClock(EPOCH)
     return Master(
@@ -123,14 +130,7 @@ async def test_an_ad_with_a_non_finite_number_is_refused(
 
     master = make_master(tmp_path, DownLink())
     key = b"k" * 32
-    token = create_token(
-        key,
-        subject="agent",
-        scope=Scope.DAEMON,
-        node="n1.test",
-        lifetime_s=60,
-        now=master.clock.now(),
-    )
+    token = daemon_token(key, now=master.clock.now())
     body = b'{"machine": {"Name": "n1.test", "CpuUsage": NaN}, "slots": []}'
     reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
     assert reply.status == 422
@@ -192,9 +192,7 @@ async def test_a_pushed_ad_is_judged_the_same_whatever_its_json_escapes(
     generate_key(key_file)
     key = load_key(key_file)
     master = make_master(tmp_path, DownLink())
-    token = create_token(
-        key, subject="agent", scope=Scope.DAEMON, node="n1.test", lifetime_s=60, now=EPOCH
-    )
+    token = daemon_token(key, now=EPOCH)
     ad = node_ad(EPOCH)
     part, name, value = where
     (ad["machine"] if part == "machine" else ad["slots"][-1])[name] = value
@@ -298,14 +296,7 @@ async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
     target = bad["machine"] if where == "machine" else bad["slots"][1]
     target[attribute] = value
     key = b"k" * 32
-    token = create_token(
-        key,
-        subject="agent",
-        scope=Scope.DAEMON,
-        node="n1.test",
-        lifetime_s=60,
-        now=master.clock.now(),
-    )
+    token = daemon_token(key, now=master.clock.now())
     # 1e400 reads as infinity: JSON's own Infinity is refused earlier, as not JSON
     body = json.dumps(bad).replace("Infinity", "1e400").encode()
     reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
