@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -17,6 +18,7 @@ from urllib.parse import quote
 
 import trio
 
+from nodeagent._agent_calls import AgentCalls, DrainBody, Transaction
 from nodeagent._clock import Clock
 from nodeagent._peer import (
     AGENT_REPLY_LIMIT,
@@ -57,11 +59,12 @@ master's own, see :mod:`nodeagent._peer`)."""
 class DefragLink(Protocol):
     """How the daemon reaches the pool (a fake pool stands in for it in tests).
 
-    ``slot_ads`` and ``publish`` raise :class:`MasterCallFailed`; ``call_agent`` raises
-    :class:`~nodeagent._peer.AgentCallFailed` with the agent's stable code (both are
-    :class:`~nodeagent._peer.PeerCallFailed`). ``node`` is the receiving machine (its slot
-    ads' ``Machine``, which the master took from that node's own token only): the token
-    the call carries is bound to it.
+    ``slot_ads``, ``machine_ads`` and ``publish`` raise :class:`MasterCallFailed`.
+    ``agent`` names one agent's calls (:class:`~nodeagent._agent_calls.AgentCalls`), which
+    raise :class:`~nodeagent._peer.AgentCallFailed` with the agent's stable code (both are
+    :class:`~nodeagent._peer.PeerCallFailed`): ``address`` is its ``MyAddress``, ``node``
+    the receiving machine (its slot ads' ``Machine``, which the master took from that
+    node's own token only), to which the token each call carries is bound.
     """
 
     async def slot_ads(self) -> list[dict[str, Any]]: ...
@@ -70,15 +73,7 @@ class DefragLink(Protocol):
 
     async def publish(self, ad: dict[str, Any]) -> None: ...
 
-    async def call_agent(
-        self,
-        address: str,
-        method: str,
-        path: str,
-        *,
-        node: str,
-        body: dict[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
+    def agent(self, address: str, *, node: str) -> AgentCalls: ...
 
 
 class HttpDefragLink:
@@ -255,18 +250,9 @@ class HttpDefragLink:
             first.status,
         )
 
-    async def call_agent(
-        self,
-        address: str,
-        method: str,
-        path: str,
-        *,
-        node: str,
-        body: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        return await self._agents.call(
-            address, method, path, node=node, actor=self.actor, body=body
-        )
+    def agent(self, address: str, *, node: str) -> AgentCalls:
+        """The calls to the agent ``node`` at ``address``, recorded as this daemon's."""
+        return AgentCalls.over(self._agents, address, node=node, actor=self.actor)
 
 
 def _another_may_answer(exc: MasterCallFailed) -> bool:
@@ -433,65 +419,70 @@ class DefragService:
             self._publish.set()
 
     async def _cancel(self, cancel: Cancel) -> bool:
+        agent = self.link.agent(cancel.address, node=cancel.machine)
         try:
-            await self.link.call_agent(
-                cancel.address,
-                "POST",
-                f"/v1/drain/{cancel.request_id}/cancel",
-                node=cancel.machine,
-            )
+            cancelled = await agent.cancel(cancel.request_id)
         except AgentCallFailed as exc:
             log.warning("%s: cannot cancel drain %s: %s", cancel.machine, cancel.request_id, exc)
+            return False
+        if not cancelled:
+            log.warning(
+                "%s: cannot cancel drain %s: it is not in force", cancel.machine, cancel.request_id
+            )
             return False
         self.stats.record("cancel", cancel.machine, self.clock.now())
         log.info("%s: cancelled drain %s (cancel requirements)", cancel.machine, cancel.request_id)
         return True
 
     async def _drain(self, candidate: Candidate) -> str:
-        """Phase 1, record, compare, commit. Returns ``success``, ``skip`` or ``failure``.
+        """Phase 1, record, compare, commit (one
+        :meth:`~nodeagent._agent_calls.AgentCalls.transaction`). Returns ``success``,
+        ``skip`` or ``failure``.
 
         The record of the drain is saved before the commit: a
         :class:`~nodeagent._store.StoreError` there (with etcd, also the loss of
         leadership) is raised with the transaction uncommitted, and cancelled if it can be
-        (else the agent expires it after its ``ttl``).
+        (else the agent expires it after its ``ttl``). A transaction the daemon declines
+        (a skip) or whose commit fails is cancelled by :meth:`_abandon`; one left by
+        anything else (the daemon stopping, say) is cancelled by the transaction itself.
         """
         policy = self.policy
         what = str(policy.schedule)
-        body: dict[str, Any] = {
-            "schedule": what,
-            "reason": policy.reason,
-            "on_completion": "resume",
-            "ttl": TRANSACTION_TTL,
-        }
-        if policy.draining_start_expr is not None:
-            body["start"] = policy.draining_start_expr
-        address = candidate.address
-        try:
-            phase1 = await self.link.call_agent(
-                address, "POST", "/v1/drain", node=candidate.machine, body=body
-            )
-            request_id = str(phase1["id"])
-        except (AgentCallFailed, KeyError) as exc:
-            return self._failed(candidate, what, f"phase 1: {exc}")
+        body = DrainBody(
+            schedule=what,
+            reason=policy.reason,
+            on_completion="resume",
+            ttl=TRANSACTION_TTL,
+            start=policy.draining_start_expr,
+        )
+        agent = self.link.agent(candidate.address, node=candidate.machine)
+        async with AsyncExitStack() as stack:
+            try:
+                tx = await stack.enter_async_context(agent.transaction(body))
+            except (AgentCallFailed, ValueError) as exc:
+                return self._failed(candidate, what, f"phase 1: {exc}")
+            return await self._decide(candidate, tx, what)
+
+    async def _decide(self, candidate: Candidate, tx: Transaction, what: str) -> str:
+        """:meth:`_drain` after phase 1: record, compare, save, commit."""
+        policy = self.policy
+        phase1 = tx.phase1
         record = DrainRecord(
             machine=candidate.machine,
-            request_id=request_id,
+            request_id=tx.request_id,
             committed=False,
-            at=self._node_time(phase1.get("created_at")),
+            at=self._node_time(phase1.created_at),
         )
         previous, self.drains[candidate.machine] = self.drains.get(candidate.machine), record
-        estimate = phase1.get("estimate")
-        if not isinstance(estimate, dict):
-            estimate = {}
-        fresh = estimate.get("badput")
+        fresh = phase1.estimate.get("badput")
         # the promise as of the fresh estimate's instant (the node's clock), not the ad's
-        at = self._node_time(estimate.get("now"), phase1.get("created_at"))
+        at = self._node_time(phase1.estimate.get("now"), phase1.created_at)
         ranked = candidate.badput_at(at)
         if not estimate_acceptable(ranked, fresh, policy.max_badput_increase):
             candidate = await self._with_jobs(candidate)
             ranked = candidate.badput_at(at)
         if not estimate_acceptable(ranked, fresh, policy.max_badput_increase):
-            await self._abandon(candidate, request_id, previous)
+            await self._abandon(candidate, tx, previous)
             self.stats.record("skip", candidate.machine, self.clock.now(), what)
             log.info(
                 "%s: skipped: badput %s now, more than %g× the %s its ad gives by now "
@@ -506,23 +497,21 @@ class DefragService:
         try:
             self._save()  # written before the commit
         except StoreError:
-            await self._abandon(candidate, request_id, previous)
+            await self._abandon(candidate, tx, previous)
             raise
         try:
-            committed = await self.link.call_agent(
-                address, "POST", f"/v1/drain/{request_id}/commit", node=candidate.machine
-            )
+            committed = await tx.commit()
         except AgentCallFailed as exc:
-            await self._abandon(candidate, request_id, previous)
+            await self._abandon(candidate, tx, previous)
             return self._failed(candidate, what, f"commit: {exc}")
-        at = self._node_time(committed.get("committed_at"))
+        at = self._node_time(committed.committed_at)
         self.drains[candidate.machine] = replace(record, committed=True, at=at)
         self.stats.record("success", candidate.machine, self.clock.now(), what)
         log.info(
             "%s: %s drain %s started (badput %s, rank %g)",
             candidate.machine,
             what,
-            request_id,
+            tx.request_id,
             fresh,
             candidate.rank,
         )
@@ -561,29 +550,29 @@ class DefragService:
         return self.clock.now()
 
     async def _abandon(
-        self, candidate: Candidate, request_id: str, previous: DrainRecord | None
+        self, candidate: Candidate, tx: Transaction, previous: DrainRecord | None
     ) -> None:
-        """Cancel a pending transaction: the drain never was, and the machine's record is
-        ``previous`` again (that of the drain before, if any). If the cancel fails, the
-        agent expires the transaction by itself, and its record stays (until an ad shows
-        what became of it)."""
+        """Cancel a pending transaction (or one whose commit failed): the drain never was,
+        and the machine's record is ``previous`` again (that of the drain before, if any).
+        If the cancel fails, or the agent no longer has the request, the agent expires the
+        transaction by itself, and its record stays (until an ad shows what became of
+        it)."""
         try:
-            await self.link.call_agent(
-                candidate.address,
-                "POST",
-                f"/v1/drain/{request_id}/cancel",
-                node=candidate.machine,
-            )
+            cancelled = await tx.cancel()
         except AgentCallFailed as exc:
-            log.warning(
-                "%s: cannot cancel pending drain %s (it expires in %g s): %s",
-                candidate.machine,
-                request_id,
-                TRANSACTION_TTL,
-                exc,
-            )
-            return
-        if previous is None:
-            self.drains.pop(candidate.machine, None)
+            why = str(exc)
         else:
-            self.drains[candidate.machine] = previous
+            if cancelled:
+                if previous is None:
+                    self.drains.pop(candidate.machine, None)
+                else:
+                    self.drains[candidate.machine] = previous
+                return
+            why = "it is not in force"
+        log.warning(
+            "%s: cannot cancel pending drain %s (it expires in %g s): %s",
+            candidate.machine,
+            tx.request_id,
+            TRANSACTION_TTL,
+            why,
+        )

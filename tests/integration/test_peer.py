@@ -128,7 +128,7 @@ async def test_the_defrag_link_keeps_one_connection_to_the_master_and_to_each_ag
             for _ in range(3):
                 await link.slot_ads()
                 await link.publish({"MyType": "Defrag", "Name": "defrag-itest"})
-                ad = await link.call_agent(agent.url, "GET", "/v1/ad", node="fake1.test")
+                ad = await link.agent(agent.url, node="fake1.test").ad()
                 assert ad["machine"]["Name"] == "fake1.test"
         with trio.fail_after(10):  # leaving the session closed both
             await proxy.wait_until(lambda: proxy.ended == 1)

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from nodeagent._agent_calls import AgentCalls
 from nodeagent._auth import generate_key
 from nodeagent._clock import TrioClock
 from nodeagent._lifecycle import reload_config
@@ -778,6 +779,14 @@ class FakePool:
             raise MasterCallFailed("master.unreachable", "down")
         self.published.append(ad)
 
+    def agent(self, address: str, *, node: str) -> AgentCalls:
+        async def send(
+            method: str, path: str, body: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
+            return await self.call_agent(address, method, path, node=node, body=body)
+
+        return AgentCalls(send)
+
     async def call_agent(
         self,
         address: str,
@@ -787,6 +796,7 @@ class FakePool:
         node: str,
         body: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The agent's side: its answer to one request, as its API gives it."""
         await trio.lowlevel.checkpoint()
         # every call names the node it is for: the machine whose address it took
         assert node == address.removeprefix("fake://")
