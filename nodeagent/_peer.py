@@ -3,7 +3,9 @@
 Every call a daemon makes to another goes through a :class:`PeerClient`: the agent pushing
 its ad to the master (:mod:`nodeagent.agent._push`), the master calling agents
 (:class:`HttpAgentLink`), the defrag daemon reading the master's ads and calling agents
-(:mod:`nodeagent.defrag._service`).
+(:mod:`nodeagent.defrag._service`). The programs speak each API through its one typed
+vocabulary over this transport: :mod:`nodeagent._agent_calls` (the agent's) and
+:mod:`nodeagent._master_calls` (the master's).
 
 Connections. While a session is open (``async with client:``; the owning service's ``run``
 opens one, see :func:`kept_alive`), every peer — an origin: scheme, host and port — has an

@@ -14,7 +14,8 @@ at once after a state change. So a master that is down, or slow to answer (up to
 :data:`PUSH_TIMEOUT_S`), delays no push to the others. Every master takes the ad, leader
 or not (ads are soft state in each); a push is never redirected.
 
-The masters' replies carry this machine's maintenance mode and unavailability window,
+Each push is :meth:`~nodeagent._master_calls.MasterCalls.push_ad`. The masters' replies
+carry this machine's maintenance mode and unavailability window,
 which the agent publishes as ``MaintenanceMode`` and ``Unavailability``: masters share
 one state, so they say the same, and while they disagree (a follower a moment behind) the
 most recent reply wins. A change a reply brings is pushed again (the masters' ads then
@@ -33,11 +34,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
 from nodeagent._clock import Clock
+from nodeagent._master_calls import MaintenanceWord, MasterCalls, Requester
 from nodeagent._peer import MASTER_REPLY_LIMIT, Credentials, PeerCallFailed, PeerClient, TokenFile
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._config import MasterLinkConfig
@@ -48,35 +50,17 @@ __all__ = [
     "MasterLink",
     "MasterPeer",
     "MasterPush",
-    "unavailability_from_mesos",
 ]
 
 log = logging.getLogger("nodeagent.master_link")
 
-_NS = 1_000_000_000
 #: Seconds to connect to a master and for each read and write of a push.
 PUSH_TIMEOUT_S = 10.0
 #: Seconds before a failed push to a master is tried again (doubling while it fails).
 RETRY_MIN_S = 1.0
 
 
-def unavailability_from_mesos(window: Any) -> dict[str, int] | None:
-    """``{"start": {"nanoseconds"}, "duration": {"nanoseconds"}}`` → ad seconds."""
-    if not isinstance(window, dict):
-        return None
-    try:
-        start = int(window["start"]["nanoseconds"]) // _NS
-        duration = window.get("duration")
-        seconds = None if duration is None else int(duration["nanoseconds"]) // _NS
-    except (KeyError, TypeError, ValueError):
-        return None
-    result = {"Start": start}
-    if seconds is not None:
-        result["Duration"] = seconds
-    return result
-
-
-class MasterPeer(Protocol):
+class MasterPeer(Requester, Protocol):
     """One master's connection as the link uses it: a :class:`~nodeagent._peer.PeerClient`
     (tests give fakes). Connections are kept while a session (``async with``) is open."""
 
@@ -91,12 +75,6 @@ class MasterPeer(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def request(
-        self, method: str, url: str, *, credentials: Credentials | None = None, json: Any = None
-    ) -> Any:
-        """The reply's JSON; raises :class:`~nodeagent._peer.PeerCallFailed`."""
-        ...
-
 
 def _peer_client(url: str) -> MasterPeer:
     """The link to one master; its answer to a push (the machine's mode and window) is read
@@ -104,9 +82,6 @@ def _peer_client(url: str) -> MasterPeer:
     return PeerClient(
         "master", timeout=PUSH_TIMEOUT_S, max_idle_peers=1, max_reply=MASTER_REPLY_LIMIT
     )
-
-
-Said = tuple[Any, dict[str, int] | None]
 
 
 @dataclass(eq=False)
@@ -122,7 +97,7 @@ class MasterPush:
     failures: int = 0
     failing: int = 0
     last_error: str | None = None
-    said: Said | None = None
+    said: MaintenanceWord | None = None
     nudge: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     started: bool = False
@@ -246,13 +221,9 @@ class MasterLink:
 
     async def _push(self, master: MasterPush) -> bool:
         """Push the ad to ``master`` once; whether it took it."""
+        calls = MasterCalls(peer=master.peer, url=master.url, credentials=self._credentials)
         try:
-            reply = await master.peer.request(
-                "POST",
-                master.url + "/v1/ads",
-                json=self.agent.ad(),
-                credentials=self._credentials,
-            )
+            said = await calls.push_ad(self.agent.ad())
         except PeerCallFailed as exc:
             self._failed(master, exc)
             return False
@@ -261,15 +232,11 @@ class MasterLink:
         if master.failing:
             log.info("%s took the ad again (after %d failed pushes)", master.url, master.failing)
         master.failing, master.last_error = 0, None
-        if isinstance(reply, dict):
-            said: Said = (
-                reply.get("mode"),
-                unavailability_from_mesos(reply.get("unavailability")),
-            )
+        if said is not None:
             repeated, master.said = said == master.said, said
             self._quiet = repeated
             try:
-                self.agent.set_maintenance(*said)
+                self.agent.set_maintenance(said.mode, said.unavailability)
             finally:
                 self._quiet = False
         return True

@@ -14,15 +14,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
-from urllib.parse import quote
 
 import trio
 
 from nodeagent._agent_calls import AgentCalls, DrainBody, Transaction
 from nodeagent._clock import Clock
+from nodeagent._master_calls import MasterCalls, UnusableReply
 from nodeagent._peer import (
-    AGENT_REPLY_LIMIT,
-    MASTER_ADS_REPLY_LIMIT,
     AgentCallFailed,
     HttpAgentLink,
     PeerCallFailed,
@@ -77,12 +75,13 @@ class DefragLink(Protocol):
 
 
 class HttpDefragLink:
-    """The real link: the masters' ``/v1/ads`` with a DAEMON token read from ``token_file``
-    (at the first request, and again after a 401 or :meth:`reconfigure`), and the agents'
-    API with a short-lived token minted from the pool key for each node and scope
-    (:class:`~nodeagent._peer.HttpAgentLink`: subject ``defrag:defrag-<name>``, recorded
-    as the drain's requester; bound to the node; minted once and reused until near its
-    expiry).
+    """The real link: the masters' ads (:class:`~nodeagent._master_calls.MasterCalls`)
+    with a DAEMON token read from ``token_file`` (at the first request, and again after a
+    401 or :meth:`reconfigure`), and the agents' API
+    (:class:`~nodeagent._agent_calls.AgentCalls`) with a short-lived token minted from the
+    pool key for each node and scope (:class:`~nodeagent._peer.HttpAgentLink`: subject
+    ``defrag:defrag-<name>``, recorded as the drain's requester; bound to the node; minted
+    once and reused until near its expiry).
 
     The masters are ``master_url`` (one) or ``master_urls`` (several, sharing one state),
     not both. :meth:`slot_ads` reads the ads from the first master, in that order, that
@@ -169,23 +168,21 @@ class HttpDefragLink:
         finally:
             await self._master.aclose()
 
+    def _calls(self, url: str) -> MasterCalls:
+        return MasterCalls(peer=self._master, url=url, credentials=self._credentials)
+
     async def slot_ads(self) -> list[dict[str, Any]]:
         """The partitionable slot ads (one a machine: what a cycle ranks) of the first
         master that answers (see the class docstring); raises :class:`MasterCallFailed`
-        naming each master when none did. A machine's jobs (its dynamic slot ads) are read
-        only for a candidate whose badput check needs them (:meth:`machine_ads`), so that a
-        cycle reads one ad a machine, not one a job."""
+        naming each master when none did, and the first answer that is not a list of ads
+        (:class:`~nodeagent._master_calls.UnusableReply`) as it is. A machine's jobs (its
+        dynamic slot ads) are read only for a candidate whose badput check needs them
+        (:meth:`machine_ads`), so that a cycle reads one ad a machine, not one a job."""
         passed: list[str] = []
         last: MasterCallFailed | None = None
         for url in self.master_urls:
             try:
-                reply = await self._master.request(
-                    "GET",
-                    url + "/v1/ads",
-                    credentials=self._credentials,
-                    params={"slots": "true", "constraint": "PartitionableSlot =?= true"},
-                    max_reply=MASTER_ADS_REPLY_LIMIT,
-                )
+                ads = await self._calls(url).slot_ads(constraint=_PARTITIONABLE)
             except MasterCallFailed as exc:
                 if not _another_may_answer(exc):
                     raise
@@ -195,10 +192,7 @@ class HttpDefragLink:
             if passed:
                 log.info("ads read from %s; passed over %s", url, "; ".join(passed))
             self.read_from = url
-            ads = reply.get("ads") if isinstance(reply, dict) else None
-            if not isinstance(ads, list):
-                raise MasterCallFailed("master.bad_reply", f"{url}/v1/ads: no 'ads' list")
-            return [ad for ad in ads if isinstance(ad, dict)]
+            return ads
         assert last is not None  # there is at least one master
         if len(passed) == 1:
             raise last
@@ -207,17 +201,7 @@ class HttpDefragLink:
     async def machine_ads(self, machine: str) -> list[dict[str, Any]]:
         """Every slot ad of one machine (``GET /v1/ads/{machine}``) from the master the
         last cycle read (else the first); raises :class:`MasterCallFailed`."""
-        url = self.read_from or self.master_urls[0]
-        reply = await self._master.request(
-            "GET",
-            url + "/v1/ads/" + quote(machine, safe=""),
-            credentials=self._credentials,
-            max_reply=AGENT_REPLY_LIMIT,
-        )
-        slots = reply.get("slots") if isinstance(reply, dict) else None
-        if not isinstance(slots, list):
-            raise MasterCallFailed("master.bad_reply", f"{url}/v1/ads/{machine}: no 'slots' list")
-        return [ad for ad in slots if isinstance(ad, dict)]
+        return await self._calls(self.read_from or self.master_urls[0]).machine_ads(machine)
 
     async def publish(self, ad: dict[str, Any]) -> None:
         """Push the Defrag ad to every master at once; raises :class:`MasterCallFailed`
@@ -226,12 +210,7 @@ class HttpDefragLink:
 
         async def push(url: str) -> None:
             try:
-                await self._master.request(
-                    "POST",
-                    url + "/v1/ads",
-                    credentials=self._credentials,
-                    json={"machine": ad, "slots": []},
-                )
+                await self._calls(url).push_ad({"machine": ad, "slots": []})
             except MasterCallFailed as exc:
                 failed[url] = exc
 
@@ -255,10 +234,15 @@ class HttpDefragLink:
         return AgentCalls.over(self._agents, address, node=node, actor=self.actor)
 
 
+#: The slot ads a cycle reads: the partitionable ones, one a machine.
+_PARTITIONABLE = "PartitionableSlot =?= true"
+
+
 def _another_may_answer(exc: MasterCallFailed) -> bool:
     """Whether another master may answer where this one failed: no reply (unreachable,
-    timed out) or a 5xx; not a refusal, nor the caller's own token file."""
-    if exc.code == "master.token_file":
+    timed out) or a 5xx; not a refusal, nor a reply that is not a list of ads, nor the
+    caller's own token file."""
+    if exc.code == "master.token_file" or isinstance(exc, UnusableReply):
         return False
     return exc.status is None or exc.status >= 500
 

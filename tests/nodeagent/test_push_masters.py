@@ -9,7 +9,7 @@ keep the others from their ads.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,8 @@ import trio
 import trio.testing
 
 from nodeagent._clock import TrioClock
-from nodeagent._peer import Credentials, PeerCallFailed
+from nodeagent._master_calls import MaintenanceWord
+from nodeagent._peer import MASTER_REPLY_LIMIT, Credentials, PeerCallFailed
 from nodeagent._settings import ConfigError
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._config import MasterLinkConfig, load_agent_config
@@ -69,9 +70,17 @@ class FakeMaster:
         self.closed += 1
 
     async def request(
-        self, method: str, url: str, *, credentials: Credentials | None = None, json: Any = None
+        self,
+        method: str,
+        url: str,
+        *,
+        credentials: Credentials | None = None,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        max_reply: int | None = None,
     ) -> Any:
-        assert (method, url) == ("POST", self.url + "/v1/ads")
+        assert (method, url, params) == ("POST", self.url + "/v1/ads", None)
+        assert max_reply == MASTER_REPLY_LIMIT  # the answer is a few hundred bytes
         self.attempts.append(trio.current_time())
         if self.down:
             raise PeerCallFailed("master.unreachable", f"cannot reach the master at {self.url}")
@@ -250,7 +259,7 @@ async def test_the_most_recent_reply_wins_and_disagreeing_masters_set_off_no_loo
         assert r.times(A) == [0, 0.25, 1.25]
         assert r.times(B) == [1, 2.25]
         assert r.agent.ad()["machine"]["MaintenanceMode"] == "UP"  # B answered last
-        assert r.link.masters[A].said == ("DRAINING", None)
+        assert r.link.masters[A].said == MaintenanceWord(mode="DRAINING", unavailability=None)
         # the ad each master received last shows the word the agent held then
         assert leader.ads[-1]["machine"]["MaintenanceMode"] == "UP"
         await r.until(62.5)

@@ -100,6 +100,24 @@ async def test_a_refusal_is_not_passed_over(key: bytes, status: int, code: str) 
     assert two.requests == []  # the same token would be refused there too
 
 
+@pytest.mark.parametrize("body", [{"nothing": []}, [], {"ads": {}}])
+async def test_an_answer_without_ads_is_not_passed_over(key: bytes, body: object) -> None:
+    """The master answered (2xx), with something that is not a list of ads."""
+
+    async def handler(seen: Seen) -> Reply:
+        return json_reply(200, body)
+
+    odd, two = LoopbackPeer(handler), _answering("two")
+    async with serving(odd), serving(two), link_to(key, odd.url, two.url) as link:
+        with pytest.raises(MasterCallFailed) as unusable:
+            await link.slot_ads()
+    assert (unusable.value.code, unusable.value.message) == (
+        "master.bad_reply",
+        f"{odd.url}/v1/ads: no 'ads' list",
+    )
+    assert two.requests == []
+
+
 async def test_no_master_answering_names_each(key: bytes) -> None:
     one, two = _closed_url(), _closed_url()
     async with link_to(key, one, two) as link:
