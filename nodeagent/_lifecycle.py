@@ -71,9 +71,14 @@ from starlette.types import ASGIApp
 from nodeagent import _sdnotify
 from nodeagent._audit import AuditLog
 from nodeagent._auth import KeyFileError, generate_key, load_key
-from nodeagent._http import trusted
-from nodeagent._http11 import READ_TIMEOUT, serve_http
-from nodeagent._serving import SHUTDOWN_GRACE, free_stale_socket, serve, write_runtime_info
+from nodeagent._serving._http import trusted
+from nodeagent._serving._http11 import READ_TIMEOUT, serve_http
+from nodeagent._serving._hypercorn import (
+    SHUTDOWN_GRACE,
+    free_stale_socket,
+    serve,
+    write_runtime_info,
+)
 from nodeagent._settings import (
     ConfigChanges,
     ConfigError,
@@ -200,9 +205,9 @@ class DaemonSpec:
     ``key_file`` is made when missing if ``create_key``, else a missing key is a
     :class:`~nodeagent._auth.KeyFileError`. ``audit_log``: none for a daemon that audits
     nothing. ``runtime_file`` gets ``{"pid", "urls", "socket", **runtime_info}``.
-    ``tcp_server``: hypercorn's trio worker, or :mod:`nodeagent._http11` for many small
+    ``tcp_server``: hypercorn's trio worker, or :mod:`nodeagent._serving._http11` for many small
     requests. ``finish_requests``: at shutdown, requests in flight get
-    :data:`~nodeagent._serving.SHUTDOWN_GRACE` to be answered; otherwise they are cut at
+    :data:`~nodeagent._serving._hypercorn.SHUTDOWN_GRACE` to be answered; otherwise they are cut at
     once (right for a daemon that saves its state before every reply). ``read_timeout``:
     every listener closes a connection whose request stalls this many seconds.
     """
@@ -299,7 +304,8 @@ class Program(abc.ABC, Generic[C, S]):
     async def finish(self) -> None:
         """Last work once the servers have stopped, such as a final push (default: none).
 
-        Shielded from cancellation and cut after :data:`~nodeagent._serving.SHUTDOWN_GRACE`.
+        Shielded from cancellation and cut after
+        :data:`~nodeagent._serving._hypercorn.SHUTDOWN_GRACE`.
         """
 
     @abc.abstractmethod

@@ -91,7 +91,7 @@ __all__ = [
 ]
 
 #: An idle kept connection is dropped after this long: under the servers' idle timeout
-#: (5 s, hypercorn's and :mod:`nodeagent._http11`'s), so a request never races their close.
+#: (5 s, hypercorn's and :mod:`nodeagent._serving._http11`'s), so a request never races their close.
 KEEPALIVE_EXPIRY_S = 4.0
 #: Lifetime of the tokens a daemon mints for its calls to agents: short, since each is
 #: sent to a node, and it is worth that node alone.

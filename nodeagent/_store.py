@@ -202,7 +202,7 @@ class Members:
 
 class Documents(Protocol):
     """Named JSON documents, each replaced whole: :class:`DocumentStore` (SQLite) or
-    :class:`~nodeagent._etcd_store.EtcdStore` (etcd, shared by several masters).
+    :class:`~nodeagent._ha._store.EtcdStore` (etcd, shared by several masters).
 
     ``save`` writes the documents it is given in one transaction, durable when it
     returns, or raises :class:`StoreError` having written none of them; ``load`` returns

@@ -13,7 +13,7 @@ still take seconds to evaluate (``regexp("^(a+)+$", …)``, a record whose attri
 double each other), and ``classad2`` holds the GIL while it evaluates. The functions
 here run in the caller's thread, so a daemon evaluating an expression a caller sent
 runs :func:`evaluate_each` in a worker process it can kill
-(:mod:`nodeagent._expressions`); the model's own evaluations stay here.
+(:mod:`nodeagent._expressions._evaluator`); the model's own evaluations stay here.
 
 Evaluation never raises for what the library cannot evaluate (its depth and size
 limits): the result is the ClassAd ``error`` value, which is not true, as in HTCondor.
@@ -279,7 +279,7 @@ def evaluate_each(
     """:func:`evaluate` of ``text`` against each of ``ads`` in turn (parsed once).
 
     The cost of a call is not bounded here (see the module docstring): a daemon runs it
-    for its callers in a worker it can kill, :class:`nodeagent._expressions.Evaluator`.
+    for its callers in a worker it can kill, :class:`nodeagent._expressions._evaluator.Evaluator`.
     """
     literal = _literal(check_expression(text))
     if literal is not None:

@@ -38,8 +38,9 @@ after it leaves a recorded pid whose holder exits the same way, which the next s
 as the job's end.
 
 Callers' expressions (a one-shot drain's ``check``, a graceful drain's ``start`` against
-each new claim's job) are evaluated by the agent's :class:`~nodeagent._expressions.Evaluator`
-in worker processes, within its time budget, never on the event loop; the model is then
+each new claim's job) are evaluated by the agent's
+:class:`~nodeagent._expressions._evaluator.Evaluator` in worker processes, within its time
+budget, never on the event loop; the model is then
 given the answer. A ``check`` is evaluated against the machine ad at the request's
 ``now``; a ``start`` against exactly the scope and job ad the model would use, evaluated
 again should the machine change during the evaluation. Past the budget the request
@@ -84,7 +85,7 @@ import trio
 
 from nodeagent._audit import AuditLog
 from nodeagent._clock import Clock
-from nodeagent._expressions import EXIT_TIMEOUT, Evaluator, ExpressionTooCostly
+from nodeagent._expressions._evaluator import EXIT_TIMEOUT, Evaluator, ExpressionTooCostly
 from nodeagent._store import StoreError
 from nodeagent.agent._hooks import (
     KEPT_RUNS,

@@ -5,7 +5,7 @@ ADMINISTRATOR (:func:`trusted`), and on TCP, where every path but ``/healthz`` n
 bearer token. Errors are ``{"error": {"code", "message", "condor_code"?}}`` with a
 stable code.
 
-Every request passes the gate (:class:`nodeagent._gate.Gate`, raw ASGI in front of FastAPI)
+Every request passes the gate (:class:`nodeagent._serving._gate.Gate`, raw ASGI in front of FastAPI)
 in this order, each step refusing before the next one runs:
 
 1. the route is matched (method and path);
@@ -20,7 +20,7 @@ in this order, each step refusing before the next one runs:
 6. the endpoint runs; a state write that fails is 503 ``store.error`` and changes nothing.
 
 A refusal before the body was read is answered at once and closes the connection once the
-rest of the body is read and dropped (see :mod:`nodeagent._gate`).
+rest of the body is read and dropped (see :mod:`nodeagent._serving._gate`).
 
 Every request to a state-changing endpoint, accepted or refused at any of these steps, is
 written to the audit log with its result (``ok`` or the error code) before its reply leaves.
@@ -47,8 +47,8 @@ from nodeagent._auth import (
 from nodeagent._auth import (
     Scope as AuthScope,
 )
-from nodeagent._gate import PRINCIPAL, Audited, Gate, Rule
-from nodeagent._http import auth_error_response, error_body
+from nodeagent._serving._gate import PRINCIPAL, Audited, Gate, Rule
+from nodeagent._serving._http import auth_error_response, error_body
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, ClaimRequest
 from nodeagent.agent._metrics import AgentMetrics

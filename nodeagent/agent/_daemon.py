@@ -41,7 +41,7 @@ from nodeagent._lifecycle import (
     tls_files,
 )
 from nodeagent._origin import NotAnOrigin, parse_my_address
-from nodeagent._serving import advertised_url
+from nodeagent._serving._hypercorn import advertised_url
 from nodeagent._settings import ConfigChanges, ConfigError
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, policy_seconds

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, model_validator
 
-from nodeagent._etcd_options import EtcdOptions
+from nodeagent._ha._options import EtcdOptions
 from nodeagent._paths import DEFAULT_DEFRAG_CONFIG_PATH
 from nodeagent._settings import (
     READ_TIMEOUT,

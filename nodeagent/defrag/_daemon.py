@@ -7,7 +7,7 @@ none), the service (cycles and pushes of the Defrag ad); then ``READY=1``.
 
 With ``store = "etcd"`` two or more daemons of one name run for availability: they keep
 the pacing in etcd (``<etcd_prefix>/defrag/<name>/``) and elect a leader with a lease, as
-the masters do (:mod:`nodeagent._leadership`); only the leader runs the cycles and pushes
+the masters do (:mod:`nodeagent._ha._leadership`); only the leader runs the cycles and pushes
 the Defrag ad, from the pacing its predecessors wrote. ``GET /v1/stats`` on each says
 whether it leads (``DefragIsLeader``) and which one does (``DefragLeader``).
 SIGTERM/SIGINT stop it at once; SIGHUP reloads the policy, the master link and the
@@ -39,11 +39,9 @@ from nodeagent._auth import (
     require,
 )
 from nodeagent._clock import Clock, WallClock
-from nodeagent._etcd import AsyncEtcd
-from nodeagent._etcd_store import EtcdStore
-from nodeagent._gate import Gate, Rule
-from nodeagent._http import auth_error_response, error_body
-from nodeagent._leadership import Election, EtcdTasks, Fence, lease_ttl
+from nodeagent._ha._etcd import AsyncEtcd
+from nodeagent._ha._leadership import Election, EtcdTasks, Fence, lease_ttl
+from nodeagent._ha._store import EtcdStore
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -52,7 +50,9 @@ from nodeagent._lifecycle import (
     serve_daemon,
     tls_files,
 )
-from nodeagent._serving import advertised_url
+from nodeagent._serving._gate import Gate, Rule
+from nodeagent._serving._http import auth_error_response, error_body
+from nodeagent._serving._hypercorn import advertised_url
 from nodeagent._settings import ConfigChanges, ConfigError, default_ip
 from nodeagent._store import Documents, DocumentStore
 from nodeagent.defrag._config import DefragConfig, load_defrag_config
@@ -105,7 +105,7 @@ def _http_link(config: DefragConfig, key: bytes) -> HttpDefragLink:
 
 def build_defrag_app(service: DefragService, *, key: bytes | None) -> FastAPI:
     """The defrag daemon's API: ``/healthz``, and ``GET /v1/stats`` and its OpenAPI
-    document (READ), behind the gate (:class:`~nodeagent._gate.Gate`: the token checked
+    document (READ), behind the gate (:class:`~nodeagent._serving._gate.Gate`: the token checked
     from the headers, a body of at most :data:`BODY_LIMIT` bytes, a refused body's
     connection closed)."""
     app = FastAPI(

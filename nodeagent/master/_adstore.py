@@ -11,7 +11,7 @@ to what it serves. No I/O here; ``now`` is an argument.
 What the master reads from an ad is checked when the ad arrives (:meth:`AdStore.update`),
 so that no node's ad can break a query, a plan or a reconcile pass later. Constraints
 are not evaluated here: the API evaluates them in killable worker processes
-(:class:`nodeagent._expressions.Evaluator`) over what :meth:`AdStore.query` returns.
+(:class:`nodeagent._expressions._evaluator.Evaluator`) over what :meth:`AdStore.query` returns.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ node's ad only (:func:`push_ad`). Every state-changing
 request goes to the audit log, refused ones included (401 and 403 too), except ad pushes
 (each agent sends one every ``update_interval``, and at once on every change).
 
-A query's ``constraint`` is evaluated by an :class:`~nodeagent._expressions.Evaluator`:
+A query's ``constraint`` is evaluated by an :class:`~nodeagent._expressions._evaluator.Evaluator`:
 in worker processes, off the event loop, within a time budget across all the ads it is
 evaluated against; past the budget the query is refused (422 ``expression.too_costly``).
 
@@ -19,7 +19,7 @@ in front of the FastAPI app, with the same function (:func:`push_ad`) as the app
 route, so that the behaviour is one and the cost per ad is that of the work itself.
 
 Every request is checked from its headers before its body is read: the fast path checks
-the DAEMON token first; the app sits behind the gate (:class:`nodeagent._gate.Gate`:
+the DAEMON token first; the app sits behind the gate (:class:`nodeagent._serving._gate.Gate`:
 route, token and scope, 404/405, then the body under its endpoint's cap, 413
 ``request.too_large`` beyond; the endpoints' caps are :data:`BODY_LIMITS`). A refusal
 before the body was read closes the connection once the rest of the body is read and
@@ -56,16 +56,16 @@ from nodeagent._auth import (
     principal_from_authorization,
     require,
 )
-from nodeagent._expressions import Evaluator
-from nodeagent._gate import Audited, Gate, Rule, has_body, refuse
-from nodeagent._http import (
+from nodeagent._expressions._evaluator import Evaluator
+from nodeagent._peer import AgentCallFailed
+from nodeagent._serving._gate import Audited, Gate, Rule, has_body, refuse
+from nodeagent._serving._http import (
     BodyTooLarge,
     auth_error_response,
     error_body,
     read_body,
     request_peer,
 )
-from nodeagent._peer import AgentCallFailed
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._adstore import foreign_ad, may_hold_control, project
 from nodeagent.master._leader import LeaderView, NotLeader

@@ -12,7 +12,7 @@ the master left ``pending`` in its store (stopped between the record and the com
 is settled with its node by the first reconcile pass.
 
 The TCP listeners take every agent's ad pushes, thousands a second in a large pool, so
-they are served by :mod:`nodeagent._http11` (HTTP/1.1 with h11 on trio), whose cost per
+they are served by :mod:`nodeagent._serving._http11` (HTTP/1.1 with h11 on trio), whose cost per
 request is less than half of hypercorn's trio worker's. The API is the same ASGI app,
 with ad pushes answered in front of FastAPI
 (:func:`~nodeagent.master._api.with_ad_fast_path`). The Unix socket is served by
@@ -32,9 +32,9 @@ import trio
 from starlette.types import ASGIApp
 
 from nodeagent._clock import Clock, WallClock
-from nodeagent._etcd import AsyncEtcd
-from nodeagent._etcd_store import EtcdStore
-from nodeagent._leadership import Election, EtcdTasks, Fence, lease_ttl
+from nodeagent._ha._etcd import AsyncEtcd
+from nodeagent._ha._leadership import Election, EtcdTasks, Fence, lease_ttl
+from nodeagent._ha._store import EtcdStore
 from nodeagent._lifecycle import (
     DaemonSpec,
     Listening,
@@ -61,7 +61,7 @@ __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
 _WAKE_GAP = 0.25
-#: The master's documents kept one etcd key per member (see nodeagent._etcd_store).
+#: The master's documents kept one etcd key per member (see nodeagent._ha._store).
 _COLLECTIONS = ("drains", "operations")
 #: The master's documents kept one SQLite row per member (see nodeagent._store.Members).
 _SQLITE_COLLECTIONS = ("operations",)

@@ -1,7 +1,7 @@
 """Which master leads, as this one knows it, and what a follower does with a write.
 
 With the embedded SQLite store there is one master: it always leads. With ``store =
-"etcd"`` the masters elect one leader (:class:`~nodeagent._leadership.Election`); the
+"etcd"`` the masters elect one leader (:class:`~nodeagent._ha._leadership.Election`); the
 others follow: they answer reads from the shared state and their own ads, and send every
 write back to the leader (:class:`NotLeader`: ``307 Temporary Redirect`` to the same path
 on the leader, as Mesos's masters do, or ``503 master.no_leader`` while nobody leads).
@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from nodeagent._leadership import Election
+from nodeagent._ha._leadership import Election
 
 __all__ = ["LeaderView", "NotLeader"]
 

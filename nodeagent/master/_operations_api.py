@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from nodeagent._auth import Principal, Scope, require
-from nodeagent._expressions import Evaluator
-from nodeagent._http import error_body
+from nodeagent._expressions._evaluator import Evaluator
+from nodeagent._serving._http import error_body
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._operations import (
     MAX_HOST_LENGTH,

@@ -28,8 +28,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from nodeagent._auth import Principal, Scope, require
-from nodeagent._expressions import Evaluator
-from nodeagent._http import error_body
+from nodeagent._expressions._evaluator import Evaluator
+from nodeagent._serving._http import error_body
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._master import Master
 from nodeagent.master._sla import (

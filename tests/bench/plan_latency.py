@@ -57,8 +57,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from nodeagent._etcd import EtcdSettings
-from nodeagent._etcd_store import COMPRESS_FROM, EtcdStore
+from nodeagent._ha._etcd import EtcdSettings
+from nodeagent._ha._store import COMPRESS_FROM, EtcdStore
 from nodeagent._peer import HttpAgentLink
 from nodeagent._store import Documents, DocumentStore
 from nodeagent.master._adstore import AdStore

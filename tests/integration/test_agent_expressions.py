@@ -15,7 +15,7 @@ from tests.harness import AgentProcess, costly_expression, wait_for
 #: Some 25 s of evaluation on a quiet machine against the agent's budget of 2 s. (40
 #: backtracking regexps joined by ``||`` took 1.94 s on a quiet machine: under the budget.)
 COSTLY = costly_expression(9)
-WORKER = b"nodeagent._expression_worker"
+WORKER = b"nodeagent._expressions._worker"
 
 
 @pytest.fixture

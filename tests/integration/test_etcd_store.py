@@ -19,9 +19,9 @@ import httpx
 import pytest
 import trio
 
-from nodeagent._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
-from nodeagent._etcd_store import EtcdStore
-from nodeagent._leadership import Election, Fence, LeadershipLost, NotLeading
+from nodeagent._ha._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
+from nodeagent._ha._leadership import Election, Fence, LeadershipLost, NotLeading
+from nodeagent._ha._store import EtcdStore
 from nodeagent._store import Members, OutcomeUnknown, StoreError
 from tests.etcd import EtcdServer, etcd_server, free_port
 
@@ -61,7 +61,7 @@ async def etcd(etcd_server: EtcdServer) -> AsyncIterator[AsyncEtcd]:
 
 async def lead_key(etcd: AsyncEtcd, key: bytes) -> Fence:
     """Take ``key`` as a leader would (a lease of 10 s)."""
-    from nodeagent._etcd import created_at, put, revision_of
+    from nodeagent._ha._etcd import created_at, put, revision_of
 
     lease = await etcd.grant(10)
     held, reply = await etcd.txn([created_at(key, 0)], [put(key, b"{}", lease=lease)])
@@ -428,7 +428,7 @@ async def test_a_candidate_gives_back_its_own_key_left_from_an_earlier_term(
     """etcd was unreachable when its term ended, so the key it held (its lease of 30 s)
     is still there: it gives it back and leads at once instead of waiting out the lease.
     Another candidate's key is waited for."""
-    from nodeagent._etcd import created_at, put
+    from nodeagent._ha._etcd import created_at, put
 
     key = PREFIX.encode() + b"leader"
     me = {"url": "http://m1", "host": "h", "pid": 1}
@@ -517,9 +517,9 @@ class StallingProxy:
 async def test_a_watch_gone_silent_is_made_anew(
     etcd_server: EtcdServer, etcd: AsyncEtcd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nodeagent import _etcd_store
+    from nodeagent._ha import _store as etcd_store
 
-    monkeypatch.setattr(_etcd_store, "WATCH_RENEWAL", 1.0)
+    monkeypatch.setattr(etcd_store, "WATCH_RENEWAL", 1.0)
     proxy = StallingProxy(("127.0.0.1", etcd_server.client_port))
     writer = EtcdStore(settings(etcd_server), PREFIX)
     reader = EtcdStore(settings(etcd_server), PREFIX)

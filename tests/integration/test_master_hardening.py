@@ -58,7 +58,7 @@ def workers_of(master: MasterProcess) -> list[psutil.Process]:
     return [
         child
         for child in psutil.Process(master.proc.pid).children()
-        if "nodeagent._expression_worker" in child.cmdline()
+        if "nodeagent._expressions._worker" in child.cmdline()
     ]
 
 

@@ -22,8 +22,8 @@ import trio
 from nodeagent._audit import AuditLog
 from nodeagent._auth import Scope, create_token
 from nodeagent._clock import TrioClock
-from nodeagent._expressions import Evaluator
-from nodeagent._http import trusted
+from nodeagent._expressions._evaluator import Evaluator
+from nodeagent._serving._http import trusted
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._api import BODY_LIMIT, agent_openapi, build_app

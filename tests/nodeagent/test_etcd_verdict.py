@@ -1,13 +1,13 @@
 """What the etcd store concludes of a write from ``last-write`` as a failed transaction
-read it (:func:`nodeagent._etcd_store.verdict`): a write is called not applied only when
+read it (:func:`nodeagent._ha._store.verdict`): a write is called not applied only when
 it can no longer be."""
 
 from __future__ import annotations
 
 import pytest
 
-from nodeagent._etcd import KeyValue
-from nodeagent._etcd_store import LAST_WRITE, Verdict, verdict
+from nodeagent._ha._etcd import KeyValue
+from nodeagent._ha._store import LAST_WRITE, Verdict, verdict
 
 KNOWN = 40  # the revision of last-write the write (and its seals) were conditioned on
 

@@ -17,12 +17,12 @@ import psutil
 import pytest
 import trio
 
-from nodeagent._expression_worker import read_frame, write_frame
-from nodeagent._expressions import (
+from nodeagent._expressions._evaluator import (
     Evaluator,
     EvaluatorUnavailable,
     ExpressionTooCostly,
 )
+from nodeagent._expressions._worker import read_frame, write_frame
 from slots import InvalidRequest
 
 ADS: list[dict[str, Any]] = [{"Name": f"n{i}", "TotalCpus": i % 8} for i in range(50)]
@@ -199,7 +199,7 @@ async def test_closing_ends_every_worker_and_refuses_later_requests() -> None:
 
 def test_a_worker_left_alone_ends_itself_past_its_limit_and_at_the_end_of_stdin() -> None:
     """The backstop for a worker whose daemon is gone: no one kills it, its timer does."""
-    command = [sys.executable, "-m", "nodeagent._expression_worker"]
+    command = [sys.executable, "-m", "nodeagent._expressions._worker"]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as worker:
         assert worker.stdin is not None
         assert worker.stdout is not None

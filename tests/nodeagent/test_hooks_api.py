@@ -16,7 +16,7 @@ import trio
 
 from nodeagent._audit import AuditLog
 from nodeagent._clock import TrioClock
-from nodeagent._http import trusted
+from nodeagent._serving._http import trusted
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._api import build_app
 from nodeagent.agent._hooks import HealthSpec, HookSpec

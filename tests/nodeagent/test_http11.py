@@ -10,7 +10,7 @@ import httpx
 import trio
 from starlette.types import Receive, Scope, Send
 
-from nodeagent._http11 import serve_http
+from nodeagent._serving._http11 import serve_http
 
 
 async def echo(scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,7 +1,9 @@
 """The house's walls: one package per program over a shared kernel.
 
 A program package (``agent``, ``master``, ``defrag``) never imports another; the shared
-kernel (the flat ``nodeagent/_*.py`` modules and ``client.py``) imports none of them.
+kernel (the flat ``nodeagent/_*.py`` modules, its subpackages ``nodeagent/_*/`` such as
+``_ha`` and ``_expressions``, and the public client ``nodeagent.client``) imports none of
+them.
 Only the command line (``nodeagent.cli``, which also holds the demo) and the public fakes
 (``nodeagent.testing``, fakes of the agent's seams) may import programs. Every import
 statement counts, the lazy ones inside functions included.
@@ -32,6 +34,8 @@ from nodeagent.defrag._service import DefragService, HttpDefragLink
 PACKAGE = Path(__file__).resolve().parents[2] / "nodeagent"
 PROGRAMS = ("agent", "master", "defrag")
 MAY_IMPORT_PROGRAMS = ("cli", "testing")
+#: The kernel's public packages; its private ones are every ``nodeagent/_*/``.
+KERNEL_PACKAGES = ("client",)
 
 
 def _module_name(path: Path) -> str:
@@ -74,7 +78,7 @@ def _owner(path: Path) -> str:
     """``agent``/``master``/``defrag``, ``cli``, ``testing``, or ``kernel``."""
     rel = path.relative_to(PACKAGE).parts
     if len(rel) > 1:
-        return rel[0]
+        return "kernel" if rel[0] in KERNEL_PACKAGES or rel[0].startswith("_") else rel[0]
     return "testing" if rel[0] == "testing.py" else "kernel"
 
 
@@ -100,6 +104,16 @@ def test_no_program_imports_another_and_the_kernel_imports_none() -> None:
 def test_every_program_package_exists_and_is_seen_by_the_check() -> None:
     owners = {_owner(p) for p in PACKAGE.rglob("*.py")}
     assert {*PROGRAMS, "cli", "kernel", "testing"} <= owners
+
+
+def test_the_kernel_subpackages_are_kernel() -> None:
+    """A module of a kernel subpackage is held to the kernel's rule, not taken for a program."""
+    subpackages = sorted(p.parent for p in PACKAGE.glob("_*/__init__.py"))
+    assert {"_expressions", "_ha", "_serving"} <= {p.name for p in subpackages}
+    for package in subpackages:
+        assert {_owner(p) for p in package.rglob("*.py")} == {"kernel"}
+    assert _owner(PACKAGE / "_ha" / "_store.py") == "kernel"
+    assert _owner(PACKAGE / "master" / "_plan.py") == "master"
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ from nodeagent._lifecycle import (
     reload_daemon,
     serve_daemon,
 )
-from nodeagent._serving import SHUTDOWN_GRACE
+from nodeagent._serving._hypercorn import SHUTDOWN_GRACE
 from nodeagent._settings import (
     ConfigChanges,
     ConfigError,

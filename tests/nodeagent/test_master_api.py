@@ -21,9 +21,9 @@ import trio
 from nodeagent._audit import AuditLog
 from nodeagent._auth import Scope, create_token
 from nodeagent._clock import TrioClock
-from nodeagent._expressions import Evaluator
-from nodeagent._http import trusted
+from nodeagent._expressions._evaluator import Evaluator
 from nodeagent._peer import AgentCallFailed, AgentLink
+from nodeagent._serving._http import trusted
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path

@@ -18,7 +18,6 @@ from hypercorn.config import Config as HypercornConfig
 
 from nodeagent import client as agent_client
 from nodeagent._auth import Scope, WrongAudience, generate_key, load_key, verify_token
-from nodeagent._http11 import KEEP_ALIVE_TIMEOUT
 from nodeagent._peer import (
     KEEPALIVE_EXPIRY_S,
     RENEW_AHEAD,
@@ -31,6 +30,7 @@ from nodeagent._peer import (
     TokenMint,
     kept_alive,
 )
+from nodeagent._serving._http11 import KEEP_ALIVE_TIMEOUT
 from nodeagent.agent._agent import Agent
 from nodeagent.agent._config import MasterLinkConfig
 from nodeagent.agent._push import MasterLink

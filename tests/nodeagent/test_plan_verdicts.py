@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from nodeagent._clock import TrioClock
-from nodeagent._http import trusted
+from nodeagent._serving._http import trusted
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app

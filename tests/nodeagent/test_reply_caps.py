@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from nodeagent._etcd import REPLY_LIMIT, AsyncEtcd, EtcdSettings, EtcdUnavailable, SyncEtcd
+from nodeagent._ha._etcd import REPLY_LIMIT, AsyncEtcd, EtcdSettings, EtcdUnavailable, SyncEtcd
 from nodeagent._peer import (
     AGENT_REPLY_LIMIT,
     MASTER_ADS_REPLY_LIMIT,

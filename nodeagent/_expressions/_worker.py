@@ -1,7 +1,7 @@
-"""The worker process of :class:`nodeagent._expressions.Evaluator`: evaluates ClassAd
+"""The worker process of :class:`nodeagent._expressions._evaluator.Evaluator`: evaluates ClassAd
 expressions for a daemon, which kills it when an evaluation outlasts its budget.
 
-``python -m nodeagent._expression_worker``. Standard library, orjson and :mod:`slots`
+``python -m nodeagent._expressions._worker``. Standard library, orjson and :mod:`slots`
 only. It loads the ClassAd library, then answers requests on stdin with replies on
 stdout, one at a time, each a frame: a 4-byte big-endian length, then that many bytes of
 JSON. The first frame it writes says it is ready (``{"ready": true}``). A request is::

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import trio
 
-from nodeagent._etcd import (
+from nodeagent._ha._etcd import (
     AsyncEtcd,
     EtcdError,
     KeyValue,
@@ -190,7 +190,7 @@ class Election:
     async def _lead(self, fence: Fence, lead: Callable[[Fence], Awaitable[None]]) -> None:
         """One term: ``lead(fence)`` with the lease kept alive; ends at the first refresh
         that fails, when ``lead`` returns, or when it raises :class:`LeadershipLost` or
-        another :class:`~nodeagent._etcd.EtcdError` (etcd went away under it)."""
+        another :class:`~nodeagent._ha._etcd.EtcdError` (etcd went away under it)."""
         self.terms += 1
         self.since = trio.current_time()
         self._set(self.identity, fence)

@@ -28,10 +28,10 @@ for a write that got no reply, settled as below): the masters give it a third of
 leader's lease, the interval of its keep-alives, so that a leader cut off from etcd blocks
 its loop no longer than it takes to learn that it no longer leads.
 
-Writes are fenced: with a :class:`~nodeagent._leadership.Fence` set (:attr:`EtcdStore.fence`),
+Writes are fenced: with a :class:`~nodeagent._ha._leadership.Fence` set (:attr:`EtcdStore.fence`),
 each transaction holds only while that term of leadership lasts; a refused one raises
-:class:`~nodeagent._leadership.LeadershipLost` and writes nothing. Without a fence a save
-raises :class:`~nodeagent._leadership.NotLeading`: only the leader writes.
+:class:`~nodeagent._ha._leadership.LeadershipLost` and writes nothing. Without a fence a save
+raises :class:`~nodeagent._ha._leadership.NotLeading`: only the leader writes.
 
 **A write without a reply is settled before the save returns.** A write that timed out,
 or whose connection was lost once it was sent, or that a member answered "unavailable"
@@ -42,7 +42,7 @@ enough; the store makes sure the write *can no longer land* before it says it di
 
 Each write is serialised with every other by one key, ``last-write`` under the prefix:
 a write's transaction holds only if ``last-write`` was last modified at the revision the
-store knows (:func:`~nodeagent._etcd.modified_at`, besides the fence), and it puts there a
+store knows (:func:`~nodeagent._ha._etcd.modified_at`, besides the fence), and it puts there a
 nonce of its own. etcd applies transactions one at a time, in revision order, so of all
 the transactions conditioned on one revision of ``last-write`` at most one ever succeeds,
 whenever it arrives: the first applied moves ``last-write`` on, and every later one — the
@@ -62,7 +62,7 @@ back (its failure branch). The verdict (:func:`verdict`):
 * ``last-write`` is still at the revision the store knew: the transaction failed on the
   fence alone, and the write, which needs the fence too, can never land (a leader key is
   never created at the same revision again): nothing changed, the term is over
-  (:class:`~nodeagent._leadership.LeadershipLost`);
+  (:class:`~nodeagent._ha._leadership.LeadershipLost`);
 * anything else (no seal answered in time; the fence gone and ``last-write`` written
   since by a successor, which hides whether the write came first):
   :class:`~nodeagent._store.OutcomeUnknown`. The store then drops its fence and ends the
@@ -85,7 +85,7 @@ from typing import Any, Literal
 
 import trio
 
-from nodeagent._etcd import (
+from nodeagent._ha._etcd import (
     AsyncEtcd,
     EtcdError,
     EtcdSettings,
@@ -97,7 +97,7 @@ from nodeagent._etcd import (
     put,
     revision_of,
 )
-from nodeagent._leadership import Fence, LeadershipLost, NotLeading
+from nodeagent._ha._leadership import Fence, LeadershipLost, NotLeading
 from nodeagent._store import Members, OutcomeUnknown, StoreError
 
 __all__ = ["COMPRESS_FROM", "LAST_WRITE", "WATCH_RENEWAL", "EtcdStore", "Verdict", "verdict"]
@@ -168,7 +168,7 @@ def verdict(
 class EtcdStore:
     """See the module docstring. ``collections`` names the documents kept one key per
     member. Opening reads every key under ``prefix``; raises
-    :class:`~nodeagent._store.StoreError` (:class:`~nodeagent._etcd.EtcdUnavailable`)
+    :class:`~nodeagent._store.StoreError` (:class:`~nodeagent._ha._etcd.EtcdUnavailable`)
     when etcd cannot be reached."""
 
     def __init__(
@@ -272,7 +272,7 @@ class EtcdStore:
     async def hold(self, fence: Fence, *services: Callable[..., Awaitable[None]]) -> None:
         """A term of leadership: write under ``fence`` while ``services`` (each started as
         ``nursery.start`` does) run, until the term is cancelled or a write is fenced out
-        (:class:`~nodeagent._leadership.LeadershipLost`); the fence is dropped after."""
+        (:class:`~nodeagent._ha._leadership.LeadershipLost`); the fence is dropped after."""
         self.fence = fence
         self._fenced_out = trio.Event()
         try:
@@ -290,8 +290,8 @@ class EtcdStore:
         (a write that got no reply but was applied included: the copy holds it then).
 
         Raises, having written nothing (and the write can no longer be applied):
-        :class:`~nodeagent._leadership.NotLeading` (no fence),
-        :class:`~nodeagent._leadership.LeadershipLost` (fenced out: the term ends) or
+        :class:`~nodeagent._ha._leadership.NotLeading` (no fence),
+        :class:`~nodeagent._ha._leadership.LeadershipLost` (fenced out: the term ends) or
         :class:`~nodeagent._store.StoreError` (etcd unreachable, or the change is over
         etcd's transaction limit). Raises :class:`~nodeagent._store.OutcomeUnknown` when
         etcd could not say whether it was applied: the fence is dropped and the term ends

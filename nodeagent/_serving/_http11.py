@@ -6,7 +6,7 @@ time per connection (no pipelining), keep-alive with an idle timeout, a read tim
 bounded headers and bodies, optional TLS (HTTP/1.1 only). The body is read as the app
 asks for it (so that the app can refuse a request from its headers before reading any);
 what the app leaves unread is read and dropped after its reply, up to
-:data:`~nodeagent._gate.DISCARD_LIMIT` bytes, then the connection is closed. Lifespan
+:data:`~nodeagent._serving._gate.DISCARD_LIMIT` bytes, then the connection is closed. Lifespan
 events are not sent: the apps served here have none.
 """
 
@@ -28,7 +28,7 @@ import trio
 from starlette.types import ASGIApp, Message
 
 from nodeagent import _settings
-from nodeagent._gate import DISCARD_LIMIT
+from nodeagent._serving._gate import DISCARD_LIMIT
 
 __all__ = ["HttpServer", "serve_http"]
 
@@ -41,7 +41,7 @@ KEEP_ALIVE_TIMEOUT = 5.0
 #: daemons' ``read_timeout`` sets it); a connection that stalls longer is closed.
 READ_TIMEOUT = _settings.READ_TIMEOUT
 #: Largest request body the server passes on (413 beyond); each endpoint has a lower cap
-#: of its own (the gate's, :mod:`nodeagent._gate`).
+#: of its own (the gate's, :mod:`nodeagent._serving._gate`).
 MAX_BODY = 32 * 1024 * 1024
 MAX_HEADERS = 64 * 1024
 BACKLOG = 1024
@@ -146,7 +146,7 @@ class HttpServer:
     ``receive`` as it goes (each read within ``read_timeout``; a stalled or vanished
     client, or a body past ``max_body``, is ``http.disconnect`` and closes the
     connection); then ``http.disconnect`` once the response is complete. What the app left
-    unread is dropped after its reply, up to :data:`~nodeagent._gate.DISCARD_LIMIT` bytes
+    unread is dropped after its reply, up to :data:`~nodeagent._serving._gate.DISCARD_LIMIT` bytes
     (the connection is kept if the body ends by then, else closed). A response without
     ``content-length`` is sent chunked. An exception in the app is logged and answered 500
     if no response had begun.

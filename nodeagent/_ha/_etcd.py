@@ -1,7 +1,7 @@
 """etcd's v3 API through its JSON gateway (``/v3/…``), over httpx.
 
 The masters keep their shared state and elect their leader in etcd
-(:mod:`nodeagent._etcd_store`, :mod:`nodeagent._leadership`). They speak to it through the
+(:mod:`nodeagent._ha._store`, :mod:`nodeagent._ha._leadership`). They speak to it through the
 gateway every etcd 3.4+ server serves on its client port: JSON over HTTP, keys and values
 in base64, int64 fields as decimal strings. httpx is already the daemons' HTTP client, on
 trio for the async calls (:class:`AsyncEtcd`: leases, watches, the election) and blocking

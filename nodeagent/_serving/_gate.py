@@ -49,7 +49,7 @@ from nodeagent._auth import (
 from nodeagent._auth import (
     Scope as AuthScope,
 )
-from nodeagent._http import _UNIX, BodyTooLarge, error_body, read_body, replay_body
+from nodeagent._serving._http import _UNIX, BodyTooLarge, error_body, read_body, replay_body
 
 __all__ = [
     "DISCARD_LIMIT",

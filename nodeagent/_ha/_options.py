@@ -17,7 +17,7 @@ from nodeagent._settings import Duration, _check_url, _field
 from nodeagent._store import StoreError
 
 if TYPE_CHECKING:
-    from nodeagent._etcd import EtcdSettings
+    from nodeagent._ha._etcd import EtcdSettings
 
 __all__ = ["EtcdOptions"]
 
@@ -79,7 +79,7 @@ class EtcdOptions(BaseModel):
     def etcd_settings(self) -> EtcdSettings:
         """How to speak to etcd; raises :class:`~nodeagent._store.StoreError` when the
         password file cannot be read."""
-        from nodeagent._etcd import EtcdSettings  # noqa: PLC0415  (httpx: only when used)
+        from nodeagent._ha._etcd import EtcdSettings  # noqa: PLC0415  (httpx: only when used)
 
         password = None
         if self.etcd_password_file is not None:

@@ -7,7 +7,7 @@ its idle rate during an evaluation, against 97 % during a ``hashlib`` digest), s
 neither the event loop nor a worker thread can evaluate one safely, and a runaway
 evaluation in a thread could not be abandoned. An :class:`Evaluator` therefore sends
 each request — one expression against a list of ads — to a worker process
-(:mod:`nodeagent._expression_worker`) and kills that worker when the answer has not come
+(:mod:`nodeagent._expressions._worker`) and kills that worker when the answer has not come
 within ``budget`` seconds, counted across all the ads of the request. Then the caller
 gets :class:`ExpressionTooCostly` (422 ``expression.too_costly``) and the next request
 starts a new worker.
@@ -24,7 +24,7 @@ starts a new worker.
 
 Use ``async with Evaluator() as evaluator:`` or call :meth:`Evaluator.aclose`, which ends
 every worker. A worker whose parent is gone ends too: at the end of its stdin when idle, by
-its own timer when evaluating (:mod:`nodeagent._expression_worker`).
+its own timer when evaluating (:mod:`nodeagent._expressions._worker`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Self
 import orjson
 import trio
 
-from nodeagent._expression_worker import HEADER
+from nodeagent._expressions._worker import HEADER
 from slots import InvalidRequest, SlotsError
 from slots._classad import AdValue, check_expression
 
@@ -60,7 +60,7 @@ START_TIMEOUT = 30.0
 #: Seconds an ended worker may take to exit before it is killed.
 EXIT_TIMEOUT = 5.0
 #: A worker ends itself past twice the budget and this many seconds, should its parent
-#: be gone (see :mod:`nodeagent._expression_worker`); its parent kills it at the budget.
+#: be gone (see :mod:`nodeagent._expressions._worker`); its parent kills it at the budget.
 SELF_KILL_MARGIN = 5.0
 _LITERALS = {"true": True, "false": False}
 
@@ -155,7 +155,7 @@ class Evaluator:
 
     ``budget``: seconds one request may spend evaluating; ``workers``: evaluations at
     once; ``command``: how a worker is started (the default runs
-    :mod:`nodeagent._expression_worker` with this interpreter).
+    :mod:`nodeagent._expressions._worker` with this interpreter).
     """
 
     def __init__(
@@ -171,7 +171,7 @@ class Evaluator:
         self.command = (
             list(command)
             if command is not None
-            else [sys.executable, "-m", "nodeagent._expression_worker"]
+            else [sys.executable, "-m", "nodeagent._expressions._worker"]
         )
         self._limiter = trio.CapacityLimiter(workers)
         self._idle: list[_Worker] = []
