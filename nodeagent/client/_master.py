@@ -1,0 +1,565 @@
+"""The masters' client: :class:`MasterClient` (trio), which finds the leader among several
+masters and follows its redirects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import ssl
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import trio
+
+from nodeagent import __version__
+from nodeagent._paths import default_master_socket
+from nodeagent.client._agent import CANCEL_GRACE_S, _segment
+from nodeagent.client._errors import (
+    _REFUSALS,
+    AgentError,
+    BadResponse,
+    InvalidMaintenance,
+    NoLeader,
+    OutcomeUnknown,
+    RedirectNotFollowed,
+    Refused,
+    Unreachable,
+    _error_fields,
+    _map_exceptions,
+    _refusal,
+)
+from nodeagent.client._results import Leadership, _decode, _leadership_from_json
+
+__all__ = ["MAX_REDIRECTS", "MasterClient"]
+
+MAX_REDIRECTS = 3
+"""How many redirects (307, 308) in a row :class:`MasterClient` follows; one more is
+:class:`RedirectNotFollowed` ``client.too_many_redirects``."""
+
+_MASTER_BASE_URL = "http://nodeagent-master"
+_REDIRECTS = (307, 308)
+_MASTER_REFUSALS: dict[str, type[Refused]] = {**_REFUSALS, NoLeader.code: NoLeader}
+"""The agent's codes and the master's own; the agent's client keeps :data:`_REFUSALS`."""
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The reply's ``Retry-After`` in seconds (a number of seconds; 1 when absent or not
+    a finite non-negative number)."""
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return 1.0
+    return value if math.isfinite(value) and value >= 0 else 1.0
+
+
+def _master_refusal(response: httpx.Response, *, mesos: bool) -> Refused | OutcomeUnknown:
+    """The exception for a master's error reply: its JSON error body by code (the agent's
+    codes and :class:`NoLeader`, with ``Retry-After``), or, from a Mesos endpoint
+    (``mesos``), its plain-text 400 as :class:`InvalidMaintenance` and its plain-text 503
+    (the state could not be written) as a :class:`Refused` ``store.error``; anything else
+    by its status alone, as :func:`_refusal` does. ``store.outcome_unknown`` (from any
+    endpoint) is :class:`OutcomeUnknown`, not a refusal."""
+    status = response.status_code
+    fields = _error_fields(response)
+    if fields is None:
+        plain = response.headers.get("content-type", "").startswith("text/plain")
+        text = response.text.strip()
+        if mesos and plain and status == 400:
+            return InvalidMaintenance(text or "invalid request", status=400)
+        if mesos and plain and status == 503:
+            return Refused(text or "the state could not be written", code="store.error", status=503)
+        return _refusal(response, peer="master")
+    code, message, condor_code = fields
+    if code == OutcomeUnknown.code:
+        return OutcomeUnknown(message, status=status)
+    error = _MASTER_REFUSALS.get(code, Refused)(
+        message, code=code, status=status, condor_code=condor_code
+    )
+    if isinstance(error, NoLeader):
+        error.retry_after = _retry_after(response)
+    return error
+
+
+def _redirect_location(response: httpx.Response) -> str | None:
+    """Where a ``307``/``308`` sends the request: its ``Location`` when that is an absolute
+    ``http(s)://`` URL with a host and no user info; ``None`` otherwise (the reply then
+    stands as it is, its error body saying why)."""
+    if response.status_code not in _REDIRECTS:
+        return None
+    location = response.headers.get("location")
+    if not location:
+        return None
+    try:
+        url = httpx.URL(location)
+    except (httpx.InvalidURL, ValueError):
+        return None
+    if url.scheme not in ("http", "https") or not url.host or url.userinfo:
+        return None
+    return str(url)
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """``url``'s scheme, host and port (the scheme's default when none is written);
+    ``None`` for anything that is no ``http(s)://`` URL (a Unix socket's ``unix:…``)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.scheme, parsed.host.lower(), port
+
+
+def _another_may_answer(error: Unreachable | Refused, *, read: bool) -> bool:
+    """Whether the next master may be asked where one failed. A read: after no reply or a
+    5xx. A write: only when it surely changed nothing: the connection could not be made
+    (nothing was sent), or a ``503`` (no leader, or a state that could not be written)."""
+    if isinstance(error, Unreachable):
+        return read or isinstance(error.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+    status = error.status or 0
+    return status >= 500 if read else status == 503
+
+
+def _restated(last: AgentError, message: str) -> AgentError:
+    """``last``'s class and fields with ``message`` (naming every master passed over)."""
+    again = type(last)(message, code=last.code, status=last.status, condor_code=last.condor_code)
+    if isinstance(last, NoLeader) and isinstance(again, NoLeader):
+        again.retry_after = last.retry_after
+    return again
+
+
+def _group_path(group: str) -> str:
+    """An SLA job group's name as the path it is in ``/v1/sla/policies/{group}`` (it may
+    hold ``/``; each segment quoted); refuses empty and dot segments."""
+    segments = group.split("/")
+    if not group or any(s in ("", ".", "..") for s in segments):
+        raise ValueError(f"not a job group's name: {group!r}")
+    return "/".join(quote(s, safe="") for s in segments)
+
+
+def _machine_ids(machine_ids: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:
+    if isinstance(machine_ids, Mapping):
+        raise TypeError("machine_ids is a list of {'hostname', 'ip'} mappings, not one")
+    return [dict(m) for m in machine_ids]
+
+
+class MasterClient:
+    """An async (trio) client of the masters; use as ``async with MasterClient(...) as m:``.
+
+    ``socket``: a master's Unix socket (default: where a master started with the same
+    environment listens, :func:`nodeagent._paths.default_master_socket`); the peer is
+    ADMINISTRATOR. ``url``: a master's TCP address (``http://host:9622`` or ``https://``),
+    or ``urls``: several masters sharing one state, in the order to ask them; with
+    ``token``, a JWT whose scope (READ or ADMINISTRATOR) decides what the calls may do.
+    ``timeout``, ``max_concurrency``, ``verify`` and ``transport`` are as for
+    :class:`AgentClient` (a ``transport`` without a URL stands for the Unix socket).
+
+    **Several masters.** A request goes to the first master that answers: the next one is
+    asked after no reply or a 5xx for a read, and, for a write, only when the first surely
+    changed nothing (the connection could not be made, or a ``503`` refusal). When every
+    master failed so, the last one's error is raised, naming each.
+
+    **Redirects.** A master that does not lead answers a write with ``307`` (or ``308``)
+    and the leader's URL in ``Location``: the same method, body and token are sent there,
+    at most :data:`MAX_REDIRECTS` times in a row, and only to a master the client was given
+    (the scheme, host and port of one of ``url`` or ``urls``) or to the origin of the master
+    that redirected. A redirect the client does not follow raises
+    :class:`RedirectNotFollowed` before anything is sent: more than :data:`MAX_REDIRECTS` in
+    a row, to any other address (from a Unix socket: to any TCP address), from ``https://``
+    to ``http://``, or to TCP without a token (``token`` goes to TCP masters only).
+
+    **No leader.** A ``503`` ``master.no_leader`` raises :class:`NoLeader`, which changed
+    nothing; with ``retry_no_leader`` (seconds, default 0: no retry) the request is sent
+    again after each reply's ``Retry-After`` until it is answered otherwise or that many
+    seconds have passed.
+
+    **Outcome unknown.** A ``503`` ``store.outcome_unknown`` raises :class:`OutcomeUnknown`
+    at once (no other master is asked, nothing is sent again): the write may have been
+    applied. Read the state back, and send the write again only if it is not there.
+
+    The client may be entered again after it is left, never twice at once. Raises
+    ValueError for contradictory arguments.
+    """
+
+    def __init__(
+        self,
+        *,
+        socket: str | Path | None = None,
+        url: str | None = None,
+        urls: Sequence[str] = (),
+        token: str | None = None,
+        timeout: float = 30,
+        max_concurrency: int = 8,
+        verify: ssl.SSLContext | bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_no_leader: float = 0,
+    ) -> None:
+        if isinstance(urls, str):
+            raise TypeError("urls is a list of URLs; give one master's as url=")
+        named = [socket is not None, url is not None, bool(urls)]
+        if sum(named) > 1:
+            raise ValueError("give a master's socket, its url, or several urls: one of them")
+        if socket is not None and transport is not None:
+            raise ValueError("give the master's socket or a transport, not both")
+        bases = (url,) if url is not None else tuple(urls)
+        for base in bases:
+            if httpx.URL(base).scheme not in ("http", "https"):
+                raise ValueError(f"a master's url must be http:// or https://, not {base!r}")
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if not (retry_no_leader >= 0 and math.isfinite(retry_no_leader)):
+            raise ValueError(f"retry_no_leader must be seconds (>= 0), not {retry_no_leader!r}")
+        self._socket: Path | None = None
+        if not bases and transport is None:
+            self._socket = (
+                Path(socket)
+                if socket is not None
+                else default_master_socket(os.environ, os.geteuid())
+            )
+        self._bases: tuple[str | None, ...] = tuple(b.rstrip("/") for b in bases) or (None,)
+        #: Where a redirect may send the token: the masters given, by scheme, host and port.
+        self._origins = frozenset(_origin(b) for b in bases)
+        self._token = token
+        self._timeout = timeout
+        self._max_concurrency = max_concurrency
+        self._verify = verify
+        self._transport = transport
+        self._retry_no_leader = float(retry_no_leader)
+        self._local: httpx.AsyncClient | None = None
+        self._remote: httpx.AsyncClient | None = None
+        self._limit = trio.Semaphore(max_concurrency)
+
+    @property
+    def where(self) -> str:
+        """The masters' addresses, for messages: ``unix:<path>`` or the URLs."""
+        return ", ".join(self._describe(base) for base in self._bases)
+
+    def _describe(self, base: str | None) -> str:
+        if base is not None:
+            return base
+        return f"unix:{self._socket}" if self._socket is not None else _MASTER_BASE_URL
+
+    def __repr__(self) -> str:
+        return f"MasterClient({self.where})"
+
+    async def __aenter__(self) -> MasterClient:
+        if self._remote is not None:
+            raise RuntimeError(f"{self!r} is already open")
+        headers = {"User-Agent": f"nodeagent-client/{__version__}"}
+        limits = httpx.Limits(max_connections=self._max_concurrency)
+        if self._bases == (None,):
+            local = self._transport
+            if local is None:
+                local = httpx.AsyncHTTPTransport(uds=str(self._socket))
+            self._local = httpx.AsyncClient(
+                base_url=_MASTER_BASE_URL,
+                headers=headers,
+                timeout=self._timeout,
+                transport=local,
+                limits=limits,
+            )
+        remote_headers = dict(headers)
+        if self._token is not None:
+            remote_headers["Authorization"] = f"Bearer {self._token}"
+        self._remote = httpx.AsyncClient(
+            headers=remote_headers,
+            timeout=self._timeout,
+            verify=self._verify,
+            transport=self._transport,
+            limits=limits,
+        )
+        self._limit = trio.Semaphore(self._max_concurrency)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        local, remote, self._local, self._remote = self._local, self._remote, None, None
+        with trio.move_on_after(CANCEL_GRACE_S, shield=True):
+            for http in (local, remote):
+                if http is not None:
+                    await http.aclose()
+
+    # ------------------------------------------------------------------ transport
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        mesos: bool = False,
+    ) -> httpx.Response:
+        """One request (``body`` sent as JSON) to the first master that answers, its
+        redirects followed; a success reply, or the error it makes. :class:`NoLeader` is
+        retried for ``retry_no_leader`` seconds."""
+        if self._remote is None:
+            raise RuntimeError(f"use 'async with {self!r}' before calling it")
+        target = path if not params else f"{path}?{httpx.QueryParams(params)}"
+        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        deadline = trio.current_time() + self._retry_no_leader
+        while True:
+            try:
+                return await self._first_answer(method, target, payload, mesos)
+            except NoLeader as exc:
+                left = deadline - trio.current_time()
+                if left <= 0:
+                    raise
+                await trio.sleep(min(exc.retry_after, left))
+
+    async def _first_answer(
+        self, method: str, target: str, payload: bytes | None, mesos: bool
+    ) -> httpx.Response:
+        """:meth:`_follow` from each master in turn, until one answers (the class
+        docstring says when the next one is asked)."""
+        passed: list[str] = []
+        last: Unreachable | Refused | None = None
+        for base in self._bases:
+            try:
+                return await self._follow(base, method, target, payload, mesos)
+            except (Unreachable, Refused) as exc:
+                if not _another_may_answer(exc, read=method == "GET"):
+                    raise
+                passed.append(f"{self._describe(base)}: {exc.message}")
+                last = exc
+        assert last is not None  # there is at least one master
+        if len(passed) == 1:
+            raise last
+        raise _restated(last, "no master answered: " + "; ".join(passed)) from last
+
+    async def _follow(
+        self, base: str | None, method: str, target: str, payload: bytes | None, mesos: bool
+    ) -> httpx.Response:
+        """The request to ``base`` (``None``: the Unix socket), then to each leader it is
+        redirected to (see the class docstring); the success reply, or its error."""
+        url, local = (target, True) if base is None else (base + target, False)
+        hops: list[str] = []
+        while True:
+            here = self._describe(None) if local else url
+            response = await self._exchange(local, method, url, payload, here)
+            location = _redirect_location(response)
+            if location is None:
+                if response.is_success:
+                    return response
+                raise _master_refusal(response, mesos=mesos)
+            hops.append(location)
+            self._check_hop(location, hops, method=method, target=target, base=base, here=here)
+            url, local = location, False
+
+    def _check_hop(
+        self,
+        location: str,
+        hops: list[str],
+        *,
+        method: str,
+        target: str,
+        base: str | None,
+        here: str,
+    ) -> None:
+        """Raise :class:`RedirectNotFollowed` when the redirect from ``here`` to
+        ``location`` must not be followed."""
+        refused: RedirectNotFollowed | None = None
+        origin = _origin(location)
+        if len(hops) > MAX_REDIRECTS:
+            refused = RedirectNotFollowed(
+                f"{method} {target}: redirected {len(hops)} times in a row "
+                f"({self._describe(base)} → {' → '.join(hops)}); the masters do not agree on "
+                "who leads: try again in a moment",
+                code="client.too_many_redirects",
+            )
+        elif origin not in self._origins and origin != _origin(here):
+            given = ", ".join(b for b in self._bases if b is not None) or "none"
+            refused = RedirectNotFollowed(
+                f"the master at {here} redirected to {location}, which is not one of the "
+                f"masters this client was given ({given}): the token is sent to no other "
+                "address; name every master with urls=[...]",
+                code="client.redirect_refused",
+            )
+        elif self._token is None:
+            refused = RedirectNotFollowed(
+                f"the master at {here} sent this request to the leader at {location}, which "
+                "needs a token over TCP: give the client a token (token=...), or send the "
+                "request to the leader's own socket",
+                code="client.token_required",
+            )
+        elif here.startswith("https://") and not location.startswith("https://"):
+            refused = RedirectNotFollowed(
+                f"the master at {here} redirected to {location} without TLS: the token is not "
+                "sent in clear; give the leader's https:// URL",
+                code="client.insecure_redirect",
+            )
+        if refused is not None:
+            refused.location = location
+            raise refused
+
+    async def _exchange(
+        self, local: bool, method: str, url: str, payload: bytes | None, here: str
+    ) -> httpx.Response:
+        http = self._local if local else self._remote
+        if http is None:
+            raise RuntimeError(f"use 'async with {self!r}' before calling it")
+        headers = None if payload is None else {"Content-Type": "application/json"}
+        async with self._limit:
+            with _map_exceptions(here, peer="master"):
+                return await http.request(method, url, content=payload, headers=headers)
+
+    async def _object(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        mesos: bool = False,
+    ) -> dict[str, Any]:
+        response = await self._call(method, path, body=body, params=params, mesos=mesos)
+        try:
+            document = response.json()
+        except ValueError as exc:
+            raise BadResponse(
+                f"the master's reply to {method} {path} is not JSON", status=response.status_code
+            ) from exc
+        if not isinstance(document, dict):
+            raise BadResponse(f"the master's reply to {method} {path} is not a JSON object")
+        return document
+
+    async def _listed(
+        self, path: str, key: str, params: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        document = await self._object("GET", path, params=params)
+        items = document.get(key)
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise BadResponse(f"the master's reply to GET {path} has no {key!r} list of objects")
+        return items
+
+    # ------------------------------------------------------------------ leadership
+
+    async def leader(self) -> Leadership:
+        """Who leads, as the master asked knows it (``GET /v1/leader``)."""
+        body = await self._object("GET", "/v1/leader")
+        return _decode(_leadership_from_json, body, "leader", peer="master")
+
+    # ------------------------------------------------------------------ Mesos maintenance
+
+    async def schedule(self) -> dict[str, Any]:
+        """The maintenance schedule, Mesos JSON (``{}`` when empty)."""
+        return await self._object("GET", "/maintenance/schedule", mesos=True)
+
+    async def set_schedule(self, schedule: Mapping[str, Any]) -> None:
+        """Replace the schedule (Mesos JSON: ``{"windows": [...]}``); the leader applies it.
+        Raises :class:`InvalidMaintenance` with Mesos's message when it is refused."""
+        await self._call("POST", "/maintenance/schedule", body=dict(schedule), mesos=True)
+
+    async def clear_schedule(self) -> None:
+        """Replace the schedule with an empty one (a DOWN machine cannot be dropped:
+        :class:`InvalidMaintenance`)."""
+        await self.set_schedule({})
+
+    async def status(self) -> dict[str, Any]:
+        """``GET /maintenance/status``: ``{"draining_machines": [...], "down_machines":
+        [...]}`` (Mesos JSON)."""
+        return await self._object("GET", "/maintenance/status", mesos=True)
+
+    async def down(self, machine_ids: Iterable[Mapping[str, str]]) -> None:
+        """DRAINING machines (``{"hostname", "ip"}`` each) go DOWN, all or none."""
+        await self._call("POST", "/machine/down", body=_machine_ids(machine_ids), mesos=True)
+
+    async def up(self, machine_ids: Iterable[Mapping[str, str]]) -> dict[str, Any]:
+        """DOWN machines go UP and leave the schedule, all or none; returns the master's
+        report ``{"machines": [...]}``: whether each node is back in service."""
+        body = _machine_ids(machine_ids)
+        return await self._object("POST", "/machine/up", body=body, mesos=True)
+
+    # ------------------------------------------------------------------ the plan, ads
+
+    async def plan(
+        self, *, late: bool = False, limit: int | None = None, blockers: bool = True
+    ) -> dict[str, Any]:
+        """The maintenance plan (``GET /v1/maintenance/plan``): ``late``: only the rows
+        late by their promises or to be escalated; ``limit``: at most that many rows;
+        ``blockers=False``: rows without their blockers. The totals count every machine."""
+        params = {"late": str(late).lower(), "blockers": str(blockers).lower()}
+        if limit is not None:
+            params["limit"] = str(limit)
+        return await self._object("GET", "/v1/maintenance/plan", params=params)
+
+    async def ads(
+        self,
+        *,
+        constraint: str | None = None,
+        projection: str | Sequence[str] | None = None,
+        slots: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The node ads (``slots=True``: the slot ads) matching a ClassAd ``constraint``,
+        with only the attributes of ``projection`` (names, or one comma-separated string)."""
+        params: dict[str, str] = {}
+        if constraint is not None:
+            params["constraint"] = constraint
+        if projection is not None:
+            names = projection if isinstance(projection, str) else ",".join(projection)
+            params["projection"] = names
+        if slots:
+            params["slots"] = "true"
+        return await self._listed("/v1/ads", "ads", params)
+
+    # ------------------------------------------------------------------ operations
+
+    async def start_operation(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Start a rolling maintenance operation (``spec``: ``hosts`` or ``constraint``,
+        ``hook``, ``grouping``, ``batches``, …); its progress document."""
+        return await self._object("POST", "/v1/maintenance/operations", body=dict(spec))
+
+    async def operations(self) -> list[dict[str, Any]]:
+        """Every operation's progress document, newest first."""
+        return await self._listed("/v1/maintenance/operations", "operations")
+
+    async def operation(self, operation_id: str) -> dict[str, Any]:
+        """One operation's progress document (``operation.no_such_operation``: 404)."""
+        path = f"/v1/maintenance/operations/{_segment(operation_id)}"
+        return await self._object("GET", path)
+
+    async def _operation_change(self, operation_id: str, verb: str) -> dict[str, Any]:
+        path = f"/v1/maintenance/operations/{_segment(operation_id)}/{verb}"
+        return await self._object("POST", path)
+
+    async def pause_operation(self, operation_id: str) -> dict[str, Any]:
+        """Start no further batch or drain (``operation.not_running``: 409)."""
+        return await self._operation_change(operation_id, "pause")
+
+    async def resume_operation(self, operation_id: str) -> dict[str, Any]:
+        """Go on with a paused operation (``operation.not_paused``: 409)."""
+        return await self._operation_change(operation_id, "resume")
+
+    async def cancel_operation(self, operation_id: str) -> dict[str, Any]:
+        """Cancel what is not under way (``operation.finished``: 409)."""
+        return await self._operation_change(operation_id, "cancel")
+
+    # ------------------------------------------------------------------ SLA policies
+
+    async def sla_policies(self) -> list[dict[str, Any]]:
+        """Every SLA policy in force, by group, each with its ``source``."""
+        return await self._listed("/v1/sla/policies", "policies")
+
+    async def set_sla_policy(self, group: str, policy: Mapping[str, Any]) -> dict[str, Any]:
+        """Set ``group``'s policy (``{"kind": ...}``); the policy as stored
+        (``sla.invalid_policy``: 422)."""
+        path = f"/v1/sla/policies/{_group_path(group)}"
+        return await self._object("PUT", path, body=dict(policy))
+
+    async def delete_sla_policy(self, group: str) -> dict[str, Any]:
+        """Remove the API's policy of ``group``: ``{"group", "in_force"}``
+        (``sla.no_such_policy``: 404)."""
+        return await self._object("DELETE", f"/v1/sla/policies/{_group_path(group)}")

@@ -1,0 +1,368 @@
+"""The clients' results: frozen dataclasses that mirror the API's JSON field for field, and
+the one place JSON becomes them (the ``_*_from_json`` functions, through :func:`_decode`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from nodeagent.client._errors import BadResponse
+
+__all__ = [
+    "Blocker",
+    "Claim",
+    "ClaimResources",
+    "DrainRequest",
+    "DrainStatus",
+    "Estimate",
+    "Health",
+    "HealthStatus",
+    "HookRun",
+    "Job",
+    "Leadership",
+    "OnCompletion",
+    "Schedule",
+]
+
+Schedule = Literal["graceful", "quick", "fast"]
+"""How a drain empties the node (DESIGN §3.3)."""
+
+OnCompletion = str
+"""What the agent does once the node is drained (DESIGN §3.3): ``"none"``, ``"resume"``,
+``"exit"``, ``"restart"``, or ``"hook:NAME"``, a hook of the agent's configuration (a
+request names a hook; it never supplies a command): :class:`NoSuchHook` when the agent has
+none of that name."""
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Blocker:
+    """A job a drain waits for: ``evict_at`` is its soft kill, ``gone_by`` its hard kill.
+
+    Times are epoch seconds; ``run``, ``retirement_remaining`` and ``vacate`` are seconds.
+    """
+
+    claim_id: str
+    slot: str
+    job_id: str
+    owner: str
+    cpus: int
+    activity: str
+    run: int
+    retirement_remaining: int
+    vacate: int
+    evict_at: int | None
+    gone_by: int
+    accepted_while_draining: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    """A schedule's expected completion (epoch s) and badput (cpu-s) as of ``now``.
+
+    Blockers come latest ``gone_by`` first: the first ones set the completion time.
+    """
+
+    schedule: str
+    now: int
+    completion: int
+    badput: int
+    blockers: tuple[Blocker, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookRun:
+    """A drain's completion hook as it ran. ``state``: pending, running, succeeded, failed
+    or interrupted; ``exit_status`` negative: killed by that signal; ``message`` says how it
+    ended; ``output`` is the end of its stdout and stderr. Times are epoch seconds."""
+
+    name: str
+    state: str
+    reboots: bool
+    pid: int | None
+    started_at: float | None
+    ended_at: float | None
+    exit_status: int | None
+    message: str | None
+    output: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthStatus:
+    """The agent's health gate (when it has a health check): ``state`` passing (open),
+    pending or failing (closed: the node takes no work until ``passes_needed`` checks in
+    a row have passed)."""
+
+    state: str
+    reason: str | None
+    since: float | None
+    passes: int
+    passes_needed: int
+    failures: int
+    last_check: float | None
+    next_check: float | None
+    message: str | None
+    output: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainRequest:
+    """One drain request. ``state``: pending, draining, drained, hook_pending,
+    hook_running, hook_failed, cancelled or completed.
+
+    Times are epoch seconds; ``deadline`` is seconds after commit. ``estimate`` is the live
+    estimate of the request in force, ``None`` for a request that has ended. ``hook`` is
+    its completion hook's run, once due (``on_completion`` ``hook:NAME``).
+    """
+
+    id: str
+    state: str
+    schedule: str
+    reason: str
+    on_completion: str
+    deadline: float | None
+    start: str | None
+    requested_by: str | None
+    created_at: float | None
+    expires_at: float | None
+    committed_at: float | None
+    deadline_at: float | None
+    drained_at: float | None
+    ended_at: float | None
+    estimate: Estimate | None = None
+    hook: HookRun | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainStatus:
+    """``GET /v1/drain``: the request in force (``current``), or the last one that ended;
+    ``accepting`` is ``Start`` (``None`` from an agent that does not say), ``health`` the
+    health gate (``None`` without a health check)."""
+
+    current: DrainRequest | None
+    last: DrainRequest | None = None
+    accepting: bool | None = None
+    health: HealthStatus | None = None
+
+    @property
+    def state(self) -> str:
+        """``none`` when no request is in force, else the current request's state."""
+        return "none" if self.current is None else self.current.state
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimResources:
+    """A dynamic slot's resources: cores, memory MiB, disk KiB, GPUs."""
+
+    cpus: int
+    memory: int
+    disk: int
+    gpus: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    """The job of a claim. ``run`` and ``suspended`` are seconds; ``started_at`` epoch s."""
+
+    job_id: str | None
+    owner: str
+    max_job_retirement_time: int | None
+    job_max_vacate_time: int | None
+    kill_signal: str
+    group: str | None
+    started_at: float | None
+    run: float
+    suspended: float
+    pid: int | None
+    argv: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim:
+    """A claim: a dynamic slot and its job."""
+
+    id: str
+    slot: str
+    state: str
+    activity: str
+    resources: ClaimResources
+    job: Job
+    accepted_while_draining: bool
+    evicted_at: float | None
+    hard_kill_at: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Health:
+    """``GET /healthz``."""
+
+    status: str
+    version: str
+
+
+def _blocker_from_json(d: Mapping[str, Any]) -> Blocker:
+    return Blocker(
+        claim_id=d["claim_id"],
+        slot=d["slot"],
+        job_id=d["job_id"],
+        owner=d["owner"],
+        cpus=d["cpus"],
+        activity=d["activity"],
+        run=d["run"],
+        retirement_remaining=d["retirement_remaining"],
+        vacate=d["vacate"],
+        evict_at=d["evict_at"],
+        gone_by=d["gone_by"],
+        accepted_while_draining=d["accepted_while_draining"],
+    )
+
+
+def _estimate_from_json(d: Mapping[str, Any]) -> Estimate:
+    return Estimate(
+        schedule=d["schedule"],
+        now=d["now"],
+        completion=d["completion"],
+        badput=d["badput"],
+        blockers=tuple(_blocker_from_json(b) for b in d["blockers"]),
+    )
+
+
+def _hook_from_json(d: Mapping[str, Any]) -> HookRun:
+    return HookRun(
+        name=d["name"],
+        state=d["state"],
+        reboots=d["reboots"],
+        pid=d["pid"],
+        started_at=d["started_at"],
+        ended_at=d["ended_at"],
+        exit_status=d["exit_status"],
+        message=d["message"],
+        output=d["output"],
+    )
+
+
+def _health_from_json(d: Mapping[str, Any]) -> HealthStatus:
+    return HealthStatus(
+        state=d["state"],
+        reason=d["reason"],
+        since=d["since"],
+        passes=d["passes"],
+        passes_needed=d["passes_needed"],
+        failures=d["failures"],
+        last_check=d["last_check"],
+        next_check=d["next_check"],
+        message=d["message"],
+        output=d["output"],
+    )
+
+
+def _request_from_json(d: Mapping[str, Any]) -> DrainRequest:
+    estimate = d.get("estimate")
+    hook = d.get("hook")
+    return DrainRequest(
+        id=d["id"],
+        state=d["state"],
+        schedule=d["schedule"],
+        reason=d["reason"],
+        on_completion=d["on_completion"],
+        deadline=d["deadline"],
+        start=d["start"],
+        requested_by=d["requested_by"],
+        created_at=d["created_at"],
+        expires_at=d["expires_at"],
+        committed_at=d["committed_at"],
+        deadline_at=d["deadline_at"],
+        drained_at=d["drained_at"],
+        ended_at=d["ended_at"],
+        estimate=None if estimate is None else _estimate_from_json(estimate),
+        hook=None if hook is None else _hook_from_json(hook),
+    )
+
+
+def _status_from_json(d: Mapping[str, Any]) -> DrainStatus:
+    """The drain body: a request (in force) or ``{"state": "none", "last": ...}``, with
+    ``accepting`` and ``health``."""
+    health = None if d.get("health") is None else _health_from_json(d["health"])
+    accepting = d.get("accepting")
+    if d["state"] == "none":
+        last = d.get("last")
+        return DrainStatus(
+            current=None,
+            last=None if last is None else _request_from_json(last),
+            accepting=accepting,
+            health=health,
+        )
+    return DrainStatus(current=_request_from_json(d), accepting=accepting, health=health)
+
+
+def _claim_from_json(d: Mapping[str, Any]) -> Claim:
+    r, j = d["resources"], d["job"]
+    return Claim(
+        id=d["id"],
+        slot=d["slot"],
+        state=d["state"],
+        activity=d["activity"],
+        resources=ClaimResources(
+            cpus=r["cpus"], memory=r["memory"], disk=r["disk"], gpus=r["gpus"]
+        ),
+        job=Job(
+            job_id=j["job_id"],
+            owner=j["owner"],
+            max_job_retirement_time=j["max_job_retirement_time"],
+            job_max_vacate_time=j["job_max_vacate_time"],
+            kill_signal=j["kill_signal"],
+            group=j.get("group"),
+            started_at=j["started_at"],
+            run=j["run"],
+            suspended=j["suspended"],
+            pid=j["pid"],
+            argv=None if j["argv"] is None else tuple(j["argv"]),
+        ),
+        accepted_while_draining=d["accepted_while_draining"],
+        evicted_at=d["evicted_at"],
+        hard_kill_at=d["hard_kill_at"],
+    )
+
+
+def _decode(
+    convert: Callable[[Mapping[str, Any]], _T], body: Any, what: str, *, peer: str = "agent"
+) -> _T:
+    """``convert(body)``, with a shape mismatch reported as :class:`BadResponse`."""
+    try:
+        return convert(body)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadResponse(f"the {peer}'s {what} reply lacks or mistypes {exc}") from exc
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Leadership:
+    """``GET /v1/leader``: who leads (``leader``, its URL; ``None`` while no master does),
+    the master asked (``url``, the JSON's ``self``) and whether it leads, its ``store``
+    (``sqlite``: the one master, which always leads; ``etcd``: several), the lease's TTL
+    (seconds, ``None`` with SQLite), how long it has led (seconds, ``None`` when it does
+    not lead or there is no election) and how many terms it has led."""
+
+    leader: str | None
+    url: str
+    leading: bool
+    store: str
+    lease_ttl: float | None
+    leading_for: float | None
+    terms: int
+
+
+def _leadership_from_json(d: Mapping[str, Any]) -> Leadership:
+    leading = d["leading"]
+    if not isinstance(leading, bool):
+        raise TypeError("'leading' is not a boolean")
+    return Leadership(
+        leader=d["leader"],
+        url=d["self"],
+        leading=leading,
+        store=d["store"],
+        lease_ttl=d["lease_ttl"],
+        leading_for=d["leading_for"],
+        terms=int(d["terms"]),
+    )
