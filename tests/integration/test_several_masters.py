@@ -23,7 +23,7 @@ import pytest
 
 from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
 from tests.integration.test_defrag import DefragProcess
-from tests.nodeagent.test_cli_redirect import Answer, Arrived, redirect_to, serving
+from tests.nodeagent.cli.test_cli_redirect import Answer, Arrived, redirect_to, serving
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """The Python client follows the masters' redirects to the leader (:class:`MasterClient`).
 
 Real HTTP servers on loopback and on a Unix socket (those of the command line's redirect
-tests, :mod:`tests.nodeagent.test_cli_redirect`): a follower answers ``307`` with the
+tests, :mod:`tests.nodeagent.cli.test_cli_redirect`): a follower answers ``307`` with the
 leader's URL, as a master that does not lead does; the leader records what arrives. What
 needs a scheme or a clock the servers cannot give (``https://``, ``Retry-After`` waited
 out) runs over :class:`httpx.MockTransport`, on virtual time.
@@ -33,7 +33,7 @@ from nodeagent.client import (
     Unreachable,
 )
 from tests.etcd import free_port
-from tests.nodeagent.test_cli_redirect import (
+from tests.nodeagent.cli.test_cli_redirect import (
     Answer,
     Arrived,
     leader_answer,

@@ -9,7 +9,7 @@ import pytest
 
 from nodeagent.client import AgentClient
 from nodeagent.client import InvalidRequest as ClientInvalidRequest
-from tests.nodeagent.test_agent_api_edges import api, code
+from tests.nodeagent.agent.test_agent_api_edges import api, code
 
 
 async def test_a_claims_group_is_kept_returned_and_published(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from nodeagent._auth import Scope
 from nodeagent.master._coordinators import ask_coordinators, coordinator_client
 from nodeagent.master._sla import Question
 from slots import JobSpec, Machine, MachinePolicy, Resources, check_site_attributes
-from tests.nodeagent.test_master_api import EPOCH, FailingStore, api, error_code
+from tests.nodeagent.master.test_master_api import EPOCH, FailingStore, api, error_code
 
 WEB = "www-data/prod/web"
 
@@ -178,7 +178,7 @@ async def test_a_probe_needs_read(tmp_path: Path) -> None:
 
 
 async def test_a_costly_constraint_is_refused(tmp_path: Path) -> None:
-    from tests.nodeagent.test_master_api import RUNAWAY
+    from tests.nodeagent.master.test_master_api import RUNAWAY
 
     async with api(tmp_path, budget=0.05) as a:
         await six_nodes(a)

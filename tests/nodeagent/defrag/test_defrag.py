@@ -1149,7 +1149,7 @@ def test_configuration_file_and_errors(tmp_path: Path) -> None:
 
 
 def test_the_shipped_example_configuration_loads(tmp_path: Path) -> None:
-    example = Path(__file__).parents[2] / "systemd" / "defrag.toml.example"
+    example = Path(__file__).parents[3] / "systemd" / "defrag.toml.example"
     config = load_defrag_config(example, {"HOME": str(tmp_path)}, uid=1000)
     assert defrag_policy(config) == DefragPolicy(name="main")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nodeagent.agent._api import agent_openapi
 
-DOC = Path(__file__).parents[2] / "docs" / "openapi.json"
+DOC = Path(__file__).parents[3] / "docs" / "openapi.json"
 
 
 def test_checked_in_openapi_is_current() -> None:

@@ -23,7 +23,7 @@ from nodeagent.agent._hooks import HealthSpec, HookSpec
 from nodeagent.agent._metrics import AgentMetrics
 from nodeagent.agent._store import Store
 from slots import HealthPolicy, Machine, MachinePolicy, Resources
-from tests.nodeagent.test_hooks_agent import Runner
+from tests.nodeagent.agent.test_hooks_agent import Runner
 
 EPOCH = 1_800_000_000.0
 

@@ -18,7 +18,7 @@ from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
-from tests.nodeagent.test_master_unit import EPOCH, DownLink, schedule
+from tests.nodeagent.master.test_master_unit import EPOCH, DownLink, schedule
 
 
 def two_masters(tmp_path: Path) -> tuple[Master, Master]:
@@ -74,7 +74,7 @@ async def test_a_new_leader_asks_the_node_whose_ad_predates_the_drain_record(
     """The follower holds the node's ad from before its predecessor's drain (pushes lag):
     taking over, it asks the node for its ad before it judges the drain by it (the same
     as a restarted master, which holds none)."""
-    from tests.nodeagent.test_master_unit import node_ad
+    from tests.nodeagent.master.test_master_unit import node_ad
 
     leader, follower = two_masters(tmp_path)
     follower.receive_ad(node_ad(EPOCH))  # made before the drain

@@ -144,7 +144,7 @@ def test_hooks_and_health_are_reloadable(tmp_path: Path) -> None:
 def test_the_references_name_every_hook_and_health_attribute_and_key() -> None:
     from slots import Machine, MachinePolicy, OnCompletion, Resources, Schedule
 
-    docs = Path(__file__).parents[2] / "docs"
+    docs = Path(__file__).parents[3] / "docs"
     m = Machine(
         host="h",
         total=Resources(cpus=1),

@@ -11,7 +11,7 @@ from nodeagent.agent._config import AgentConfig, load_agent_config
 from nodeagent.agent._daemon import machine_policy
 from slots import COMPUTED_ATTRIBUTES, COMPUTED_PREFIXES
 
-DOCS = Path(__file__).parents[2] / "docs"
+DOCS = Path(__file__).parents[3] / "docs"
 
 
 def load(tmp_path: Path, text: str) -> AgentConfig:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nodeagent._auth import Scope
-from tests.nodeagent.test_master_api import api, error_code, node_ad
+from tests.nodeagent.master.test_master_api import api, error_code, node_ad
 
 PATH = "/v1/maintenance/operations"
 

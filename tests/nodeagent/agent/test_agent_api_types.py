@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nodeagent.agent._api import agent_openapi
-from tests.nodeagent.test_agent_api_edges import api, code
+from tests.nodeagent.agent.test_agent_api_edges import api, code
 
 
 @pytest.mark.parametrize(
