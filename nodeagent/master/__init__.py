@@ -1,8 +1,22 @@
 """The cluster master (``nodeagent master run``).
 
-Pure parts, free of trio and sockets: the maintenance schedule and machine modes
-(:mod:`._maintenance`), the store of ads (:mod:`._adstore`) and the plan
-(:mod:`._plan`). :mod:`._master` drives drains from them on trio; :mod:`._api` serves the
-Mesos-compatible and v1 APIs; :mod:`._daemon` is the process's lifecycle; :mod:`._config`,
-its configuration.
+Its modules, one line each (the pure ones are free of trio and sockets):
+
+* :mod:`._adstore`: the nodes' ads, soft state refreshed by the agents' pushes (pure).
+* :mod:`._api`: the HTTP API: ads, the Mesos-compatible maintenance endpoints, the plan.
+* :mod:`._config`: the master's configuration.
+* :mod:`._coordinators`: asks the coordinators of job groups whether hosts may go.
+* :mod:`._daemon`: the process's lifecycle, on :mod:`nodeagent._lifecycle`.
+* :mod:`._leader`: which master leads, and what a follower does with a write.
+* :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
+* :mod:`._master`: the master on trio: the drains it drives from the plan.
+* :mod:`._metrics`: the master's Prometheus metrics.
+* :mod:`._operations`: rolling maintenance operations: batches, steps, the next one (pure).
+* :mod:`._operations_api`: the endpoints of rolling maintenance operations.
+* :mod:`._plan`: the maintenance plan: the nodes' estimates turned into when to drain what (pure).
+* :mod:`._rolling`: the engine that carries out :mod:`._operations` on the nodes (trio).
+* :mod:`._row_json`: a plan row as JSON text, from a template made once.
+* :mod:`._sla`: job groups' SLAs and the probe (pure).
+* :mod:`._sla_api`: the SLA endpoints: the job groups' policies and the probe.
+* :mod:`._sla_policies`: the SLA policies held: set over the API (durable) or from a file.
 """

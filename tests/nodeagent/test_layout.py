@@ -3,14 +3,14 @@
 A program package (``agent``, ``master``, ``defrag``) never imports another; the shared
 kernel (the flat ``nodeagent/_*.py`` modules, its subpackages ``nodeagent/_*/`` such as
 ``_ha`` and ``_expressions``, and the public client ``nodeagent.client``) imports none of
-them.
-Only the command line (``nodeagent.cli``, which also holds the demo) and the public fakes
+them. Only the command line (``nodeagent.cli``, which also holds the demo) and the public fakes
 (``nodeagent.testing``, fakes of the agent's seams) may import programs. Every import
 statement counts, the lazy ones inside functions included.
 
 A program calls another daemon's API only through the kernel's vocabulary of that API
 (:mod:`nodeagent._agent_calls`, :mod:`nodeagent._master_calls`): no string in a program
 package (docstrings aside) names a path that another program serves and it does not.
+And each package's ``__init__`` docstring is its map: one line for each of its modules.
 """
 
 from __future__ import annotations
@@ -393,3 +393,39 @@ def test_the_path_rule_catches_a_planted_call(program: str, source: str, found: 
 )
 def test_a_path_names_a_route_segment_by_segment(path: str, template: str, names: bool) -> None:
     assert _names(path, template) is names
+
+
+#: Packages whose docstring lists every module, one ``* :mod:`._name`: …`` line each.
+LISTED = ("master", "agent", "defrag", "_ha", "_expressions", "_serving", "client")
+_ITEM = re.compile(r"^\* :mod:`\.(_\w+)`", re.MULTILINE)
+
+
+def _listed(docstring: str) -> list[str]:
+    """The modules a package's docstring lists: each item line's first ``:mod:`._name```."""
+    return _ITEM.findall(docstring)
+
+
+def _modules(package: Path) -> set[str]:
+    return {p.stem for p in package.glob("_*.py") if p.name != "__init__.py"}
+
+
+@pytest.mark.parametrize("name", LISTED)
+def test_a_package_docstring_lists_each_of_its_modules_once(name: str) -> None:
+    """So a newcomer reads the package's map in its ``__init__``, and the map stays true: a
+    module added without its line, or a line left for a module gone, fails here."""
+    package = PACKAGE / name
+    docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    listed = _listed(docstring)
+    assert sorted(listed) == sorted(set(listed)), "a module listed twice"
+    assert _modules(package) - set(listed) == set(), "modules missing from the docstring"
+    assert set(listed) - _modules(package) == set(), "lines for modules that do not exist"
+
+
+def test_the_list_check_reads_item_lines_only() -> None:
+    """A test of the test: a module named in prose is not listed; an item line is."""
+    docstring = (
+        "The master. :mod:`._plan` is pure.\n\n"
+        "* :mod:`._api`: the API, served by :mod:`._daemon`.\n"
+        "* :mod:`._plan`: the plan.\n"
+    )
+    assert _listed(docstring) == ["_api", "_plan"]
