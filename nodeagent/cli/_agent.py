@@ -1,9 +1,9 @@
 """What the agent's client commands do: ``status``, ``ad``, ``drain``, ``cancel``,
 ``claim``, ``release``, ``suspend``, ``continue``.
 
-One function per command, taking the parsed command line as keyword arguments (the names
-of :mod:`nodeagent.cli._agent_app`'s parameters, which the entry point's parser
-:mod:`nodeagent.cli._fast` produces too). Each talks to one agent through
+One function per command, taking the parsed command line as keyword arguments (the
+``dest`` of each option and argument :mod:`nodeagent.cli._commands` declares, from the
+entry point's parser or from typer). Each talks to one agent through
 :mod:`nodeagent.cli._http`, prints the API's JSON with ``json_output`` or a human view
 (:mod:`nodeagent.cli._render`), and raises a :class:`~nodeagent.cli._errors.CliError`
 for the caller to turn into ``code: message`` and an exit status. No typer here: the

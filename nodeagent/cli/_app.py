@@ -1,74 +1,133 @@
-"""The ``nodeagent`` typer application: the root, ``version``, ``demo``, and one group per
-program.
+"""The ``nodeagent`` typer application, built from the one declaration of the commands.
 
-The agent's commands (:mod:`nodeagent.cli._agent_app`) sit at the top level; ``token``,
-``master`` and ``defrag`` are groups of their own (``_token_app``, ``_master_app``,
-``_defrag_app``). The console script's entry point (:mod:`nodeagent.cli._main`) runs the
-plain command lines without typer and imports this module only for the others: ``--help``,
-completion, a malformed command line, the daemons and the demo.
+Every group and command of :mod:`nodeagent.cli._commands` becomes a typer group or command
+here, with the options, argument and help it declares, in its order: nothing about a
+command is written twice. A command's typer function calls what the entry point's parser
+calls (:func:`nodeagent.cli._fast.run`: the command's function, its error as
+``code: message`` on stderr and the exit statuses of ``docs/cli.md``); a daemon's or the
+demo's (``plain: False``) is called as it is and raises ``typer.Exit`` itself.
+
+The console script's entry point (:mod:`nodeagent.cli._main`) runs the plain command lines
+without typer and imports this module only for the others: ``--help``, completion, a
+malformed command line, the daemons and the demo.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import typer
 
-from nodeagent.cli._agent_app import agent_app
-from nodeagent.cli._common import version as print_version
-from nodeagent.cli._defrag_app import defrag_app
-from nodeagent.cli._master_app import master_app
-from nodeagent.cli._token_app import token_app
+from nodeagent.cli._commands import COMMANDS, GROUPS, default, dest
+from nodeagent.cli._fast import Plain, run
 
-__all__ = ["app"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nodeagent.cli._commands import Argument, Command, Group, Option
 
-app = typer.Typer(
-    name="nodeagent",
-    help="Drain a node, plan cluster maintenance, defragment a pool.",
-    no_args_is_help=True,
-)
+__all__ = ["app", "build"]
+
+_AS_IS = ("help", "metavar", "show_default", "min", "case_sensitive", "envvar")
+"""The declared fields typer takes as they are, under the same names."""
 
 
-@app.callback()
-def _root() -> None:
-    """Drain a node, plan cluster maintenance, defragment a pool."""
+def _as_is(declared: Option | Argument) -> dict[str, Any]:
+    return {name: value for name, value in declared.items() if name in _AS_IS}
 
 
-@app.command()
-def version() -> None:
-    """Print the version and exit."""
-    print_version()
+def _option_type(option: Option) -> Any:
+    kind = option.get("kind", "str")
+    if kind == "flag":
+        return bool
+    if kind == "choice":
+        return Literal[option.get("choices", ())]
+    if kind == "path":
+        return Path | None
+    if kind == "many":
+        return list[str] | None
+    base = int if kind == "int" else str
+    return base if option.get("required", False) or default(option) is not None else base | None
 
 
-# The demo is added as a group without a name, after the agent's commands: a root command
-# would be listed before them in --help.
-_demo_app = typer.Typer()
+def _option(option: Option) -> inspect.Parameter:
+    info = typer.Option(*option["names"], **_as_is(option))
+    return inspect.Parameter(
+        dest(option),
+        inspect.Parameter.KEYWORD_ONLY,
+        default=inspect.Parameter.empty if option.get("required", False) else default(option),
+        annotation=Annotated[_option_type(option), info],
+    )
 
 
-@_demo_app.command()
-def demo(
-    fast: Annotated[
-        bool, typer.Option("--fast", help="A compressed story (about 25 s) for quick checks")
-    ] = False,
-    rolling: Annotated[
-        bool,
-        typer.Option(
-            "--rolling",
-            help="Instead: six nodes in three racks rebooted rack by rack under an SLA",
-        ),
-    ] = False,
-) -> None:
-    """A master and three agents with real jobs going through a maintenance window."""
-    import trio  # noqa: PLC0415
-
-    from nodeagent.cli._demo import DemoTimes, run_demo  # noqa: PLC0415
-
-    times = DemoTimes.fast() if fast else DemoTimes()
-    raise typer.Exit(trio.run(lambda: run_demo(times, out=typer.echo, rolling=rolling)))
+def _argument(argument: Argument) -> inspect.Parameter:
+    required = argument.get("required", False)
+    kind: Any = list[str] if argument.get("many", False) else str
+    info = typer.Argument(**_as_is(argument))
+    return inspect.Parameter(
+        argument["dest"],
+        inspect.Parameter.KEYWORD_ONLY,
+        default=inspect.Parameter.empty if required else None,
+        annotation=Annotated[kind if required else kind | None, info],
+    )
 
 
-app.add_typer(agent_app)
-app.add_typer(_demo_app)
-app.add_typer(token_app)
-app.add_typer(master_app)
-app.add_typer(defrag_app)
+def _function(command: Command) -> Callable[..., None]:
+    """What typer calls for ``command``, with the declared parameters as its signature."""
+
+    def call(**params: Any) -> None:
+        if command.get("plain", True):
+            status = run(Plain(command, params))
+            if status:
+                raise typer.Exit(status)
+            return
+        module, _, name = command["run"].partition(":")
+        getattr(importlib.import_module(module), name)(**params)
+
+    argument = command.get("argument")
+    parameters = [] if argument is None else [_argument(argument)]
+    parameters += [_option(option) for option in command.get("options", ())]
+    call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    call.__name__ = call.__qualname__ = command["run"].rpartition(":")[2]
+    call.__doc__ = command["help"]
+    return call
+
+
+def _group(group: Group) -> typer.Typer:
+    words = group["words"]
+    built = typer.Typer(
+        name=words[-1] if words else "nodeagent", help=group["help"], no_args_is_help=True
+    )
+
+    def callback() -> None:
+        pass
+
+    callback.__doc__ = group["help"]
+    built.callback()(callback)
+    return built
+
+
+def build(
+    groups_declared: tuple[Group, ...] = GROUPS, commands: tuple[Command, ...] = COMMANDS
+) -> typer.Typer:
+    """The whole application: each group (the root first) holding its commands, in the
+    declaration's order, then its subgroups."""
+    groups: dict[tuple[str, ...], typer.Typer] = {}
+    for group in groups_declared:
+        groups[group["words"]] = _group(group)
+    for command in commands:
+        words = command["words"]
+        settings = None if command.get("interspersed", True) else {"allow_interspersed_args": False}
+        groups[words[:-1]].command(words[-1], help=command["help"], context_settings=settings)(
+            _function(command)
+        )
+    for words, built in groups.items():
+        if words:
+            groups[words[:-1]].add_typer(built)
+    return groups[()]
+
+
+app = build()

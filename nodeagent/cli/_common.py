@@ -1,7 +1,7 @@
 """What every ``nodeagent`` command shares: printing a reply, reporting an outcome,
 running a daemon.
 
-Standard library only at import (typer inside the two helpers that only the typer
+Standard library only at import (typer inside :func:`run_daemon`, which only the typer
 application calls): the entry point's typer-free path imports it.
 """
 
@@ -22,7 +22,6 @@ __all__ = [
     "duration",
     "emit_json",
     "emit_text",
-    "finish",
     "outcome",
     "run_daemon",
     "version",
@@ -78,15 +77,6 @@ def outcome(action: Callable[[], None], *, json_output: bool) -> int:
         sys.stderr.write("\ncli.interrupted: interrupted\n")
         return Interrupted.exit_status
     return 0
-
-
-def finish(action: Callable[[], None], *, json_output: bool) -> None:
-    """:func:`outcome`, raising ``typer.Exit`` with a failure's status (the typer path)."""
-    import typer  # noqa: PLC0415
-
-    status = outcome(action, json_output=json_output)
-    if status:
-        raise typer.Exit(status)
 
 
 def run_daemon(run: Callable[[Path | None], int], config: Path | None, log_level: str) -> None:

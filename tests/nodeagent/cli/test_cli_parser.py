@@ -2,8 +2,10 @@
 
 A plain command line must reach the command's function with exactly the arguments typer
 would pass it, and anything typer would parse differently or refuse must be left to
-typer. The tests derive the command lines from both declarations, so an option added to
-one and not the other fails here.
+typer. Both read the one declaration (:mod:`nodeagent.cli._commands`); the tests compare
+what typer built from it with what the parser reads, option by option, and derive the
+command lines from both, so an option typer gets some other way, or a parser that reads
+the declaration otherwise, fails here.
 """
 
 from __future__ import annotations
@@ -18,10 +20,16 @@ import pytest
 import typer.main
 
 from nodeagent.cli._app import app
-from nodeagent.cli._fast import COMMANDS, Command, Option, parse
+from nodeagent.cli._commands import COMMANDS, default, dest
+from nodeagent.cli._fast import parse
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nodeagent.cli._commands import Command, Option
 
 ROOT = typer.main.get_command(app)
 NOT_CLIENT_COMMANDS = {("run",), ("demo",), ("master", "run"), ("defrag", "run")}
+CLIENT_COMMANDS = [c for c in COMMANDS if c.get("plain", True)]
 
 
 def _leaves(group: Any, words: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -37,14 +45,14 @@ LEAVES = dict(_leaves(ROOT))
 
 
 def _function(command: Command) -> Callable[..., None]:
-    module, _, name = command.run.partition(":")
+    module, _, name = command["run"].partition(":")
     function: Callable[..., None] = getattr(importlib.import_module(module), name)
     return function
 
 
 def typer_params(argv: Sequence[str]) -> dict[str, Any]:
     """The keyword arguments typer passes the command's function for ``argv``."""
-    words = next(c.words for c in COMMANDS if tuple(argv[: len(c.words)]) == c.words)
+    words = next(c["words"] for c in COMMANDS if tuple(argv[: len(c["words"])]) == c["words"])
     leaf = LEAVES[words]
     ctx = leaf.make_context(" ".join(words), list(argv[len(words) :]))
     wrapped = inspect.unwrap(leaf.callback)
@@ -56,20 +64,21 @@ def typer_params(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def test_every_client_command_has_a_plain_form() -> None:
-    assert {c.words for c in COMMANDS} == set(LEAVES) - NOT_CLIENT_COMMANDS
-    assert len({c.words for c in COMMANDS}) == len(COMMANDS)
+    assert {c["words"] for c in CLIENT_COMMANDS} == set(LEAVES) - NOT_CLIENT_COMMANDS
+    assert {c["words"] for c in COMMANDS} == set(LEAVES)
+    assert len({c["words"] for c in COMMANDS}) == len(COMMANDS)
 
 
 def _described(option: Option) -> dict[str, Any]:
     return {
-        "names": sorted(option.names),
-        "kind": option.kind,
-        "default": option.default,
-        "required": option.required,
-        "minimum": option.minimum,
-        "choices": option.choices,
-        "case_sensitive": option.case_sensitive,
-        "envvar": option.envvar,
+        "names": sorted(option["names"]),
+        "kind": option.get("kind", "str"),
+        "default": None if option.get("required") else default(option),
+        "required": option.get("required", False),
+        "minimum": option.get("min"),
+        "choices": option.get("choices", ()),
+        "case_sensitive": option.get("case_sensitive", True),
+        "envvar": option.get("envvar"),
     }
 
 
@@ -92,76 +101,91 @@ def _described_by_typer(param: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c.words))
+def _words(command: Command) -> str:
+    return " ".join(command["words"])
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=_words)
 def test_each_option_and_argument_is_declared_alike(command: Command) -> None:
-    leaf = LEAVES[command.words]
+    leaf = LEAVES[command["words"]]
     options = {p.name: _described_by_typer(p) for p in leaf.params if p.param_type_name == "option"}
-    assert {o.dest: _described(o) for o in command.options} == options
+    assert {dest(o): _described(o) for o in command.get("options", ())} == options
     arguments = [
         (p.name, p.nargs == -1, p.required) for p in leaf.params if p.param_type_name == "argument"
     ]
-    argument = command.argument
-    expected = [] if argument is None else [(argument.dest, argument.many, argument.required)]
+    argument = command.get("argument")
+    expected = (
+        []
+        if argument is None
+        else [(argument["dest"], argument.get("many", False), argument.get("required", False))]
+    )
     assert arguments == expected
-    assert command.interspersed == leaf.context_settings.get("allow_interspersed_args", True)
+    assert command.get("interspersed", True) == leaf.context_settings.get(
+        "allow_interspersed_args", True
+    )
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c.words))
+@pytest.mark.parametrize("command", COMMANDS, ids=_words)
 def test_each_command_runs_the_function_its_typer_command_calls(command: Command) -> None:
     """Same parameter names for the parser's function and typer's command function."""
     function = inspect.signature(_function(command)).parameters
-    typer_function = inspect.signature(inspect.unwrap(LEAVES[command.words].callback)).parameters
-    dests = {o.dest for o in command.options} | (
-        set() if command.argument is None else {command.argument.dest}
+    typer_function = inspect.signature(inspect.unwrap(LEAVES[command["words"]].callback)).parameters
+    argument = command.get("argument")
+    dests = {dest(o) for o in command.get("options", ())} | (
+        set() if argument is None else {argument["dest"]}
     )
     assert set(function) == set(typer_function) == dests
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in function.values())
-    assert command.words[-1].replace("continue", "continue_") in command.run
+    if command.get("plain", True):  # a client command's function is named after it
+        assert command["words"][-1].replace("continue", "continue_") in command["run"]
 
 
 # --- the same arguments ---------------------------------------------------------------------
 
 
 def _sample(option: Option) -> str:
-    if option.kind == "int":
-        return str((option.minimum or 0) + 3)
-    if option.kind == "choice":
-        choice = option.choices[-1]
-        return choice if option.case_sensitive else choice.lower()
-    if option.kind == "path":
+    kind = option.get("kind", "str")
+    if kind == "int":
+        return str(option.get("min", 0) + 3)
+    if kind == "choice":
+        choice = option["choices"][-1]
+        return choice if option.get("case_sensitive", True) else choice.lower()
+    if kind == "path":
         return "/nonexistent/dir/file.toml"
     return "some value"
 
 
 def _required(command: Command) -> list[str]:
-    argv = [*command.words]
-    for option in command.options:
-        if option.required:
-            argv += [option.names[0], _sample(option)]
+    argv = [*command["words"]]
+    for option in command.get("options", ()):
+        if option.get("required"):
+            argv += [option["names"][0], _sample(option)]
     return argv
 
 
 def _arguments(command: Command) -> list[str]:
-    if command.argument is None:
+    argument = command.get("argument")
+    if argument is None:
         return []
-    if command.argument.many:
+    if argument.get("many"):
         return ["--", "word one", "--json"]
     return ["7"]
 
 
 def _generated() -> Iterator[list[str]]:
     """For each command: the least it takes, then each option in each of its spellings."""
-    for command in COMMANDS:
+    for command in CLIENT_COMMANDS:
         base = _required(command)
         args = _arguments(command)
         yield [*base, *args]
-        for option in command.options:
-            for name in option.names:
-                if option.kind == "flag":
+        for option in command.get("options", ()):
+            kind = option.get("kind", "str")
+            for name in option["names"]:
+                if kind == "flag":
                     yield [*base, name, *args]
-                elif option.kind == "many":
+                elif kind == "many":
                     yield [*base, name, "A=1", name, "B=2", *args]
-                elif not option.required:
+                elif not option.get("required"):
                     yield [*base, name, _sample(option), *args]
                     if name.startswith("--"):
                         yield [*base, f"{name}={_sample(option)}", *args]

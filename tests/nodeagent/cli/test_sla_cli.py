@@ -139,7 +139,7 @@ def test_never_without_new_instances() -> None:
 def test_the_command_line(argv: list[str], params: dict[str, Any]) -> None:
     plain = parse(argv, {})
     assert plain is not None
-    assert plain.command.run == "nodeagent.cli._sla:probe"
+    assert plain.command["run"] == "nodeagent.cli._sla:probe"
     assert {k: plain.params[k] for k in params} == params
 
 

@@ -25,8 +25,8 @@ from nodeagent._lifecycle import reload_config
 from nodeagent._peer import AgentCallFailed
 from nodeagent._settings import ConfigError
 from nodeagent._store import DocumentStore
+from nodeagent.cli._app import app
 from nodeagent.cli._defrag import with_default_port
-from nodeagent.cli._defrag_app import defrag_app
 from nodeagent.cli._render import render_stats
 from nodeagent.defrag._config import DefragConfig, load_defrag_config
 from nodeagent.defrag._daemon import DefragDaemon, defrag_policy
@@ -1208,14 +1208,14 @@ def test_status_host_gets_the_defrag_port(host: str, url: str) -> None:
 
 
 def test_status_without_a_daemon_exits_3(tmp_path: Path) -> None:
-    result = CliRunner().invoke(defrag_app, ["status", "--socket", str(tmp_path / "no.sock")])
+    result = CliRunner().invoke(app, ["defrag", "status", "--socket", str(tmp_path / "no.sock")])
     assert result.exit_code == 3
     assert "defrag.unreachable: cannot reach the defrag daemon" in result.output
 
 
 def test_status_refuses_long_with_json(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        defrag_app, ["status", "--socket", str(tmp_path / "s"), "--json", "-l"]
+        app, ["defrag", "status", "--socket", str(tmp_path / "s"), "--json", "-l"]
     )
     assert result.exit_code == 2
 
