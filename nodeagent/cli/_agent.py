@@ -12,15 +12,21 @@ entry point runs these without it.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.cli._common import duration, emit_json, emit_text
+from nodeagent.cli._common import (
+    agent_target,
+    console,
+    duration,
+    emit_json,
+    emit_text,
+    watch_loop,
+)
 from nodeagent.cli._errors import (
     CliError,
     Declined,
@@ -29,10 +35,10 @@ from nodeagent.cli._errors import (
     Unreachable,
     UsageError,
 )
-from nodeagent.cli._http import Reply, Target, path_segment, request, resolve_target
+from nodeagent.cli._http import Reply, Target, path_segment, request
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
 __all__ = [
     "ad",
@@ -52,60 +58,13 @@ _ON_COMPLETION = re.compile(r"none|resume|exit|restart|hook:[A-Za-z0-9][A-Za-z0-
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
-    return resolve_target(
-        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
-    )
-
-
-def _console(*, err: bool = False) -> Console:
-    from nodeagent.cli._render import make_console  # noqa: PLC0415
-
-    return make_console(sys.stderr if err else sys.stdout)
-
-
 # --- status and ad ------------------------------------------------------------------------
 
 
-def _watch(target: Target, *, json_output: bool, interval: float) -> None:
-    """Refresh the status view every ``interval`` seconds until Ctrl-C (which ends it, 0).
+def _status_view(data: Any, out: Console) -> RenderableType:
+    from nodeagent.cli._render import status_view  # noqa: PLC0415
 
-    The first fetch's error ends the command; later ones are shown and retried.
-    """
-    first = request(target, "GET", "/v1/ad")
-    try:
-        if json_output:
-            emit_json(first)
-            while True:
-                time.sleep(interval)
-                try:
-                    emit_json(request(target, "GET", "/v1/ad"))
-                except CliError as exc:
-                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
-        from rich.live import Live  # noqa: PLC0415
-        from rich.text import Text  # noqa: PLC0415
-
-        from nodeagent.cli._render import status_view  # noqa: PLC0415
-
-        console = _console()
-        if not console.is_terminal:
-            while True:
-                console.print(status_view(first.data))
-                console.print()
-                time.sleep(interval)
-                try:
-                    first = request(target, "GET", "/v1/ad")
-                except CliError as exc:
-                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
-        with Live(status_view(first.data), console=console, auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                try:
-                    live.update(status_view(request(target, "GET", "/v1/ad").data), refresh=True)
-                except CliError as exc:
-                    live.update(Text(f"{exc.code}: {exc.message} (retrying)", "red"), refresh=True)
-    except KeyboardInterrupt:
-        return
+    return status_view(data)
 
 
 def status(
@@ -121,15 +80,21 @@ def status(
     (``--json``: the reply); with ``watch``, one refresh per ``interval`` until Ctrl-C."""
     if watch:
         seconds = duration("--interval", interval) or 1.0
-        _watch(_target(host, token, socket_path), json_output=json_output, interval=seconds)
+        target = agent_target(host, token, socket_path)
+        watch_loop(
+            lambda: request(target, "GET", "/v1/ad"),
+            _status_view,
+            json_output=json_output,
+            interval=seconds,
+        )
         return
-    reply = request(_target(host, token, socket_path), "GET", "/v1/ad")
+    reply = request(agent_target(host, token, socket_path), "GET", "/v1/ad")
     if json_output:
         emit_json(reply)
         return
     from nodeagent.cli._render import render_status  # noqa: PLC0415
 
-    render_status(_console(), reply.data)
+    render_status(console(), reply.data)
 
 
 def ad(
@@ -144,7 +109,7 @@ def ad(
     the reply of ``GET /v1/ad``; both together are ``cli.usage``."""
     if json_output and long:
         raise UsageError("cli.usage", "choose one of --long and --json")
-    target = _target(host, token, socket_path)
+    target = agent_target(host, token, socket_path)
     if long:
         reply = request(target, "GET", "/v1/ad?format=classad")
         sys.stdout.write(reply.text if reply.text.endswith("\n") else reply.text + "\n")
@@ -155,7 +120,7 @@ def ad(
         return
     from nodeagent.cli._render import render_ad_table  # noqa: PLC0415
 
-    render_ad_table(_console(), reply.data)
+    render_ad_table(console(), reply.data)
 
 
 # --- drain and cancel ---------------------------------------------------------------------
@@ -200,7 +165,7 @@ def _show_drain(reply: Reply, heading: str, plan: _DrainPlan) -> None:
         return
     from nodeagent.cli._render import render_drain  # noqa: PLC0415
 
-    render_drain(_console(), reply.data, heading=heading)
+    render_drain(console(), reply.data, heading=heading)
 
 
 def _decide(target: Target, phase1: Reply, plan: _DrainPlan) -> Reply | None:
@@ -250,6 +215,17 @@ def _drain_finished(body: Mapping[str, Any], request_id: str) -> bool:
     raise CliError("drain.ended", f"drain request {request_id} is no longer in force")
 
 
+def _drain_now(target: Target, *, exits: bool) -> Reply | None:
+    """``GET /v1/drain``; ``None`` when the agent no longer answers and ``exits`` says it
+    may have gone away on purpose (else :class:`Unreachable` as usual)."""
+    try:
+        return request(target, "GET", "/v1/drain")
+    except Unreachable:
+        if not exits:
+            raise
+        return None
+
+
 def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: bool) -> None:
     """Poll ``GET /v1/drain`` until the node is drained; show progress on stderr.
 
@@ -264,18 +240,15 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
     if not json_output:
         from nodeagent.cli._render import DrainProgress  # noqa: PLC0415
 
-        progress = DrainProgress(_console(err=True), committed)
+        progress = DrainProgress(console(err=True), committed)
     body: Mapping[str, Any] = committed
     final: Reply | None = None
     gone = False
     try:
         while not _drain_finished(body, request_id):
             time.sleep(_POLL_S)
-            try:
-                final = request(target, "GET", "/v1/drain")
-            except Unreachable:
-                if not exits:
-                    raise
+            final = _drain_now(target, exits=exits)
+            if final is None:
                 gone = True
                 break
             body = final.data
@@ -292,12 +265,8 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
             progress.close()
     if json_output:
         if final is None and not gone:
-            try:
-                final = request(target, "GET", "/v1/drain")
-            except Unreachable:
-                if not exits:
-                    raise
-                gone = True
+            final = _drain_now(target, exits=exits)
+            gone = final is None
         if final is not None and not gone:
             emit_json(final)
         return
@@ -315,7 +284,7 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
         return
     from nodeagent.cli._render import render_drain_end  # noqa: PLC0415
 
-    render_drain_end(_console(), body, request_id)
+    render_drain_end(console(), body, request_id)
     if body.get("state") == "hook_failed":
         hook = body.get("hook") or {}
         raise CliError(
@@ -381,7 +350,7 @@ def drain(
     plan = _DrainPlan(
         body=body, one_shot=body["commit"], dry_run=dry_run, wait=wait, json_output=json_output
     )
-    target = _target(host, token, socket_path)
+    target = agent_target(host, token, socket_path)
     reply = request(target, "POST", "/v1/drain", plan.body)
     if plan.one_shot:
         _show_drain(reply, "Drain committed", plan)
@@ -402,7 +371,7 @@ def cancel(
 ) -> None:
     """``nodeagent cancel``: ``DELETE /v1/drain`` (whatever is in force), or cancel
     ``request_id``."""
-    target = _target(host, token, socket_path)
+    target = agent_target(host, token, socket_path)
     if request_id is None:
         reply = request(target, "DELETE", "/v1/drain")
     else:
@@ -476,7 +445,7 @@ def claim(
     ):
         if value is not None:
             body[key] = value
-    reply = request(_target(host, token, socket_path), "POST", "/v1/claims", body)
+    reply = request(agent_target(host, token, socket_path), "POST", "/v1/claims", body)
     _show_claim(reply, "created", json_output=json_output)
 
 
@@ -486,51 +455,45 @@ def _show_claim(reply: Reply, verb: str, *, json_output: bool) -> None:
         return
     from nodeagent.cli._render import render_claim  # noqa: PLC0415
 
-    render_claim(_console(), reply.data, verb=verb)
+    render_claim(console(), reply.data, verb=verb)
 
 
-def _claim_call(
-    target: Target, method: str, suffix: str, verb: str, claim_id: str, *, json_output: bool
-) -> None:
-    reply = request(target, method, f"/v1/claims/{path_segment(claim_id)}{suffix}")
-    _show_claim(reply, verb, json_output=json_output)
+def _claim_command(method: str, suffix: str, verb: str, doc: str) -> Callable[..., None]:
+    """A command acting on one claim: ``method /v1/claims/{id}{suffix}``, the claim shown
+    as ``verb``."""
+
+    def command(
+        *,
+        claim_id: str,
+        json_output: bool,
+        host: str | None,
+        token: str | None,
+        socket_path: str | None,
+    ) -> None:
+        target = agent_target(host, token, socket_path)
+        reply = request(target, method, f"/v1/claims/{path_segment(claim_id)}{suffix}")
+        _show_claim(reply, verb, json_output=json_output)
+
+    command.__doc__ = doc
+    return command
 
 
-def release(
-    *,
-    claim_id: str,
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent release``: ``DELETE /v1/claims/{id}`` (soft kill now, hard kill after
-    the vacate time)."""
-    target = _target(host, token, socket_path)
-    _claim_call(target, "DELETE", "", "releasing", claim_id, json_output=json_output)
-
-
-def suspend(
-    *,
-    claim_id: str,
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent suspend``: ``POST /v1/claims/{id}/suspend`` (SIGSTOP)."""
-    target = _target(host, token, socket_path)
-    _claim_call(target, "POST", "/suspend", "suspended", claim_id, json_output=json_output)
-
-
-def continue_(
-    *,
-    claim_id: str,
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent continue``: ``POST /v1/claims/{id}/continue`` (SIGCONT)."""
-    target = _target(host, token, socket_path)
-    _claim_call(target, "POST", "/continue", "continued", claim_id, json_output=json_output)
+release = _claim_command(
+    "DELETE",
+    "",
+    "releasing",
+    "``nodeagent release``: ``DELETE /v1/claims/{id}`` (soft kill now, hard kill after the "
+    "vacate time).",
+)
+suspend = _claim_command(
+    "POST",
+    "/suspend",
+    "suspended",
+    "``nodeagent suspend``: ``POST /v1/claims/{id}/suspend`` (SIGSTOP).",
+)
+continue_ = _claim_command(
+    "POST",
+    "/continue",
+    "continued",
+    "``nodeagent continue``: ``POST /v1/claims/{id}/continue`` (SIGCONT).",
+)

@@ -1,5 +1,5 @@
-"""What every ``nodeagent`` command shares: printing a reply, reporting an outcome,
-running a daemon.
+"""What every ``nodeagent`` command shares: printing a reply, reporting an outcome, how a
+daemon is reached, the console, the watch loop, running a daemon.
 
 Standard library only at import (typer inside :func:`run_daemon`, which only the typer
 application calls): the entry point's typer-free path imports it.
@@ -7,24 +7,32 @@ application calls): the entry point's typer-free path imports it.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nodeagent._durations import parse_duration
 from nodeagent.cli._errors import AgentError, CliError, Interrupted, UsageError
 
 if TYPE_CHECKING:
-    from nodeagent.cli._http import Reply
+    from rich.console import Console, RenderableType
+
+    from nodeagent.cli._http import Reply, Target
 
 __all__ = [
+    "agent_target",
+    "console",
     "duration",
     "emit_json",
     "emit_text",
+    "master_target",
     "outcome",
     "run_daemon",
     "version",
+    "watch_loop",
 ]
 
 
@@ -77,6 +85,87 @@ def outcome(action: Callable[[], None], *, json_output: bool) -> int:
         sys.stderr.write("\ncli.interrupted: interrupted\n")
         return Interrupted.exit_status
     return 0
+
+
+def agent_target(host: str | None, token: str | None, socket_path: str | None) -> Target:
+    """The agent a command talks to: ``--host``, ``--token`` and ``--socket`` (or their
+    ``NODEAGENT_*`` variables; by default the local Unix socket), as
+    :func:`~nodeagent.cli._http.resolve_target` resolves them."""
+    from nodeagent.cli._http import resolve_target  # noqa: PLC0415
+
+    return resolve_target(
+        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
+    )
+
+
+def master_target(host: str | None, token: str | None, socket_path: str | None) -> Target:
+    """The master a ``nodeagent master …`` command talks to, as :func:`agent_target` (the
+    ``NODEAGENT_MASTER_*`` variables, the master's socket:
+    :func:`~nodeagent.cli._http.resolve_master_target`)."""
+    from nodeagent.cli._http import resolve_master_target  # noqa: PLC0415
+
+    return resolve_master_target(
+        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
+    )
+
+
+def console(*, err: bool = False) -> Console:
+    """A human view's console on stdout (``err``: stderr), as
+    :func:`~nodeagent.cli._render.make_console` makes it; imports rich."""
+    from nodeagent.cli._render import make_console  # noqa: PLC0415
+
+    return make_console(sys.stderr if err else sys.stdout)
+
+
+def watch_loop(
+    fetch: Callable[[], Reply],
+    view: Callable[[Any, Console], RenderableType],
+    *,
+    json_output: bool,
+    interval: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Show ``fetch()``'s reply, then again every ``interval`` seconds until Ctrl-C (which
+    ends it, 0): with ``json_output`` each reply's JSON on a line of its own; else
+    ``view(data, console)``, redrawn in place on a terminal, printed again (then a blank
+    line) elsewhere.
+
+    The first fetch's error ends the command; a later one is shown (``code: message
+    (retrying)``: on stderr, or in place of the view on a terminal) and the next fetch
+    comes ``interval`` later.
+    """
+    first = fetch()
+    try:
+        if json_output:
+            emit_json(first)
+            while True:
+                sleep(interval)
+                try:
+                    emit_json(fetch())
+                except CliError as exc:
+                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
+        out = console()
+        if not out.is_terminal:
+            while True:
+                out.print(view(first.data, out))
+                out.print()
+                sleep(interval)
+                try:
+                    first = fetch()
+                except CliError as exc:
+                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
+        from rich.live import Live  # noqa: PLC0415
+        from rich.text import Text  # noqa: PLC0415
+
+        with Live(view(first.data, out), console=out, auto_refresh=False) as live:
+            while True:
+                sleep(interval)
+                try:
+                    live.update(view(fetch().data, out), refresh=True)
+                except CliError as exc:
+                    live.update(Text(f"{exc.code}: {exc.message} (retrying)", "red"), refresh=True)
+    except KeyboardInterrupt:
+        return
 
 
 def run_daemon(run: Callable[[Path | None], int], config: Path | None, log_level: str) -> None:

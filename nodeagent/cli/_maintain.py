@@ -11,35 +11,21 @@ else 1 (``operation.paused`` with the reason, ``operation.cancelled``,
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.cli._common import duration, emit_text
+from nodeagent.cli._common import console, duration, emit_text, master_target
 from nodeagent.cli._errors import CliError, UsageError
-from nodeagent.cli._http import Reply, Target, path_segment, request, resolve_master_target
+from nodeagent.cli._http import Target, path_segment, request
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import RenderableType
 
 __all__ = ["cancel", "operation_view", "pause", "resume", "start", "status"]
 
 _PATH = "/v1/maintenance/operations"
 _POLL_S = 1.0
-
-
-def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
-    return resolve_master_target(
-        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
-    )
-
-
-def _console() -> Console:
-    from nodeagent.cli._render import make_console  # noqa: PLC0415
-
-    return make_console(sys.stdout)
 
 
 def start(
@@ -77,15 +63,15 @@ def start(
             body["budget"] = float(budget)
         except ValueError:
             raise UsageError("cli.usage", f"--budget: {budget!r} is not a number") from None
-    reply = request(_target(host, token, socket_path), "POST", _PATH, body)
+    reply = request(master_target(host, token, socket_path), "POST", _PATH, body)
     if json_output and not wait:
         emit_text(reply.text)
         return
     doc = reply.data or {}
     if wait:
-        _wait(_target(host, token, socket_path), str(doc["id"]), json_output=json_output)
+        _wait(master_target(host, token, socket_path), str(doc["id"]), json_output=json_output)
         return
-    _console().print(operation_view(doc, now=time.time()))
+    console().print(operation_view(doc, now=time.time()))
 
 
 def status(
@@ -99,7 +85,7 @@ def status(
 ) -> None:
     """``nodeagent master maintain status [ID]``: one operation (the newest without an
     ID); with ``--wait``, a progress bar until it ends."""
-    target = _target(host, token, socket_path)
+    target = master_target(host, token, socket_path)
     if operation_id is None:
         listed = request(target, "GET", _PATH).data or {}
         ops = listed.get("operations") or []
@@ -116,52 +102,35 @@ def status(
     if json_output:
         emit_text(reply.text)
         return
-    _console().print(operation_view(reply.data or {}, now=time.time()))
+    console().print(operation_view(reply.data or {}, now=time.time()))
 
 
-def _change(verb: str, operation_id: str, json_output: bool, target: Target) -> Reply:
-    reply = request(target, "POST", f"{_PATH}/{path_segment(operation_id)}/{verb}")
-    if json_output:
-        emit_text(reply.text)
-    else:
-        _console().print(operation_view(reply.data or {}, now=time.time()))
-    return reply
+def _change(verb: str, doc: str) -> Callable[..., None]:
+    """``pause``, ``resume`` or ``cancel``: ``POST …/operations/{id}/{verb}``, then the
+    operation as it is now."""
+
+    def command(
+        *,
+        operation_id: str,
+        json_output: bool,
+        host: str | None,
+        token: str | None,
+        socket_path: str | None,
+    ) -> None:
+        target = master_target(host, token, socket_path)
+        reply = request(target, "POST", f"{_PATH}/{path_segment(operation_id)}/{verb}")
+        if json_output:
+            emit_text(reply.text)
+        else:
+            console().print(operation_view(reply.data or {}, now=time.time()))
+
+    command.__doc__ = doc
+    return command
 
 
-def pause(
-    *,
-    operation_id: str,
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent master maintain pause ID``."""
-    _change("pause", operation_id, json_output, _target(host, token, socket_path))
-
-
-def resume(
-    *,
-    operation_id: str,
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent master maintain resume ID``."""
-    _change("resume", operation_id, json_output, _target(host, token, socket_path))
-
-
-def cancel(
-    *,
-    operation_id: str,
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent master maintain cancel ID``."""
-    _change("cancel", operation_id, json_output, _target(host, token, socket_path))
+pause = _change("pause", "``nodeagent master maintain pause ID``.")
+resume = _change("resume", "``nodeagent master maintain resume ID``.")
+cancel = _change("cancel", "``nodeagent master maintain cancel ID``.")
 
 
 # --- waiting ---------------------------------------------------------------------------------
@@ -204,7 +173,7 @@ def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
             time.sleep(_POLL_S)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # noqa: PLC0415
 
-    console = _console()
+    out = console()
     doc = request(target, "GET", path).data or {}
     total = len(doc.get("batches") or [])
     with Progress(
@@ -212,7 +181,7 @@ def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("batches  {task.description}"),
-        console=console,
+        console=out,
         transient=False,
     ) as bar:
         task = bar.add_task(_doing(doc), total=total, op=operation_id)
@@ -223,7 +192,7 @@ def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
                 break
             time.sleep(_POLL_S)
             doc = request(target, "GET", path).data or {}
-    console.print(operation_view(doc, now=time.time()))
+    out.print(operation_view(doc, now=time.time()))
     _verdict(doc)
 
 

@@ -17,7 +17,6 @@ schedule as the master then holds it (``GET /maintenance/schedule``), and ``down
 from __future__ import annotations
 
 import json
-import os
 import re
 import string
 import sys
@@ -27,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from nodeagent.cli._common import duration, emit_text
-from nodeagent.cli._errors import CliError, Refused, UsageError
-from nodeagent.cli._http import Reply, Target, call, check, request, resolve_master_target
+from nodeagent.cli._common import console, duration, emit_text, master_target, watch_loop
+from nodeagent.cli._errors import Refused, UsageError
+from nodeagent.cli._http import Reply, Target, call, check, request
 from nodeagent.cli._render import format_machine
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
 __all__ = [
     "ads",
@@ -47,18 +46,6 @@ __all__ = [
     "status",
     "up",
 ]
-
-
-def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
-    return resolve_master_target(
-        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
-    )
-
-
-def _console() -> Console:
-    from nodeagent.cli._render import make_console  # noqa: PLC0415
-
-    return make_console(sys.stdout)
 
 
 def _mesos(target: Target, method: str, path: str, content: bytes | None = None) -> Reply:
@@ -165,41 +152,41 @@ def status(
     *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
 ) -> None:
     """``nodeagent master status``: ``GET /maintenance/status``."""
-    target = _target(host, token, socket_path)
+    target = master_target(host, token, socket_path)
     reply = _mesos(target, "GET", "/maintenance/status")
     if json_output:
         emit_text(reply.text)
         return
     from nodeagent.cli._render import held_nodes_view, master_status_view  # noqa: PLC0415
 
-    console = _console()
-    console.print(master_status_view(reply.data or {}))
+    out = console()
+    out.print(master_status_view(reply.data or {}))
     query = urlencode({"constraint": HELD_CONSTRAINT, "projection": ",".join(HELD_PROJECTION)})
     held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
     if held:
-        console.print(held_nodes_view(held, now=time.time()))
+        out.print(held_nodes_view(held, now=time.time()))
     leadership = request(target, "GET", "/v1/leader").data or {}
     if leadership.get("store") == "etcd":  # several masters: say which one leads
         leader = leadership.get("leader")
         if leader is None:
-            console.print("no master leads at the moment (writes are refused until one does)")
+            out.print("no master leads at the moment (writes are refused until one does)")
         elif leadership.get("leading"):
-            console.print(f"this master leads ({leader})")
+            out.print(f"this master leads ({leader})")
         else:
-            console.print(f"the leader is {leader}; this master ({leadership.get('self')}) follows")
+            out.print(f"the leader is {leader}; this master ({leadership.get('self')}) follows")
 
 
 def schedule_get(
     *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
 ) -> None:
     """``nodeagent master schedule get``: ``GET /maintenance/schedule``."""
-    reply = _mesos(_target(host, token, socket_path), "GET", "/maintenance/schedule")
+    reply = _mesos(master_target(host, token, socket_path), "GET", "/maintenance/schedule")
     if json_output:
         emit_text(reply.text)
         return
     from nodeagent.cli._render import schedule_view  # noqa: PLC0415
 
-    _console().print(schedule_view(reply.data or {}, time.time()))
+    console().print(schedule_view(reply.data or {}, time.time()))
 
 
 def _read_input(path: str) -> bytes:
@@ -239,7 +226,7 @@ def schedule_set(
     """``nodeagent master schedule set FILE``: ``POST /maintenance/schedule`` with the
     file (``-``: stdin) as it is, then the schedule the master holds."""
     content = _read_input(file)
-    target = _target(host, token, socket_path)
+    target = master_target(host, token, socket_path)
     _replace_schedule(target, content, json_output=json_output, verb="replaced")
 
 
@@ -247,7 +234,7 @@ def schedule_clear(
     *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
 ) -> None:
     """``nodeagent master schedule clear``: ``POST /maintenance/schedule`` with ``{}``."""
-    target = _target(host, token, socket_path)
+    target = master_target(host, token, socket_path)
     _replace_schedule(target, b"{}", json_output=json_output, verb="cleared")
 
 
@@ -268,36 +255,36 @@ def _transition(
         return
     from nodeagent.cli._render import render_transition, render_up_report  # noqa: PLC0415
 
-    console = _console()
-    render_transition(console, mode, ids)
+    out = console()
+    render_transition(out, mode, ids)
     if report is not None:
-        render_up_report(console, report)
+        render_up_report(out, report)
 
 
-def down(
-    *,
-    machines: list[str],
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent master down HOST...``: ``POST /machine/down``."""
-    target = _target(host, token, socket_path)
-    _transition(target, machines, "/machine/down", "DOWN", json_output=json_output)
+def _transition_command(path: str, mode: str, doc: str) -> Callable[..., None]:
+    """``down`` or ``up``: ``POST path`` with the machines given, shown going ``mode``."""
+
+    def command(
+        *,
+        machines: list[str],
+        json_output: bool,
+        host: str | None,
+        token: str | None,
+        socket_path: str | None,
+    ) -> None:
+        target = master_target(host, token, socket_path)
+        _transition(target, machines, path, mode, json_output=json_output)
+
+    command.__doc__ = doc
+    return command
 
 
-def up(
-    *,
-    machines: list[str],
-    json_output: bool,
-    host: str | None,
-    token: str | None,
-    socket_path: str | None,
-) -> None:
-    """``nodeagent master up HOST...``: ``POST /machine/up``."""
-    target = _target(host, token, socket_path)
-    _transition(target, machines, "/machine/up", "UP", json_output=json_output)
+down = _transition_command(
+    "/machine/down", "DOWN", "``nodeagent master down HOST...``: ``POST /machine/down``."
+)
+up = _transition_command(
+    "/machine/up", "UP", "``nodeagent master up HOST...``: ``POST /machine/up``."
+)
 
 
 # --- ads ----------------------------------------------------------------------------------
@@ -328,7 +315,7 @@ def ads(
     if long:
         query["format"] = "classad"
     path = "/v1/ads" + (f"?{urlencode(query)}" if query else "")
-    reply = request(_target(host, token, socket_path), "GET", path)
+    reply = request(master_target(host, token, socket_path), "GET", path)
     if json_output or long:
         emit_text(reply.text)
         return
@@ -336,12 +323,12 @@ def ads(
 
     found = (reply.data or {}).get("ads") or []
     names = [p.strip() for p in (projection or "").split(",") if p.strip()]
-    console = _console()
-    console.print(ads_table(found, projection=names, slots=slots, now=time.time()))
+    out = console()
+    out.print(ads_table(found, projection=names, slots=slots, now=time.time()))
     lost = sum(ad.get("Lost") is True for ad in found)
     kind = "slot ad" if slots else "ad"
     summary = f"{len(found)} {kind}{'' if len(found) == 1 else 's'}"
-    console.print(summary + (f", {lost} lost" if lost and not names else ""), style="dim")
+    out.print(summary + (f", {lost} lost" if lost and not names else ""), style="dim")
 
 
 # --- the plan -----------------------------------------------------------------------------
@@ -355,58 +342,13 @@ def _plan_path(*, all_rows: bool, limit: int) -> str:
     return f"/v1/maintenance/plan?late=true&blockers=false&limit={limit}"
 
 
-def _plan_views(*, all_rows: bool) -> Callable[[Any, int], Any]:
-    """The view of one plan reply at a width: the timeline, or the summary."""
-    from nodeagent.cli._render import plan_summary_view, plan_view  # noqa: PLC0415
+def _plan_view(data: Any, out: Console, *, all_rows: bool) -> RenderableType:
+    """One plan reply as ``out`` draws it: the timeline, or the summary."""
+    from nodeagent.cli._render import plan_summary_view, plan_view, plan_width  # noqa: PLC0415
 
     if all_rows:
-        return lambda data, width: plan_view(data, width=width)
-    return lambda data, width: plan_summary_view(data)
-
-
-def _watch_plan(
-    target: Target, path: str, *, json_output: bool, interval: float, all_rows: bool
-) -> None:
-    """Refresh the plan every ``interval`` seconds until Ctrl-C (which ends it, 0).
-
-    The first fetch's error ends the command; later ones are shown and retried.
-    """
-    first = request(target, "GET", path)
-    try:
-        if json_output:
-            emit_text(first.text)
-            while True:
-                time.sleep(interval)
-                try:
-                    emit_text(request(target, "GET", path).text)
-                except CliError as exc:
-                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
-        from rich.live import Live  # noqa: PLC0415
-        from rich.text import Text  # noqa: PLC0415
-
-        from nodeagent.cli._render import plan_width  # noqa: PLC0415
-
-        view = _plan_views(all_rows=all_rows)
-        console = _console()
-        if not console.is_terminal:
-            while True:
-                console.print(view(first.data, plan_width(console)))
-                console.print()
-                time.sleep(interval)
-                try:
-                    first = request(target, "GET", path)
-                except CliError as exc:
-                    sys.stderr.write(f"{exc.code}: {exc.message} (retrying)\n")
-        with Live(view(first.data, console.width), console=console, auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                try:
-                    data = request(target, "GET", path).data
-                    live.update(view(data, console.width), refresh=True)
-                except CliError as exc:
-                    live.update(Text(f"{exc.code}: {exc.message} (retrying)", "red"), refresh=True)
-    except KeyboardInterrupt:
-        return
+        return plan_view(data, width=plan_width(out))
+    return plan_summary_view(data)
 
 
 def plan(
@@ -425,18 +367,19 @@ def plan(
     ``watch``, one refresh per ``interval`` until Ctrl-C."""
     seconds = duration("--interval", interval)
     assert seconds is not None
-    target = _target(host, token, socket_path)
+    target = master_target(host, token, socket_path)
     path = _plan_path(all_rows=all_rows, limit=limit)
     if watch:
-        _watch_plan(
-            target, path, json_output=json_output, interval=seconds or 2.0, all_rows=all_rows
+        watch_loop(
+            lambda: request(target, "GET", path),
+            lambda data, out: _plan_view(data, out, all_rows=all_rows),
+            json_output=json_output,
+            interval=seconds or 2.0,
         )
         return
     reply = request(target, "GET", path)
     if json_output:
         emit_text(reply.text)
         return
-    from nodeagent.cli._render import plan_width  # noqa: PLC0415
-
-    console = _console()
-    console.print(_plan_views(all_rows=all_rows)(reply.data, plan_width(console)))
+    out = console()
+    out.print(_plan_view(reply.data, out, all_rows=all_rows))

@@ -1102,6 +1102,24 @@ def _verdict_totals_line(totals: Mapping[str, Any]) -> str:
     return line
 
 
+def _plan_heading(now: float, policy: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
+    """A plan view's first lines: the time of the plan, then the master's policy (when the
+    reply has one)."""
+    from rich.text import Text  # noqa: PLC0415
+
+    lines = [Text(f"Maintenance plan · now {format_local_time(now, now, tz)}", style="bold")]
+    if policy:
+        lines.append(
+            Text(
+                f"policy: {str(policy.get('drain_policy', '')).replace('_', ' ')}, "
+                f"margin {format_duration(_number(policy.get('drain_margin')) or 0.0)}, "
+                f"escalation {policy.get('escalation')}",
+                style="dim",
+            )
+        )
+    return lines
+
+
 def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> Group:
     """The plan an operator reads at any size: counts, the late machines, their cost.
 
@@ -1117,18 +1135,7 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     now = _number(plan.get("now")) or 0.0
     policy = plan.get("policy") or {}
     totals = plan.get("totals") or {}
-    lines: list[Text] = [
-        Text(f"Maintenance plan · now {format_local_time(now, now, tz)}", style="bold")
-    ]
-    if policy:
-        lines.append(
-            Text(
-                f"policy: {str(policy.get('drain_policy', '')).replace('_', ' ')}, "
-                f"margin {format_duration(_number(policy.get('drain_margin')) or 0.0)}, "
-                f"escalation {policy.get('escalation')}",
-                style="dim",
-            )
-        )
+    lines = _plan_heading(now, policy, tz)
     first, second = _totals_lines(totals)
     lines.append(Text(first.replace(" late,", " late by their promises,", 1)))
     lines.append(Text(_verdict_totals_line(totals)))
@@ -1177,17 +1184,7 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
         key=lambda m: _number((m.get("window") or {}).get("start")) or 0.0,
     )
     policy = plan.get("policy") or {}
-    head = Text(f"Maintenance plan · now {format_local_time(now, now, tz)}", style="bold")
-    lines: list[Text] = [head]
-    if policy:
-        lines.append(
-            Text(
-                f"policy: {str(policy.get('drain_policy', '')).replace('_', ' ')}, "
-                f"margin {format_duration(_number(policy.get('drain_margin')) or 0.0)}, "
-                f"escalation {policy.get('escalation')}",
-                style="dim",
-            )
-        )
+    lines = _plan_heading(now, policy, tz)
     if not machines:
         lines.append(Text("no machine is scheduled for maintenance"))
         lines.extend(Text(t, style="dim") for t in _totals_lines(plan.get("totals") or {}))
@@ -1206,7 +1203,7 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
         axis_w = max(_MIN_AXIS, width - fixed - name_w)
     axis = _Axis(now=now, span=_axis_span(machines, now), width=axis_w)
     label_line, ruler = _ticks(axis)
-    head.append(f" · axis to {format_local_time(now + axis.span, now, tz)}")
+    lines[0].append(f" · axis to {format_local_time(now + axis.span, now, tz)}")
     left = f"{'MACHINE':<{name_w}}  {'MODE':<{mode_w}}  {'DRAIN':<{drain_w}}  "
     lines.append(Text(f"{left}{label_line}  STATUS", style="bold"))
     lines.append(Text(" " * len(left) + ruler, style="dim"))

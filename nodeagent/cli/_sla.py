@@ -7,26 +7,18 @@ line as keyword arguments, the API's JSON with ``json_output``, else a human vie
 from __future__ import annotations
 
 import math
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from nodeagent.cli._common import emit_json
+from nodeagent.cli._common import console, emit_json, master_target
 from nodeagent.cli._errors import UsageError
-from nodeagent.cli._http import Target, request, resolve_master_target
+from nodeagent.cli._http import request
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
 __all__ = ["probe", "probe_view"]
-
-
-def _target(host: str | None, token: str | None, socket_path: str | None) -> Target:
-    return resolve_master_target(
-        host=host, token_file=token, socket_path=socket_path, env=os.environ, uid=os.geteuid()
-    )
 
 
 def probe(
@@ -49,13 +41,13 @@ def probe(
         query["constraint"] = constraint
     if grouping is not None:
         query["grouping"] = grouping
-    reply = request(_target(host, token, socket_path), "GET", f"/v1/sla/probe?{urlencode(query)}")
+    reply = request(
+        master_target(host, token, socket_path), "GET", f"/v1/sla/probe?{urlencode(query)}"
+    )
     if json_output:
         emit_json(reply)
         return
-    from nodeagent.cli._render import make_console  # noqa: PLC0415
-
-    make_console(sys.stdout).print(probe_view(reply.data or {}))
+    console().print(probe_view(reply.data or {}))
 
 
 def _wait(value: Any) -> str:
