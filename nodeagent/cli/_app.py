@@ -36,10 +36,13 @@ _AS_IS = ("help", "metavar", "show_default", "min", "case_sensitive", "envvar")
 
 
 def _as_is(declared: Option | Argument) -> dict[str, Any]:
+    """The fields of ``declared`` typer takes as they are, as its keyword arguments."""
     return {name: value for name, value in declared.items() if name in _AS_IS}
 
 
 def _option_type(option: Option) -> Any:
+    """The annotation typer reads ``option``'s type from (how it parses the value, and how
+    ``--help`` shows it)."""
     kind = option.get("kind", "str")
     if kind == "flag":
         return bool
@@ -54,6 +57,7 @@ def _option_type(option: Option) -> Any:
 
 
 def _option(option: Option) -> inspect.Parameter:
+    """``option`` as a keyword-only parameter of the command's typer function."""
     info = typer.Option(*option["names"], **_as_is(option))
     return inspect.Parameter(
         dest(option),
@@ -64,6 +68,7 @@ def _option(option: Option) -> inspect.Parameter:
 
 
 def _argument(argument: Argument) -> inspect.Parameter:
+    """``argument`` as a keyword-only parameter of the command's typer function."""
     required = argument.get("required", False)
     kind: Any = list[str] if argument.get("many", False) else str
     info = typer.Argument(**_as_is(argument))
@@ -97,6 +102,8 @@ def _function(command: Command) -> Callable[..., None]:
 
 
 def _group(group: Group) -> typer.Typer:
+    """An empty typer group for ``group`` (the root's name is ``nodeagent``), showing its
+    help; ``no_args_is_help`` as every group."""
     words = group["words"]
     built = typer.Typer(
         name=words[-1] if words else "nodeagent", help=group["help"], no_args_is_help=True
