@@ -7,8 +7,8 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 
 * :mod:`._agent`: the agent's client commands (``status``, ``drain``, ``cancel``, …).
 * :mod:`._app`: the typer application, built from the declaration.
-* :mod:`._commands`: every group and command, declared once as plain data (options, argument, help, the function that runs it).
-* :mod:`._common`: what every command shares: the targets, the console, the watch loop, printing a reply, the outcome.
+* :mod:`._commands`: every group and command, declared once, as plain data.
+* :mod:`._common`: what commands share: targets, console, watch loop, replies, outcome.
 * :mod:`._daemons`: ``run``, ``master run``, ``defrag run`` and ``demo``, under typer only.
 * :mod:`._defrag`: ``defrag status``.
 * :mod:`._demo`: ``nodeagent demo``: a master and three agents through a window.
