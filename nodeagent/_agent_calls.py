@@ -27,8 +27,6 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 from urllib.parse import quote
 
-import trio
-
 __all__ = [
     "CANCEL_GRACE_S",
     "AgentCalls",
@@ -260,6 +258,8 @@ class Transaction:
         if self._resolved or self._phase1 is None:
             return
         self._resolved = True
+        import trio  # noqa: PLC0415  (here: the types load without trio, for pure models)
+
         with trio.move_on_after(CANCEL_GRACE_S, shield=True):
             try:
                 await self.calls.cancel(self.request_id)
