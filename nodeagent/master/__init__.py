@@ -7,6 +7,7 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._config`: the master's configuration.
 * :mod:`._coordinators`: asks the coordinators of job groups whether hosts may go.
 * :mod:`._daemon`: the process's lifecycle, on :mod:`nodeagent._lifecycle`.
+* :mod:`._drains`: the master's drain records and what a pass decides for a machine (pure).
 * :mod:`._leader`: which master leads, and what a follower does with a write.
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.

@@ -134,11 +134,12 @@ def test_the_check_sees_every_form_of_import(source: str, expected: str) -> None
 
 
 def test_the_pure_parts_of_the_programs_load_without_trio_or_sockets() -> None:
-    """The schedule, the ad store, the plan and the defrag policy are free of I/O, as slots is."""
+    """The schedule, the ad store, the plan, the master's drains and the defrag policy are
+    free of I/O, as slots is."""
     code = (
         "import sys\n"
         "import nodeagent.master._maintenance, nodeagent.master._adstore\n"
-        "import nodeagent.master._plan, nodeagent.defrag._policy\n"
+        "import nodeagent.master._plan, nodeagent.master._drains, nodeagent.defrag._policy\n"
         "bad = {'trio', 'httpx', 'httpcore', 'fastapi', 'hypercorn', 'psutil', 'sqlite3',\n"
         "       'socket', 'asyncio', 'pydantic'}\n"
         "print(sorted(bad & set(sys.modules)))\n"
