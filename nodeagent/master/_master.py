@@ -4,18 +4,22 @@ State: the schedule and machine modes (:class:`~nodeagent.master._maintenance.Ma
 and the drains the master started live in SQLite, saved before a request is answered;
 ads are soft state, re-sent by the agents. A reconcile pass — every
 ``reconcile_interval``, and at once after any schedule change — compares the schedule
-with the ads and acts:
+with the ads and acts. What it does for each machine is decided by the pure model
+(:func:`~nodeagent.master._drains.decide`, with the machine's
+:class:`~nodeagent.master._drains.DrainRecord`); :class:`Master` is the shell that carries
+the step out (its calls to the node through :class:`~nodeagent._agent_calls.AgentCalls`,
+then the record written):
 
 * a DRAINING machine's node gets a graceful drain (reason ``maintenance``, two-phase:
   estimate, then commit) at its planned start (just in time, or at once);
 * when its window starts and the node is not empty, the drain escalates, whatever the
-  order of events (see :meth:`Master._escalate`): with ``quick`` a drain started before the
-  window carries the window start as its deadline, so the agent itself evicts at that
-  instant; a drain started once the window has opened (the master was down across it) is
-  started ``quick`` (or ``fast``) at once; a drain of the master's whose deadline the ad
-  does not show at or before the window (never set, lost, or the window moved earlier) is
-  replaced by a ``quick`` one; ``fast`` replaces the drain by a fast one. A plan row says
-  ``escalated`` only once the node has been told;
+  order of events (see :func:`~nodeagent.master._drains.decide`): with ``quick`` a drain
+  started before the window carries the window start as its deadline, so the agent itself
+  evicts at that instant; a drain started once the window has opened (the master was down
+  across it) is started ``quick`` (or ``fast``) at once; a drain of the master's whose
+  deadline the ad does not show at or before the window (never set, lost, or the window
+  moved earlier) is replaced by a ``quick`` one; ``fast`` replaces the drain by a fast one.
+  A plan row says ``escalated`` only once the node has been told;
 * a DOWN machine's node is fast-drained and stays closed;
 * a machine brought up (or dropped from the schedule) has the master's drain cancelled,
   so its node resumes.
@@ -25,13 +29,17 @@ Modes change only by operator request, as in Mesos.
 **Its own record first.** A drain the master starts is recorded (saved) after phase 1
 returns its request id and before the commit, in phase ``pending``; the commit's reply
 moves it to ``committed`` (with the node's ``committed_at``). A pass never acts on an ad
-older than that record (:func:`ad_knows`: the ad shows that request id or a later one,
-or was made after the commit): before the window it waits for the next ad, from the
-window on it fetches one. A record left ``pending`` (the commit failed, or the master
-stopped between record and commit) is settled from the node's ad, fetched: the drain is
-committed (adopted: escalated at the window like any other), still pending (cancelled,
-and the record forgotten: the next pass starts one as the window then requires), or
-gone (forgotten; an abandoned transaction expires on the agent after its ``ttl``).
+older than that record (:func:`~nodeagent.master._drains.ad_knows`: the ad shows that
+request id or a later one, or was made after the commit): before the window it waits for
+the next ad, from the window on it fetches one. A record left ``pending`` (the commit
+failed, or the master stopped between record and commit) is settled from the node's ad,
+fetched (:func:`~nodeagent.master._drains.settle`): the drain is committed (adopted:
+escalated at the window like any other), still pending (cancelled, and the record
+forgotten: the next pass starts one as the window then requires), or gone (forgotten; an
+abandoned transaction expires on the agent after its ``ttl``). The two-phase drain
+recorded before its commit is written once, :meth:`Master.drain_transaction`, which
+rolling operations use too (:mod:`nodeagent.master._rolling`, which takes a machine from
+the passes with :meth:`Master.hold` and gives it back with :meth:`Master.release_hold`).
 
 **No verdict from an ad that predates the truth.** The master remembers when each
 machine entered its window (the schedule change, by its clock; soft state, since every
@@ -46,21 +54,43 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import itertools
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import orjson
 import trio
 
+from nodeagent._agent_calls import AgentCalls, Committed, DrainBody, Phase1
 from nodeagent._auth import PoolToken
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
 from nodeagent._store import Documents, Members, StoreError
 from nodeagent.master._adstore import AdEntry, AdStore, foreign_ad
+from nodeagent.master._drains import (
+    ABSENT,
+    COMMITTED,
+    PENDING,
+    REASON,
+    STARTING,
+    Down,
+    DrainRecord,
+    Escalate,
+    MarkDown,
+    Postpone,
+    Refresh,
+    RememberLate,
+    Start,
+    Step,
+    Withdraw,
+    ad_knows,
+    decide,
+    release,
+    settle,
+)
 from nodeagent.master._maintenance import (
     MachineId,
     MachineStatus,
@@ -82,7 +112,7 @@ from nodeagent.master._plan import (
     row_state,
 )
 from nodeagent.master._row_json import RowJson
-from slots import Escalation, InvalidRequest, request_number
+from slots import Escalation, InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
@@ -90,13 +120,6 @@ log = logging.getLogger("nodeagent.master")
 
 #: A node whose drain request fails is retried after 2, 4, 8 … passes, at most this long.
 _MAX_BACKOFF = 60.0
-REASON = "maintenance"
-_GRACEFUL_END = "ExpectedMachineGracefulDrainingCompletion"
-#: The phases of the master's record of a drain it starts (see :meth:`Master._transaction`).
-PENDING = "pending"
-COMMITTED = "committed"
-#: The plan's stand-in for a record not made yet: the master's phase 1 is on its way.
-STARTING: Mapping[str, Any] = MappingProxyType({"phase": "starting", "escalated": False})
 
 
 @dataclass
@@ -129,67 +152,6 @@ def _reconcile_key(entry: AdEntry) -> tuple[Any, ...]:
     return tuple(machine.get(name) for name in _RECONCILE_ATTRIBUTES)
 
 
-def _evicts_at_window(machine: Mapping[str, Any], window_start: float, escalation: str) -> bool:
-    """Whether the drain in force on the node, as its ad shows it, carries the escalation.
-
-    ``fast``: a fast drain. ``quick``: a quick or fast drain (they evict at once), or a
-    drain whose ``DrainingDeadline`` is at or before ``window_start`` (the agent evicts
-    what still runs at its deadline by itself; the ad shows it in whole seconds).
-    """
-    schedule = machine.get("DrainSchedule")
-    if schedule == "fast":
-        return True
-    if escalation != "quick":
-        return False
-    deadline = machine.get("DrainingDeadline")
-    return schedule == "quick" or (deadline is not None and deadline <= window_start)
-
-
-def _carries_the_window(
-    record: Mapping[str, Any], machine: Mapping[str, Any], window_start: float
-) -> bool:
-    """Whether the drain in force is the master's, started with this window's start as
-    its deadline. The agent counts the deadline from its commit, a round trip after the
-    master computed it, so the ad may show it a second past the window (whole seconds)."""
-    return (
-        record.get("deadline") is not None
-        and record.get("window_start") == window_start
-        and machine.get("DrainingRequestId") == record.get("request_id")
-        and machine.get("DrainState") in ("draining", "drained")
-        and machine.get("DrainingDeadline") is not None
-    )
-
-
-def ad_knows(record: Mapping[str, Any], entry: AdEntry) -> bool:
-    """Whether the node's ad is not older than the master's record of its drain.
-
-    True when the ad shows a later request id than the record's, or the record's own
-    past the state the record knows (a committed drain's ad still ``pending`` was made
-    before the commit), or, failing that, when it was made after the drain was
-    committed: its ``MyCurrentTime`` (whole seconds, the node's clock) is past the record's
-    ``committed_at`` (the node's clock too); for a record without ``committed_at``, when
-    the master received it after it wrote the record (``recorded_at``, the master's clock).
-    A record without a request id (a ``down`` record being made) is known by every ad.
-    """
-    own = request_number(record.get("request_id"))
-    if own is None:
-        return True
-    machine = entry.machine
-    shown = request_number(machine.get("DrainingRequestId"))
-    if shown is not None and shown > own:
-        return True
-    if shown == own and (
-        record.get("phase") != COMMITTED or machine.get("DrainState") != "pending"
-    ):
-        return True
-    committed_at = record.get("committed_at")
-    made = machine.get("MyCurrentTime")
-    if isinstance(committed_at, int | float) and isinstance(made, int | float):
-        return bool(made > committed_at)
-    recorded_at = record.get("recorded_at")
-    return not isinstance(recorded_at, int | float) or entry.received_at > recorded_at
-
-
 @dataclass
 class Master:
     """See the module docstring. ``run`` is the reconcile service."""
@@ -207,10 +169,12 @@ class Master:
     #: Forecasts a reconcile pass makes at most (≈ 0.2 ms each), for nodes whose ad changed.
     forecasts_per_pass: int = 500
     state: MaintenanceState = field(default_factory=MaintenanceState)
-    drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The master's drain records, by machine key (see :mod:`nodeagent.master._drains`).
+    drains: dict[str, DrainRecord] = field(default_factory=dict)
     actors: dict[str, str] = field(default_factory=dict)
     counters: MasterCounters = field(default_factory=MasterCounters)
     _wake: trio.Event = field(default_factory=trio.Event)
+    #: Machines a task acts on (a pass's, a rolling operation's): see :meth:`hold`.
     _busy: set[str] = field(default_factory=set)
     #: Machines whose drain the master is starting: phase 1 sent, its reply not yet in.
     _starting: set[str] = field(default_factory=set)
@@ -254,7 +218,7 @@ class Master:
         what a reconcile pass had under way (a new term of leadership starts afresh)."""
         snapshot = self.store.load("maintenance")
         self.state = MaintenanceState() if snapshot is None else MaintenanceState.restore(snapshot)
-        self.drains = dict(self.store.load("drains") or {})
+        self.drains = self._stored_drains()
         self._unseen = set(self.drains)
         self._busy, self._starting, self._backoff = set(), set(), {}
         self.actors = dict(self.store.load("actors") or {})
@@ -281,7 +245,12 @@ class Master:
         if "drains" in names:
             held = self.drains
             fresh = self.store.load("drains") or {}
-            self.drains = {k: held[k] if held.get(k) == v else v for k, v in fresh.items()}
+            self.drains = {}
+            for key, stored in fresh.items():
+                kept = held.get(key)
+                if kept is None or kept.to_json() != stored:  # else the same record
+                    kept = DrainRecord.from_json(stored)
+                self.drains[key] = kept
             self._unseen = set(self.drains)
         if "actors" in names:
             self.actors = dict(self.store.load("actors") or {})
@@ -291,6 +260,11 @@ class Master:
         if "operations" in names:
             self.operations = dict(self.store.load("operations") or {})
         self._busy, self._starting, self._backoff = set(), set(), {}
+
+    def _stored_drains(self) -> dict[str, DrainRecord]:
+        """The drain records the store holds (written by this master or an older one)."""
+        stored = self.store.load("drains") or {}
+        return {key: DrainRecord.from_json(value) for key, value in stored.items()}
 
     def take_over(self) -> None:
         """A new term of leadership (:mod:`nodeagent.master._leader`) with the state taken
@@ -313,7 +287,7 @@ class Master:
     ) -> None:
         documents: dict[str, Any] = {
             "maintenance": state.snapshot(),
-            "drains": self.drains,
+            "drains": {key: record.to_json() for key, record in self.drains.items()},
             "actors": actors,
             "counters": vars(self.counters),
         }
@@ -345,6 +319,19 @@ class Master:
     def wake(self) -> None:
         """Run a reconcile pass now."""
         self._wake.set()
+
+    def hold(self, key: str) -> bool:
+        """Take machine ``key`` for a task that acts on its node (a pass's, a rolling
+        operation's drain): False when one holds it already. Until :meth:`release_hold`,
+        no pass acts on the machine (its record included)."""
+        if key in self._busy:
+            return False
+        self._busy.add(key)
+        return True
+
+    def release_hold(self, key: str) -> None:
+        """Let go of machine ``key`` (:meth:`hold`); a no-op when it is not held."""
+        self._busy.discard(key)
 
     # ------------------------------------------------------------------ operator requests
 
@@ -509,7 +496,7 @@ class Master:
         """The ad the node ``node`` serves at ``address``; raises :class:`AgentCallFailed`,
         or :class:`InvalidRequest` when it is not ``node``'s own (the answer of another
         node, or of something else at that address), which is then not stored."""
-        ad = await self.link.call(address, "GET", "/v1/ad", node=node, actor="master")
+        ad = await AgentCalls.over(self.link, address, node=node, actor="master").ad()
         machine, slots = ad.get("machine"), ad.get("slots")
         foreign = foreign_ad(
             machine if isinstance(machine, dict) else {},
@@ -738,7 +725,7 @@ class Master:
             record = drains.get(key) or (STARTING if key in starting else None)
             lost = tuple([is_lost(n) for n in nodes])
             since = window_since.get(key)
-            escalated = bool(record and record.get("escalated"))
+            escalated = record is not None and record.escalated
             cached = cache.get(key)
             if (
                 keep
@@ -812,14 +799,14 @@ class Master:
         for key, record in self.drains.items():
             if key in self._busy or self._backoff.get(key, (0, 0.0))[1] > now:
                 continue
-            if record.get("phase") == PENDING:
+            if record.phase is PENDING:
                 self._busy.add(key)
                 nursery.start_soon(self._settle, key)
             elif key in self._unseen:
-                held = self.ads.get(record.get("node") or "")
+                held = self.ads.get(record.node_name)
                 if held is not None and ad_knows(record, held):
                     self._unseen.discard(key)
-                elif record.get("address"):
+                elif record.address:
                     self._busy.add(key)
                     nursery.start_soon(self._look_up, key)
         for plan in self.plans(now):
@@ -838,10 +825,15 @@ class Master:
                 continue
             if self._backoff.get(plan.key, (0, 0.0))[1] > now:
                 continue  # a failing node is retried later, not on every pass
-            action = self._decide(plan, now)
-            if action is not None:
+            ours = self.drains.get(plan.key)
+            step = decide(plan, ours, self.policy, now)
+            if isinstance(step, RememberLate):
+                assert ours is not None
+                self.drains[plan.key] = ours.noted(plan.key, late=step.late)
+                self.save()
+            elif step is not None:
                 self._busy.add(plan.key)
-                nursery.start_soon(self._act, plan, action)
+                nursery.start_soon(self._act, plan, step)
         for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
@@ -862,111 +854,37 @@ class Master:
             if text.fast(plan, state, now) is None:  # a row with a cut: the other template
                 text.prepare(plan, state)
 
-    def _decide(self, plan: MachinePlan, now: float) -> str | None:
-        """What the pass does for one machine now: ``start``, ``escalate``, ``relax``
-        (the window moved later than the deadline of the master's drain: :meth:`_relax`),
-        ``down``, ``mark-down``, ``refresh`` (fetch the node's ad: the one held predates
-        the master's record of its drain, and the window needs a decision) or nothing."""
-        assert plan.node is not None
-        machine = plan.node.machine
-        record = self.drains.get(plan.key)
-        if record is not None and record.get("phase") == PENDING:
-            return None  # settled first (see reconcile)
-        if record is not None and record.get("operation") is not None:
-            return None  # a rolling operation's: it drives the node (nodeagent.master._rolling)
-        if (
-            record is not None
-            and plan.mode == "DRAINING"
-            and not record.get("down")
-            and not ad_knows(record, plan.node)
-        ):
-            # The ad predates the drain the master recorded: never a second drain from
-            # it. Before the window nothing is due (but whether the jobs it shows would
-            # outlast the window); from the window on, ask the node.
-            if now < plan.window_start:
-                self._remember_late(plan, record, now)
-                return None
-            return None if record.get("escalated") else "refresh"
-        state = machine.get("DrainState", "none")
-        ours = record is not None and machine.get("DrainingRequestId") == record.get("request_id")
-        mode = plan.mode
-        if mode == "DOWN":
-            if record is not None and record.get("down"):
-                return None
-            if ours and machine.get("DrainSchedule") == "fast":
-                return "mark-down"
-            return "down"
-        if mode != "DRAINING":
-            return None
-        if ours:
-            assert record is not None
-            if now < plan.window_start:
-                moved = record.get("window_start")
-                if (
-                    mode == "DRAINING"
-                    and record.get("deadline") is not None
-                    and moved is not None
-                    and moved < plan.window_start
-                    and not record.get("escalated")
-                ):
-                    return "relax"  # the window moved later: its deadline would cut early
-                self._remember_late(plan, record, now)
-                return None
-            if record.get("escalated") or self.policy.escalation == "none":
-                return None
-            if not plan.empty:
-                return "escalate"
-            # Empty already: escalated only if the drain's deadline evicted what was late.
-            late = record.get("late", False)
-            deadline_did_it = _evicts_at_window(
-                machine, plan.window_start, "quick"
-            ) or _carries_the_window(record, machine, plan.window_start)
-            return "escalate" if late and deadline_did_it else None
-        if state != "none":
-            return None  # someone else's drain (an admin, defrag): left alone
-        if plan.drain_start is not None and now >= plan.drain_start:
-            return "start"
-        return None
+    def _calls(self, address: str, node: str, actor: str) -> AgentCalls:
+        return AgentCalls.over(self.link, address, node=node, actor=actor)
 
-    def _remember_late(self, plan: MachinePlan, record: dict[str, Any], now: float) -> None:
-        """Whether the node's jobs, as its ad shows them, would outlast the window.
-
-        Remembered for the window: with ``quick`` the agent evicts at that very instant
-        (the drain's deadline), and may be empty before the next pass; saved, so that a
-        master restarted across the window knows it too.
-        """
-        assert plan.node is not None
-        completion = plan.node.forecast.estimates(now)[_GRACEFUL_END]
-        late = not plan.empty and completion > plan.window_start
-        if record.get("late", False) != late:
-            record["late"] = late
-            self.save()
-
-    async def _act(self, plan: MachinePlan, action: str) -> None:
+    async def _act(self, plan: MachinePlan, step: Step) -> None:
+        """Carry out ``step`` (:func:`~nodeagent.master._drains.decide`) for the machine:
+        the calls to its node, then its record written."""
         assert plan.node is not None
         address = plan.node.address or ""
         actor = self.actors.get(plan.key, "operator")
+        action = _ACTIONS[type(step)]
         try:
-            if action == "start":
+            if isinstance(step, Start):
                 # Until phase 1's reply is recorded, the node's ad may already show the
                 # pending request: the plan reads it as the master's, not someone else's.
                 self._starting.add(plan.key)
-                await self._start(plan, address, actor)
-            elif action == "escalate":
-                await self._escalate(plan, address, actor)
-            elif action == "relax":
-                await self._relax(plan, address, actor)
-            elif action == "down":
+                await self._start(plan, step, address, actor)
+            elif isinstance(step, Escalate):
+                await self._escalate(plan, step, address, actor)
+            elif isinstance(step, Withdraw | Postpone):
+                await self._relax(plan, step, address, actor)
+            elif isinstance(step, Down):
                 await self._down(plan, address, actor)
-            elif action == "mark-down":
-                self.drains[plan.key]["down"] = True
+            elif isinstance(step, MarkDown):
+                self.drains[plan.key] = self.drains[plan.key].noted(plan.key, down=True)
                 self.save()
-            elif action == "refresh":
-                record = self.drains.get(plan.key)
+            elif isinstance(step, Refresh):
                 entry = await self.fetch_ad(plan.node)
+                record = self.drains.get(plan.key)
                 if record is None or ad_knows(record, entry):
                     self.wake()  # else the next periodic pass looks again
-        except (AgentCallFailed, InvalidRequest) as exc:
+        except (AgentCallFailed, InvalidRequest, ValueError) as exc:
             self._failed(plan.key, f"{action} of {plan.node.name}", exc)
         except StoreError as exc:
             self._unsaved(plan.key, f"{action} of {plan.node.name}", exc)
@@ -976,247 +894,184 @@ class Master:
             self._busy.discard(plan.key)
             self._starting.discard(plan.key)
 
-    async def _start(self, plan: MachinePlan, address: str, actor: str) -> None:
-        """Start the machine's drain, as its window requires at this instant.
-
-        Before the window: graceful, and with ``quick`` its deadline is the window start
-        (what still runs then is evicted by the agent itself, at that instant). Once the
-        window has opened (the master was down, the node came late, the schedule was
-        posted late): the escalation's own schedule at once, ``quick`` or ``fast``
-        (graceful under ``none``); the record says ``escalated`` when the commit found
-        work on the node (its drain is not already ``drained``). The record is saved
-        before the commit (:meth:`_transaction`).
-        """
+    async def _start(self, plan: MachinePlan, step: Start, address: str, actor: str) -> None:
+        """Start the machine's drain as ``step`` says (:class:`~nodeagent.master._drains.Start`:
+        before the window graceful, with ``quick`` its deadline the window start; once the
+        window has opened, the escalation's own schedule at once), recorded before its
+        commit (:meth:`drain_transaction`); ``escalated`` when the commit found work on a
+        drain that is not graceful."""
         now = self.clock.now()
-        escalation = self.policy.escalation
-        opened = now >= plan.window_start
-        schedule = escalation if opened and escalation != "none" else "graceful"
-        body: dict[str, Any] = {"schedule": schedule, "reason": REASON, "ttl": 30}
-        if schedule == "graceful" and escalation == "quick":
-            body["deadline"] = plan.window_start - now
-        record: dict[str, Any] = {
-            "node": plan.node_name,
-            "address": address,
-            "schedule": schedule,
-            "deadline": body.get("deadline"),
-            "started_at": now,
-            "window_start": plan.window_start,
-            "actor": actor,
-            "escalated": False,
-            "down": False,
-        }
-        phase1, committed = await self._transaction(plan.key, address, actor, body, record)
-        completion = (phase1.get("estimate") or {}).get("completion")
-        if schedule == "graceful" and completion is not None and completion > plan.window_start:
+        key = plan.key
+        template = step.record(node=plan.node_name, address=address, actor=actor, now=now)
+        calls = self._calls(address, template.node_name, actor)
+        phase1, committed = await self.drain_transaction(key, calls, step.body(now), template)
+        completion = phase1.completion
+        if (
+            step.schedule == "graceful"
+            and completion is not None
+            and completion > plan.window_start
+        ):
             log.warning(
                 "%s: graceful drain ends %.0f s after its window starts",
                 plan.node_name,
                 completion - plan.window_start,
             )
-        escalated = schedule != "graceful" and committed.get("state") != "drained"
-        record["escalated"] = escalated
+        escalated = step.escalated(committed.state)
+        self.drains[key] = self.drains[key].noted(key, escalated=escalated)
         self.counters.drains_started += 1
         if escalated:
             self.counters.drains_escalated += 1
         self.save()
-        if opened:
+        if step.opened:
             log.info(
                 "%s: window open for %.0f s: started %s drain %s for %s%s",
                 plan.node_name,
                 now - plan.window_start,
-                schedule,
-                committed["id"],
+                step.schedule,
+                committed.request_id,
                 actor,
                 " (escalated)" if escalated else "",
             )
         else:
-            log.info("%s: started graceful drain %s for %s", plan.node_name, committed["id"], actor)
+            log.info(
+                "%s: started graceful drain %s for %s",
+                plan.node_name,
+                committed.request_id,
+                actor,
+            )
 
-    async def _escalate(self, plan: MachinePlan, address: str, actor: str) -> None:
-        """The window has opened and the node is not empty (or is, because its drain's
-        deadline evicted what was forecast late): make sure the node evicts now, then
-        record ``escalated``.
-
-        The node's ad says what it was told. A drain of the master's that already carries
-        the escalation (a ``fast`` drain; with ``quick`` also a ``quick`` one, or one whose
-        ``DrainingDeadline`` is at or before the window start: the agent evicts at its
-        deadline by itself) needs no call. Otherwise (no deadline: started under another
-        policy, by an older master, or lost; a deadline after the window: the window
-        moved earlier; a drain that is not fast under ``fast``) the drain is replaced by
-        one of the escalation's schedule (:meth:`_replace`). ``escalated`` is recorded
-        only after that: a failed call leaves it false, and a later pass acts again.
-        """
-        record = self.drains[plan.key]
+    async def _escalate(self, plan: MachinePlan, step: Escalate, address: str, actor: str) -> None:
+        """The window has opened: the node evicts now (its drain in force already does,
+        or is replaced by one of the escalation's schedule, :meth:`_replace`), then the
+        record says ``escalated``. A failed call leaves it false: a later pass acts again."""
+        key = plan.key
+        record = self.drains[key]
         assert plan.node is not None
         machine = plan.node.machine
-        escalation = self.policy.escalation
-        if (
-            plan.empty
-            or _evicts_at_window(machine, plan.window_start, escalation)
-            or (escalation == "quick" and _carries_the_window(record, machine, plan.window_start))
-        ):
-            how = f"{machine.get('DrainSchedule')} drain {record.get('request_id')}"
+        if step.replace_with is None:
+            how = f"{machine.get('DrainSchedule')} drain {record.request_id}"
             if machine.get("DrainSchedule") == "graceful":
                 how += f", deadline {machine.get('DrainingDeadline')}"
         else:
-            replaced = record.get("request_id")
-            await self._replace(plan.key, address, actor, record, escalation)
-            how = f"drain {replaced} replaced by {escalation} drain {record['request_id']}"
-        record["escalated"] = True
+            body = DrainBody(schedule=step.replace_with, reason=REASON, ttl=30)
+            await self._replace(key, self._calls(address, record.node_name, actor), record, body)
+            how = (
+                f"drain {record.request_id} replaced by {step.replace_with} drain "
+                f"{self.drains[key].request_id}"
+            )
+        self.drains[key] = self.drains[key].noted(key, escalated=True)
         self.counters.drains_escalated += 1
         self.save()
         log.info("%s: at its window: escalated (%s)", plan.node_name, how)
 
-    async def _relax(self, plan: MachinePlan, address: str, actor: str) -> None:
+    async def _relax(
+        self, plan: MachinePlan, step: Withdraw | Postpone, address: str, actor: str
+    ) -> None:
         """The machine's window moved later after the master started its drain, whose
         deadline (the old window start) would now cut promises the new window keeps.
 
-        Not due yet under the new window (just in time): the drain is cancelled by its id
-        and the record forgotten; the node takes work again until a later pass starts the
-        drain the new window requires. Due already: the drain is replaced by a graceful
+        Not due yet under the new window (:class:`~nodeagent.master._drains.Withdraw`):
+        the drain is cancelled by its id and the record forgotten; the node takes work
+        again until a later pass starts the drain the new window requires. Due already
+        (:class:`~nodeagent.master._drains.Postpone`): the drain is replaced by a graceful
         one whose deadline is the new window start (:meth:`_replace`). Either way, between
         the cancel and a new commit the node is open for a round trip.
         """
-        record = self.drains[plan.key]
-        now = self.clock.now()
-        request_id = record.get("request_id")
-        if plan.drain_start is not None and now < plan.drain_start:
-            try:
-                await self.link.call(
-                    address,
-                    "POST",
-                    f"/v1/drain/{request_id}/cancel",
-                    node=record.get("node") or "",
-                    actor=actor,
-                )
-            except AgentCallFailed as exc:
-                if exc.code != "drain.no_such_request":
-                    raise
-            del self.drains[plan.key]
+        key = plan.key
+        record = self.drains[key]
+        calls = self._calls(address, record.node_name, actor)
+        if isinstance(step, Withdraw):
+            if step.request_id is not None:
+                await calls.cancel(step.request_id)
+            record.forgotten(key)
+            del self.drains[key]
             self.save()
             log.info(
                 "%s: window moved later: drain %s cancelled, due again in %.0f s",
                 plan.node_name,
-                request_id,
-                plan.drain_start - now,
+                step.request_id,
+                step.due_at - self.clock.now(),
             )
             return
-        await self._replace(
-            plan.key, address, actor, record, "graceful", deadline=plan.window_start - now
-        )
-        record["window_start"] = plan.window_start
+        await self._replace(key, calls, record, step.body(self.clock.now()))
+        self.drains[key] = self.drains[key].noted(key, window_start=step.window_start)
         self.save()
         log.info(
             "%s: window moved later: drain %s replaced by drain %s, deadline the new window",
             plan.node_name,
-            request_id,
-            record["request_id"],
+            record.request_id,
+            self.drains[key].request_id,
         )
 
     async def _replace(
-        self,
-        key: str,
-        address: str,
-        actor: str,
-        record: dict[str, Any],
-        schedule: str,
-        *,
-        deadline: float | None = None,
+        self, key: str, calls: AgentCalls, record: DrainRecord, body: DrainBody
     ) -> None:
-        """Cancel the master's drain on the node and commit a ``schedule`` drain instead.
+        """Cancel the master's drain on the node and commit ``body`` instead.
 
         A drain in force cannot be changed and a node holds one request at a time, so
         the drain is cancelled (by its id: never someone else's; already gone is fine)
         and a new one goes through the two-phase transaction, recorded before its
         commit. A phase 1 refused leaves the record with the old request id: if the
-        cancel went through, the next pass finds no drain on the node and :meth:`_start`
-        starts one as the open window requires; a commit failed leaves the new one
-        ``pending``, settled by the next pass (:meth:`_settle`).
+        cancel went through, the next pass finds no drain on the node and starts one as
+        the open window requires; a commit failed leaves the new one ``pending``, settled
+        by the next pass (:meth:`_settle`).
         """
-        try:
-            await self.link.call(
-                address,
-                "POST",
-                f"/v1/drain/{record['request_id']}/cancel",
-                node=record.get("node") or "",
-                actor=actor,
-            )
-        except AgentCallFailed as exc:
-            if exc.code != "drain.no_such_request":
-                raise
-        body: dict[str, Any] = {"schedule": schedule, "reason": REASON, "ttl": 30}
-        if deadline is not None:
-            body["deadline"] = deadline
-        await self._transaction(key, address, actor, body, record)
+        if record.request_id is not None:
+            await calls.cancel(record.request_id)
+        await self.drain_transaction(key, calls, body, record)
 
-    async def _transaction(
-        self,
-        key: str,
-        address: str,
-        actor: str,
-        body: dict[str, Any],
-        record: dict[str, Any],
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The two-phase drain transaction, recorded before it is committed.
+    async def drain_transaction(
+        self, key: str, calls: AgentCalls, body: DrainBody, record: DrainRecord
+    ) -> tuple[Phase1, Committed]:
+        """The two-phase drain of ``body`` on the node of ``calls``, recorded before it is
+        committed (the master's, and a rolling operation's).
 
         Phase 1 (the agent's estimate) returns the request id; ``record`` then takes it
         in phase ``pending`` and is saved as the machine's (``key``) drain record; then
         the commit, whose reply moves it to ``committed`` (with the node's
-        ``committed_at``; saving that is the caller's). Returns both replies; raises
-        :class:`AgentCallFailed` from either call. A phase 1 refused leaves the records
-        as they were; a failed commit leaves the record ``pending``, for the next pass
-        to settle with the node (:meth:`_settle`; a transaction nobody commits expires
-        on the agent after its ``ttl``).
+        ``committed_at``; saving that is the caller's). Returns both replies; raises what
+        :class:`~nodeagent._agent_calls.AgentCalls` raises (:class:`AgentCallFailed`).
+        A phase 1 refused leaves the records as they were; a record that cannot be saved
+        (:class:`StoreError`) cancels the pending request (it expires on the agent after
+        its ``ttl`` otherwise); a failed commit leaves the record ``pending``, for the
+        next pass to settle with the node (:meth:`_settle`).
         """
-        node = record.get("node") or ""
-        phase1 = await self.link.call(
-            address, "POST", "/v1/drain", node=node, actor=actor, body=body
-        )
-        record["request_id"] = phase1["id"]
-        record["schedule"] = body["schedule"]
-        record["deadline"] = body.get("deadline")
-        record["phase"] = PENDING
-        record["recorded_at"] = self.clock.now()
-        record.pop("committed_at", None)
-        self.drains[key] = record
-        self.save()
-        committed = await self.link.call(
-            address, "POST", f"/v1/drain/{phase1['id']}/commit", node=node, actor=actor
-        )
-        record["phase"] = COMMITTED
-        record["committed_at"] = committed.get("committed_at")
-        return phase1, committed
+        async with calls.transaction(body) as tx:
+            pending = record.started(key, request_id=tx.request_id, body=body, now=self.clock.now())
+            self.drains[key] = pending
+            self.save()
+            committed = await tx.commit()
+        self.drains[key] = pending.committed(key, committed_at=committed.committed_at)
+        return tx.phase1, committed
 
     async def _settle(self, key: str) -> None:
         """Settle a record left ``pending`` with the node: fetch its ad and look for the
-        request there.
+        request there (:func:`~nodeagent.master._drains.settle`).
 
-        Committed (``draining`` or ``drained`` under that id, or ended: its completion hook
-        is that request's): the drain is adopted as the master's (``committed``; escalated
-        at the window like any other). Still
-        pending: cancelled by its id, and the record forgotten. Gone (expired, cancelled,
-        never made): the record is forgotten. Either way a later pass starts the drain
-        the window then requires. The node is asked at the record's address (a restarted
-        master holds no ad yet), else at its ad's; a failure is retried with backoff.
+        Committed: the drain is adopted as the master's (``committed``; escalated at the
+        window like any other). Still pending: cancelled by its id, and the record
+        forgotten. Gone (expired, cancelled, never made): the record is forgotten. Either
+        way a later pass starts the drain the window then requires. The node is asked at
+        the record's address (a restarted master holds no ad yet), else at its ad's; a
+        failure is retried with backoff.
         """
         record = self.drains[key]
-        name = record.get("node") or ""
+        name = record.node_name
+        what = f"settling drain {record.request_id} of {name}"
         try:
-            address = record.get("address")
+            address = record.address
             if not address:
                 entry = self.ads.get(name)
                 address = None if entry is None else entry.address
             if address:
                 await self._settle_with(key, record, address)
             else:
-                self._failed(
-                    key, f"settling drain {record.get('request_id')} of {name}", "no address known"
-                )
+                self._failed(key, what, "no address known")
                 return
         except (AgentCallFailed, InvalidRequest) as exc:
-            self._failed(key, f"settling drain {record.get('request_id')} of {name}", exc)
+            self._failed(key, what, exc)
         except StoreError as exc:
-            self._unsaved(key, f"settling drain {record.get('request_id')} of {name}", exc)
+            self._unsaved(key, what, exc)
         else:
             self._backoff.pop(key, None)
             self.wake()
@@ -1230,54 +1085,38 @@ class Master:
         record = self.drains[key]
         self._unseen.discard(key)
         try:
-            ad = await self._node_ad(record["address"], record.get("node") or "")
+            ad = await self._node_ad(record.address or "", record.node_name)
             self.ads.update(ad, self.clock.now())
         except (AgentCallFailed, InvalidRequest) as exc:
-            log.warning("%s: ad not fetched (its next push will do): %s", record.get("node"), exc)
+            log.warning("%s: ad not fetched (its next push will do): %s", record.node, exc)
         else:
             self.wake()
         finally:
             self._busy.discard(key)
 
-    async def _settle_with(self, key: str, record: dict[str, Any], address: str) -> None:
-        name = record.get("node") or ""
-        request_id = record.get("request_id")
+    async def _settle_with(self, key: str, record: DrainRecord, address: str) -> None:
+        name = record.node_name
+        request_id = record.request_id
         ad = await self._node_ad(address, name)
         machine = self.ads.update(ad, self.clock.now()).machine
-        state = machine.get("DrainState")
-        shown = machine.get("DrainingRequestId") == request_id
-        # A drain with a completion hook ends once its hook has run: the node then shows the
-        # request only as its hook's. Committed all the same: never a second drain (and hook).
-        hooked = request_id is not None and machine.get("DrainHookRequestId") == request_id
-        if (shown and state in ("draining", "drained")) or hooked:
-            record["phase"] = COMMITTED
-            record["committed_at"] = machine.get("MyCurrentTime")
+        settled = settle(record, machine, key=key)
+        if settled.adopted:
+            assert settled.record is not None
+            self.drains[key] = settled.record
             self.counters.drains_started += 1
             self.save()
             log.info("%s: drain %s adopted: committed, the master's own", name, request_id)
             return
         how = "gone from the node"
-        if shown and state == "pending":
-            try:
-                await self.link.call(
-                    address,
-                    "POST",
-                    f"/v1/drain/{request_id}/cancel",
-                    node=name,
-                    actor=record.get("actor", "operator"),
-                )
-            except AgentCallFailed as exc:
-                if exc.code != "drain.no_such_request":
-                    raise
+        if settled.cancel and request_id is not None:
+            await self._calls(address, name, record.requester).cancel(request_id)
             how = "pending: cancelled"
-        if record.get("operation") is not None:
+        if settled.record is None:
+            del self.drains[key]
+        else:
             # A rolling operation's: back to its drain to be started (the operation's engine
             # starts it again); kept, so that no pass starts a drain of its own meanwhile.
-            for field_name in ("request_id", "committed_at", "recorded_at", "schedule"):
-                record.pop(field_name, None)
-            record["phase"] = "operation"
-        else:
-            del self.drains[key]
+            self.drains[key] = settled.record
         self.save()
         log.info("%s: drain %s forgotten (%s)", name, request_id, how)
 
@@ -1287,9 +1126,9 @@ class Master:
         does not, and the work is retried with the usual backoff. A drain committed on the
         node whose record could not say so stays ``pending`` on disk, settled later
         (:meth:`_settle`); a phase 1 whose record could not be written was never committed,
-        and its transaction expires on the node."""
+        and is cancelled (or expires on the node)."""
         try:
-            stored = (self.store.load("drains") or {}).get(key)
+            stored = self._stored_drains().get(key)
         except StoreError:
             stored = self.drains.get(key)  # unreadable too: keep what is known
         if stored is None:
@@ -1308,74 +1147,69 @@ class Master:
         log.warning("%s failed (retry in %.0f s): %s", what, delay, why)
 
     async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
-        record = self.drains.setdefault(
-            plan.key,
-            {"node": plan.node_name, "actor": actor, "escalated": False, "started_at": None},
-        )
-        record["address"] = address
-        await self._fast(plan.key, address, actor, record)
-        record["down"] = True
-        self.counters.down_drains += 1
-        self.save()
-        log.info("%s: down: fast drain %s", plan.node_name, record.get("request_id"))
-
-    async def _fast(self, key: str, address: str, actor: str, record: dict[str, Any]) -> None:
         """Replace whatever drain the node has by a fast one that keeps it closed.
 
         A DOWN machine is the operator's, whoever's drain it had: the drain in force is
         cancelled, then a ``fast`` drain goes through the two-phase transaction, recorded
-        before its commit (:meth:`_transaction`; saving the commit is the caller's), so a
-        master that dies between the commit and the save adopts it when it comes back
-        (:meth:`_settle`) instead of draining the node again.
+        before its commit (:meth:`drain_transaction`), so a master that dies between the
+        commit and the save adopts it when it comes back (:meth:`_settle`) instead of
+        draining the node again.
         """
-        await self.link.call(
-            address, "DELETE", "/v1/drain", node=record.get("node") or "", actor=actor
-        )
-        body = {"schedule": "fast", "reason": REASON, "ttl": 30}
-        await self._transaction(key, address, actor, body, record)
+        key = plan.key
+        held = self.drains.get(key)
+        if held is None:
+            record = dataclasses.replace(ABSENT, node=plan.node_name, actor=actor, address=address)
+        else:
+            record = self.drains[key] = held.noted(key, address=address)
+        calls = self._calls(address, record.node_name, actor)
+        await calls.cancel_any()
+        await self.drain_transaction(key, calls, Down.body(), record)
+        self.drains[key] = self.drains[key].noted(key, down=True)
+        self.counters.down_drains += 1
+        self.save()
+        log.info("%s: down: fast drain %s", plan.node_name, self.drains[key].request_id)
 
     async def _release(self, key: str) -> None:
         """The machine left the schedule (up, or dropped): cancel the master's drain.
 
         The drain is cancelled by its id (never someone else's) unless the node's ad,
-        not older than the record (:func:`ad_knows`), shows it gone; a record left
-        ``pending`` is settled first (:meth:`_settle`).
+        not older than the record, shows it gone; a record left ``pending`` is settled
+        first (:meth:`_settle`); see :func:`~nodeagent.master._drains.release`.
         """
         record = self.drains[key]
-        if record.get("phase") == PENDING:
+        entry = self.ads.get(record.node_name)
+        let_go = release(record, entry, key=key)
+        if let_go is None:
             self._busy.discard(key)
             return
         try:
             try:
-                entry = self.ads.get(record.get("node") or "")
-                request_id = record.get("request_id")
-                address = (entry.address if entry is not None else None) or record.get("address")
-                gone = (
-                    entry is not None
-                    and ad_knows(record, entry)
-                    and (entry.machine.get("DrainingRequestId") != request_id)
-                )
-                if address and request_id is not None and not gone:
-                    await self.link.call(
-                        address,
-                        "POST",
-                        f"/v1/drain/{request_id}/cancel",
-                        node=record.get("node") or "",
-                        actor=record.get("actor", "operator"),
-                    )
-                    self.counters.drains_cancelled += 1
-                    log.info("%s: up: drain %s cancelled", record.get("node"), request_id)
+                request_id = record.request_id
+                address = (entry.address if entry is not None else None) or record.address
+                if address and request_id is not None and let_go.cancel:
+                    calls = self._calls(address, record.node_name, record.requester)
+                    if await calls.cancel(request_id):
+                        self.counters.drains_cancelled += 1
+                        log.info("%s: up: drain %s cancelled", record.node, request_id)
                 del self.drains[key]
                 self.save()
             except AgentCallFailed as exc:
-                if exc.code == "drain.no_such_request":
-                    del self.drains[key]
-                    self.save()
-                else:
-                    log.warning("cancel on %s failed: %s", record.get("node"), exc)
+                log.warning("cancel on %s failed: %s", record.node, exc)
         except StoreError as exc:
-            self._unsaved(key, f"releasing drain {record.get('request_id')}", exc)
+            self._unsaved(key, f"releasing drain {record.request_id}", exc)
         finally:
             self._busy.discard(key)
             self._released.set()
             self._released = trio.Event()
+
+
+#: The name of each step in the logs.
+_ACTIONS: dict[type, str] = {
+    Start: "start",
+    Escalate: "escalate",
+    Withdraw: "relax",
+    Postpone: "relax",
+    Down: "down",
+    MarkDown: "mark-down",
+    Refresh: "refresh",
+}

@@ -16,13 +16,16 @@ safe start for a window at ``W`` is ``W − margin − that bound``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._maintenance import MachineId, MachineStatus
 from slots import Escalation
+
+if TYPE_CHECKING:
+    from nodeagent.master._drains import DrainRecord
 
 __all__ = [
     "MachinePlan",
@@ -106,7 +109,7 @@ class MachinePlan:
     node: AdEntry | None
     lost: bool
     drain_start: float | None
-    drain_record: Mapping[str, Any] | None
+    drain_record: DrainRecord | None
 
     @property
     def key(self) -> str:
@@ -142,7 +145,7 @@ def machine_plan(
     is_lost: Callable[[AdEntry], bool],
     now: float,
     policy: PlanPolicy,
-    drain_record: Mapping[str, Any] | None,
+    drain_record: DrainRecord | None,
 ) -> MachinePlan:
     """The plan for one scheduled machine; ``nodes`` are the ads matching its id.
 
@@ -245,7 +248,7 @@ def row_state(
         if node is None
         else window_since is not None and node.received_at < window_since,
         started=record is not None,
-        escalated=bool(record and record.get("escalated")),
+        escalated=record is not None and record.escalated,
         with_blockers=with_blockers,
     )
 
@@ -486,9 +489,7 @@ class PlanTotals:
         empty, out, running, failed, failing, badput, unclaimed = node.tally
         self.empty += empty
         self.on_time += on_time
-        if will_escalate and not (
-            plan.drain_record is not None and plan.drain_record.get("escalated")
-        ):
+        if will_escalate and not (plan.drain_record is not None and plan.drain_record.escalated):
             self.escalations += 1
             self.next_hour += plan.window_start <= self.now + 3600
         self.cut_jobs += cut_jobs

@@ -24,9 +24,12 @@ together (:meth:`Master.commit_state <nodeagent.master._master.Master.commit_sta
 that operation of all of them) before any call to a node. A node about to drain has a
 drain record of the operation's (``operation`` set; the reconcile pass leaves such records
 to this engine, but settles them when left ``pending``) written with its DRAINING mode, so
-that no pass of the master starts a drain of its own there. Its drain goes through the
-master's two-phase transaction, recorded before its commit, with ``on_completion:
-"hook:NAME"``: the agent then runs the hook itself, once.
+that no pass of the master starts a drain of its own there (records:
+:class:`~nodeagent.master._drains.DrainRecord`). Its drain goes through the master's
+two-phase transaction (:meth:`Master.drain_transaction
+<nodeagent.master._master.Master.drain_transaction>`, the machine held from the passes
+meanwhile: :meth:`Master.hold <nodeagent.master._master.Master.hold>`), recorded before
+its commit, with ``on_completion: "hook:NAME"``: the agent then runs the hook itself, once.
 After a restart (kill -9 included) a record left ``pending`` is settled by the master
 (adopted, or cancelled and forgotten) and a committed one is adopted here by its request
 id: no node is drained twice, and so no hook runs twice; a node whose record was forgotten
@@ -45,9 +48,11 @@ from typing import Any, Protocol
 
 import trio
 
+from nodeagent._agent_calls import AgentCalls, DrainBody
 from nodeagent._peer import AgentCallFailed
 from nodeagent._store import StoreError
 from nodeagent.master._adstore import AdEntry
+from nodeagent.master._drains import COMMITTED, PENDING, DrainPhase, DrainRecord, ad_knows, assigned
 from nodeagent.master._maintenance import (
     MachineId,
     MaintenanceError,
@@ -56,7 +61,7 @@ from nodeagent.master._maintenance import (
     Unavailability,
     Window,
 )
-from nodeagent.master._master import COMMITTED, PENDING, Master, ad_knows
+from nodeagent.master._master import Master
 from nodeagent.master._operations import (
     ACTIVE_PHASES,
     Batch,
@@ -497,20 +502,20 @@ class Operations:
                 record = self._record(node.name)
                 if (
                     record is not None
-                    and record.get("operation") == op.id
-                    and record.get("phase") == COMMITTED
-                    and record.get("request_id") is not None
+                    and record.operation == op.id
+                    and record.phase is COMMITTED
+                    and record.request_id is not None
                 ):
-                    op = with_request(op, node.name, str(record["request_id"]))
+                    op = with_request(op, node.name, record.request_id)
                     log.info("%s: drain %s adopted by operation %s", node.name,
-                             record["request_id"], op.id)  # fmt: skip
+                             record.request_id, op.id)  # fmt: skip
         return op
 
     def _machine(self, name: str) -> MachineId | None:
         entry = self.master.ads.get(name)
         return None if entry is None else MachineId(hostname=entry.hostname, ip=entry.ip)
 
-    def _record(self, name: str) -> dict[str, Any] | None:
+    def _record(self, name: str) -> DrainRecord | None:
         machine = self._machine(name)
         return None if machine is None else self.master.drains.get(machine_key(machine))
 
@@ -524,7 +529,7 @@ class Operations:
         phases = {n.name: n.phase for b in old.batches for n in b.nodes}
         state = copy.copy(master.state)
         actors = dict(master.actors)
-        records: dict[str, dict[str, Any]] = {}
+        records: dict[str, DrainRecord] = {}
         now = master.clock.now()
         add: list[MachineId] = []
         down: list[MachineId] = []
@@ -553,16 +558,13 @@ class Operations:
                 if node.phase == "draining" and node.request_id is None:
                     entry = master.ads.get(node.name)
                     if key not in master.drains and entry is not None:
-                        records[key] = {
-                            "node": node.name,
-                            "address": entry.address,
-                            "actor": op.actor,
-                            "operation": op.id,
-                            "phase": "operation",
-                            "escalated": False,
-                            "down": False,
-                            "started_at": None,
-                        }
+                        records[key] = assigned(
+                            key,
+                            node=node.name,
+                            address=entry.address,
+                            actor=op.actor,
+                            operation=op.id,
+                        )
         try:
             if add or drop:
                 windows = [
@@ -606,15 +608,17 @@ class Operations:
             return
         key = machine_key(machine)
         record = self.master.drains.get(key)
-        if record is None or record.get("operation") != op.id or key in self.master._busy:
-            return  # forgotten (the next step writes it again) or the master's to settle
-        if record.get("phase") in (PENDING, COMMITTED):
+        if record is None or record.operation != op.id:
+            return  # forgotten (the next step writes it again)
+        if record.phase in (PENDING, COMMITTED):
             return  # settled by the master, or adopted by the next step
+        if not self.master.hold(key):
+            return  # the master's to settle
+        # held: the master's passes leave a record being made alone
         self._starting.add(name)
-        self.master._busy.add(key)  # the master's passes leave a record being made alone
-        nursery.start_soon(self._drain, op.id, name, key, record)
+        nursery.start_soon(self._drain, op.id, name, key)
 
-    async def _drain(self, op_id: str, name: str, key: str, record: dict[str, Any]) -> None:
+    async def _drain(self, op_id: str, name: str, key: str) -> None:
         """The node's drain, through the master's two-phase transaction (recorded before
         its commit), with the operation's hook as its completion; its two calls within
         twice :attr:`call_timeout` (cut short, it fails as ``agent.timeout``: a phase 1
@@ -623,25 +627,29 @@ class Operations:
         master = self.master
         try:
             op = self.get(op_id)
+            record = master.drains.get(key)
+            if record is None or record.phase is not DrainPhase.OPERATION:
+                return
             entry = master.ads.get(name)
-            address = (entry.address if entry is not None else None) or record.get("address")
+            address = (entry.address if entry is not None else None) or record.address
             if not address:
                 return
-            record["address"] = address
-            record["started_at"] = master.clock.now()
-            body = {
-                "schedule": op.spec.schedule,
-                "reason": f"maintenance operation {op_id}",
-                "ttl": 30,
-                "on_completion": f"hook:{op.spec.hook}",
-            }
-            phase1 = await self._transaction(key, address, op.actor, body, record)
+            record = master.drains[key] = record.noted(
+                key, address=address, started_at=master.clock.now()
+            )
+            body = DrainBody(
+                schedule=op.spec.schedule,
+                reason=f"maintenance operation {op_id}",
+                ttl=30,
+                on_completion=f"hook:{op.spec.hook}",
+            )
+            request_id = await self._transaction(key, address, op.actor, body, record)
             master.counters.drains_started += 1
             op = self.get(op_id)
-            self._commit(op, with_request(op, name, str(phase1["id"])))
+            self._commit(op, with_request(op, name, request_id))
             self._retry_at.pop(name, None)
             log.info("%s: %s drain %s committed for operation %s (hook %s)", name,
-                     op.spec.schedule, phase1["id"], op_id, op.spec.hook)  # fmt: skip
+                     op.spec.schedule, request_id, op_id, op.spec.hook)  # fmt: skip
         except AgentCallFailed as exc:
             self._refused(op_id, name, exc)
         except (InvalidRequest, StoreError) as exc:
@@ -649,18 +657,20 @@ class Operations:
             log.warning("%s: drain for operation %s not started: %s", name, op_id, exc)
         finally:
             self._starting.discard(name)
-            self.master._busy.discard(key)
+            self.master.release_hold(key)
             self._step_soon(op_id)
 
     async def _transaction(
-        self, key: str, address: str, actor: str, body: dict[str, Any], record: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The master's two-phase transaction within twice :attr:`call_timeout`; phase 1's
-        reply. Raises :class:`AgentCallFailed` (``agent.timeout`` when cut short)."""
+        self, key: str, address: str, actor: str, body: DrainBody, record: DrainRecord
+    ) -> str:
+        """The master's two-phase transaction within twice :attr:`call_timeout`; the
+        request id. Raises :class:`AgentCallFailed` (``agent.timeout`` when cut short)."""
         bound = 2 * self.call_timeout
+        master = self.master
+        calls = AgentCalls.over(master.link, address, node=record.node_name, actor=actor)
         with trio.move_on_after(bound):
-            phase1, _ = await self.master._transaction(key, address, actor, body, record)
-            return phase1
+            phase1, _ = await master.drain_transaction(key, calls, body, record)
+            return phase1.request_id
         raise AgentCallFailed(
             "agent.timeout", f"the agent at {address} did not answer within {bound:g} s"
         )
@@ -670,7 +680,8 @@ class Operations:
         pauses); others are retried after two intervals, with the reason shown."""
         master = self.master
         op = self.get(op_id)
-        if exc.code in _FATAL and (self._record(name) or {}).get("phase") == "operation":
+        record = self._record(name)
+        if exc.code in _FATAL and record is not None and record.phase is DrainPhase.OPERATION:
             # never drained: out of the schedule (its record is let go), the operation paused
             refused = _with_node(op, name, phase="refused", reason=f"drain refused: {exc}")
             if refused.state == "running":

@@ -16,6 +16,7 @@ import trio
 from nodeagent._clock import TrioClock
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
+from nodeagent.master._drains import DrainPhase, DrainRecord
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
 from tests.nodeagent.master.test_master_unit import EPOCH, DownLink, schedule
@@ -39,7 +40,10 @@ async def test_a_follower_takes_the_documents_the_leader_changed(
 ) -> None:
     leader, follower = two_masters(tmp_path)
     leader.set_schedule(schedule(EPOCH + 3600), actor="alice")
-    leader.drains = {"a": {"phase": "pending", "request_id": "1"}, "b": {"phase": "committed"}}
+    leader.drains = {
+        "a": DrainRecord(phase=DrainPhase.PENDING, request_id="1"),
+        "b": DrainRecord(phase=DrainPhase.COMMITTED),
+    }
     leader.counters.drains_started = 2
     leader.save()
     await trio.sleep(5)
@@ -51,12 +55,12 @@ async def test_a_follower_takes_the_documents_the_leader_changed(
     assert follower.window_since == dict.fromkeys(leader.window_since, EPOCH + 5)
     kept = follower.drains["b"]
 
-    leader.drains["a"] = {"phase": "committed", "request_id": "1"}
+    leader.drains["a"] = DrainRecord(phase=DrainPhase.COMMITTED, request_id="1")
     leader.counters.drains_started = 3
     leader.save()
     await trio.sleep(5)
     follower.follow({"drains"})
-    assert follower.drains["a"]["phase"] == "committed"
+    assert follower.drains["a"].phase == "committed"
     assert follower.drains["b"] is kept  # unchanged: the same record, plans stay cached
     assert follower.counters.drains_started == 2  # not named: not read
     assert follower.window_since == dict.fromkeys(leader.window_since, EPOCH + 5)
@@ -81,14 +85,14 @@ async def test_a_new_leader_asks_the_node_whose_ad_predates_the_drain_record(
     leader.set_schedule(schedule(EPOCH + 3600), actor="alice")
     key = next(iter(leader.window_since))
     leader.drains = {
-        key: {
-            "node": "n1.test",
-            "address": "http://10.0.0.1:9621",
-            "request_id": "1",
-            "phase": "committed",
-            "committed_at": EPOCH + 10,
-            "recorded_at": EPOCH + 10,
-        }
+        key: DrainRecord(
+            node="n1.test",
+            address="http://10.0.0.1:9621",
+            request_id="1",
+            phase=DrainPhase.COMMITTED,
+            committed_at=EPOCH + 10,
+            recorded_at=EPOCH + 10,
+        )
     }
     leader.save()
     await trio.sleep(20)

@@ -781,7 +781,7 @@ async def test_escalation_acts_on_the_node_whatever_the_order_of_events(
         assert last.counters.drains_escalated == 1
     if story.started is not None:
         assert last.counters.drains_started == story.started
-    assert all(r.get("phase") != "pending" for r in last.drains.values())
+    assert all(r.phase != "pending" for r in last.drains.values())
     for store in stores:
         store.close()
 
@@ -949,6 +949,7 @@ RECORD_VS_AD = {
 async def test_a_pass_reads_an_ad_only_when_it_is_not_older_than_the_record(
     record: dict[str, Any], ad: tuple[Any, str, int, float], known: bool
 ) -> None:
+    from nodeagent.master._drains import DrainRecord
     from nodeagent.master._master import ad_knows
 
     request_id, state, made, received = ad
@@ -960,7 +961,7 @@ async def test_a_pass_reads_an_ad_only_when_it_is_not_older_than_the_record(
     }
     store = AdStore(lifetime=60)
     entry = store.update({"machine": machine, "slots": []}, received)
-    assert ad_knows(record, entry) is known
+    assert ad_knows(DrainRecord.from_json(record), entry) is known
 
 
 # ------------------------------------------------------------------ a failed write
@@ -1242,7 +1243,7 @@ async def test_a_master_killed_after_committing_a_down_drain_adopts_it_when_back
             await trio.sleep(2)
             crashed.cancel()
         first.store.close()
-        assert first.drains["n1.test|10.0.0.1"]["phase"] == "pending"  # as it was saved
+        assert first.drains["n1.test|10.0.0.1"].phase == "pending"  # as it was saved
         second = from_store()
         node.attach(second)
         nursery.start_soon(second.run)
@@ -1251,7 +1252,7 @@ async def test_a_master_killed_after_committing_a_down_drain_adopts_it_when_back
     said = [c for _, c in node.calls if c != "ad"]
     assert said == ["cancel current", "start fast", "commit 1, reply lost"]
     record = second.drains["n1.test|10.0.0.1"]
-    assert (record["request_id"], record["phase"], record["down"]) == ("1", "committed", True)
+    assert (record.request_id, record.phase, record.down) == ("1", "committed", True)
     request = node.machine.request
     assert request is not None
     assert (request.id, request.schedule) == ("1", Schedule.FAST)
@@ -1295,8 +1296,8 @@ async def test_a_pass_whose_record_cannot_be_written_keeps_running_and_commits_n
     assert len(starts) >= 2
     assert [c for c in said if c.startswith("commit")] == [f"commit {len(starts)}"]
     record = master.drains["n1.test|10.0.0.1"]
-    assert record["phase"] == "committed"
-    assert on_disk(store.path)["drains"] == master.drains
+    assert record.phase == "committed"
+    assert on_disk(store.path)["drains"] == {k: r.to_json() for k, r in master.drains.items()}
     store.close()
 
 

@@ -13,6 +13,7 @@ from nodeagent._store import DocumentStore
 from nodeagent.master import _adstore as adstore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import plan_body
+from nodeagent.master._drains import DrainPhase, DrainRecord
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
@@ -102,8 +103,8 @@ def test_the_encoded_reply_is_the_plan(tmp_path: Path, policy: str) -> None:
     ids[3] = MachineId(hostname="n3.test", ip=None)  # two nodes match
     ids.append(MachineId(hostname="gone.test", ip="10.9.9.9"))  # no node
     master.set_schedule(_schedule(now, ids), actor="ops")
-    master.drains["n1.test|10.0.0.1"] = {"request_id": "3", "phase": "committed"}
-    master.drains["n2.test|10.0.0.2"] = {"request_id": "4", "escalated": True}
+    master.drains["n1.test|10.0.0.1"] = DrainRecord(request_id="3", phase=DrainPhase.COMMITTED)
+    master.drains["n2.test|10.0.0.2"] = DrainRecord(request_id="4", escalated=True)
     master._starting.add("n4.test|10.0.0.4")
     try:
         for step in range(8):

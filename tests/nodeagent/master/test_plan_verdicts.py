@@ -20,6 +20,7 @@ from nodeagent._serving._http import trusted
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app
+from nodeagent.master._drains import DrainRecord
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
@@ -207,12 +208,14 @@ async def test_a_row_tells_both_verdicts_and_the_cost(
     master.receive_ad(ad)
     master.set_schedule(windows([case.node]), actor="ops")
     if case.record:
-        master.drains["n.test|"] = {
-            "node": "n.test",
-            "request_id": ad["machine"]["DrainingRequestId"],
-            "escalated": False,
-            "phase": "committed",
-        }
+        master.drains["n.test|"] = DrainRecord.from_json(
+            {
+                "node": "n.test",
+                "request_id": ad["machine"]["DrainingRequestId"],
+                "escalated": False,
+                "phase": "committed",
+            }
+        )
     row = master.plan()["machines"][0]
     window = EPOCH + case.node.window
     promises, planned = row["promises"], row["as_planned"]
