@@ -7,7 +7,9 @@ passes ``now``, carries out the :data:`Step` :func:`decide` returns (agent calls
 records as :func:`settle` and :func:`release` say. A record never changes in place: each
 change makes a new :class:`DrainRecord` through :meth:`DrainRecord.moved`, which checks
 the move against :data:`DRAIN_MOVES` first (:func:`check_drain_move`): a refused move
-raises :class:`IllegalDrainMove` and changes nothing.
+raises :class:`IllegalDrainMove` and changes nothing. A record about to be made (phase
+``absent``, e.g. :meth:`Start.record`) is kept by the master only once its ``start`` or
+``assign`` move has made it.
 
 **The rule: its own record first.** A drain the master starts is recorded (saved) after
 phase 1 returns its request id and before the commit, in phase ``pending``; the commit's
@@ -260,10 +262,6 @@ class DrainRecord:
                 stored[name] = value
         object.__setattr__(self, "_stored", stored)
         return stored
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """The stored form's ``name`` (the mapping view of a record as a store holds it)."""
-        return self.to_json().get(name, default)
 
     def moved(
         self, event: DrainEvent, phase: DrainPhase, *, key: str, **changes: Any

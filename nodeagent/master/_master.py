@@ -133,7 +133,7 @@ class MasterCounters:
     drain_failures: int = 0
 
 
-#: What a reconcile pass reads from a node's ad, besides the time (see Master._decide).
+#: What a reconcile pass reads from a node's ad, besides the time (see ``decide``).
 _RECONCILE_ATTRIBUTES = (
     "Machine",
     "MachineIp",

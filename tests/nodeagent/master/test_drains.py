@@ -513,7 +513,7 @@ def test_a_stored_record_is_read_and_written_back_as_it_was(stored: dict[str, An
     record = DrainRecord.from_json(json.loads(json.dumps(stored)))
     assert json.dumps(record.to_json()) == json.dumps(stored)  # key for key, in order
     for name, value in stored.items():
-        assert record.get(name) == value
+        assert getattr(record, name) == value
 
 
 @pytest.mark.parametrize("stored", STORED.values(), ids=list(STORED))
