@@ -10,15 +10,15 @@ import json
 import pytest
 
 from nodeagent._clock import TrioClock
-from nodeagent._etcd import AsyncEtcd
-from nodeagent._etcd_store import EtcdStore
+from nodeagent._ha._etcd import AsyncEtcd
+from nodeagent._ha._store import EtcdStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._master import Master
 from tests.etcd import EtcdServer, etcd_server
 from tests.integration.test_etcd_store import PREFIX, etcd, keys, lead_key, settings
 from tests.nodeagent.master.test_drains import STORED as RECORDS_V1
 from tests.nodeagent.master.test_drains_upgrade import FIXTURE, KEY, STORED
-from tests.nodeagent.test_master_unit import EPOCH, DownLink
+from tests.nodeagent.master.test_master_unit import EPOCH, DownLink
 
 __all__ = ["etcd", "etcd_server"]
 

@@ -296,20 +296,7 @@ def _calls_by_string(
 
 @pytest.mark.parametrize(
     "program",
-    [
-        "agent",
-        "defrag",
-        # The master's drains (_master.py) still call the agent's /v1/drain paths by
-        # string, not through nodeagent._agent_calls: this mark records it, and strict=True
-        # fails the run once they no longer do. Then drop the mark.
-        pytest.param(
-            "master",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the master's drains call the agent's /v1/drain paths by string",
-            ),
-        ),
-    ],
+    ["agent", "defrag", "master"],
 )
 def test_no_program_calls_another_daemon_by_path(program: str) -> None:
     """Through nodeagent._agent_calls and nodeagent._master_calls only."""
