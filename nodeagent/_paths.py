@@ -8,7 +8,10 @@ from __future__ import annotations
 import pwd
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the command line's plain commands import this module
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "DEFAULT_AGENT_CONFIG_PATH",

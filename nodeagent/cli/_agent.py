@@ -15,9 +15,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 
 from nodeagent.cli._common import (
     agent_target,
@@ -36,8 +34,13 @@ from nodeagent.cli._errors import (
     UsageError,
 )
 from nodeagent.cli._http import Reply, Target, path_segment, request
+from nodeagent.cli._record import record
 
+TYPE_CHECKING = False  # not typing's: the plain commands import neither typing nor rich
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from rich.console import Console, RenderableType
 
 __all__ = [
@@ -126,7 +129,7 @@ def ad(
 # --- drain and cancel ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class _DrainPlan:
     """A drain command line: the ``POST /v1/drain`` body, and what to do with its reply."""
 

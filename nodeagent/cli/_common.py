@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from nodeagent._durations import parse_duration
 from nodeagent.cli._errors import AgentError, CliError, Interrupted, UsageError
 
+TYPE_CHECKING = False  # not typing's: the plain commands import neither typing nor rich
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
+
     from rich.console import Console, RenderableType
 
     from nodeagent.cli._http import Reply, Target

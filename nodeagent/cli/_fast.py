@@ -22,7 +22,8 @@ means what typer would parse without a doubt:
   argument, no extra argument. ``--`` ends the options, and for ``claim`` (which takes a
   command line) so does its first argument, as in typer.
 
-Standard library only: this is the first module every command imports.
+Standard library only, without ``typing`` or ``dataclasses``: this is the first module every
+command imports.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from nodeagent.cli._commands import COMMANDS, default, dest
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing's: a plain command imports neither typing nor dataclasses
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any

@@ -1,7 +1,8 @@
-"""How the command line finds and reaches a daemon, with the standard library's HTTP client.
+"""How the command line finds and reaches a daemon, over its own small HTTP/1.1 client.
 
-Only the commands that make a request import this module (it brings ``http.client``, and
-with it ``email`` and ``ssl``, ≈ 20 ms); nothing here imports pydantic, httpx or trio.
+Only the commands that make a request import this module; nothing here imports
+``http.client`` (nor ``email``), ``typing``, ``dataclasses``, pydantic, httpx or trio, and
+``ssl`` only for an ``https://`` URL: the transport is :mod:`nodeagent.cli._transport`.
 
 * :func:`resolve_target` turns the common options (``--host``, ``--token``, ``--socket``)
   and their environment variables into a :class:`Target`; without ``--host`` the target
@@ -26,14 +27,10 @@ Errors are those of :mod:`nodeagent.cli._errors`: a connection that fails is
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 from nodeagent._paths import default_master_socket, default_socket
@@ -46,6 +43,19 @@ from nodeagent.cli._errors import (
     Unreachable,
     UsageError,
 )
+from nodeagent.cli._record import record
+from nodeagent.cli._transport import (
+    MAX_REPLY_BYTES,
+    BrokenReply,
+    Endpoint,
+    ReplyTooLarge,
+    exchange,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 __all__ = [
     "DEFAULT_MASTER_PORT",
@@ -69,8 +79,9 @@ DEFAULT_MASTER_PORT = 9622
 """The master's default TCP port (``listen = ["127.0.0.1:9622"]``)."""
 
 DEFAULT_TIMEOUT_S = 75.0
-"""Per-request socket timeout. Longer than the daemon's default transaction lifetime
-(30 s), because a state-changing request waits while a drain transaction is pending."""
+"""How long one exchange (connect, send, read the whole reply) may take. Longer than the
+daemon's default transaction lifetime (30 s), because a state-changing request waits while
+a drain transaction is pending."""
 
 MAX_REDIRECTS = 3
 """How many redirects (307, 308) in a row :func:`call` follows; one more is an error."""
@@ -81,7 +92,7 @@ _REDIRECTS = (307, 308)
 # --- targets ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Target:
     """One agent (or the master, ``peer="master"``): its Unix socket (``unix``) or its
     TCP address, and the bearer token. ``peer`` names it in error codes and messages."""
@@ -218,7 +229,7 @@ def resolve_master_target(
 # --- the transport ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Reply:
     """One answer: HTTP ``status``, the body as ``text``, and ``data`` when it is JSON."""
 
@@ -228,35 +239,10 @@ class Reply:
     content_type: str = ""
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP/1.1 over a Unix stream socket."""
-
-    def __init__(self, path: Path, *, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(os.fspath(self._path))
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
+def _endpoint(target: Target) -> Endpoint:
     if target.unix is not None:
-        return _UnixConnection(target.unix, timeout=timeout)
-    if target.scheme == "https":
-        import ssl  # noqa: PLC0415  (its context loads the CA store: only for https)
-
-        context = ssl.create_default_context()
-        return http.client.HTTPSConnection(
-            target.host, target.port, timeout=timeout, context=context
-        )
-    return http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+        return Endpoint(unix=os.fspath(target.unix))
+    return Endpoint(host=target.host, port=target.port, tls=target.scheme == "https")
 
 
 def _unreachable(target: Target, exc: BaseException) -> Unreachable:
@@ -272,8 +258,8 @@ def _unreachable(target: Target, exc: BaseException) -> Unreachable:
         reason = f"permission denied (the socket is for the {peer}'s group)"
     elif isinstance(exc, socket.gaierror):
         reason = f"cannot resolve {target.host}: {exc.strerror}"
-    elif isinstance(exc, http.client.HTTPException):
-        reason = f"the connection broke ({type(exc).__name__})"
+    elif isinstance(exc, BrokenReply):
+        reason = f"the connection broke ({exc})"
     elif isinstance(exc, OSError):
         reason = exc.strerror or type(exc).__name__
         if type(exc).__module__ == "ssl" or type(exc).__name__.startswith("SSL"):
@@ -291,14 +277,18 @@ def call(
     *,
     content: bytes | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    limit: int = MAX_REPLY_BYTES,
 ) -> Reply:
     """Send one request and return the daemon's reply, whatever its status.
 
     ``path`` is the API path (``/v1/drain``); ``body`` is sent as JSON, ``content`` (bytes
     already in JSON, sent as they are) instead of it. A body that announces JSON but does
-    not parse raises :class:`~nodeagent.cli._errors.AgentFailed`; every connection failure
-    (socket missing, refused, reset, timed out, TLS) raises
-    :class:`~nodeagent.cli._errors.Unreachable`.
+    not parse raises :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.bad_reply``, and
+    so does a body longer than ``limit`` bytes (not read further); every connection
+    failure (socket missing, refused, reset, a reply cut short or not HTTP, TLS) raises
+    :class:`~nodeagent.cli._errors.Unreachable`, and so does an exchange that has not
+    ended ``timeout`` seconds after it began (``<peer>.timeout``; each redirect followed
+    has ``timeout`` of its own).
 
     A ``307`` or ``308`` whose ``Location`` is an absolute ``http(s)://`` URL (a master
     that does not lead, naming the leader) is followed: the same method, body and headers,
@@ -327,7 +317,13 @@ def call(
     hops: list[str] = []
     while True:
         reply, location = _exchange(
-            where, method, where_path, payload=payload, headers=headers, timeout=timeout
+            where,
+            method,
+            where_path,
+            payload=payload,
+            headers=headers,
+            timeout=timeout,
+            limit=limit,
         )
         if reply.status not in _REDIRECTS or location is None:
             return reply
@@ -410,20 +406,32 @@ def _exchange(
     payload: bytes | None,
     headers: Mapping[str, str],
     timeout: float,
+    limit: int,
 ) -> tuple[Reply, str | None]:
     """One request to ``target``: the reply, and its ``Location`` header (or ``None``)."""
-    conn = _connection(target, timeout)
     try:
-        conn.request(method, path, body=payload, headers=dict(headers))
-        response = conn.getresponse()
-        raw = response.read()
-    except (OSError, http.client.HTTPException) as exc:
+        response = exchange(
+            _endpoint(target),
+            method,
+            path,
+            headers=headers.items(),
+            body=payload,
+            timeout=timeout,
+            limit=limit,
+        )
+    except ReplyTooLarge as exc:
+        peer = target.peer
+        raise AgentFailed(
+            f"{peer}.bad_reply",
+            f"the {peer} at {target.describe()} sent {exc}",
+            reply=Reply(status=exc.status, text=""),
+        ) from None
+    except (OSError, BrokenReply) as exc:
         raise _unreachable(target, exc) from None
-    finally:
-        conn.close()
+    raw = response.body
     text = raw.decode("utf-8", errors="replace")
-    content_type = response.getheader("Content-Type", "") or ""
-    location = response.getheader("Location")
+    content_type = response.headers.get("content-type", "")
+    location = response.headers.get("location")
     reply = Reply(status=response.status, text=text, content_type=content_type)
     if content_type.startswith("application/json"):
         try:
@@ -473,9 +481,10 @@ def request(
     *,
     content: bytes | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    limit: int = MAX_REPLY_BYTES,
 ) -> Reply:
     """:func:`call`, then :func:`check`; for successful JSON endpoints, ``data`` is set."""
-    reply = call(target, method, path, body, content=content, timeout=timeout)
+    reply = call(target, method, path, body, content=content, timeout=timeout, limit=limit)
     check(reply, peer=target.peer)
     if reply.data is None and reply.content_type.startswith("application/json"):
         peer = target.peer

@@ -12,8 +12,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+
+TYPE_CHECKING = False  # not typing's: a plain command never imports typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import NoReturn
 
 __all__ = ["main"]
 

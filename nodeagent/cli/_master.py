@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from nodeagent.cli._common import console, duration, emit_text, master_target, watch_loop
@@ -31,7 +30,10 @@ from nodeagent.cli._errors import Refused, UsageError
 from nodeagent.cli._http import Reply, Target, call, check, request
 from nodeagent.cli._render import format_machine
 
+TYPE_CHECKING = False  # not typing's: the plain commands import neither typing nor rich
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Console, RenderableType
 
 __all__ = [

@@ -25,12 +25,15 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, TextIO
 
+from nodeagent.cli._record import record
+
+TYPE_CHECKING = False  # not typing's: a plain command imports neither typing nor rich
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from rich.console import Console, Group
     from rich.table import Table
     from rich.text import Text
@@ -837,7 +840,7 @@ def _number(value: object) -> float | None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class _Axis:
     """Columns ``0 … width-1`` stand for ``now … now + span`` (seconds)."""
 

@@ -13,7 +13,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from nodeagent.cli._http import (
     request,
     resolve_master_target,
 )
+from nodeagent.cli._record import replace
 
 
 @dataclass(frozen=True)
