@@ -125,18 +125,20 @@ class _Reader:
             self.closed = True
         self._buffer += data
 
-    def line(self, limit: int, what: str) -> bytes:
-        """One line (without its CRLF), at most ``limit`` bytes."""
+    def line(self, limit: int, what: str, too_long: str = "") -> bytes:
+        """One line (without its CRLF), at most ``limit`` bytes (else ``too_long``, or
+        ``what`` and the limit, is the error)."""
+        too_long = too_long or f"{what} longer than {limit} bytes"
         while True:
             end = self._buffer.find(b"\n")
             if end >= 0:
                 line = bytes(self._buffer[:end])
                 del self._buffer[: end + 1]
                 if len(line) > limit:
-                    raise BrokenReply(f"{what} longer than {limit} bytes")
+                    raise BrokenReply(too_long)
                 return line.removesuffix(b"\r")
             if len(self._buffer) > limit:
-                raise BrokenReply(f"{what} longer than {limit} bytes")
+                raise BrokenReply(too_long)
             if self.closed:
                 raise BrokenReply(f"the connection closed in the {what}")
             self._fill()
@@ -213,7 +215,8 @@ def _request_bytes(
 def _head(reader: _Reader) -> tuple[int, str, dict[str, str]]:
     """The status line and headers of one reply."""
     budget = MAX_HEAD_BYTES
-    status_line = reader.line(budget, "status line")
+    too_long = f"status line and headers longer than {MAX_HEAD_BYTES} bytes"
+    status_line = reader.line(budget, "status line", too_long)
     budget -= len(status_line)
     version, _, rest = status_line.partition(b" ")
     code, _, reason = rest.partition(b" ")
@@ -223,10 +226,10 @@ def _head(reader: _Reader) -> tuple[int, str, dict[str, str]]:
     headers: dict[str, str] = {}
     count = 0
     while True:
-        line = reader.line(max(budget, 0), "headers")
+        line = reader.line(max(budget, 0), "headers", too_long)
         budget -= len(line) + 2
         if budget < 0:
-            raise BrokenReply(f"headers longer than {MAX_HEAD_BYTES} bytes")
+            raise BrokenReply(too_long)
         if not line:
             break
         count += 1
