@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from rich.console import Console, RenderableType
+    from rich.console import RenderableType
+
+    from nodeagent.cli._draw import Screen
 
 __all__ = [
     "ad",
@@ -64,7 +66,7 @@ _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # --- status and ad ------------------------------------------------------------------------
 
 
-def _status_view(data: Any, out: Console) -> RenderableType:
+def _status_view(data: Any, out: Screen) -> RenderableType:
     from nodeagent.cli._render import status_view  # noqa: PLC0415
 
     return status_view(data)
@@ -243,7 +245,7 @@ def _wait_drained(target: Target, committed: Mapping[str, Any], *, json_output: 
     if not json_output:
         from nodeagent.cli._render import DrainProgress  # noqa: PLC0415
 
-        progress = DrainProgress(console(err=True), committed)
+        progress = DrainProgress(console(err=True).console, committed)
     body: Mapping[str, Any] = committed
     final: Reply | None = None
     gone = False

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from rich.console import Console, RenderableType
+    from rich.console import RenderableType
 
+    from nodeagent.cli._draw import Screen
     from nodeagent.cli._http import Reply, Target
 
 __all__ = [
@@ -111,17 +112,19 @@ def master_target(host: str | None, token: str | None, socket_path: str | None) 
     )
 
 
-def console(*, err: bool = False) -> Console:
-    """A human view's console on stdout (``err``: stderr), as
-    :func:`~nodeagent.cli._render.make_console` makes it; imports rich."""
-    from nodeagent.cli._render import make_console  # noqa: PLC0415
+def console(*, err: bool = False) -> Screen:
+    """Where a human view is printed, on stdout (``err``: stderr): a
+    :class:`~nodeagent.cli._draw.Screen`, which draws the view without rich off a terminal
+    and otherwise prints it on the console :func:`~nodeagent.cli._render.make_console`
+    makes (its ``console``, which a live view or a progress bar takes; importing rich)."""
+    from nodeagent.cli._draw import Screen  # noqa: PLC0415
 
-    return make_console(sys.stderr if err else sys.stdout)
+    return Screen(sys.stderr if err else sys.stdout)
 
 
 def watch_loop(
     fetch: Callable[[], Reply],
-    view: Callable[[Any, Console], RenderableType],
+    view: Callable[[Any, Screen], RenderableType],
     *,
     json_output: bool,
     interval: float,
@@ -159,7 +162,7 @@ def watch_loop(
         from rich.live import Live  # noqa: PLC0415
         from rich.text import Text  # noqa: PLC0415
 
-        with Live(view(first.data, out), console=out, auto_refresh=False) as live:
+        with Live(view(first.data, out), console=out.console, auto_refresh=False) as live:
             while True:
                 sleep(interval)
                 try:

@@ -173,7 +173,7 @@ def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
             time.sleep(_POLL_S)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # noqa: PLC0415
 
-    out = console()
+    out = console().console
     doc = request(target, "GET", path).data or {}
     total = len(doc.get("batches") or [])
     with Progress(

@@ -34,7 +34,9 @@ TYPE_CHECKING = False  # not typing's: the plain commands import neither typing 
 if TYPE_CHECKING:
     from typing import Any
 
-    from rich.console import Console, RenderableType
+    from rich.console import RenderableType
+
+    from nodeagent.cli._draw import Screen
 
 __all__ = [
     "ads",
@@ -344,7 +346,7 @@ def _plan_path(*, all_rows: bool, limit: int) -> str:
     return f"/v1/maintenance/plan?late=true&blockers=false&limit={limit}"
 
 
-def _plan_view(data: Any, out: Console, *, all_rows: bool) -> RenderableType:
+def _plan_view(data: Any, out: Screen, *, all_rows: bool) -> RenderableType:
     """One plan reply as ``out`` draws it: the timeline, or the summary."""
     from nodeagent.cli._render import plan_summary_view, plan_view, plan_width  # noqa: PLC0415
 

@@ -1,10 +1,13 @@
 """Every human view of the command line: the agent's, the master's and the defrag daemon's.
 
-Everything here reads the API's JSON (``dict``) and writes to a
-:class:`rich.console.Console` (or returns text); nothing talks to a daemon. rich is
-imported by the functions that draw with it, not by this module, so a command imports
-rich (≈ 35 ms) only when it prints for humans (``--json`` never does), and a plain-text
-view (:func:`render_stats`) costs nothing.
+Everything here reads the API's JSON (``dict``) and builds a view of
+:mod:`nodeagent.cli._draw`'s :class:`~nodeagent.cli._draw.Text`,
+:class:`~nodeagent.cli._draw.Table` and :class:`~nodeagent.cli._draw.Group` (or returns
+text), printed on a :class:`~nodeagent.cli._draw.Screen` or a
+:class:`rich.console.Console`; nothing talks to a daemon. Nothing here imports rich: a
+screen draws a view without it off a terminal, so a command imports rich (≈ 15 ms, with
+``typing``, ``dataclasses`` and ``inspect``) only to print in colour on a terminal, to
+wrap what is too wide, or for a live view (``--watch``, ``drain --wait``).
 
 * the agent's: :func:`render_status` (:func:`status_view`), :func:`render_ad_table`,
   :func:`render_drain` and :class:`DrainProgress` for ``drain``, :func:`render_claim`;
@@ -28,15 +31,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from itertools import groupby
 
+from nodeagent.cli._draw import Group, Screen, Table, Text
 from nodeagent.cli._record import record
 
 TYPE_CHECKING = False  # not typing's: a plain command imports neither typing nor rich
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-    from rich.console import Console, Group
-    from rich.table import Table
-    from rich.text import Text
+    from rich.console import Console
 
 __all__ = [
     "DrainProgress",
@@ -158,8 +160,6 @@ def _num(value: object) -> float:
 
 
 def _blockers_table(blockers: Sequence[Mapping[str, Any]], now: float, tz: tzinfo | None) -> Table:
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     table = Table(
         title="Blockers (latest first: the first sets the completion)", title_justify="left"
@@ -188,11 +188,10 @@ def _blockers_table(blockers: Sequence[Mapping[str, Any]], now: float, tz: tzinf
 
 
 def render_drain(
-    console: Console, body: Mapping[str, Any], *, heading: str, tz: tzinfo | None = None
+    console: Console | Screen, body: Mapping[str, Any], *, heading: str, tz: tzinfo | None = None
 ) -> None:
     """A drain request with its estimate: the completion as local time and as "in 42m",
     the badput in core-hours, and the blockers table. ``body`` is a drain reply."""
-    from rich.text import Text  # noqa: PLC0415
 
     state = str(body.get("state", "none"))
     head = Text(f"{heading}: ", style="bold")
@@ -290,11 +289,10 @@ class DrainProgress:
             self._status.stop()
 
 
-def render_drain_end(console: Console, body: Mapping[str, Any], request_id: str) -> None:
+def render_drain_end(console: Console | Screen, body: Mapping[str, Any], request_id: str) -> None:
     """How a waited-for drain ended, from the final ``GET /v1/drain`` reply: drained, its
     completion action or hook done (or failed), and whether the node waits for its health
     check."""
-    from rich.text import Text  # noqa: PLC0415
 
     if body.get("id") == request_id:
         hook = body.get("hook") or {}
@@ -332,10 +330,9 @@ def render_drain_end(console: Console, body: Mapping[str, Any], request_id: str)
 # --- claims -------------------------------------------------------------------------------
 
 
-def render_claim(console: Console, claim: Mapping[str, Any], *, verb: str) -> None:
+def render_claim(console: Console | Screen, claim: Mapping[str, Any], *, verb: str) -> None:
     """One line for a claim reply: ``claim 3 slot1_3@host Claimed/Busy pid 1234 (2 cpus,
     job 3, owner alice, group www-data/prod/web)`` (the group only when it names one)."""
-    from rich.text import Text  # noqa: PLC0415
 
     job = claim.get("job") or {}
     resources = claim.get("resources") or {}
@@ -360,7 +357,6 @@ def render_claim(console: Console, claim: Mapping[str, Any], *, verb: str) -> No
 
 
 def _machine_line(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]) -> Text:
-    from rich.text import Text  # noqa: PLC0415
 
     now = _num(machine.get("MyCurrentTime"))
     dynamic = [s for s in slots if s.get("SlotType") == "Dynamic"]
@@ -418,7 +414,6 @@ def _output_lines(text: object, dropped: object = None) -> list[str]:
 def _hook_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
     """The drain's completion hook (``DrainHook*``): its state, when, how it ended, the
     end of its output; what to do about a failed one that holds the node."""
-    from rich.text import Text  # noqa: PLC0415
 
     name = machine.get("DrainHookName")
     if not name:
@@ -457,7 +452,6 @@ def _hook_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
 
 def _health_lines(machine: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
     """The health gate (``Health*``), while it holds the node closed (or its last word)."""
-    from rich.text import Text  # noqa: PLC0415
 
     state = machine.get("HealthState")
     if state is None:
@@ -520,8 +514,6 @@ def _estimates_line(machine: Mapping[str, Any], tz: tzinfo | None) -> str:
 def _slot_table(slots: Sequence[Mapping[str, Any]]) -> Table:
     """One row per slot; the name says its type (``slot1@…`` partitionable, ``slot1_N@…``
     dynamic). Names, states and activities are never cut; other columns give way."""
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     for header in ("Slot", "State", "Activity"):
@@ -551,7 +543,6 @@ def _slot_table(slots: Sequence[Mapping[str, Any]]) -> Table:
 
 def status_view(ad: Mapping[str, Any], *, tz: tzinfo | None = None) -> Group:
     """``nodeagent status``: the machine line, the expected drain figures, the slot table."""
-    from rich.console import Group  # noqa: PLC0415
 
     machine = ad.get("machine") or {}
     slots = ad.get("slots") or []
@@ -564,14 +555,15 @@ def status_view(ad: Mapping[str, Any], *, tz: tzinfo | None = None) -> Group:
     )
 
 
-def render_status(console: Console, ad: Mapping[str, Any], *, tz: tzinfo | None = None) -> None:
+def render_status(
+    console: Console | Screen, ad: Mapping[str, Any], *, tz: tzinfo | None = None
+) -> None:
     """Print :func:`status_view`."""
     console.print(status_view(ad, tz=tz))
 
 
-def render_ad_table(console: Console, ad: Mapping[str, Any]) -> None:
+def render_ad_table(console: Console | Screen, ad: Mapping[str, Any]) -> None:
     """``nodeagent ad``: one row per slot, like ``condor_status`` without ``-l``."""
-    from rich.table import Table  # noqa: PLC0415
 
     slots = ad.get("slots") or []
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -605,9 +597,6 @@ def format_machine(machine_id: Mapping[str, Any]) -> str:
 
 def master_status_view(status: Mapping[str, Any]) -> Group:
     """``nodeagent master status``: the machines in maintenance and their modes."""
-    from rich.console import Group  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     rows = [(m.get("id") or {}, "DRAINING") for m in status.get("draining_machines") or []]
     rows += [(m, "DOWN") for m in status.get("down_machines") or []]
@@ -638,9 +627,6 @@ def _nanoseconds(value: object) -> float | None:
 
 def schedule_view(schedule: Mapping[str, Any], now: float, tz: tzinfo | None = None) -> Group:
     """``nodeagent master schedule get``: one row per window (Mesos JSON)."""
-    from rich.console import Group  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     windows = schedule.get("windows") or []
     if not windows:
@@ -683,10 +669,9 @@ def _cell(value: object) -> str:
 
 
 def render_transition(
-    console: Console, mode: str, machine_ids: Sequence[Mapping[str, Any]]
+    console: Console | Screen, mode: str, machine_ids: Sequence[Mapping[str, Any]]
 ) -> None:
     """``nodeagent master down``/``up``: ``DOWN: node7/10.0.0.7, …`` in the mode's colour."""
-    from rich.text import Text  # noqa: PLC0415
 
     line = Text(f"{mode}: ", style=_MODE_STYLES[mode])
     line.append(", ".join(format_machine(m) for m in machine_ids))
@@ -725,9 +710,6 @@ def held_reason(node: Mapping[str, Any], now: float | None = None) -> str:
 
 def held_nodes_view(ads: Sequence[Mapping[str, Any]], *, now: float) -> Group:
     """``nodeagent master status``: the nodes held out of service, and why."""
-    from rich.console import Group  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("NODE HELD OUT OF SERVICE", no_wrap=True)
@@ -743,10 +725,9 @@ def held_nodes_view(ads: Sequence[Mapping[str, Any]], *, now: float) -> Group:
     return Group(Text(""), table, summary)
 
 
-def render_up_report(console: Console, report: Sequence[Mapping[str, Any]]) -> None:
+def render_up_report(console: Console | Screen, report: Sequence[Mapping[str, Any]]) -> None:
     """``nodeagent master up``: the nodes not yet back in service, from the reply of
     ``POST /machine/up`` (each node's ``service``)."""
-    from rich.text import Text  # noqa: PLC0415
 
     for machine in report:
         for node in machine.get("nodes") or []:
@@ -777,8 +758,6 @@ def ads_table(
     ads: Sequence[Mapping[str, Any]], *, projection: Sequence[str], slots: bool, now: float
 ) -> Table:
     """``nodeagent master ads``: one row per node ad (or slot ad, or the projection)."""
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     if projection:
@@ -1108,8 +1087,6 @@ def _verdict_totals_line(totals: Mapping[str, Any]) -> str:
 def _plan_heading(now: float, policy: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
     """A plan view's first lines: the time of the plan, then the master's policy (when the
     reply has one)."""
-    from rich.text import Text  # noqa: PLC0415
-
     lines = [Text(f"Maintenance plan · now {format_local_time(now, now, tz)}", style="bold")]
     if policy:
         lines.append(
@@ -1132,8 +1109,6 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     promises or to be escalated, in window order, one line each: the machine, when its
     window opens, and its two verdicts (:func:`verdict_sentence`). Pure.
     """
-    from rich.console import Group  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     now = _number(plan.get("now")) or 0.0
     policy = plan.get("policy") or {}
@@ -1178,8 +1153,6 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     the totals, and why late machines are late in both verdicts (:func:`verdict_sentence`).
     Pure: ``now`` is the plan's.
     """
-    from rich.console import Group  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
     now = _number(plan.get("now")) or 0.0
     machines = sorted(
@@ -1239,7 +1212,7 @@ def plan_text(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     return out.getvalue()
 
 
-def plan_width(console: Console) -> int:
+def plan_width(console: Console | Screen) -> int:
     """The plan's width on ``console``: the terminal's; 100 columns when writing elsewhere
     (unless ``COLUMNS``)."""
     if console.is_terminal or "COLUMNS" in os.environ:

@@ -4,9 +4,13 @@ Each command runs in a fresh interpreter through the console script's entry poin
 an agent, a master and a defrag daemon on Unix sockets in a temporary directory. A tiny
 wrapper runs :func:`nodeagent.cli._main.main` and, however it ends, writes which of the
 heavy modules (trio, httpx, httpcore, pydantic, pydantic_core, fastapi, hypercorn) the
-process imported: none, for every command but the daemons and the demo. Each command must
-also succeed (or fail as expected), so a command that stops early cannot pass for a light
-one.
+process imported: none, for every command but the daemons and the demo. The commands an
+operator types most (``drain --graceful --yes``, ``cancel``, ``claim``, ``release``,
+``status`` with or without ``--json``, ``master status``, ``master plan``, ``version``)
+import none of what a one-request command does not need either (:data:`NEEDLESS`:
+``http.client``, ``email``, ``ssl``, ``dataclasses``, ``typing``, ``inspect``, rich), over
+the Unix socket or over ``http://``. Each command must also succeed (or fail as expected),
+so a command that stops early cannot pass for a light one.
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ from tests.harness import AgentProcess, DaemonProcess, MasterProcess, job_script
 pytestmark = pytest.mark.integration
 
 HEAVY = ("trio", "httpx", "httpcore", "pydantic", "pydantic_core", "fastapi", "hypercorn")
+NEEDLESS = ("http.client", "email", "ssl", "dataclasses", "typing", "inspect", "rich")
+"""What the plain commands do without: the modules and the packages they name."""
 
-#: Runs the entry point with the given words; writes the heavy modules imported to argv[1].
+#: Runs the entry point with the given words; writes the heavy and needless modules
+#: imported (a package for any of its modules) to argv[1].
 WRAPPER = f"""
 import json, sys
 out, sys.argv = sys.argv[1], ["nodeagent", *sys.argv[2:]]
@@ -37,8 +44,15 @@ try:
     from nodeagent.cli._main import main
     main(end=sys.exit)
 finally:
+    names = {{*sys.modules, *(m.partition(".")[0] for m in sys.modules)}}
     with open(out, "w") as f:
-        json.dump(sorted(set({HEAVY!r}) & set(sys.modules)), f)
+        json.dump(
+            {{
+                "heavy": sorted(set({HEAVY!r}) & names),
+                "needless": sorted(set({NEEDLESS!r}) & names),
+            }},
+            f,
+        )
 """
 
 
@@ -95,8 +109,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         yield Pool(agent=agent, master=master, defrag=defrag, tmp=tmp, env=env)
 
 
-def light(pool: Pool, *args: str, status: int = 0, stdin: str = "") -> str:
-    """Run ``nodeagent ARGS``; check its exit status and that it imported nothing heavy.
+def light(pool: Pool, *args: str, status: int = 0, stdin: str = "", lean: bool = False) -> str:
+    """Run ``nodeagent ARGS``; check its exit status and that it imported nothing heavy
+    (and with ``lean``, nothing :data:`NEEDLESS` either).
 
     Returns its stdout."""
     out = pool.tmp / "imported.json"
@@ -111,8 +126,16 @@ def light(pool: Pool, *args: str, status: int = 0, stdin: str = "") -> str:
         check=False,
     )
     assert result.returncode == status, (args, result.stdout, result.stderr)
-    assert json.loads(out.read_text()) == [], (args, result.stderr)
+    imported = json.loads(out.read_text())
+    assert imported["heavy"] == [], (args, result.stderr)
+    if lean:
+        assert imported["needless"] == [], (args, result.stderr)
     return result.stdout
+
+
+def lean(pool: Pool, *args: str, status: int = 0) -> str:
+    """:func:`light`, importing nothing :data:`NEEDLESS` either."""
+    return light(pool, *args, status=status, lean=True)
 
 
 def claim_id(pool: Pool) -> str:
@@ -151,9 +174,46 @@ def test_read_only_commands(pool: Pool, args: tuple[str, ...]) -> None:
     assert light(pool, *args)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("version",),
+        ("status",),
+        ("status", "--json"),
+        ("master", "status"),
+        ("master", "status", "--json"),
+        ("master", "plan"),
+        ("master", "plan", "--json"),
+        ("cancel",),
+        ("cancel", "--json"),
+    ],
+    ids=" ".join,
+)
+def test_the_commands_typed_most_import_only_what_one_request_needs(
+    pool: Pool, args: tuple[str, ...]
+) -> None:
+    assert lean(pool, *args)
+
+
+def test_over_http_too(pool: Pool) -> None:
+    """The same commands over ``http://`` (TCP, a token): no ``ssl`` either."""
+    agent_token, master_token = pool.tmp / "agent.token", pool.tmp / "master.token"
+    agent_token.write_text(pool.agent.token("ADMINISTRATOR"))
+    master_token.write_text(pool.master.token("ADMINISTRATOR"))
+    agent = ("--host", pool.agent.url, "--token", str(agent_token))
+    master = ("--host", pool.master.url, "--token", str(master_token))
+    assert json.loads(lean(pool, "status", "--json", *agent))["machine"]
+    assert "Start=" in lean(pool, "status", *agent)
+    assert "Drain committed" in lean(pool, "drain", "--graceful", "--yes", *agent)
+    assert "cancelled drain request" in lean(pool, "cancel", *agent)
+    assert lean(pool, "master", "status", *master)
+    assert lean(pool, "master", "plan", *master)
+    lean(pool, "status", "--host", "http://127.0.0.1:1", "--token", str(agent_token), status=3)
+
+
 def test_drain_and_cancel(pool: Pool) -> None:
-    assert "Drain committed" in light(pool, "drain", "--graceful", "--yes")
-    assert "cancelled drain request" in light(pool, "cancel")
+    assert "Drain committed" in lean(pool, "drain", "--graceful", "--yes")
+    assert "cancelled drain request" in lean(pool, "cancel")
     assert "Drain estimate" in light(pool, "drain", "--dry-run")
     light(pool, "drain", stdin="n\n", status=6)
     assert json.loads(light(pool, "cancel", "--json"))["state"] == "none"
@@ -161,15 +221,15 @@ def test_drain_and_cancel(pool: Pool) -> None:
 
 def test_claim_suspend_continue_release(pool: Pool) -> None:
     sleep = shutil.which("sleep") or "/bin/sleep"
-    created = json.loads(light(pool, "claim", "--json", "--", sleep, "600"))
+    created = json.loads(lean(pool, "claim", "--json", "--", sleep, "600"))
     pool.agent.job_pids.add(created["job"]["pid"])
-    assert "created claim" in light(pool, "claim", "--", sleep, "600")
+    assert "created claim" in lean(pool, "claim", "--", sleep, "600")
     given = claim_id(pool)
     assert "suspended claim" in light(pool, "suspend", given)
     assert "continued claim" in light(pool, "continue", given)
-    assert "releasing claim" in light(pool, "release", given)
-    light(pool, "release", created["id"])
-    light(pool, "release", "no-such-claim", status=1)
+    assert "releasing claim" in lean(pool, "release", given)
+    lean(pool, "release", created["id"])
+    lean(pool, "release", "no-such-claim", status=1)
 
 
 def test_token_create(pool: Pool) -> None:

@@ -307,7 +307,7 @@ def test_a_hostname_scheduled_twice_is_shown_with_its_ip() -> None:
 
 
 def _row_text(p: dict[str, Any], label: str) -> Text:
-    group = plan_view(p, width=100, tz=UTC)
+    group = plan_view(p, width=100, tz=UTC).__rich__()  # as rich draws it
     rows = [r for r in group.renderables if isinstance(r, Text) and r.plain.startswith(label)]
     assert len(rows) == 1
     return rows[0]
