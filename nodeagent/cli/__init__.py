@@ -13,14 +13,21 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 * :mod:`._defrag`: ``defrag status``.
 * :mod:`._demo`: ``nodeagent demo``: a master and three agents through a window.
 * :mod:`._demo_rolling`: ``nodeagent demo --rolling``: a rack-by-rack reboot under an SLA.
+* :mod:`._draw`: the views' text, tables and groups, drawn without rich off a terminal.
 * :mod:`._errors`: the error tree of a client command and its exit statuses.
 * :mod:`._fast`: parses and runs the plain command lines, without typer.
-* :mod:`._http`: finds and reaches a daemon, with the standard library's HTTP client.
+* :mod:`._http`: finds and reaches a daemon: targets, requests, redirects, error replies.
 * :mod:`._locate`: what a command reads from a daemon's configuration.
 * :mod:`._main`: the console script's entry point.
 * :mod:`._maintain`: ``master maintain …``: rolling maintenance operations.
 * :mod:`._master`: the master's client commands, and machine ids on the command line.
-* :mod:`._render`: every human view.
+* :mod:`._record`: frozen keyword-only records, without ``dataclasses``.
+* :mod:`._render`: every human view, built of :mod:`._draw`'s pieces.
 * :mod:`._sla`: ``master sla probe`` as a table.
 * :mod:`._token`: ``token create``: signs a bearer token with the pool key.
+* :mod:`._transport`: one HTTP/1.1 exchange on a plain socket, without ``http.client``.
+
+The plain commands import neither ``typing``, ``dataclasses`` nor ``http.client``, nor rich
+off a terminal (``tests/integration/test_cli_startup.py``): keep it so in every module they
+import.
 """
