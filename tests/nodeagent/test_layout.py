@@ -384,7 +384,7 @@ def test_a_path_names_a_route_segment_by_segment(path: str, template: str, names
 
 
 #: Packages whose docstring lists every module, one ``* :mod:`._name`: …`` line each.
-LISTED = ("master", "agent", "defrag", "_ha", "_expressions", "_serving", "client")
+LISTED = ("master", "agent", "defrag", "cli", "_ha", "_expressions", "_serving", "client")
 _ITEM = re.compile(r"^\* :mod:`\.(_\w+)`", re.MULTILINE)
 
 
