@@ -305,8 +305,8 @@ def _master_agent_timeout_reloads(tmp_path: Path) -> None:
     reloaded one (0.5 s); then within the one reloaded again (5 s)."""
     agent = StandIn(
         replies={
-            "POST /v1/drain": {"id": 7, "estimate": {"completion": None}},
-            "POST /v1/drain/7/commit": {"id": 7},
+            "POST /v1/drain": {"id": "7", "estimate": {"completion": None}},
+            "POST /v1/drain/7/commit": {"id": "7"},
         },
         delay=1.5,
     )
