@@ -275,46 +275,18 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _encoded_body(plan: dict[str, Any]) -> bytes:
-    """The plan whose rows are JSON texts (``Master.plan(encoded=True)``) as one JSON
-    document, in the order the keys were given, copying each row's text once."""
-    rows: list[bytes] = plan["machines"]
-    head = {name: value for name, value in plan.items() if name != "machines"}
-    keys = list(plan)
-    at = keys.index("machines")
-    before = orjson.dumps({name: head[name] for name in keys[:at]})
-    after = orjson.dumps({name: head[name] for name in keys[at + 1 :]})
-    parts: list[bytes] = [before[:-1] + (b',"machines":[' if at else b'"machines":[')]
-    for row in rows:
-        parts.append(row)
-        parts.append(b",")
-    if rows:
-        parts.pop()
-    parts.append(b"]," + after[1:] if len(after) > 2 else b"]}")
-    return b"".join(parts)
-
-
 def plan_body(
     master: Master, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
 ) -> bytes:
-    """``GET /v1/maintenance/plan``'s body: the plan, encoded by orjson.
-
-    orjson writes what :class:`~fastapi.responses.JSONResponse` would, several times
-    faster (the plan of 10,000 machines is ≈ 34 MB), and the rows come as text written from
-    templates (:mod:`nodeagent.master._row_json`); it refuses integers
-    beyond 64 bits, which an agent's ad could carry, and such a plan is made again as plain
-    data and encoded by :mod:`json`.
-    """
+    """``GET /v1/maintenance/plan``'s body: the master's plan view writes it now
+    (:meth:`~nodeagent.master._plan_view.PlanView.body`), with the collector held off."""
+    now = master.clock.now()
     with _collector_paused():
-        try:
-            plan = master.plan(with_blockers=with_blockers, late=late, limit=limit, encoded=True)
-            body = _encoded_body(plan)
-        except orjson.JSONEncodeError:  # rows are encoded as the plan is made
-            plan = master.plan(with_blockers=with_blockers, late=late, limit=limit)
-            body = _json_bytes(plan)
-        # Freed before the collector resumes, or its first pass would walk the rows.
-        del plan
-    return body
+        # The plan's rows are freed when body returns, before the collector resumes (or
+        # its first pass would walk them).
+        return master.plan_view.body(
+            master.plan_inputs(now), now, with_blockers=with_blockers, late=late, limit=limit
+        )
 
 
 class Principals:

@@ -55,13 +55,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import itertools
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import trio
 
 from nodeagent._agent_calls import AgentCalls, Committed, DrainBody, Phase1
@@ -75,7 +73,6 @@ from nodeagent.master._drains import (
     COMMITTED,
     PENDING,
     REASON,
-    STARTING,
     Down,
     DrainRecord,
     Escalate,
@@ -98,21 +95,10 @@ from nodeagent.master._maintenance import (
     MaintenanceState,
     Mode,
 )
-from nodeagent.master._plan import (
-    MachinePlan,
-    PlanPolicy,
-    PlanTotals,
-    RowState,
-    ScheduledMachine,
-    machine_key,
-    machine_plan,
-    planned_escalation,
-    row_dict,
-    row_figures,
-    row_state,
-)
+from nodeagent.master._plan import MachinePlan, PlanPolicy, machine_key, planned_escalation
+from nodeagent.master._plan_view import PlanInputs, PlanView
 from nodeagent.master._row_json import RowJson
-from slots import Escalation, InvalidRequest
+from slots import InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
@@ -181,7 +167,6 @@ class Master:
     #: Set (and replaced) each time a drain record is let go (:meth:`_release`).
     _released: trio.Event = field(default_factory=trio.Event)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
-    _scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]] = ((), ())
     #: Node ads fetched at once at most (see :meth:`refresh_figures`).
     fetch_concurrency: int = 32
     #: How long a refresh of stale figures may take (a plan waits that long at most).
@@ -191,10 +176,8 @@ class Master:
     #: Machines whose node's ad may predate ``window_since``: the change time, the id.
     _to_fetch: dict[str, tuple[float, MachineId]] = field(default_factory=dict)
     _fetches: dict[str, trio.Event] = field(default_factory=dict)
-    #: Each scheduled machine's plan row as JSON text, by key.
-    _row_texts: dict[str, RowJson] = field(default_factory=dict)
-    #: Each scheduled machine's plan and row state, and what they were made of, by key.
-    _plan_cache: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: The plan's caches and replies (:mod:`nodeagent.master._plan_view`).
+    plan_view: PlanView = field(default_factory=PlanView)
     _refreshing: bool = False
     #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
@@ -593,173 +576,40 @@ class Master:
 
     # ------------------------------------------------------------------ the plan
 
-    def scheduled(self) -> tuple[ScheduledMachine, ...]:
-        """The machines with a window, in schedule order (remade when the schedule changes)."""
-        statuses = self.state.machines()
-        if statuses != self._scheduled[0]:
-            machines = (ScheduledMachine.of(status) for status in statuses)
-            self._scheduled = (statuses, tuple(m for m in machines if m is not None))
-            keys = {machine.key for machine in self._scheduled[1]}
-            self._row_texts = {k: v for k, v in self._row_texts.items() if k in keys}
-            self._plan_cache = {k: v for k, v in self._plan_cache.items() if k in keys}
-        return self._scheduled[1]
+    def plan_inputs(self, now: float) -> PlanInputs:
+        """What a plan at ``now`` is made of, read from the master and its ad store."""
+        return PlanInputs(
+            statuses=self.state.machines(),
+            find=self.ads.find,
+            is_lost=self.ads.lost_at(now),
+            drains=self.drains,
+            starting=self._starting,
+            window_since=self.window_since,
+            policy=self.policy,
+            counters=vars(self.counters),
+            nodes=len(self.ads),
+        )
 
     def plans(self, now: float) -> list[MachinePlan]:
         """Every scheduled machine's plan (see :func:`~nodeagent.master._plan.machine_plan`)."""
-        is_lost = self.ads.lost_at(now)
-        find = self.ads.find
-        drains = self.drains
-        starting = self._starting
-        policy = self.policy
-        return [
-            machine_plan(
-                machine,
-                find(machine.id.hostname, machine.id.ip),
-                is_lost=is_lost,
-                now=now,
-                policy=policy,
-                drain_record=drains.get(machine.key)
-                or (STARTING if machine.key in starting else None),
-            )
-            for machine in self.scheduled()
-        ]
+        return self.plan_view.plans(self.plan_inputs(now), now)
 
     def plan(
-        self,
-        *,
-        with_blockers: bool = True,
-        late: bool = False,
-        limit: int | None = None,
-        encoded: bool = False,
+        self, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
     ) -> dict[str, Any]:
-        """GET /v1/maintenance/plan, from the ads held now (the API first awaits
-        :meth:`refresh_figures`, so that no row's figures predate its window).
-
-        ``totals`` always count every scheduled machine. ``machines`` holds every row
-        (schedule order) or, with ``late``, only the rows of machines late by their
-        promises or that the plan will escalate (window-start order); ``limit`` keeps the
-        first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
-        With ``encoded``, ``machines`` is the list of the rows' JSON texts (bytes:
-        :class:`~nodeagent.master._row_json.RowJson`), for :func:`~nodeagent.master._api.plan_body`
-        to write.
-        """
+        """GET /v1/maintenance/plan as data, from the ads held now (see
+        :meth:`~nodeagent.master._plan_view.PlanView.reply`; the API writes
+        :meth:`~nodeagent.master._plan_view.PlanView.body` after awaiting
+        :meth:`refresh_figures`, so that no row's figures predate its window)."""
         now = self.clock.now()
-        rows: list[Any] = []
-        starts: list[float] = []
-        added = PlanTotals(now)
-        escalation = Escalation(self.policy.escalation)
-        rows_of = self._plans_and_states(now, with_blockers=with_blockers, escalation=escalation)
-        texts = self._row_texts  # after: a new schedule prunes it
-        for each, state in rows_of:
-            text = None
-            if encoded:
-                text = texts.get(each.key)
-                if text is None:
-                    text = texts[each.key] = RowJson()
-                fast = text.fast(each, state, now, unless_on_time=late)
-                if fast is not None:  # no cut: one formatting (see RowJson.fast)
-                    row_text, on_time, graceful_badput, quick_badput = fast
-                    added.add_node(
-                        each,
-                        on_time=on_time,
-                        graceful_badput=graceful_badput,
-                        quick_badput=quick_badput,
-                    )
-                    if not late or not on_time:
-                        rows.append(row_text)
-                        starts.append(each.window_start)
-                    continue
-            figures = row_figures(each, state, now)
-            added.add(each, figures)
-            if late and not (figures.on_time is False or figures.will_escalate):
-                continue
-            if text is not None:
-                rows.append(text.text(each, state, figures))
-            else:
-                rows.append(row_dict(each, state, figures))
-            starts.append(each.window_start)
-        if late:
-            rows = [row for _, _, row in sorted(zip(starts, itertools.count(), rows))]
-        matched = len(rows)
-        if limit is not None:
-            del rows[limit:]
-        machines: Any = rows
-        totals = added.to_json()
-        totals.update(vars(self.counters))
-        totals["nodes"] = len(self.ads)
-        return {
-            "now": now,
-            "policy": {
-                "drain_policy": self.policy.drain_policy,
-                "drain_margin": self.policy.drain_margin,
-                "escalation": self.policy.escalation,
-            },
-            "matched": matched,
-            "machines": machines,
-            "totals": totals,
-        }
+        return self.plan_view.reply(
+            self.plan_inputs(now), now, with_blockers=with_blockers, late=late, limit=limit
+        )
 
-    def _plans_and_states(
-        self, now: float, *, with_blockers: bool, escalation: Escalation
-    ) -> list[tuple[MachinePlan, RowState]]:
-        """Every scheduled machine's plan and row state at ``now`` (schedule order).
-
-        Both are kept from the previous plan while what they are made of holds: the
-        machine, its nodes' ads (the ad store hands out the same list until one changes)
-        and whether each is lost, the drain record and whether it is escalated, when the
-        machine entered its window, the policy. A plan of 10,000 machines then makes anew
-        only those of the machines that changed. Under the ``immediate`` drain policy the
-        drain start is ``now``: nothing is kept.
-        """
-        scheduled = self.scheduled()  # first: a new schedule prunes the cache
-        is_lost = self.ads.lost_at(now)
-        find = self.ads.find
-        drains, starting, window_since = self.drains, self._starting, self.window_since
-        policy = self.policy
-        cache = self._plan_cache
-        keep = policy.drain_policy != "immediate"
-        out = []
-        for machine in scheduled:
-            key = machine.key
-            nodes = find(machine.id.hostname, machine.id.ip)
-            record = drains.get(key) or (STARTING if key in starting else None)
-            lost = tuple([is_lost(n) for n in nodes])
-            since = window_since.get(key)
-            escalated = record is not None and record.escalated
-            cached = cache.get(key)
-            if (
-                keep
-                and cached is not None
-                and cached[0] is machine
-                and cached[1] is nodes
-                and cached[2] is record
-                and cached[3] == (escalated, lost, since, with_blockers)
-                and cached[4] is policy
-                and cached[5] is escalation
-            ):
-                out.append(cached[6])
-                continue
-            plan = machine_plan(
-                machine, nodes, is_lost=is_lost, now=now, policy=policy, drain_record=record
-            )
-            state = row_state(
-                plan,
-                is_lost=is_lost,
-                with_blockers=with_blockers,
-                window_since=since,
-                escalation=escalation,
-            )
-            cache[key] = (
-                machine,
-                nodes,
-                record,
-                (escalated, lost, since, with_blockers),
-                policy,
-                escalation,
-                (plan, state),
-            )
-            out.append((plan, state))
-        return out
+    @property
+    def _row_texts(self) -> Mapping[str, RowJson]:
+        """Each scheduled machine's plan row as JSON text, by key (the plan view's)."""
+        return self.plan_view.row_texts
 
     # ------------------------------------------------------------------ reconcile
 
@@ -840,19 +690,7 @@ class Master:
 
     def _prepare_row(self, plan: MachinePlan, now: float) -> None:
         """Make the template of the machine's row of the whole plan (with blockers)."""
-        state = row_state(
-            plan,
-            is_lost=self.ads.lost_at(now),
-            with_blockers=True,
-            window_since=self.window_since.get(plan.key),
-            escalation=self.policy.escalation,
-        )
-        text = self._row_texts.get(plan.key)
-        if text is None:
-            text = self._row_texts[plan.key] = RowJson()
-        with contextlib.suppress(orjson.JSONEncodeError):  # written by json, as plan_body does
-            if text.fast(plan, state, now) is None:  # a row with a cut: the other template
-                text.prepare(plan, state)
+        self.plan_view.prepare_row(plan, self.plan_inputs(now), now)
 
     def _calls(self, address: str, node: str, actor: str) -> AgentCalls:
         return AgentCalls.over(self.link, address, node=node, actor=actor)

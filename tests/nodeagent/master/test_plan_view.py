@@ -1,0 +1,397 @@
+"""The plan view, pure: its caches, the reply's assembling, and its encoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._drains import STARTING, DrainRecord
+from nodeagent.master._maintenance import (
+    MachineId,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Unavailability,
+    Window,
+)
+from nodeagent.master._plan import PlanPolicy, machine_key
+from nodeagent.master._plan_view import PlanInputs, PlanView
+from slots import JobSpec, Machine, MachinePolicy, Resources
+
+NOW = 1_800_000_000.0
+LIFETIME = 600.0
+
+
+def _ad(n: int, now: float, *, jobs: int) -> dict[str, Any]:
+    """Node ``n<n>.test``: 8 cpus, ``jobs`` jobs started 100 s ago, each promised 2 hours."""
+    machine = Machine(
+        host=f"n{n}.test",
+        ip=f"10.0.0.{n}",
+        address=f"http://10.0.0.{n}:9621",
+        total=Resources(cpus=8),
+        policy=MachinePolicy(max_job_retirement_time=7200),
+        now=now - 900,
+    )
+    for j in range(jobs):
+        machine.claim(
+            now - 100 - j,
+            resources=Resources(cpus=1),
+            spec=JobSpec(job_id=f"{n}.{j}", owner="alice"),
+        )
+    return machine.ad(now)
+
+
+def _id(n: int) -> MachineId:
+    return MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}")
+
+
+def _key(n: int) -> str:
+    return machine_key(_id(n))
+
+
+def _schedule(windows: dict[int, float]) -> MaintenanceSchedule:
+    """One window an hour long per machine ``n``, starting ``windows[n]`` seconds after
+    NOW, in the order given."""
+    return MaintenanceSchedule(
+        windows=tuple(
+            Window(
+                machine_ids=(_id(n),),
+                unavailability=Unavailability(
+                    start_ns=int((NOW + start) * 1e9), duration_ns=3600 * 10**9
+                ),
+            )
+            for n, start in windows.items()
+        )
+    )
+
+
+@dataclass
+class World:
+    """What the master holds, as the view reads it."""
+
+    ads: AdStore = field(default_factory=lambda: AdStore(lifetime=LIFETIME))
+    state: MaintenanceState = field(default_factory=MaintenanceState)
+    drains: dict[str, DrainRecord] = field(default_factory=dict)
+    starting: set[str] = field(default_factory=set)
+    window_since: dict[str, float] = field(default_factory=dict)
+    policy: PlanPolicy = field(default_factory=PlanPolicy)
+    counters: dict[str, int] = field(default_factory=lambda: {"drains_started": 7})
+    now: float = NOW
+
+    def inputs(self) -> PlanInputs:
+        return PlanInputs(
+            statuses=self.state.machines(),
+            find=self.ads.find,
+            is_lost=self.ads.lost_at(self.now),
+            drains=self.drains,
+            starting=self.starting,
+            window_since=self.window_since,
+            policy=self.policy,
+            counters=self.counters,
+            nodes=len(self.ads),
+        )
+
+
+def _world(windows: dict[int, float], jobs: dict[int, int]) -> World:
+    """Machines ``n`` of ``windows`` scheduled; a node for each of ``jobs``."""
+    world = World()
+    for n, count in jobs.items():
+        world.ads.update(_ad(n, NOW, jobs=count), NOW)
+    world.state.update_schedule(_schedule(windows))
+    return world
+
+
+# ---------------------------------------------------------------------------- the cache
+
+WINDOWS = {0: 7200.0, 1: 7800.0, 2: 8400.0}
+ALL = {_key(n) for n in WINDOWS}
+
+
+def _new_ad(world: World) -> None:
+    world.ads.update(_ad(0, world.now, jobs=1), world.now)
+
+
+def _lose(world: World) -> None:
+    world.now = NOW + 150  # n0's ad was received 500 s before NOW, the others' at NOW
+
+
+def _rec(**stored: Any) -> DrainRecord:
+    """A drain record as a store holds it."""
+    return DrainRecord.from_json(stored)
+
+
+def _escalate(world: World) -> None:
+    world.drains[_key(0)] = dataclasses.replace(world.drains[_key(0)], escalated=True)
+
+
+def _move_window(world: World) -> None:
+    world.state.update_schedule(_schedule({**WINDOWS, 0: 9000.0}))
+
+
+def _down(world: World) -> None:
+    world.state.down([_id(2)])
+
+
+def _set(name: str, value: Any) -> Callable[[World], None]:
+    return lambda world: setattr(world, name, value)
+
+
+#: (what changes, the machines whose plan and row state are made again)
+CHANGES: list[tuple[str, Callable[[World], None], set[str]]] = [
+    ("nothing; time moves on", lambda w: setattr(w, "now", w.now + 30), set()),
+    ("a machine's window (a new schedule)", _move_window, ALL),
+    ("a machine's mode", _down, ALL),
+    ("its node's ad", _new_ad, {_key(0)}),
+    ("its node is lost", _lose, {_key(0)}),
+    ("its drain record", lambda w: w.drains.update({_key(0): _rec(request_id="9")}), {_key(0)}),
+    (
+        "its drain record, for an equal one",
+        lambda w: w.drains.update({_key(0): _rec(**w.drains[_key(0)].to_json())}),
+        {_key(0)},
+    ),
+    ("its record escalated", _escalate, {_key(0)}),
+    ("its drain being started", lambda w: w.starting.add(_key(1)), {_key(1)}),
+    ("when it entered its window", lambda w: w.window_since.update({_key(2): NOW}), {_key(2)}),
+    ("the policy", _set("policy", PlanPolicy(drain_margin=120.0)), ALL),
+    ("the policy, for an equal one", _set("policy", PlanPolicy()), ALL),
+    ("the escalation policy", _set("policy", PlanPolicy(escalation="fast")), ALL),
+    ("the counters", lambda w: w.counters.update({"drains_started": 8}), set()),
+]
+
+
+def _cache_world() -> World:
+    world = _world(WINDOWS, {1: 2, 2: 0})
+    world.ads.update(_ad(0, NOW - 500, jobs=1), NOW - 500)
+    world.drains[_key(0)] = _rec(request_id="3", phase="committed")
+    return world
+
+
+@pytest.mark.parametrize(
+    ("change", "remade"), [(c, r) for _, c, r in CHANGES], ids=[n for n, _, _ in CHANGES]
+)
+def test_a_row_is_kept_while_what_it_is_made_of_holds(
+    change: Callable[[World], None], remade: set[str]
+) -> None:
+    """The machine, its nodes' ads and whether each is lost, the drain record (the same
+    object) and whether it is escalated, when it entered its window, the policy (the same
+    object): a row's plan and state are kept while these hold, made again when one
+    changes, and the same as made anew."""
+    world = _cache_world()
+    view = PlanView()
+    first = {plan.key: plan for plan, _ in view.rows(world.inputs(), world.now, with_blockers=True)}
+    change(world)
+    second = view.rows(world.inputs(), world.now, with_blockers=True)
+    kept = {plan.key for plan, _ in second if plan is first[plan.key]}
+    assert kept == ALL - remade
+    assert second == PlanView().rows(world.inputs(), world.now, with_blockers=True)
+
+
+@pytest.mark.parametrize("with_blockers", [True, False])
+def test_rows_with_and_without_blockers_are_made_again_when_the_other_is_asked(
+    with_blockers: bool,
+) -> None:
+    world = _cache_world()
+    view = PlanView()
+    first = view.rows(world.inputs(), world.now, with_blockers=with_blockers)
+    other = view.rows(world.inputs(), world.now, with_blockers=not with_blockers)
+    assert all(a[0] is not b[0] for a, b in zip(first, other, strict=True))
+    assert [state.with_blockers for _, state in other] == [not with_blockers] * len(WINDOWS)
+
+
+def test_under_the_immediate_policy_nothing_is_kept() -> None:
+    """The drain start is ``now``: every row is made again, every time."""
+    world = _cache_world()
+    world.policy = PlanPolicy(drain_policy="immediate")
+    view = PlanView()
+    first = view.rows(world.inputs(), world.now, with_blockers=True)
+    world.now += 1
+    second = view.rows(world.inputs(), world.now, with_blockers=True)
+    assert all(a[0] is not b[0] for a, b in zip(first, second, strict=True))
+    assert [plan.drain_start for plan, _ in second] == [world.now] * len(WINDOWS)
+
+
+def test_a_new_schedule_lets_go_of_the_rows_of_the_machines_it_drops() -> None:
+    world = _cache_world()
+    view = PlanView()
+    view.body(world.inputs(), world.now)
+    assert set(view.row_texts) == ALL
+    world.state.update_schedule(_schedule({1: 7800.0}))
+    assert [m.key for m in view.scheduled(world.state.machines())] == [_key(1)]
+    assert set(view.row_texts) == {_key(1)}
+
+
+# ---------------------------------------------------------------------------- the reply
+
+
+def _reply_world() -> World:
+    """Machines late and on time, in schedule order unlike their windows' order: n0 (its
+    window in 40 min, a job promised 2 hours: late), n1 (in 20 min, empty: on time), n2
+    (in 30 min, late), n3 (in 30 min as n2, late: after n2), n4 (in 10 min, late, and
+    DOWN), n5 (in an hour, no node); n2's drain the master's, escalated; n3's being
+    started; n0's figures stale."""
+    world = _world(
+        {0: 2400.0, 1: 1200.0, 2: 1800.0, 3: 1800.0, 4: 600.0, 5: 3600.0},
+        {0: 1, 1: 0, 2: 2, 3: 1, 4: 3},
+    )
+    world.state.down([_id(4)])
+    world.drains[_key(2)] = _rec(request_id="4", phase="committed", escalated=True)
+    world.starting.add(_key(3))
+    world.window_since[_key(0)] = NOW + 1
+    return world
+
+
+def _machines(reply: dict[str, Any]) -> list[str]:
+    return [row["machine_id"]["hostname"] for row in reply["machines"]]
+
+
+@pytest.mark.parametrize(
+    ("late", "limit", "machines", "matched"),
+    [
+        (False, None, ["n0.test", "n1.test", "n2.test", "n3.test", "n4.test", "n5.test"], 6),
+        (False, 2, ["n0.test", "n1.test"], 6),
+        (False, 0, [], 6),
+        (True, None, ["n4.test", "n2.test", "n3.test", "n0.test"], 4),  # window-start order
+        (True, 3, ["n4.test", "n2.test", "n3.test"], 4),
+        (True, 100, ["n4.test", "n2.test", "n3.test", "n0.test"], 4),
+        (True, 0, [], 4),
+    ],
+)
+@pytest.mark.parametrize("encoded", [False, True])
+def test_late_and_limit_choose_the_rows_and_the_totals_count_every_machine(
+    late: bool, limit: int | None, machines: list[str], matched: int, encoded: bool
+) -> None:
+    world = _reply_world()
+    view = PlanView()
+    everything = view.reply(world.inputs(), world.now)
+    if encoded:
+        reply = orjson.loads(view.body(world.inputs(), world.now, late=late, limit=limit))
+    else:
+        reply = view.reply(world.inputs(), world.now, late=late, limit=limit)
+    assert (_machines(reply), reply["matched"]) == (machines, matched)
+    assert reply["totals"] == everything["totals"]
+    if late and limit is None:  # the rows late by their promises or to be escalated
+        assert set(machines) == {
+            row["machine_id"]["hostname"]
+            for row in everything["machines"]
+            if row["on_time"] is False or (row["as_planned"] or {}).get("will_escalate")
+        }
+
+
+def test_the_totals_show_the_counters_the_nodes_and_the_policy() -> None:
+    world = _reply_world()
+    world.policy = PlanPolicy(drain_margin=90.0, escalation="fast")
+    reply = PlanView().reply(world.inputs(), world.now)
+    assert reply["now"] == world.now
+    assert reply["policy"] == {
+        "drain_policy": "just_in_time",
+        "drain_margin": 90.0,
+        "escalation": "fast",
+    }
+    totals = reply["totals"]
+    assert (totals["drains_started"], totals["nodes"], totals["machines"]) == (7, 5, 6)
+    assert totals["modes"] == {"UP": 0, "DRAINING": 5, "DOWN": 1}
+    assert list(reply) == ["now", "policy", "matched", "machines", "totals"]
+
+
+def test_the_body_is_the_reply_byte_for_byte_as_its_state_changes() -> None:
+    """Written from the rows' templates, the body is the reply as orjson writes it: with
+    and without blockers, late, limited, second after second as the rows' states change
+    (the time, a lost node, a drain started and escalated, a window entered)."""
+    world = _reply_world()
+    view = PlanView()
+    rows: list[dict[str, Any]] = []
+    for step in range(6):
+        for late in (False, True):
+            for with_blockers in (True, False):
+                for limit in (None, 2):
+                    asked: dict[str, Any] = {
+                        "with_blockers": with_blockers,
+                        "late": late,
+                        "limit": limit,
+                    }
+                    body = view.body(world.inputs(), world.now, **asked)
+                    plain = view.reply(world.inputs(), world.now, **asked)
+                    assert body == orjson.dumps(plain)
+                    rows.extend(plain["machines"])
+        world.now += 130
+        if step == 1:
+            world.drains[_key(0)] = _rec(request_id="5", phase="committed")
+            world.starting.clear()
+        if step == 2:
+            _escalate(world)
+            world.window_since[_key(1)] = world.now
+        if step == 3:  # n1 reports again; the others' ads age until they are lost
+            world.ads.update(_ad(1, world.now, jobs=2), world.now)
+    assert any(n["lost"] for r in rows for n in r["nodes"])
+    assert any(r["as_planned"]["cuts"] for r in rows if r["node"])  # written from a template
+    assert any(not r["as_planned"]["cuts"] for r in rows if r["node"])  # written the fast way
+    assert set(view.row_texts) == {_key(n) for n in range(6)}
+
+
+def test_a_plan_orjson_refuses_is_written_by_json_as_the_response_class_would() -> None:
+    """An integer beyond 64 bits in an ad: the rows cannot be written by orjson; the body
+    is the reply, at the same ``now``, as json writes it."""
+    world = _reply_world()
+    ad = _ad(1, NOW, jobs=0)
+    ad["machine"]["TotalMachineDrainingBadput"] = 2**70
+    world.ads.update(ad, NOW)
+    view = PlanView()
+    for late in (False, True):
+        body = view.body(world.inputs(), world.now, late=late)
+        plain = view.reply(world.inputs(), world.now, late=late)
+        assert body == json.dumps(
+            plain, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+        ).encode("utf-8")
+    statistics = json.loads(view.body(world.inputs(), world.now))["machines"][1]["statistics"]
+    assert statistics["TotalMachineDrainingBadput"] == 2**70
+
+
+def test_a_row_prepared_ahead_is_the_row_the_body_writes() -> None:
+    world = _reply_world()
+    view = PlanView()
+    inputs = world.inputs()
+    for plan in view.plans(inputs, world.now):
+        if plan.node is not None:
+            view.prepare_row(plan, inputs, world.now)
+    prepared = dict(view.row_texts)
+    assert len(prepared) == 5  # every machine with a node
+    body = view.body(inputs, world.now)
+    assert body == orjson.dumps(view.reply(inputs, world.now))
+    assert all(view.row_texts[key] is text for key, text in prepared.items())
+
+
+def test_the_plans_a_pass_acts_on_read_the_records_and_the_drains_being_started() -> None:
+    world = _reply_world()
+    plans = PlanView().plans(world.inputs(), world.now)
+    records = {plan.machine.machine_id["hostname"]: plan.drain_record for plan in plans}
+    assert records["n2.test"] is world.drains[_key(2)]
+    assert records["n3.test"] is STARTING
+    assert records["n0.test"] is None
+    assert [plan.node_name for plan in plans] == [
+        "n0.test",
+        "n1.test",
+        "n2.test",
+        "n3.test",
+        "n4.test",
+        None,
+    ]
+
+
+def test_the_view_loads_without_trio_or_sockets() -> None:
+    code = (
+        "import sys\n"
+        "import nodeagent.master._plan_view\n"
+        "bad = {'trio', 'httpx', 'httpcore', 'fastapi', 'hypercorn', 'psutil', 'sqlite3',\n"
+        "       'socket', 'asyncio', 'pydantic'}\n"
+        "print(sorted(bad & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
