@@ -70,8 +70,8 @@ class PlanInputs:
     """What a plan is made of, read from the master at one instant (``now``).
 
     ``statuses``: the schedule's machines in schedule order
-    (:meth:`~nodeagent.master._maintenance.MaintenanceState.machines`; those without a
-    window are left out). ``find``: the ads matching a machine id's hostname and ip
+    (:meth:`~nodeagent.master._maintenance.MaintenanceState.machines`; one without a
+    window has no row). ``find``: the ads matching a machine id's hostname and ip
     (:meth:`~nodeagent.master._adstore.AdStore.find`, which hands out the same list until
     one of them changes). ``is_lost``: whether an ad is lost at ``now``
     (:meth:`~nodeagent.master._adstore.AdStore.lost_at`). ``drains``: the master's drain
@@ -99,10 +99,9 @@ class PlanView:
     """
 
     def __init__(self) -> None:
-        self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]] = (
-            (),
-            (),
-        )
+        #: The schedule's statuses and the scheduled machines made of them.
+        self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]]
+        self._scheduled = ((), ())
         #: Each scheduled machine's row as JSON text, by key.
         self._row_texts: dict[str, RowJson] = {}
         #: Each scheduled machine's plan and row state, and what they were made of, by key.
@@ -257,7 +256,9 @@ class PlanView:
         late: bool = False,
         limit: int | None = None,
     ) -> bytes:
-        """:meth:`reply` as the JSON text the API sends (see the module docstring)."""
+        """:meth:`reply` as the JSON text the API sends (see the module docstring): the
+        rows written from their templates, or, for a plan orjson refuses, the reply at the
+        same ``now`` written by :mod:`json`."""
         try:
             plan = self._reply(
                 inputs, now, with_blockers=with_blockers, late=late, limit=limit, encoded=True
