@@ -97,7 +97,6 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._plan import MachinePlan, PlanPolicy, machine_key, planned_escalation
 from nodeagent.master._plan_view import PlanInputs, PlanView
-from nodeagent.master._row_json import RowJson
 from slots import InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
@@ -605,11 +604,6 @@ class Master:
         return self.plan_view.reply(
             self.plan_inputs(now), now, with_blockers=with_blockers, late=late, limit=limit
         )
-
-    @property
-    def _row_texts(self) -> Mapping[str, RowJson]:
-        """Each scheduled machine's plan row as JSON text, by key (the plan view's)."""
-        return self.plan_view.row_texts
 
     # ------------------------------------------------------------------ reconcile
 

@@ -258,7 +258,8 @@ async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_numbe
     def written() -> int:
         """Rows whose text the reply can write from a template made by a pass."""
         return sum(
-            t._fast is not None or any(t._templates.values()) for t in master._row_texts.values()
+            t._fast is not None or any(t._templates.values())
+            for t in master.plan_view.row_texts.values()
         )
 
     async with trio.open_nursery() as nursery:

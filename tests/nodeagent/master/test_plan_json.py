@@ -125,9 +125,9 @@ def test_the_encoded_reply_is_the_plan(tmp_path: Path, policy: str) -> None:
         assert any(r["figures_stale"] for r in rows)
         assert any(r["mode"] == "DOWN" for r in rows)
         # rows without a cut are written the fast way, the others the template way
-        fast = [t._fast for t in master._row_texts.values()]
+        fast = [t._fast for t in master.plan_view.row_texts.values()]
         assert sum(f is not None for f in fast) >= 3
-        made = [(t._fast, t._templates) for t in master._row_texts.values()]
+        made = [(t._fast, t._templates) for t in master.plan_view.row_texts.values()]
         written = sum(f is not None or any(m.values()) for f, m in made)
         assert written == 6  # every row with a node has its template
     finally:
@@ -154,7 +154,7 @@ def test_a_node_that_publishes_a_marker_gets_its_row_written_the_slow_way(
         for _ in range(3):
             _assert_reply_is_the_plan(master)
             clock.t += 1
-        (row_text,) = master._row_texts.values()
+        (row_text,) = master.plan_view.row_texts.values()
         assert row_text._templates
         assert all(t is None for t in row_text._templates.values())
         assert row_text._fast is None
