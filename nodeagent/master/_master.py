@@ -653,7 +653,8 @@ class Master:
                 elif record.address:
                     self._busy.add(key)
                     nursery.start_soon(self._look_up, key)
-        for plan in self.plans(now):
+        inputs = self.plan_inputs(now)  # once a pass: the schedule's machines are copied
+        for plan in self.plan_view.plans(inputs, now):
             scheduled.add(plan.key)
             if budget and plan.node is not None:
                 # Made for the window and escalation the plan reads (plan_row).
@@ -663,7 +664,7 @@ class Master:
                 if not forecast.ready(now, window_start=window, escalation=escalation):
                     forecast.prepare(now, window_start=window, escalation=escalation)
                     # and the template of the row the plan's reply writes
-                    self._prepare_row(plan, now)
+                    self.plan_view.prepare_row(plan, inputs, now)
                     budget -= 1
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
@@ -681,10 +682,6 @@ class Master:
         for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
-
-    def _prepare_row(self, plan: MachinePlan, now: float) -> None:
-        """Make the template of the machine's row of the whole plan (with blockers)."""
-        self.plan_view.prepare_row(plan, self.plan_inputs(now), now)
 
     def _calls(self, address: str, node: str, actor: str) -> AgentCalls:
         return AgentCalls.over(self.link, address, node=node, actor=actor)
