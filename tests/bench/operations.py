@@ -121,11 +121,12 @@ def push_ads(master: MasterProcess, ads: list[dict[str, Any]]) -> None:
     key = load_key(master.key_file)
     with httpx.Client(base_url=master.url, timeout=30) as client:
         for ad in ads:
+            name = ad["machine"]["Name"]
             token = create_token(
                 key,
-                subject=f"agent@{ad['Name']}",
+                subject=f"agent@{name}",
                 scope=Scope.DAEMON,
-                node=ad["Name"],
+                node=name,
                 lifetime_s=3600,
                 now=time.time(),
             )
