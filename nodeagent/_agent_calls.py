@@ -24,8 +24,11 @@ import logging
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 from urllib.parse import quote
+
+if TYPE_CHECKING:  # the link itself needs httpx; the pure models import this module
+    from nodeagent._peer import AgentLink
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -53,19 +56,6 @@ class Send(Protocol):
     def __call__(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> Awaitable[dict[str, Any]]: ...
-
-
-class _Link(Protocol):
-    async def call(
-        self,
-        address: str,
-        method: str,
-        path: str,
-        *,
-        node: str,
-        actor: str,
-        body: dict[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
 
 
 def is_gone(exc: BaseException) -> bool:
@@ -166,7 +156,7 @@ class AgentCalls:
     send: Send
 
     @classmethod
-    def over(cls, link: _Link, address: str, *, node: str, actor: str) -> AgentCalls:
+    def over(cls, link: AgentLink, address: str, *, node: str, actor: str) -> AgentCalls:
         """The agent ``node`` at ``address`` through ``link`` (tokens bound to ``node``,
         recorded as ``actor``'s requests)."""
 
