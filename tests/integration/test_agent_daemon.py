@@ -342,8 +342,9 @@ def test_suspend_and_continue_a_real_job(agent: AgentProcess, tmp_path: Path) ->
     claim = agent.claim(["sleep", "30"])
     with agent.client() as c:
         assert c.post(f"/v1/claims/{claim['id']}/suspend").json()["activity"] == "Suspended"
-        status = Path(f"/proc/{claim['job']['pid']}/stat").read_text().split()[2]
-        assert status == "T"
+        stat = Path(f"/proc/{claim['job']['pid']}/stat")
+        # SIGSTOP reaches the process asynchronously: wait for the stopped state.
+        wait_for(lambda: stat.read_text().split()[2] == "T")
         assert c.post(f"/v1/claims/{claim['id']}/continue").json()["activity"] == "Busy"
         released = c.delete(f"/v1/claims/{claim['id']}")
         assert released.json()["activity"] == "Vacating"
