@@ -643,16 +643,35 @@ COMMANDS: tuple[Command, ...] = (
     {
         "words": ("master", "schedule", "set"),
         "run": f"{_M}:schedule_set",
-        "help": "Replace the schedule (POST /maintenance/schedule, Mesos rules).\n\n"
-        "New machines become DRAINING, machines left out go back UP; a DOWN machine cannot be\n"
-        "left out. An invalid schedule exits 1 with Mesos's message and changes nothing.",
+        "help": "Replace the schedule (POST /maintenance/schedule, Mesos rules), after its "
+        "preview.\n\n"
+        "First the preview (POST /v1/maintenance/schedule/preview, nothing changed): the\n"
+        "drains that would start at once, each job evicted at once, what the escalations\n"
+        "would cut, the machines dropped, and warnings; then Apply? [y/N]. New machines\n"
+        "become DRAINING, machines left out go back UP; a DOWN machine cannot be left out.\n"
+        "An invalid schedule exits 1 with Mesos's message and changes nothing. Without a\n"
+        "terminal, --yes is needed (exit 6 otherwise); a window already open or times that\n"
+        "look like seconds need --force as well.",
         "argument": {
             "dest": "file",
             "required": True,
             "metavar": "FILE",
             "help": "The schedule in Mesos JSON; - reads stdin.",
         },
-        "options": _MASTER,
+        "options": (
+            {"names": ("--yes", "-y"), "kind": "flag", "help": "Apply without asking."},
+            {
+                "names": ("--dry-run",),
+                "kind": "flag",
+                "help": "Show the preview only (with --json: the preview's JSON); exit 0.",
+            },
+            {
+                "names": ("--force",),
+                "kind": "flag",
+                "help": "Apply despite a window already open or times that look wrong.",
+            },
+            *_MASTER,
+        ),
     },
     {
         "words": ("master", "schedule", "clear"),

@@ -12,7 +12,7 @@ import sys
 import time
 
 from nodeagent._durations import parse_duration
-from nodeagent.cli._errors import AgentError, CliError, Interrupted, UsageError
+from nodeagent.cli._errors import AgentError, CliError, Declined, Interrupted, UsageError
 
 TYPE_CHECKING = False  # not typing's: the plain commands import neither typing nor rich
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "agent_target",
+    "confirm",
     "console",
     "duration",
     "emit_json",
@@ -48,6 +49,28 @@ def emit_text(text: str) -> None:
 def emit_json(reply: Reply) -> None:
     """Print a reply's JSON exactly as the server sent it."""
     emit_text(reply.text)
+
+
+def confirm(question: str, *, yes: bool, what: str) -> None:
+    """Go on only if the operator agrees: with ``yes``, at once; else ``question`` is
+    asked on stderr and answered on the terminal (``y`` or ``yes``). Raises
+    :class:`~nodeagent.cli._errors.Declined` (exit 6) otherwise, saying ``what`` was not
+    done: ``cli.declined`` for another answer or end of input, ``cli.no_terminal`` when
+    stdin is not a terminal (a script must say ``--yes``: a cluster-wide change is never
+    confirmed by whatever a pipe happens to hold)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise Declined(
+            "cli.no_terminal", f"{what}: no terminal to ask on; --yes confirms (nothing changed)"
+        )
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        sys.stderr.write("\n")
+    if line.strip().lower() not in ("y", "yes"):
+        raise Declined("cli.declined", f"{what}: not confirmed (nothing changed)")
 
 
 def duration(option: str, value: str | None, *, whole: bool = False) -> float | None:

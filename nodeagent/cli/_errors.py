@@ -20,7 +20,10 @@ those that make no request (``token create``). Each error carries a stable ``cod
     │                         with --host, nor the same origin), master.too_many_redirects
     │                         (more than three in a row), master.insecure_redirect (https
     │                         to http), or a 307 without a usable Location (master.not_leader)
-    ├── Declined       6  cli.declined: the drain was not committed at the prompt
+    ├── Declined       6  cli.declined: the drain or change was not confirmed at the
+    │                     prompt; cli.no_terminal: a cluster-wide change with no terminal
+    │                     to ask on and no --yes; schedule.needs_force: a schedule whose
+    │                     preview warns of its times, with --yes but not --force
     └── Interrupted  130  cli.interrupted: Ctrl-C
 
 Raising any of them leaves nothing behind on the client side; what the daemon did is
@@ -103,7 +106,9 @@ class AgentFailed(AgentError):
 
 
 class Declined(CliError):
-    """The drain transaction was not committed at the prompt (and has been cancelled)."""
+    """A change was not confirmed, so not made: the drain transaction was not committed
+    at the prompt (and has been cancelled), or a cluster-wide change was not applied (no
+    terminal to ask on and no ``--yes``; a warning that needs ``--force``)."""
 
     exit_status: ClassVar[int] = 6
 

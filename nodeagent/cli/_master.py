@@ -25,8 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
-from nodeagent.cli._common import console, duration, emit_text, master_target, watch_loop
-from nodeagent.cli._errors import Refused, UsageError
+from nodeagent.cli._common import (
+    confirm,
+    console,
+    duration,
+    emit_text,
+    master_target,
+    watch_loop,
+)
+from nodeagent.cli._errors import Declined, Refused, UsageError
 from nodeagent.cli._http import Reply, Target, call, check, request
 from nodeagent.cli._render import format_machine
 
@@ -219,18 +226,52 @@ def _replace_schedule(target: Target, content: bytes, *, json_output: bool, verb
     )
 
 
+#: Warnings of a schedule preview that ``--yes`` alone does not override: times that look
+#: written in the wrong unit, a window that has started already.
+_FORCED = ("schedule.suspicious_time", "schedule.window_open")
+
+
 def schedule_set(
     *,
     file: str,
+    yes: bool,
+    dry_run: bool,
+    force: bool,
     json_output: bool,
     host: str | None,
     token: str | None,
     socket_path: str | None,
 ) -> None:
-    """``nodeagent master schedule set FILE``: ``POST /maintenance/schedule`` with the
-    file (``-``: stdin) as it is, then the schedule the master holds."""
+    """``nodeagent master schedule set FILE``: the preview of the file's schedule (``POST
+    /v1/maintenance/schedule/preview``), shown, then asked; once confirmed, ``POST
+    /maintenance/schedule`` with the file (``-``: stdin) as it is, then the schedule the
+    master holds. ``--dry-run`` shows the preview only; a warning of :data:`_FORCED`
+    needs ``--force`` besides the answer."""
+    if dry_run and (yes or force):
+        raise UsageError("cli.usage", "--dry-run shows the preview only: not with --yes or --force")
     content = _read_input(file)
     target = master_target(host, token, socket_path)
+    reply = _mesos(target, "POST", "/v1/maintenance/schedule/preview", content)
+    preview = reply.data if isinstance(reply.data, dict) else {}
+    forced = sorted({w.get("code") for w in preview.get("warnings") or []} & set(_FORCED))
+    if json_output and dry_run:
+        emit_text(reply.text)
+        return
+    if not json_output:
+        from nodeagent.cli._render import schedule_preview_view  # noqa: PLC0415
+
+        console().print(schedule_preview_view(preview))
+    if dry_run:
+        emit_text("dry run: the schedule was not applied")
+        return
+    if forced and not force and (yes or not sys.stdin.isatty()):
+        raise Declined(
+            "schedule.needs_force",
+            f"not applied: {', '.join(forced)} (see the preview): check the times, or "
+            "give --force with --yes",
+        )
+    question = "Apply this schedule anyway? [y/N] " if forced else "Apply this schedule? [y/N] "
+    confirm(question, yes=yes, what="the schedule was not applied")
     _replace_schedule(target, content, json_output=json_output, verb="replaced")
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "render_stats",
     "render_status",
     "render_transition",
+    "schedule_preview_view",
     "schedule_view",
     "status_view",
     "verdict_sentence",
@@ -1043,6 +1044,95 @@ def verdict_sentence(m: Mapping[str, Any]) -> str:
         f"{words}; {who} {told} {what}{empty_at}: "
         f"{cost} core-s of promises, {lost} core-s of work lost"
     )
+
+
+def schedule_preview_view(
+    preview: Mapping[str, Any], *, tz: tzinfo | None = None, rows: int = 20
+) -> Group:
+    """``nodeagent master schedule set``'s preview (``POST
+    /v1/maintenance/schedule/preview``): what changes in numbers, the warnings, the
+    machines whose drain would start at once with each job evicted at once, then the
+    other machines whose escalation would cut a promise, and the machines dropped.
+    At most ``rows`` machines per list."""
+    now = _number(preview.get("now")) or time.time()
+    totals = preview.get("totals") or {}
+
+    def n(key: str) -> int:
+        return int(_number(totals.get(key)) or 0)
+
+    def plural(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    lines = [
+        Text(
+            f"Schedule preview · now {format_local_time(now, now, tz)} · nothing changed yet",
+            style="bold",
+        ),
+        Text(
+            f"{plural(n('machines'), 'machine')} scheduled: {n('added')} added, "
+            f"{n('moved')} with a new window; {n('dropped')} dropped (back UP)"
+        ),
+        Text(
+            f"drains starting at once: {n('drains_now')} · jobs evicted at once: "
+            f"{n('evicted_now')} · escalations to come cut {plural(n('cut_jobs'), 'promise')}: "
+            f"{n('cut_core_seconds')} core-s of promises, {n('cut_badput')} core-s of work lost"
+        ),
+    ]
+    for warning in preview.get("warnings") or []:
+        lines.append(Text(f"warning {warning.get('code')}: {warning.get('message')}", style="red"))
+    machines = preview.get("machines") or []
+    starting = [m for m in machines if m.get("drain_now")]
+    if starting:
+        lines.append(Text("drains starting at once:", style="bold"))
+    for m in starting[:rows]:
+        window = m.get("window") or {}
+        start = _number(window.get("start")) or 0.0
+        opened = (
+            "window"
+            if start > now
+            else "window ended"
+            if m.get("window_ended")
+            else ("window open since")
+        )
+        line = (
+            f"  {m.get('node')}  {m.get('drain_now')} drain; {opened} "
+            f"{format_local_time(start, now, tz)} ({format_relative(start, now)})"
+        )
+        lines.append(Text(line))
+        for cut in m.get("evicted_now") or []:
+            cut_by = _number(cut.get("cut_by"))
+            promise = "" if cut_by is None else f", its promise cut by {format_duration(cut_by)}"
+            lines.append(
+                Text(
+                    f"    evicts job {cut.get('job_id')} ({cut.get('owner')}, "
+                    f"{cut.get('cpus')} cpus) at once{promise}",
+                    style="yellow",
+                )
+            )
+        planned = m.get("as_planned") or {}
+        if not m.get("evicted_now") and planned.get("will_escalate"):
+            lines.append(Text(f"    {verdict_sentence(m)}", style="yellow"))
+    if len(starting) > rows:
+        lines.append(Text(f"  … {len(starting) - rows} more (--json for every row)", style="dim"))
+    later = [
+        m
+        for m in machines
+        if not m.get("drain_now") and ((m.get("as_planned") or {}).get("will_escalate"))
+    ]
+    if later:
+        lines.append(Text("escalations at their windows:", style="bold"))
+    for m in later[:rows]:
+        lines.append(Text(f"  {m.get('node')}  {verdict_sentence(m)}"))
+    if len(later) > rows:
+        lines.append(Text(f"  … {len(later) - rows} more (--json for every row)", style="dim"))
+    dropped = preview.get("dropped") or []
+    if dropped:
+        names = ", ".join(format_machine(d.get("machine_id") or {}) for d in dropped[:rows])
+        more = f" and {len(dropped) - rows} more" if len(dropped) > rows else ""
+        cancelled = sum(bool(d.get("drain_cancelled")) for d in dropped)
+        why = f"; the master's drain cancelled on {cancelled}" if cancelled else ""
+        lines.append(Text(f"back UP{why}: {names}{more}"))
+    return Group(*lines)
 
 
 def _late_lines(

@@ -463,6 +463,17 @@ class MasterClient:
         Raises :class:`InvalidMaintenance` with Mesos's message when it is refused."""
         await self._call("POST", "/maintenance/schedule", body=dict(schedule), mesos=True)
 
+    async def preview_schedule(self, schedule: Mapping[str, Any]) -> dict[str, Any]:
+        """What :meth:`set_schedule` with ``schedule`` would do now (``POST
+        /v1/maintenance/schedule/preview``, READ; nothing changes): per machine its mode
+        now and after, the drain that would start at once and the jobs evicted at once,
+        the machines dropped, the totals and the ``warnings`` (``schedule.window_open``,
+        ``schedule.suspicious_time``, ``schedule.unknown_machine``). Raises
+        :class:`InvalidMaintenance` with Mesos's message for a schedule it would refuse."""
+        return await self._object(
+            "POST", "/v1/maintenance/schedule/preview", body=dict(schedule), mesos=True
+        )
+
     async def clear_schedule(self) -> None:
         """Replace the schedule with an empty one (a DOWN machine cannot be dropped:
         :class:`InvalidMaintenance`)."""

@@ -302,6 +302,9 @@ class SyncMasterClient:
     def set_schedule(self, schedule: Mapping[str, Any]) -> None:
         self._run(lambda c: c.set_schedule(schedule))
 
+    def preview_schedule(self, schedule: Mapping[str, Any]) -> dict[str, Any]:
+        return self._run(lambda c: c.preview_schedule(schedule))
+
     def clear_schedule(self) -> None:
         self._run(lambda c: c.clear_schedule())
 

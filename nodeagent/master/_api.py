@@ -112,6 +112,7 @@ LARGE_BODY_LIMIT = 16 << 20
 BODY_LIMITS = {
     ("POST", "/v1/ads"): AD_BODY_LIMIT,
     ("POST", "/maintenance/schedule"): LARGE_BODY_LIMIT,
+    ("POST", "/v1/maintenance/schedule/preview"): LARGE_BODY_LIMIT,
     ("POST", "/machine/down"): LARGE_BODY_LIMIT,
     ("POST", "/machine/up"): LARGE_BODY_LIMIT,
     ("POST", "/v1/maintenance/operations"): LARGE_BODY_LIMIT,
@@ -773,6 +774,28 @@ def build_master_app(
             master.set_schedule(schedule, actor=actor)
 
         return await mesos_change(request, "maintenance.schedule", apply)
+
+    @app.post(
+        "/v1/maintenance/schedule/preview",
+        tags=["maintenance"],
+        response_class=JSONResponse,
+        responses=_MESOS_ERRORS,
+        openapi_extra=_json_body(_SCHEDULE, "A whole schedule, as POST /maintenance/schedule"),
+    )
+    async def preview_schedule(request: Request) -> Response:
+        """What ``POST /maintenance/schedule`` with this body would do, from the ads held
+        now: the plan under it, the drains that would start at once, the jobs evicted
+        at once, what the escalations would cut, the machines dropped, and warnings.
+        Writes nothing. A body the schedule endpoint refuses gets its 400 and message."""
+        allowed(request, Scope.READ)
+        body = await request.body()
+        try:
+            schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
+            with _collector_paused():
+                preview = master.preview_schedule(schedule)
+        except MaintenanceError as exc:
+            return PlainTextResponse(exc.message, status_code=400)
+        return Response(_json_bytes(preview), media_type="application/json")
 
     @app.post(
         "/machine/down",

@@ -186,9 +186,21 @@ def _too_deep(body: str) -> int | None:
 
 def _syntax_error(body: str, pos: int) -> MaintenanceError:
     """Mesos's message for a parse that failed at ``pos``: the line, and what follows
-    ``pos`` on it without control characters."""
+    ``pos`` on it without control characters. Where Mesos would show nothing (the input
+    ends at ``pos``) the message says so: a document cut short names the line it ends
+    on and ``the end of the input``."""
+    rest = body[pos:]
+    if not rest.strip(_JSON_WHITESPACE):
+        end = len(body.rstrip(_JSON_WHITESPACE))
+        line = body.count("\n", 0, end) + 1
+        what = (
+            "the end of the input (the document is cut short)"
+            if body.strip()
+            else ("the end of the input (the body is empty)")
+        )
+        return _bad_json(f"syntax error at line {line} near: {what}")
     line = body.count("\n", 0, pos) + 1
-    near = "".join(c for c in body[pos:].split("\n", 1)[0] if c >= " ")
+    near = "".join(c for c in rest.split("\n", 1)[0] if c >= " ")
     return _bad_json(f"syntax error at line {line} near: {near}")
 
 

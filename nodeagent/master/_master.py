@@ -97,6 +97,7 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._plan import MachinePlan, PlanPolicy, machine_key, planned_escalation
 from nodeagent.master._plan_view import PlanInputs, PlanView
+from nodeagent.master._preview import preview_schedule
 from slots import InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
@@ -587,6 +588,19 @@ class Master:
             policy=self.policy,
             counters=vars(self.counters),
             nodes=len(self.ads),
+        )
+
+    def preview_schedule(self, schedule: MaintenanceSchedule) -> dict[str, Any]:
+        """What :meth:`set_schedule` with ``schedule`` would do now, changing nothing
+        (:func:`~nodeagent.master._preview.preview_schedule`). Raises
+        :class:`MaintenanceError` as :meth:`set_schedule` would."""
+        now = self.clock.now()
+        return preview_schedule(
+            self.state,
+            schedule,
+            self.plan_inputs(now),
+            now,
+            hostnames=(entry.hostname for entry in self.ads.entries()),
         )
 
     def plans(self, now: float) -> list[MachinePlan]:

@@ -90,9 +90,9 @@ def api(master: MasterProcess, path: str) -> str:
 def test_schedule_set_get_clear(master: MasterProcess, tmp_path: Path) -> None:
     path = tmp_path / "schedule.json"
     path.write_text(json.dumps(window([A, B], FAR), indent=2))
-    assert ok(cli(master, "schedule", "set", str(path))) == (
-        "schedule replaced: 1 window, 2 machines\n"
-    )
+    applied = ok(cli(master, "schedule", "set", "--yes", str(path)))
+    assert applied.startswith("Schedule preview · now ")
+    assert applied.endswith("schedule replaced: 1 window, 2 machines\n")
     assert (
         ok(cli(master, "schedule", "get", "--json")) == api(master, "/maintenance/schedule") + "\n"
     )
@@ -103,7 +103,7 @@ def test_schedule_set_get_clear(master: MasterProcess, tmp_path: Path) -> None:
 
     # From stdin; with --json, the schedule as the master now holds it.
     only_a = json.dumps(window([A], FAR, 60))
-    replaced = ok(cli(master, "schedule", "set", "-", "--json", stdin=only_a))
+    replaced = ok(cli(master, "schedule", "set", "--yes", "-", "--json", stdin=only_a))
     assert replaced == api(master, "/maintenance/schedule") + "\n"
     assert json.loads(replaced) == window([A], FAR, 60)
 
@@ -132,8 +132,14 @@ def test_an_invalid_schedule_exits_1_with_the_mesos_message(
 ) -> None:
     master.call("POST", "/maintenance/schedule", json=window([A], FAR))
     before = api(master, "/maintenance/schedule")
-    for args in (("schedule", "set", "-"), ("schedule", "set", "-", "--json")):
-        result = cli(master, *args, stdin=body)
+    variants = (
+        ("set", "-"),
+        ("set", "-", "--json"),
+        ("set", "--yes", "-"),
+        ("set", "--dry-run", "-"),
+    )
+    for args in variants:
+        result = cli(master, "schedule", *args, stdin=body)
         assert (result.returncode, result.stderr) == (1, f"maintenance.refused: {message}\n")
         assert result.stdout == ""
     assert api(master, "/maintenance/schedule") == before
@@ -352,7 +358,7 @@ def test_remote_access_needs_a_token_with_the_scope(master: MasterProcess, tmp_p
     )
     env = {"NODEAGENT_MASTER_HOST": master.url, "NODEAGENT_MASTER_TOKEN_FILE": str(read)}
     assert ok(cli(None, "status", env=env)).startswith("no machine is in maintenance")
-    forbidden = cli(None, "schedule", "set", str(schedule), env=env)
+    forbidden = cli(None, "schedule", "set", "--yes", str(schedule), env=env)
     assert forbidden.returncode == 4
     assert forbidden.stderr.startswith("auth.forbidden: ")
     as_json = cli(None, "down", "a.test/10.0.0.1", "--json", env=env)
@@ -360,7 +366,8 @@ def test_remote_access_needs_a_token_with_the_scope(master: MasterProcess, tmp_p
     assert json.loads(as_json.stdout)["error"]["code"] == "auth.forbidden"
     assert master.call("GET", "/maintenance/schedule").json() == {}
     remote = ("--host", master.url, "--token", str(admin))
-    assert ok(cli(None, "schedule", "set", str(schedule), *remote)).startswith("schedule replaced")
+    applied = ok(cli(None, "schedule", "set", "--yes", str(schedule), *remote))
+    assert applied.endswith("schedule replaced: 1 window, 1 machine\n")
     assert ok(cli(None, "down", "a.test", *remote)) == "DOWN: a.test/10.0.0.1\n"
 
 

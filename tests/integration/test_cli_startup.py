@@ -247,7 +247,7 @@ def test_the_schedule_and_machines(pool: Pool) -> None:
         "unavailability": {"start": {"nanoseconds": 2_000_000_000 * ns}},
     }
     schedule.write_text(json.dumps({"windows": [window]}))
-    assert "schedule replaced" in light(pool, "master", "schedule", "set", str(schedule))
+    assert "schedule replaced" in light(pool, "master", "schedule", "set", "--yes", str(schedule))
     assert "DOWN: spare.test/10.9.0.1" in light(pool, "master", "down", "spare.test")
     assert "DOWN" in light(pool, "master", "status")
     assert "UP: spare.test/10.9.0.1" in light(pool, "master", "up", "spare.test")

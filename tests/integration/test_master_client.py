@@ -71,9 +71,15 @@ async def test_a_client_pointed_at_a_follower_writes_through_the_leader(
             assert await master.status() == {"draining_machines": [{"id": {
                 "hostname": "b.test", "ip": "127.0.0.1"}}]}  # fmt: skip
 
-        # Given only the follower, the client sends nothing to the leader it names.
+        # Given only the follower, the client sends nothing to the leader it names; the
+        # follower answers a preview itself (it changes nothing).
         b_test = [{"hostname": "b.test", "ip": "127.0.0.1"}]
         async with MasterClient(url=follower.url, token=token) as master:
+            preview = await master.preview_schedule(window(["b.test", "c.test"], soon))
+            assert [m["change"] for m in preview["machines"]] == ["kept", "added"]
+            assert [w["code"] for w in preview["warnings"]] == ["schedule.unknown_machine"] * 2
+            with pytest.raises(InvalidMaintenance):
+                await master.preview_schedule(twice)
             with pytest.raises(RedirectNotFollowed) as alone:
                 await master.down(b_test)
         # From the follower's own socket, which names no TCP master, neither.

@@ -192,7 +192,7 @@ def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: Etcd
         schedule = tmp_path / "schedule.json"
         schedule.write_text(json.dumps(window(["b.test"], time.time() + 60)))
         result = subprocess.run(
-            [sys.executable, "-m", "nodeagent", "master", "schedule", "set", str(schedule),
+            [sys.executable, "-m", "nodeagent", "master", "schedule", "set", "--yes", str(schedule),
              "--host", f"{follower.url},{leader.url}", "--token", str(token)],
             check=False, capture_output=True, text=True, timeout=60,
             env={k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")},

@@ -208,7 +208,7 @@ def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
             "NODEAGENT_MASTER_HOST": f"{follower.url},{leader.url}",
             "NODEAGENT_MASTER_TOKEN_FILE": str(token),
         }
-        result = cli("schedule", "set", str(file), "--json", env=env)
+        result = cli("schedule", "set", str(file), "--yes", "--json", env=env)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == SCHEDULE  # the leader's GET, through the follower
         down = cli("down", "node1.test/127.0.0.1", env=env)
@@ -218,11 +218,12 @@ def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
     assert status["down_machines"] == [{"hostname": "node1.test", "ip": "127.0.0.1"}]
     sent = [(seen.method, seen.path) for seen in follower.arrived]
     assert sent == [
+        ("POST", "/v1/maintenance/schedule/preview"),
         ("POST", "/maintenance/schedule"),
         ("GET", "/maintenance/schedule"),
         ("POST", "/machine/down"),
     ]
-    assert follower.arrived[0].body == file.read_bytes()
+    assert follower.arrived[0].body == follower.arrived[1].body == file.read_bytes()
     audit = (leader.root / "state" / "audit.log").read_text().splitlines()
     subjects = {json.loads(line).get("subject") for line in audit}
     assert "operator" in subjects  # the token arrived at the leader with the request
@@ -266,13 +267,15 @@ def test_more_than_three_redirects_in_a_row_are_not_followed(
     ):
         env = {"NODEAGENT_MASTER_TOKEN_FILE": str(token)}
         pool = ",".join([leader.url, f3.url, f2.url, f1.url])
+        leader.call("POST", "/maintenance/schedule", json=SCHEDULE)
         three = cli("schedule", "clear", env={**env, "NODEAGENT_MASTER_HOST": f"{f1.url},{pool}"})
         assert three.returncode == 0, three.stderr
-        four = cli("schedule", "set", "-", env={**env, "NODEAGENT_MASTER_HOST": f"{f0.url},{pool}"},
-                   stdin=json.dumps(SCHEDULE))  # fmt: skip
+        assert _schedule(leader) == {}
+        leader.call("POST", "/maintenance/schedule", json=SCHEDULE)
+        four = cli("schedule", "clear", env={**env, "NODEAGENT_MASTER_HOST": f"{f0.url},{pool}"})
         assert four.returncode == 5
         assert four.stderr.startswith("master.too_many_redirects: POST /maintenance/schedule")
-    assert _schedule(leader) == {}  # the fourth redirect was not followed
+    assert _schedule(leader) == SCHEDULE  # the fourth redirect was not followed
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:

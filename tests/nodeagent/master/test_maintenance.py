@@ -247,7 +247,22 @@ def test_machine_list_json() -> None:
         ('{"windows": []}', "array", "Unexpected JSON type parsed"),
         ("[]", "object", "Unexpected JSON type parsed"),
         ("{} x", "object", "Parsed JSON included non-whitespace trailing characters:  x"),
-        ("", "object", "syntax error at line 1 near: "),
+        ("", "object", "syntax error at line 1 near: the end of the input (the body is empty)"),
+        (
+            '{\n  "windows": [\n',
+            "object",
+            "syntax error at line 2 near: the end of the input (the document is cut short)",
+        ),
+        (
+            '{"windows": [{"machine_ids": [{"hostname": "a"}]',
+            "object",
+            "syntax error at line 1 near: the end of the input (the document is cut short)",
+        ),
+        (
+            '{"windows": [{"machine_ids":\n\n ]}',
+            "object",
+            "syntax error at line 3 near: ]}",
+        ),
         ('{\n  "windows": [,]\n}', "object", "syntax error at line 2 near: ,]"),
         (b"\xff", "object", "Failed to decode the body as UTF-8"),
         ("[NaN]", "array", "syntax error near: NaN"),

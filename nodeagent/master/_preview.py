@@ -1,0 +1,365 @@
+"""What a proposed schedule would do, pure: the plan it would give on the ads held now.
+
+``POST /v1/maintenance/schedule/preview`` answers with :func:`preview_schedule`: the same
+decisions a reconcile pass makes (:func:`~nodeagent.master._drains.decide` over
+:func:`~nodeagent.master._plan.machine_plan`), and the same rows the plan shows
+(:func:`~nodeagent.master._plan.row_dict`), computed for the proposed schedule without
+carrying anything out. No I/O, no trio, ``now`` an argument; the master's state is
+copied, never changed.
+
+The reply, per machine of the proposed schedule, is its plan row with what the change
+does to it: ``mode_now`` and ``mode_after``; ``change`` (``added``: enters the schedule,
+``moved``: its window changes, ``kept``); ``window_open`` (its window has started);
+``drain_now`` (the schedule its drain would start or be replaced with at once, or
+``None``); ``evicted_now`` (the jobs the escalation would evict at once: the window is
+open, so each job's promise is cut now). ``dropped`` lists the machines that leave the
+schedule (back UP; the master's drain there is cancelled). ``totals`` add it up, and
+``warnings`` say what looks wrong, each with a stable code:
+
+* ``schedule.suspicious_time``: a window starts before 2000-01-01 or more than ten years
+  ahead, or lasts less than a second, which is what times in seconds or milliseconds
+  look like where Mesos wants nanoseconds;
+* ``schedule.window_open``: a machine enters a window (or its window moves) that has
+  already started: its drain starts at once and, under the ``quick`` or ``fast``
+  escalation, its jobs are evicted at once;
+* ``schedule.unknown_machine``: no ad the master holds matches a machine (a typo, or a
+  node that has not joined): nothing will drain there until one does.
+
+A schedule Mesos would refuse raises :class:`~nodeagent.master._maintenance.MaintenanceError`
+with Mesos's message, exactly as ``POST /maintenance/schedule`` would.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from nodeagent.master._drains import STARTING, Down, Escalate, Postpone, Start, decide
+from nodeagent.master._maintenance import (
+    MachineId,
+    MachineStatus,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Mode,
+)
+from nodeagent.master._plan import (
+    ScheduledMachine,
+    machine_key,
+    machine_plan,
+    row_dict,
+    row_figures,
+    row_state,
+)
+from nodeagent.master._plan_view import PlanInputs
+
+__all__ = [
+    "EARLIEST_PLAUSIBLE",
+    "PLAUSIBLE_YEARS",
+    "preview_schedule",
+    "schedule_warnings",
+    "suggestions",
+]
+
+_NS = 1_000_000_000
+#: 2000-01-01T00:00:00Z: a window that starts before it was written in the wrong unit.
+EARLIEST_PLAUSIBLE = 946_684_800
+#: How far ahead a window may plausibly start.
+PLAUSIBLE_YEARS = 10
+_YEAR = 365.25 * 86400
+#: What the preview says of each job evicted at once (a plan blocker's fields).
+_JOB_FIELDS = ("slot", "job_id", "owner", "cpus", "evict_at", "promise_end", "cut_by", "cut_badput")
+#: Unit names by the factor that turns a value in that unit into nanoseconds.
+_UNITS = ((_NS, "seconds"), (1_000_000, "milliseconds"), (1_000, "microseconds"))
+
+
+def _iso(seconds: float) -> str:
+    """``seconds`` since the epoch as an ISO 8601 date and time (UTC), or the year alone
+    when it is beyond what a calendar date can show."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return f"year {1970 + seconds / _YEAR:.0f}"
+
+
+def _plausible(seconds: float, now: float) -> bool:
+    return EARLIEST_PLAUSIBLE <= seconds <= now + PLAUSIBLE_YEARS * _YEAR
+
+
+def _unit_guess(value_ns: int, now: float) -> str | None:
+    """The unit ``value_ns`` was probably written in, when read in it the time is
+    plausible (``seconds``, ``milliseconds``, ``microseconds``); ``None`` otherwise."""
+    for factor, unit in _UNITS:
+        if _plausible(value_ns * factor / _NS, now):
+            return unit
+    return None
+
+
+def _warning(code: str, message: str, **facts: Any) -> dict[str, Any]:
+    return {"code": code, "message": message, **facts}
+
+
+def schedule_warnings(schedule: MaintenanceSchedule, now: float) -> list[dict[str, Any]]:
+    """The ``schedule.suspicious_time`` warnings of ``schedule`` at ``now`` (seconds):
+    one per window whose start is implausible (before 2000, or more than ten years ahead)
+    or whose duration is under a second, naming the unit it was probably written in."""
+    warnings = []
+    for index, window in enumerate(schedule.windows):
+        unavailability = window.unavailability
+        start_ns = unavailability.start_ns
+        start = start_ns / _NS
+        if not _plausible(start, now):
+            guess = _unit_guess(start_ns, now)
+            if guess is not None:
+                hint = f" — {guess}?"
+            elif start < EARLIEST_PLAUSIBLE:
+                hint = " — before 2000"
+            else:
+                hint = f" — more than {PLAUSIBLE_YEARS} years ahead"
+            warnings.append(
+                _warning(
+                    "schedule.suspicious_time",
+                    f"window {index + 1}: times are nanoseconds since the epoch; "
+                    f"{start_ns} reads as {_iso(start)}{hint}",
+                    window=index,
+                )
+            )
+        duration_ns = unavailability.duration_ns
+        if duration_ns is not None and 0 < duration_ns < _NS:
+            guess = next(
+                (
+                    unit
+                    for factor, unit in _UNITS
+                    if _NS <= duration_ns * factor <= 366 * 86400 * _NS
+                ),
+                None,
+            )
+            hint = f" — {guess}?" if guess is not None else ""
+            warnings.append(
+                _warning(
+                    "schedule.suspicious_time",
+                    f"window {index + 1}: durations are nanoseconds; {duration_ns} is "
+                    f"{duration_ns} ns{hint}",
+                    window=index,
+                )
+            )
+    return warnings
+
+
+def suggestions(host: str, hostnames: Iterable[str]) -> list[str]:
+    """The hostnames ``host`` may have meant: those whose first label is ``host``
+    (``node1`` → ``node1.test``), compared without regard to case; sorted, at most three."""
+    short = host.lower()
+    found = sorted({name for name in hostnames if name.lower().split(".", 1)[0] == short})
+    return [name for name in found if name.lower() != short][:3]
+
+
+def preview_schedule(
+    state: MaintenanceState,
+    schedule: MaintenanceSchedule,
+    inputs: PlanInputs,
+    now: float,
+    *,
+    hostnames: Iterable[str] = (),
+) -> dict[str, Any]:
+    """What replacing ``state``'s schedule by ``schedule`` would do at ``now`` (see the
+    module docstring); ``inputs`` are the master's plan inputs at ``now``, ``hostnames``
+    those of the nodes it holds ads of (for a ``schedule.unknown_machine`` warning's
+    "did you mean"). Raises :class:`~nodeagent.master._maintenance.MaintenanceError` as
+    the schedule endpoint would; ``state`` is never changed."""
+    after = copy.copy(state)  # its mutators install new containers: the copy is apart
+    changed = after.update_schedule(schedule)
+    before = {status.id: status for status in state.machines()}
+    statuses = after.machines()
+    proposed = dataclasses.replace(inputs, statuses=statuses)
+    rows = [
+        _machine_row(status, before.get(status.id), proposed, now)
+        for status in statuses
+        if status.window is not None
+    ]
+    dropped = [
+        _dropped_row(status.id, before[status.id], proposed)
+        for status in changed
+        if status.mode is Mode.UP
+    ]
+    warnings = schedule_warnings(schedule, now)
+    warnings.extend(_open_warnings(rows, inputs, now))
+    unknown = [row for row in rows if not row["nodes"]]
+    names = list(hostnames) if unknown else []
+    for row in unknown:
+        host = row["machine_id"].get("hostname")
+        meant = suggestions(host, names) if host and len(unknown) <= 100 else []
+        hint = f" (did you mean {' or '.join(meant)}?)" if meant else ""
+        warnings.append(
+            _warning(
+                "schedule.unknown_machine",
+                f"no node's ad matches {_name(row['machine_id'])}{hint}: nothing drains "
+                "there until an agent with that hostname/ip reports to this master",
+                machine_id=row["machine_id"],
+                suggestions=meant,
+            )
+        )
+    return {
+        "now": now,
+        "policy": {
+            "drain_policy": inputs.policy.drain_policy,
+            "drain_margin": inputs.policy.drain_margin,
+            "escalation": inputs.policy.escalation,
+        },
+        "machines": rows,
+        "dropped": dropped,
+        "totals": _totals(rows, dropped),
+        "warnings": warnings,
+    }
+
+
+def _machine_row(
+    status: MachineStatus, old: MachineStatus | None, inputs: PlanInputs, now: float
+) -> dict[str, Any]:
+    """The machine's plan row under the proposed schedule, and what the change does."""
+    machine = ScheduledMachine.of(status)
+    assert machine is not None
+    key = machine.key
+    record = inputs.drains.get(key) or (STARTING if key in inputs.starting else None)
+    window = status.window
+    assert window is not None
+    if old is None or old.window is None:
+        change = "added"
+    elif old.window.unavailability != window.unavailability:
+        change = "moved"
+    else:
+        change = "kept"
+    nodes = inputs.find(status.id.hostname, status.id.ip)
+    plan = machine_plan(
+        machine, nodes, is_lost=inputs.is_lost, now=now, policy=inputs.policy, drain_record=record
+    )
+    since = inputs.window_since.get(key) if change == "kept" else now
+    state = row_state(
+        plan,
+        is_lost=inputs.is_lost,
+        with_blockers=True,
+        window_since=since,
+        escalation=inputs.policy.escalation,
+    )
+    figures = row_figures(plan, state, now)
+    row = row_dict(plan, state, figures)
+    step = None
+    if plan.node is not None and not plan.lost:
+        step = decide(plan, None if record is STARTING else record, inputs.policy, now)
+    drain_now = _drain_now(step)
+    window_open = now >= machine.window_start
+    end = machine.window["end"]
+    evicted: list[dict[str, Any]] = []
+    if drain_now in ("quick", "fast") and (window_open or drain_now == "fast"):
+        # Every job still running gets its soft-kill signal now, its promise cut or not.
+        evicted = [{name: b[name] for name in _JOB_FIELDS} for b in figures.blockers]
+    row.update(
+        {
+            "mode_now": str(Mode.UP if old is None else old.mode),
+            "mode_after": str(status.mode),
+            "change": change,
+            "window_open": window_open,
+            "window_ended": end is not None and now >= end,
+            "drain_now": drain_now,
+            "evicted_now": evicted,
+        }
+    )
+    return row
+
+
+def _drain_now(step: object) -> str | None:
+    """The drain schedule a pass would start (or replace the drain in force with) now."""
+    if isinstance(step, Start):
+        return step.schedule
+    if isinstance(step, Escalate):
+        return step.replace_with
+    if isinstance(step, Postpone):
+        return "graceful"
+    if isinstance(step, Down):
+        return "fast"
+    return None
+
+
+def _dropped_row(machine_id: MachineId, old: MachineStatus, inputs: PlanInputs) -> dict[str, Any]:
+    """A machine leaving the schedule: back UP, and the master's drain there cancelled."""
+    nodes = inputs.find(machine_id.hostname, machine_id.ip)
+    record = inputs.drains.get(machine_key(machine_id))
+    return {
+        "machine_id": machine_id.to_json(),
+        "mode_now": str(old.mode),
+        "mode_after": str(Mode.UP),
+        "nodes": [node.name for node in nodes],
+        "drain_cancelled": record is not None,
+    }
+
+
+def _open_warnings(
+    rows: Iterable[dict[str, Any]], inputs: PlanInputs, now: float
+) -> list[dict[str, Any]]:
+    """One ``schedule.window_open`` warning per window start already past that machines
+    enter (added, or their window moved): their drains start at once."""
+    by_start: dict[float, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["window_open"] and row["change"] != "kept":
+            by_start.setdefault(row["window"]["start"], []).append(row)
+    warnings = []
+    escalation = inputs.policy.escalation
+    for start, entering in sorted(by_start.items()):
+        evicted = sum(len(row["evicted_now"]) for row in entering)
+        count = len(entering)
+        machines = ", ".join(_name(row["machine_id"]) for row in entering[:5])
+        if count > 5:
+            machines += f" and {count - 5} more"
+        ended = entering[0]["window_ended"]
+        opened = "ended" if ended else "is open"
+        effect = (
+            f"their drains start at once with the {escalation} escalation: "
+            f"{evicted} job{'' if evicted == 1 else 's'} evicted at once"
+            if escalation != "none"
+            else "their drains start at once"
+        )
+        warnings.append(
+            _warning(
+                "schedule.window_open",
+                f"the window starting {_iso(start)} {opened} already "
+                f"({count} machine{'' if count == 1 else 's'}: {machines}); {effect}",
+                start=start,
+                machines=[row["machine_id"] for row in entering],
+                evicted_now=evicted,
+            )
+        )
+    return warnings
+
+
+def _name(machine_id: dict[str, str]) -> str:
+    host, ip = machine_id.get("hostname"), machine_id.get("ip")
+    if host and ip:
+        return f"{host}/{ip}"
+    return host or ip or "?"
+
+
+def _totals(rows: list[dict[str, Any]], dropped: list[dict[str, Any]]) -> dict[str, Any]:
+    """The change in numbers: machines per change, drains starting now, the jobs the
+    escalations would cut (now or at their windows) and their cost."""
+    cut_jobs = cut_core_seconds = cut_badput = 0
+    for row in rows:
+        planned = row.get("as_planned")
+        if planned and planned["will_escalate"] and not planned["escalated"]:
+            cut_jobs += planned["cut_jobs"]
+            cut_core_seconds += planned["cut_core_seconds"]
+            cut_badput += planned["cut_badput"]
+    return {
+        "machines": len(rows),
+        "added": sum(row["change"] == "added" for row in rows),
+        "moved": sum(row["change"] == "moved" for row in rows),
+        "dropped": len(dropped),
+        "unknown_machines": sum(not row["nodes"] for row in rows),
+        "windows_open": sum(row["window_open"] for row in rows),
+        "drains_now": sum(row["drain_now"] is not None for row in rows),
+        "evicted_now": sum(len(row["evicted_now"]) for row in rows),
+        "cut_jobs": cut_jobs,
+        "cut_core_seconds": cut_core_seconds,
+        "cut_badput": cut_badput,
+    }

@@ -1,0 +1,287 @@
+"""The preview of a schedule (:mod:`nodeagent.master._preview`), as tables with explicit
+``now``: its warnings, and what it says each machine's drain does at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._maintenance import (
+    MachineId,
+    MaintenanceError,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Unavailability,
+    Window,
+)
+from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._plan_view import PlanInputs
+from nodeagent.master._preview import preview_schedule, schedule_warnings, suggestions
+from slots import JobSpec, Machine, MachinePolicy, Resources
+from tests.nodeagent.master.test_drains import EPOCH
+
+NS = 1_000_000_000
+N = MachineId(hostname="n.test", ip="10.0.0.1")
+OTHER = MachineId(hostname="ghost.test", ip="10.0.0.9")
+
+
+def schedule(*windows: tuple[int, int | None, tuple[MachineId, ...]]) -> MaintenanceSchedule:
+    return MaintenanceSchedule(
+        windows=tuple(
+            Window(
+                machine_ids=machines,
+                unavailability=Unavailability(start_ns=start, duration_ns=duration),
+            )
+            for start, duration, machines in windows
+        )
+    )
+
+
+def at(seconds: float, duration: float | None = 3600, *machines: MachineId) -> Any:
+    return (int(seconds * NS), None if duration is None else int(duration * NS), machines or (N,))
+
+
+@dataclass(frozen=True)
+class WarningRow:
+    name: str
+    start_ns: int
+    duration_ns: int | None
+    messages: tuple[str, ...]
+
+
+WARNINGS = [
+    WarningRow("nanoseconds, an hour ahead", int((EPOCH + 3600) * NS), 3600 * NS, ()),
+    WarningRow("no duration", int((EPOCH + 3600) * NS), None, ()),
+    WarningRow(
+        "seconds", int(EPOCH), 3600 * NS,
+        ("window 1: times are nanoseconds since the epoch; 1800000000 reads as "
+         "1970-01-01T00:00:01Z — seconds?",),
+    ),
+    WarningRow(
+        "milliseconds", int(EPOCH) * 1000, 3600 * NS,
+        ("window 1: times are nanoseconds since the epoch; 1800000000000 reads as "
+         "1970-01-01T00:30:00Z — milliseconds?",),
+    ),
+    WarningRow(
+        "microseconds", int(EPOCH) * 1_000_000, 3600 * NS,
+        ("window 1: times are nanoseconds since the epoch; 1800000000000000 reads as "
+         "1970-01-21T20:00:00Z — microseconds?",),
+    ),
+    WarningRow(
+        "eleven years ahead", int((EPOCH + 11 * 366 * 86400) * NS), 3600 * NS,
+        ("window 1: times are nanoseconds since the epoch; "
+         f"{int((EPOCH + 11 * 366 * 86400) * NS)} reads as 2038-01-23T08:00:00Z — "
+         "more than 10 years ahead",),
+    ),
+    WarningRow(
+        "a duration in seconds", int((EPOCH + 3600) * NS), 600,
+        ("window 1: durations are nanoseconds; 600 is 600 ns — seconds?",),
+    ),
+    WarningRow(
+        "both", int(EPOCH), 600,
+        ("window 1: times are nanoseconds since the epoch; 1800000000 reads as "
+         "1970-01-01T00:00:01Z — seconds?",
+         "window 1: durations are nanoseconds; 600 is 600 ns — seconds?"),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", WARNINGS, ids=lambda r: r.name)
+def test_suspicious_times(row: WarningRow) -> None:
+    proposed = schedule((row.start_ns, row.duration_ns, (N,)))
+    warnings = schedule_warnings(proposed, EPOCH)
+    assert tuple(w["message"] for w in warnings) == row.messages
+    assert {w["code"] for w in warnings} <= {"schedule.suspicious_time"}
+    assert all(w["window"] == 0 for w in warnings)
+
+
+def inputs(ads: AdStore, policy: PlanPolicy, now: float) -> PlanInputs:
+    return PlanInputs(
+        statuses=(),
+        find=ads.find,
+        is_lost=ads.lost_at(now),
+        drains={},
+        starting=(),
+        window_since={},
+        policy=policy,
+        counters={},
+        nodes=len(ads),
+    )
+
+
+def pool(jobs: int = 2) -> AdStore:
+    """The master's ads: node ``n.test`` with ``jobs`` jobs of one core claimed at
+    EPOCH - 100, each promised 600 s (so until EPOCH + 500), vacating in 1 s."""
+    machine = Machine(
+        host="n.test",
+        ip="10.0.0.1",
+        address="http://10.0.0.1:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=600, machine_max_vacate_time=1),
+        now=EPOCH - 100,
+    )
+    for number in range(jobs):
+        spec = JobSpec(job_id=str(number + 1), max_job_retirement_time=600)
+        machine.claim(EPOCH - 100, resources=Resources(cpus=1), spec=spec)
+    ads = AdStore(lifetime=100_000)
+    ads.update(machine.ad(EPOCH), EPOCH)
+    return ads
+
+
+QUICK = PlanPolicy()
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    window: Any
+    drain_now: str | None
+    evicted: int
+    codes: tuple[str, ...]
+    policy: PlanPolicy = QUICK
+
+
+ROWS = [
+    Row("a window days ahead: nothing at once", at(EPOCH + 86400), None, 0, ()),
+    Row("a window soon: the graceful drain starts now", at(EPOCH + 300), "graceful", 0, ()),
+    Row("a window open: a quick drain evicts every job", at(EPOCH - 1), "quick", 2,
+        ("schedule.window_open",)),
+    Row("open under fast", at(EPOCH - 1), "fast", 2, ("schedule.window_open",),
+        PlanPolicy(escalation="fast")),
+    Row("open under none: graceful, nothing evicted", at(EPOCH - 1), "graceful", 0,
+        ("schedule.window_open",), PlanPolicy(escalation="none")),
+    Row("immediate: graceful now", at(EPOCH + 86400), "graceful", 0, (),
+        PlanPolicy(drain_policy="immediate")),
+    Row("in 1970", (int(EPOCH), 60, (N,)), "quick", 2,
+        ("schedule.suspicious_time", "schedule.suspicious_time", "schedule.window_open")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_what_a_new_machine_s_drain_does_at_once(row: Row) -> None:
+    state = MaintenanceState()
+    snapshot = state.snapshot()
+    preview = preview_schedule(
+        state, schedule(row.window), inputs(pool(), row.policy, EPOCH), EPOCH
+    )
+    (machine,) = preview["machines"]
+    assert (machine["mode_now"], machine["mode_after"], machine["change"]) == (
+        "UP",
+        "DRAINING",
+        "added",
+    )
+    assert machine["node"] == "n.test"
+    assert machine["drain_now"] == row.drain_now
+    assert len(machine["evicted_now"]) == row.evicted
+    assert tuple(w["code"] for w in preview["warnings"]) == row.codes
+    totals = preview["totals"]
+    assert (totals["drains_now"], totals["evicted_now"]) == (row.drain_now is not None, row.evicted)
+    assert state.snapshot() == snapshot  # nothing changed
+
+
+def test_an_open_window_says_what_it_evicts_and_cuts() -> None:
+    preview = preview_schedule(
+        MaintenanceState(), schedule(at(EPOCH - 1)), inputs(pool(), PlanPolicy(), EPOCH), EPOCH
+    )
+    (warning,) = preview["warnings"]
+    assert warning["message"] == (
+        "the window starting 2027-01-15T07:59:59Z is open already (1 machine: "
+        "n.test/10.0.0.1); their drains start at once with the quick escalation: 2 jobs "
+        "evicted at once"
+    )
+    assert warning["evicted_now"] == 2
+    (machine,) = preview["machines"]
+    # Each job retires at EPOCH + 500: evicted now, 500 s of its promise cut.
+    assert [job["cut_by"] for job in machine["evicted_now"]] == [500, 500]
+    assert preview["totals"]["cut_jobs"] == 2
+    assert preview["totals"]["cut_core_seconds"] == 1000
+
+
+def test_unknown_kept_and_dropped_machines() -> None:
+    state = MaintenanceState()
+    kept_window = at(EPOCH - 1)
+    state.update_schedule(schedule(kept_window, at(EPOCH + 600, 60, OTHER)))
+    snapshot = state.snapshot()
+    # The same open window for n.test (kept: no warning of it), ghost.test dropped, and
+    # a new machine no ad matches.
+    new = MachineId(hostname="typo.test")
+    preview = preview_schedule(
+        state,
+        schedule(kept_window, at(EPOCH + 600, 60, new)),
+        inputs(pool(), PlanPolicy(), EPOCH),
+        EPOCH,
+    )
+    assert [w["code"] for w in preview["warnings"]] == ["schedule.unknown_machine"]
+    assert preview["warnings"][0]["message"].startswith("no node's ad matches typo.test: ")
+    kept, added = preview["machines"]
+    assert (kept["change"], kept["mode_now"], kept["window_open"]) == ("kept", "DRAINING", True)
+    assert (added["change"], added["node"], added["nodes"]) == ("added", None, [])
+    (dropped,) = preview["dropped"]
+    assert dropped == {
+        "machine_id": {"hostname": "ghost.test", "ip": "10.0.0.9"},
+        "mode_now": "DRAINING",
+        "mode_after": "UP",
+        "nodes": [],
+        "drain_cancelled": False,
+    }
+    assert preview["totals"]["dropped"] == 1
+    assert preview["totals"]["unknown_machines"] == 1
+    assert state.snapshot() == snapshot
+
+
+def test_a_down_machine_cannot_be_dropped_as_mesos_says() -> None:
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 600)))
+    state.down([N])
+    snapshot = state.snapshot()
+    with pytest.raises(MaintenanceError) as raised:
+        preview_schedule(state, schedule(), inputs(pool(), PlanPolicy(), EPOCH), EPOCH)
+    assert raised.value.code == "maintenance.machine_down"
+    assert state.snapshot() == snapshot
+
+
+def test_a_moved_window_is_named_and_warned_when_it_opens() -> None:
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 86400)))
+    preview = preview_schedule(
+        state, schedule(at(EPOCH - 5)), inputs(pool(), PlanPolicy(), EPOCH), EPOCH
+    )
+    (machine,) = preview["machines"]
+    assert (machine["change"], machine["mode_now"], machine["drain_now"]) == (
+        "moved",
+        "DRAINING",
+        "quick",
+    )
+    assert [w["code"] for w in preview["warnings"]] == ["schedule.window_open"]
+
+
+def test_an_unknown_short_name_gets_a_did_you_mean() -> None:
+    proposed = schedule(at(EPOCH + 600, 60, MachineId(hostname="N")))
+    preview = preview_schedule(
+        MaintenanceState(),
+        proposed,
+        inputs(pool(), PlanPolicy(), EPOCH),
+        EPOCH,
+        hostnames=["n.test", "n.other", "nn.test", "m.test"],
+    )
+    (warning,) = preview["warnings"]
+    assert warning["suggestions"] == ["n.other", "n.test"]
+    assert warning["message"].startswith(
+        "no node's ad matches N (did you mean n.other or n.test?): nothing drains there"
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "names", "meant"),
+    [
+        ("node1", ["node1.test", "node10.test", "node1"], ["node1.test"]),
+        ("NODE1", ["node1.a", "node1.b", "node1.c", "node1.d"], ["node1.a", "node1.b", "node1.c"]),
+        ("node1.test", ["node1.test.x"], []),
+        ("x", [], []),
+    ],
+)
+def test_suggestions(host: str, names: list[str], meant: list[str]) -> None:
+    assert suggestions(host, names) == meant
