@@ -565,16 +565,24 @@ COMMANDS: tuple[Command, ...] = (
     {
         "words": ("master", "down"),
         "run": f"{_M}:down",
-        "help": "DRAINING machines go DOWN, all or none (POST /machine/down).\n\n"
-        "Their nodes stay closed and whatever still runs is fast-drained.",
+        "help": "DRAINING machines go DOWN, all or none (POST /machine/down), after a "
+        "preview.\n\n"
+        "Their nodes stay closed and whatever still runs is fast-drained: first what that\n"
+        "evicts now (jobs, cores, promises cut), then a question (--yes: none; without a\n"
+        "terminal --yes is needed, exit 6). Exits 10 when a node has not confirmed its\n"
+        "drain (unreachable, lost): the master keeps trying.",
         "argument": _MACHINES,
-        "options": _MASTER,
+        "options": (
+            {"names": ("--yes", "-y"), "kind": "flag", "help": "Bring them down without asking."},
+            *_MASTER,
+        ),
     },
     {
         "words": ("master", "up"),
         "run": f"{_M}:up",
         "help": "DOWN machines go UP and leave the schedule, all or none (POST /machine/up).\n\n"
-        "Their nodes' drains are cancelled and they accept jobs again.",
+        "Their nodes' drains are cancelled and they accept jobs again. Exits 10 when the\n"
+        "master could not cancel a node's drain yet (unreachable): it keeps trying.",
         "argument": _MACHINES,
         "options": _MASTER,
     },

@@ -24,6 +24,8 @@ those that make no request (``token create``). Each error carries a stable ``cod
     │                     prompt; cli.no_terminal: a cluster-wide change with no terminal
     │                     to ask on and no --yes; schedule.needs_force: a schedule whose
     │                     preview warns of its times, with --yes but not --force
+    ├── Pending       10  machine.pending: the change was made, but some node has not
+    │                     confirmed it yet (master down/up: unreachable, lost, retrying)
     └── Interrupted  130  cli.interrupted: Ctrl-C
 
 Raising any of them leaves nothing behind on the client side; what the daemon did is
@@ -44,6 +46,7 @@ __all__ = [
     "CliError",
     "Declined",
     "Interrupted",
+    "Pending",
     "Refused",
     "Unauthorized",
     "Unreachable",
@@ -111,6 +114,13 @@ class Declined(CliError):
     terminal to ask on and no ``--yes``; a warning that needs ``--force``)."""
 
     exit_status: ClassVar[int] = 6
+
+
+class Pending(CliError):
+    """The master made the change, but some node has not confirmed it yet: the master
+    keeps trying, and the message names each node and why."""
+
+    exit_status: ClassVar[int] = 10
 
 
 class Interrupted(CliError):

@@ -21,7 +21,7 @@ import re
 import string
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -33,7 +33,7 @@ from nodeagent.cli._common import (
     master_target,
     watch_loop,
 )
-from nodeagent.cli._errors import Declined, Refused, UsageError
+from nodeagent.cli._errors import Declined, Pending, Refused, UsageError
 from nodeagent.cli._http import Reply, Target, call, check, request
 from nodeagent.cli._render import format_machine
 
@@ -131,8 +131,9 @@ def resolve_machines(
     does) or a bare ip is replaced by the one machine of ``schedule`` (Mesos JSON) that
     has it, so the operator need not type the other half; one that matches nothing is
     posted as given, for the master to refuse with Mesos's message. Raises
-    :class:`~nodeagent.cli._errors.UsageError` (``cli.ambiguous_machine``) when it matches
-    several machines.
+    :class:`~nodeagent.cli._errors.UsageError` ``cli.ambiguous_machine`` when it matches
+    several machines, and ``cli.unknown_machine`` for a short hostname (``node1``) that
+    matches none but is the first label of scheduled ones (``node1.test``): did you mean.
     """
     scheduled = _scheduled(schedule or {})
     out: list[dict[str, str]] = []
@@ -152,6 +153,18 @@ def resolve_machines(
                 "cli.ambiguous_machine",
                 f"{arg} matches {len(found)} scheduled machines ({names}): give HOST/IP",
             )
+        if not found and "hostname" in given:
+            meant = sorted(
+                format_machine(m)
+                for m in scheduled
+                if str(m.get("hostname", "")).translate(_LOWER).split(".", 1)[0] == host
+            )
+            if meant:
+                raise UsageError(
+                    "cli.unknown_machine",
+                    f"{arg} is not part of the maintenance schedule; did you mean "
+                    f"{' or '.join(meant[:3])}? (nothing changed)",
+                )
         out.append({k: str(v) for k, v in found[0].items()} if found else given)
     return out
 
@@ -171,7 +184,16 @@ def status(
     from nodeagent.cli._render import held_nodes_view, master_status_view  # noqa: PLC0415
 
     out = console()
-    out.print(master_status_view(reply.data or {}))
+    data = reply.data or {}
+    pending: dict[str, str] = {}
+    if data.get("down_machines"):  # whether each DOWN machine's node holds its drain
+        down = request(target, "GET", "/v1/maintenance/down").data or {}
+        pending = {
+            format_machine(m.get("machine_id") or {}): str(m.get("pending"))
+            for m in down.get("machines") or []
+            if m.get("confirmed") is False
+        }
+    out.print(master_status_view(data, pending=pending))
     query = urlencode({"constraint": HELD_CONSTRAINT, "projection": ",".join(HELD_PROJECTION)})
     held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
     if held:
@@ -286,50 +308,96 @@ def schedule_clear(
 # --- down and up --------------------------------------------------------------------------
 
 
-def _transition(
-    target: Target, machines: Sequence[str], path: str, mode: str, *, json_output: bool
-) -> None:
+def _resolved(target: Target, machines: Sequence[str]) -> list[dict[str, str]]:
+    """The machine ids to post (:func:`resolve_machines`), the schedule fetched when a
+    bare HOST or IP needs completing."""
     partial = any(len(parse_machine(m)) == 1 for m in machines)
     schedule = _mesos(target, "GET", "/maintenance/schedule").data if partial else None
-    ids = resolve_machines(machines, schedule)
-    body = json.dumps(ids, separators=(",", ":"))
-    reply = _mesos(target, "POST", path, body.encode())
-    report = reply.data.get("machines") if isinstance(reply.data, dict) else None
+    return resolve_machines(machines, schedule)
+
+
+def _check_confirmed(report: Sequence[Mapping[str, Any]], mode: str) -> None:
+    """Raise :class:`~nodeagent.cli._errors.Pending` naming each machine whose node has
+    not confirmed the change (the master's reply to ``/machine/down`` or ``/machine/up``)."""
+    pending = [m for m in report if m.get("confirmed") is False]
+    if pending:
+        names = "; ".join(
+            f"{format_machine(m.get('machine_id') or {})}: {m.get('pending')}" for m in pending
+        )
+        count = f"{len(pending)} machine{'' if len(pending) == 1 else 's'}"
+        raise Pending(
+            "machine.pending",
+            f"{mode} in the schedule, but not yet on the node of {count}: {names}",
+        )
+
+
+def down(
+    *,
+    machines: list[str],
+    yes: bool,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master down HOST...``: what the fast drains would evict now (``POST
+    /v1/maintenance/down/preview``), asked, then ``POST /machine/down``; exits
+    :class:`~nodeagent.cli._errors.Pending` (10) unless every node confirmed its drain."""
+    target = master_target(host, token, socket_path)
+    ids = _resolved(target, machines)
+    body = json.dumps(ids, separators=(",", ":")).encode()
+    preview = _mesos(target, "POST", "/v1/maintenance/down/preview", body).data or {}
+    if not json_output:
+        from nodeagent.cli._render import down_preview_view  # noqa: PLC0415
+
+        console().print(down_preview_view(preview))
+    confirm("Bring these machines DOWN? [y/N] ", yes=yes, what="no machine was brought down")
+    reply = _mesos(target, "POST", "/machine/down", body)
+    report = (reply.data or {}).get("machines") or [] if isinstance(reply.data, dict) else []
     if json_output:
-        emit_text(reply.text if report is not None else body)
-        return
-    from nodeagent.cli._render import render_transition, render_up_report  # noqa: PLC0415
+        emit_text(reply.text)
+    else:
+        from nodeagent.cli._render import (  # noqa: PLC0415
+            render_confirmations,
+            render_transition,
+        )
 
-    out = console()
-    render_transition(out, mode, ids)
-    if report is not None:
+        out = console()
+        render_transition(out, "DOWN", ids)
+        render_confirmations(out, report, "DOWN")
+    _check_confirmed(report, "DOWN")
+
+
+def up(
+    *,
+    machines: list[str],
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master up HOST...``: ``POST /machine/up``, then the nodes not yet back
+    in service; exits :class:`~nodeagent.cli._errors.Pending` (10) unless the master's
+    drain was cancelled on every node."""
+    target = master_target(host, token, socket_path)
+    ids = _resolved(target, machines)
+    body = json.dumps(ids, separators=(",", ":")).encode()
+    reply = _mesos(target, "POST", "/machine/up", body)
+    report = (reply.data or {}).get("machines") or [] if isinstance(reply.data, dict) else []
+    if json_output:
+        emit_text(reply.text)
+    else:
+        from nodeagent.cli._render import (  # noqa: PLC0415
+            render_confirmations,
+            render_transition,
+            render_up_report,
+        )
+
+        out = console()
+        render_transition(out, "UP", ids)
+        render_confirmations(out, report, "UP")
         render_up_report(out, report)
-
-
-def _transition_command(path: str, mode: str, doc: str) -> Callable[..., None]:
-    """``down`` or ``up``: ``POST path`` with the machines given, shown going ``mode``."""
-
-    def command(
-        *,
-        machines: list[str],
-        json_output: bool,
-        host: str | None,
-        token: str | None,
-        socket_path: str | None,
-    ) -> None:
-        target = master_target(host, token, socket_path)
-        _transition(target, machines, path, mode, json_output=json_output)
-
-    command.__doc__ = doc
-    return command
-
-
-down = _transition_command(
-    "/machine/down", "DOWN", "``nodeagent master down HOST...``: ``POST /machine/down``."
-)
-up = _transition_command(
-    "/machine/up", "UP", "``nodeagent master up HOST...``: ``POST /machine/up``."
-)
+    _check_confirmed(report, "UP")
 
 
 # --- ads ----------------------------------------------------------------------------------

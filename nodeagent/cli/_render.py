@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DrainProgress",
     "ads_table",
+    "down_preview_view",
     "format_core_hours",
     "format_duration",
     "format_local_time",
@@ -596,9 +597,14 @@ def format_machine(machine_id: Mapping[str, Any]) -> str:
     return "/".join(parts)
 
 
-def master_status_view(status: Mapping[str, Any]) -> Group:
-    """``nodeagent master status``: the machines in maintenance and their modes."""
+def master_status_view(
+    status: Mapping[str, Any], *, pending: Mapping[str, str] | None = None
+) -> Group:
+    """``nodeagent master status``: the machines in maintenance and their modes. A DOWN
+    machine whose node has not confirmed the master's fast drain (``pending``: why, by
+    machine as :func:`format_machine` writes it) reads ``DOWN (pending)``, with why below."""
 
+    pending = pending or {}
     rows = [(m.get("id") or {}, "DRAINING") for m in status.get("draining_machines") or []]
     rows += [(m, "DOWN") for m in status.get("down_machines") or []]
     if not rows:
@@ -606,15 +612,25 @@ def master_status_view(status: Mapping[str, Any]) -> Group:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for header in ("MACHINE", "IP", "MODE"):
         table.add_column(header, no_wrap=True)
+    waiting = []
     for machine_id, mode in rows:
+        shown = mode
+        why = pending.get(format_machine(machine_id)) if mode == "DOWN" else None
+        if why is not None:
+            shown = "DOWN (pending)"
+            waiting.append(f"{format_machine(machine_id)}: DOWN pending: {why}")
         table.add_row(
             str(machine_id.get("hostname", "")),
             str(machine_id.get("ip", "")),
-            Text(mode, style=_MODE_STYLES[mode]),
+            Text(shown, style=_MODE_STYLES[mode]),
         )
     draining = sum(mode == "DRAINING" for _, mode in rows)
-    summary = Text(f"{draining} DRAINING, {len(rows) - draining} DOWN", style="dim")
-    return Group(table, summary)
+    text = f"{draining} DRAINING, {len(rows) - draining} DOWN"
+    if waiting:
+        text += f" ({len(waiting)} not yet on their node)"
+    lines: list[Any] = [table, Text(text, style="dim")]
+    lines.extend(Text(line, style="yellow") for line in waiting)
+    return Group(*lines)
 
 
 _NS = 1_000_000_000
@@ -724,6 +740,60 @@ def held_nodes_view(ads: Sequence[Mapping[str, Any]], *, now: float) -> Group:
         style="dim",
     )
     return Group(Text(""), table, summary)
+
+
+def down_preview_view(preview: Mapping[str, Any], *, rows: int = 20) -> Group:
+    """``nodeagent master down``'s preview (``POST /v1/maintenance/down/preview``): what
+    the fast drains evict at once, machine by machine, and the totals."""
+    totals = preview.get("totals") or {}
+
+    def n(key: str) -> int:
+        return int(_number(totals.get(key)) or 0)
+
+    jobs, machines = n("jobs"), n("machines")
+    lines = [
+        Text(
+            f"DOWN evicts now: {jobs} job{'' if jobs == 1 else 's'} on {n('cores')} cores "
+            f"of {machines} machine{'' if machines == 1 else 's'} (a fast drain: no "
+            f"vacate time) · {n('cut_core_seconds')} core-s of promises cut, "
+            f"{n('cut_badput')} core-s of work lost",
+            style="bold",
+        )
+    ]
+    for m in (preview.get("machines") or [])[:rows]:
+        name = format_machine(m.get("machine_id") or {})
+        evicted = m.get("evicted_now") or []
+        if m.get("node") is None:
+            why = "its node is lost" if m.get("lost") else "no node reports for it"
+            lines.append(Text(f"  {name}: {why}: drained once it reports", style="yellow"))
+            continue
+        if not evicted:
+            lines.append(Text(f"  {name}: empty"))
+            continue
+        lines.append(Text(f"  {name}: {len(evicted)} job{'' if len(evicted) == 1 else 's'}"))
+        for job in evicted[:rows]:
+            cut = _number(job.get("cut_by")) or 0.0
+            promise = f", its promise cut by {format_duration(cut)}" if cut > 0 else ""
+            lines.append(
+                Text(
+                    f"    job {job.get('job_id')} ({job.get('owner')}, {job.get('cpus')} cpus)"
+                    f"{promise}",
+                    style="yellow",
+                )
+            )
+    return Group(*lines)
+
+
+def render_confirmations(
+    console: Console | Screen, report: Sequence[Mapping[str, Any]], mode: str
+) -> None:
+    """``nodeagent master down``/``up``: each machine whose node has not confirmed the
+    change, and why (the reply's ``pending``)."""
+    for machine in report:
+        if machine.get("confirmed") is False:
+            line = Text(f"{format_machine(machine.get('machine_id') or {})}: ", style="yellow")
+            line.append(f"{mode} pending: {machine.get('pending')}")
+            console.print(line)
 
 
 def render_up_report(console: Console | Screen, report: Sequence[Mapping[str, Any]]) -> None:

@@ -73,6 +73,7 @@ from nodeagent.master._maintenance import (
     MachineId,
     MaintenanceError,
     MaintenanceSchedule,
+    Mode,
     load_json,
     parse_machine_ids,
     render_json,
@@ -114,6 +115,7 @@ BODY_LIMITS = {
     ("POST", "/maintenance/schedule"): LARGE_BODY_LIMIT,
     ("POST", "/v1/maintenance/schedule/preview"): LARGE_BODY_LIMIT,
     ("POST", "/machine/down"): LARGE_BODY_LIMIT,
+    ("POST", "/v1/maintenance/down/preview"): LARGE_BODY_LIMIT,
     ("POST", "/machine/up"): LARGE_BODY_LIMIT,
     ("POST", "/v1/maintenance/operations"): LARGE_BODY_LIMIT,
 }
@@ -805,12 +807,47 @@ def build_master_app(
         openapi_extra=_json_body(_MACHINE_IDS, "The machines to bring down"),
     )
     async def machine_down(request: Request) -> Response:
-        """DRAINING machines go DOWN, all or none (Mesos rules)."""
+        """DRAINING machines go DOWN, all or none (Mesos rules). The reply (200, JSON) says,
+        per machine, whether its node has confirmed the master's fast drain, and if not
+        why it is pending (the node unreachable, lost, or not reporting)."""
 
-        def apply(body: bytes, actor: str) -> None:
-            master.machines_down(parse_machine_ids(load_json(body, "array")), actor=actor)
+        def apply(body: bytes, actor: str) -> tuple[MachineId, ...]:
+            machine_ids = parse_machine_ids(load_json(body, "array"))
+            master.machines_down(machine_ids, actor=actor)
+            return machine_ids
 
-        return await mesos_change(request, "machine.down", apply)
+        async def reply(machine_ids: tuple[MachineId, ...]) -> Response:
+            return JSONResponse({"machines": await master.down_report(machine_ids)})
+
+        return await mesos_change(request, "machine.down", apply, reply)
+
+    @app.get("/v1/maintenance/down", tags=["maintenance"], responses=_errors(401, 403))
+    async def down_machines(request: Request) -> dict[str, Any]:
+        """Every DOWN machine, and whether its node holds the master's fast drain
+        (``confirmed``) or why not yet (``pending``): the answer ``POST /machine/down``
+        gave, as it stands now."""
+        allowed(request, Scope.READ)
+        down = [m.id for m in master.state.machines() if m.mode is Mode.DOWN]
+        return {"machines": master.down_rows(down)}
+
+    @app.post(
+        "/v1/maintenance/down/preview",
+        tags=["maintenance"],
+        response_class=JSONResponse,
+        responses=_MESOS_ERRORS,
+        openapi_extra=_json_body(_MACHINE_IDS, "The machines to bring down, as /machine/down"),
+    )
+    async def preview_down(request: Request) -> Response:
+        """What ``POST /machine/down`` with this body would do now: per machine, every
+        job its node's fast drain evicts at once, its cores and the promises cut. Writes
+        nothing. A body ``/machine/down`` refuses gets its 400 and message."""
+        allowed(request, Scope.READ)
+        body = await request.body()
+        try:
+            preview = master.preview_down(parse_machine_ids(load_json(body, "array")))
+        except MaintenanceError as exc:
+            return PlainTextResponse(exc.message, status_code=400)
+        return Response(_json_bytes(preview), media_type="application/json")
 
     @app.post(
         "/machine/up",

@@ -56,7 +56,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +97,7 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._plan import MachinePlan, PlanPolicy, machine_key, planned_escalation
 from nodeagent.master._plan_view import PlanInputs, PlanView
-from nodeagent.master._preview import preview_schedule
+from nodeagent.master._preview import preview_down, preview_schedule
 from slots import InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
@@ -167,6 +167,11 @@ class Master:
     #: Set (and replaced) each time a drain record is let go (:meth:`_release`).
     _released: trio.Event = field(default_factory=trio.Event)
     _backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, retry at
+    #: Why the last call for a machine failed, by key, until one succeeds: what a down or
+    #: up that has not reached its node says (:meth:`down_report`, :meth:`up_report`).
+    _last_failure: dict[str, str] = field(default_factory=dict)
+    #: Set (and replaced) each time a pass's action on a machine ends (:meth:`_act`).
+    _acted: trio.Event = field(default_factory=trio.Event)
     #: Node ads fetched at once at most (see :meth:`refresh_figures`).
     fetch_concurrency: int = 32
     #: How long a refresh of stale figures may take (a plan waits that long at most).
@@ -204,6 +209,7 @@ class Master:
         self.drains = self._stored_drains()
         self._unseen = set(self.drains)
         self._busy, self._starting, self._backoff = set(), set(), {}
+        self._last_failure = {}
         self.actors = dict(self.store.load("actors") or {})
         counters = self.store.load("counters")
         self.counters = MasterCounters(**counters) if counters else MasterCounters()
@@ -243,6 +249,7 @@ class Master:
         if "operations" in names:
             self.operations = dict(self.store.load("operations") or {})
         self._busy, self._starting, self._backoff = set(), set(), {}
+        self._last_failure = {}
 
     def _stored_drains(self) -> dict[str, DrainRecord]:
         """The drain records the store holds (written by this master or an older one)."""
@@ -254,6 +261,7 @@ class Master:
         from the store: nothing of a pass is under way, and every drain record's node is
         asked for its ad unless the ad held knows the record (see :meth:`reconcile`)."""
         self._busy, self._starting, self._backoff = set(), set(), {}
+        self._last_failure = {}
         self._unseen = set(self.drains)
 
     def save(self) -> None:
@@ -372,7 +380,16 @@ class Master:
             actors[machine_key(changed.id)] = actor
         self._save(state, actors)
         self.state, self.actors = state, actors
+        self._tried_afresh(machine_ids)
         self.wake()
+
+    def _tried_afresh(self, machine_ids: tuple[MachineId, ...]) -> None:
+        """An operator's change to these machines is carried out at the next pass, not
+        after a backoff left by an earlier failure, and is judged by its own outcome."""
+        for machine_id in machine_ids:
+            key = machine_key(machine_id)
+            self._backoff.pop(key, None)
+            self._last_failure.pop(key, None)
 
     def machines_up(self, machine_ids: tuple[MachineId, ...], *, actor: str) -> None:
         """POST /machine/up (Mesos rules). Raises :class:`MaintenanceError` or
@@ -381,7 +398,68 @@ class Master:
         state.up(machine_ids)
         self._save(state, self.actors)
         self.state = state
+        self._tried_afresh(machine_ids)
         self.wake()
+
+    async def down_report(self, machine_ids: tuple[MachineId, ...]) -> list[dict[str, Any]]:
+        """Whether the nodes of machines just brought DOWN hold the master's fast drain.
+
+        Waits up to :attr:`fetch_timeout` for the reconcile pass to carry out the down on
+        each machine's node: until every one has ``confirmed`` (the node committed the
+        fast drain: its ``request_id``) or has failed. A machine not confirmed is
+        ``pending``, with why: the call's failure (the master tries again, with backoff,
+        and the node goes DOWN once it answers), no ad matching it, or its node lost.
+        """
+        keys = {machine_key(machine_id): machine_id for machine_id in machine_ids}
+
+        def settled() -> bool:
+            now = self.clock.now()
+            for key, machine_id in keys.items():
+                record = self.drains.get(key)
+                if (record is not None and record.down) or key in self._last_failure:
+                    continue
+                nodes = self.ads.find(machine_id.hostname, machine_id.ip)
+                if any(not self.ads.lost(node, now) for node in nodes):
+                    return False  # a node to drain: its pass is on its way
+            return True
+
+        with trio.move_on_after(self.fetch_timeout):
+            while not settled():
+                await self._acted.wait()
+        return self.down_rows(machine_ids)
+
+    def down_rows(self, machine_ids: Iterable[MachineId]) -> list[dict[str, Any]]:
+        """Whether each machine's node holds the master's fast drain now (``confirmed``,
+        with its ``request_id``), or why not (``pending``); see :meth:`down_report`."""
+        keys = {machine_key(machine_id): machine_id for machine_id in machine_ids}
+        now = self.clock.now()
+        report = []
+        for key, machine_id in keys.items():
+            nodes = self.ads.find(machine_id.hostname, machine_id.ip)
+            record = self.drains.get(key)
+            confirmed = record is not None and record.down
+            pending = None
+            if not confirmed:
+                if not nodes:
+                    pending = "no node's ad matches it: the node goes DOWN once its agent reports"
+                elif all(self.ads.lost(node, now) for node in nodes):
+                    pending = (
+                        f"node {nodes[0].name} is lost (no ad for {self.ads.lifetime:.0f} s): "
+                        "its fast drain is sent once it reports again"
+                    )
+                else:
+                    pending = self._last_failure.get(key, "not carried out yet")
+                    pending += "; the master keeps trying"
+            report.append(
+                {
+                    "machine_id": machine_id.to_json(),
+                    "nodes": [node.name for node in nodes],
+                    "confirmed": confirmed,
+                    "request_id": record.request_id if confirmed and record else None,
+                    "pending": pending,
+                }
+            )
+        return report
 
     async def up_report(self, machine_ids: tuple[MachineId, ...]) -> list[dict[str, Any]]:
         """What the nodes of machines just brought UP say once the master has cancelled
@@ -415,12 +493,26 @@ class Master:
                     for entry in entries:
                         nursery.start_soon(fetch, entry)
         report = []
-        for machine_id, entries in found.values():
+        for key, (machine_id, entries) in found.items():
             nodes = []
             for entry in entries:
                 shown = fresh.get(entry.name, entry)
                 nodes.append({"name": entry.name, "fresh": entry.name in fresh, **shown.service})
-            report.append({"machine_id": machine_id.to_json(), "nodes": nodes})
+            record = self.drains.get(key)
+            pending = None
+            if record is not None:  # the master's drain there is not cancelled yet
+                pending = self._last_failure.get(
+                    key, f"drain {record.request_id} on {record.node_name} not cancelled yet"
+                )
+                pending += "; the master keeps trying"
+            report.append(
+                {
+                    "machine_id": machine_id.to_json(),
+                    "nodes": nodes,
+                    "confirmed": record is None,
+                    "pending": pending,
+                }
+            )
         return report
 
     # ------------------------------------------------------------------ ads
@@ -603,6 +695,13 @@ class Master:
             hostnames=(entry.hostname for entry in self.ads.entries()),
         )
 
+    def preview_down(self, machine_ids: tuple[MachineId, ...]) -> dict[str, Any]:
+        """What :meth:`machines_down` would do now, changing nothing
+        (:func:`~nodeagent.master._preview.preview_down`): every job it evicts at once.
+        Raises :class:`MaintenanceError` as :meth:`machines_down` would."""
+        now = self.clock.now()
+        return preview_down(self.state, machine_ids, self.plan_inputs(now), now)
+
     def plans(self, now: float) -> list[MachinePlan]:
         """Every scheduled machine's plan (see :func:`~nodeagent.master._plan.machine_plan`)."""
         return self.plan_view.plans(self.plan_inputs(now), now)
@@ -733,9 +832,12 @@ class Master:
             self._unsaved(plan.key, f"{action} of {plan.node.name}", exc)
         else:
             self._backoff.pop(plan.key, None)
+            self._last_failure.pop(plan.key, None)
         finally:
             self._busy.discard(plan.key)
             self._starting.discard(plan.key)
+            self._acted.set()
+            self._acted = trio.Event()
 
     async def _start(self, plan: MachinePlan, step: Start, address: str, actor: str) -> None:
         """Start the machine's drain as ``step`` says (:class:`~nodeagent.master._drains.Start`:
@@ -984,6 +1086,7 @@ class Master:
     def _failed(self, key: str, what: str, why: object) -> None:
         """A call for machine ``key`` failed: counted, and retried after 2, 4, 8 … passes."""
         self.counters.drain_failures += 1
+        self._last_failure[key] = f"{what} failed: {why}"
         failures = self._backoff.get(key, (0, 0.0))[0] + 1
         delay = min(_MAX_BACKOFF, self.reconcile_interval * 2**failures)
         self._backoff[key] = (failures, self.clock.now() + delay)
@@ -1036,7 +1139,11 @@ class Master:
                         log.info("%s: up: drain %s cancelled", record.node, request_id)
                 del self.drains[key]
                 self.save()
+                self._last_failure.pop(key, None)
             except AgentCallFailed as exc:
+                self._last_failure[key] = (
+                    f"cancel of drain {record.request_id} on {record.node} failed: {exc}"
+                )
                 log.warning("cancel on %s failed: %s", record.node, exc)
         except StoreError as exc:
             self._unsaved(key, f"releasing drain {record.request_id}", exc)

@@ -54,10 +54,12 @@ from nodeagent.master._plan import (
     row_state,
 )
 from nodeagent.master._plan_view import PlanInputs
+from slots import Escalation
 
 __all__ = [
     "EARLIEST_PLAUSIBLE",
     "PLAUSIBLE_YEARS",
+    "preview_down",
     "preview_schedule",
     "schedule_warnings",
     "suggestions",
@@ -363,3 +365,48 @@ def _totals(rows: list[dict[str, Any]], dropped: list[dict[str, Any]]) -> dict[s
         "cut_core_seconds": cut_core_seconds,
         "cut_badput": cut_badput,
     }
+
+
+def preview_down(
+    state: MaintenanceState, machine_ids: tuple[MachineId, ...], inputs: PlanInputs, now: float
+) -> dict[str, Any]:
+    """What ``POST /machine/down`` with ``machine_ids`` would do at ``now``: each node's
+    drain is replaced by a ``fast`` one, so every job still running is evicted at once.
+    Per machine: its nodes, the node that would be drained (the first not lost) and
+    every job it runs with its promise cut (``cut_by``) and the work it loses
+    (``cut_badput``); totals of jobs, cores and core-seconds. Raises
+    :class:`~nodeagent.master._maintenance.MaintenanceError` as the endpoint would (Mesos's
+    rules: all or none, only DRAINING machines); ``state`` is never changed."""
+    after = copy.copy(state)
+    after.down(machine_ids)
+    machines = []
+    totals = {"machines": 0, "jobs": 0, "cores": 0, "cut_core_seconds": 0, "cut_badput": 0}
+    for machine_id in machine_ids:
+        nodes = inputs.find(machine_id.hostname, machine_id.ip)
+        live = [node for node in nodes if not inputs.is_lost(node)]
+        node = live[0] if live else None
+        jobs: list[dict[str, Any]] = []
+        if node is not None and not node.empty:
+            listed = node.forecast.blockers(now, window_start=now, escalation=Escalation.FAST)
+            jobs = [{name: b[name] for name in _JOB_FIELDS} for b in listed]
+        cores = sum(int(job["cpus"]) for job in jobs)
+        cut = sum(int(job["cpus"]) * int(job["cut_by"]) for job in jobs)
+        lost = sum(int(job["cut_badput"]) for job in jobs)
+        machines.append(
+            {
+                "machine_id": machine_id.to_json(),
+                "nodes": [entry.name for entry in nodes],
+                "node": None if node is None else node.name,
+                "lost": bool(nodes) and node is None,
+                "evicted_now": jobs,
+                "cores": cores,
+                "cut_core_seconds": cut,
+                "cut_badput": lost,
+            }
+        )
+        totals["machines"] += 1
+        totals["jobs"] += len(jobs)
+        totals["cores"] += cores
+        totals["cut_core_seconds"] += cut
+        totals["cut_badput"] += lost
+    return {"now": now, "machines": machines, "totals": totals}

@@ -159,23 +159,45 @@ def test_an_unreadable_schedule_file_is_a_usage_error(
 def test_down_and_up_complete_bare_hostnames_from_the_schedule(master: MasterProcess) -> None:
     twin_a, twin_b = {"hostname": "twin", "ip": "10.0.0.5"}, {"hostname": "twin", "ip": "10.0.0.6"}
     master.call("POST", "/maintenance/schedule", json=window([A, B, twin_a, twin_b], FAR))
-    # A bare hostname, in any case: the ip comes from the schedule.
-    assert ok(cli(master, "down", "A.TEST")) == "DOWN: a.test/10.0.0.1\n"
-    # A bare ip, and HOST/IP as given; --json prints the ids posted.
-    posted = ok(cli(master, "down", "10.0.0.2", "twin/10.0.0.5", "--json"))
-    assert json.loads(posted) == [B, twin_a]
+    # A bare hostname, in any case: the ip comes from the schedule. No agent reports for
+    # it: DOWN in the schedule, pending on its node (exit 10).
+    downed = cli(master, "down", "--yes", "A.TEST")
+    assert downed.returncode == 10, downed.stderr
+    assert downed.stdout.splitlines()[0] == (
+        "DOWN evicts now: 0 jobs on 0 cores of 1 machine (a fast drain: no vacate time) · "
+        "0 core-s of promises cut, 0 core-s of work lost"
+    )
+    assert "DOWN: a.test/10.0.0.1\n" in downed.stdout
+    assert downed.stderr == (
+        "machine.pending: DOWN in the schedule, but not yet on the node of 1 machine: "
+        "a.test/10.0.0.1: no node's ad matches it: the node goes DOWN once its agent reports\n"
+    )
+    # A bare ip, and HOST/IP as given; --json prints the master's report.
+    posted = cli(master, "down", "--yes", "10.0.0.2", "twin/10.0.0.5", "--json")
+    assert posted.returncode == 10
+    assert [m["machine_id"] for m in json.loads(posted.stdout)["machines"]] == [B, twin_a]
+    # Without a terminal, and without --yes, nothing is brought down.
+    asked = cli(master, "down", "twin/10.0.0.6")
+    assert asked.returncode == 6
+    assert asked.stderr.startswith("cli.no_terminal: no machine was brought down: ")
     status = master.call("GET", "/maintenance/status").json()
     assert status == {"down_machines": [A, B, twin_a], "draining_machines": [{"id": twin_b}]}
     assert ok(cli(master, "status", "--json")) == api(master, "/maintenance/status") + "\n"
     table = ok(cli(master, "status"))
-    assert [line.split() for line in table.splitlines()] == [
+    # No agent reports for any of them: DOWN in the schedule, never shown plain DOWN.
+    lines = table.splitlines()
+    assert [line.split() for line in lines[:6]] == [
         ["MACHINE", "IP", "MODE"],
         ["twin", "10.0.0.6", "DRAINING"],
-        ["a.test", "10.0.0.1", "DOWN"],
-        ["b.test", "10.0.0.2", "DOWN"],
-        ["twin", "10.0.0.5", "DOWN"],
-        ["1", "DRAINING,", "3", "DOWN"],
+        ["a.test", "10.0.0.1", "DOWN", "(pending)"],
+        ["b.test", "10.0.0.2", "DOWN", "(pending)"],
+        ["twin", "10.0.0.5", "DOWN", "(pending)"],
+        ["1", "DRAINING,", "3", "DOWN", "(3", "not", "yet", "on", "their", "node)"],
     ]
+    assert lines[6] == (
+        "a.test/10.0.0.1: DOWN pending: no node's ad matches it: the node goes DOWN once "
+        "its agent reports"
+    )
     # A hostname scheduled twice needs its ip; nothing is posted.
     ambiguous = cli(master, "up", "twin")
     assert ambiguous.returncode == 2
@@ -191,6 +213,13 @@ def test_down_and_up_complete_bare_hostnames_from_the_schedule(master: MasterPro
         "is not in DOWN mode and cannot be brought up\n"
     )
     assert master.call("GET", "/maintenance/status").json() == status
+    # A short name that is the first label of a scheduled machine: did you mean.
+    short = cli(master, "up", "a")
+    assert (short.returncode, short.stderr) == (
+        2,
+        "cli.unknown_machine: a is not part of the maintenance schedule; did you mean "
+        "a.test/10.0.0.1? (nothing changed)\n",
+    )
     unknown = cli(master, "down", "nobody.test")
     assert (unknown.returncode, unknown.stderr) == (
         1,
@@ -361,14 +390,18 @@ def test_remote_access_needs_a_token_with_the_scope(master: MasterProcess, tmp_p
     forbidden = cli(None, "schedule", "set", "--yes", str(schedule), env=env)
     assert forbidden.returncode == 4
     assert forbidden.stderr.startswith("auth.forbidden: ")
-    as_json = cli(None, "down", "a.test/10.0.0.1", "--json", env=env)
-    assert as_json.returncode == 4
-    assert json.loads(as_json.stdout)["error"]["code"] == "auth.forbidden"
     assert master.call("GET", "/maintenance/schedule").json() == {}
     remote = ("--host", master.url, "--token", str(admin))
     applied = ok(cli(None, "schedule", "set", "--yes", str(schedule), *remote))
     assert applied.endswith("schedule replaced: 1 window, 1 machine\n")
-    assert ok(cli(None, "down", "a.test", *remote)) == "DOWN: a.test/10.0.0.1\n"
+    # READ may preview a down, not make it.
+    as_json = cli(None, "down", "--yes", "a.test/10.0.0.1", "--json", env=env)
+    assert as_json.returncode == 4
+    assert json.loads(as_json.stdout)["error"]["code"] == "auth.forbidden"
+    assert master.call("GET", "/maintenance/status").json()["draining_machines"]
+    remote_down = cli(None, "down", "--yes", "a.test", *remote)
+    assert remote_down.returncode == 10  # no agent for a.test: pending
+    assert "DOWN: a.test/10.0.0.1\n" in remote_down.stdout
 
 
 def test_an_unreachable_master(tmp_path: Path) -> None:
@@ -382,7 +415,7 @@ def test_an_unreachable_master(tmp_path: Path) -> None:
             ("ads",),
             ("schedule", "get"),
             ("schedule", "clear"),
-            ("down", "a.test"),
+            ("down", "--yes", "a.test"),
             ("up", "a.test/10.0.0.1"),
         ):
             result = cli(master, *args)

@@ -248,7 +248,8 @@ def test_the_schedule_and_machines(pool: Pool) -> None:
     }
     schedule.write_text(json.dumps({"windows": [window]}))
     assert "schedule replaced" in light(pool, "master", "schedule", "set", "--yes", str(schedule))
-    assert "DOWN: spare.test/10.9.0.1" in light(pool, "master", "down", "spare.test")
+    downed = light(pool, "master", "down", "--yes", "spare.test", status=10)  # no agent: pending
+    assert "DOWN: spare.test/10.9.0.1" in downed
     assert "DOWN" in light(pool, "master", "status")
     assert "UP: spare.test/10.9.0.1" in light(pool, "master", "up", "spare.test")
     assert "schedule cleared" in light(pool, "master", "schedule", "clear")

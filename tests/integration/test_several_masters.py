@@ -211,8 +211,8 @@ def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
         result = cli("schedule", "set", str(file), "--yes", "--json", env=env)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == SCHEDULE  # the leader's GET, through the follower
-        down = cli("down", "node1.test/127.0.0.1", env=env)
-        assert down.returncode == 0, down.stderr
+        down = cli("down", "--yes", "node1.test/127.0.0.1", env=env)
+        assert down.returncode == 10, down.stderr  # no agent for node1.test: pending
     assert _schedule(leader) == SCHEDULE
     status = leader.call("GET", "/maintenance/status").json()
     assert status["down_machines"] == [{"hostname": "node1.test", "ip": "127.0.0.1"}]
@@ -221,6 +221,7 @@ def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
         ("POST", "/v1/maintenance/schedule/preview"),
         ("POST", "/maintenance/schedule"),
         ("GET", "/maintenance/schedule"),
+        ("POST", "/v1/maintenance/down/preview"),
         ("POST", "/machine/down"),
     ]
     assert follower.arrived[0].body == follower.arrived[1].body == file.read_bytes()
@@ -240,13 +241,14 @@ def test_from_the_unix_socket_the_command_line_follows_no_redirect(
     with serving(redirect_to(lambda: leader.url), unix=socket_path) as follower:
         env = {"NODEAGENT_MASTER_SOCKET": str(socket_path)}
         for given in (env, {**env, "NODEAGENT_MASTER_TOKEN_FILE": str(token)}):
-            refused = cli("down", "node1.test/127.0.0.1", env=given)
+            refused = cli("down", "--yes", "node1.test/127.0.0.1", env=given)
             assert refused.returncode == 5
             assert refused.stderr.startswith(
                 f"master.redirect_refused: the master at unix:{socket_path} redirected to "
-                f"{leader.url}/machine/down, which is not one of the masters given (none)"
+                f"{leader.url}/v1/maintenance/down/preview, which is not one of the masters "
+                "given (none)"
             )
-        as_json = cli("down", "node1.test/127.0.0.1", "--json", env=env)
+        as_json = cli("down", "--yes", "node1.test/127.0.0.1", "--json", env=env)
         assert as_json.returncode == 5
         assert json.loads(as_json.stdout)["error"]["leader"] == leader.url
         assert leader.call("GET", "/maintenance/status").json() == {}  # nothing reached it
@@ -315,11 +317,11 @@ def test_a_redirect_from_tls_to_plain_http_is_not_followed_with_a_token(
             "NODEAGENT_MASTER_TOKEN_FILE": str(token),
             "SSL_CERT_FILE": str(cert),
         }
-        result = cli("down", "node1.test/127.0.0.1", env=env)
+        result = cli("down", "--yes", "node1.test/127.0.0.1", env=env)
     assert result.returncode == 5, result.stderr
     assert result.stderr.startswith(
         f"master.insecure_redirect: the master at {follower.url} redirected to "
-        f"{leader.url}/machine/down without TLS"
+        f"{leader.url}/v1/maintenance/down/preview without TLS"
     )
     assert len(answered) == 1  # reached over TLS, with the token
     assert answered[0].authorization is not None
