@@ -755,8 +755,10 @@ COMMANDS: tuple[Command, ...] = (
         "words": ("master", "maintain", "status"),
         "run": f"{_MAINTAIN}:status",
         "help": "An operation's batches and nodes, and why each waits; --wait: until it ends.\n\n"
-        "--wait exits 0 when every batch is done, else 1 (paused, cancelled, or batches\n"
-        "skipped or failed). --json prints the API's document.",
+        "Exits 0 only when every batch is done (completed); 10 while it runs; else 1\n"
+        "(paused, cancelled, failed, or completed with skips). --wait follows it until it\n"
+        "ends or pauses: a progress bar on a terminal, one line per change otherwise.\n"
+        "--json prints the API's document.",
         "argument": {
             "dest": "operation_id",
             "metavar": "[ID]",
@@ -764,6 +766,12 @@ COMMANDS: tuple[Command, ...] = (
             "help": "The operation (the newest).",
         },
         "options": (_WAIT, *_MASTER),
+    },
+    {
+        "words": ("master", "maintain", "list"),
+        "run": f"{_MAINTAIN}:list_operations",
+        "help": "Every operation, newest first: its state and batches done, skipped, failed.",
+        "options": _MASTER,
     },
     {
         "words": ("master", "maintain", "pause"),

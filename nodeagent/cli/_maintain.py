@@ -4,25 +4,28 @@
 (or, with ``--wait``, follows it as ``status --wait`` does); ``status`` shows one operation
 (the newest without an id) or, with ``--json``, prints the API's document; ``--wait``
 draws a progress bar of the batches finished until the operation ends; ``pause``,
-``resume`` and ``cancel`` act at once. ``--wait`` exits 0 when every batch is done,
-else 1 (``operation.paused`` with the reason, ``operation.cancelled``,
-``operation.incomplete``: batches skipped or failed).
+``resume`` and ``cancel`` act at once. ``status`` (and ``--wait``, once the operation has
+ended or paused) exits 0 only when every batch is done (``completed``): 10 while it runs
+(``operation.running``), else 1 (``operation.paused`` with the reason,
+``operation.cancelled``, ``operation.failed``, ``operation.incomplete``: batches
+skipped). Off a terminal ``--wait`` prints one line per change.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.cli._common import console, duration, emit_text, master_target
-from nodeagent.cli._errors import CliError, UsageError
+from nodeagent.cli._errors import CliError, Pending, UsageError
 from nodeagent.cli._http import Target, path_segment, request
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["cancel", "operation_view", "pause", "resume", "start", "status"]
+__all__ = ["cancel", "list_operations", "operation_view", "pause", "resume", "start", "status"]
 
 _PATH = "/v1/maintenance/operations"
 _POLL_S = 1.0
@@ -101,8 +104,41 @@ def status(
     reply = request(target, "GET", f"{_PATH}/{path_segment(operation_id)}")
     if json_output:
         emit_text(reply.text)
+    else:
+        console().print(operation_view(reply.data or {}, now=time.time()))
+    _verdict(reply.data or {})
+
+
+def list_operations(
+    *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
+) -> None:
+    """``nodeagent master maintain list``: every operation, newest first (``GET
+    /v1/maintenance/operations``)."""
+    reply = request(master_target(host, token, socket_path), "GET", _PATH)
+    if json_output:
+        emit_text(reply.text)
         return
-    console().print(operation_view(reply.data or {}, now=time.time()))
+    ops = (reply.data or {}).get("operations") or []
+    if not ops:
+        emit_text("no maintenance operation")
+        return
+    from rich.table import Table  # noqa: PLC0415
+
+    now = time.time()
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column in ("id", "state", "batches", "hook", "started", "ended", "by"):
+        table.add_column(column)
+    for op in ops:
+        table.add_row(
+            str(op.get("id")),
+            str(op.get("state")),
+            _counted(op),
+            str((op.get("spec") or {}).get("hook")),
+            _when(op.get("created_at"), now),
+            _when(op.get("ended_at"), now),
+            str(op.get("actor")),
+        )
+    console().print(table)
 
 
 def _change(verb: str, doc: str) -> Callable[..., None]:
@@ -143,24 +179,43 @@ def _ended(doc: Mapping[str, Any]) -> bool:
 
 
 def _verdict(doc: Mapping[str, Any]) -> None:
-    """Raise unless every batch is done."""
+    """Return only when every batch is done (``completed``); else raise what the
+    operation's state says: ``operation.running`` (exit 10: not ended yet),
+    ``operation.paused``, ``operation.cancelled``, ``operation.failed`` or
+    ``operation.incomplete`` (``completed_with_skips``), exit 1."""
     state = doc.get("state")
-    if state == "paused":
-        raise CliError("operation.paused", str(doc.get("reason") or "paused"))
-    if state == "cancelled":
-        raise CliError("operation.cancelled", f"operation {doc.get('id')} was cancelled")
+    op = doc.get("id")
     states = [b.get("state") for b in doc.get("batches") or []]
+    done = states.count("done")
+    tally = f"{done}/{len(states)} batches done"
+    if state == "running":
+        raise Pending("operation.running", f"operation {op} is running: {tally}")
+    if state == "paused":
+        raise CliError("operation.paused", f"{doc.get('reason') or 'paused'} ({tally})")
+    if state == "cancelled":
+        raise CliError("operation.cancelled", f"operation {op} was cancelled ({tally})")
+    if state == "failed":
+        failed = [
+            str(b.get("name")) for b in doc.get("batches") or [] if b.get("state") == "failed"
+        ]
+        raise CliError(
+            "operation.failed",
+            f"operation {op} failed: batch{'' if len(failed) == 1 else 'es'} "
+            f"{', '.join(failed)} failed ({tally})",
+        )
     left = [s for s in states if s != "done"]
     if left:
         raise CliError(
             "operation.incomplete",
-            f"{len(left)} of {len(states)} batches not done ({', '.join(sorted(set(left)))})",
+            f"operation {op} ended {state}: {len(left)} of {len(states)} batches not done "
+            f"({', '.join(sorted({str(s) for s in left}))})",
         )
 
 
 def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
-    """Poll the operation until it ends; a progress bar of the batches finished (with
-    ``json_output``, the last document only)."""
+    """Poll the operation until it ends or is paused: on a terminal a progress bar of the
+    batches done, else one line per change (a batch's state, a node's phase, and why);
+    with ``json_output``, the last document only. Then :func:`_verdict`."""
     path = f"{_PATH}/{path_segment(operation_id)}"
     if json_output:
         while True:
@@ -171,6 +226,19 @@ def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
                 _verdict(doc)
                 return
             time.sleep(_POLL_S)
+    if not sys.stdout.isatty():
+        doc = request(target, "GET", path).data or {}
+        seen: dict[str, str] = {}
+        while True:
+            for line in _changes(doc, seen, now=time.time()):
+                emit_text(line)
+            if _ended(doc):
+                break
+            time.sleep(_POLL_S)
+            doc = request(target, "GET", path).data or {}
+        emit_text(_tally(doc))
+        _verdict(doc)
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # noqa: PLC0415
 
     out = console().console
@@ -180,20 +248,62 @@ def _wait(target: Target, operation_id: str, *, json_output: bool) -> None:
         TextColumn("[bold]operation {task.fields[op]}[/]"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("batches  {task.description}"),
+        TextColumn("batches done  {task.description}"),
         console=out,
         transient=False,
     ) as bar:
         task = bar.add_task(_doing(doc), total=total, op=operation_id)
         while True:
-            counts = doc.get("counts") or {}
-            bar.update(task, completed=counts.get("finished", 0), description=_doing(doc))
+            by_state = (doc.get("counts") or {}).get("by_state") or {}
+            bar.update(task, completed=by_state.get("done", 0), description=_doing(doc))
             if _ended(doc):
                 break
             time.sleep(_POLL_S)
             doc = request(target, "GET", path).data or {}
     out.print(operation_view(doc, now=time.time()))
     _verdict(doc)
+
+
+def _changes(doc: Mapping[str, Any], seen: dict[str, str], *, now: float) -> list[str]:
+    """The lines ``--wait`` prints off a terminal for what changed since ``seen`` (which
+    it updates): the operation's state, each batch's state (and why it waits), each
+    node's phase (and why)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(now))
+    lines = []
+
+    def note(key: str, text: str, line: str) -> None:
+        if seen.get(key) != text:
+            seen[key] = text
+            lines.append(f"{stamp} {line}")
+
+    note("op", str(doc.get("state")), f"operation {doc.get('id')}: {doc.get('state')}")
+    for batch in doc.get("batches") or []:
+        held = batch.get("state") in ("waiting", "skipped")
+        why = _reason(batch.get("reason"), now) if held else ""
+        # a held batch's reason changes with the clock (its SLA wait): its code only
+        code = (
+            (batch.get("reason") or {}).get("code")
+            if isinstance(batch.get("reason"), Mapping)
+            else None
+        )
+        text = f"{batch.get('state')} {code or ''}"
+        shown = f"batch {batch.get('name')}: {batch.get('state')}" + (f" ({why})" if why else "")
+        note(f"b/{batch.get('name')}", text, shown)
+        for node in batch.get("nodes") or []:
+            phase, reason = node.get("phase"), node.get("reason")
+            shown = f"  {node.get('name')}: {phase}" + (f" ({reason})" if reason else "")
+            note(f"n/{node.get('name')}", f"{phase} {reason}", shown)
+    return lines
+
+
+def _tally(doc: Mapping[str, Any]) -> str:
+    """``operation 3 completed_with_skips: 2 done, 1 skipped, 0 failed of 3 batches``."""
+    states = [b.get("state") for b in doc.get("batches") or []]
+    return (
+        f"operation {doc.get('id')} {doc.get('state')}: {states.count('done')} done, "
+        f"{states.count('skipped')} skipped, {states.count('failed')} failed of "
+        f"{len(states)} batches"
+    )
 
 
 def _doing(doc: Mapping[str, Any]) -> str:
@@ -252,6 +362,17 @@ def _reason(reason: Any, now: float) -> str:
     return text
 
 
+def _counted(doc: Mapping[str, Any]) -> str:
+    """``2/3 batches done, 1 skipped`` (failed, skipped and cancelled ones named apart:
+    a batch that was not done never counts as done)."""
+    states = [b.get("state") for b in doc.get("batches") or []]
+    text = f"{states.count('done')}/{len(states)} batches done"
+    for state in ("failed", "skipped", "cancelled"):
+        if states.count(state):
+            text += f", {states.count(state)} {state}"
+    return text
+
+
 def operation_view(doc: Mapping[str, Any], *, now: float) -> RenderableType:
     """An operation for people: its state and spec, then one row per node by batch, with
     the phase and why it waits (a batch's reason on its first row)."""
@@ -260,7 +381,6 @@ def operation_view(doc: Mapping[str, Any], *, now: float) -> RenderableType:
     from rich.text import Text  # noqa: PLC0415
 
     spec = doc.get("spec") or {}
-    counts = doc.get("counts") or {}
     what = ", ".join(spec.get("hosts") or []) if not spec.get("constraint") else spec["constraint"]
     head = Text.assemble(
         (f"operation {doc.get('id')}  ", "bold"),
@@ -268,7 +388,7 @@ def operation_view(doc: Mapping[str, Any], *, now: float) -> RenderableType:
         f"  hook {spec.get('hook')}, {spec.get('schedule')}, by {spec.get('grouping')},"
         f" {spec.get('batches')} at once",
         f", budget {spec['budget']} cpu-s" if spec.get("budget") is not None else "",
-        f"\n  {counts.get('finished', 0)}/{counts.get('batches', 0)} batches finished;"
+        f"\n  {_counted(doc)};"
         f" started {_when(doc.get('created_at'), now)} by {doc.get('actor')}; hosts: {what}",
     )
     parts: list[Any] = [head]

@@ -41,6 +41,7 @@ from slots import ATTRIBUTE_NAME, InvalidRequest, check_hook_name
 
 __all__ = [
     "ACTIVE_PHASES",
+    "ENDED",
     "MAX_HOSTS",
     "MAX_HOST_LENGTH",
     "MAX_SLA_WAIT",
@@ -57,6 +58,7 @@ __all__ = [
     "batch_state",
     "cancel",
     "choose",
+    "end_state",
     "mesos_mode",
     "new_operation",
     "pause",
@@ -72,7 +74,12 @@ MAX_HOSTS = 10_000
 MAX_HOST_LENGTH = 255
 #: The longest a batch may be held before it is skipped (``sla_wait``): 30 days.
 MAX_SLA_WAIT = 30 * 86400.0
-OperationState = Literal["running", "paused", "cancelled", "completed"]
+OperationState = Literal[
+    "running", "paused", "cancelled", "completed", "completed_with_skips", "failed"
+]
+#: The states an operation ends in: every batch ``done`` (``completed``), some skipped and
+#: none failed (``completed_with_skips``), some failed (``failed``), or ``cancelled``.
+ENDED = frozenset({"cancelled", "completed", "completed_with_skips", "failed"})
 #: Phases of a node whose batch has started and that is not finished yet.
 ACTIVE_PHASES = frozenset({"draining", "hook", "health", "returning"})
 _TERMINAL = frozenset({"done", "failed", "refused", "skipped", "cancelled"})
@@ -252,10 +259,16 @@ class Operation:
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> Operation:
+        """The operation as saved; one saved ``completed`` by an older master, which said
+        so whatever its batches became, reads as its batches say (:func:`end_state`)."""
         spec = value["spec"]
+        batches = tuple(Batch.from_json(b) for b in value["batches"])
+        state = value["state"]
+        if state == "completed":
+            state = end_state(batches)
         return cls(
             id=value["id"],
-            state=value["state"],
+            state=state,
             actor=value["actor"],
             created_at=value["created_at"],
             ended_at=value.get("ended_at"),
@@ -270,7 +283,7 @@ class Operation:
                 budget=spec.get("budget"),
                 sla_wait=spec["sla_wait"],
             ),
-            batches=tuple(Batch.from_json(b) for b in value["batches"]),
+            batches=batches,
         )
 
     def node(self, name: str) -> NodeStep | None:
@@ -302,6 +315,18 @@ def batch_state(batch: Batch) -> str:
     if all(p == "cancelled" for p in phases):
         return "cancelled"
     return "done"
+
+
+def end_state(batches: tuple[Batch, ...]) -> OperationState:
+    """How an operation that was not cancelled ended, from its batches: ``failed`` when a
+    batch failed, else ``completed_with_skips`` when one was skipped, else ``completed``
+    (every batch done). Never ``completed`` for a batch that was not done."""
+    states = {batch.state for batch in batches}
+    if "failed" in states:
+        return "failed"
+    if states - {"done"}:
+        return "completed_with_skips"
+    return "completed"
 
 
 def mesos_mode(phase: str) -> str | None:
@@ -501,7 +526,7 @@ def advance(op: Operation, views: Mapping[str, NodeView], now: float) -> Operati
         out = replace(out, state="paused", reason="paused: " + "; ".join(failed))
     if out.ended_at is None and all(b.state in _TERMINAL for b in out.batches):
         if out.state in ("running", "paused"):
-            out = replace(out, state="completed")
+            out = replace(out, state=end_state(out.batches))
         out = replace(out, ended_at=now)
     return out
 
@@ -602,7 +627,7 @@ def cancel(op: Operation, now: float) -> Operation:
     as they were), nodes whose drain was not started yet too, nodes still draining are
     ``returning`` (their drain is cancelled: they go back to service); nodes whose hook
     has begun go on to the end of their health check (a hook is never stopped)."""
-    if op.state in ("cancelled", "completed"):
+    if op.state in ENDED:
         raise OperationError("operation.finished", f"operation {op.id} is {op.state}")
     batches = []
     for batch in op.batches:

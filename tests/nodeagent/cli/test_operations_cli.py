@@ -10,7 +10,7 @@ from rich.console import Console
 
 from nodeagent.cli._errors import CliError, UsageError
 from nodeagent.cli._fast import parse
-from nodeagent.cli._maintain import _reason, _verdict, operation_view, start
+from nodeagent.cli._maintain import _changes, _reason, _verdict, operation_view, start
 from nodeagent.master._operations import NodeView, OperationSpec, choose, new_operation, progress
 
 NOW = 1_800_000_000.0
@@ -39,7 +39,7 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
     text = rendered(document())
     assert "operation 4  running  hook reboot, graceful, by Rack, 2 at once" in text
     assert "budget 100.0 cpu-s" in text
-    assert "0/2 batches finished" in text
+    assert "0/2 batches done" in text
     assert "by ops" in text
     lines = [line.split() for line in text.splitlines()]
     assert ["r1", "draining", "a", "draining"] in lines
@@ -78,26 +78,96 @@ def test_reasons(reason: Any, text: str) -> None:
         assert "(in 5m)" in _reason(reason, NOW)
 
 
+SKIPS = [{"name": "r1", "state": "done"}, {"name": "r2", "state": "skipped"}]
+
+
 @pytest.mark.parametrize(
-    ("doc", "code"),
+    ("doc", "code", "status", "message"),
     [
-        ({"state": "completed", "batches": [{"state": "done"}]}, None),
+        ({"state": "completed", "batches": [{"state": "done"}]}, None, 0, ""),
         (
-            {"state": "completed", "batches": [{"state": "done"}, {"state": "skipped"}]},
+            {"id": "3", "state": "completed_with_skips", "batches": SKIPS},
             "operation.incomplete",
+            1,
+            "operation 3 ended completed_with_skips: 1 of 2 batches not done (skipped)",
         ),
-        ({"state": "paused", "reason": "paused: n1: hook failed: exit 1"}, "operation.paused"),
-        ({"state": "cancelled", "id": "3"}, "operation.cancelled"),
+        (  # saved by an older master, which said completed whatever its batches became
+            {"id": "3", "state": "completed", "batches": SKIPS},
+            "operation.incomplete",
+            1,
+            "operation 3 ended completed: 1 of 2 batches not done (skipped)",
+        ),
+        (
+            {"id": "3", "state": "failed", "batches": [{"name": "r1", "state": "failed"}]},
+            "operation.failed",
+            1,
+            "operation 3 failed: batch r1 failed (0/1 batches done)",
+        ),
+        (
+            {"state": "paused", "reason": "paused: n1: hook failed: exit 1", "batches": SKIPS},
+            "operation.paused",
+            1,
+            "paused: n1: hook failed: exit 1 (1/2 batches done)",
+        ),
+        (
+            {"state": "cancelled", "id": "3", "batches": []},
+            "operation.cancelled",
+            1,
+            "operation 3 was cancelled (0/0 batches done)",
+        ),
+        (
+            {"state": "running", "id": "3", "batches": SKIPS[:1]},
+            "operation.running",
+            10,
+            "operation 3 is running: 1/1 batches done",
+        ),
     ],
 )
-def test_how_a_wait_ends(doc: dict[str, Any], code: str | None) -> None:
+def test_how_a_status_ends(
+    doc: dict[str, Any], code: str | None, status: int, message: str
+) -> None:
     if code is None:
         _verdict(doc)
         return
     with pytest.raises(CliError) as caught:
         _verdict(doc)
-    assert caught.value.code == code
-    assert caught.value.exit_status == 1
+    assert (caught.value.code, caught.value.exit_status, caught.value.message) == (
+        code,
+        status,
+        message,
+    )
+
+
+def test_the_lines_of_a_wait_off_a_terminal() -> None:
+    seen: dict[str, str] = {}
+    doc: dict[str, Any] = {
+        "id": "3",
+        "state": "running",
+        "batches": [
+            {"name": "r1", "state": "draining", "nodes": [{"name": "n1", "phase": "draining"}]},
+            {
+                "name": "r2",
+                "state": "waiting",
+                "reason": {"code": "node_unheard", "nodes": ["n2"]},
+                "nodes": [{"name": "n2", "phase": "waiting"}],
+            },
+        ],
+    }
+    first = [line.split(" ", 1)[1] for line in _changes(doc, seen, now=NOW)]
+    assert first == [
+        "operation 3: running",
+        "batch r1: draining",
+        "  n1: draining",
+        "batch r2: waiting (not heard from: n2)",
+        "  n2: waiting",
+    ]
+    assert _changes(doc, seen, now=NOW + 1) == []  # nothing changed: nothing printed
+    doc["batches"][0]["state"] = "hook"
+    doc["batches"][0]["nodes"][0] = {"name": "n1", "phase": "hook", "reason": "hook running"}
+    assert [line.split(" ", 1)[1] for line in _changes(doc, seen, now=NOW + 2)] == [
+        "batch r1: hook",
+        "  n1: hook (hook running)",
+    ]
 
 
 def test_hosts_or_constraint() -> None:

@@ -21,6 +21,7 @@ from nodeagent.master._operations import (
     batch_estimate,
     cancel,
     choose,
+    end_state,
     mesos_mode,
     new_operation,
     pause,
@@ -259,7 +260,7 @@ def test_batch_state(phases: tuple[str, str], state: str) -> None:
     assert Batch(name="x", nodes=(*nodes[:0], NodeStep(name="w"))).state == "waiting"
 
 
-def test_a_failed_node_pauses_the_operation_and_the_last_batch_completes_it() -> None:
+def test_a_failed_node_pauses_the_operation_and_it_ends_failed() -> None:
     op = started(op_of(hosts=("c", "d")), "r2")
     failed = replace(NodeView(), hook_request_id="1", hook_state="failed", hook_message="exit 3")
     paused = advance(op, {"c": failed, "d": NodeView()}, NOW)
@@ -267,12 +268,70 @@ def test_a_failed_node_pauses_the_operation_and_the_last_batch_completes_it() ->
     assert paused.reason == "paused: c: hook failed: exit 3"
     assert paused.batches[0].state == "failed"
     assert paused.batches[0].ended_at == NOW
-    # resumed: the next batch starts; when it is done the operation is complete
+    # resumed: the next batch starts; when it is done the operation has ended, failed:
+    # one of its batches did (never "completed")
     going = choose(resume(paused, NOW), {"d": NodeView(completion=NOW)}, NOW)
     assert going.batches[1].state == "draining"
     done = started(going, "r3", phase="health")
     done = advance(done, {"d": NodeView(in_service=True)}, NOW + 1)
-    assert (done.state, done.ended_at) == ("completed", NOW + 1)
+    assert (done.state, done.ended_at) == ("failed", NOW + 1)
+
+
+def batch_in(state: str, name: str = "b") -> Batch:
+    """A batch that ended (or stands) in ``state``."""
+    phase = {"done": "done", "failed": "failed", "skipped": "skipped", "cancelled": "cancelled"}
+    node = NodeStep(name=name, phase=phase[state])
+    started_at = None if state in ("skipped", "cancelled") else NOW
+    return Batch(name=name, nodes=(node,), started_at=started_at, skipped=state == "skipped")
+
+
+@pytest.mark.parametrize(
+    ("batches", "state"),
+    [
+        (("done", "done"), "completed"),
+        (("done", "skipped"), "completed_with_skips"),
+        (("skipped", "skipped"), "completed_with_skips"),
+        (("done", "failed"), "failed"),
+        (("skipped", "failed"), "failed"),
+        (("done", "cancelled"), "completed_with_skips"),
+    ],
+)
+def test_how_an_operation_ended(batches: tuple[str, ...], state: str) -> None:
+    made = tuple(batch_in(s, f"b{i}") for i, s in enumerate(batches))
+    assert tuple(b.state for b in made) == batches
+    assert end_state(made) == state
+
+
+@pytest.mark.parametrize(
+    ("batches", "state"),
+    [
+        (("done", "done"), "completed"),
+        (("done", "skipped"), "completed_with_skips"),
+        (("done", "failed"), "failed"),
+    ],
+)
+def test_an_operation_saved_completed_by_an_older_master_reads_as_its_batches_say(
+    batches: tuple[str, ...], state: str
+) -> None:
+    op = replace(
+        op_of(hosts=("c", "d")),
+        batches=tuple(batch_in(s, f"b{i}") for i, s in enumerate(batches)),
+        state="completed",
+        ended_at=NOW,
+    )
+    assert Operation.from_json(op.to_json()).state == state
+
+
+def test_the_last_batch_skipped_ends_the_operation_completed_with_skips() -> None:
+    op = op_of(hosts=("c", "d"))
+    done = replace(op, batches=(batch_in("done", "b0"), op.batches[1]))
+    held = choose(done, {"d": NodeView(present=False)}, NOW)
+    skipped = choose(held, {"d": NodeView(present=False)}, NOW + op.spec.sla_wait)
+    ended = advance(skipped, {}, NOW + op.spec.sla_wait)
+    assert (ended.state, ended.ended_at) == ("completed_with_skips", NOW + op.spec.sla_wait)
+    with pytest.raises(OperationError) as finished:
+        cancel(ended, NOW + op.spec.sla_wait + 1)
+    assert finished.value.code == "operation.finished"
 
 
 # ---------------------------------------------------------------- the choice of the next batch
