@@ -349,6 +349,8 @@ def _reason(reason: Any, now: float) -> str:
         until = reason.get("until")
         if until is not None:
             text = f"SLA of {groups} until {_when(until, now)}"
+        elif reason.get("never"):
+            text = f"SLA of {groups} can never be met by waiting: {reason.get('message')}"
         else:
             text = f"SLA of {groups}, not by waiting: {reason.get('message') or 'no answer'}"
     elif code == "badput_budget":
@@ -358,7 +360,10 @@ def _reason(reason: Any, now: float) -> str:
     else:
         text = str(code)
     if reason.get("skipped"):
-        text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
+        if reason.get("never"):
+            text = f"skipped at once: {text}"
+        else:
+            text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
     return text
 
 

@@ -26,8 +26,11 @@ The next batch (:func:`choose`) is the waiting one whose nodes, by their fresh e
 for the operation's schedule, empty soonest, then cost the least badput (then by name).
 A batch is held (``waiting`` with a reason) while its badput exceeds the budget, its SLA
 check says unsafe or one of its nodes is not heard from; held past ``sla_wait`` seconds
-it is ``skipped``, with that reason, as Aurora does. A failed node pauses the operation
-(``resume`` goes on with the next batches; the failed node stays as it is).
+it is ``skipped``, with that reason, as Aurora does. A batch whose SLA check says no wait
+can bring it (``never``: a group would keep fewer instances running than it needs) is
+skipped at once, with that reason: waiting ``sla_wait`` for it would change nothing. A
+failed node pauses the operation (``resume`` goes on with the next batches; the failed
+node stays as it is).
 """
 
 from __future__ import annotations
@@ -140,6 +143,8 @@ class SlaVerdict:
     groups: tuple[str, ...] = ()
     until: float | None = None
     message: str = ""
+    #: No wait brings it: a group would keep fewer instances running than it needs.
+    never: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -568,7 +573,7 @@ def choose(
             free -= 1
             continue
         held_since = batch.held_since if batch.held_since is not None else now
-        if now - held_since >= op.spec.sla_wait:
+        if now - held_since >= op.spec.sla_wait or reason.get("never"):
             skipped = {**reason, "skipped": True, "held_for": now - held_since}
             nodes = tuple(replace(n, phase="skipped", since=now) for n in batch.nodes)
             changed[batch.name] = replace(
@@ -598,12 +603,15 @@ def _held(
     if sla is not None:
         verdict = sla(batch.hosts)
         if not verdict.safe:
-            return {
+            reason: dict[str, Any] = {
                 "code": "sla",
                 "groups": list(verdict.groups),
                 "until": verdict.until,
                 "message": verdict.message,
             }
+            if verdict.never:
+                reason["never"] = True
+            return reason
     return None
 
 

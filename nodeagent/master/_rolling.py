@@ -80,7 +80,7 @@ from nodeagent.master._operations import (
     with_request,
 )
 from nodeagent.master._plan import machine_key
-from nodeagent.master._sla import NodeAds, Probe
+from nodeagent.master._sla import NodeAds, Probe, SlaKind
 from slots import InvalidRequest
 
 __all__ = ["HELD_RECHECK", "Operations", "SlaCheck", "sla_verdict"]
@@ -117,7 +117,9 @@ class SlaCheck(Protocol):
 
 def sla_verdict(probe: Probe, now: float) -> SlaVerdict:
     """A probe as a batch's verdict: the groups it would break, and when the last of them
-    will have its SLA again (``until``; ``None`` when waiting does not bring it)."""
+    will have its SLA again (``until``; ``None`` when waiting does not bring it; ``never``
+    when a group would keep fewer instances running than its SLA needs, so that only new
+    instances could)."""
     broken = probe.broken
     waits = [g.wait for g in broken]
     until = None if not waits or any(w is None for w in waits) else now + max(
@@ -128,6 +130,9 @@ def sla_verdict(probe: Probe, now: float) -> SlaVerdict:
         groups=tuple(g.group for g in broken),
         until=until,
         message="; ".join(f"{g.group}: {g.reason}" for g in broken),
+        # fewer instances would be left running than the SLA needs: no wait brings it
+        # (a coordinator's no may change its mind: not never)
+        never=any(g.wait is None and g.kind is not SlaKind.COORDINATOR for g in broken),
     )
 
 

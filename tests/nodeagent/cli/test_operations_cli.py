@@ -70,6 +70,18 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
             {"code": "sla", "groups": ["web"], "until": None, "message": "web: 2 of 4 up"},
             "SLA of web, not by waiting: web: 2 of 4 up",
         ),
+        (
+            {
+                "code": "sla",
+                "groups": ["web"],
+                "until": None,
+                "message": "web: 1 of 3",
+                "never": True,
+                "skipped": True,
+                "held_for": 0,
+            },
+            "skipped at once: SLA of web can never be met by waiting: web: 1 of 3",
+        ),
     ],
 )
 def test_reasons(reason: Any, text: str) -> None:
