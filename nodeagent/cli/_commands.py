@@ -240,7 +240,10 @@ GROUPS: tuple[Group, ...] = (
         "words": ("master", "maintain"),
         "help": "Rolling maintenance: drain, hook, health check and back, batch by batch.",
     },
-    {"words": ("master", "sla"), "help": "Job groups' SLAs: may these hosts go now?"},
+    {
+        "words": ("master", "sla"),
+        "help": "Job groups' SLAs: their policies, and may these hosts go now?",
+    },
     {
         "words": ("defrag",),
         "help": "The defrag daemon: drain fragmented machines so whole machines become free.",
@@ -822,6 +825,75 @@ COMMANDS: tuple[Command, ...] = (
             },
             *_MASTER,
         ),
+    },
+    {
+        "words": ("master", "sla", "set"),
+        "run": "nodeagent.cli._sla:set_policy",
+        "help": "Set a job group's SLA policy (PUT /v1/sla/policies/GROUP).\n\n"
+        "At least --percentage P (of --size N, or of the instances seen) or --count N\n"
+        "instances up for --for DURATION, or --coordinator URL asked each time.",
+        "argument": {
+            "dest": "group",
+            "required": True,
+            "metavar": "GROUP",
+            "help": "The job group (as claims name it: web/prod).",
+        },
+        "options": (
+            {
+                "names": ("--percentage",),
+                "metavar": "P",
+                "show_default": False,
+                "help": "The share of instances that must stay up: 95 or 95%.",
+            },
+            {
+                "names": ("--count",),
+                "kind": "int",
+                "min": 0,
+                "show_default": False,
+                "help": "How many instances must stay up.",
+            },
+            {
+                "names": ("--coordinator",),
+                "metavar": "URL",
+                "show_default": False,
+                "help": "Ask this URL whether the hosts may go (http or https).",
+            },
+            {
+                "names": ("--for",),
+                "dest": "up_for",
+                "metavar": "DURATION",
+                "show_default": False,
+                "help": "How long an instance must have been up to count: 30m, 2h.",
+            },
+            {
+                "names": ("--size",),
+                "kind": "int",
+                "min": 1,
+                "show_default": False,
+                "help": "The group's size (default: the instances seen).",
+            },
+            *_MASTER,
+        ),
+    },
+    {
+        "words": ("master", "sla", "get"),
+        "run": "nodeagent.cli._sla:get",
+        "help": "A job group's SLA policy in force (GET /v1/sla/policies/GROUP).",
+        "argument": {"dest": "group", "required": True, "metavar": "GROUP", "help": "The group."},
+        "options": _MASTER,
+    },
+    {
+        "words": ("master", "sla", "list"),
+        "run": "nodeagent.cli._sla:list_policies",
+        "help": "Every SLA policy in force, and where it comes from (api or file).",
+        "options": _MASTER,
+    },
+    {
+        "words": ("master", "sla", "delete"),
+        "run": "nodeagent.cli._sla:delete",
+        "help": "Remove a group's policy set over the API (the file's, if any, applies again).",
+        "argument": {"dest": "group", "required": True, "metavar": "GROUP", "help": "The group."},
+        "options": _MASTER,
     },
     {
         "words": ("defrag", "run"),

@@ -1,4 +1,5 @@
-"""What ``nodeagent master sla …`` does: ``probe`` (``GET /v1/sla/probe``) as a table.
+"""What ``nodeagent master sla …`` does: ``probe`` (``GET /v1/sla/probe``) as a table, and
+the job groups' policies: ``set``, ``get``, ``list``, ``delete`` (``/v1/sla/policies``).
 
 As :mod:`nodeagent.cli._master` does for the other master commands: the parsed command
 line as keyword arguments, the API's JSON with ``json_output``, else a human view.
@@ -9,16 +10,130 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
-from nodeagent.cli._common import console, emit_json, master_target
+from nodeagent.cli._common import console, duration, emit_json, emit_text, master_target
 from nodeagent.cli._errors import UsageError
 from nodeagent.cli._http import request
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["probe", "probe_view"]
+__all__ = ["delete", "get", "list_policies", "policy_text", "probe", "probe_view", "set_policy"]
+
+_POLICIES = "/v1/sla/policies"
+
+
+def _group_path(group: str) -> str:
+    """``GROUP`` as the path after :data:`_POLICIES` (it may hold ``/``, as ``web/prod``:
+    each segment quoted); an empty or dot segment is ``cli.usage``."""
+    segments = group.split("/")
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise UsageError("cli.usage", f"not a job group's name: {group!r}")
+    return f"{_POLICIES}/" + "/".join(quote(segment, safe="") for segment in segments)
+
+
+def policy_text(policy: Mapping[str, Any]) -> str:
+    """A policy in words: ``web/prod: at least 95% of 40 instances up for 30m (api)``."""
+    from nodeagent.cli._render import format_duration  # noqa: PLC0415
+
+    kind = policy.get("kind")
+    source = f" ({policy['source']})" if policy.get("source") else ""
+    if kind == "coordinator":
+        return f"{policy.get('group')}: ask the coordinator {policy.get('url')}{source}"
+    size = f" of {policy['size']}" if policy.get("size") is not None else ""
+    if kind == "percentage":
+        want = f"{policy.get('percentage'):g}%{size} instances"
+    else:
+        want = f"{policy.get('count')}{size} instances"
+    up_for = float(policy.get("duration") or 0)
+    held = f" up for {format_duration(up_for)}" if up_for else " up"
+    return f"{policy.get('group')}: at least {want}{held}{source}"
+
+
+def set_policy(
+    *,
+    group: str,
+    percentage: str | None,
+    count: int | None,
+    coordinator: str | None,
+    up_for: str | None,
+    size: int | None,
+    json_output: bool,
+    host: str | None,
+    token: str | None,
+    socket_path: str | None,
+) -> None:
+    """``nodeagent master sla set GROUP (--percentage P | --count N | --coordinator URL)
+    [--for DURATION] [--size N]``: ``PUT /v1/sla/policies/GROUP``."""
+    given = [v is not None for v in (percentage, count, coordinator)]
+    if sum(given) != 1:
+        raise UsageError("cli.usage", "give one of --percentage, --count or --coordinator")
+    body: dict[str, Any]
+    if coordinator is not None:
+        if up_for is not None or size is not None:
+            raise UsageError("cli.usage", "--for and --size do not apply to --coordinator")
+        body = {"kind": "coordinator", "url": coordinator}
+    else:
+        if percentage is not None:
+            try:
+                share = float(percentage.rstrip("%"))
+            except ValueError:
+                raise UsageError(
+                    "cli.usage", f"--percentage: {percentage!r} is not a number"
+                ) from None
+            body = {"kind": "percentage", "percentage": share}
+        else:
+            body = {"kind": "count", "count": count}
+        body["duration"] = duration("--for", up_for) or 0.0
+        if size is not None:
+            body["size"] = size
+    reply = request(master_target(host, token, socket_path), "PUT", _group_path(group), body)
+    if json_output:
+        emit_json(reply)
+        return
+    emit_text("set " + policy_text(reply.data or {}))
+
+
+def get(
+    *, group: str, json_output: bool, host: str | None, token: str | None, socket_path: str | None
+) -> None:
+    """``nodeagent master sla get GROUP``: ``GET /v1/sla/policies/GROUP``."""
+    reply = request(master_target(host, token, socket_path), "GET", _group_path(group))
+    if json_output:
+        emit_json(reply)
+        return
+    emit_text(policy_text(reply.data or {}))
+
+
+def list_policies(
+    *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
+) -> None:
+    """``nodeagent master sla list``: ``GET /v1/sla/policies``, one line per group."""
+    reply = request(master_target(host, token, socket_path), "GET", _POLICIES)
+    if json_output:
+        emit_json(reply)
+        return
+    policies = (reply.data or {}).get("policies") or []
+    if not policies:
+        emit_text("no SLA policy: every job group may go at any time")
+        return
+    for policy in policies:
+        emit_text(policy_text(policy))
+
+
+def delete(
+    *, group: str, json_output: bool, host: str | None, token: str | None, socket_path: str | None
+) -> None:
+    """``nodeagent master sla delete GROUP``: ``DELETE /v1/sla/policies/GROUP``; says what
+    is in force after (the policy file's, or none)."""
+    reply = request(master_target(host, token, socket_path), "DELETE", _group_path(group))
+    if json_output:
+        emit_json(reply)
+        return
+    in_force = (reply.data or {}).get("in_force")
+    after = policy_text(in_force) if in_force else "no policy now"
+    emit_text(f"deleted the API's policy of {group}; in force: {after}")
 
 
 def probe(

@@ -427,3 +427,58 @@ def test_an_unreachable_master(tmp_path: Path) -> None:
         tcp = cli(None, "plan", "--host", url)
         assert tcp.returncode == 3
         assert "connection refused (is the master running?)" in tcp.stderr
+
+
+# --- SLA policies -------------------------------------------------------------------------
+
+
+def test_sla_policies_set_get_list_delete(master: MasterProcess) -> None:
+    assert ok(cli(master, "sla", "list")) == "no SLA policy: every job group may go at any time\n"
+    assert ok(cli(master, "sla", "set", "web/prod", "--percentage", "95%", "--for", "30m",
+                  "--size", "40")) == (
+        "set web/prod: at least 95% of 40 instances up for 30m (api)\n"
+    )  # fmt: skip
+    assert ok(cli(master, "sla", "set", "db", "--count", "2")) == (
+        "set db: at least 2 instances up (api)\n"
+    )
+    url = "https://coordinator.test/may-go"
+    assert ok(cli(master, "sla", "set", "svc", "--coordinator", url)) == (
+        f"set svc: ask the coordinator {url} (api)\n"
+    )
+    stored = master.call("GET", "/v1/sla/policies/web/prod").json()
+    assert (stored["kind"], stored["percentage"], stored["duration"], stored["size"]) == (
+        "percentage",
+        95.0,
+        1800.0,
+        40,
+    )
+    assert ok(cli(master, "sla", "get", "web/prod")) == (
+        "web/prod: at least 95% of 40 instances up for 30m (api)\n"
+    )
+    assert json.loads(ok(cli(master, "sla", "get", "db", "--json")))["count"] == 2
+    assert ok(cli(master, "sla", "list")).splitlines() == [
+        "db: at least 2 instances up (api)",
+        f"svc: ask the coordinator {url} (api)",
+        "web/prod: at least 95% of 40 instances up for 30m (api)",
+    ]
+    assert ok(cli(master, "sla", "delete", "db")) == (
+        "deleted the API's policy of db; in force: no policy now\n"
+    )
+    missing = cli(master, "sla", "get", "db")
+    assert (missing.returncode, missing.stderr) == (
+        1,
+        "sla.no_such_policy: no policy for 'db'\n",
+    )
+    # Bad input changes nothing: two kinds, none, a bad number, a bad duration.
+    before = master.call("GET", "/v1/sla/policies").json()
+    for args, code in (
+        (("x", "--count", "1", "--percentage", "5"), "cli.usage"),
+        (("x",), "cli.usage"),
+        (("x", "--percentage", "lots"), "cli.usage"),
+        (("x", "--count", "1", "--for", "soon"), "cli.bad_duration"),
+        (("x", "--percentage", "150"), "sla.invalid_policy"),
+    ):
+        refused = cli(master, "sla", "set", *args)
+        assert refused.returncode in (1, 2), (args, refused.stderr)
+        assert refused.stderr.startswith(f"{code}: "), (args, refused.stderr)
+    assert master.call("GET", "/v1/sla/policies").json() == before
