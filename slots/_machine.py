@@ -117,6 +117,9 @@ class MachinePolicy:
     suspend_policy: SuspendPolicy = SuspendPolicy.KEEP
     transaction_ttl: float = 30.0
     hooks: frozenset[str] = frozenset()
+    #: How long some hooks are expected to take, as declared (sorted ``(name, seconds)``):
+    #: published for the master's estimate of a rolling operation's end.
+    hook_durations: tuple[tuple[str, float], ...] = ()
     health: HealthPolicy | None = None
     attributes: SiteAttributes = ()
 
@@ -130,6 +133,13 @@ class MachinePolicy:
             raise InvalidRequest("the transaction time-to-live must be positive")
         for name in self.hooks:
             check_hook_name(name)
+        if tuple(sorted(self.hook_durations)) != self.hook_durations:
+            raise InvalidRequest("hook durations are given as sorted (name, seconds) pairs")
+        for name, seconds in self.hook_durations:
+            if name not in self.hooks:
+                raise InvalidRequest(f"a duration is declared for hook {name!r}, which is not one")
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise InvalidRequest(f"hook {name!r}: its expected duration must be positive")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1114,6 +1124,11 @@ class Machine:
             "DrainSuspendedJobs": str(self.policy.suspend_policy),
             "MaintenanceMode": self.maintenance_mode,
             "Unavailability": self.unavailability,
+            "DrainHookNames": ",".join(sorted(self.policy.hooks)),
+            "DrainHookDurations": ",".join(
+                f"{name}={seconds:g}" for name, seconds in self.policy.hook_durations
+            )
+            or None,
             **self._hook_attributes(),
             **self._health_attributes(),
         }
@@ -1176,6 +1191,7 @@ class Machine:
             "HealthSince": _maybe_clamp(gate.since),
             "HealthPasses": gate.passes,
             "HealthPassesNeeded": policy.passes,
+            "HealthInterval": policy.interval,
             "HealthFailures": gate.failures,
             "HealthLastCheck": _maybe_clamp(gate.last_check),
             "HealthNextCheck": _maybe_clamp(gate.due_at),

@@ -186,6 +186,13 @@ class HookConfig(_Section):
         reload=True,
         description="The hook reboots the machine: a reboot while it runs is its success",
     )
+    expected_duration: Duration | None = _field(
+        None,
+        reload=True,
+        description="How long the hook usually takes (published: the master's estimate of a "
+        "rolling operation's end); default: what the master has seen it take",
+        gt=0,
+    )
     user: Annotated[str | None, AfterValidator(_user)] = _field(
         None, reload=True, description="Run as this user (needs root); default: the agent's"
     )

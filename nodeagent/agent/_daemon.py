@@ -102,6 +102,13 @@ def machine_policy(config: AgentConfig) -> MachinePolicy:
         suspend_policy=SuspendPolicy(policy.suspended_jobs_on_drain),
         transaction_ttl=policy.transaction_ttl,
         hooks=frozenset(config.hooks),
+        hook_durations=tuple(
+            sorted(
+                (name, float(hook.expected_duration))
+                for name, hook in config.hooks.items()
+                if hook.expected_duration is not None
+            )
+        ),
         health=None if health is None else health.policy,
         attributes=check_site_attributes(config.attributes),
     )

@@ -148,7 +148,9 @@ def test_the_references_name_every_hook_and_health_attribute_and_key() -> None:
     m = Machine(
         host="h",
         total=Resources(cpus=1),
-        policy=MachinePolicy(hooks=frozenset({"x"}), health=HealthPolicy()),
+        policy=MachinePolicy(
+            hooks=frozenset({"x"}), hook_durations=(("x", 30.0),), health=HealthPolicy()
+        ),
         now=0.0,
     )
     m.start_draining(1.0, schedule=Schedule.FAST, on_completion=OnCompletion.HOOK, hook="x")
@@ -158,9 +160,10 @@ def test_the_references_name_every_hook_and_health_attribute_and_key() -> None:
     m.cancel_draining(4.0)
     m.health_result(5.0, passed=False, message="exit status 1", output="bad")
     names = {n for n in m.ad(6.0)["machine"] if n.startswith(("DrainHook", "Health"))}
-    assert len(names) == 18
+    assert len(names) == 21
     text = (docs / "attributes.md").read_text()
     assert sorted(n for n in names if f"`{n}`" not in text) == []
     configuration = (docs / "configuration.md").read_text()
-    for key in ("command", "timeout", "reboots", "user", "environment", "interval", "passes"):
+    keys = ("command", "timeout", "reboots", "user", "environment", "expected_duration")
+    for key in (*keys, "interval", "passes"):
         assert f"| `{key}` |" in configuration
