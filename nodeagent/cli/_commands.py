@@ -698,7 +698,10 @@ COMMANDS: tuple[Command, ...] = (
         "The hosts are drained batch by batch (by host, or by the value of --grouping in\n"
         "their ads), at most --batches at once, the next batch the one whose nodes empty\n"
         "soonest; each node runs --hook once it is empty and comes back once its health\n"
-        "check passes. With --wait, follow it as `maintain status --wait` does.",
+        "check passes. First its preview (POST /v1/maintenance/operations/preview): its\n"
+        "batches in order, each one's SLA now, each node's expected times, and when it will\n"
+        "be done; then Start? [y/N] (--yes: no question; without a terminal --yes is\n"
+        "needed, exit 6). With --wait, follow it as `maintain status --wait` does.",
         "options": (
             {
                 "names": ("--hosts",),
@@ -749,6 +752,12 @@ COMMANDS: tuple[Command, ...] = (
                 "default": "1h",
                 "metavar": "DURATION",
                 "help": "How long a held batch waits before it is skipped.",
+            },
+            {"names": ("--yes", "-y"), "kind": "flag", "help": "Start without asking."},
+            {
+                "names": ("--dry-run",),
+                "kind": "flag",
+                "help": "Show the preview only (with --json: its JSON); exit 0.",
             },
             _WAIT,
             *_MASTER,

@@ -18,14 +18,23 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.cli._common import console, duration, emit_text, master_target
+from nodeagent.cli._common import confirm, console, duration, emit_text, master_target
 from nodeagent.cli._errors import CliError, Pending, UsageError
 from nodeagent.cli._http import Target, path_segment, request
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["cancel", "list_operations", "operation_view", "pause", "resume", "start", "status"]
+__all__ = [
+    "cancel",
+    "list_operations",
+    "operation_view",
+    "pause",
+    "preview_text",
+    "resume",
+    "start",
+    "status",
+]
 
 _PATH = "/v1/maintenance/operations"
 _POLL_S = 1.0
@@ -42,12 +51,17 @@ def start(
     budget: str | None,
     sla_wait: str,
     wait: bool,
+    yes: bool,
+    dry_run: bool,
     json_output: bool,
     host: str | None,
     token: str | None,
     socket_path: str | None,
 ) -> None:
-    """``nodeagent master maintain start``: ``POST /v1/maintenance/operations``."""
+    """``nodeagent master maintain start``: the operation's preview (``POST
+    /v1/maintenance/operations/preview``: its batches in order, their SLA now, when it will
+    be done), a question (``--yes``: none; no terminal: refused), then ``POST
+    /v1/maintenance/operations``."""
     if (hosts is None) == (constraint is None):
         raise UsageError("cli.usage", "give either --hosts or --constraint")
     body: dict[str, Any] = {
@@ -66,7 +80,20 @@ def start(
             body["budget"] = float(budget)
         except ValueError:
             raise UsageError("cli.usage", f"--budget: {budget!r} is not a number") from None
-    reply = request(master_target(host, token, socket_path), "POST", _PATH, body)
+    if dry_run and (yes or wait):
+        raise UsageError("cli.usage", "--dry-run shows the preview only: not with --yes or --wait")
+    target = master_target(host, token, socket_path)
+    shown = request(target, "POST", f"{_PATH}/preview", body)
+    if json_output and dry_run:
+        emit_text(shown.text)
+        return
+    if not json_output:
+        emit_text(preview_text(shown.data or {}))
+    if dry_run:
+        emit_text("dry run: no operation was started")
+        return
+    confirm("Start this operation? [y/N] ", yes=yes, what="no operation was started")
+    reply = request(target, "POST", _PATH, body)
     if json_output and not wait:
         emit_text(reply.text)
         return
@@ -75,6 +102,70 @@ def start(
         _wait(master_target(host, token, socket_path), str(doc["id"]), json_output=json_output)
         return
     console().print(operation_view(doc, now=time.time()))
+
+
+def _clock(when: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, int | float) else "?"
+
+
+def preview_text(doc: Mapping[str, Any]) -> str:
+    """An operation's preview for people: when it will be done, then its batches in the
+    order they would go, each with its SLA verdict now, its nodes' expected times, and
+    when it would run; the batches skipped at once; what the estimate does not know."""
+    batches = doc.get("batches") or []
+    spec = doc.get("spec") or {}
+    at_once = spec.get("batches") or 1
+    seconds = doc.get("seconds")
+    head = f"Preview · {len(batches)} batch{'' if len(batches) == 1 else 'es'}, {at_once} at once: "
+    if seconds is None:
+        head += "when it will be done is not known (below)"
+    else:
+        head += f"done in {_span(seconds)} (at {_clock(doc.get('eta'))}) · nothing started yet"
+    lines = [head]
+    for batch in batches:
+        sla = batch.get("sla") or {}
+        if sla.get("safe", True):
+            verdict = "SLA safe now"
+        elif sla.get("never"):
+            verdict = f"SLA can never be met by waiting: skipped at once ({sla.get('message')})"
+        elif sla.get("until") is not None:
+            verdict = f"SLA holds it until {_clock(sla['until'])} ({sla.get('message')})"
+        else:
+            verdict = f"held: {sla.get('message')}"
+        nodes = batch.get("nodes") or []
+        slowest: Mapping[str, Any] = max(
+            nodes,
+            key=lambda n: (
+                (n.get("drain_seconds") or 0)
+                + (n.get("hook_seconds") or 0)
+                + (n.get("health_seconds") or 0)
+            ),
+            default={},
+        )
+
+        def part(value: Any, what: str) -> str:
+            return f"{what} ?" if value is None else f"{what} {_span(value)}"
+
+        times = ", ".join(
+            (
+                part(slowest.get("drain_seconds"), "drain"),
+                part(slowest.get("hook_seconds"), f"hook {spec.get('hook')}")
+                + (f" ({slowest['hook_source']})" if slowest.get("hook_source") else ""),
+                part(slowest.get("health_seconds"), "health"),
+            )
+        )
+        when = (
+            f"{_clock(batch['starts_at'])}–{_clock(batch['ends_at'])}"
+            if batch.get("starts_at") is not None
+            else "-"
+        )
+        lines.append(
+            f"  {batch.get('order')}. {batch.get('name')}: {', '.join(batch.get('hosts') or [])}"
+            f" · {verdict} · slowest node {slowest.get('name', '-')}: {times} · {when}"
+        )
+    for reason in doc.get("unknown") or []:
+        lines.append(f"  not known: {reason}")
+    return "\n".join(lines)
 
 
 def status(

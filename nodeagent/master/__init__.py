@@ -12,6 +12,7 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.
 * :mod:`._metrics`: the master's Prometheus metrics.
+* :mod:`._operation_preview`: a rolling operation's batches and end, before it exists (pure).
 * :mod:`._operations`: rolling maintenance operations: batches, steps, the next one (pure).
 * :mod:`._operations_api`: the endpoints of rolling maintenance operations.
 * :mod:`._plan`: the maintenance plan: the nodes' estimates turned into when to drain what (pure).

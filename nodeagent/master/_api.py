@@ -118,6 +118,7 @@ BODY_LIMITS = {
     ("POST", "/v1/maintenance/down/preview"): LARGE_BODY_LIMIT,
     ("POST", "/machine/up"): LARGE_BODY_LIMIT,
     ("POST", "/v1/maintenance/operations"): LARGE_BODY_LIMIT,
+    ("POST", "/v1/maintenance/operations/preview"): LARGE_BODY_LIMIT,
 }
 _MESOS_METHODS = {
     "/maintenance/schedule": ("GET", "POST"),

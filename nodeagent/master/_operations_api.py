@@ -118,6 +118,58 @@ def add_operation_routes(
     }
     master = operations.master
 
+    async def spec_of(request: Request) -> OperationSpec | tuple[str, str, int]:
+        """The operation a request's body asks for (its constraint resolved to the node
+        names it matches now), or why not: its code, message and status (422)."""
+        try:
+            body = OperationRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            return ("request.invalid", f"{where}: {first['msg']}", 422)
+        if (body.hosts is None) == (body.constraint is None):
+            return ("request.invalid", "give either hosts or a constraint", 422)
+        hosts = body.hosts
+        if body.constraint is not None:
+            ads = master.ads.query(master.clock.now())
+            try:
+                matching = await constraints.select(body.constraint, ads)
+            except SlotsError as exc:
+                return (exc.code, exc.message, exc.http_status)
+            hosts = [str(ad["Name"]) for ad, hit in zip(ads, matching, strict=True) if hit]
+        assert hosts is not None
+        return OperationSpec(
+            hosts=tuple(hosts),
+            constraint=body.constraint,
+            grouping=body.grouping,
+            batches=body.batches,
+            schedule=body.schedule,
+            hook=body.hook,
+            budget=body.budget,
+            sla_wait=body.sla_wait,
+        )
+
+    @app.post(
+        "/v1/maintenance/operations/preview",
+        tags=["operations"],
+        openapi_extra=body_schema,
+        responses=errors(401, 403, 413, 422),
+    )
+    async def preview_operation(request: Request) -> JSONResponse:
+        """What ``POST /v1/maintenance/operations`` with this body would start, and when
+        it would be done: its batches in order, each batch's SLA verdict now, each node's
+        expected drain, hook and health times, and the ETA. Saves nothing; the same 422s."""
+        who = principal(request)
+        require(who, Scope.READ)
+        spec = await spec_of(request)
+        if isinstance(spec, tuple):
+            return _refusal(*spec)
+        try:
+            preview = await operations.preview(spec, actor=who.subject)
+        except OperationError as exc:
+            return _refusal(exc.code, exc.message)
+        return JSONResponse(preview)
+
     @app.post(
         "/v1/maintenance/operations",
         tags=["operations"],
@@ -130,36 +182,10 @@ def add_operation_routes(
         action = "operation.start"
         who = await administrator(request, action)
         assert isinstance(who, Principal)
-        try:
-            body = OperationRequest.model_validate_json(await request.body())
-        except ValidationError as exc:
-            await record(request, who.subject, action, "request.invalid")
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
-            return _refusal("request.invalid", f"{where}: {first['msg']}")
-        if (body.hosts is None) == (body.constraint is None):
-            await record(request, who.subject, action, "request.invalid")
-            return _refusal("request.invalid", "give either hosts or a constraint")
-        hosts = body.hosts
-        if body.constraint is not None:
-            ads = master.ads.query(master.clock.now())
-            try:
-                matching = await constraints.select(body.constraint, ads)
-            except SlotsError as exc:
-                await record(request, who.subject, action, exc.code)
-                return _refusal(exc.code, exc.message, exc.http_status)
-            hosts = [str(ad["Name"]) for ad, hit in zip(ads, matching, strict=True) if hit]
-        assert hosts is not None
-        spec = OperationSpec(
-            hosts=tuple(hosts),
-            constraint=body.constraint,
-            grouping=body.grouping,
-            batches=body.batches,
-            schedule=body.schedule,
-            hook=body.hook,
-            budget=body.budget,
-            sla_wait=body.sla_wait,
-        )
+        spec = await spec_of(request)
+        if isinstance(spec, tuple):
+            await record(request, who.subject, action, spec[0])
+            return _refusal(*spec)
         try:
             op = operations.create(spec, actor=who.subject)
         except OperationError as exc:

@@ -42,7 +42,7 @@ import contextlib
 import copy
 import logging
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -62,6 +62,11 @@ from nodeagent.master._maintenance import (
     Window,
 )
 from nodeagent.master._master import Master
+from nodeagent.master._operation_preview import (
+    node_times,
+    observed_hook_seconds,
+    preview_operation,
+)
 from nodeagent.master._operations import (
     ACTIVE_PHASES,
     Batch,
@@ -98,6 +103,10 @@ _LET_GO = frozenset({"done", "skipped", "cancelled"})
 #: instance started is known within a second, and a batch's SLA is checked as of this much
 #: earlier, so that an instance counts as up long enough only when it surely is.
 _AD_RESOLUTION = 1.0
+#: The reconcile passes a batch spends beyond its nodes' own times, in a preview's
+#: estimate: its drains started, then each node seen drained, its hook ended, its health
+#: check passed.
+_PREVIEW_PASSES = 4
 
 
 class SlaCheck(Protocol):
@@ -203,20 +212,70 @@ class Operations:
             raise OperationError("operation.no_such_operation", f"no operation {op_id!r}")
         return op
 
+    def _made(self, op_id: str, spec: OperationSpec, *, actor: str, now: float) -> Operation:
+        """The operation ``spec`` asks for, batched by the ads held now (not saved).
+        Raises :class:`OperationError`: the spec's own checks, a host another operation
+        holds, and ``operation.unknown_hook`` for a hook a node's ad does not list
+        (``DrainHookNames``; a node whose ad lists none, an older agent's, is taken on
+        trust and refuses the drain itself if it lacks the hook)."""
+        groups: dict[str, Any] = {}
+        lacking: list[str] = []
+        for host in spec.hosts:
+            entry = self.master.ads.get(host)
+            if entry is not None:
+                groups[host] = entry.machine.get(spec.grouping) if spec.grouping != "host" else host
+                names = entry.machine.get("DrainHookNames")
+                if isinstance(names, str) and spec.hook not in names.split(","):
+                    lacking.append(host)
+        op = new_operation(op_id, spec, groups, actor=actor, now=now, busy=self._held.keys())
+        if lacking:
+            shown = ", ".join(lacking[:10]) + (
+                f" and {len(lacking) - 10} more" if len(lacking) > 10 else ""
+            )
+            raise OperationError(
+                "operation.unknown_hook",
+                f"no hook {spec.hook!r} on {len(lacking)} of the {len(spec.hosts)} hosts "
+                f"({shown}): each node runs only the hooks of its own configuration "
+                "([hooks.NAME]); nothing was started",
+            )
+        return op
+
+    async def preview(self, spec: OperationSpec, *, actor: str) -> dict[str, Any]:
+        """What :meth:`create` with ``spec`` would start, and when it would be done
+        (:func:`~nodeagent.master._operation_preview.preview_operation`), saving nothing.
+        Raises :class:`OperationError` as :meth:`create` would. Asks the SLA check (and
+        so the groups' coordinators) about every batch."""
+        master = self.master
+        now = master.clock.now()
+        op = self._made("preview", spec, actor=actor, now=now)
+        views = self._waiting_views(op, op.batches, now)
+        machines = [entry.machine for entry in master.ads.entries()]
+        observed = observed_hook_seconds(machines, spec.hook)
+        times = {}
+        for batch in op.batches:
+            for node in batch.nodes:
+                entry = master.ads.get(node.name)
+                machine = None if entry is None else entry.machine
+                times[node.name] = node_times(
+                    node.name,
+                    machine=machine,
+                    view=views.get(node.name),
+                    hook=spec.hook,
+                    observed=observed,
+                    now=now,
+                )
+        verdicts = await self._sla_verdicts(op, now, batches=op.batches)
+        # A batch's phases each end at the engine's next look: about a pass apiece.
+        step = _PREVIEW_PASSES * master.reconcile_interval
+        return preview_operation(op, views, times, verdicts, now, step=step)
+
     def create(self, spec: OperationSpec, *, actor: str) -> Operation:
         """Make and save a running operation over ``spec.hosts`` (node names), batched by
         their ads held now. Raises :class:`OperationError` (nothing changes) or
         :class:`StoreError` (nothing changes). Its cost does not grow with the number of
         operations: the hosts others hold are indexed, and only this one is written."""
-        groups: dict[str, Any] = {}
-        for host in spec.hosts:
-            entry = self.master.ads.get(host)
-            if entry is not None:
-                groups[host] = entry.machine.get(spec.grouping) if spec.grouping != "host" else host
         now = self.master.clock.now()
-        op = new_operation(
-            str(self._last + 1), spec, groups, actor=actor, now=now, busy=self._held.keys()
-        )
+        op = self._made(str(self._last + 1), spec, actor=actor, now=now)
         self._save(op)
         log.info("operation %s started by %s: %d hosts in %d batches", op.id, actor,
                  len(spec.hosts), len(op.batches))  # fmt: skip
@@ -394,11 +453,14 @@ class Operations:
                 times.append(float(until))
         return now + max(interval, min(times) - clock)
 
-    async def _sla_verdicts(self, op: Operation, now: float) -> dict[tuple[str, ...], SlaVerdict]:
+    async def _sla_verdicts(
+        self, op: Operation, now: float, *, batches: Iterable[Batch] | None = None
+    ) -> dict[tuple[str, ...], SlaVerdict]:
         """Each waiting batch's SLA verdict now, when ``op`` runs and a place is free for
-        one (its coordinators asked, all batches at once); a check that fails is a no."""
+        one (its coordinators asked, all batches at once; ``batches``: those instead); a
+        check that fails is a no."""
         check = self.sla
-        waiting = [b.hosts for b in _choosing(op)]
+        waiting = [b.hosts for b in (_choosing(op) if batches is None else batches)]
         if check is None or not waiting:
             return {}
         held = self.master.ads.entries()

@@ -171,7 +171,7 @@ def test_an_operation_by_rack_with_a_failing_health_check(tmp_path: Path) -> Non
         s.healthy("n3", False)  # r2's node fails its health check until told
         started = s.cli(
             "maintain", "start", "--constraint", "Rack isnt undefined", "--grouping", "Rack",
-            "--hook", "reboot", "--json",
+            "--hook", "reboot", "--yes", "--json",
         )  # fmt: skip
         assert started.returncode == 0, started.stderr
         op_id = json.loads(started.stdout)["id"]
@@ -473,7 +473,7 @@ def test_a_silent_node_delays_only_its_own_operation(tmp_path: Path) -> None:
                 ip="127.0.0.2",
                 address=address,
                 total=Resources(cpus=4),
-                policy=MachinePolicy(),
+                policy=MachinePolicy(hooks=frozenset({"reboot"})),
                 now=now,
             )
             with s.master.client(

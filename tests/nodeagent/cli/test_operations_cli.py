@@ -191,6 +191,8 @@ def test_hosts_or_constraint() -> None:
         "budget": None,
         "sla_wait": "1h",
         "wait": False,
+        "yes": True,
+        "dry_run": False,
         "json_output": False,
         "host": None,
         "token": None,

@@ -31,6 +31,9 @@ from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
+#: The hooks the simulated nodes hold (their ads list them: DrainHookNames).
+HOOKS = frozenset({"reboot", "fw", "r", "x"})
+
 EPOCH = 1_800_000_000.0
 KEY = b"k" * 32
 RUNAWAY = 'regexp("^(a+)+$", "' + "a" * 40 + '!")'
@@ -160,7 +163,7 @@ def node_ad(name: str, *, cpus: int = 4) -> dict[str, Any]:
         ip="10.0.0.1",
         address=f"http://{name}:9621",
         total=Resources(cpus=cpus),
-        policy=MachinePolicy(max_job_retirement_time=60),
+        policy=MachinePolicy(max_job_retirement_time=60, hooks=HOOKS),
         now=EPOCH,
     )
     machine.claim(EPOCH, resources=Resources(cpus=1), spec=JobSpec())

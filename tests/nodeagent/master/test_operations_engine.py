@@ -32,6 +32,7 @@ from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._rolling import HELD_RECHECK, Operations, sla_verdict
 from nodeagent.master._sla import GroupVerdict, NodeAds, Probe, SlaKind
 from slots import Machine, MachinePolicy, Resources
+from tests.nodeagent.master.test_master_api import HOOKS
 
 EPOCH = 1_800_000_000.0
 DRAIN_TIME = 3.0
@@ -93,7 +94,7 @@ class ModelNode:
             ip=self.ip,
             address=self.address,
             total=Resources(cpus=4),
-            policy=MachinePolicy(max_job_retirement_time=60),
+            policy=MachinePolicy(max_job_retirement_time=60, hooks=HOOKS),
             now=now,
         )
         ad = machine.ad(now)

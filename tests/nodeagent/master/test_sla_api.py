@@ -18,7 +18,13 @@ from nodeagent._auth import Scope
 from nodeagent.master._coordinators import ask_coordinators, coordinator_client
 from nodeagent.master._sla import Question
 from slots import JobSpec, Machine, MachinePolicy, Resources, check_site_attributes
-from tests.nodeagent.master.test_master_api import EPOCH, FailingStore, api, error_code
+from tests.nodeagent.master.test_master_api import (
+    EPOCH,
+    HOOKS,
+    FailingStore,
+    api,
+    error_code,
+)
 
 WEB = "www-data/prod/web"
 
@@ -29,7 +35,7 @@ def grouped_ad(name: str, rack: str, *ages: float, group: str = WEB) -> dict[str
         host=name,
         address=f"http://{name}:9621",
         total=Resources(cpus=8),
-        policy=MachinePolicy(attributes=check_site_attributes({"Rack": rack})),
+        policy=MachinePolicy(attributes=check_site_attributes({"Rack": rack}), hooks=HOOKS),
         now=EPOCH,
     )
     for age in ages:
