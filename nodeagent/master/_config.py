@@ -69,6 +69,12 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
     escalation: Literal["quick", "fast", "none"] = _field(
         "quick", reload=True, description="What a node not empty when its window starts gets"
     )
+    up_after_window: bool = _field(
+        False,
+        reload=True,
+        description="Bring a DOWN machine UP by itself once its window has ended and its "
+        "node's health check passes (false: it stays DOWN until 'master up', as in Mesos)",
+    )
     reconcile_interval: Duration = _field(
         1.0, reload=True, description="Seconds between passes over the schedule", gt=0
     )

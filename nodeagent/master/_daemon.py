@@ -76,6 +76,7 @@ def plan_policy(config: MasterConfig) -> PlanPolicy:
         drain_policy=config.drain_policy,
         drain_margin=config.drain_margin,
         escalation=config.escalation,
+        up_after_window=config.up_after_window,
     )
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "PENDING",
     "REASON",
     "STARTING",
+    "BringUp",
     "Down",
     "DrainEvent",
     "DrainPhase",
@@ -75,6 +76,7 @@ __all__ = [
     "check_drain_move",
     "decide",
     "evicts_at_window",
+    "healthy",
     "release",
     "settle",
 ]
@@ -483,8 +485,25 @@ class RememberLate:
     late: bool
 
 
+@dataclass(frozen=True, kw_only=True)
+class BringUp:
+    """A DOWN machine whose window ended at ``window_end`` and whose node is healthy
+    (:func:`healthy`), under ``[master] up_after_window``: the master brings it UP, as
+    ``POST /machine/up`` would (out of the schedule; a later pass then cancels its drain
+    by its id, as for any machine that leaves the schedule)."""
+
+    window_end: float
+
+
 #: What a pass does for one machine (``None``: nothing).
-Step = Start | Escalate | Withdraw | Postpone | Down | MarkDown | Refresh | RememberLate
+Step = Start | Escalate | Withdraw | Postpone | Down | MarkDown | Refresh | RememberLate | BringUp
+
+
+def healthy(machine: Mapping[str, Any]) -> bool:
+    """Whether the node's health check passes, as its ad shows it (``HealthState``
+    ``passing``); a node that runs no health check (no ``HealthState``) is healthy."""
+    state = machine.get("HealthState")
+    return state is None or state == "passing"
 
 
 def decide(
@@ -501,7 +520,9 @@ def decide(
     or :class:`Postpone`), else ``late`` is remembered; from the window, the drain
     escalates (:class:`Escalate`) unless escalated already or the policy is ``none``.
     DRAINING with no drain: started when due (:class:`Start`). Someone else's drain is
-    left alone.
+    left alone. With ``policy.up_after_window``, a DOWN machine whose window has ended
+    and whose node is :func:`healthy` goes UP (:class:`BringUp`); without it (Mesos's
+    behaviour) it stays DOWN until an operator brings it up.
     """
     node = plan.node
     assert node is not None
@@ -526,6 +547,9 @@ def decide(
     ours = record is not None and machine.get("DrainingRequestId") == record.request_id
     mode = plan.mode
     if mode == "DOWN":
+        end = plan.window_end
+        if policy.up_after_window and end is not None and now >= end and healthy(machine):
+            return BringUp(window_end=end)
         if record is not None and record.down:
             return None
         if ours and machine.get("DrainSchedule") == "fast":

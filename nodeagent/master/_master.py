@@ -73,6 +73,7 @@ from nodeagent.master._drains import (
     COMMITTED,
     PENDING,
     REASON,
+    BringUp,
     Down,
     DrainRecord,
     Escalate,
@@ -91,6 +92,7 @@ from nodeagent.master._drains import (
 from nodeagent.master._maintenance import (
     MachineId,
     MachineStatus,
+    MaintenanceError,
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
@@ -821,6 +823,8 @@ class Master:
             elif isinstance(step, MarkDown):
                 self.drains[plan.key] = self.drains[plan.key].noted(plan.key, down=True)
                 self.save()
+            elif isinstance(step, BringUp):
+                self._bring_up(plan, step)
             elif isinstance(step, Refresh):
                 entry = await self.fetch_ad(plan.node)
                 record = self.drains.get(plan.key)
@@ -1092,6 +1096,23 @@ class Master:
         self._backoff[key] = (failures, self.clock.now() + delay)
         log.warning("%s failed (retry in %.0f s): %s", what, delay, why)
 
+    def _bring_up(self, plan: MachinePlan, step: BringUp) -> None:
+        """``[master] up_after_window``: the DOWN machine's window has ended and its node
+        is healthy, so it goes UP as ``POST /machine/up`` would (:meth:`machines_up`, as
+        the master); the next pass cancels its drain. Raises
+        :class:`~nodeagent._store.StoreError`, changing nothing; a machine no longer DOWN
+        (an operator's change since the pass decided) is left as it is."""
+        try:
+            self.machines_up((plan.machine.id,), actor="master")
+        except MaintenanceError as exc:
+            log.info("%s: not brought up after its window: %s", plan.node_name, exc)
+            return
+        log.info(
+            "%s: window ended %s ago and the node is healthy: brought UP (up_after_window)",
+            plan.node_name,
+            _in_words(self.clock.now() - step.window_end),
+        )
+
     async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
         """Replace whatever drain the node has by a fast one that keeps it closed.
 
@@ -1153,6 +1174,19 @@ class Master:
             self._released = trio.Event()
 
 
+def _in_words(seconds: float) -> str:
+    """A duration as the logs say it (``2m 5s``)."""
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h"] if hours else []
+    if minutes:
+        parts.append(f"{minutes}m")
+    if secs or not parts:
+        parts.append(f"{secs}s")
+    return " ".join(parts)
+
+
 #: The name of each step in the logs.
 _ACTIONS: dict[type, str] = {
     Start: "start",
@@ -1162,4 +1196,5 @@ _ACTIONS: dict[type, str] = {
     Down: "down",
     MarkDown: "mark-down",
     Refresh: "refresh",
+    BringUp: "up",
 }

@@ -54,6 +54,7 @@ class PlanPolicy:
     drain_policy: str = "just_in_time"  # or "immediate"
     drain_margin: float = 60.0
     escalation: str = "quick"  # "fast", "none"
+    up_after_window: bool = False  # a DOWN machine goes UP by itself after its window
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,6 +123,11 @@ class MachinePlan:
     @property
     def window_start(self) -> float:
         return self.machine.window_start
+
+    @property
+    def window_end(self) -> float | None:
+        """When the window ends (``None``: a window without a duration never does)."""
+        return self.machine.window["end"]
 
     @property
     def node_name(self) -> str | None:

@@ -20,6 +20,7 @@ from nodeagent.master._drains import (
     ABSENT,
     DRAIN_MOVES,
     STARTING,
+    BringUp,
     Down,
     DrainEvent,
     DrainPhase,
@@ -54,6 +55,7 @@ QUICK = PlanPolicy()
 FAST = PlanPolicy(escalation="fast")
 NONE = PlanPolicy(escalation="none")
 IMMEDIATE = PlanPolicy(drain_policy="immediate")
+UP_AFTER = PlanPolicy(up_after_window=True)
 
 
 def node_ad(*, jobs: int = 1, made: float = EPOCH, **drain: Any) -> dict[str, Any]:
@@ -85,6 +87,7 @@ def plan_of(
     now: float,
     mode: str = "DRAINING",
     window: float = W,
+    duration: float | None = None,
     policy: PlanPolicy = QUICK,
 ) -> MachinePlan:
     scheduled = ScheduledMachine(
@@ -93,7 +96,11 @@ def plan_of(
         mode=mode,
         window_start=window,
         machine_id={"hostname": "n.test", "ip": "10.0.0.1"},
-        window={"start": window, "duration": None, "end": None},
+        window={
+            "start": window,
+            "duration": duration,
+            "end": None if duration is None else window + duration,
+        },
     )
     return machine_plan(
         scheduled, [entry], is_lost=lambda _: False, now=now, policy=policy, drain_record=None
@@ -140,6 +147,7 @@ class Row:
     made: float | None = None  # the ad's MyCurrentTime (default: now)
     mode: str = "DRAINING"
     window: float = W
+    duration: float | None = None  # the window's (None: it never ends)
     policy: PlanPolicy = QUICK
 
 
@@ -324,6 +332,85 @@ DECISIONS: dict[str, Row] = {
         shows={**SHOWS_OURS, "DrainSchedule": "fast"},
         step=None,
     ),
+    # After the window: UP by itself only with up_after_window, once the node is healthy.
+    "down after its window, Mesos's way: stays down": Row(
+        now=W + 601,
+        mode="DOWN",
+        duration=600,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast", "DrainState": "drained"},
+        step=None,
+    ),
+    "up_after_window, the window not ended: stays down": Row(
+        now=W + 599,
+        mode="DOWN",
+        duration=600,
+        policy=UP_AFTER,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast", "HealthState": "passing"},
+        step=None,
+    ),
+    "up_after_window, ended, health passing: up": Row(
+        now=W + 600,
+        mode="DOWN",
+        duration=600,
+        policy=UP_AFTER,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast", "HealthState": "passing"},
+        step=BringUp(window_end=W + 600),
+    ),
+    "up_after_window, ended, no health check: up": Row(
+        now=W + 900,
+        mode="DOWN",
+        duration=600,
+        policy=UP_AFTER,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast"},
+        step=BringUp(window_end=W + 600),
+    ),
+    "up_after_window, ended, health failing: stays down": Row(
+        now=W + 900,
+        mode="DOWN",
+        duration=600,
+        policy=UP_AFTER,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast", "HealthState": "failing"},
+        step=None,
+    ),
+    "up_after_window, ended, health pending: stays down": Row(
+        now=W + 900,
+        mode="DOWN",
+        duration=600,
+        policy=UP_AFTER,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast", "HealthState": "pending"},
+        step=None,
+    ),
+    "up_after_window, a window without an end: stays down": Row(
+        now=W + 10**6,
+        mode="DOWN",
+        policy=UP_AFTER,
+        record=ours(schedule="fast", down=True),
+        shows={**SHOWS_OURS, "DrainSchedule": "fast", "HealthState": "passing"},
+        step=None,
+    ),
+    "up_after_window, DRAINING after its window: never brought up": Row(
+        now=W + 900,
+        duration=600,
+        policy=dataclasses.replace(UP_AFTER, escalation="none"),
+        record=ours(),
+        shows={**SHOWS_OURS, "HealthState": "passing"},
+        step=None,
+    ),
+    "up_after_window, a rolling operation's DOWN machine: its engine's": Row(
+        now=W + 900,
+        mode="DOWN",
+        duration=600,
+        policy=UP_AFTER,
+        record=ours(operation="op-1"),
+        shows={**SHOWS_OURS, "HealthState": "passing"},
+        step=None,
+    ),
     # Records a pass leaves alone.
     "a record left pending: settled first": Row(
         now=W + 1, record=ours(phase=DrainPhase.PENDING, committed_at=None), step=None
@@ -375,7 +462,14 @@ DECISIONS: dict[str, Row] = {
 def test_a_pass_decides(row: Row) -> None:
     made = row.now if row.made is None else row.made
     entry = entry_of(node_ad(jobs=row.jobs, made=made, **row.shows), made)
-    plan = plan_of(entry, now=row.now, mode=row.mode, window=row.window, policy=row.policy)
+    plan = plan_of(
+        entry,
+        now=row.now,
+        mode=row.mode,
+        window=row.window,
+        duration=row.duration,
+        policy=row.policy,
+    )
     assert decide(plan, row.record, row.policy, row.now) == row.step
 
 
