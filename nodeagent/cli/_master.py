@@ -175,7 +175,10 @@ def resolve_machines(
 def status(
     *, json_output: bool, host: str | None, token: str | None, socket_path: str | None
 ) -> None:
-    """``nodeagent master status``: ``GET /maintenance/status``."""
+    """``nodeagent master status``: ``GET /maintenance/status``; the DOWN machines whose
+    node has not confirmed its drain (``GET /v1/maintenance/down``); the machines still out
+    of service after their window (the plan's ``after_window``), with the command that
+    brings them back."""
     target = master_target(host, token, socket_path)
     reply = _mesos(target, "GET", "/maintenance/status")
     if json_output:
@@ -194,6 +197,15 @@ def status(
             if m.get("confirmed") is False
         }
     out.print(master_status_view(data, pending=pending))
+    if data.get("draining_machines") or data.get("down_machines"):
+        # which of them are still out of service after their window, and how back
+        from nodeagent.cli._draw import Group  # noqa: PLC0415
+        from nodeagent.cli._render import after_window_lines  # noqa: PLC0415
+
+        plan = request(target, "GET", _plan_path(all_rows=False, limit=0)).data or {}
+        ended = after_window_lines(plan)
+        if ended:
+            out.print(Group(*ended))
     query = urlencode({"constraint": HELD_CONSTRAINT, "projection": ",".join(HELD_PROJECTION)})
     held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
     if held:

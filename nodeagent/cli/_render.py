@@ -924,9 +924,13 @@ def _axis_span(machines: Sequence[Mapping[str, Any]], now: float) -> float:
     return max(span, _MIN_SPAN)
 
 
-def _row_status(m: Mapping[str, Any]) -> tuple[str, str]:
-    """The status word and the row's colour."""
+def _row_status(m: Mapping[str, Any], now: float | None = None) -> tuple[str, str]:
+    """The status word and the row's colour (``window ended``: DRAINING or DOWN after its
+    window's end, at the plan's ``now``)."""
     lost = any(n.get("lost") and n.get("name") == m.get("node") for n in m.get("nodes") or [])
+    end = _number((m.get("window") or {}).get("end"))
+    if now is not None and end is not None and now >= end and m.get("mode") in _OUT:
+        return "window ended", "yellow"
     if m.get("mode") == "DOWN":
         return "DOWN", "magenta"
     if m.get("node") is None:
@@ -1244,6 +1248,66 @@ def _verdict_totals_line(totals: Mapping[str, Any]) -> str:
     return line
 
 
+#: The modes of a machine out of service.
+_OUT = ("DRAINING", "DOWN")
+
+
+def after_window_lines(plan: Mapping[str, Any], *, limit: int = 10) -> list[Text]:
+    """The machines still out of service after their window (the plan's ``after_window``,
+    at its ``now``), at most ``limit`` named, and the command that brings them back: a
+    DOWN machine goes UP with ``nodeagent master up``; a DRAINING one goes DOWN first
+    (Mesos brings only DOWN machines up). With the master's ``up_after_window`` a DOWN
+    one goes UP by itself once its health check passes. No lines when there are none."""
+    after = [m for m in plan.get("after_window") or [] if m.get("mode") in _OUT]
+    if not after:
+        return []
+    now = _number(plan.get("now")) or 0.0
+    by_itself = bool((plan.get("policy") or {}).get("up_after_window"))
+    count = len(after)
+    lines = [
+        Text(
+            f"window ended: {count} machine{'' if count == 1 else 's'} still out of service",
+            style="bold yellow",
+        )
+    ]
+    down: list[str] = []
+    draining: list[str] = []
+    for m in after:
+        name = format_machine(m.get("machine_id") or {})
+        (down if m.get("mode") == "DOWN" else draining).append(name)
+        if len(down) + len(draining) > limit:
+            continue
+        end = _number((m.get("window") or {}).get("end"))
+        line = f"  {name}  {m.get('mode')}, its window ended "
+        line += "-" if end is None else format_relative(end, now)
+        if m.get("node") is None:
+            line += "; no node"
+        elif m.get("health") is not None:
+            line += f"; health check {m.get('health')}"
+        lines.append(Text(line, style="yellow"))
+    if count > limit:
+        lines.append(Text(f"  … and {count - limit} more", style="yellow"))
+    if down:
+        if by_itself:
+            lines.append(
+                Text(
+                    "  the master brings the DOWN ones UP once their health check passes "
+                    "(up_after_window); now: nodeagent master up " + " ".join(down)
+                )
+            )
+        else:
+            lines.append(Text("  bring them back: nodeagent master up " + " ".join(down)))
+    if draining:
+        names = " ".join(draining)
+        lines.append(
+            Text(
+                f"  DRAINING ones go DOWN first: nodeagent master down {names} && "
+                f"nodeagent master up {names}"
+            )
+        )
+    return lines
+
+
 def _plan_heading(now: float, policy: Mapping[str, Any], tz: tzinfo | None) -> list[Text]:
     """A plan view's first lines: the time of the plan, then the master's policy (when the
     reply has one)."""
@@ -1278,6 +1342,7 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     lines.append(Text(first.replace(" late,", " late by their promises,", 1)))
     lines.append(Text(_verdict_totals_line(totals)))
     lines.append(Text(second, style="dim"))
+    lines.extend(after_window_lines(plan))
     machines = list(plan.get("machines") or [])
     matched = int(_number(plan.get("matched")) or len(machines))
     if not machines:
@@ -1324,10 +1389,11 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     if not machines:
         lines.append(Text("no machine is scheduled for maintenance"))
         lines.extend(Text(t, style="dim") for t in _totals_lines(plan.get("totals") or {}))
+        lines.extend(after_window_lines(plan))
         return Group(*lines)
 
     labels = _labels(machines)
-    statuses = [_row_status(m) for m in machines]
+    statuses = [_row_status(m, now) for m in machines]
     drains = [str((m.get("drain") or {}).get("state") or "-") for m in machines]
     status_w = min(max(len("STATUS"), *(len(s) for s, _ in statuses)), 12)
     mode_w, drain_w = len("DRAINING"), max(len("DRAIN"), *(len(d) for d in drains))
@@ -1357,6 +1423,7 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     if "escalations" in (plan.get("totals") or {}):
         lines.append(Text(_verdict_totals_line(plan.get("totals") or {})))
     lines.extend(Text(t, style="red") for t in _late_lines(machines, labels, now, tz))
+    lines.extend(after_window_lines(plan))
     return Group(*lines)
 
 

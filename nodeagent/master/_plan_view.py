@@ -242,6 +242,8 @@ class PlanView:
         (schedule order) or, with ``late``, only the rows of machines late by their
         promises or that the plan will escalate (window-start order); ``limit`` keeps the
         first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
+        ``after_window`` lists every machine still out of service after its window
+        (DRAINING or DOWN past its end; schedule order), whatever ``late`` and ``limit``.
         """
         return self._reply(
             inputs, now, with_blockers=with_blockers, late=late, limit=limit, encoded=False
@@ -290,7 +292,11 @@ class PlanView:
         escalation = Escalation(policy.escalation)
         rows_of = self.rows(inputs, now, with_blockers=with_blockers, escalation=escalation)
         texts = self._row_texts  # after: a new schedule prunes it
+        ended: list[dict[str, Any]] = []
         for each, state in rows_of:
+            out_of_service = _after_window(each, now)
+            if out_of_service is not None:
+                ended.append(out_of_service)
             text = None
             if encoded:
                 text = texts.get(each.key)
@@ -332,11 +338,29 @@ class PlanView:
                 "drain_policy": policy.drain_policy,
                 "drain_margin": policy.drain_margin,
                 "escalation": policy.escalation,
+                "up_after_window": policy.up_after_window,
             },
             "matched": matched,
             "machines": rows,
             "totals": totals,
+            "after_window": ended,
         }
+
+
+def _after_window(plan: MachinePlan, now: float) -> dict[str, Any] | None:
+    """A machine still out of service after its window (DRAINING or DOWN, its window
+    ended at or before ``now``): its id, mode, window, node and the node's health check
+    state (``None``: none, or no node); ``None`` for any other machine."""
+    end = plan.window_end
+    if end is None or now < end or plan.mode not in ("DRAINING", "DOWN"):
+        return None
+    return {
+        "machine_id": plan.machine.machine_id,
+        "mode": plan.mode,
+        "window": plan.machine.window,
+        "node": plan.node_name,
+        "health": None if plan.node is None else plan.node.machine.get("HealthState"),
+    }
 
 
 def _encoded_body(plan: dict[str, Any]) -> bytes:

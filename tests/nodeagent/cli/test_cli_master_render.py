@@ -692,3 +692,78 @@ def test_up_says_which_nodes_are_not_yet_in_service() -> None:
         "n1b.test: not yet in service: completion hook reboot failed: exit status 3; health "
         "check pending (0 of 1 passes) (from its last ad: the node did not answer)"
     ]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        machine(start=-2000, state="drained", empty=True),
+        machine(mode="DOWN", start=-2000, state="drained"),
+    ],
+)
+def test_a_machine_out_of_service_after_its_window_is_not_on_time(row: dict[str, Any]) -> None:
+    line = _row_text(plan(row), "node1.test")
+    assert line.plain.endswith("  window ended")
+    assert _style_of(line, "window ended") == "yellow"
+
+
+def _ended(host: str, ip: str, mode: str, end: float, health: str | None) -> dict[str, Any]:
+    """An ``after_window`` entry of the plan: a machine whose window ended at NOW + end."""
+    return {
+        "machine_id": {"hostname": host, "ip": ip},
+        "mode": mode,
+        "window": {"start": NOW + end - 600, "duration": 600, "end": NOW + end},
+        "node": host,
+        "health": health,
+    }
+
+
+@pytest.mark.parametrize(
+    ("up_after_window", "expected"),
+    [
+        (
+            False,
+            [
+                "window ended: 2 machines still out of service",
+                "  n1.test/10.0.0.1  DOWN, its window ended 5m ago; health check passing",
+                "  n2.test/10.0.0.2  DRAINING, its window ended 1m ago",
+                "  bring them back: nodeagent master up n1.test/10.0.0.1",
+                "  DRAINING ones go DOWN first: nodeagent master down n2.test/10.0.0.2 && "
+                "nodeagent master up n2.test/10.0.0.2",
+            ],
+        ),
+        (
+            True,
+            [
+                "window ended: 2 machines still out of service",
+                "  n1.test/10.0.0.1  DOWN, its window ended 5m ago; health check passing",
+                "  n2.test/10.0.0.2  DRAINING, its window ended 1m ago",
+                "  the master brings the DOWN ones UP once their health check passes "
+                "(up_after_window); now: nodeagent master up n1.test/10.0.0.1",
+                "  DRAINING ones go DOWN first: nodeagent master down n2.test/10.0.0.2 && "
+                "nodeagent master up n2.test/10.0.0.2",
+            ],
+        ),
+    ],
+)
+def test_the_summary_says_which_machines_are_out_of_service_after_their_window(
+    up_after_window: bool, expected: list[str]
+) -> None:
+    body = plan() | {
+        "after_window": [
+            _ended("n1.test", "10.0.0.1", "DOWN", -300, "passing"),
+            _ended("n2.test", "10.0.0.2", "DRAINING", -60, None),
+        ]
+    }
+    body["policy"] = body["policy"] | {"up_after_window": up_after_window}
+    lines = _summary_text(body)
+    at = lines.index(expected[0])
+    assert lines[at : at + len(expected)] == expected
+    timeline = text(body, 200)
+    at = timeline.index(expected[0])
+    assert timeline[at : at + len(expected)] == expected
+
+
+def test_no_word_on_the_window_when_none_has_ended() -> None:
+    body = plan(machine()) | {"after_window": []}
+    assert not any("window ended" in line for line in _summary_text(body) + text(body, 100))

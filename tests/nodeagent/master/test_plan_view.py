@@ -294,11 +294,12 @@ def test_the_totals_show_the_counters_the_nodes_and_the_policy() -> None:
         "drain_policy": "just_in_time",
         "drain_margin": 90.0,
         "escalation": "fast",
+        "up_after_window": False,
     }
     totals = reply["totals"]
     assert (totals["drains_started"], totals["nodes"], totals["machines"]) == (7, 5, 6)
     assert totals["modes"] == {"UP": 0, "DRAINING": 5, "DOWN": 1}
-    assert list(reply) == ["now", "policy", "matched", "machines", "totals"]
+    assert list(reply) == ["now", "policy", "matched", "machines", "totals", "after_window"]
 
 
 def test_the_body_is_the_reply_byte_for_byte_as_its_state_changes() -> None:
@@ -395,3 +396,31 @@ def test_the_view_loads_without_trio_or_sockets() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------- after the window
+
+
+def test_the_machines_still_out_of_service_after_their_window_are_listed_whatever_the_rows() -> (
+    None
+):
+    """Machine 0's window ended an hour ago (DRAINING), machine 2's too (DOWN), machine
+    1's is still open: only 0 and 2, in schedule order, with or without ``late`` and
+    ``limit``; a machine brought UP leaves the list."""
+    world = _world({0: -7200.0, 1: -3000.0, 2: -7000.0}, {0: 1, 1: 1, 2: 0})
+    world.state.down([_id(2)])
+    view = PlanView()
+    every = view.reply(world.inputs(), world.now)
+    for reply in (every, view.reply(world.inputs(), world.now, late=True, limit=0)):
+        listed = [(m["machine_id"], m["mode"], m["window"]["end"]) for m in reply["after_window"]]
+        assert listed == [
+            (_id(0).to_json(), "DRAINING", NOW - 3600),
+            (_id(2).to_json(), "DOWN", NOW - 3400),
+        ]
+        assert [m["node"] for m in reply["after_window"]] == [f"n{n}.test" for n in (0, 2)]
+    world.state.up([_id(2)])
+    reply = view.reply(world.inputs(), world.now)
+    assert [m["mode"] for m in reply["after_window"]] == ["DRAINING"]
+    assert orjson.loads(view.body(world.inputs(), world.now))["after_window"] == json.loads(
+        json.dumps(reply["after_window"])
+    )
