@@ -573,10 +573,15 @@ COMMANDS: tuple[Command, ...] = (
         "Their nodes stay closed and whatever still runs is fast-drained: first what that\n"
         "evicts now (jobs, cores, promises cut), then a question (--yes: none; without a\n"
         "terminal --yes is needed, exit 6). Exits 10 when a node has not confirmed its\n"
-        "drain (unreachable, lost): the master keeps trying.",
+        "drain (unreachable, lost): the master keeps trying. --wait waits for it instead.",
         "argument": _MACHINES,
         "options": (
             {"names": ("--yes", "-y"), "kind": "flag", "help": "Bring them down without asking."},
+            {
+                "names": ("--wait",),
+                "kind": "flag",
+                "help": "Wait until every node has confirmed its drain, a line per change.",
+            },
             *_MASTER,
         ),
     },

@@ -33,7 +33,7 @@ from nodeagent.cli._common import (
     master_target,
     watch_loop,
 )
-from nodeagent.cli._errors import Declined, Pending, Refused, UsageError
+from nodeagent.cli._errors import Declined, Interrupted, Pending, Refused, UsageError
 from nodeagent.cli._http import Reply, Target, call, check, request
 from nodeagent.cli._render import format_machine
 
@@ -351,10 +351,12 @@ def down(
     host: str | None,
     token: str | None,
     socket_path: str | None,
+    wait: bool = False,
 ) -> None:
     """``nodeagent master down HOST...``: what the fast drains would evict now (``POST
     /v1/maintenance/down/preview``), asked, then ``POST /machine/down``; exits
-    :class:`~nodeagent.cli._errors.Pending` (10) unless every node confirmed its drain."""
+    :class:`~nodeagent.cli._errors.Pending` (10) unless every node confirmed its drain.
+    With ``wait``, a machine pending is waited for (:func:`_wait_down`) instead."""
     target = master_target(host, token, socket_path)
     ids = _resolved(target, machines)
     body = json.dumps(ids, separators=(",", ":")).encode()
@@ -377,7 +379,59 @@ def down(
         out = console()
         render_transition(out, "DOWN", ids)
         render_confirmations(out, report, "DOWN")
+    if wait and any(m.get("confirmed") is False for m in report):
+        report = _wait_down(target, report, json_output=json_output)
     _check_confirmed(report, "DOWN")
+
+
+#: Seconds between two looks at the DOWN machines while ``master down --wait`` waits.
+_DOWN_POLL_S = 1.0
+
+
+def _wait_down(
+    target: Target, report: Sequence[Mapping[str, Any]], *, json_output: bool
+) -> list[Mapping[str, Any]]:
+    """Wait until the node of every machine of ``report`` (``/machine/down``'s reply)
+    confirms its fast drain, from ``GET /v1/maintenance/down`` once a second: one line
+    per change (still pending, and why; confirmed, with the drain's request id), and with
+    ``json_output`` the last report as ``{"machines": [...]}``. A machine no longer DOWN
+    (brought up meanwhile) is left out. Ctrl-C stops waiting:
+    :class:`~nodeagent.cli._errors.Interrupted`, the machines DOWN all the same."""
+    names = [format_machine(m.get("machine_id") or {}) for m in report]
+    seen = {
+        name: str(m.get("pending"))
+        for name, m in zip(names, report, strict=True)
+        if m.get("confirmed") is False
+    }
+    rows: list[Mapping[str, Any]] = list(report)
+    try:
+        while any(m.get("confirmed") is False for m in rows):
+            time.sleep(_DOWN_POLL_S)
+            now = request(target, "GET", "/v1/maintenance/down").data or {}
+            by_name = {
+                format_machine(m.get("machine_id") or {}): m for m in now.get("machines") or []
+            }
+            rows = [by_name[name] for name in names if name in by_name]
+            for name in names:
+                row = by_name.get(name)
+                if json_output or name not in seen or row is None:
+                    continue
+                if row.get("confirmed"):
+                    emit_text(f"{name}: DOWN confirmed (drain {row.get('request_id')})")
+                    del seen[name]
+                elif str(row.get("pending")) != seen[name]:
+                    seen[name] = str(row.get("pending"))
+                    emit_text(f"{name}: DOWN pending: {seen[name]}")
+    except KeyboardInterrupt:
+        waiting = sum(m.get("confirmed") is False for m in rows)
+        raise Interrupted(
+            "cli.interrupted",
+            f"stopped waiting: {waiting} machine{'' if waiting == 1 else 's'} DOWN in the "
+            "schedule, not yet on the node; the master keeps trying",
+        ) from None
+    if json_output:
+        emit_text(json.dumps({"machines": rows}, separators=(",", ":")))
+    return rows
 
 
 def up(

@@ -5,11 +5,14 @@ not confirmed it: a real master, two real agents, a job with a promise.
 goes DOWN. The preview counts job 7 and changes nothing; ``down`` of ``n2.test`` exits 10
 and names it pending with the master's failure; ``master status`` shows it ``DOWN
 (pending)``; once the agent is back the master's fast drain reaches it and ``status``
-shows it DOWN.
+shows it DOWN. ``down --wait`` of ``n3.test``, stopped too, prints it pending and waits;
+once ``n3.test`` is back it prints it confirmed and exits 0.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
-from tests.integration.test_cli_master import cli
+from tests.integration.test_cli_master import _env, cli
 from tests.integration.test_master import drain_of, window
 
 pytestmark = pytest.mark.integration
@@ -37,16 +40,16 @@ def test_down_previews_its_kills_and_a_stopped_node_stays_pending_until_it_is_ba
                 policy=POLICY,
                 master=master.agent_settings(tmp_path / name, node=name, update_interval=0.5),
             )
-            for name in ("n1.test", "n2.test")
+            for name in ("n1.test", "n2.test", "n3.test")
         ]
-        n1, n2 = nodes
-        with n1, n2:
+        n1, n2, n3 = nodes
+        with n1, n2, n3:
             argv, _ = job_script(tmp_path, "long")
             n1.claim(argv, cpus=2, max_job_retirement_time=80, job_id="7", owner="alice")
             master.call(
                 "POST",
                 "/maintenance/schedule",
-                json=window(["n1.test", "n2.test"], time.time() + 3600),
+                json=window(["n1.test", "n2.test", "n3.test"], time.time() + 3600),
             )
 
             def preview() -> dict[str, Any]:
@@ -93,3 +96,28 @@ def test_down_previews_its_kills_and_a_stopped_node_stays_pending_until_it_is_ba
             wait_for(lambda: "pending" not in cli(master, "status").stdout, timeout=60)
             report = master.call("GET", "/v1/maintenance/down").json()["machines"]
             assert [(m["confirmed"], m["pending"]) for m in report] == [(True, None)]
+
+            # --wait: pending, then confirmed once the node is back; exit 0.
+            n3.stop()
+            argv = [sys.executable, "-m", "nodeagent", "master", "down", "--yes", "--wait"]
+            with subprocess.Popen(
+                [*argv, "n3.test"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_env({"NODEAGENT_MASTER_SOCKET": str(master.socket)}),
+            ) as waiting:
+                try:
+                    assert waiting.stdout is not None
+                    lines: list[str] = []
+                    while not any(": DOWN pending: " in line for line in lines):
+                        lines.append(waiting.stdout.readline())
+                        assert lines[-1], lines  # the command ended without waiting
+                    n3.start()
+                    out, err = waiting.communicate(timeout=120)
+                finally:
+                    if waiting.poll() is None:
+                        waiting.kill()
+            assert waiting.returncode == 0, err
+            assert "n3.test/127.0.0.1: DOWN confirmed (drain " in out
+            assert drain_of(n3)["schedule"] == "fast"
