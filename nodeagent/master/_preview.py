@@ -41,6 +41,7 @@ from nodeagent.master._drains import STARTING, Down, Escalate, Postpone, Start, 
 from nodeagent.master._maintenance import (
     MachineId,
     MachineStatus,
+    MaintenanceError,
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
@@ -62,6 +63,7 @@ __all__ = [
     "preview_down",
     "preview_schedule",
     "schedule_warnings",
+    "scheduled_meant",
     "suggestions",
 ]
 
@@ -367,6 +369,27 @@ def _totals(rows: list[dict[str, Any]], dropped: list[dict[str, Any]]) -> dict[s
     }
 
 
+def scheduled_meant(state: MaintenanceState, machine_ids: Iterable[MachineId]) -> list[str]:
+    """The scheduled machines (``host/ip``, sorted, at most three) that machine ids not in
+    the schedule may have meant: one whose hostname is the given hostname, or starts with
+    it and a dot (``node1`` → ``node1.test``), without regard to case; or whose ip is the
+    given ip."""
+    scheduled = [status.id for status in state.machines()]
+    known = {machine.key for machine in scheduled}
+    found: set[str] = set()
+    for given in machine_ids:
+        if given.key in known:
+            continue
+        host = None if given.hostname is None else given.hostname.lower()
+        for machine in scheduled:
+            name = (machine.hostname or "").lower()
+            if (host is not None and (name == host or name.startswith(host + "."))) or (
+                given.ip is not None and machine.ip == given.ip
+            ):
+                found.add("/".join(p for p in (machine.hostname, machine.ip) if p is not None))
+    return sorted(found)[:3]
+
+
 def preview_down(
     state: MaintenanceState, machine_ids: tuple[MachineId, ...], inputs: PlanInputs, now: float
 ) -> dict[str, Any]:
@@ -376,9 +399,20 @@ def preview_down(
     every job it runs with its promise cut (``cut_by``) and the work it loses
     (``cut_badput``); totals of jobs, cores and core-seconds. Raises
     :class:`~nodeagent.master._maintenance.MaintenanceError` as the endpoint would (Mesos's
-    rules: all or none, only DRAINING machines); ``state`` is never changed."""
+    rules: all or none, only DRAINING machines), with a "did you mean" for a machine not
+    scheduled that names one that is (:func:`scheduled_meant`); ``state`` is never
+    changed."""
     after = copy.copy(state)
-    after.down(machine_ids)
+    try:
+        after.down(machine_ids)
+    except MaintenanceError as exc:
+        meant = (
+            scheduled_meant(state, machine_ids) if exc.code == "maintenance.not_scheduled" else []
+        )
+        if not meant:
+            raise
+        hint = f"; did you mean {' or '.join(meant)}?"
+        raise MaintenanceError(exc.message + hint, code=exc.code) from None
     machines = []
     totals = {"machines": 0, "jobs": 0, "cores": 0, "cut_core_seconds": 0, "cut_badput": 0}
     for machine_id in machine_ids:

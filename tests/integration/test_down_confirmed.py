@@ -68,6 +68,19 @@ def test_down_previews_its_kills_and_a_stopped_node_stays_pending_until_it_is_ba
             assert 70 < job["cut_by"] <= 80
             assert seen["totals"]["cores"] == 2
             assert seen["totals"]["cut_core_seconds"] == 2 * job["cut_by"]
+            # A short name: the preview says did you mean; Mesos's endpoint its own words.
+            short = [{"hostname": "n1"}]
+            meant = master.call("POST", "/v1/maintenance/down/preview", json=short)
+            assert (meant.status_code, meant.text) == (
+                400,
+                """Machine '{"hostname":"n1"}' is not part of a maintenance schedule; """
+                "did you mean n1.test/127.0.0.1?",
+            )
+            mesos = master.call("POST", "/machine/down", json=short)
+            assert (mesos.status_code, mesos.text) == (
+                400,
+                """Machine '{"hostname":"n1"}' is not part of a maintenance schedule""",
+            )
             shown = cli(master, "down", "n1.test")  # no terminal, no --yes: refused
             assert shown.returncode == 6
             assert "DOWN evicts now: 1 job on 2 cores of 1 machine" in shown.stdout

@@ -19,7 +19,13 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._plan_view import PlanInputs
-from nodeagent.master._preview import preview_schedule, schedule_warnings, suggestions
+from nodeagent.master._preview import (
+    preview_down,
+    preview_schedule,
+    schedule_warnings,
+    scheduled_meant,
+    suggestions,
+)
 from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.nodeagent.master.test_drains import EPOCH
 
@@ -285,3 +291,47 @@ def test_an_unknown_short_name_gets_a_did_you_mean() -> None:
 )
 def test_suggestions(host: str, names: list[str], meant: list[str]) -> None:
     assert suggestions(host, names) == meant
+
+
+N2 = MachineId(hostname="n2.test", ip="10.0.0.2")
+NODE1 = MachineId(hostname="node1.test", ip="10.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        (MachineId(hostname="node1"), ["node1.test/10.0.0.1"]),
+        (MachineId(hostname="NODE1"), ["node1.test/10.0.0.1"]),
+        (MachineId(hostname="node1.test"), ["node1.test/10.0.0.1"]),  # its ip left out
+        (MachineId(ip="10.0.0.2"), ["n2.test/10.0.0.2"]),
+        (MachineId(hostname="node"), []),  # a prefix, not a first label
+        (MachineId(hostname="node1.other"), []),
+        (MachineId(hostname="ghost", ip="10.0.0.9"), []),
+        (NODE1, []),  # scheduled: nothing to mean
+    ],
+)
+def test_a_machine_not_scheduled_gets_the_scheduled_ones_it_may_mean(
+    given: MachineId, meant: list[str]
+) -> None:
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 600, 3600, NODE1, N2)))
+    assert scheduled_meant(state, [given]) == meant
+
+
+def test_the_down_preview_of_a_short_name_says_mesos_s_message_and_did_you_mean() -> None:
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 600, 3600, NODE1, N2)))
+    snapshot = state.snapshot()
+    with pytest.raises(MaintenanceError) as raised:
+        preview_down(
+            state, (MachineId(hostname="node1"),), inputs(pool(), PlanPolicy(), EPOCH), EPOCH
+        )
+    assert raised.value.code == "maintenance.not_scheduled"
+    assert raised.value.message == (
+        """Machine '{"hostname":"node1"}' is not part of a maintenance schedule; """
+        "did you mean node1.test/10.0.0.1?"
+    )
+    with pytest.raises(MaintenanceError) as raised:
+        preview_down(state, (OTHER,), inputs(pool(), PlanPolicy(), EPOCH), EPOCH)
+    assert "did you mean" not in raised.value.message
+    assert state.snapshot() == snapshot
