@@ -17,6 +17,7 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 * :mod:`._errors`: the error tree of a client command and its exit statuses.
 * :mod:`._fast`: parses and runs the plain command lines, without typer.
 * :mod:`._http`: finds and reaches a daemon: targets, requests, redirects, error replies.
+* :mod:`._join`: ``master join-config``: a new agent's token and ``[master]`` section.
 * :mod:`._locate`: what a command reads from a daemon's configuration.
 * :mod:`._main`: the console script's entry point.
 * :mod:`._maintain`: ``master maintain …``: rolling maintenance operations.

@@ -841,6 +841,62 @@ COMMANDS: tuple[Command, ...] = (
         ),
     },
     {
+        "words": ("master", "join-config"),
+        "run": "nodeagent.cli._join:join_config",
+        "help": "What a new agent needs to join this master: its DAEMON token and [master].\n\n"
+        "Run where the master's pool key is. Writes HOST's token (bound to HOST: it may push\n"
+        "HOST's ads only) to --token-file, mode 0600, and prints the lines of the agent's\n"
+        "configuration: its hostname, the masters' URLs, the token file, the push interval.",
+        "argument": {
+            "dest": "node",
+            "required": True,
+            "metavar": "HOST",
+            "help": "The node's name, exactly as its agent advertises it (its hostname).",
+        },
+        "options": (
+            {
+                "names": ("--master-url",),
+                "metavar": "URL[,URL...]",
+                "show_default": False,
+                "help": "The masters as the node reaches them; default: where the master "
+                "listens, unless that is loopback or a wildcard.",
+            },
+            {
+                "names": ("--token-file", "-o"),
+                "kind": "path",
+                "metavar": "FILE",
+                "show_default": False,
+                "help": "Where to write the token (default: HOST.daemon.token here).",
+            },
+            {
+                "names": ("--lifetime",),
+                "default": "365d",
+                "metavar": "DURATION",
+                "help": "How long the token is valid.",
+            },
+            {
+                "names": ("--interval",),
+                "default": "60s",
+                "metavar": "DURATION",
+                "help": "The agent's update_interval (its pushes).",
+            },
+            {
+                "names": ("--key-file",),
+                "kind": "path",
+                "metavar": "PATH",
+                "show_default": False,
+                "help": "The pool key. Default: the master's key_file.",
+            },
+            {"names": ("--force",), "kind": "flag", "help": "Replace an existing token file."},
+            {
+                "names": ("--json",),
+                "dest": "json_output",
+                "kind": "flag",
+                "help": "Print the node, masters, token file and configuration as JSON.",
+            },
+        ),
+    },
+    {
         "words": ("master", "sla", "set"),
         "run": "nodeagent.cli._sla:set_policy",
         "help": "Set a job group's SLA policy (PUT /v1/sla/policies/GROUP).\n\n"

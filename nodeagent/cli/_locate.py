@@ -21,12 +21,13 @@ from typing import Any
 from nodeagent._paths import (
     DEFAULT_AGENT_CONFIG_PATH,
     DEFAULT_DEFRAG_CONFIG_PATH,
+    DEFAULT_MASTER_CONFIG_PATH,
     default_runtime_dir,
     default_state_dir,
 )
 from nodeagent.cli._errors import UsageError
 
-__all__ = ["agent_key_file", "defrag_socket"]
+__all__ = ["agent_key_file", "defrag_socket", "master_key_file", "master_listen"]
 
 
 def _variable(env: Mapping[str, str], key: str) -> str | None:
@@ -98,3 +99,41 @@ def agent_key_file(env: Mapping[str, str], uid: int) -> Path:
         or default_state_dir(env, uid)
     )
     return state_dir / "pool.key"
+
+
+def _master_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    config = _path(env.get("NODEAGENT_MASTER_CONFIG"))
+    return _file_settings(config, DEFAULT_MASTER_CONFIG_PATH)
+
+
+def master_key_file(env: Mapping[str, str], uid: int) -> Path:
+    """The pool key ``nodeagent master run`` uses with ``env``: its ``key_file``.
+
+    ``NODEAGENT_KEY_FILE``, else ``key_file`` in the master's configuration file
+    (``$NODEAGENT_MASTER_CONFIG``, else :data:`~nodeagent._paths.DEFAULT_MASTER_CONFIG_PATH`
+    when it exists), else ``<state_dir>/pool.key`` with ``state_dir`` from
+    ``NODEAGENT_STATE_DIR``, else the file, else ``default_state_dir(env, uid,
+    "nodeagent-master")``.
+    """
+    settings = _master_settings(env)
+    explicit = _path(_variable(env, "KEY_FILE")) or _path(settings.get("key_file"))
+    if explicit is not None:
+        return explicit
+    state_dir = (
+        _path(_variable(env, "STATE_DIR"))
+        or _path(settings.get("state_dir"))
+        or default_state_dir(env, uid, "nodeagent-master")
+    )
+    return state_dir / "pool.key"
+
+
+def master_listen(env: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The ``host:port`` addresses the master listens on, from its configuration file
+    (its default, ``127.0.0.1:9622``, without one); ``None`` when ``NODEAGENT_LISTEN``
+    sets them (not read here: a command that needs them asks for them instead)."""
+    if _variable(env, "LISTEN") is not None:
+        return None
+    listen = _master_settings(env).get("listen", ["127.0.0.1:9622"])
+    if isinstance(listen, str):
+        return (listen,)
+    return tuple(str(item) for item in listen) if isinstance(listen, list) else None

@@ -23,7 +23,8 @@ from nodeagent.agent import _config
 from nodeagent.cli._common import duration
 from nodeagent.cli._errors import AgentError, AgentFailed, Refused, Unauthorized, UsageError
 from nodeagent.cli._http import Reply, Target, check, resolve_target
-from nodeagent.cli._locate import agent_key_file, defrag_socket
+from nodeagent.cli._join import master_urls
+from nodeagent.cli._locate import agent_key_file, defrag_socket, master_key_file, master_listen
 from nodeagent.cli._render import (
     format_core_hours,
     format_duration,
@@ -188,6 +189,55 @@ def test_agent_key_file_is_the_daemons(
         env["NODEAGENT_CONFIG"] = str(config)
     daemon = _config.load_agent_config(None if toml is None else config, env, uid=uid)
     assert agent_key_file(env, uid) == daemon.key_file
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+@pytest.mark.parametrize("env", AGENT_ENVS)
+@pytest.mark.parametrize(
+    "toml",
+    [
+        None,
+        'state_dir = "/from/file"',
+        'key_file = "/file/pool.key"\nstate_dir = "/from/file"\nlisten = ["10.0.0.5:9622"]',
+    ],
+)
+def test_master_key_file_and_listen_are_the_masters(
+    env: dict[str, str], uid: int, toml: str | None, tmp_path: Path
+) -> None:
+    from nodeagent.master._config import load_master_config
+
+    env = dict(env)
+    config = None
+    if toml is not None:
+        config = tmp_path / "master.toml"
+        config.write_text(toml + "\n")
+        env["NODEAGENT_MASTER_CONFIG"] = str(config)
+    daemon = load_master_config(config, env, uid=uid, default_path=tmp_path / "none.toml")
+    assert master_key_file(env, uid) == daemon.key_file
+    assert master_listen(env) == tuple(daemon.listen)
+
+
+@pytest.mark.parametrize(
+    ("given", "listen", "urls"),
+    [
+        (None, ("10.0.0.5:9622",), ["http://10.0.0.5:9622"]),
+        (None, ("127.0.0.1:9622", "master.example:9622"), ["http://master.example:9622"]),
+        ("m1:9622, https://m2:9622/", None, ["http://m1:9622", "https://m2:9622"]),
+        (None, ("127.0.0.1:9622",), "cli.master_url"),
+        (None, ("0.0.0.0:9622",), "cli.master_url"),
+        (None, None, "cli.master_url"),
+        ("ftp://m1", None, "cli.bad_url"),
+    ],
+)
+def test_the_masters_urls_a_node_is_given(
+    given: str | None, listen: tuple[str, ...] | None, urls: list[str] | str
+) -> None:
+    if isinstance(urls, str):
+        with pytest.raises(UsageError) as refused:
+            master_urls(given, listen)
+        assert refused.value.code == urls
+    else:
+        assert master_urls(given, listen) == urls
 
 
 def test_a_configuration_the_daemon_would_refuse_is_a_usage_error(tmp_path: Path) -> None:
