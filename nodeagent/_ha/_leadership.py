@@ -89,7 +89,12 @@ class Election:
     fence: Fence | None = None
     #: When this candidate last became leader (trio time), for reports.
     since: float | None = None
+    #: How many terms this candidate has led (this process's count).
     terms: int = 0
+    #: The pool's term: the etcd revision that created the leader key of the current
+    #: leader, whoever it is (``None``: nobody leads, or not known yet). It grows with each
+    #: new leader of the pool, whichever process leads, and every master sees the same.
+    term: int | None = None
     _changed: trio.Event = field(default_factory=trio.Event)
 
     @property
@@ -100,9 +105,15 @@ class Election:
         """Wait for the next change of :attr:`leader` or :attr:`fence`."""
         await self._changed.wait()
 
-    def _set(self, leader: dict[str, Any] | None, fence: Fence | None) -> None:
-        if leader != self.leader or fence != self.fence:
-            self.leader, self.fence = leader, fence
+    def _set(
+        self, leader: dict[str, Any] | None, fence: Fence | None, term: int | None = None
+    ) -> None:
+        if fence is not None:
+            term = fence.revision
+        if leader is None:
+            term = None
+        if leader != self.leader or fence != self.fence or term != self.term:
+            self.leader, self.fence, self.term = leader, fence, term
             self._changed.set()
             self._changed = trio.Event()
 
@@ -161,9 +172,13 @@ class Election:
                 with contextlib.suppress(EtcdError):
                     await self.etcd.revoke(holder.lease)
                 continue
-            if known != self.leader:
-                self.log.info("following the leader %s", (known or {}).get("url", "(unknown)"))
-            self._set(known, None)
+            if known != self.leader or holder.create_revision != self.term:
+                self.log.info(
+                    "following the leader %s (the pool's term %d)",
+                    (known or {}).get("url", "(unknown)"),
+                    holder.create_revision,
+                )
+            self._set(known, None, holder.create_revision)
             await self._until_vacant(holder)
 
     async def _until_vacant(self, holder: KeyValue) -> None:
@@ -184,7 +199,7 @@ class Election:
             _, now = await self.etcd.get(self.key)
             if now is None or now.create_revision != holder.create_revision:
                 return
-            self._set(_identity(now), None)
+            self._set(_identity(now), None, now.create_revision)
             start = now.mod_revision + 1
 
     async def _lead(self, fence: Fence, lead: Callable[[Fence], Awaitable[None]]) -> None:
@@ -194,7 +209,14 @@ class Election:
         self.terms += 1
         self.since = trio.current_time()
         self._set(self.identity, fence)
-        self.log.info("leading (term %d, lease %x, ttl %d s)", self.terms, fence.lease, self.ttl)
+        self.log.info(
+            "leading: the pool's term %d (etcd revision of the leader key; this master's "
+            "term %d), lease %x, ttl %d s",
+            fence.revision,
+            self.terms,
+            fence.lease,
+            self.ttl,
+        )
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_alive, fence, nursery.cancel_scope)

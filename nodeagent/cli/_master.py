@@ -213,12 +213,16 @@ def status(
     leadership = request(target, "GET", "/v1/leader").data or {}
     if leadership.get("store") == "etcd":  # several masters: say which one leads
         leader = leadership.get("leader")
+        term = leadership.get("term")
+        of_term = f", the pool's term {term}" if term is not None else ""
         if leader is None:
             out.print("no master leads at the moment (writes are refused until one does)")
         elif leadership.get("leading"):
-            out.print(f"this master leads ({leader})")
+            out.print(f"this master leads ({leader}{of_term})")
         else:
-            out.print(f"the leader is {leader}; this master ({leadership.get('self')}) follows")
+            out.print(
+                f"the leader is {leader}{of_term}; this master ({leadership.get('self')}) follows"
+            )
 
 
 def schedule_get(

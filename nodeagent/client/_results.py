@@ -342,7 +342,9 @@ class Leadership:
     the master asked (``url``, the JSON's ``self``) and whether it leads, its ``store``
     (``sqlite``: the one master, which always leads; ``etcd``: several), the lease's TTL
     (seconds, ``None`` with SQLite), how long it has led (seconds, ``None`` when it does
-    not lead or there is no election) and how many terms it has led."""
+    not lead or there is no election), how many terms it has led, and the pool's ``term``
+    (the etcd revision that created the current leader's key, the same on every master;
+    ``None`` with SQLite, while no master leads, or from a master that does not say it)."""
 
     leader: str | None
     url: str
@@ -351,6 +353,7 @@ class Leadership:
     lease_ttl: float | None
     leading_for: float | None
     terms: int
+    term: int | None = None
 
 
 def _leadership_from_json(d: Mapping[str, Any]) -> Leadership:
@@ -365,4 +368,5 @@ def _leadership_from_json(d: Mapping[str, Any]) -> Leadership:
         lease_ttl=d["lease_ttl"],
         leading_for=d["leading_for"],
         terms=int(d["terms"]),
+        term=None if d.get("term") is None else int(d["term"]),
     )

@@ -75,4 +75,5 @@ class LeaderView:
             "lease_ttl": self.ttl,
             "leading_for": since if self.election is not None else None,
             "terms": 0 if election is None else election.terms,
+            "term": None if election is None else election.term,
         }

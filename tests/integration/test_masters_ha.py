@@ -315,3 +315,24 @@ def test_a_leader_stopped_gives_its_lease_back(tmp_path: Path, etcd_server: Etcd
         log = leader.log_path.read_text()
         assert "Traceback" not in log
         assert "watch of" not in log  # its watch ended quietly
+
+
+def test_the_pool_s_term_grows_with_each_new_leader(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Three leaders in turn: each says a term greater than its predecessor's (the pool's,
+    not a count of its own process), every master says the same, and the log says it."""
+    with masters_on(tmp_path / "masters", etcd_server, leader_ttl=2) as masters:
+        terms = []
+        leader = masters.leader()
+        for turn in range(3):
+            term = masters.leader_doc(leader)["term"]
+            assert isinstance(term, int)
+            for other in masters.running():
+                wait_for(lambda m=other, t=term: masters.leader_doc(m).get("term") == t)
+            assert f"leading: the pool's term {term} " in leader.log_path.read_text()
+            terms.append(term)
+            if turn < 2:
+                leader, _ = new_leader_after(masters, leader)
+        assert terms == sorted(terms), terms
+        assert len(set(terms)) == 3, terms

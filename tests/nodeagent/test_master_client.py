@@ -444,6 +444,7 @@ LEADER = {
     "lease_ttl": 5,
     "leading_for": None,
     "terms": 0,
+    "term": 7,
 }
 
 
@@ -469,6 +470,7 @@ async def test_results() -> None:
             lease_ttl=5,
             leading_for=None,
             terms=0,
+            term=7,
         )
         assert await master.ads(constraint="Cpus > 1", projection=["Name", "Cpus"]) == [
             {"Name": "n1"}
