@@ -287,15 +287,16 @@ class _Watcher:
                 phase, why = node["phase"], node.get("reason")
                 if phase == "waiting":
                     continue
-                text = {
-                    "draining": "draining (graceful: its instance keeps its promise)",
-                    "hook": "empty; its reboot hook runs",
-                    "health": "rebooted; waiting for its health check",
-                    "done": "healthy, back in service",
-                }.get(phase, phase)
                 if phase == "health" and why and "failing" in str(why):
                     say(f"{node['name']}: {why}", key=f"{node['name']}-{why}")
-                say(f"{node['name']}: {text}", key=f"{node['name']}-{phase}")
+                # A step that began and ended between two looks is told all the same, in
+                # its order: a short hook is still a hook that ran.
+                steps = [phase]
+                if phase in _STEPS:
+                    steps = list(_STEPS[: _STEPS.index(phase) + 1])
+                for step in steps:
+                    text = _STEP_TEXT.get(step, step)
+                    say(f"{node['name']}: {text}", key=f"{node['name']}-{step}")
 
     async def _reschedule(
         self, ads: dict[str, dict[str, Any]], running: dict[str, int], done: set[str]
@@ -321,6 +322,16 @@ class _Watcher:
                 f"scheduler: an instance of {GROUP} evicted by the drain starts again on "
                 f"{node.name} ({node.rack}{', maintained' if node.name in done else ''})"
             )
+
+
+#: A node's steps in an operation, in their order, and how the story tells each.
+_STEPS = ("draining", "hook", "health", "done")
+_STEP_TEXT = {
+    "draining": "draining (graceful: its instance keeps its promise)",
+    "hook": "empty; its reboot hook runs",
+    "health": "rebooted; waiting for its health check",
+    "done": "healthy, back in service",
+}
 
 
 def _nodes(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -228,9 +228,12 @@ def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: Etcd
             env={k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")},
         )  # fmt: skip
         assert status.returncode == 0, status.stderr
-        assert f"the leader is {leader.url}; this master ({follower.url}) follows" in " ".join(
-            status.stdout.split()
-        )
+        said = " ".join(status.stdout.split())
+        term = masters.leader_doc(leader)["term"]
+        assert (
+            f"the leader is {leader.url}, the pool's term {term}; this master ({follower.url}) "
+            "follows" in said
+        ), said
         # Every master says who leads, in GET /v1/leader and in its own ad.
         for master in masters.all:
             assert masters.leader_doc(master)["leader"] == leader.url
