@@ -6,8 +6,9 @@ token is signed with the pool key, as ``token create --scope DAEMON --node HOST`
 prints the lines of the agent's configuration that name the masters and that token, and
 where the node keeps its copy of the pool key (with which it verifies the master's calls).
 
-The masters' URLs come from ``--master-url``, else from where the master listens (its
-configuration's ``listen``), but never a loopback or wildcard address: an agent on
+The masters' URLs come from ``--master-url``, else from the URL the master advertises (its
+configuration's ``advertise_url``), else from where it listens (``listen``), but never a
+loopback or wildcard address: an agent on
 another machine could not reach the one, and the other names no host, so the command asks
 for ``--master-url`` instead of printing a URL that would be wrong.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from nodeagent.cli._common import duration
 from nodeagent.cli._errors import UsageError
-from nodeagent.cli._locate import master_key_file, master_listen
+from nodeagent.cli._locate import master_advertise_url, master_key_file, master_listen
 
 __all__ = ["join_config", "master_urls", "section"]
 
@@ -32,10 +33,13 @@ NODE_KEY_PATH = "/var/lib/nodeagent/pool.key"
 _UNREACHABLE = ("127.", "localhost", "[::1]", "0.0.0.0", "[::]", "::")
 
 
-def master_urls(given: str | None, listen: tuple[str, ...] | None) -> list[str]:
+def master_urls(
+    given: str | None, listen: tuple[str, ...] | None, advertised: str | None = None
+) -> list[str]:
     """The masters' base URLs for the agent: ``given`` (comma-separated, each ``http(s)://
-    HOST:PORT`` or ``HOST:PORT``), else the listen addresses that another machine can
-    reach. Raises ``cli.master_url`` when there is none."""
+    HOST:PORT`` or ``HOST:PORT``), else the URL the master advertises if another machine
+    can reach it, else the listen addresses that another machine can reach. Raises
+    ``cli.master_url`` when there is none."""
     if given is not None:
         urls = [u.strip().rstrip("/") for u in given.split(",") if u.strip()]
         urls = [u if "://" in u else f"http://{u}" for u in urls]
@@ -43,6 +47,8 @@ def master_urls(given: str | None, listen: tuple[str, ...] | None) -> list[str]:
         if not urls or bad:
             raise UsageError("cli.bad_url", f"--master-url: not http(s) URLs: {given!r}")
         return urls
+    if advertised is not None and not advertised.partition("://")[2].startswith(_UNREACHABLE):
+        return [advertised.rstrip("/")]
     reachable = [a for a in listen or () if not a.startswith(_UNREACHABLE)]
     if not reachable:
         shown = ", ".join(listen) if listen else "NODEAGENT_LISTEN"
@@ -93,7 +99,7 @@ def join_config(
     if seconds <= 0:
         raise UsageError("cli.bad_duration", "--lifetime must be positive")
     duration("--interval", interval)
-    urls = master_urls(master_url, master_listen(os.environ))
+    urls = master_urls(master_url, master_listen(os.environ), master_advertise_url(os.environ))
     path = key_file or master_key_file(os.environ, os.geteuid())
     try:
         key = load_key(path)

@@ -127,6 +127,13 @@ def master_key_file(env: Mapping[str, str], uid: int) -> Path:
     return state_dir / "pool.key"
 
 
+def master_advertise_url(env: Mapping[str, str]) -> str | None:
+    """The URL the master advertises (``advertise_url``: ``NODEAGENT_ADVERTISE_URL``, else
+    its configuration file's), ``None`` when it sets none."""
+    given = _variable(env, "ADVERTISE_URL") or _master_settings(env).get("advertise_url")
+    return given if isinstance(given, str) and given else None
+
+
 def master_listen(env: Mapping[str, str]) -> tuple[str, ...] | None:
     """The ``host:port`` addresses the master listens on, from its configuration file
     (its default, ``127.0.0.1:9622``, without one); ``None`` when ``NODEAGENT_LISTEN``

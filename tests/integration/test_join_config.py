@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import AgentProcess, MasterProcess, wait_for
+from tests.integration.test_cli_master import cli
 from tests.integration.test_master import window
 
 pytestmark = pytest.mark.integration
@@ -79,6 +80,10 @@ def test_a_node_joins_with_what_join_config_gives(tmp_path: Path) -> None:
             machine = [{"hostname": "node7.test", "ip": "127.0.0.1"}]
             downed = master.call("POST", "/machine/down", json=machine).json()
             assert downed["machines"][0]["confirmed"] is True, downed
+            status = cli(master, "status")
+            assert status.returncode == 0, status.stderr
+            assert "node7.test" in status.stdout
+            assert "DOWN" in status.stdout
             assert agent.call("GET", "/v1/drain").json()["state"] in ("draining", "drained")
         # The token pushes node7's ads only.
         token = token_file.read_text().strip()

@@ -24,7 +24,13 @@ from nodeagent.cli._common import duration
 from nodeagent.cli._errors import AgentError, AgentFailed, Refused, Unauthorized, UsageError
 from nodeagent.cli._http import Reply, Target, check, resolve_target
 from nodeagent.cli._join import master_urls
-from nodeagent.cli._locate import agent_key_file, defrag_socket, master_key_file, master_listen
+from nodeagent.cli._locate import (
+    agent_key_file,
+    defrag_socket,
+    master_advertise_url,
+    master_key_file,
+    master_listen,
+)
 from nodeagent.cli._render import (
     format_core_hours,
     format_duration,
@@ -199,6 +205,7 @@ def test_agent_key_file_is_the_daemons(
         None,
         'state_dir = "/from/file"',
         'key_file = "/file/pool.key"\nstate_dir = "/from/file"\nlisten = ["10.0.0.5:9622"]',
+        'listen = ["0.0.0.0:9622"]\nadvertise_url = "https://m1.example:9622"',
     ],
 )
 def test_master_key_file_and_listen_are_the_masters(
@@ -215,29 +222,33 @@ def test_master_key_file_and_listen_are_the_masters(
     daemon = load_master_config(config, env, uid=uid, default_path=tmp_path / "none.toml")
     assert master_key_file(env, uid) == daemon.key_file
     assert master_listen(env) == tuple(daemon.listen)
+    assert master_advertise_url(env) == daemon.advertise_url
 
 
 @pytest.mark.parametrize(
-    ("given", "listen", "urls"),
+    ("given", "listen", "advertised", "urls"),
     [
-        (None, ("10.0.0.5:9622",), ["http://10.0.0.5:9622"]),
-        (None, ("127.0.0.1:9622", "master.example:9622"), ["http://master.example:9622"]),
-        ("m1:9622, https://m2:9622/", None, ["http://m1:9622", "https://m2:9622"]),
-        (None, ("127.0.0.1:9622",), "cli.master_url"),
-        (None, ("0.0.0.0:9622",), "cli.master_url"),
-        (None, None, "cli.master_url"),
-        ("ftp://m1", None, "cli.bad_url"),
+        (None, ("10.0.0.5:9622",), None, ["http://10.0.0.5:9622"]),
+        (None, ("127.0.0.1:9622", "master.example:9622"), None, ["http://master.example:9622"]),
+        ("m1:9622, https://m2:9622/", None, None, ["http://m1:9622", "https://m2:9622"]),
+        (None, ("0.0.0.0:9622",), "https://m1.example:9622/", ["https://m1.example:9622"]),
+        (None, ("10.0.0.5:9622",), "http://127.0.0.1:9622", ["http://10.0.0.5:9622"]),
+        ("m2:9622", ("10.0.0.5:9622",), "https://m1.example:9622", ["http://m2:9622"]),
+        (None, ("127.0.0.1:9622",), None, "cli.master_url"),
+        (None, ("0.0.0.0:9622",), "http://localhost:9622", "cli.master_url"),
+        (None, None, None, "cli.master_url"),
+        ("ftp://m1", None, None, "cli.bad_url"),
     ],
 )
 def test_the_masters_urls_a_node_is_given(
-    given: str | None, listen: tuple[str, ...] | None, urls: list[str] | str
+    given: str | None, listen: tuple[str, ...] | None, advertised: str | None, urls: list[str] | str
 ) -> None:
     if isinstance(urls, str):
         with pytest.raises(UsageError) as refused:
-            master_urls(given, listen)
+            master_urls(given, listen, advertised)
         assert refused.value.code == urls
     else:
-        assert master_urls(given, listen) == urls
+        assert master_urls(given, listen, advertised) == urls
 
 
 def test_a_configuration_the_daemon_would_refuse_is_a_usage_error(tmp_path: Path) -> None:
