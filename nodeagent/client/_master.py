@@ -474,6 +474,22 @@ class MasterClient:
             "POST", "/v1/maintenance/schedule/preview", body=dict(schedule), mesos=True
         )
 
+    async def apply_schedule(self, schedule: Mapping[str, Any], *, if_version: str) -> str:
+        """Replace the schedule as :meth:`set_schedule` does, only while the master holds
+        the state a preview was made from (``if_version``: the preview's
+        ``schedule_version``; ``PUT /v1/maintenance/schedule``). Returns the new version.
+        Raises :class:`InvalidMaintenance` with Mesos's message when it is refused, and
+        :class:`Refused` ``schedule.changed`` (412) when the schedule or a machine's
+        mode changed since: nothing was applied, preview again."""
+        document = await self._object(
+            "PUT",
+            "/v1/maintenance/schedule",
+            body=dict(schedule),
+            params={"if_version": if_version},
+            mesos=True,
+        )
+        return str(document["schedule_version"])
+
     async def clear_schedule(self) -> None:
         """Replace the schedule with an empty one (a DOWN machine cannot be dropped:
         :class:`InvalidMaintenance`)."""

@@ -305,6 +305,9 @@ class SyncMasterClient:
     def preview_schedule(self, schedule: Mapping[str, Any]) -> dict[str, Any]:
         return self._run(lambda c: c.preview_schedule(schedule))
 
+    def apply_schedule(self, schedule: Mapping[str, Any], *, if_version: str) -> str:
+        return self._run(lambda c: c.apply_schedule(schedule, if_version=if_version))
+
     def clear_schedule(self) -> None:
         self._run(lambda c: c.clear_schedule())
 

@@ -114,6 +114,7 @@ BODY_LIMITS = {
     ("POST", "/v1/ads"): AD_BODY_LIMIT,
     ("POST", "/maintenance/schedule"): LARGE_BODY_LIMIT,
     ("POST", "/v1/maintenance/schedule/preview"): LARGE_BODY_LIMIT,
+    ("PUT", "/v1/maintenance/schedule"): LARGE_BODY_LIMIT,
     ("POST", "/machine/down"): LARGE_BODY_LIMIT,
     ("POST", "/v1/maintenance/down/preview"): LARGE_BODY_LIMIT,
     ("POST", "/machine/up"): LARGE_BODY_LIMIT,
@@ -151,6 +152,7 @@ _DESCRIPTIONS = {
     403: "The token lacks the scope",
     404: "No such resource",
     405: "Wrong method",
+    412: "The precondition no longer holds (schedule.changed): nothing changed",
     413: "Body over the endpoint's cap (request.too_large; see the API's documentation)",
     422: "Malformed body, bad values or expressions",
     502: "The node could not be asked, or answered an ad the master refuses",
@@ -554,6 +556,9 @@ def build_master_app(
         except MaintenanceError as exc:
             await record(request, who.subject, action, exc.code)
             return PlainTextResponse(exc.message, status_code=400)
+        except SlotsError as exc:  # a precondition of an endpoint of ours
+            await record(request, who.subject, action, exc.code)
+            return JSONResponse(error_body(exc.code, exc.message), status_code=exc.http_status)
         except OutcomeUnknown as exc:
             await record(request, who.subject, action, exc.code)
             return JSONResponse(error_body(exc.code, unknown_outcome(exc)), status_code=503)
@@ -778,6 +783,32 @@ def build_master_app(
 
         return await mesos_change(request, "maintenance.schedule", apply)
 
+    @app.put(
+        "/v1/maintenance/schedule",
+        tags=["maintenance"],
+        response_class=JSONResponse,
+        responses=_errors(307, 400, 401, 403, 412, 413, 422, 503, text=(400, 503)),
+        openapi_extra=_json_body(_SCHEDULE, "The whole new schedule (Mesos JSON)"),
+    )
+    async def put_schedule(
+        request: Request, if_version: Annotated[str, Query(min_length=1, max_length=64)]
+    ) -> Response:
+        """``POST /maintenance/schedule`` with a precondition: applied only while the
+        schedule and the machines' modes are those of ``if_version`` (a preview's
+        ``schedule_version``), else 412 ``schedule.changed`` and nothing changes. The
+        same Mesos rules and 400 messages; the reply is the new ``schedule_version``.
+        Audited as ``maintenance.schedule``."""
+
+        def apply(body: bytes, actor: str) -> str:
+            schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
+            master.set_schedule(schedule, actor=actor, if_version=if_version)
+            return master.schedule_version()
+
+        async def answer(version: str) -> Response:
+            return JSONResponse({"schedule_version": version})
+
+        return await mesos_change(request, "maintenance.schedule", apply, answer)
+
     @app.post(
         "/v1/maintenance/schedule/preview",
         tags=["maintenance"],
@@ -949,6 +980,7 @@ def _rules(metrics: MasterMetrics) -> dict[tuple[str, str], Rule]:
     }
     writes = {
         ("POST", "/maintenance/schedule"): "maintenance.schedule",
+        ("PUT", "/v1/maintenance/schedule"): "maintenance.schedule",
         ("POST", "/machine/down"): "machine.down",
         ("POST", "/machine/up"): "machine.up",
         ("PUT", "/v1/sla/policies/{group:path}"): "sla.policy.put",

@@ -99,7 +99,12 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._plan import MachinePlan, PlanPolicy, machine_key, planned_escalation
 from nodeagent.master._plan_view import PlanInputs, PlanView
-from nodeagent.master._preview import preview_down, preview_schedule
+from nodeagent.master._preview import (
+    ScheduleChanged,
+    preview_down,
+    preview_schedule,
+    schedule_version,
+)
 from slots import InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
@@ -328,16 +333,26 @@ class Master:
 
     # ------------------------------------------------------------------ operator requests
 
-    def set_schedule(self, schedule: MaintenanceSchedule, *, actor: str) -> None:
+    def set_schedule(
+        self, schedule: MaintenanceSchedule, *, actor: str, if_version: str | None = None
+    ) -> None:
         """POST /maintenance/schedule: replace the schedule (Mesos rules).
 
-        Raises :class:`MaintenanceError` for a schedule Mesos refuses and
-        :class:`~nodeagent._store.StoreError` when the new state cannot be saved; either
+        Raises :class:`MaintenanceError` for a schedule Mesos refuses,
+        :class:`~nodeagent.master._preview.ScheduleChanged` when ``if_version`` is given and
+        is not :meth:`schedule_version` (the state a preview was made from has changed),
+        and :class:`~nodeagent._store.StoreError` when the new state cannot be saved; each
         way nothing has changed, in memory or on disk. A machine that enters a window,
         or whose window moves, is remembered with the time of this change
         (``window_since``): its node's ad, if older, is fetched before a plan shows its
         figures (:meth:`refresh_figures`).
         """
+        if if_version is not None and if_version != self.schedule_version():
+            raise ScheduleChanged(
+                "the schedule or a machine's mode has changed since the preview "
+                f"(version {if_version}, now {self.schedule_version()}): nothing was "
+                "applied; preview the schedule again"
+            )
         before = {machine_key(m.id): m.window for m in self.state.machines()}
         state = copy.copy(self.state)  # mutators install new containers: a copy is apart
         state.update_schedule(schedule)
@@ -683,6 +698,11 @@ class Master:
             counters=vars(self.counters),
             nodes=len(self.ads),
         )
+
+    def schedule_version(self) -> str:
+        """The version of the schedule and modes held now
+        (:func:`~nodeagent.master._preview.schedule_version`)."""
+        return schedule_version(self.state)
 
     def preview_schedule(self, schedule: MaintenanceSchedule) -> dict[str, Any]:
         """What :meth:`set_schedule` with ``schedule`` would do now, changing nothing

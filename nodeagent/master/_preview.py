@@ -25,6 +25,11 @@ schedule (back UP; the master's drain there is cancelled). ``totals`` add it up,
 * ``schedule.unknown_machine``: no ad the master holds matches a machine (a typo, or a
   node that has not joined): nothing will drain there until one does.
 
+The reply's ``schedule_version`` (:func:`schedule_version`) names the state the preview was
+made from: ``PUT /v1/maintenance/schedule?if_version=…`` applies the schedule only while
+that state is the master's (else :class:`ScheduleChanged`, nothing changed), so what is
+applied after a preview is judged against what the preview showed.
+
 A schedule Mesos would refuse raises :class:`~nodeagent.master._maintenance.MaintenanceError`
 with Mesos's message, exactly as ``POST /maintenance/schedule`` would.
 """
@@ -33,6 +38,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -55,13 +62,15 @@ from nodeagent.master._plan import (
     row_state,
 )
 from nodeagent.master._plan_view import PlanInputs
-from slots import Escalation
+from slots import Escalation, SlotsError
 
 __all__ = [
     "EARLIEST_PLAUSIBLE",
     "PLAUSIBLE_YEARS",
+    "ScheduleChanged",
     "preview_down",
     "preview_schedule",
+    "schedule_version",
     "schedule_warnings",
     "scheduled_meant",
     "suggestions",
@@ -77,6 +86,24 @@ _YEAR = 365.25 * 86400
 _JOB_FIELDS = ("slot", "job_id", "owner", "cpus", "evict_at", "promise_end", "cut_by", "cut_badput")
 #: Unit names by the factor that turns a value in that unit into nanoseconds.
 _UNITS = ((_NS, "seconds"), (1_000_000, "milliseconds"), (1_000, "microseconds"))
+
+
+class ScheduleChanged(SlotsError):
+    """The schedule or a machine's mode changed since the preview a change was made from
+    (its ``schedule_version`` is not the master's): nothing was applied."""
+
+    code = "schedule.changed"
+    http_status = 412
+
+
+def schedule_version(state: MaintenanceState) -> str:
+    """A digest of ``state``'s schedule and machine modes (what ``GET
+    /maintenance/schedule`` and ``GET /maintenance/status`` show): equal on every master
+    that holds the same state, different once the schedule changes or a machine goes DOWN
+    or UP. Drains, ads and the clock are not part of it."""
+    document = {"schedule": state.schedule.to_json(), "status": state.status().to_json()}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _iso(seconds: float) -> str:
@@ -207,6 +234,7 @@ def preview_schedule(
         )
     return {
         "now": now,
+        "schedule_version": schedule_version(state),
         "policy": {
             "drain_policy": inputs.policy.drain_policy,
             "drain_margin": inputs.policy.drain_margin,

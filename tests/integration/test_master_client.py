@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.client import InvalidMaintenance, MasterClient, RedirectNotFollowed
+from nodeagent.client import InvalidMaintenance, MasterClient, RedirectNotFollowed, Refused
 from tests.etcd import EtcdServer, etcd_server, free_port
 from tests.ha import masters_on
 from tests.harness import MasterProcess, wait_for
@@ -97,4 +97,20 @@ async def test_a_client_pointed_at_a_follower_writes_through_the_leader(
             )
             report = await master.up(b_test)
         assert [m["machine_id"] for m in report["machines"]] == b_test
+        assert scheduled(leader) == []
+
+        # A schedule applied on the version of the state its preview was made from (the
+        # follower previews, the leader applies); a version since replaced changes nothing.
+        async with MasterClient(urls=[follower.url, leader.url], token=token) as master:
+            later = window(["c.test"], soon)
+            version = (await master.preview_schedule(later))["schedule_version"]
+            applied = await master.apply_schedule(later, if_version=version)
+            for each in masters.all:
+                wait_for(lambda m=each: scheduled(m) == ["c.test"])
+            with pytest.raises(Refused) as stale:
+                await master.apply_schedule({}, if_version=version)
+            assert (stale.value.code, stale.value.status) == ("schedule.changed", 412)
+            assert scheduled(leader) == ["c.test"]
+            assert (await master.preview_schedule({}))["schedule_version"] == applied
+            await master.apply_schedule({}, if_version=applied)
         assert scheduled(leader) == []

@@ -460,6 +460,65 @@ async def test_every_refused_mesos_change_is_audited(tmp_path: Path) -> None:
         assert (await a.local.get("/maintenance/status")).json() == {}
 
 
+async def test_a_schedule_put_with_the_previews_version_applies_and_a_stale_one_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """PUT /v1/maintenance/schedule?if_version=…: Mesos's rules, plus a precondition."""
+    async with api(tmp_path) as a:
+        admin = a.token(Scope.ADMINISTRATOR, subject="alice")
+        seen = (await a.local.post("/v1/maintenance/schedule/preview", json=SCHEDULE)).json()
+        version = seen["schedule_version"]
+        # Someone else changes the schedule between the preview and the apply.
+        assert (await a.local.post("/maintenance/schedule", json=SCHEDULE)).is_success
+        stale = await a.tcp.put(
+            "/v1/maintenance/schedule", params={"if_version": version}, json={}, headers=admin
+        )
+        assert stale.status_code == 412
+        assert stale.json()["error"]["code"] == "schedule.changed"
+        assert "preview the schedule again" in stale.json()["error"]["message"]
+        assert (await a.local.get("/maintenance/schedule")).json() == SCHEDULE  # unchanged
+        # Previewed again, the same change applies; the reply names the new version.
+        version = (await a.local.post("/v1/maintenance/schedule/preview", json={})).json()[
+            "schedule_version"
+        ]
+        applied = await a.tcp.put(
+            "/v1/maintenance/schedule", params={"if_version": version}, json={}, headers=admin
+        )
+        assert applied.status_code == 200, applied.text
+        assert (await a.local.get("/maintenance/schedule")).json() == {}
+        assert (
+            applied.json()["schedule_version"]
+            == (await a.local.post("/v1/maintenance/schedule/preview", json={})).json()[
+                "schedule_version"
+            ]
+        )
+        assert applied.json()["schedule_version"] != version
+        # Mesos's refusals, as POST /maintenance/schedule answers them; the scope; the
+        # precondition is required.
+        version = applied.json()["schedule_version"]
+        bad = await a.tcp.put(
+            "/v1/maintenance/schedule", params={"if_version": version}, content=b"[]", headers=admin
+        )
+        assert (bad.status_code, bad.text) == (400, "Unexpected JSON type parsed")
+        reader = await a.tcp.put(
+            "/v1/maintenance/schedule",
+            params={"if_version": version},
+            json=SCHEDULE,
+            headers=a.token(Scope.READ, subject="bob"),
+        )
+        assert reader.status_code == 403
+        unconditional = await a.local.put("/v1/maintenance/schedule", json=SCHEDULE)
+        assert unconditional.status_code == 422
+        assert (await a.local.get("/maintenance/schedule")).json() == {}
+        assert a.audited() == [
+            ("local", "maintenance.schedule", "ok"),
+            ("alice", "maintenance.schedule", "schedule.changed"),
+            ("alice", "maintenance.schedule", "ok"),
+            ("alice", "maintenance.schedule", "maintenance.bad_json"),
+            ("bob", "maintenance.schedule", "auth.forbidden"),
+        ]
+
+
 async def test_a_mesos_change_the_store_cannot_write_is_503_audited_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
