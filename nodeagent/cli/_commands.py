@@ -653,7 +653,9 @@ COMMANDS: tuple[Command, ...] = (
     {
         "words": ("master", "schedule", "get"),
         "run": f"{_M}:schedule_get",
-        "help": "The maintenance schedule: one row per window (GET /maintenance/schedule).",
+        "help": "The maintenance schedule: one row per window (GET /maintenance/schedule).\n\n"
+        "With --json, the schedule in Mesos's JSON exactly as the master holds it, which\n"
+        "schedule set takes back as it is (schedule get --json > schedule.json).",
         "options": _MASTER,
     },
     {
@@ -667,7 +669,9 @@ COMMANDS: tuple[Command, ...] = (
         "become DRAINING, machines left out go back UP; a DOWN machine cannot be left out.\n"
         "An invalid schedule exits 1 with Mesos's message and changes nothing. Without a\n"
         "terminal, --yes is needed (exit 6 otherwise); a window already open or times that\n"
-        "look like seconds need --force as well.",
+        "look like seconds need --force as well. The schedule is applied only if the\n"
+        "master's schedule and modes are still those the preview was made from (else exit\n"
+        "1, schedule.changed, nothing applied: run it again to see the new preview).",
         "argument": {
             "dest": "file",
             "required": True,

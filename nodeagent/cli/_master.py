@@ -247,8 +247,24 @@ def _read_input(path: str) -> bytes:
         raise UsageError("cli.input", f"cannot read {path}: {exc.strerror}") from None
 
 
-def _replace_schedule(target: Target, content: bytes, *, json_output: bool, verb: str) -> None:
-    _mesos(target, "POST", "/maintenance/schedule", content)
+def _replace_schedule(
+    target: Target,
+    content: bytes,
+    *,
+    json_output: bool,
+    verb: str,
+    if_version: str | None = None,
+) -> None:
+    """Replace the schedule with ``content``: ``POST /maintenance/schedule``, or, given
+    ``if_version`` (a preview's ``schedule_version``), ``PUT /v1/maintenance/schedule``,
+    applied only while the master still holds the state the preview was made from (else
+    :class:`~nodeagent.cli._errors.Refused` ``schedule.changed``, nothing applied). Then
+    the schedule the master holds, printed."""
+    if if_version is None:
+        _mesos(target, "POST", "/maintenance/schedule", content)
+    else:
+        query = urlencode({"if_version": if_version})
+        _mesos(target, "PUT", f"/v1/maintenance/schedule?{query}", content)
     reply = _mesos(target, "GET", "/maintenance/schedule")
     if json_output:
         emit_text(reply.text)
@@ -281,10 +297,12 @@ def schedule_set(
     socket_path: str | None,
 ) -> None:
     """``nodeagent master schedule set FILE``: the preview of the file's schedule (``POST
-    /v1/maintenance/schedule/preview``), shown, then asked; once confirmed, ``POST
-    /maintenance/schedule`` with the file (``-``: stdin) as it is, then the schedule the
-    master holds. ``--dry-run`` shows the preview only; a warning of :data:`_FORCED`
-    needs ``--force`` besides the answer."""
+    /v1/maintenance/schedule/preview``), shown, then asked; once confirmed, the file
+    (``-``: stdin) as it is, with the preview's ``schedule_version`` as precondition
+    (``PUT /v1/maintenance/schedule``: a schedule or mode changed since the preview
+    refuses it, ``schedule.changed``, nothing applied), then the schedule the master
+    holds. ``--dry-run`` shows the preview only; a warning of :data:`_FORCED` needs
+    ``--force`` besides the answer."""
     if dry_run and (yes or force):
         raise UsageError("cli.usage", "--dry-run shows the preview only: not with --yes or --force")
     content = _read_input(file)
@@ -310,7 +328,14 @@ def schedule_set(
         )
     question = "Apply this schedule anyway? [y/N] " if forced else "Apply this schedule? [y/N] "
     confirm(question, yes=yes, what="the schedule was not applied")
-    _replace_schedule(target, content, json_output=json_output, verb="replaced")
+    version = preview.get("schedule_version")
+    _replace_schedule(
+        target,
+        content,
+        json_output=json_output,
+        verb="replaced",
+        if_version=version if isinstance(version, str) else None,
+    )
 
 
 def schedule_clear(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -112,6 +114,64 @@ def test_schedule_set_get_clear(master: MasterProcess, tmp_path: Path) -> None:
     assert ok(cli(master, "schedule", "clear", "--json")) == "{}\n"
     assert master.call("GET", "/maintenance/status").json() == {}
     assert "the schedule is empty" in ok(cli(master, "schedule", "get"))
+
+
+def test_schedule_get_json_is_what_schedule_set_takes(
+    master: MasterProcess, tmp_path: Path
+) -> None:
+    """The migration of docs/high-availability.md: get --json > file, then set --yes file."""
+    two = window([A], FAR)
+    two["windows"] += window([B], FAR + 7200, 60)["windows"]
+    assert master.call("POST", "/maintenance/schedule", json=two).status_code == 200
+    saved = tmp_path / "schedule.json"
+    saved.write_text(ok(cli(master, "schedule", "get", "--json")))
+    assert ok(cli(master, "schedule", "clear")) == "schedule cleared: no machine is scheduled\n"
+    applied = ok(cli(master, "schedule", "set", "--yes", str(saved)))
+    assert applied.endswith("schedule replaced: 2 windows, 2 machines\n")
+    assert master.call("GET", "/maintenance/schedule").json() == two
+    assert ok(cli(master, "schedule", "get", "--json")) == saved.read_text()
+
+
+def test_a_schedule_changed_while_the_prompt_waits_is_not_applied(
+    master: MasterProcess, tmp_path: Path
+) -> None:
+    """The change applied is the one previewed: the preview's version is its precondition."""
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(window([A], FAR)))
+    theirs = window([B], FAR + 3600)
+    terminal, its_end = pty.openpty()
+    argv = [sys.executable, "-m", "nodeagent", "master", "schedule", "set", str(path)]
+    env = _env({"NODEAGENT_MASTER_SOCKET": str(master.socket)})
+    with subprocess.Popen(
+        argv, stdin=its_end, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as proc:
+        os.close(its_end)
+        try:
+            assert proc.stderr is not None
+            errors = proc.stderr.fileno()
+            asked = bytearray()
+            os.set_blocking(errors, False)
+
+            def prompted() -> bool:
+                with contextlib.suppress(BlockingIOError):
+                    asked.extend(os.read(errors, 4096))
+                return b"[y/N] " in asked or proc.poll() is not None
+
+            wait_for(prompted, timeout=TIMEOUT)
+            assert asked.endswith(b"Apply this schedule? [y/N] "), bytes(asked)
+            # Another administrator replaces the schedule while the question waits.
+            assert master.call("POST", "/maintenance/schedule", json=theirs).status_code == 200
+            os.write(terminal, b"y\n")
+            os.set_blocking(errors, True)
+            out, err = proc.communicate(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(terminal)
+    assert proc.returncode == 1, err
+    assert err.decode().startswith("schedule.changed: the schedule or a machine's mode has changed")
+    assert b"schedule replaced" not in out
+    assert master.call("GET", "/maintenance/schedule").json() == theirs
 
 
 MESOS_REFUSALS = [

@@ -216,15 +216,16 @@ def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
     assert _schedule(leader) == SCHEDULE
     status = leader.call("GET", "/maintenance/status").json()
     assert status["down_machines"] == [{"hostname": "node1.test", "ip": "127.0.0.1"}]
-    sent = [(seen.method, seen.path) for seen in follower.arrived]
+    sent = [(seen.method, seen.path.split("?")[0]) for seen in follower.arrived]
     assert sent == [
         ("POST", "/v1/maintenance/schedule/preview"),
-        ("POST", "/maintenance/schedule"),
+        ("PUT", "/v1/maintenance/schedule"),  # the preview's version as its precondition
         ("GET", "/maintenance/schedule"),
         ("POST", "/v1/maintenance/down/preview"),
         ("POST", "/machine/down"),
     ]
     assert follower.arrived[0].body == follower.arrived[1].body == file.read_bytes()
+    assert follower.arrived[1].path.startswith("/v1/maintenance/schedule?if_version=")
     audit = (leader.root / "state" / "audit.log").read_text().splitlines()
     subjects = {json.loads(line).get("subject") for line in audit}
     assert "operator" in subjects  # the token arrived at the leader with the request
