@@ -186,3 +186,13 @@ def test_what_happens_is_what_the_preview_said(
     assert (
         sum(row["drain_now"] is not None for row in rows.values()) == seen["totals"]["drains_now"]
     )
+    # The cost the preview put on it is the promises those evictions cut (Σ cpus · cut),
+    # and job 7's share of it is what its eviction at once did cost.
+    cuts = [c for row in seen["machines"] for c in row["evicted_now"]]
+    # (each cut_by is rounded to the second: a job's share may differ by its cpus)
+    summed = sum(c["cpus"] * c["cut_by"] for c in cuts)
+    assert abs(seen["totals"]["cut_core_seconds"] - summed) <= sum(c["cpus"] for c in cuts)
+    assert sum(c["cut_by"] > 0 for c in cuts) <= seen["totals"]["cut_jobs"] <= len(cuts)
+    assert abs(cut["cpus"] * actual_cut - cut["cpus"] * cut["cut_by"]) <= cut["cpus"] * (
+        received - seen["now"] + 1
+    )
