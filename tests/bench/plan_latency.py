@@ -12,7 +12,9 @@ ahead, so every machine is DRAINING and no drain is due during the benchmark.
   (:func:`plan_body`: the plan encoded, then freed). Before them one plan makes every
   node's forecast, as a running master's reconcile passes do; ``cold_body_ms`` is the
   body right after every ad was replaced with no pass in between, so that every forecast
-  is made during the call (the worst case).
+  is made during the call (the worst case). ``preview_body_ms``: the reply body of ``POST
+  /v1/maintenance/schedule/preview`` with the schedule held (every row with its blockers,
+  made afresh: a preview reuses no row of the plan's).
 * **Over HTTP**: a real master subprocess receives the 10,000 ads over TCP (DAEMON
   tokens) and the schedule over its Unix socket; then ``GET /v1/maintenance/plan`` over
   TCP with a READ token, one keep-alive connection, from the request to the last byte of
@@ -62,7 +64,7 @@ from nodeagent._ha._store import COMPRESS_FROM, EtcdStore
 from nodeagent._peer import HttpAgentLink
 from nodeagent._store import Documents, DocumentStore
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import plan_body
+from nodeagent.master._api import _json_bytes, plan_body
 from nodeagent.master._maintenance import MaintenanceSchedule, MaintenanceState
 from nodeagent.master._master import Master
 from nodeagent.master._plan import machine_key
@@ -249,6 +251,19 @@ def in_process(
             summary_times.append(time.perf_counter() - started)
         check_summary(json.loads(body), len(ads))
         result["summary_body_ms"] = summary(summary_times)
+        # The preview of the schedule held (POST /v1/maintenance/schedule/preview): every
+        # row with its blockers, computed afresh, and its reply encoded, as the server does.
+        proposed = MaintenanceSchedule.from_json(schedule(len(ads), now))
+        preview_times = []
+        for _ in range(runs):
+            clock.t += 1.0
+            gc.disable()
+            started = time.perf_counter()
+            preview = _json_bytes(master.preview_schedule(proposed))
+            preview_times.append(time.perf_counter() - started)
+            gc.enable()
+        assert json.loads(preview)["totals"]["machines"] == len(ads)
+        result["preview_body_ms"] = summary(preview_times)
         cold, cold_summary = [], []
         for _ in range(max(1, runs // 2)):
             clock.t += 1.0
