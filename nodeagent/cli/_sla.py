@@ -41,11 +41,16 @@ def policy_text(policy: Mapping[str, Any]) -> str:
     source = f" ({policy['source']})" if policy.get("source") else ""
     if kind == "coordinator":
         return f"{policy.get('group')}: ask the coordinator {policy.get('url')}{source}"
-    size = f" of {policy['size']}" if policy.get("size") is not None else ""
+    size = policy.get("size")
     if kind == "percentage":
-        want = f"{policy.get('percentage'):g}%{size} instances"
+        of = f"{size} instances" if size is not None else "the instances"
+        want = f"{policy.get('percentage'):g}% of {of}"
     else:
-        want = f"{policy.get('count')}{size} instances"
+        want = (
+            f"{policy.get('count')} of {size} instances"
+            if size
+            else f"{policy.get('count')} instances"
+        )
     up_for = float(policy.get("duration") or 0)
     held = f" up for {format_duration(up_for)}" if up_for else " up"
     return f"{policy.get('group')}: at least {want}{held}{source}"

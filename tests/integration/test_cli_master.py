@@ -501,6 +501,10 @@ def test_sla_policies_set_get_list_delete(master: MasterProcess) -> None:
     assert ok(cli(master, "sla", "set", "db", "--count", "2")) == (
         "set db: at least 2 instances up (api)\n"
     )
+    assert ok(cli(master, "sla", "set", "half", "--percentage", "50")) == (
+        "set half: at least 50% of the instances up (api)\n"
+    )
+    assert ok(cli(master, "sla", "delete", "half")).startswith("deleted the API's policy of half")
     url = "https://coordinator.test/may-go"
     assert ok(cli(master, "sla", "set", "svc", "--coordinator", url)) == (
         f"set svc: ask the coordinator {url} (api)\n"
