@@ -127,7 +127,10 @@ def preview_text(doc: Mapping[str, Any]) -> str:
         if sla.get("safe", True):
             verdict = "SLA safe now"
         elif sla.get("never"):
-            verdict = f"SLA can never be met by waiting: skipped at once ({sla.get('message')})"
+            verdict = (
+                "SLA can never be met by waiting: held until new instances start, skipped "
+                f"after --sla-wait ({sla.get('message')})"
+            )
         elif sla.get("until") is not None:
             verdict = f"SLA holds it until {_clock(sla['until'])} ({sla.get('message')})"
         else:
@@ -441,7 +444,10 @@ def _reason(reason: Any, now: float) -> str:
         if until is not None:
             text = f"SLA of {groups} until {_when(until, now)}"
         elif reason.get("never"):
-            text = f"SLA of {groups} can never be met by waiting: {reason.get('message')}"
+            text = (
+                f"SLA of {groups} can never be met by waiting, only by new instances: "
+                f"{reason.get('message')}"
+            )
         else:
             text = f"SLA of {groups}, not by waiting: {reason.get('message') or 'no answer'}"
     elif code == "badput_budget":
@@ -451,10 +457,7 @@ def _reason(reason: Any, now: float) -> str:
     else:
         text = str(code)
     if reason.get("skipped"):
-        if reason.get("never"):
-            text = f"skipped at once: {text}"
-        else:
-            text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
+        text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
     return text
 
 

@@ -5,7 +5,8 @@ operation's batches in the order the engine would take them (:func:`~nodeagent.m
 _operations.choose`'s: the waiting batch whose nodes empty soonest by their estimates for
 the operation's schedule, then the cheapest, then by name), each batch's SLA verdict now
 (safe; held until a time; held by a coordinator's no; or never, when its groups would keep
-fewer instances than they need: the engine skips it at once), and for each node how long
+fewer instances than they need: held, and skipped after ``sla_wait`` unless new instances
+start meanwhile), and for each node how long
 its steps should take:
 
 * its **drain**: from its estimate for the schedule now (``ExpectedMachine<Schedule>
@@ -163,7 +164,10 @@ def preview_operation(
         }
         batches.append(entry)
         if verdict is not None and not verdict.safe and verdict.never:
-            entry["skipped"] = True  # the engine skips it at once: it takes no place
+            # Held (taking no place) until new instances start elsewhere; else skipped
+            # once held sla_wait: the operation cannot end before that.
+            entry["skipped"] = True
+            entry["ends_at"] = now + op.spec.sla_wait
             continue
         entry["skipped"] = False
         lacking = [t.name for t in nodes if t.drain is None]

@@ -26,10 +26,10 @@ The next batch (:func:`choose`) is the waiting one whose nodes, by their fresh e
 for the operation's schedule, empty soonest, then cost the least badput (then by name).
 A batch is held (``waiting`` with a reason) while its badput exceeds the budget, its SLA
 check says unsafe or one of its nodes is not heard from; held past ``sla_wait`` seconds
-it is ``skipped``, with that reason, as Aurora does. A batch whose SLA check says no wait
-can bring it (``never``: a group would keep fewer instances running than it needs) is
-skipped at once, with that reason: waiting ``sla_wait`` for it would change nothing. A
-failed node pauses the operation (``resume`` goes on with the next batches; the failed
+it is ``skipped``, with that reason, as Aurora does. A held batch's reason says at once
+when no wait alone can bring its SLA (``never``: a group would keep fewer instances
+running than it needs, until its scheduler starts new ones elsewhere). A failed node
+pauses the operation (``resume`` goes on with the next batches; the failed
 node stays as it is).
 """
 
@@ -573,7 +573,7 @@ def choose(
             free -= 1
             continue
         held_since = batch.held_since if batch.held_since is not None else now
-        if now - held_since >= op.spec.sla_wait or reason.get("never"):
+        if now - held_since >= op.spec.sla_wait:
             skipped = {**reason, "skipped": True, "held_for": now - held_since}
             nodes = tuple(replace(n, phase="skipped", since=now) for n in batch.nodes)
             changed[batch.name] = replace(

@@ -78,9 +78,10 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
                 "message": "web: 1 of 3",
                 "never": True,
                 "skipped": True,
-                "held_for": 0,
+                "held_for": 3600,
             },
-            "skipped at once: SLA of web can never be met by waiting: web: 1 of 3",
+            "skipped after 60m: SLA of web can never be met by waiting, only by new instances: "
+            "web: 1 of 3",
         ),
     ],
 )
