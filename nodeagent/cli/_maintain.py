@@ -111,7 +111,7 @@ def _clock(when: Any) -> str:
 def preview_text(doc: Mapping[str, Any]) -> str:
     """An operation's preview for people: when it will be done, then its batches in the
     order they would go, each with its SLA verdict now, its nodes' expected times, and
-    when it would run; the batches skipped at once; what the estimate does not know."""
+    when it would run; the batches that can never go by waiting; what the estimate does not know."""
     batches = doc.get("batches") or []
     spec = doc.get("spec") or {}
     at_once = spec.get("batches") or 1
