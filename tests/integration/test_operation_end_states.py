@@ -17,34 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import AgentProcess, wait_for
+from tests.harness import wait_for
 from tests.integration.test_operations import Site, _script
 
 pytestmark = pytest.mark.integration
 
 
-class BrokenHookSite(Site):
-    """A :class:`Site` whose agents also hold a hook ``broken`` that exits 3."""
-
-    def start_agents(self, stack: contextlib.ExitStack) -> None:
-        broken = _script(self.tmp / "broken.sh", 'echo "disk not found"; exit 3\n')
-        for name, rack in self.racks.items():
-            self.healthy(name)
-            extra = (
-                f"[attributes]\nRack = {json.dumps(rack)}\n"
-                f"[hooks.reboot]\ncommand = {json.dumps([str(self.hook)])}\n"
-                f"[hooks.broken]\ncommand = {json.dumps([str(broken)])}\n"
-                f"[health]\ncommand = {json.dumps([str(self.health)])}\n"
-                'timeout = "5s"\ninterval = 0.3\npasses = 1\n'
-            )
-            settings = self.master.agent_settings(self.tmp / name, node=name, update_interval=0.5)
-            agent = AgentProcess(self.tmp / name, hostname=name, master=settings, extra=extra)
-            self.agents[name] = stack.enter_context(agent)
-
-
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[BrokenHookSite]:
-    s = BrokenHookSite(tmp_path, {"n1": "r1", "n2": "r2", "n3": "r3"})
+def site(tmp_path: Path) -> Iterator[Site]:
+    """Three agents whose configuration also holds a hook ``broken`` that exits 3."""
+    broken = _script(tmp_path / "broken.sh", 'echo "disk not found"; exit 3\n')
+    more = f"[hooks.broken]\ncommand = {json.dumps([str(broken)])}\n"
+    s = Site(tmp_path, {"n1": "r1", "n2": "r2", "n3": "r3"}, agent_extra=more)
     with contextlib.ExitStack() as stack:
         stack.enter_context(s.master)
         s.start_agents(stack)
@@ -52,7 +36,7 @@ def site(tmp_path: Path) -> Iterator[BrokenHookSite]:
         yield s
 
 
-def test_a_skipped_batch_ends_completed_with_skips(site: BrokenHookSite, tmp_path: Path) -> None:
+def test_a_skipped_batch_ends_completed_with_skips(site: Site, tmp_path: Path) -> None:
     s = site
     job = _script(tmp_path / "svc.sh", "while :; do sleep 0.05; done\n")
     s.agents["n1"].claim(["/bin/sh", str(job)], group="svc")
@@ -98,7 +82,7 @@ def test_a_skipped_batch_ends_completed_with_skips(site: BrokenHookSite, tmp_pat
     assert json.loads(s.cli("maintain", "list", "--json").stdout)["operations"][0]["id"] == op_id
 
 
-def test_a_failed_hook_ends_the_operation_failed(site: BrokenHookSite) -> None:
+def test_a_failed_hook_ends_the_operation_failed(site: Site) -> None:
     s = site
     body = {"hosts": ["n3"], "grouping": "host", "hook": "broken"}
     reply = s.master.call("POST", "/v1/maintenance/operations", json=body)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import AgentProcess, wait_for
+from tests.harness import wait_for
 from tests.integration.test_operations import RACKS, Site
 
 pytestmark = pytest.mark.integration
@@ -20,27 +20,11 @@ pytestmark = pytest.mark.integration
 HOOK_SECONDS = 2.0
 
 
-class DeclaredSite(Site):
-    """A :class:`Site` whose agents declare how long their hook takes."""
-
-    def start_agents(self, stack: contextlib.ExitStack) -> None:
-        for name, rack in self.racks.items():
-            self.healthy(name)
-            extra = (
-                f"[attributes]\nRack = {json.dumps(rack)}\n"
-                f"[hooks.reboot]\ncommand = {json.dumps([str(self.hook)])}\n"
-                f'expected_duration = "{HOOK_SECONDS:g}s"\n'
-                f"[health]\ncommand = {json.dumps([str(self.health)])}\n"
-                'timeout = "5s"\ninterval = 0.3\npasses = 1\n'
-            )
-            settings = self.master.agent_settings(self.tmp / name, node=name, update_interval=0.5)
-            agent = AgentProcess(self.tmp / name, hostname=name, master=settings, extra=extra)
-            self.agents[name] = stack.enter_context(agent)
-
-
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[DeclaredSite]:
-    s = DeclaredSite(tmp_path, RACKS, hook_seconds=HOOK_SECONDS)
+def site(tmp_path: Path) -> Iterator[Site]:
+    """Agents whose reboot hook takes HOOK_SECONDS and says so."""
+    declared = f'expected_duration = "{HOOK_SECONDS:g}s"\n'
+    s = Site(tmp_path, RACKS, hook_seconds=HOOK_SECONDS, reboot_extra=declared)
     with contextlib.ExitStack() as stack:
         stack.enter_context(s.master)
         s.start_agents(stack)
@@ -52,7 +36,7 @@ def preview(s: Site, body: dict[str, Any]) -> Any:
     return s.master.call("POST", "/v1/maintenance/operations/preview", json=body)
 
 
-def test_the_preview_says_when_the_operation_will_be_done(site: DeclaredSite) -> None:
+def test_the_preview_says_when_the_operation_will_be_done(site: Site) -> None:
     s = site
     body = {"hosts": list(RACKS), "grouping": "Rack", "hook": "reboot"}
     # An unknown hook is refused, before anything starts, by the preview and the start.

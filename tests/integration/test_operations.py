@@ -56,7 +56,11 @@ class Site:
         *,
         hook_seconds: float = 0.3,
         master_settings: dict[str, Any] | None = None,
+        reboot_extra: str = "",
+        agent_extra: str = "",
     ) -> None:
+        #: More lines of each agent's ``[hooks.reboot]``, and more of its configuration.
+        self.reboot_extra, self.agent_extra = reboot_extra, agent_extra
         self.tmp = tmp
         self.master_settings = {"reconcile_interval": 0.2, **(master_settings or {})}
         self.racks = racks
@@ -96,9 +100,9 @@ class Site:
             self.healthy(name)
             extra = (
                 f"[attributes]\nRack = {json.dumps(rack)}\n"
-                f"[hooks.reboot]\ncommand = {json.dumps([str(self.hook)])}\n"
+                f"[hooks.reboot]\ncommand = {json.dumps([str(self.hook)])}\n{self.reboot_extra}"
                 f"[health]\ncommand = {json.dumps([str(self.health)])}\n"
-                'timeout = "5s"\ninterval = 0.3\npasses = 1\n'
+                f'timeout = "5s"\ninterval = 0.3\npasses = 1\n{self.agent_extra}'
             )
             settings = self.master.agent_settings(self.tmp / name, node=name, update_interval=0.5)
             agent = AgentProcess(self.tmp / name, hostname=name, master=settings, extra=extra)
