@@ -372,6 +372,32 @@ def _check_confirmed(report: Sequence[Mapping[str, Any]], mode: str) -> None:
         )
 
 
+def _post_change(
+    target: Target,
+    path: str,
+    mode: str,
+    ids: Sequence[Mapping[str, str]],
+    body: bytes,
+    *,
+    json_output: bool,
+) -> list[Mapping[str, Any]]:
+    """``POST path`` (``/machine/down`` or ``/machine/up``) with ``body``; prints the
+    reply (``json_output``) or ``mode`` and each machine not confirmed by its node; returns
+    the reply's per-machine report."""
+    reply = _mesos(target, "POST", path, body)
+    data = reply.data if isinstance(reply.data, dict) else {}
+    report: list[Mapping[str, Any]] = list(data.get("machines") or [])
+    if json_output:
+        emit_text(reply.text)
+        return report
+    from nodeagent.cli._render import render_confirmations, render_transition  # noqa: PLC0415
+
+    out = console()
+    render_transition(out, mode, ids)
+    render_confirmations(out, report, mode)
+    return report
+
+
 def down(
     *,
     machines: list[str],
@@ -395,19 +421,7 @@ def down(
 
         console().print(down_preview_view(preview))
     confirm("Bring these machines DOWN? [y/N] ", yes=yes, what="no machine was brought down")
-    reply = _mesos(target, "POST", "/machine/down", body)
-    report = (reply.data or {}).get("machines") or [] if isinstance(reply.data, dict) else []
-    if json_output:
-        emit_text(reply.text)
-    else:
-        from nodeagent.cli._render import (  # noqa: PLC0415
-            render_confirmations,
-            render_transition,
-        )
-
-        out = console()
-        render_transition(out, "DOWN", ids)
-        render_confirmations(out, report, "DOWN")
+    report = _post_change(target, "/machine/down", "DOWN", ids, body, json_output=json_output)
     if wait and any(m.get("confirmed") is False for m in report):
         report = _wait_down(target, report, json_output=json_output)
     _check_confirmed(report, "DOWN")
@@ -477,21 +491,11 @@ def up(
     target = master_target(host, token, socket_path)
     ids = _resolved(target, machines)
     body = json.dumps(ids, separators=(",", ":")).encode()
-    reply = _mesos(target, "POST", "/machine/up", body)
-    report = (reply.data or {}).get("machines") or [] if isinstance(reply.data, dict) else []
-    if json_output:
-        emit_text(reply.text)
-    else:
-        from nodeagent.cli._render import (  # noqa: PLC0415
-            render_confirmations,
-            render_transition,
-            render_up_report,
-        )
+    report = _post_change(target, "/machine/up", "UP", ids, body, json_output=json_output)
+    if not json_output:
+        from nodeagent.cli._render import render_up_report  # noqa: PLC0415
 
-        out = console()
-        render_transition(out, "UP", ids)
-        render_confirmations(out, report, "UP")
-        render_up_report(out, report)
+        render_up_report(console(), report)
     _check_confirmed(report, "UP")
 
 
