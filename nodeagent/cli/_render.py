@@ -508,7 +508,9 @@ def _estimates_line(machine: Mapping[str, Any], tz: tzinfo | None) -> str:
     for name in ("Graceful", "Quick", "Fast"):
         completion = machine.get(f"ExpectedMachine{name}DrainingCompletion")
         badput = _num(machine.get(f"ExpectedMachine{name}DrainingBadput"))
-        when = format_relative(_num(completion), now) if completion is not None else "-"
+        # A drain started now ends now at the earliest: an estimate computed a moment
+        # before ``now`` (an idle node's completion is the time of its ad) is never past.
+        when = format_relative(max(_num(completion), now), now) if completion is not None else "-"
         parts.append(f"{name.lower()} {when} ({badput / 3600:.2f} core-h)")
     return "  a drain now: " + ", ".join(parts)
 

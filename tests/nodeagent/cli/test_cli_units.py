@@ -547,3 +547,14 @@ def test_status_has_a_machine_line_and_a_slot_table() -> None:
     assert lines[4].split() == [
         "slot1_1@n1", "Claimed", "Retiring", "4", "512", "j1", "alice", "10m", "40m",
     ]  # fmt: skip
+
+
+def test_an_idle_nodes_drain_now_is_never_in_the_past() -> None:
+    # An idle node's estimates were computed at its last ad, 12 s before MyCurrentTime.
+    machine = {"Name": "n1", "MyCurrentTime": NOW, "TotalCpus": 8, "Start": True}
+    for name in ("Graceful", "Quick", "Fast"):
+        machine[f"ExpectedMachine{name}DrainingCompletion"] = NOW - 12
+        machine[f"ExpectedMachine{name}DrainingBadput"] = 0
+    text = _text(render_status, {"machine": machine, "slots": []}, tz=UTC)
+    assert "a drain now: graceful now (0.00 core-h), quick now (0.00 core-h), fast now" in text
+    assert "ago" not in text
