@@ -56,7 +56,7 @@ class _AdCollector(Collector):
         yield start
         expected = GaugeMetricFamily(
             "nodeagent_expected_draining",
-            "ExpectedMachine*Draining* values (completion: epoch s; badput: cpu-s)",
+            "ExpectedMachine*Draining* values (completion: epoch s; badput: core-s)",
             labels=["schedule", "kind"],
         )
         for name in EXPECTED_ATTRIBUTES:

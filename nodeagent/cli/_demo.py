@@ -266,7 +266,7 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
                 say(
                     f"{agent.config.hostname}: resumed, Start={ad['Start']}, "
                     f"{ad['TotalCpus']} cores free, lost work so far "
-                    f"{ad['TotalMachineDrainingBadput']} cpu-s"
+                    f"{ad['TotalMachineDrainingBadput']} core-s"
                 )
             plan = (await m.get("/v1/maintenance/plan")).json()
             totals = plan["totals"]

@@ -451,7 +451,7 @@ def _reason(reason: Any, now: float) -> str:
         else:
             text = f"SLA of {groups}, not by waiting: {reason.get('message') or 'no answer'}"
     elif code == "badput_budget":
-        text = f"badput {reason.get('badput', 0):.0f} cpu-s over the budget {reason.get('budget')}"
+        text = f"badput {reason.get('badput', 0):.0f} core-s over the budget {reason.get('budget')}"
     elif code == "node_unheard":
         text = "not heard from: " + ", ".join(reason.get("nodes") or [])
     else:
@@ -486,7 +486,7 @@ def operation_view(doc: Mapping[str, Any], *, now: float) -> RenderableType:
         (str(doc.get("state")), "bold"),
         f"  hook {spec.get('hook')}, {spec.get('schedule')}, by {spec.get('grouping')},"
         f" {spec.get('batches')} at once",
-        f", budget {spec['budget']} cpu-s" if spec.get("budget") is not None else "",
+        f", budget {spec['budget']} core-s" if spec.get("budget") is not None else "",
         f"\n  {_counted(doc)};"
         f" started {_when(doc.get('created_at'), now)} by {doc.get('actor')}; hosts: {what}",
     )

@@ -60,7 +60,7 @@ class Blocker:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Estimate:
-    """A schedule's expected completion (epoch s) and badput (cpu-s) as of ``now``.
+    """A schedule's expected completion (epoch s) and badput (core-s) as of ``now``.
 
     Blockers come latest ``gone_by`` first: the first ones set the completion time.
     """

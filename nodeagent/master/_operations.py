@@ -375,7 +375,7 @@ def _check_spec(spec: OperationSpec) -> None:
     except InvalidRequest as exc:
         raise OperationError("operation.invalid", f"hook: {exc.message}") from None
     if spec.budget is not None and not (math.isfinite(spec.budget) and spec.budget >= 0):
-        raise OperationError("operation.invalid", "budget must be a number of cpu-seconds >= 0")
+        raise OperationError("operation.invalid", "budget must be a number of core-seconds >= 0")
     if not (math.isfinite(spec.sla_wait) and 0 <= spec.sla_wait <= MAX_SLA_WAIT):
         raise OperationError("operation.invalid", f"sla_wait must be 0 to {MAX_SLA_WAIT:.0f} s")
     if spec.grouping != "host" and not ATTRIBUTE_NAME.fullmatch(spec.grouping):

@@ -124,9 +124,9 @@ def test_rate_concurrency_cheapest_first_and_machines_resume_whole(
     names = ["n1.test", "n2.test", "n3.test"]
     with agents_for(master, tmp_path, names) as (n1, n2, n3):
         # graceful badput when the job is young: Cpus × its retirement promise
-        claim(n1, tmp_path, cpus=1, retirement=8)  # 8 cpu-s: cheapest; ~7 s to drain
-        claim(n2, tmp_path, cpus=2, retirement=6)  # 12 cpu-s
-        dear = claim(n3, tmp_path, cpus=4, retirement=60)  # 240 cpu-s
+        claim(n1, tmp_path, cpus=1, retirement=8)  # 8 core-s: cheapest; ~7 s to drain
+        claim(n2, tmp_path, cpus=2, retirement=6)  # 12 core-s
+        dear = claim(n3, tmp_path, cpus=4, retirement=60)  # 240 core-s
         wait_for(lambda: {m: ad["Cpus"] for m, ad in pslots(master).items()}
                  == {"n1.test": 7, "n2.test": 6, "n3.test": 4})  # fmt: skip
         clock = StepClock(EPOCH)

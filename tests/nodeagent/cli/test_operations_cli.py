@@ -38,7 +38,7 @@ def document(batches: int = 2) -> dict[str, Any]:
 def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
     text = rendered(document())
     assert "operation 4  running  hook reboot, graceful, by Rack, 2 at once" in text
-    assert "budget 100.0 cpu-s" in text
+    assert "budget 100.0 core-s" in text
     assert "0/2 batches done" in text
     assert "by ops" in text
     lines = [line.split() for line in text.splitlines()]
@@ -47,7 +47,7 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
     fresh = rendered(progress(new_operation("5", OperationSpec(hosts=("a",), hook="x"), {"a": 1},
                                             actor="ops", now=NOW)))  # fmt: skip
     assert ["a", "waiting", "a", "waiting", "next"] in [ln.split() for ln in fresh.splitlines()]
-    assert ["r2", "waiting", "c", "waiting", "badput", "500", "cpu-s", "over", "the", "budget",
+    assert ["r2", "waiting", "c", "waiting", "badput", "500", "core-s", "over", "the", "budget",
             "100.0"] in lines  # fmt: skip
     one_at_once = [line.split() for line in rendered(document(batches=1)).splitlines()]
     assert ["r2", "waiting", "c", "waiting", "waits", "for", "a", "place", "(1", "at", "once)"] in (
@@ -59,7 +59,7 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
     ("reason", "text"),
     [
         (None, ""),
-        ({"code": "badput_budget", "badput": 5400.4, "budget": 3600}, "badput 5400 cpu-s over"),
+        ({"code": "badput_budget", "badput": 5400.4, "budget": 3600}, "badput 5400 core-s over"),
         ({"code": "node_unheard", "nodes": ["n1", "n2"]}, "not heard from: n1, n2"),
         ({"code": "sla", "groups": ["web/prod"], "until": NOW + 300}, "SLA of web/prod until "),
         (
