@@ -44,7 +44,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -304,13 +304,30 @@ def _env_var_for(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str 
     return None
 
 
-def _describe(error: ErrorDetails, environ: Mapping[str, str]) -> str:
+def _sections_with(model: type[BaseModel], name: str) -> list[str]:
+    """The sections (``[policy]``) of ``model`` that hold a setting called ``name``."""
+    found = []
+    for section, info in model.model_fields.items():
+        for inner in (info.annotation, *get_args(info.annotation)):  # a section may be optional
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                if name in inner.model_fields:
+                    found.append(f"[{section}]")
+                break
+    return sorted(found)
+
+
+def _describe(
+    error: ErrorDetails, environ: Mapping[str, str], model: type[BaseModel] | None = None
+) -> str:
     loc = error["loc"]
     key = ".".join(str(part) for part in loc) or "(configuration)"
     var = _env_var_for(loc, environ)
     where = f" (from {var})" if var else ""
     if error["type"] == "extra_forbidden":
-        return f"{key}{where}: unknown setting"
+        # A top-level key that is a setting of a section was written above its header.
+        sections = _sections_with(model, str(loc[0])) if model and len(loc) == 1 else []
+        hint = f" (it belongs under {' or '.join(sections)})" if sections else ""
+        return f"{key}{where}: unknown setting{hint}"
     message = error["msg"].removeprefix("Value error, ")
     value = error.get("input")
     shown = isinstance(value, str | int | float) and repr(value) not in message
@@ -360,7 +377,7 @@ def _load_settings(
             f"invalid configuration ({source}): {problem}", problems=(problem,)
         ) from None
     except ValidationError as exc:
-        problems = tuple(_describe(e, environ) for e in exc.errors())
+        problems = tuple(_describe(e, environ, cls) for e in exc.errors())
         raise ConfigError(
             f"invalid configuration ({source}): " + "; ".join(problems), problems=problems
         ) from None

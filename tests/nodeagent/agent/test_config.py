@@ -313,6 +313,12 @@ def test_config_is_immutable(tmp_path: Path, home: Path) -> None:
     [
         pytest.param('hostnmae = "x"\n', {}, ["hostnmae", "unknown setting"], id="unknown-key"),
         pytest.param(
+            "max_job_retirement_time = 600\n",
+            {},
+            ["max_job_retirement_time: unknown setting (it belongs under [policy])"],
+            id="section-key-at-top-level",
+        ),
+        pytest.param(
             "[policy]\nmax_retirement = 5\n",
             {},
             ["policy.max_retirement", "unknown setting"],
