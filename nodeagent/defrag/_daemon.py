@@ -55,6 +55,7 @@ from nodeagent._serving._http import auth_error_response, error_body
 from nodeagent._serving._hypercorn import advertised_url
 from nodeagent._settings import ConfigChanges, ConfigError, default_ip
 from nodeagent._store import Documents, DocumentStore
+from nodeagent._when import in_words
 from nodeagent.defrag._config import DefragConfig, load_defrag_config
 from nodeagent.defrag._policy import DefragPolicy
 from nodeagent.defrag._service import DefragLink, DefragService, HttpDefragLink
@@ -283,10 +284,10 @@ class DefragDaemon(Program[DefragConfig, Documents]):
         else:
             await services.start(service.run)
         log.info(
-            "defrag %r: %g drains/hour every %g s, schedule %s",
+            "defrag %r: %g drains/hour every %s, schedule %s",
             config.name,
             config.draining_machines_per_hour,
-            config.interval,
+            in_words(config.interval),
             config.schedule,
         )
 

@@ -29,6 +29,7 @@ from nodeagent._peer import (
     kept_alive,
 )
 from nodeagent._store import Documents, StoreError
+from nodeagent._when import in_words
 from nodeagent.defrag._policy import (
     TRANSACTION_TTL,
     Cancel,
@@ -554,9 +555,9 @@ class DefragService:
                 return
             why = "it is not in force"
         log.warning(
-            "%s: cannot cancel pending drain %s (it expires in %g s): %s",
+            "%s: cannot cancel pending drain %s (it expires in %s): %s",
             candidate.machine,
             tx.request_id,
-            TRANSACTION_TTL,
+            in_words(TRANSACTION_TTL),
             why,
         )

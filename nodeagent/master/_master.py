@@ -67,6 +67,7 @@ from nodeagent._auth import PoolToken
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
 from nodeagent._store import Documents, Members, StoreError
+from nodeagent._when import in_words, iso_time
 from nodeagent.master._adstore import AdEntry, AdStore, foreign_ad
 from nodeagent.master._drains import (
     ABSENT,
@@ -664,9 +665,9 @@ class Master:
                 await self.fetch_ad(entry)
         except (AgentCallFailed, InvalidRequest) as exc:
             log.warning(
-                "%s: fresh ad not fetched, its figures are %.0f s old: %s",
+                "%s: fresh ad not fetched, its figures are %s old: %s",
                 entry.name,
-                self.clock.now() - entry.received_at,
+                in_words(self.clock.now() - entry.received_at),
                 exc,
             )
         finally:
@@ -762,7 +763,7 @@ class Master:
         """One pass: start, escalate, down and cancel drains as the schedule says."""
         now = self.clock.now()
         for name in self.ads.sweep(now):
-            log.warning("node %s is lost: no ad for %.0f s", name, self.ads.lifetime)
+            log.warning("node %s is lost: no ad for %s", name, in_words(self.ads.lifetime))
         scheduled = set()
         # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
         # pass reads no estimates but for the nodes it drains. It does make the
@@ -881,9 +882,11 @@ class Master:
             and completion > plan.window_start
         ):
             log.warning(
-                "%s: graceful drain ends %.0f s after its window starts",
+                "%s: graceful drain ends at %s, %s after its window starts at %s",
                 plan.node_name,
-                completion - plan.window_start,
+                iso_time(completion),
+                in_words(completion - plan.window_start),
+                iso_time(plan.window_start),
             )
         escalated = step.escalated(committed.state)
         self.drains[key] = self.drains[key].noted(key, escalated=escalated)
@@ -893,9 +896,10 @@ class Master:
         self.save()
         if step.opened:
             log.info(
-                "%s: window open for %.0f s: started %s drain %s for %s%s",
+                "%s: window open since %s (%s ago): started %s drain %s for %s%s",
                 plan.node_name,
-                now - plan.window_start,
+                iso_time(plan.window_start),
+                in_words(now - plan.window_start),
                 step.schedule,
                 committed.request_id,
                 actor,
@@ -920,7 +924,9 @@ class Master:
         if step.replace_with is None:
             how = f"{machine.get('DrainSchedule')} drain {record.request_id}"
             if machine.get("DrainSchedule") == "graceful":
-                how += f", deadline {machine.get('DrainingDeadline')}"
+                deadline = machine.get("DrainingDeadline")
+                shown = iso_time(deadline) if isinstance(deadline, int | float) else deadline
+                how += f", deadline {shown}"
         else:
             body = DrainBody(schedule=step.replace_with, reason=REASON, ttl=30)
             await self._replace(key, self._calls(address, record.node_name, actor), record, body)
@@ -956,10 +962,11 @@ class Master:
             del self.drains[key]
             self.save()
             log.info(
-                "%s: window moved later: drain %s cancelled, due again in %.0f s",
+                "%s: window moved later: drain %s cancelled, due again at %s (in %s)",
                 plan.node_name,
                 step.request_id,
-                step.due_at - self.clock.now(),
+                iso_time(step.due_at),
+                in_words(step.due_at - self.clock.now()),
             )
             return
         await self._replace(key, calls, record, step.body(self.clock.now()))
@@ -1114,7 +1121,7 @@ class Master:
         failures = self._backoff.get(key, (0, 0.0))[0] + 1
         delay = min(_MAX_BACKOFF, self.reconcile_interval * 2**failures)
         self._backoff[key] = (failures, self.clock.now() + delay)
-        log.warning("%s failed (retry in %.0f s): %s", what, delay, why)
+        log.warning("%s failed (retry in %s): %s", what, in_words(delay), why)
 
     def _bring_up(self, plan: MachinePlan, step: BringUp) -> None:
         """``[master] up_after_window``: the DOWN machine's window has ended and its node
