@@ -52,6 +52,7 @@ from nodeagent._auth import (
 from nodeagent._serving._http import _UNIX, BodyTooLarge, error_body, read_body, replay_body
 
 __all__ = [
+    "AUDIT_DETAILS",
     "DISCARD_LIMIT",
     "PRINCIPAL",
     "Audited",
@@ -70,6 +71,10 @@ DISCARD_LIMIT = 64 << 20
 
 #: The scope key under which the gate hands the app the caller (:class:`Principal`).
 PRINCIPAL = "nodeagent.principal"
+
+#: The scope key under which a route hands the gate its request's parameters (a JSON
+#: object) for the audit record's ``details``; unset: ``details`` is null.
+AUDIT_DETAILS = "nodeagent.audit_details"
 
 _ANONYMOUS = "anonymous"
 
@@ -101,7 +106,8 @@ class Audited:
     """One audited request, as the gate hands it to its ``audit``: the rule's ``action``
     (its fields filled), the caller (``None``: anonymous), the reply's ``status`` and JSON
     ``body`` (``None`` if not JSON), the path's parameters, whether the client went away
-    before its body was read (``abandoned``)."""
+    before its body was read (``abandoned``), and the request's parameters as the route
+    read them (``details``, ``None`` when it read none, e.g. a body refused as invalid)."""
 
     action: str
     who: Principal | None
@@ -110,6 +116,7 @@ class Audited:
     body: Any
     params: Mapping[str, Any]
     abandoned: bool
+    details: Mapping[str, Any] | None = None
 
     @property
     def subject(self) -> str:
@@ -429,6 +436,9 @@ class Gate:
             await self._refuse(
                 scope, reply, 500, "internal.error", "internal error; see the log", unread=False
             )
+        finally:
+            if AUDIT_DETAILS in inner:  # what the route read, for the audit record
+                scope[AUDIT_DETAILS] = inner[AUDIT_DETAILS]
         return False
 
     async def _refuse(
@@ -468,5 +478,6 @@ class Gate:
                 body=reply.body(),
                 params=found.params,
                 abandoned=reply.abandoned,
+                details=scope.get(AUDIT_DETAILS),
             )
         )

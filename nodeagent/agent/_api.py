@@ -47,7 +47,7 @@ from nodeagent._auth import (
 from nodeagent._auth import (
     Scope as AuthScope,
 )
-from nodeagent._serving._gate import PRINCIPAL, Audited, Gate, Rule
+from nodeagent._serving._gate import AUDIT_DETAILS, PRINCIPAL, Audited, Gate, Rule
 from nodeagent._serving._http import auth_error_response, error_body
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, ClaimRequest
@@ -98,6 +98,15 @@ def _audited_id(params: Mapping[str, Any], status: int, body: Any) -> str | None
     return None
 
 
+def _claim_details(body: ClaimBody) -> dict[str, Any]:
+    """A claim's parameters for its audit record: the environment's names, never its
+    values (they may hold secrets)."""
+    details = body.model_dump(mode="json", exclude_none=True)
+    if body.env is not None:
+        details["env"] = sorted(body.env)
+    return details
+
+
 def _auditor(audit: AuditLog | None) -> Callable[[Audited], Awaitable[None]] | None:
     """How the gate writes an audited request (accepted or refused) before its reply."""
     if audit is None:
@@ -112,6 +121,7 @@ def _auditor(audit: AuditLog | None) -> Callable[[Audited], Awaitable[None]] | N
                 action=done.action,
                 result=result,
                 request_id=_audited_id(done.params, done.status, done.body),
+                details=done.details,
             )
         except (OSError, ValueError) as exc:
             # The reply still goes: the request happened (or was refused) either way.
@@ -324,6 +334,7 @@ def build_app(
 
         A one-shot's ``check`` is evaluated off the event loop within a time budget:
         ``422 expression.too_costly`` past it, nothing changed."""
+        request.scope[AUDIT_DETAILS] = body.model_dump(mode="json")
         check_result = await agent.evaluate_check(body.check, commit=body.commit)
         on_completion, hook = body.completion()
         drain, estimate = agent.start_draining(
@@ -426,6 +437,7 @@ def build_app(
         Waits while a drain transaction is pending. ``409 machine.not_accepting`` when
         Start is false; ``409 resources.insufficient`` when the job does not fit.
         """
+        request.scope[AUDIT_DETAILS] = _claim_details(body)
         info = await agent.create_claim(
             ClaimRequest(
                 resources=body.resources(),

@@ -305,6 +305,18 @@ def test_auth_matrix(agent: AgentProcess, tmp_path: Path) -> None:
         ("tester", "drain.start", "ok"),
         ("tester", "drain.cancel", "ok"),
     ]
+    # The request's parameters as the agent read them; none for a request never read.
+    assert lines[0]["details"] is None
+    assert lines[3]["details"] == {
+        "schedule": "graceful",
+        "reason": "over tcp",
+        "on_completion": "none",
+        "deadline": None,
+        "start": None,
+        "check": None,
+        "commit": False,
+        "ttl": None,
+    }
 
 
 @pytest.mark.parametrize(
