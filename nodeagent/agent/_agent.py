@@ -87,6 +87,7 @@ from nodeagent._audit import AuditLog
 from nodeagent._clock import Clock
 from nodeagent._expressions._evaluator import EXIT_TIMEOUT, Evaluator, ExpressionTooCostly
 from nodeagent._store import StoreError
+from nodeagent._when import in_words, iso_time
 from nodeagent.agent._hooks import (
     KEPT_RUNS,
     Ended,
@@ -119,6 +120,7 @@ from slots import (
     CompletionAction,
     DrainEstimate,
     DrainRequest,
+    DrainState,
     HealthState,
     HookState,
     JobSpec,
@@ -132,6 +134,7 @@ from slots import (
     Schedule,
     SignalJob,
     SlotsError,
+    effective_retirement,
     outcome_message,
 )
 
@@ -204,6 +207,12 @@ class Agent:
         self._writable.set()
         self._dirty = trio.Event()
         self._unsaved_completion: CompletionAction | None = None
+        # The drain log (:meth:`_tell`): lines an entry point queued, the request as last
+        # told, the drains whose deadline was told, the claims whose eviction was told.
+        self._story: list[str] = []
+        self._told: DrainRequest | None = self.machine.request
+        self._deadline_told: set[str] = set()
+        self._eviction_told: set[str] = set()
         self.completion: CompletionAction | None = None
         self.completed = trio.Event()
         #: Called after every published change (the master link pushes the ad then).
@@ -442,16 +451,25 @@ class Agent:
                 ttl=ttl,
                 requested_by=requested_by,
             )
+            self._story.append(_started(request, estimate, commit=commit))
             return (request, estimate), actions
 
         return self._transact(decide)
 
-    def commit_draining(self, request_id: str) -> tuple[DrainRequest, DrainEstimate]:
-        """Phase 2. A refusal changes nothing, except that a commit arriving after the
-        transaction's expiry carries out that expiry (a fact: written, published)."""
+    def commit_draining(
+        self, request_id: str, *, by: str | None = None
+    ) -> tuple[DrainRequest, DrainEstimate]:
+        """Phase 2 (``by``: the caller's subject, for the log). A refusal changes nothing,
+        except that a commit arriving after the transaction's expiry carries out that
+        expiry (a fact: written, published)."""
 
         def decide() -> tuple[tuple[DrainRequest, DrainEstimate], list[Action]]:
             request, estimate, actions = self.machine.commit_draining(self.clock.now(), request_id)
+            self._story.append(
+                f"drain {request.id} committed by {by or request.requested_by}: "
+                f"{request.schedule} drain, reason {request.reason!r}, "
+                f"{_estimate_words(estimate)}{_deadline_words(request)}"
+            )
             return (request, estimate), actions
 
         before = self.machine.request
@@ -462,10 +480,25 @@ class Agent:
                 self._apply([Publish()])  # the expired transaction was cancelled on the way
             raise
 
-    def cancel_draining(self, request_id: str | None) -> DrainRequest | None:
-        """Cancel the request in force; ``None`` id and no request: a no-op."""
+    def cancel_draining(
+        self, request_id: str | None, *, by: str | None = None
+    ) -> DrainRequest | None:
+        """Cancel the request in force; ``None`` id and no request: a no-op. ``by`` is the
+        caller's subject, for the log."""
         request = self.machine.request
-        self._transact(lambda: (None, self.machine.cancel_draining(self.clock.now(), request_id)))
+
+        def decide() -> tuple[None, list[Action]]:
+            actions = self.machine.cancel_draining(self.clock.now(), request_id)
+            if request is not None:
+                self._story.append(
+                    f"drain {request.id} cancelled by {by or 'the agent'} in state "
+                    f"{request.state} (requested by {request.requested_by}, "
+                    f"reason {request.reason!r})"
+                )
+                self._told = None  # told here, not as an expiry
+            return None, actions
+
+        self._transact(decide)
         return self.machine.last_request if request is not None else None
 
     def set_maintenance(self, mode: str | None, window: Mapping[str, int] | None) -> None:
@@ -632,8 +665,9 @@ class Agent:
         failed = run.state is not HookState.SUCCEEDED
         if failed:
             self.counts.hook_failures[name] += 1
+        status = "" if run.exit_status is None else f" (exit status {run.exit_status})"
         (log.warning if failed else log.info)(
-            "drain %s: hook %s %s: %s", request_id, name, run.state, run.message
+            "drain %s: hook %s %s%s: %s", request_id, name, run.state, status, run.message
         )
         if run.output_dropped:
             log.info(
@@ -786,10 +820,12 @@ class Agent:
         and the :class:`StoreError` propagates.
         """
         machine = copy.deepcopy(self.machine)
-        records = dict(self._records)
+        records, told = dict(self._records), self._told
         try:
             result, actions = decide()
         except BaseException:
+            self._story.clear()
+            self._told = told
             self._after_model_call()
             raise
         if _changes(actions):
@@ -797,7 +833,8 @@ class Agent:
                 self._save()
             except StoreError as exc:
                 log.error("state not written, request undone: %s", exc)
-                self.machine, self._records = machine, records
+                self._story.clear()
+                self.machine, self._records, self._told = machine, records, told
                 self._after_model_call()
                 raise
         self._carry_out(actions, saved=True)
@@ -821,6 +858,7 @@ class Agent:
         self._carry_out(actions, saved=saved)
 
     def _carry_out(self, actions: list[Action], *, saved: bool) -> None:
+        self._tell(actions)
         for action in actions:
             if isinstance(action, SignalJob):
                 self._signal(action.claim_id, action.signal)
@@ -838,6 +876,123 @@ class Agent:
         if any(isinstance(a, Publish) for a in actions):
             self._changed_now()
         self._after_model_call()
+
+    def _tell(self, actions: list[Action]) -> None:
+        """Log the drain's events that ``actions`` (and the model call before them) carry,
+        once each, at INFO: what an entry point queued, an expiry, a deadline reached (the
+        escalation to a quick drain of the jobs it cuts), each eviction with its job, the
+        node found empty, a request's end and what follows it."""
+        now = self.clock.now()
+        for line in self._story:
+            log.info("%s", line)
+        self._story.clear()
+        told, current = self._told, self.machine.request
+        if told is not None and (current is None or current.id != told.id):
+            ended = self.machine.last_request
+            if ended is not None and ended.id == told.id:
+                self._tell_end(told, ended)
+        if current is not None:
+            changed = told is None or told.id != current.id or told.state is not current.state
+            who = f"requested by {current.requested_by}, reason {current.reason!r}"
+            if changed and current.state is DrainState.DRAINED:
+                log.info(
+                    "drain %s: the node is empty (%s); it stays closed until the request "
+                    "is cancelled",
+                    current.id,
+                    who,
+                )
+            elif changed and current.state is DrainState.HOOK_PENDING:
+                log.info(
+                    "drain %s: the node is empty (%s); its completion: hook %s",
+                    current.id,
+                    who,
+                    current.hook,
+                )
+            if (
+                current.state is DrainState.DRAINING
+                and current.schedule is Schedule.GRACEFUL
+                and current.deadline_at is not None
+                and current.deadline_at <= now
+                and current.id not in self._deadline_told
+                and any(isinstance(a, SignalJob) for a in actions)
+            ):
+                self._deadline_told.add(current.id)
+                log.info(
+                    "drain %s: its deadline %s is reached: escalated to a quick drain of the "
+                    "jobs still running, cutting their promises (requested by %s, reason %r)",
+                    current.id,
+                    iso_time(current.deadline_at),
+                    current.requested_by,
+                    current.reason,
+                )
+        self._told = current
+        for action in actions:
+            if isinstance(action, SignalJob) and action.claim_id not in self._eviction_told:
+                self._tell_eviction(action, current, now)
+
+    def _tell_end(self, told: DrainRequest, ended: DrainRequest) -> None:
+        who = f"requested by {ended.requested_by}, reason {ended.reason!r}"
+        if ended.state is DrainState.CANCELLED and told.state is DrainState.PENDING:
+            log.info(
+                "drain %s expired uncommitted at %s (%s)", ended.id, iso_time(told.expires_at), who
+            )
+        elif ended.state is DrainState.CANCELLED:
+            log.info("drain %s cancelled in state %s (%s)", ended.id, told.state, who)
+        elif ended.on_completion is OnCompletion.RESUME:
+            log.info(
+                "drain %s complete: the node is empty and takes work again (%s)", ended.id, who
+            )
+        elif ended.on_completion in (OnCompletion.EXIT, OnCompletion.RESTART):
+            log.info(
+                "drain %s complete: the node is empty; the agent will %s (%s)",
+                ended.id,
+                ended.on_completion,
+                who,
+            )
+        else:
+            log.info("drain %s complete (%s, %s)", ended.id, ended.completion, who)
+        self._deadline_told.discard(ended.id)
+
+    def _tell_eviction(self, action: SignalJob, request: DrainRequest | None, now: float) -> None:
+        try:
+            info = self.machine.claim_info(action.claim_id, now)
+        except NoSuchClaim:
+            return
+        if info.evicted_at is None:
+            return  # a SIGCONT or SIGSTOP, not an eviction
+        self._eviction_told.intersection_update(c.claim_id for c in self.machine.claims(now))
+        self._eviction_told.add(action.claim_id)
+        promise = effective_retirement(
+            self.machine.policy.max_job_retirement_time, info.spec.max_job_retirement_time
+        )
+        cut = max(0.0, promise - info.run)
+        proc = self._procs.get(action.claim_id)
+        pid = proc.identity.pid if proc is not None else None
+        if request is None or request.state is not DrainState.DRAINING:
+            why = "released"
+            by = ""
+        else:
+            by = (
+                f" (drain {request.id}, requested by {request.requested_by}, "
+                f"reason {request.reason!r})"
+            )
+            if request.schedule is Schedule.FAST:
+                why = "a fast drain kills it now"
+            elif request.schedule is Schedule.QUICK:
+                why = "a quick drain evicts it now"
+            elif cut > 0:
+                why = f"the drain's deadline {iso_time(request.deadline_at)} is reached"
+            else:
+                why = "its retirement is over: its promise is kept"
+        log.info(
+            "claim %s: evicting job %s (pid %s): %s; promise cut by %s%s",
+            action.claim_id,
+            info.job_id,
+            pid,
+            why,
+            in_words(cut),
+            by,
+        )
 
     def _complete(self, action: CompletionAction) -> None:
         log.info("drain %s complete: %s", action.request_id, action.action)
@@ -970,6 +1125,34 @@ class _Verdicts:
     async def evaluate(self, evaluator: Evaluator, missing: _Unevaluated) -> None:
         value = await evaluator.is_true(missing.text, missing.my, missing.target)
         self._known.append((missing.text, missing.my, missing.target, value))
+
+
+def _estimate_words(estimate: DrainEstimate) -> str:
+    return (
+        f"expected empty at {iso_time(estimate.completion)} "
+        f"(in {in_words(estimate.completion - estimate.now)}), badput {estimate.badput} core-s"
+    )
+
+
+def _deadline_words(request: DrainRequest) -> str:
+    if request.deadline_at is not None:
+        return f", deadline {iso_time(request.deadline_at)}"
+    if request.deadline is not None:
+        return f", deadline {in_words(request.deadline)} after its commit"
+    return ""
+
+
+def _started(request: DrainRequest, estimate: DrainEstimate, *, commit: bool) -> str:
+    """The log line of a new request: phase 1, or a one-shot drain."""
+    what = "started (one-shot)" if commit else "phase 1"
+    pending = (
+        f"; pending until {iso_time(request.expires_at)}" if request.expires_at is not None else ""
+    )
+    return (
+        f"drain {request.id} {what} by {request.requested_by}: {request.schedule} drain, "
+        f"reason {request.reason!r}, on completion {request.completion}, "
+        f"{_estimate_words(estimate)}{_deadline_words(request)}{pending}"
+    )
 
 
 def _changes(actions: list[Action]) -> bool:

@@ -369,7 +369,7 @@ def build_app(
     )
     async def commit_drain(request: Request, request_id: str) -> JSONResponse:
         """Phase 2: commit; the drain starts now. Returns the estimate at commit time."""
-        drain, estimate = agent.commit_draining(request_id)
+        drain, estimate = agent.commit_draining(request_id, by=caller(request).subject)
         return drain_reply(drain, estimate, current=True)
 
     rule("POST", "/v1/drain/{request_id}/cancel", AuthScope.ADMINISTRATOR, "drain.cancel")
@@ -389,7 +389,7 @@ def build_app(
         """Cancel a pending or active request. A node the drain had emptied stays closed
         until its health check passes (``health.state`` not ``passing``, ``accepting``
         false), when the agent has one."""
-        ended = agent.cancel_draining(request_id)
+        ended = agent.cancel_draining(request_id, by=caller(request).subject)
         return drain_reply(ended, None, current=False)
 
     rule("DELETE", "/v1/drain", AuthScope.ADMINISTRATOR, "drain.cancel")
@@ -404,7 +404,7 @@ def build_app(
     async def delete_drain(request: Request) -> JSONResponse:
         """Cancel whatever request is in force; a no-op (200) when there is none. As the
         cancel of one request, the node may stay closed until healthy."""
-        ended = agent.cancel_draining(None)
+        ended = agent.cancel_draining(None, by=caller(request).subject)
         return drain_reply(ended, None, current=False)
 
     # ------------------------------------------------------------------ claims

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -513,3 +514,42 @@ def test_cwd_stays_inside_the_execute_directory(agent: AgentProcess) -> None:
         assert ok.status_code == 201, ok.text
         wait_for(lambda: c.get("/v1/claims").json()["claims"] == [])
     assert (slot / "stdout").read_text() == f"{slot / 'sub'}\n"
+
+
+def test_the_log_tells_a_drain_and_its_escalation(tmp_path: Path) -> None:
+    """Phase 1 with its estimate, the commit, the deadline's escalation, the eviction with
+    its job and the promise it cuts, the completion: each an INFO line naming the request,
+    its reason and who asked (here the local socket's caller), in the order they happened."""
+    policy = {"max_job_retirement_time": 600, "machine_max_vacate_time": 1}
+    with AgentProcess(tmp_path / "agent", policy=policy) as agent:
+        argv, record = job_script(tmp_path, "long")
+        claim = agent.claim(argv, job_id="job-7")
+        wait_for(lambda: started(record))
+        with agent.client() as c:
+            body = {"reason": "kernel update", "deadline": 1, "on_completion": "resume"}
+            pending = c.post("/v1/drain", json=body).json()
+            c.post(f"/v1/drain/{pending['id']}/commit").raise_for_status()
+        wait_for(lambda: drain_state(agent) == "none")
+        text = agent.log_path.read_text()
+    rid, cid, pid = pending["id"], claim["id"], claim["job"]["pid"]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    expected = [
+        rf"INFO .*drain {rid} phase 1 by local: graceful drain, reason 'kernel update', "
+        rf"on completion resume, expected empty at {stamp} \(in \d s\), badput \d+ core-s, "
+        rf"deadline 1 s after its commit; pending until {stamp}",
+        rf"INFO .*drain {rid} committed by local: graceful drain, reason 'kernel update', "
+        rf"expected empty at {stamp} \(in \d s\), badput \d+ core-s, deadline {stamp}",
+        rf"INFO .*drain {rid}: its deadline {stamp} is reached: escalated to a quick drain .*"
+        r"\(requested by local, reason 'kernel update'\)",
+        rf"INFO .*claim {cid}: evicting job job-7 \(pid {pid}\): the drain's deadline {stamp} "
+        rf"is reached; promise cut by 9 min 5\d s \(drain {rid}, requested by local, "
+        r"reason 'kernel update'\)",
+        rf"INFO .*claim {cid}: SIGTERM to process group {pid}",
+        rf"INFO .*drain {rid} complete: the node is empty and takes work again "
+        r"\(requested by local, reason 'kernel update'\)",
+    ]
+    at = 0
+    for pattern in expected:
+        found = re.compile(pattern).search(text, at)
+        assert found is not None, f"{pattern!r} not after offset {at} in:\n{text}"
+        at = found.end()
