@@ -199,6 +199,9 @@ def build_app(
         )
         return JSONResponse(body, status_code=status_code)
 
+    def retirement() -> float:
+        return float(agent.machine.policy.max_job_retirement_time)
+
     def caller(request: Request) -> Principal:
         who = request.scope.get(PRINCIPAL)
         assert isinstance(who, Principal), "the gate lets no unauthorized request through"
@@ -295,7 +298,12 @@ def build_app(
     @app.get("/v1/claims", tags=["claims"], responses=_errors(*_READ_ERRORS))
     async def list_claims(request: Request) -> dict[str, Any]:
         """Every claim (dynamic slot) and its job."""
-        return {"claims": [claim_json(c, agent.process(c.claim_id)) for c in agent.claims()]}
+        return {
+            "claims": [
+                claim_json(c, agent.process(c.claim_id), machine_retirement=retirement())
+                for c in agent.claims()
+            ]
+        }
 
     rule("GET", "/v1/claims/{claim_id}", AuthScope.READ)
 
@@ -306,7 +314,9 @@ def build_app(
     )
     async def get_claim(request: Request, claim_id: str) -> dict[str, Any]:
         """One claim and its job."""
-        return claim_json(agent.claim(claim_id), agent.process(claim_id))
+        return claim_json(
+            agent.claim(claim_id), agent.process(claim_id), machine_retirement=retirement()
+        )
 
     # ------------------------------------------------------------------ drains
 
@@ -449,7 +459,10 @@ def build_app(
                 pid=body.pid,
             )
         )
-        return JSONResponse(claim_json(info, agent.process(info.claim_id)), status_code=201)
+        return JSONResponse(
+            claim_json(info, agent.process(info.claim_id), machine_retirement=retirement()),
+            status_code=201,
+        )
 
     claim_errors = _errors(
         *_WRITE_ERRORS,
@@ -465,7 +478,9 @@ def build_app(
     async def delete_claim(request: Request, claim_id: str) -> JSONResponse:
         """Vacate: soft-kill the job now, hard-kill it after its vacate time."""
         info = await agent.release(claim_id)
-        return JSONResponse(claim_json(info, agent.process(claim_id)))
+        return JSONResponse(
+            claim_json(info, agent.process(claim_id), machine_retirement=retirement())
+        )
 
     rule("POST", "/v1/claims/{claim_id}/suspend", AuthScope.ADMINISTRATOR, "claim.suspend")
 
@@ -473,7 +488,9 @@ def build_app(
     async def suspend_claim(request: Request, claim_id: str) -> JSONResponse:
         """SIGSTOP the job's process group; its run time stops accruing."""
         info = await agent.suspend(claim_id)
-        return JSONResponse(claim_json(info, agent.process(claim_id)))
+        return JSONResponse(
+            claim_json(info, agent.process(claim_id), machine_retirement=retirement())
+        )
 
     rule("POST", "/v1/claims/{claim_id}/continue", AuthScope.ADMINISTRATOR, "claim.continue")
 
@@ -481,7 +498,9 @@ def build_app(
     async def continue_claim(request: Request, claim_id: str) -> JSONResponse:
         """SIGCONT the job's process group."""
         info = await agent.continue_(claim_id)
-        return JSONResponse(claim_json(info, agent.process(claim_id)))
+        return JSONResponse(
+            claim_json(info, agent.process(claim_id), machine_retirement=retirement())
+        )
 
     def verify(authorization: str | None) -> Principal:
         assert key is not None

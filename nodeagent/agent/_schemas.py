@@ -28,6 +28,7 @@ from slots import (
     Resources,
     Schedule,
     check_group_name,
+    effective_retirement,
 )
 
 __all__ = [
@@ -404,7 +405,14 @@ def drain_json(
     return body
 
 
-def claim_json(info: ClaimInfo, process: ProcessRecord | None) -> dict[str, Any]:
+def claim_json(
+    info: ClaimInfo, process: ProcessRecord | None, *, machine_retirement: float
+) -> dict[str, Any]:
+    """A claim as the API shows it. ``job.retirement_granted`` is the promise the job
+    holds under the machine's ``max_job_retirement_time`` (``machine_retirement``): the
+    job's own ``max_job_retirement_time`` when lower, else the machine's, which cuts a
+    longer request."""
+    granted = effective_retirement(machine_retirement, info.spec.max_job_retirement_time)
     return {
         "id": info.claim_id,
         "slot": info.slot,
@@ -420,6 +428,7 @@ def claim_json(info: ClaimInfo, process: ProcessRecord | None) -> dict[str, Any]
             "job_id": info.job_id,
             "owner": info.spec.owner,
             "max_job_retirement_time": info.spec.max_job_retirement_time,
+            "retirement_granted": int(granted),
             "job_max_vacate_time": info.spec.job_max_vacate_time,
             "kill_signal": info.spec.kill_signal,
             "group": info.spec.group,

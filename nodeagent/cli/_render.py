@@ -334,7 +334,9 @@ def render_drain_end(console: Console | Screen, body: Mapping[str, Any], request
 
 def render_claim(console: Console | Screen, claim: Mapping[str, Any], *, verb: str) -> None:
     """One line for a claim reply: ``claim 3 slot1_3@host Claimed/Busy pid 1234 (2 cpus,
-    job 3, owner alice, group www-data/prod/web)`` (the group only when it names one)."""
+    job 3, owner alice, group www-data/prod/web)`` (the group only when it names one); a
+    second when the machine cut the retirement the job asked for: ``retirement cut from 1h
+    to 10m (the machine's max_job_retirement_time)``."""
 
     job = claim.get("job") or {}
     resources = claim.get("resources") or {}
@@ -353,6 +355,13 @@ def render_claim(console: Console | Screen, claim: Mapping[str, Any], *, verb: s
         line.append(f", group {job['group']}")
     line.append(")")
     console.print(line)
+    asked, granted = job.get("max_job_retirement_time"), job.get("retirement_granted")
+    if isinstance(asked, int | float) and isinstance(granted, int | float) and granted < asked:
+        console.print(
+            f"  retirement cut from {format_duration(asked)} to {format_duration(granted)} "
+            "(the machine's max_job_retirement_time)",
+            style="yellow",
+        )
 
 
 # --- status and ads -----------------------------------------------------------------------

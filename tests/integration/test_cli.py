@@ -396,6 +396,28 @@ def test_claim_suspend_continue_release(agent: AgentProcess) -> None:
     assert cli(agent, "claim").returncode == 2
 
 
+def test_a_retirement_the_machine_cuts_is_said(agent: AgentProcess) -> None:
+    """The machine's max_job_retirement_time caps a job's own: the reply carries both, the
+    command line says the cut."""
+    argv = ["--", sys.executable, "-c", "import time; time.sleep(60)"]
+    created = cli(agent, "claim", "--retirement", "1h", "--json", *argv)
+    [claim] = json_lines(created)
+    agent.job_pids.add(claim["job"]["pid"])
+    machine = FAST_POLICY["max_job_retirement_time"]
+    assert claim["job"]["max_job_retirement_time"] == 3600
+    assert claim["job"]["retirement_granted"] == machine
+    shown = cli(agent, "claim", "--retirement", "1h", *argv)
+    assert shown.returncode == 0, shown.stderr
+    agent._remember_jobs()
+    assert (
+        f"retirement cut from 1h to {machine}s (the machine's max_job_retirement_time)"
+        in shown.stdout
+    )
+    kept = json_lines(cli(agent, "claim", "--retirement", "1s", "--json", *argv))[0]
+    agent.job_pids.add(kept["job"]["pid"])
+    assert kept["job"]["retirement_granted"] == 1
+
+
 # --- exit statuses, durations, reachability -----------------------------------------------
 
 
