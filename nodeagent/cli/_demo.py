@@ -9,7 +9,8 @@ temporary directory, the jobs are processes that receive real signals. The story
 3. the master plans and starts each node's graceful drain just in time; jobs are
    evicted at their promises and the nodes are empty before the window, except the
    late one, which the plan shows late and which is escalated when the window starts;
-4. the machines are brought down (and stay closed), then up: they resume.
+4. the machines are brought down (and stay closed), then up when their window ends: they
+   resume.
 
 The demo ends every process it started, by pid, and removes its directory.
 """
@@ -65,7 +66,6 @@ class DemoTimes:
     first_wave: tuple[tuple[int, ...], ...] = ((8, 14), (20, 20), (120,))
     second_wave_at: float = 28.0  # new work arriving shortly before the drains
     second_wave: tuple[tuple[int, ...], ...] = ((15,), (20,), ())
-    down_for: float = 6.0
 
     @classmethod
     def fast(cls) -> DemoTimes:
@@ -79,7 +79,6 @@ class DemoTimes:
             first_wave=((2, 4), (6, 6), (60,)),
             second_wave_at=10.0,
             second_wave=((5,), (6,), ()),
-            down_for=2.0,
         )
 
 
@@ -249,12 +248,16 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
             ids = [{"hostname": n, "ip": "127.0.0.1"} for n in names]
             (await m.post("/machine/down", json=ids)).raise_for_status()
             say("window open: machines DOWN; the nodes stay closed for maintenance")
-            await trio.sleep(times.down_for)
             for agent in agents:
                 ad = await _ad(agent)
                 say(f"{agent.config.hostname}: Start={ad['Start']} DrainState={ad['DrainState']}")
+            # The machines come back when their window ends, as posted.
+            await trio.sleep(max(0.0, window_start + times.window_length - time.time()))
             (await m.post("/machine/up", json=ids)).raise_for_status()
-            say("maintenance done: machines UP; the master cancels its drains")
+            say(
+                f"the window ends ({times.window_length:.0f}s after it started): maintenance "
+                "done, machines UP; the master cancels its drains"
+            )
             with trio.move_on_after(15):
                 while True:
                     ads = [await _ad(a) for a in agents]
@@ -351,6 +354,9 @@ async def _watch(
     """Narrate drains and evictions until ``until``; 0 when every node ended empty."""
     status = 0
     while time.time() < until:
+        # Said first, so that what the window's start causes is told after it.
+        if time.time() >= window_start:
+            narrator.say("the window starts now", key="window")
         for agent in agents:
             name = agent.config.hostname
             async with unix_client(agent.config.socket) as c:
@@ -374,6 +380,7 @@ async def _watch(
                     )
                     if machine.get("DrainingDeadline") and time.time() >= window_start:
                         when = f"at the window, {ran}s into its {promise}s promise (escalated)"
+                        narrator.say("the window starts now", key="window")
                     narrator.say(
                         f"{name}: job {slot['JobId']} gets SIGTERM {when}",
                         key=f"{name}-evict-{slot['JobId']}",
@@ -382,8 +389,6 @@ async def _watch(
                 early = window_start - time.time()
                 when = f"{early:.0f}s before the window" if early > 0 else "after escalation"
                 narrator.say(f"{name}: empty, Drained/Idle ({when})", key=f"{name}-drained")
-        if time.time() >= window_start:
-            narrator.say("the window starts now", key="window")
         await trio.sleep(0.1)
     for agent in agents:
         machine = await _ad(agent)
