@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +50,18 @@ def test_times_are_iso_8601_in_utc(epoch: float | None, text: str) -> None:
 )
 def test_durations_are_in_words_in_their_two_largest_units(seconds: float, text: str) -> None:
     assert in_words(seconds) == text
+
+
+def test_the_daemons_log_no_raw_seconds() -> None:
+    """The master's, the defrag daemon's and the agent's log lines print durations in words
+    and times in ISO 8601, never a number of seconds (``%.0f s``) or an epoch."""
+    root = Path(__file__).parents[2] / "nodeagent"
+    raw = re.compile(r"%(?:\.\d)?[dfg] ?s\b")
+    found = [
+        f"{path.relative_to(root)}: {line.strip()}"
+        for package in ("master", "defrag", "agent")
+        for path in sorted((root / package).glob("*.py"))
+        for line in path.read_text().splitlines()
+        if raw.search(line)
+    ]
+    assert found == []
