@@ -324,9 +324,14 @@ def _describe(
     var = _env_var_for(loc, environ)
     where = f" (from {var})" if var else ""
     if error["type"] == "extra_forbidden":
-        # A top-level key that is a setting of a section was written above its header.
-        sections = _sections_with(model, str(loc[0])) if model and len(loc) == 1 else []
-        hint = f" (it belongs under {' or '.join(sections)})" if sections else ""
+        # A key written above the header of the section it belongs to, or below a header
+        # when it belongs at the top.
+        hint = ""
+        if model is not None and len(loc) == 1:
+            sections = _sections_with(model, str(loc[0]))
+            hint = f" (it belongs under {' or '.join(sections)})" if sections else ""
+        elif model is not None and len(loc) == 2 and str(loc[1]) in model.model_fields:
+            hint = " (it belongs at the top, before any [section])"
         return f"{key}{where}: unknown setting{hint}"
     message = error["msg"].removeprefix("Value error, ")
     value = error.get("input")

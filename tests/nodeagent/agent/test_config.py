@@ -319,6 +319,12 @@ def test_config_is_immutable(tmp_path: Path, home: Path) -> None:
             id="section-key-at-top-level",
         ),
         pytest.param(
+            '[policy]\nhostname = "x"\n',
+            {},
+            ["policy.hostname: unknown setting (it belongs at the top, before any [section])"],
+            id="top-level-key-in-a-section",
+        ),
+        pytest.param(
             "[policy]\nmax_retirement = 5\n",
             {},
             ["policy.max_retirement", "unknown setting"],
