@@ -607,3 +607,18 @@ async def test_a_costly_start_refuses_the_claim_and_launches_nothing(tmp_path: P
         assert len(a.runner.launched) == 1
         assert a.audited()[-1] == ("local", "claim.create", "expression.too_costly", None)
     assert evaluator.pids() == []
+
+
+async def test_a_claims_audit_details_name_its_environment_never_its_values(
+    tmp_path: Path,
+) -> None:
+    async with api(tmp_path) as a:
+        body = {"command": ["sleep"], "cpus": 2, "env": {"TOKEN": "s3cret", "A": "1"}}
+        created = await a.local.post("/v1/claims", json=body)
+        assert created.status_code == 201, created.text
+        (record,) = map(json.loads, a.audit_path.read_text().splitlines())
+    assert record["action"] == "claim.create"
+    assert record["details"]["command"] == ["sleep"]
+    assert record["details"]["cpus"] == 2
+    assert record["details"]["env"] == ["A", "TOKEN"]
+    assert "s3cret" not in a.audit_path.read_text()
