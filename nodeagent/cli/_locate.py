@@ -90,14 +90,16 @@ def agent_key_file(env: Mapping[str, str], uid: int) -> Path:
     """
     config = _path(env.get("NODEAGENT_CONFIG"))
     settings = _file_settings(config, DEFAULT_AGENT_CONFIG_PATH)
+    return _key_file(env, settings, default_state_dir(env, uid))
+
+
+def _key_file(env: Mapping[str, str], settings: Mapping[str, Any], default: Path) -> Path:
+    """A daemon's pool key: ``NODEAGENT_KEY_FILE``, else its file's ``key_file``, else
+    ``<state_dir>/pool.key`` (``NODEAGENT_STATE_DIR``, else the file's, else ``default``)."""
     explicit = _path(_variable(env, "KEY_FILE")) or _path(settings.get("key_file"))
     if explicit is not None:
         return explicit
-    state_dir = (
-        _path(_variable(env, "STATE_DIR"))
-        or _path(settings.get("state_dir"))
-        or default_state_dir(env, uid)
-    )
+    state_dir = _path(_variable(env, "STATE_DIR")) or _path(settings.get("state_dir")) or default
     return state_dir / "pool.key"
 
 
@@ -115,16 +117,7 @@ def master_key_file(env: Mapping[str, str], uid: int) -> Path:
     ``NODEAGENT_STATE_DIR``, else the file, else ``default_state_dir(env, uid,
     "nodeagent-master")``.
     """
-    settings = _master_settings(env)
-    explicit = _path(_variable(env, "KEY_FILE")) or _path(settings.get("key_file"))
-    if explicit is not None:
-        return explicit
-    state_dir = (
-        _path(_variable(env, "STATE_DIR"))
-        or _path(settings.get("state_dir"))
-        or default_state_dir(env, uid, "nodeagent-master")
-    )
-    return state_dir / "pool.key"
+    return _key_file(env, _master_settings(env), default_state_dir(env, uid, "nodeagent-master"))
 
 
 def master_advertise_url(env: Mapping[str, str]) -> str | None:
