@@ -109,7 +109,7 @@ def sim_ad(name: str, address: str, now: float) -> dict[str, Any]:
         ip="127.0.0.2",
         address=address,
         total=Resources(cpus=4),
-        policy=MachinePolicy(),
+        policy=MachinePolicy(hooks=frozenset({HOOK})),  # its ad lists the hook
         now=now,
     )
     ad: dict[str, Any] = machine.ad(now)
