@@ -13,16 +13,21 @@ from datetime import UTC, datetime
 __all__ = ["in_words", "iso_time"]
 
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+_YEAR = 365.25 * 86400
 
 
 def iso_time(epoch: float | None) -> str:
     """An epoch in seconds as ISO 8601 in UTC (``2026-11-28T07:15:02Z``), rounded down to
-    the second; ``none`` for None and ``never`` for a value that is not finite."""
+    the second; ``none`` for None, ``never`` for a value that is not finite, and the year
+    alone (``year 58880``) for one beyond what a calendar date shows."""
     if epoch is None:
         return "none"
     if not math.isfinite(epoch):
         return "never"
-    return datetime.fromtimestamp(math.floor(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(math.floor(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"year {1970 + epoch / _YEAR:.0f}"
 
 
 def in_words(seconds: float) -> str:

@@ -1137,7 +1137,7 @@ class Master:
         log.info(
             "%s: window ended %s ago and the node is healthy: brought UP (up_after_window)",
             plan.node_name,
-            _in_words(self.clock.now() - step.window_end),
+            in_words(self.clock.now() - step.window_end),
         )
 
     async def _down(self, plan: MachinePlan, address: str, actor: str) -> None:
@@ -1199,19 +1199,6 @@ class Master:
             self._busy.discard(key)
             self._released.set()
             self._released = trio.Event()
-
-
-def _in_words(seconds: float) -> str:
-    """A duration as the logs say it (``2m 5s``)."""
-    whole = max(0, round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{hours}h"] if hours else []
-    if minutes:
-        parts.append(f"{minutes}m")
-    if secs or not parts:
-        parts.append(f"{secs}s")
-    return " ".join(parts)
 
 
 #: The name of each step in the logs.

@@ -40,10 +40,10 @@ import copy
 import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import Iterable
 from typing import Any
 
+from nodeagent._when import iso_time
 from nodeagent.master._drains import STARTING, Down, Escalate, Postpone, Start, decide
 from nodeagent.master._maintenance import (
     MachineId,
@@ -106,15 +106,6 @@ def schedule_version(state: MaintenanceState) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _iso(seconds: float) -> str:
-    """``seconds`` since the epoch as an ISO 8601 date and time (UTC), or the year alone
-    when it is beyond what a calendar date can show."""
-    try:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-    except (OverflowError, OSError, ValueError):
-        return f"year {1970 + seconds / _YEAR:.0f}"
-
-
 def _plausible(seconds: float, now: float) -> bool:
     return EARLIEST_PLAUSIBLE <= seconds <= now + PLAUSIBLE_YEARS * _YEAR
 
@@ -153,7 +144,7 @@ def schedule_warnings(schedule: MaintenanceSchedule, now: float) -> list[dict[st
                 _warning(
                     "schedule.suspicious_time",
                     f"window {index + 1}: times are nanoseconds since the epoch; "
-                    f"{start_ns} reads as {_iso(start)}{hint}",
+                    f"{start_ns} reads as {iso_time(start)}{hint}",
                     window=index,
                 )
             )
@@ -355,7 +346,7 @@ def _open_warnings(
         warnings.append(
             _warning(
                 "schedule.window_open",
-                f"the window starting {_iso(start)} {opened} already "
+                f"the window starting {iso_time(start)} {opened} already "
                 f"({count} machine{'' if count == 1 else 's'}: {machines}); {effect}",
                 start=start,
                 machines=[row["machine_id"] for row in entering],

@@ -20,6 +20,7 @@ from nodeagent._when import in_words, iso_time
         (1795821114, "2026-11-27T23:11:54Z"),
         (None, "none"),
         (math.inf, "never"),
+        (1_795_821_114_000_000_000, "year 56906139129"),  # nanoseconds read as seconds
     ],
 )
 def test_times_are_iso_8601_in_utc(epoch: float | None, text: str) -> None:
