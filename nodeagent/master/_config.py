@@ -6,8 +6,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, field_serializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_serializer, field_validator
 
 from nodeagent._ha._options import EtcdOptions
 from nodeagent._paths import DEFAULT_MASTER_CONFIG_PATH
@@ -20,9 +21,63 @@ from nodeagent._settings import (
     _load_settings,
     _service_defaults,
 )
+from nodeagent.master._events import EventFilter
 from nodeagent.master._sla_policies import SlaFile, read_sla_file
+from slots import InvalidRequest
 
-__all__ = ["DEFAULT_MASTER_CONFIG_PATH", "MasterConfig", "load_master_config"]
+__all__ = ["DEFAULT_MASTER_CONFIG_PATH", "MasterConfig", "NotifyEntry", "load_master_config"]
+
+
+class NotifyEntry(BaseModel):
+    """One ``[[notify]]`` entry: a webhook that gets the master's events
+    (:mod:`nodeagent.master._notify`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    types: tuple[str, ...] = ()
+    secret_file: Path
+    timeout: Duration = 10.0
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        parsed = urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"a webhook's url is http:// or https://, not {url!r}")
+        if parsed.username or parsed.password:
+            raise ValueError("a webhook's url holds no user or password (sign with secret_file)")
+        return url
+
+    @field_validator("types")
+    @classmethod
+    def _known_types(cls, types: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            EventFilter.parse(types=",".join(types))
+        except InvalidRequest as exc:
+            raise ValueError(exc.message) from exc
+        return types
+
+    @field_validator("secret_file")
+    @classmethod
+    def _readable_secret(cls, path: Path) -> Path:
+        try:
+            secret = path.read_bytes().rstrip(b"\r\n")
+        except OSError as exc:
+            raise ValueError(f"the webhook's secret_file cannot be read: {exc}") from exc
+        if len(secret) < 16:
+            raise ValueError(
+                f"the webhook's secret in {path} is shorter than 16 bytes: make one with "
+                "'openssl rand -hex 32 > FILE'"
+            )
+        return path
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive(cls, timeout: float) -> float:
+        if not timeout > 0:
+            raise ValueError("a webhook's timeout is a positive duration")
+        return timeout
 
 
 class MasterConfig(_DaemonSettings, EtcdOptions):
@@ -101,6 +156,12 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
         "(GET /v1/events); older ones are dropped",
         ge=100,
         le=1_000_000,
+    )
+    notify: tuple[NotifyEntry, ...] = _field(
+        (),
+        reload=False,
+        description="Webhooks: [[notify]] url, types, secret_file, timeout; each gets the "
+        "events its types match, signed, in order, at least once",
     )
     sla_coordinator_timeout: Duration = _field(
         5.0, reload=True, description="Seconds a coordinator of a job group has to answer", gt=0

@@ -53,6 +53,7 @@ from nodeagent.master._event_stream import EventHub
 from nodeagent.master._leader import LeaderView
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
+from nodeagent.master._notify import Notifier, NotifyTarget
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_policies import SlaBook
@@ -95,6 +96,7 @@ class _Parts:
     agents: HttpAgentLink | None
     sla: SlaBook
     leader: LeaderView
+    notifier: Notifier
 
 
 @dataclass
@@ -202,6 +204,21 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         operations.sla = sla  # each batch's SLA check
         leader = LeaderView(store=config.store)
         metrics.show_leadership(leader)
+        notifier = Notifier(
+            hub=master.events,
+            store=opened.store,
+            targets=[
+                NotifyTarget(
+                    url=entry.url,
+                    types=entry.types,
+                    secret_file=entry.secret_file,
+                    timeout=entry.timeout,
+                )
+                for entry in config.notify
+            ],
+            clock=self.clock,
+        )
+        metrics.show_notifier(notifier)
         self._parts = _Parts(
             master=master,
             metrics=metrics,
@@ -209,6 +226,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             agents=agents,
             sla=sla,
             leader=leader,
+            notifier=notifier,
         )
         master.identity = lambda: (leader.url, _term(leader))
         app: ASGIApp = build_master_app(
@@ -237,6 +255,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         if not isinstance(store, EtcdStore):
             await services.start(parts.master.run)
             await services.start(parts.operations.run)
+            await services.start(parts.notifier.run)
             return
         etcd = self._etcd = AsyncEtcd(store.settings)
         ttl = lease_ttl(config.leader_ttl)
@@ -267,7 +286,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         self._take_state(parts, await store.refresh_async(self._etcd))
         parts.master.take_over()
         try:
-            await store.hold(fence, parts.master.run, parts.operations.run)
+            await store.hold(fence, parts.master.run, parts.operations.run, parts.notifier.run)
         finally:
             self._take_state(parts)  # a follower again: the state as written
 

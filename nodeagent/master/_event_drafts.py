@@ -65,8 +65,9 @@ def schedule_changed(
     moved = sorted(h for h in new.keys() & old.keys() if new[h] != old[h])
     windows = len(after.schedule.windows)
     text = (
-        f"schedule replaced by {actor}: {len(new)} machines in {windows} windows "
-        f"({len(added)} added, {len(dropped)} dropped, {len(moved)} moved)"
+        f"schedule replaced by {actor}: {_count(len(new), 'machine')} in "
+        f"{_count(windows, 'window')} ({len(added)} added, {len(dropped)} dropped, "
+        f"{len(moved)} moved)"
     )
     return Draft(
         type="schedule.changed",
@@ -83,6 +84,10 @@ def schedule_changed(
             "counts": {"added": len(added), "dropped": len(dropped), "moved": len(moved)},
         },
     )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def mode_changes(before: MaintenanceState, after: MaintenanceState, *, actor: str) -> list[Draft]:
@@ -146,7 +151,7 @@ def escalation(
     text = f"{node}: at its window, escalated ({how})"
     if cuts:
         text += (
-            f": {len(cuts)} jobs cut, {in_words(lost)} of promised retirement lost, "
+            f": {_count(len(cuts), 'job')} cut, {in_words(lost)} of promised retirement lost, "
             f"{round(badput)} core-s of badput"
         )
     return Draft(

@@ -22,6 +22,7 @@ away is noticed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from starlette.types import Scope as ASGIScope
 from nodeagent._auth import AuthError, Principal, Scope, Unauthenticated, require
 from nodeagent._serving._gate import has_body, refuse
 from nodeagent._serving._http import error_body
+from nodeagent._store import StoreError
 from nodeagent.master._events import (
     MAX_PER_WRITE,
     Draft,
@@ -108,8 +110,6 @@ class EventHub:
         them and tell the subscribers."""
         if staged:
             del self.staged[:staged]
-        if not self.staged:
-            self._staged = trio.Event()
         if events:
             self.log.commit(events)
             self.published()
@@ -132,19 +132,22 @@ class EventHub:
         failures = 0
         while True:
             await self._staged.wait()
+            self._staged = trio.Event()  # replaced by the waiter alone: never orphaned
             await trio.sleep(FLUSH_DELAY)
-            if not self.staged:
-                self._staged = trio.Event()
+            if not self.staged:  # a write of the master's took them
                 continue
             try:
                 flush()
-            except Exception as exc:  # a store error: logged, kept staged, tried again
+            except StoreError as exc:  # logged, kept staged, tried again
                 failures += 1
                 if failures == 1 or failures % 60 == 0:
                     log.error("events not written (%d times in a row): %s", failures, exc)
+                self._staged.set()  # still staged: tried again
                 await trio.sleep(1.0)
             else:
                 failures = 0
+                if self.staged:  # more than one write takes
+                    self._staged.set()
 
     # ------------------------------------------------------------------ reading
 
@@ -307,6 +310,10 @@ def events_endpoint(
                 receive, send, scope, status=422, code="request.invalid", message=exc.message
             )
             return
+        last_id = hub.log.last_id
+        if request.since is None and request.last is None and request.follow:
+            # What comes next, from now: not from when the stream is read first.
+            request = dataclasses.replace(request, since=last_id)
         media = b"application/x-ndjson" if request.jsonl else b"text/event-stream; charset=utf-8"
         await send(
             {
@@ -316,7 +323,7 @@ def events_endpoint(
                     (b"content-type", media),
                     (b"cache-control", b"no-cache"),
                     (b"x-accel-buffering", b"no"),
-                    (b"x-nodeagent-last-event-id", str(hub.log.last_id).encode()),
+                    (b"x-nodeagent-last-event-id", str(last_id).encode()),
                 ],
             }
         )
@@ -325,6 +332,9 @@ def events_endpoint(
             return
         hub.subscribers += 1
         try:
+            # The head now (a server may hold it back until the first bytes of the body):
+            # the subscriber knows it is connected before any event comes.
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
             async with contextlib.aclosing(subscription(hub, request)) as chunks:
                 async for chunk in chunks:
                     with trio.move_on_after(SEND_TIMEOUT) as stalled:

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from nodeagent.master._leader import LeaderView
     from nodeagent.master._master import Master
+    from nodeagent.master._notify import Notifier
 
 __all__ = ["MasterMetrics"]
 
@@ -21,6 +22,7 @@ class _MasterCollector(Collector):
     def __init__(self, master: Master) -> None:
         self._master = master
         self.leader: LeaderView | None = None
+        self.notifier: Notifier | None = None
 
     def collect(self) -> Iterator[Metric]:
         master = self._master
@@ -57,6 +59,7 @@ class _MasterCollector(Collector):
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)
             yield counter
+        yield from self._events()
         leader = self.leader
         if leader is not None:
             leading = GaugeMetricFamily(
@@ -70,6 +73,43 @@ class _MasterCollector(Collector):
             )
             terms.add_metric([], 0 if leader.election is None else leader.election.terms)
             yield terms
+
+    def _events(self) -> Iterator[Metric]:
+        hub = self._master.events
+        for name, value, text in (
+            ("nodeagent_master_events_kept", len(hub.log), "Events kept for subscribers"),
+            ("nodeagent_master_event_last_id", hub.log.last_id, "The id of the last event"),
+            ("nodeagent_master_event_subscribers", hub.subscribers,
+             "Subscribers of GET /v1/events connected to this master"),
+        ):  # fmt: skip
+            gauge = GaugeMetricFamily(name, text)
+            gauge.add_metric([], value)
+            yield gauge
+        lag = GaugeMetricFamily(
+            "nodeagent_master_webhook_lag_events",
+            "Events written that a webhook has not taken yet",
+            labels=["url"],
+        )
+        failures = CounterMetricFamily(
+            "nodeagent_master_webhook_failures",
+            "Deliveries to a webhook that failed (each is tried again)",
+            labels=["url"],
+        )
+        delivered = GaugeMetricFamily(
+            "nodeagent_master_webhook_last_delivery_timestamp_seconds",
+            "When a webhook last took an event (absent: never since this master started)",
+            labels=["url"],
+        )
+        notifier = self.notifier
+        if notifier is not None:
+            for url, state in notifier.states.items():
+                lag.add_metric([url], notifier.lag(url))
+                failures.add_metric([url], state.failures)
+                if state.last_delivery is not None:
+                    delivered.add_metric([url], state.last_delivery)
+        yield lag
+        yield failures
+        yield delivered
 
 
 class MasterMetrics:
@@ -91,6 +131,10 @@ class MasterMetrics:
     def show_leadership(self, leader: LeaderView) -> None:
         """Export whether this master leads (``nodeagent_master_leading``) and its terms."""
         self._collector.leader = leader
+
+    def show_notifier(self, notifier: Notifier) -> None:
+        """Export the webhooks' lag, failures and last deliveries."""
+        self._collector.notifier = notifier
 
     def observe_request(self, method: str, route: str, started: float) -> None:
         self._latency.labels(method, route).observe(time.perf_counter() - started)

@@ -106,6 +106,9 @@ class Store:
     def load(self, name: str) -> Any:
         return None
 
+    def load_after(self, name: str, member: str) -> dict[str, Any]:
+        return {}
+
     def save(self, **documents: Any) -> None:
         self.saves += 1
         if self.fail_from is not None and self.saves >= self.fail_from:

@@ -51,6 +51,10 @@ def test_schedule_changed_lists_added_dropped_and_moved() -> None:
     assert change.facts["moved"] == ["b"]
     assert change.machines == ("b", "c", "d")
     assert "3 machines in 2 windows (1 added, 1 dropped, 1 moved)" in change.text
+    assert (
+        "1 machine in 1 window ("
+        in schedule_changed(state(), state((("a",), 1)), actor="x", version="v").text
+    )
 
 
 def test_mode_changes_one_event_per_move() -> None:
