@@ -1,4 +1,12 @@
-"""Prometheus metrics of the master, in a registry of its own, read at scrape time."""
+"""Prometheus metrics of the master, in a registry of its own, read at scrape time.
+
+What the plan and the ads say (late machines, escalations to come, expected badput, nodes
+by state, lost nodes, operations) is counted by :mod:`nodeagent.master._fleet` at each
+scrape, from the plan view's caches. A family whose samples name a machine or a node
+(``machine``, ``node`` labels) has one only for the machines or nodes in that condition
+(late, to be escalated, a failed hook, a failing health check, lost): its help text and
+type are exported even when none is.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from nodeagent.master._fleet import node_figures, operation_figures, schedule_figures
 
 if TYPE_CHECKING:
     from nodeagent.master._leader import LeaderView
@@ -59,6 +69,9 @@ class _MasterCollector(Collector):
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)
             yield counter
+        yield from self._schedule(master, now)
+        yield from self._nodes(master, now)
+        yield from self._operations(master)
         yield from self._events()
         leader = self.leader
         if leader is not None:
@@ -73,6 +86,147 @@ class _MasterCollector(Collector):
             )
             terms.add_metric([], 0 if leader.election is None else leader.election.terms)
             yield terms
+
+    def _schedule(self, master: Master, now: float) -> Iterator[Metric]:
+        """The scheduled machines by their plan rows (:func:`schedule_figures`)."""
+        inputs = master.plan_inputs(now)
+        figures = schedule_figures(master.plan_view.rows(inputs, now, with_blockers=True), now)
+        late = GaugeMetricFamily(
+            "nodeagent_master_machines_late",
+            "Scheduled machines whose node would not be empty before its window if every "
+            "job kept its retirement promise",
+        )
+        late.add_metric([], len(figures.late))
+        yield late
+        late_by = GaugeMetricFamily(
+            "nodeagent_master_machine_late_seconds",
+            "How long after its window starts a late machine's node would be empty by its "
+            "jobs' retirement promises (late machines only)",
+            labels=["machine", "node"],
+        )
+        for each in figures.late:
+            late_by.add_metric([each.machine, each.node], each.late_by)
+        yield late_by
+        planned = GaugeMetricFamily(
+            "nodeagent_master_escalations_planned",
+            "Scheduled machines whose drain the master will escalate at their window, "
+            "cutting retirement promises (not yet escalated)",
+        )
+        planned.add_metric([], len(figures.escalations))
+        yield planned
+        labels = ["machine", "node", "escalation"]
+        starts = GaugeMetricFamily(
+            "nodeagent_master_escalation_window_start_timestamp_seconds",
+            "When the window of a machine to be escalated starts (epoch s)",
+            labels=labels,
+        )
+        jobs = GaugeMetricFamily(
+            "nodeagent_master_escalation_cut_jobs",
+            "Jobs whose retirement promise the escalation of a machine will cut",
+            labels=labels,
+        )
+        badput = GaugeMetricFamily(
+            "nodeagent_master_escalation_cut_badput_cpu_seconds",
+            "Work the escalation of a machine will lose (core-s)",
+            labels=labels,
+        )
+        for escalating in figures.escalations:
+            values = [escalating.machine, escalating.node, escalating.escalation]
+            starts.add_metric(values, escalating.window_start)
+            jobs.add_metric(values, escalating.cut_jobs)
+            badput.add_metric(values, escalating.cut_badput)
+        yield starts
+        yield jobs
+        yield badput
+        expected = GaugeMetricFamily(
+            "nodeagent_master_expected_badput_cpu_seconds",
+            "Badput expected if every scheduled machine were drained now with this "
+            "schedule, summed (core-s)",
+            labels=["schedule"],
+        )
+        for schedule, value in figures.expected_badput.items():
+            expected.add_metric([schedule], value)
+        yield expected
+
+    def _nodes(self, master: Master, now: float) -> Iterator[Metric]:
+        """The nodes by their ads (:func:`node_figures`)."""
+        ads = master.ads
+        figures = node_figures(ads.entries(), ads.lost_at(now), now)
+        for name, text, counts in (
+            ("nodeagent_master_nodes_by_drain_state", "Live nodes by their ad's DrainState",
+             figures.drain_states),
+            ("nodeagent_master_nodes_by_hook_state",
+             "Live nodes by their ad's DrainHookState (nodes that publish one)",
+             figures.hook_states),
+            ("nodeagent_master_nodes_by_health_state",
+             "Live nodes by their ad's HealthState (nodes that publish one)",
+             figures.health_states),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(name, text, labels=["state"])
+            for state, count in counts.items():
+                family.add_metric([state], count)
+            yield family
+        failed = GaugeMetricFamily(
+            "nodeagent_master_node_hook_failed",
+            "1 for a live node whose completion hook failed and keeps it closed",
+            labels=["node", "hook"],
+        )
+        for node, hook in figures.hooks_failed:
+            failed.add_metric([node, hook], 1)
+        yield failed
+        failing = GaugeMetricFamily(
+            "nodeagent_master_node_health_failing",
+            "1 for a live node whose health check fails (closed until it passes)",
+            labels=["node"],
+        )
+        for node in figures.health_failing:
+            failing.add_metric([node], 1)
+        yield failing
+        lost = GaugeMetricFamily(
+            "nodeagent_master_lost_node_ad_age_seconds",
+            "The age of a lost node's last ad (older than the ad lifetime)",
+            labels=["node"],
+        )
+        for node, age in figures.lost:
+            lost.add_metric([node], age)
+        yield lost
+        oldest = GaugeMetricFamily(
+            "nodeagent_master_oldest_ad_age_seconds",
+            "The age of the oldest live node's ad (0 without one)",
+        )
+        oldest.add_metric([], figures.oldest_live_ad)
+        yield oldest
+        lifetime = GaugeMetricFamily(
+            "nodeagent_master_ad_lifetime_seconds",
+            "How long an ad stays live without a newer one (ad_lifetime): older, its node is lost",
+        )
+        lifetime.add_metric([], ads.lifetime)
+        yield lifetime
+
+    def _operations(self, master: Master) -> Iterator[Metric]:
+        """The rolling operations (:func:`operation_figures`)."""
+        figures = operation_figures(master.operations.values())
+        operations = GaugeMetricFamily(
+            "nodeagent_master_operations", "Rolling operations by state", labels=["state"]
+        )
+        for state, count in figures.operations.items():
+            operations.add_metric([state], count)
+        yield operations
+        batches = GaugeMetricFamily(
+            "nodeagent_master_operation_batches",
+            "Batches of the rolling operations running or paused, by state",
+            labels=["state"],
+        )
+        for state, count in sorted(figures.batches.items()):
+            batches.add_metric([state], count)
+        yield batches
+        held = GaugeMetricFamily(
+            "nodeagent_master_operation_batches_held",
+            "Batches of running operations held by their SLA, badput budget or a node not "
+            "heard from",
+        )
+        held.add_metric([], figures.held)
+        yield held
 
     def _events(self) -> Iterator[Metric]:
         hub = self._master.events

@@ -1,0 +1,227 @@
+"""The fleet at a glance: what the master's metrics count, from its plan and its ads.
+
+Pure (no trio, no I/O, ``now`` an argument), read at every scrape
+(:mod:`nodeagent.master._metrics`):
+
+- :func:`schedule_figures`: the scheduled machines by their plan rows, as
+  ``GET /v1/maintenance/plan`` counts them in its totals: the machines late by their
+  promises (each with how late), the escalations to come (each with the jobs it cuts),
+  and the expected badput of each schedule summed over the machines with a node. The
+  rows come from the plan view's caches (:meth:`PlanView.rows
+  <nodeagent.master._plan_view.PlanView.rows>`, with blockers, as the plan's default
+  reply asks, so that both keep the same rows); each row's figures at ``now`` are read
+  without listing its blockers, as a plan with ``blockers=false`` would: a scrape reads
+  a few numbers per machine.
+- :func:`node_figures`: the nodes by their ads: live nodes by drain, hook and health
+  state, the nodes whose completion hook failed and holds them closed, those whose health
+  check fails, the lost ones, the oldest live ad.
+- :func:`operation_figures`: the rolling operations by state, and the batches of those
+  not ended by state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodeagent.master._adstore import AdEntry
+from nodeagent.master._operations import ENDED
+from nodeagent.master._plan import MachinePlan, RowState, row_figures
+from slots import Schedule
+
+__all__ = [
+    "DRAIN_STATES",
+    "HEALTH_STATES",
+    "HOOK_STATES",
+    "OPERATION_STATES",
+    "Escalating",
+    "LateMachine",
+    "NodeFigures",
+    "OperationFigures",
+    "ScheduleFigures",
+    "node_figures",
+    "operation_figures",
+    "schedule_figures",
+]
+
+#: ``DrainState`` values an agent publishes (docs/attributes.md), always counted.
+DRAIN_STATES = ("none", "pending", "draining", "drained")
+#: ``DrainHookState`` values, always counted.
+HOOK_STATES = ("pending", "running", "succeeded", "failed", "interrupted")
+#: ``HealthState`` values, always counted.
+HEALTH_STATES = ("passing", "pending", "failing")
+#: A rolling operation's states (:data:`nodeagent.master._operations.OperationState`).
+OPERATION_STATES = ("running", "paused", "cancelled", "completed", "completed_with_skips", "failed")
+#: Where each schedule's badput is among a row's six ``ExpectedMachine*`` values.
+_BADPUT_AT = {str(schedule): 2 * i + 1 for i, schedule in enumerate(Schedule)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LateMachine:
+    """A scheduled machine whose node would not be empty before its window if every job
+    kept its retirement promise (the plan's ``on_time: false``)."""
+
+    machine: str  # the machine id's hostname (its ip without one)
+    node: str
+    late_by: float  # seconds past the window's start
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Escalating:
+    """A scheduled machine whose drain the master will escalate at its window, not yet
+    escalated (the plan's ``will_escalate``, its record not ``escalated``)."""
+
+    machine: str
+    node: str
+    escalation: str  # quick or fast
+    window_start: float
+    cut_jobs: int
+    cut_badput: int  # core-seconds
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleFigures:
+    """See :func:`schedule_figures`. ``late`` and ``escalations`` in schedule order."""
+
+    late: tuple[LateMachine, ...]
+    escalations: tuple[Escalating, ...]
+    expected_badput: Mapping[str, int]  # by schedule: graceful, quick, fast (core-seconds)
+
+
+def _label(plan: MachinePlan) -> str:
+    machine_id = plan.machine.id
+    return machine_id.hostname or machine_id.ip or plan.key
+
+
+def schedule_figures(rows: Iterable[tuple[MachinePlan, RowState]], now: float) -> ScheduleFigures:
+    """The scheduled machines' figures at ``now`` from their plans and row states (see
+    the module docstring): as the plan's totals count them, ``late`` holds as many
+    machines as its ``late``, ``escalations`` as its ``escalations``, and the expected
+    badput of the graceful and quick schedules are its ``expected_graceful_badput`` and
+    ``expected_quick_badput``. A machine without a node counts in none of them."""
+    late: list[LateMachine] = []
+    escalations: list[Escalating] = []
+    badput = dict.fromkeys(_BADPUT_AT, 0)
+    for plan, state in rows:
+        node = plan.node
+        if node is None:
+            continue
+        figures = row_figures(plan, state._replace(with_blockers=False), now)
+        expected = figures.expected
+        assert expected is not None  # a row with a node has its figures
+        for schedule, at in _BADPUT_AT.items():
+            badput[schedule] += expected[at]
+        if not figures.on_time:
+            late.append(
+                LateMachine(machine=_label(plan), node=node.name, late_by=figures.late_by or 0.0)
+            )
+        record = plan.drain_record
+        if figures.will_escalate and not (record is not None and record.escalated):
+            escalations.append(
+                Escalating(
+                    machine=_label(plan),
+                    node=node.name,
+                    escalation=str(state.applied),
+                    window_start=plan.window_start,
+                    cut_jobs=figures.cut_jobs,
+                    cut_badput=figures.cut_badput,
+                )
+            )
+    return ScheduleFigures(late=tuple(late), escalations=tuple(escalations), expected_badput=badput)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFigures:
+    """See :func:`node_figures`. The counts hold every state of :data:`DRAIN_STATES`,
+    :data:`HOOK_STATES` and :data:`HEALTH_STATES` (zero when no node is in it), and any
+    other value a node published; the lists are sorted by node."""
+
+    drain_states: Mapping[str, int]
+    hook_states: Mapping[str, int]
+    health_states: Mapping[str, int]
+    hooks_failed: tuple[tuple[str, str], ...]  # (node, hook)
+    health_failing: tuple[str, ...]
+    lost: tuple[tuple[str, float], ...]  # (node, its ad's age)
+    oldest_live_ad: float  # the age of the oldest live ad (0 without one)
+
+
+def _count(counts: dict[str, int], value: object) -> None:
+    if value is not None:
+        counts[str(value)] = counts.get(str(value), 0) + 1
+
+
+def node_figures(
+    entries: Iterable[AdEntry], is_lost: Callable[[AdEntry], bool], now: float
+) -> NodeFigures:
+    """The nodes' figures at ``now`` from the ads held (``is_lost``: the ad store's
+    :meth:`~nodeagent.master._adstore.AdStore.lost_at` of ``now``). Only live nodes are
+    counted by state (a lost node's ad says what it was, not what it is): by
+    ``DrainState`` (a node without one counts as ``none``), by ``DrainHookState`` and by
+    ``HealthState`` (nodes that publish one). ``hooks_failed``: live nodes whose drain in
+    force has a failed completion hook that holds them closed; ``health_failing``: live
+    nodes whose health check fails; ``lost``: every lost node with its ad's age."""
+    drain = dict.fromkeys(DRAIN_STATES, 0)
+    hook = dict.fromkeys(HOOK_STATES, 0)
+    health = dict.fromkeys(HEALTH_STATES, 0)
+    failed: list[tuple[str, str]] = []
+    failing: list[str] = []
+    lost: list[tuple[str, float]] = []
+    oldest = 0.0
+    for entry in entries:
+        age = entry.age(now)
+        if is_lost(entry):
+            lost.append((entry.name, age))
+            continue
+        oldest = max(oldest, age)
+        machine = entry.machine
+        _count(drain, machine.get("DrainState", "none"))
+        _count(hook, machine.get("DrainHookState"))
+        _count(health, machine.get("HealthState"))
+        service = entry.service
+        if service["hook_holds"] and service["hook"]["state"] == "failed":
+            failed.append((entry.name, str(service["hook"]["name"])))
+        if service["health"] is not None and service["health"]["state"] == "failing":
+            failing.append(entry.name)
+    return NodeFigures(
+        drain_states=drain,
+        hook_states=hook,
+        health_states=health,
+        hooks_failed=tuple(sorted(failed)),
+        health_failing=tuple(sorted(failing)),
+        lost=tuple(sorted(lost)),
+        oldest_live_ad=oldest,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OperationFigures:
+    """See :func:`operation_figures`."""
+
+    operations: Mapping[str, int]  # by state, every one of OPERATION_STATES
+    batches: Mapping[str, int]  # of the operations not ended, by state
+    held: int  # waiting batches of running operations that are held (with a reason)
+
+
+def operation_figures(operations: Iterable[Mapping[str, Any]]) -> OperationFigures:
+    """The rolling operations (as the master saves them:
+    :meth:`Operation.to_json <nodeagent.master._operations.Operation.to_json>`) by state,
+    and the batches of those not ended (running or paused) by state (``waiting``,
+    ``draining``, ``hook``, ``health``, ``returning``, ``done``, …); ``held``: the
+    waiting batches of running operations that are held (their ``reason`` says why: the
+    SLA, the badput budget, a node not heard from)."""
+    states = dict.fromkeys(OPERATION_STATES, 0)
+    batches: dict[str, int] = {}
+    held = 0
+    for operation in operations:
+        _count(states, operation["state"])
+        if operation["state"] in ENDED:
+            continue
+        for batch in operation["batches"]:
+            _count(batches, batch["state"])
+            held += (
+                operation["state"] == "running"
+                and batch["state"] == "waiting"
+                and batch.get("reason") is not None
+            )
+    return OperationFigures(operations=states, batches=batches, held=held)

@@ -1,0 +1,289 @@
+"""The fleet's figures the master's metrics export (nodeagent.master._fleet), on tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeagent.master._adstore import AdEntry
+from nodeagent.master._fleet import (
+    DRAIN_STATES,
+    HEALTH_STATES,
+    HOOK_STATES,
+    OPERATION_STATES,
+    Escalating,
+    LateMachine,
+    node_figures,
+    operation_figures,
+    schedule_figures,
+)
+from nodeagent.master._maintenance import (
+    MachineId,
+    MaintenanceSchedule,
+    Unavailability,
+    Window,
+)
+from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._plan_view import PlanView
+from tests.nodeagent.master.test_plan_view import NOW, World, _ad, _reply_world
+
+# ------------------------------------------------------------------ the scheduled machines
+
+
+def _figures(world: World) -> Any:
+    view = PlanView()
+    return schedule_figures(view.rows(world.inputs(), world.now, with_blockers=True), world.now)
+
+
+def test_late_machines_and_escalations_are_the_plan_rows_that_say_so() -> None:
+    """n0 (a job promised 2 hours, its window in 40 min), n2, n3 and n4 are late by their
+    promises; n2's drain is already escalated (its record says so), n4 is DOWN (a fast
+    escalation), n1 is empty, n5 has no node."""
+    figures = _figures(_reply_world())
+    assert figures.late == (
+        LateMachine(machine="n0.test", node="n0.test", late_by=4700.0),
+        LateMachine(machine="n2.test", node="n2.test", late_by=5300.0),
+        LateMachine(machine="n3.test", node="n3.test", late_by=5300.0),
+        LateMachine(machine="n4.test", node="n4.test", late_by=6500.0),
+    )
+    assert figures.escalations == (
+        Escalating(
+            machine="n0.test",
+            node="n0.test",
+            escalation="quick",
+            window_start=NOW + 2400,
+            cut_jobs=1,
+            cut_badput=2500,
+        ),
+        Escalating(
+            machine="n3.test",
+            node="n3.test",
+            escalation="quick",
+            window_start=NOW + 1800,
+            cut_jobs=1,
+            cut_badput=1900,
+        ),
+        Escalating(
+            machine="n4.test",
+            node="n4.test",
+            escalation="fast",
+            window_start=NOW + 600,
+            cut_jobs=3,
+            cut_badput=2103,
+        ),
+    )
+    assert figures.expected_badput == {"graceful": 50400, "quick": 4904, "fast": 704}
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        PlanPolicy(),
+        PlanPolicy(escalation="fast"),
+        PlanPolicy(escalation="none"),
+        PlanPolicy(drain_policy="immediate"),
+        PlanPolicy(drain_margin=3600.0),
+    ],
+    ids=["quick", "fast", "none", "immediate", "margin"],
+)
+@pytest.mark.parametrize("later", [0.0, 1800.0, 3000.0], ids=["now", "+30min", "+50min"])
+def test_the_figures_count_what_the_plan_totals_count(policy: PlanPolicy, later: float) -> None:
+    world = _reply_world()
+    world.policy = policy
+    world.now = NOW + later
+    totals = PlanView().reply(world.inputs(), world.now)["totals"]
+    figures = _figures(world)
+    assert (len(figures.late), len(figures.escalations)) == (
+        totals["late"],
+        totals["escalations"],
+    )
+    assert sum(e.cut_jobs for e in figures.escalations) <= totals["cut_jobs"]
+    assert (figures.expected_badput["graceful"], figures.expected_badput["quick"]) == (
+        totals["expected_graceful_badput"],
+        totals["expected_quick_badput"],
+    )
+
+
+def test_a_machine_known_by_its_ip_alone_is_labelled_by_it() -> None:
+    world = World()
+    world.ads.update(_ad(7, NOW, jobs=1), NOW)
+    world.state.update_schedule(
+        MaintenanceSchedule(
+            windows=(
+                Window(
+                    machine_ids=(MachineId(hostname=None, ip="10.0.0.7"),),
+                    unavailability=Unavailability(start_ns=int((NOW + 600) * 1e9)),
+                ),
+            )
+        )
+    )
+    assert [(m.machine, m.node) for m in _figures(world).late] == [("10.0.0.7", "n7.test")]
+
+
+# ------------------------------------------------------------------ the nodes
+
+LIFETIME = 60.0
+
+
+def _entry(name: str, age: float, **machine: Any) -> AdEntry:
+    return AdEntry(name=name, machine=machine, slots=[], received_at=NOW - age, updates=1)
+
+
+def _hook(state: str, request: str = "7", *, held_by: str | None = "7") -> dict[str, Any]:
+    """A completion hook ``reboot`` of request ``request`` in ``state``; the drain in
+    force is ``held_by`` (``None``: none)."""
+    out = {"DrainHookName": "reboot", "DrainHookState": state, "DrainHookRequestId": request}
+    if held_by is not None:
+        out.update(DrainState="drained", DrainingRequestId=held_by)
+    return out
+
+
+#: (the nodes, what is counted): drain, hook and health states are counted on live nodes;
+#: the oldest live ad is 1 s old unless said.
+NODES: list[tuple[str, list[AdEntry], dict[str, Any]]] = [
+    ("no node", [], {"oldest": 0.0}),
+    (
+        "an idle node, a draining one, one without DrainState",
+        [
+            _entry("a", 5, DrainState="none"),
+            _entry("b", 12, DrainState="draining"),
+            _entry("c", 1),
+        ],
+        {"drain": {"none": 2, "draining": 1}, "oldest": 12.0},
+    ),
+    (
+        "a lost node is listed with its age, not counted by state",
+        [
+            _entry("a", 5, DrainState="none"),
+            _entry("z", 600, **_hook("failed")),
+        ],
+        {"drain": {"none": 1}, "lost": (("z", 600.0),), "oldest": 5.0},
+    ),
+    (
+        "a failed hook of the drain in force holds its node closed",
+        [_entry("h", 1, **_hook("failed"))],
+        {"drain": {"drained": 1}, "hook": {"failed": 1}, "failed": (("h", "reboot"),)},
+    ),
+    (
+        "a failed hook of an older request does not",
+        [_entry("h", 1, **_hook("failed", "6"))],
+        {"drain": {"drained": 1}, "hook": {"failed": 1}},
+    ),
+    (
+        "nor does one when no drain is in force",
+        [_entry("h", 1, DrainState="none", **_hook("failed", held_by=None))],
+        {"drain": {"none": 1}, "hook": {"failed": 1}},
+    ),
+    (
+        "hooks running and succeeded",
+        [_entry("r", 1, **_hook("running")), _entry("s", 2, **_hook("succeeded"))],
+        {"drain": {"drained": 2}, "hook": {"running": 1, "succeeded": 1}, "oldest": 2.0},
+    ),
+    (
+        "health checks by state; the failing ones listed",
+        [
+            _entry("p", 1, HealthState="passing"),
+            _entry("q", 1, HealthState="pending"),
+            _entry("y", 1, HealthState="failing"),
+            _entry("x", 1, HealthState="failing"),
+            _entry("lost", 61, HealthState="failing"),
+        ],
+        {
+            "drain": {"none": 4},
+            "health": {"passing": 1, "pending": 1, "failing": 2},
+            "failing": ("x", "y"),
+            "lost": (("lost", 61.0),),
+        },
+    ),
+    (
+        "a state the list does not know is counted as published",
+        [_entry("n", 1, DrainState="rebooting")],
+        {"drain": {"rebooting": 1}},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"), [(e, x) for _, e, x in NODES], ids=[n for n, _, _ in NODES]
+)
+def test_nodes_are_counted_by_state_and_listed_by_condition(
+    entries: list[AdEntry], expected: dict[str, Any]
+) -> None:
+    figures = node_figures(entries, lambda e: NOW - e.received_at > LIFETIME, NOW)
+    assert figures.drain_states == {**dict.fromkeys(DRAIN_STATES, 0), **expected.get("drain", {})}
+    assert figures.hook_states == {**dict.fromkeys(HOOK_STATES, 0), **expected.get("hook", {})}
+    assert figures.health_states == {
+        **dict.fromkeys(HEALTH_STATES, 0),
+        **expected.get("health", {}),
+    }
+    assert figures.hooks_failed == expected.get("failed", ())
+    assert figures.health_failing == expected.get("failing", ())
+    assert figures.lost == expected.get("lost", ())
+    assert figures.oldest_live_ad == expected.get("oldest", 1.0)
+
+
+# ------------------------------------------------------------------ the operations
+
+
+def _operation(state: str, *batches: tuple[str, bool]) -> dict[str, Any]:
+    """An operation as saved, its batches (state, held) in order."""
+    return {
+        "state": state,
+        "batches": [
+            {"state": s, "reason": {"code": "sla"} if held else None} for s, held in batches
+        ],
+    }
+
+
+#: (the operations, by state, their batches by state, held batches)
+OPERATIONS: list[tuple[str, list[dict[str, Any]], dict[str, int], dict[str, int], int]] = [
+    ("none", [], {}, {}, 0),
+    (
+        "a running operation: a batch done, one draining, one held, one waiting",
+        [
+            _operation(
+                "running",
+                ("done", False),
+                ("draining", False),
+                ("waiting", True),
+                ("waiting", False),
+            )
+        ],
+        {"running": 1},
+        {"done": 1, "draining": 1, "waiting": 2},
+        1,
+    ),
+    (
+        "a paused operation's batches count; a held one of it is not held",
+        [_operation("paused", ("failed", False), ("waiting", True))],
+        {"paused": 1},
+        {"failed": 1, "waiting": 1},
+        0,
+    ),
+    (
+        "the batches of ended operations are not counted",
+        [
+            _operation("completed", ("done", False)),
+            _operation("completed_with_skips", ("done", False), ("skipped", False)),
+            _operation("cancelled", ("cancelled", False)),
+            _operation("failed", ("failed", False)),
+        ],
+        {"completed": 1, "completed_with_skips": 1, "cancelled": 1, "failed": 1},
+        {},
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("operations", "states", "batches", "held"),
+    [row[1:] for row in OPERATIONS],
+    ids=[row[0] for row in OPERATIONS],
+)
+def test_operations_and_their_batches_are_counted_by_state(
+    operations: list[dict[str, Any]], states: dict[str, int], batches: dict[str, int], held: int
+) -> None:
+    figures = operation_figures(operations)
+    assert figures.operations == {**dict.fromkeys(OPERATION_STATES, 0), **states}
+    assert (figures.batches, figures.held) == (batches, held)
