@@ -199,7 +199,7 @@ def events(
                 for line in streamed.lines():
                     follower.take(line, target)
             return
-        _follow(target, follower, since=since, last=_last(since, last), wanted=wanted)
+        _follow(target, follower, last=_last(since, last), wanted=wanted)
     except KeyboardInterrupt:
         return  # Ctrl-C ends a stream: status 0, as kubectl get -w
     except BrokenPipeError:  # the reader went (| head): end quietly, as it does
@@ -216,7 +216,6 @@ def _follow(
     target: Target,
     follower: _Follower,
     *,
-    since: int | None,
     last: int | None,
     wanted: dict[str, str],
 ) -> None:

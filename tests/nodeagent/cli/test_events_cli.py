@@ -5,14 +5,18 @@ master: tests/integration/test_events_clients.py."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeagent.cli import _events
-from nodeagent.cli._errors import AgentFailed
+from nodeagent.cli._errors import AgentFailed, Unauthorized
 from nodeagent.cli._fast import parse
 from nodeagent.cli._http import Target
+from tests.nodeagent.cli.test_transport import chunked, reply, serving
 
 EVENT = {
     "id": 42,
@@ -120,3 +124,45 @@ def test_a_line_that_is_no_event_is_the_masters_bad_reply() -> None:
     with pytest.raises(AgentFailed) as raised:
         follower.take(b"<html>", MASTER)
     assert (raised.value.code, raised.value.exit_status) == ("master.bad_reply", 5)
+
+
+def body(*items: Any) -> list[bytes]:
+    """Stream lines, each a chunk of its own, ending in its newline."""
+    return [line + b"\n" for line in lines(*items)]
+
+
+def test_following_asks_again_after_the_last_event_printed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A scripted master whose streams break: each new connection asks for the events
+    after the last one printed; a refusal ends it."""
+    head = {"Transfer-Encoding": "chunked", "Content-Type": "application/x-ndjson"}
+    answers = [
+        reply("200 OK", {**head, "X-Nodeagent-Last-Event-Id": "3"}, chunked(*body(
+            {**EVENT, "id": 2}, {**EVENT, "id": 3}))[:-5]),  # cut before its last chunk
+        reply("200 OK", head, chunked(*body({**EVENT, "id": 3}, b"", {**EVENT, "id": 4}))[:-5]),
+        reply("401 Unauthorized", {"Content-Type": "application/json", "Content-Length": "61"},
+              b'{"error":{"code":"auth.unauthenticated","message":"expired"}}'),
+    ]  # fmt: skip
+
+    def respond(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(answers.pop(0))
+
+    with serving(respond, unix=tmp_path / "master.sock") as (server, endpoint):
+        target = Target(unix=Path(str(endpoint.unix)), peer="master")
+        follower = _events._Follower(None, json_output=False)
+        wanted = {"types": "drain.*", "machines": "", "groups": ""}
+        with pytest.raises(Unauthorized, match="expired"):
+            _events._follow(target, follower, last=20, wanted=wanted)
+    asked = [request.split(b"\r\n")[0].decode() for request in server.requests]
+    assert asked == [
+        "GET /v1/events?format=jsonl&follow=true&last=20&type=drain.%2A HTTP/1.1",
+        "GET /v1/events?format=jsonl&follow=true&since=3&type=drain.%2A HTTP/1.1",
+        "GET /v1/events?format=jsonl&follow=true&since=4&type=drain.%2A HTTP/1.1",
+    ]
+    out, err = capsys.readouterr()
+    assert [line.split()[1] for line in out.splitlines()] == ["2", "3", "4"]
+    warned = err.splitlines()
+    assert [line.rpartition(" ")[2] for line in warned[::2]] == ["3", "4"]
+    assert all(line.startswith("warning: cannot reach the master at unix:") for line in warned[::2])
+    assert warned[1].startswith(f"reconnected to the master at unix:{tmp_path}/master.sock after ")
