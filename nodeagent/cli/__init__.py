@@ -15,6 +15,7 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 * :mod:`._demo_rolling`: ``nodeagent demo --rolling``: a rack-by-rack reboot under an SLA.
 * :mod:`._draw`: the views' text, tables and groups, drawn without rich off a terminal.
 * :mod:`._errors`: the error tree of a client command and its exit statuses.
+* :mod:`._events`: ``master events``: the master's event stream, followed and resumed.
 * :mod:`._fast`: parses and runs the plain command lines, without typer.
 * :mod:`._http`: finds and reaches a daemon: targets, requests, redirects, error replies.
 * :mod:`._join`: ``master join-config``: a new agent's token and ``[master]`` section.
@@ -26,7 +27,8 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 * :mod:`._render`: every human view, built of :mod:`._draw`'s pieces.
 * :mod:`._sla`: ``master sla probe`` as a table.
 * :mod:`._token`: ``token create``: signs a bearer token with the pool key.
-* :mod:`._transport`: one HTTP/1.1 exchange on a plain socket, without ``http.client``.
+* :mod:`._transport`: one HTTP/1.1 exchange on a plain socket (or a reply read as it
+  comes), without ``http.client``.
 
 The plain commands import neither ``typing``, ``dataclasses`` nor ``http.client``, nor rich
 off a terminal (``tests/integration/test_cli_startup.py``): keep it so in every module they

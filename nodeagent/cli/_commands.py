@@ -651,6 +651,66 @@ COMMANDS: tuple[Command, ...] = (
         ),
     },
     {
+        "words": ("master", "events"),
+        "run": "nodeagent.cli._events:events",
+        "help": "The master's events, one line each (GET /v1/events): time, id, type, text.\n\n"
+        "Without --follow, the last --last kept events that match (or those after\n"
+        "--since), then exit 0. With --follow, each new event as the master keeps it,\n"
+        "until Ctrl-C (exit 0); a lost connection or a master restarted is reconnected,\n"
+        "asking for the events after the last one shown, none twice. A gap (events no\n"
+        "longer kept) is a warning on stderr. --json: each line as the master sends it.",
+        "options": (
+            {
+                "names": ("--follow", "-f"),
+                "kind": "flag",
+                "help": "Keep printing new events until Ctrl-C.",
+            },
+            {
+                "names": ("--since",),
+                "kind": "int",
+                "min": 0,
+                "metavar": "ID",
+                "show_default": False,
+                "help": "The events after this id (instead of the last ones).",
+            },
+            {
+                "names": ("--last",),
+                "kind": "int",
+                "min": 0,
+                "metavar": "N",
+                "show_default": False,
+                "help": "The last N kept events that match first (default 20; 0: none).",
+            },
+            {
+                "names": ("--type",),
+                "dest": "types",
+                "kind": "many",
+                "metavar": "TYPE",
+                "show_default": False,
+                "help": "Only this type (drain.committed) or category (drain.*); repeat, or "
+                "separate with commas.",
+            },
+            {
+                "names": ("--machine",),
+                "dest": "machines",
+                "kind": "many",
+                "metavar": "HOST",
+                "show_default": False,
+                "help": "Only the events of this machine (its hostname, or its first label); "
+                "repeat.",
+            },
+            {
+                "names": ("--group",),
+                "dest": "groups",
+                "kind": "many",
+                "metavar": "ROLE/ENV/NAME",
+                "show_default": False,
+                "help": "Only the events of this job group; repeat.",
+            },
+            *_MASTER,
+        ),
+    },
+    {
         "words": ("master", "schedule", "get"),
         "run": f"{_M}:schedule_get",
         "help": "The maintenance schedule: one row per window (GET /maintenance/schedule).\n\n"

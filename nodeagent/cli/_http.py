@@ -15,6 +15,8 @@ Only the commands that make a request import this module; nothing here imports
   parsed JSON); :func:`check` turns an error reply into its
   :class:`~nodeagent.cli._errors.AgentError` (the body read by
   :func:`nodeagent._wire.error_fields`, as every other caller reads it).
+* :func:`stream` sends a ``GET`` whose reply does not end (the master's event stream) and
+  returns a :class:`Streamed`, whose lines are read as they come.
 * A master that does not lead answers a write with ``307`` and the leader's URL in
   ``Location``: :func:`call` sends the same request (method, body, headers, the token) there,
   at most :data:`MAX_REDIRECTS` times in a row, and only to a master the command was given
@@ -49,12 +51,14 @@ from nodeagent.cli._transport import (
     BrokenReply,
     Endpoint,
     ReplyTooLarge,
+    Stream,
     exchange,
+    open_stream,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
 __all__ = [
@@ -63,6 +67,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_REDIRECTS",
     "Reply",
+    "Streamed",
     "Target",
     "call",
     "check",
@@ -70,6 +75,7 @@ __all__ = [
     "request",
     "resolve_master_target",
     "resolve_target",
+    "stream",
 ]
 
 DEFAULT_PORT = 9621
@@ -495,3 +501,98 @@ def request(
 def path_segment(value: str) -> str:
     """``value`` quoted for use as one path segment (a claim or request id)."""
     return quote(value, safe="")
+
+
+# --- a reply read as it comes -------------------------------------------------------------
+
+
+class Streamed:
+    """A success reply whose body is read as it comes (:func:`stream`): its ``headers``,
+    then :meth:`lines`. Close it (it is a context manager)."""
+
+    def __init__(self, target: Target, reply: Stream) -> None:
+        self._target = target
+        self._stream = reply
+        self.headers = reply.headers
+
+    def __enter__(self) -> Streamed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def lines(self) -> Iterator[bytes]:
+        """Each line of the body as it comes (an empty one too), until the body ends.
+        A connection that breaks, a body cut short, and nothing for the stream's idle
+        time raise :class:`~nodeagent.cli._errors.Unreachable`; a line too long
+        :class:`~nodeagent.cli._errors.AgentFailed` ``<peer>.bad_reply``."""
+        target = self._target
+        try:
+            yield from self._stream.lines()
+        except ReplyTooLarge as exc:
+            raise AgentFailed(
+                f"{target.peer}.bad_reply",
+                f"the {target.peer} at {target.describe()} sent a line of {exc}",
+                reply=Reply(status=exc.status, text=""),
+            ) from None
+        except (OSError, BrokenReply) as exc:
+            raise _unreachable(target, exc) from None
+
+
+def stream(
+    target: Target, path: str, *, idle: float, timeout: float = DEFAULT_TIMEOUT_S
+) -> Streamed:
+    """``GET path`` with the target's token, its reply read as it comes: returns once a
+    success (2xx) has sent its head, within ``timeout`` seconds; each later read of its
+    body waits ``idle`` seconds at most (:meth:`Streamed.lines`).
+
+    An error reply is read whole and raised as :func:`request` raises it (its body by
+    :func:`check`: :class:`~nodeagent.cli._errors.Refused`,
+    :class:`~nodeagent.cli._errors.Unauthorized`,
+    :class:`~nodeagent.cli._errors.AgentFailed`); a connection that fails, as
+    :func:`call` does (:class:`~nodeagent.cli._errors.Unreachable`). No redirect is
+    followed: every master answers the reads.
+    """
+    headers = {"Accept": "application/x-ndjson", "User-Agent": "nodeagent-cli"}
+    if target.token is not None:
+        headers["Authorization"] = f"Bearer {target.token}"
+    try:
+        opened = open_stream(
+            _endpoint(target),
+            "GET",
+            target.base_path + path,
+            headers=headers.items(),
+            timeout=timeout,
+            idle=idle,
+        )
+    except (OSError, BrokenReply) as exc:
+        raise _unreachable(target, exc) from None
+    if 200 <= opened.status < 300:
+        return Streamed(target, opened)
+    try:
+        with opened:
+            raw = opened.read(limit=1 << 20)
+    except ReplyTooLarge as exc:
+        raise AgentFailed(
+            f"{target.peer}.bad_reply",
+            f"the {target.peer} at {target.describe()} sent {exc}",
+            reply=Reply(status=exc.status, text=""),
+        ) from None
+    except (OSError, BrokenReply) as exc:
+        raise _unreachable(target, exc) from None
+    text = raw.decode("utf-8", errors="replace")
+    content_type = opened.headers.get("content-type", "")
+    data = None
+    if content_type.startswith("application/json"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+    check(
+        Reply(status=opened.status, text=text, data=data, content_type=content_type),
+        peer=target.peer,
+    )
+    raise AssertionError("check raises for a status that is no success")  # pragma: no cover

@@ -18,6 +18,12 @@ errors), :class:`TimeoutError` when the time is up, :class:`BrokenReply` for a r
 does not parse or ends early, :class:`ReplyTooLarge` past ``limit``. The connection is
 closed in every case; nothing else is left behind.
 
+:func:`open_stream` is the same request for a reply that does not end (an event stream):
+it returns once the status line and headers are read, within ``timeout``, and its
+:class:`Stream` reads the body as it comes, line by line (:meth:`Stream.lines`), each
+read within ``idle`` seconds of the one before (a peer that sends nothing for that long
+is :class:`TimeoutError`), until the body ends as it is framed. The caller closes it.
+
 Standard library only, without ``typing`` or ``dataclasses``: the entry point's plain
 commands import it.
 """
@@ -33,17 +39,20 @@ from nodeagent.cli._record import record
 __all__ = [
     "MAX_HEADERS",
     "MAX_HEAD_BYTES",
+    "MAX_LINE_BYTES",
     "MAX_REPLY_BYTES",
     "BrokenReply",
     "Endpoint",
     "ReplyTooLarge",
     "Response",
+    "Stream",
     "exchange",
+    "open_stream",
 ]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 MAX_HEAD_BYTES = 64 * 1024
 """The status line and headers of a reply, together (``http.client`` allows as much per
@@ -54,6 +63,10 @@ MAX_HEADERS = 100
 
 MAX_REPLY_BYTES = 1 << 30
 """A reply's body, by default: far above any daemon's (a pool's every ad is ≈ 250 MB)."""
+
+MAX_LINE_BYTES = 16 << 20
+"""A line of a streamed body, by default (an event naming every machine of a large
+schedule is some hundreds of KiB)."""
 
 _READ_SIZE = 64 * 1024
 
@@ -107,18 +120,23 @@ class Response:
 
 
 class _Reader:
-    """The connection's bytes, read as the parser asks, each read before ``deadline``."""
+    """The connection's bytes, read as the parser asks, each read before ``deadline``, or,
+    once ``idle`` is set, within ``idle`` seconds."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
         self._deadline = deadline
         self._buffer = bytearray()
         self.closed = False
+        self.idle: float | None = None
 
     def _fill(self) -> None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
+        if self.idle is not None:
+            left = self.idle
+        else:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
         self._sock.settimeout(left)
         data = self._sock.recv(_READ_SIZE)
         if not data:
@@ -147,6 +165,15 @@ class _Reader:
         while len(self._buffer) < size:
             if self.closed:
                 raise BrokenReply(f"the connection closed in the {what}")
+            self._fill()
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def some(self, size: int) -> bytes:
+        """What is buffered, or what the next read brings (``b""`` once the peer has
+        closed), at most ``size`` bytes."""
+        if not self._buffer and not self.closed:
             self._fill()
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
@@ -242,8 +269,11 @@ def _head(reader: _Reader) -> tuple[int, str, dict[str, str]]:
     return int(code), reason.decode("latin-1").strip(), headers
 
 
-def _chunked(reader: _Reader, limit: int, status: int) -> bytes:
-    body = bytearray()
+def _chunks(reader: _Reader, limit: int, status: int, *, whole: bool) -> Iterator[bytes]:
+    """The data of each chunk of a chunked body as it comes, then its trailers read and
+    dropped. ``limit`` bounds the body (``whole``), or each chunk; a chunk past it is not
+    read."""
+    taken = 0
     while True:
         line = reader.line(1024, "chunk size")
         size_text = line.partition(b";")[0].strip()
@@ -255,17 +285,22 @@ def _chunked(reader: _Reader, limit: int, status: int) -> bytes:
             raise BrokenReply("a negative chunk size")
         if size == 0:
             break
-        if len(body) + size > limit:
+        if size + (taken if whole else 0) > limit:
             raise ReplyTooLarge(status, limit)
-        body += reader.exactly(size, "body")
+        taken += size
+        data = reader.exactly(size, "body")
         if reader.exactly(2, "body") != b"\r\n":
             raise BrokenReply("a chunk without its CRLF")
+        yield data
     trailers = 0
     while reader.line(MAX_HEAD_BYTES, "trailers"):
         trailers += 1
         if trailers > MAX_HEADERS:
             raise BrokenReply(f"more than {MAX_HEADERS} trailers")
-    return bytes(body)
+
+
+def _chunked(reader: _Reader, limit: int, status: int) -> bytes:
+    return b"".join(_chunks(reader, limit, status, whole=True))
 
 
 def _body(reader: _Reader, method: str, status: int, headers: dict[str, str], limit: int) -> bytes:
@@ -282,6 +317,42 @@ def _body(reader: _Reader, method: str, status: int, headers: dict[str, str], li
     if length > limit:
         raise ReplyTooLarge(status, limit)
     return reader.exactly(length, "body")
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``; :class:`TimeoutError` once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+def _send(
+    endpoint: Endpoint,
+    method: str,
+    target: str,
+    *,
+    headers: Iterable[tuple[str, str]],
+    body: bytes | None,
+    deadline: float,
+) -> tuple[socket.socket, _Reader, int, str, dict[str, str]]:
+    """Connect, send the request and read the reply's head (interim replies skipped),
+    before ``deadline``: the open socket, its reader, and the status, reason and headers.
+    The socket is closed if anything fails."""
+    payload = _request_bytes(endpoint, method, target, headers, body)
+    sock = _connect(endpoint, deadline)
+    try:
+        sock.settimeout(_left(deadline))
+        sock.sendall(payload)
+        reader = _Reader(sock, deadline)
+        while True:
+            status, reason, reply_headers = _head(reader)
+            if not 100 <= status < 200 or status == 101:
+                break
+    except BaseException:
+        sock.close()
+        raise
+    return sock, reader, status, reason, reply_headers
 
 
 def exchange(
@@ -301,20 +372,109 @@ def exchange(
     line break is :class:`ValueError` before anything is sent.
     """
     deadline = time.monotonic() + timeout
-    payload = _request_bytes(endpoint, method, target, headers, body)
-    sock = _connect(endpoint, deadline)
+    sock, reader, status, reason, reply_headers = _send(
+        endpoint, method, target, headers=headers, body=body, deadline=deadline
+    )
     try:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
-        sock.settimeout(left)
-        sock.sendall(payload)
-        reader = _Reader(sock, deadline)
-        while True:
-            status, reason, reply_headers = _head(reader)
-            if not 100 <= status < 200 or status == 101:
-                break
         content = _body(reader, method, status, reply_headers, limit)
     finally:
         sock.close()
     return Response(status=status, reason=reason, headers=reply_headers, body=content)
+
+
+class Stream:
+    """A reply whose body is read as it comes (:func:`open_stream`): ``status``,
+    ``reason``, the ``headers`` (as :class:`Response` has them), then :meth:`lines` or
+    :meth:`read`. Close it (it is a context manager); closing twice is harmless."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        reader: _Reader,
+        *,
+        method: str,
+        status: int,
+        reason: str,
+        headers: dict[str, str],
+    ) -> None:
+        self._sock = sock
+        self._reader = reader
+        self._method = method
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def read(self, limit: int = MAX_REPLY_BYTES) -> bytes:
+        """The rest of the body, whole (an error reply's), as :func:`exchange` reads it."""
+        return _body(self._reader, self._method, self.status, self.headers, limit)
+
+    def _pieces(self, limit: int) -> Iterator[bytes]:
+        """The body's bytes as they come, until it ends as it is framed."""
+        reader, status, headers = self._reader, self.status, self.headers
+        if self._method == "HEAD" or status in (204, 304):
+            return
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            yield from _chunks(reader, limit, status, whole=False)
+            return
+        length_text = headers.get("content-length")
+        if length_text is None:  # until the peer closes
+            while data := reader.some(_READ_SIZE):
+                yield data
+            return
+        if not length_text.isdigit():
+            raise BrokenReply(f"a malformed Content-Length: {length_text[:20]!r}")
+        left = int(length_text)
+        while left > 0:
+            data = reader.some(min(left, _READ_SIZE))
+            if not data:
+                raise BrokenReply("the connection closed in the body")
+            left -= len(data)
+            yield data
+
+    def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+        """Each line of the body (without its LF or CRLF) as soon as it has come, until
+        the body ends. Raises :class:`BrokenReply` when the connection closes before the
+        body ends (or a last line without its LF), :class:`ReplyTooLarge` for a line (or
+        a chunk) longer than ``limit``, :class:`TimeoutError` when nothing comes for the
+        stream's ``idle`` seconds, and what the socket raises."""
+        pending = bytearray()
+        for piece in self._pieces(limit):
+            pending += piece
+            start = 0
+            while (end := pending.find(b"\n", start)) >= 0:
+                yield bytes(pending[start:end]).removesuffix(b"\r")
+                start = end + 1
+            del pending[:start]
+            if len(pending) > limit:
+                raise ReplyTooLarge(self.status, limit)
+        if pending:
+            raise BrokenReply("the body ended in the middle of a line")
+
+
+def open_stream(
+    endpoint: Endpoint,
+    method: str,
+    target: str,
+    *,
+    headers: Iterable[tuple[str, str]] = (),
+    timeout: float,
+    idle: float,
+) -> Stream:
+    """Send ``method target`` as :func:`exchange` does; the reply once its head is read
+    (within ``timeout``), its body left to read as it comes, each read of it within
+    ``idle`` seconds. Raises as :func:`exchange` does, before the body."""
+    deadline = time.monotonic() + timeout
+    sock, reader, status, reason, reply_headers = _send(
+        endpoint, method, target, headers=headers, body=None, deadline=deadline
+    )
+    reader.idle = idle
+    return Stream(sock, reader, method=method, status=status, reason=reason, headers=reply_headers)

@@ -15,9 +15,11 @@ runs the async one under its own ``trio.run``.
 
 :class:`MasterClient` (and :class:`SyncMasterClient`) talks to the masters: the Mesos
 maintenance schedule, down and up, the status, the plan, the ads, the rolling operations
-and the SLA policies. Several masters may be named (``urls=[...]``): a request goes to the
-first that answers, and a write that reaches a master that does not lead is sent again, as
-it was, to the leader that master names (``307``)::
+and the SLA policies; :meth:`MasterClient.events` reads their event stream, resuming by
+itself after a broken connection or a master restarted. Several masters may be named
+(``urls=[...]``): a request goes to the first that answers, and a write that reaches a
+master that does not lead is sent again, as it was, to the leader that master names
+(``307``)::
 
     async with MasterClient(urls=["https://m1:9622", "https://m2:9622"], token=tok) as m:
         await m.set_schedule({"windows": [...]})      # reaches the leader
@@ -73,7 +75,7 @@ The modules, by concern (every public name is imported from this package):
   become it;
 * :mod:`._results`: the result types and their decoding from JSON;
 * :mod:`._agent`: :class:`AgentClient` and its :class:`DrainTransaction`;
-* :mod:`._master`: :class:`MasterClient`;
+* :mod:`._master`: :class:`MasterClient` and its event stream;
 * :mod:`._sync`: the synchronous facades :class:`SyncAgentClient` (with
   :class:`SyncDrainTransaction`) and :class:`SyncMasterClient`.
 """
@@ -109,7 +111,7 @@ from nodeagent.client._errors import (
     Unauthorized,
     Unreachable,
 )
-from nodeagent.client._master import MAX_REDIRECTS, MasterClient
+from nodeagent.client._master import EVENTS_IDLE_S, MAX_REDIRECTS, MasterClient
 from nodeagent.client._results import (
     Blocker,
     Claim,
@@ -129,6 +131,7 @@ from nodeagent.client._sync import SyncAgentClient, SyncDrainTransaction, SyncMa
 
 __all__ = [
     "CANCEL_GRACE_S",
+    "EVENTS_IDLE_S",
     "MAX_REDIRECTS",
     "AgentClient",
     "AgentError",

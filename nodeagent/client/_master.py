@@ -1,14 +1,15 @@
 """The masters' client: :class:`MasterClient` (trio), which finds the leader among several
-masters and follows its redirects.
+masters and follows its redirects, and reads their event stream (:meth:`MasterClient.events`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,11 +37,21 @@ from nodeagent.client._errors import (
 )
 from nodeagent.client._results import Leadership, _decode, _leadership_from_json
 
-__all__ = ["MAX_REDIRECTS", "MasterClient"]
+__all__ = ["EVENTS_IDLE_S", "MAX_REDIRECTS", "MasterClient"]
 
 MAX_REDIRECTS = 3
 """How many redirects (307, 308) in a row :class:`MasterClient` follows; one more is
 :class:`RedirectNotFollowed` ``client.too_many_redirects``."""
+
+EVENTS_IDLE_S = 45.0
+"""Seconds without a byte of the event stream (the master sends a heartbeat every 15 s)
+after which :meth:`MasterClient.events` takes the connection for broken and reconnects."""
+
+_EVENT_BACKOFF_MIN_S = 0.1
+_EVENT_BACKOFF_MAX_S = 5.0
+_EVENT_LINE_BYTES = 16 << 20
+"""A line of the event stream, at most (an event naming every machine of a large
+schedule is some hundreds of KiB)."""
 
 _MASTER_BASE_URL = "http://nodeagent-master"
 _REDIRECTS = (307, 308)
@@ -590,3 +601,172 @@ class MasterClient:
         """Remove the API's policy of ``group``: ``{"group", "in_force"}``
         (``sla.no_such_policy``: 404)."""
         return await self._object("DELETE", f"/v1/sla/policies/{_group_path(group)}")
+
+    # ------------------------------------------------------------------ the event stream
+
+    def events(
+        self,
+        *,
+        since: int | None = None,
+        last: int | None = None,
+        types: str | Iterable[str] = (),
+        machines: str | Iterable[str] = (),
+        groups: str | Iterable[str] = (),
+        follow: bool = True,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The masters' events (``GET /v1/events?format=jsonl``), as dicts, in order of
+        their ids: ``{"id", "time", "type", "machines", "groups", "text", "facts"}``
+        (docs/master-api.md), and ``{"type": "gap", "missed", "after", "resume", "text"}``
+        where events asked for are no longer kept (``missed`` of them, up to ``resume``)::
+
+            async with contextlib.aclosing(master.events(types=["drain.*"])) as events:
+                async for event in events:
+                    print(event["id"], event["text"])
+
+        ``since``: the events after that id; else ``last``: the last ``last`` kept events
+        that match first; else, following, only new ones, and not following, every kept
+        one. ``types`` (``drain.committed`` or ``drain.*``), ``machines`` (a hostname or
+        its first label) and ``groups`` (``ROLE/ENV/NAME``) filter them: a list, or one
+        comma-separated string. With ``follow`` (default) the iterator does not end;
+        without, it ends after the kept events.
+
+        **It resumes by itself.** When the connection breaks, the master restarts or says
+        nothing for :data:`EVENTS_IDLE_S` (it sends a heartbeat every 15 s), it connects
+        again, to the next master of ``urls`` in turn, after a backoff (0.1 s doubling up
+        to 5 s, from the first line read again), and asks for the events after the last
+        one it yielded (or a gap's ``resume``): it never yields an event twice, nor skips
+        one the masters still keep. A ``5xx`` reply (a master starting, :class:`NoLeader`)
+        is retried the same way. Only the first connection, which no master answered
+        (each asked in turn), raises its :class:`Unreachable` or ``5xx``
+        :class:`Refused`; a refusal raises at any time, never retried: a bad filter,
+        ``since`` or ``last`` is :class:`InvalidRequest` (422), a token refused
+        :class:`Unauthorized` or :class:`Forbidden`; a line that is not an event
+        :class:`BadResponse`. Bound it with a cancel scope; leaving the loop closes the
+        connection (``aclosing`` closes it at once).
+
+        The stream holds one of the client's connections while it is open; it takes no
+        part of ``max_concurrency``'s requests. Raises ValueError for a negative
+        ``since`` or ``last``, or both given.
+        """
+        for name, value in (("since", since), ("last", last)):
+            if value is not None and (isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name} must be an event id (an integer >= 0), not {value!r}")
+        if since is not None and last is not None:
+            raise ValueError("give since or last, not both")
+        query = {"format": "jsonl", "follow": "true" if follow else "false"}
+        if last is not None:
+            query["last"] = str(last)
+        for name, values in (("type", types), ("machine", machines), ("group", groups)):
+            listed = values if isinstance(values, str) else ",".join(values)
+            if listed:
+                query[name] = listed
+        return self._events(query, since=since, follow=follow)
+
+    async def _events(
+        self, query: Mapping[str, str], *, since: int | None, follow: bool
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """:meth:`events`: the connections in turn, and where the stream is."""
+        seen = since  # the last id yielded (or a gap's resume): none at or before it again
+        resume = since  # where the next connection asks from
+        index, connected, failures = 0, False, 0
+        passed: list[str] = []
+        timeout = httpx.Timeout(self._timeout, read=EVENTS_IDLE_S)
+        while True:
+            base = self._bases[index]
+            here = self._describe(base)
+            http = self._local if base is None else self._remote
+            if http is None:
+                raise RuntimeError(f"use 'async with {self!r}' before calling it")
+            params = dict(query)
+            if resume is not None:
+                params.pop("last", None)
+                params["since"] = str(resume)
+            url = "/v1/events" if base is None else base + "/v1/events"
+            try:
+                with _map_exceptions(here, peer="master"):
+                    async with http.stream("GET", url, params=params, timeout=timeout) as reply:
+                        if not reply.is_success:
+                            await reply.aread()
+                            raise _master_refusal(reply, mesos=False)
+                        connected = True
+                        floor = reply.headers.get("x-nodeagent-last-event-id", "")
+                        if follow and resume is None and floor.isdigit():
+                            resume = int(floor)  # a fresh stream starts after it
+                        async with contextlib.aclosing(_lines(reply, here)) as lines:
+                            async for line in lines:
+                                failures = 0
+                                event = _event(line, here)
+                                if event is None:
+                                    continue  # a heartbeat
+                                if event.get("type") == "gap":
+                                    mark = event.get("resume")
+                                    if isinstance(mark, int) and (seen is None or mark > seen):
+                                        seen = resume = mark
+                                        yield event
+                                    continue
+                                event_id = event["id"]
+                                if seen is not None and event_id <= seen:
+                                    continue  # yielded already
+                                seen = event_id
+                                resume = event_id if resume is None else max(resume, event_id)
+                                yield event
+                if not follow:
+                    return
+            except (Unreachable, Refused) as exc:
+                if isinstance(exc, Refused) and (exc.status or 0) < 500:
+                    raise
+                if not connected:
+                    passed.append(f"{here}: {exc.message}")
+                    if index + 1 == len(self._bases):
+                        if len(passed) == 1:
+                            raise
+                        raise _restated(exc, "no master answered: " + "; ".join(passed)) from exc
+                    index += 1
+                    continue
+            index = (index + 1) % len(self._bases)
+            failures += 1
+            await trio.sleep(min(_EVENT_BACKOFF_MIN_S * 2 ** (failures - 1), _EVENT_BACKOFF_MAX_S))
+
+
+async def _lines(reply: httpx.Response, here: str) -> AsyncGenerator[bytes, None]:
+    """The reply's lines as they come (without their newline; an unended last one is not
+    a line), each at most :data:`_EVENT_LINE_BYTES`: longer is :class:`BadResponse`."""
+    pending = bytearray()
+    pieces = reply.aiter_bytes()
+    try:
+        async for piece in pieces:
+            pending += piece
+            start = 0
+            while (end := pending.find(b"\n", start)) >= 0:
+                yield bytes(pending[start:end])
+                start = end + 1
+            del pending[:start]
+            if len(pending) > _EVENT_LINE_BYTES:
+                raise BadResponse(
+                    f"the master at {here} sent an event longer than {_EVENT_LINE_BYTES} bytes"
+                )
+    finally:
+        # Left early (the caller closed the stream): the next read is cancelled, so that
+        # every generator of the HTTP stack under this one finishes rather than being
+        # left to the collector (trio warns of each).
+        with trio.CancelScope() as reading:
+            reading.cancel()
+            async for _ in pieces:
+                pass
+
+
+def _event(line: bytes, here: str) -> dict[str, Any] | None:
+    """One line of the stream: an event (or a gap), ``None`` for a heartbeat; raises
+    :class:`BadResponse` for anything else."""
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict) or not (
+        isinstance(event.get("id"), int) or event.get("type") == "gap"
+    ):
+        shown = line[:80].decode("utf-8", errors="replace")
+        raise BadResponse(f"the master at {here} sent a line that is not an event: {shown!r}")
+    return event

@@ -184,6 +184,8 @@ def test_read_only_commands(pool: Pool, args: tuple[str, ...]) -> None:
         ("master", "status", "--json"),
         ("master", "plan"),
         ("master", "plan", "--json"),
+        ("master", "events"),
+        ("master", "events", "--json"),
         ("cancel",),
         ("cancel", "--json"),
     ],

@@ -26,6 +26,7 @@ from nodeagent.cli._transport import (
     Endpoint,
     ReplyTooLarge,
     exchange,
+    open_stream,
 )
 
 Respond = Callable[[socket.socket, threading.Event], None]
@@ -409,3 +410,130 @@ def test_a_chunked_redirect_is_followed_with_the_request_whole() -> None:
     ]
     assert all(b"Authorization: Bearer tok" in head for head, _, _ in sent)
     assert {body for _, _, body in sent} == {b'{"machines":["n1"]}'}
+
+
+# --- replies read as they come ------------------------------------------------------------
+
+
+def held(head: bytes, first: bytes, rest: bytes, go: threading.Event) -> Respond:
+    """Answer with ``head`` and ``first``, then ``rest`` only once ``go`` is set (by the
+    client, having read ``first``); ``go`` stays unset if it never is."""
+
+    def respond(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(head + first)
+        if go.wait(30):
+            conn.sendall(rest)
+
+    return respond
+
+
+def test_a_line_is_read_as_soon_as_it_has_come(tmp_path: Path) -> None:
+    """The first event is read while the rest has not been sent: nothing waits for the
+    body's end."""
+    go = threading.Event()
+    head = reply("200 OK", {"Transfer-Encoding": "chunked", "X-Last": "7"})
+    first = b'5\r\n{"a":\r\n3\r\n1}\n\r\n'
+    rest = chunked(b"\n", b'{"b":2}\r\n{"c"', b":3}\n")
+    with (
+        serving(held(head, first, rest, go), unix=tmp_path / "s") as (_, endpoint),
+        open_stream(endpoint, "GET", "/v1/events", timeout=30, idle=30) as stream,
+    ):
+        assert (stream.status, stream.headers["x-last"]) == (200, "7")
+        lines = stream.lines()
+        assert next(lines) == b'{"a":1}'
+        go.set()
+        assert list(lines) == [b"", b'{"b":2}', b'{"c":3}']
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        reply("200 OK", {"Transfer-Encoding": "chunked"}, chunked(b"one\n", b"two\nthr", b"ee\n")),
+        reply("200 OK", {"Content-Length": "14"}, b"one\ntwo\nthree\nNOT THIS"),
+        reply("200 OK", {}, b"one\r\ntwo\nthree\n"),
+    ],
+    ids=["chunked", "content-length", "read to the close"],
+)
+def test_lines_are_read_as_the_body_is_framed(answer: bytes) -> None:
+    with (
+        serving(sends(answer)) as (_, endpoint),
+        open_stream(endpoint, "GET", "/", timeout=30, idle=30) as stream,
+    ):
+        assert list(stream.lines()) == [b"one", b"two", b"three"]
+
+
+def test_the_body_is_bounded_by_the_idle_time_not_the_timeout() -> None:
+    """Lines trickle in for longer than ``timeout``: each read waits ``idle`` at most."""
+
+    def respond(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(reply("200 OK", {"Transfer-Encoding": "chunked"}))
+        for n in range(40):
+            if stop.wait(0.05):
+                return
+            conn.sendall(chunked(b"%d\n" % n)[:-5])
+        conn.sendall(b"0\r\n\r\n")
+
+    with (
+        serving(respond) as (_, endpoint),
+        open_stream(endpoint, "GET", "/", timeout=1, idle=30) as stream,
+    ):
+        assert list(stream.lines()) == [b"%d" % n for n in range(40)]
+
+
+def test_a_silent_peer_is_bounded_by_the_idle_time(tmp_path: Path) -> None:
+    go = threading.Event()  # never set: the peer says nothing after its first line
+    head = reply("200 OK", {"Transfer-Encoding": "chunked"})
+    with (
+        serving(held(head, chunked(b"hi\n")[:-5], b"", go), unix=tmp_path / "s") as (_, at),
+        open_stream(at, "GET", "/", timeout=30, idle=0.2) as stream,
+    ):
+        lines = stream.lines()
+        assert next(lines) == b"hi"
+        with pytest.raises(TimeoutError):
+            next(lines)
+        go.set()
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "says", "before"),
+    [
+        (reply("200 OK", {"Transfer-Encoding": "chunked"}, b"3\r\nab\n\r\n4\r\ncd\n"),
+         BrokenReply, "closed in the body", [b"ab"]),
+        (reply("200 OK", {"Transfer-Encoding": "chunked"}, chunked(b"ab\n", b"cd")), BrokenReply,
+         "middle of a line", [b"ab"]),
+        (reply("200 OK", {"Content-Length": "10"}, b"ab\n"), BrokenReply, "closed in the body",
+         [b"ab"]),
+        (reply("200 OK", {"Transfer-Encoding": "chunked"}, chunked(b"x" * 100)), ReplyTooLarge,
+         "larger than 64", []),
+        (reply("200 OK", {}, b"ab\n" + b"x" * 100), ReplyTooLarge, "larger than 64", [b"ab"]),
+    ],
+    ids=["cut in a chunk", "a last line without its LF", "content-length", "a long chunk",
+         "a long line"],
+)  # fmt: skip
+def test_a_stream_cut_short_or_too_long_raises_after_its_whole_lines(
+    answer: bytes, error: type[Exception], says: str, before: list[bytes]
+) -> None:
+    read: list[bytes] = []
+    with (
+        serving(sends(answer)) as (_, endpoint),
+        open_stream(endpoint, "GET", "/", timeout=30, idle=30) as stream,
+        pytest.raises(error, match=says),
+    ):
+        read.extend(stream.lines(limit=64))
+    assert read == before
+
+
+def test_an_error_reply_is_read_whole() -> None:
+    body = b'{"error":{"code":"request.invalid","message":"no"}}'
+    answer = reply("422 Unprocessable Entity", {"Content-Length": str(len(body)), **JSON}, body)
+    with (
+        serving(sends(answer)) as (server, endpoint),
+        open_stream(
+            endpoint, "GET", "/v1/events?type=x", headers=[("X-A", "b")], timeout=30, idle=30
+        ) as stream,
+    ):
+        assert (stream.status, stream.read()) == (422, body)
+    lines = server.requests[0].decode().split("\r\n")
+    assert lines[0] == "GET /v1/events?type=x HTTP/1.1"
+    assert "X-A: b" in lines
+    assert "Connection: close" in lines
