@@ -18,6 +18,10 @@ errors), :class:`TimeoutError` when the time is up, :class:`BrokenReply` for a r
 does not parse or ends early, :class:`ReplyTooLarge` past ``limit``. The connection is
 closed in every case; nothing else is left behind.
 
+:func:`open_stream` sends a request the same way and reads the reply's head, leaving its
+body to be read as it comes (:meth:`Stream.body`: an event stream that never ends, say),
+each read within an idle time; the caller closes the :class:`Stream`.
+
 Standard library only, without ``typing`` or ``dataclasses``: the entry point's plain
 commands import it.
 """
@@ -38,12 +42,14 @@ __all__ = [
     "Endpoint",
     "ReplyTooLarge",
     "Response",
+    "Stream",
     "exchange",
+    "open_stream",
 ]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 MAX_HEAD_BYTES = 64 * 1024
 """The status line and headers of a reply, together (``http.client`` allows as much per
@@ -115,7 +121,17 @@ class _Reader:
         self._buffer = bytearray()
         self.closed = False
 
-    def _fill(self) -> None:
+    def give(self, seconds: float) -> None:
+        """The next reads end within ``seconds`` from now (a stream's idle time)."""
+        self._deadline = time.monotonic() + seconds
+
+    def take(self) -> bytes:
+        """What is buffered, now (emptied)."""
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        return data
+
+    def fill(self) -> None:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("timed out")
@@ -141,13 +157,13 @@ class _Reader:
                 raise BrokenReply(too_long)
             if self.closed:
                 raise BrokenReply(f"the connection closed in the {what}")
-            self._fill()
+            self.fill()
 
     def exactly(self, size: int, what: str) -> bytes:
         while len(self._buffer) < size:
             if self.closed:
                 raise BrokenReply(f"the connection closed in the {what}")
-            self._fill()
+            self.fill()
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
         return data
@@ -157,7 +173,7 @@ class _Reader:
         while not self.closed:
             if len(self._buffer) > limit:
                 raise ReplyTooLarge(status, limit)
-            self._fill()
+            self.fill()
         if len(self._buffer) > limit:
             raise ReplyTooLarge(status, limit)
         data = bytes(self._buffer)
@@ -318,3 +334,124 @@ def exchange(
     finally:
         sock.close()
     return Response(status=status, reason=reason, headers=reply_headers, body=content)
+
+
+class Stream:
+    """A reply whose head is read: ``status``, ``reason``, ``headers`` (names in lower
+    case); :meth:`body` reads the rest as it comes. Close it (or use it as a context
+    manager) once done: the connection is closed."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        reader: _Reader,
+        head: tuple[int, str, dict[str, str]],
+        *,
+        method: str,
+        idle: float,
+    ) -> None:
+        self._sock = sock
+        self._reader = reader
+        self.status, self.reason, self.headers = head
+        self._method = method
+        self._idle = idle
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _wait(self) -> None:
+        self._reader.give(self._idle)
+
+    def body(self) -> Iterator[bytes]:
+        """The body's bytes as they arrive, unframed (chunks decoded), until it ends.
+
+        Each read waits at most the idle time (:class:`TimeoutError` past it); raises
+        :class:`BrokenReply` for a body cut short or badly framed, and what the socket
+        raises.
+        """
+        reader = self._reader
+        if self._method == "HEAD" or self.status in (204, 304):
+            return
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            while True:
+                self._wait()
+                line = reader.line(1024, "chunk size")
+                try:
+                    size = int(line.partition(b";")[0].strip(), 16)
+                except ValueError:
+                    raise BrokenReply(f"a malformed chunk size: {line[:20]!r}") from None
+                if size < 0:
+                    raise BrokenReply("a negative chunk size")
+                if size == 0:
+                    return
+                while size:
+                    self._wait()
+                    piece = reader.exactly(min(size, _READ_SIZE), "body")
+                    size -= len(piece)
+                    yield piece
+                if reader.exactly(2, "body") != b"\r\n":
+                    raise BrokenReply("a chunk without its CRLF")
+        length_text = self.headers.get("content-length")
+        if length_text is not None:
+            if not length_text.isdigit():
+                raise BrokenReply(f"a malformed Content-Length: {length_text[:20]!r}")
+            left = int(length_text)
+            while left:
+                self._wait()
+                piece = reader.exactly(min(left, _READ_SIZE), "body")
+                left -= len(piece)
+                yield piece
+            return
+        while True:
+            data = reader.take()
+            if data:
+                yield data
+            if reader.closed:
+                return
+            self._wait()
+            reader.fill()
+
+
+def open_stream(
+    endpoint: Endpoint,
+    method: str,
+    target: str,
+    *,
+    headers: Iterable[tuple[str, str]] = (),
+    timeout: float,
+    idle: float,
+) -> Stream:
+    """Send ``method target`` as :func:`exchange` does and read the reply's head within
+    ``timeout`` seconds; its body is left to :meth:`Stream.body`, each read of which waits
+    at most ``idle`` seconds. Raises as :func:`exchange` does; the connection is closed
+    on any error."""
+    deadline = time.monotonic() + timeout
+    payload = _request_bytes(endpoint, method, target, headers, None)
+    sock = _connect(endpoint, deadline)
+    try:
+        reader = _Reader(sock, deadline)
+        head = _send_and_read_head(sock, reader, payload, deadline)
+    except BaseException:
+        sock.close()
+        raise
+    return Stream(sock, reader, head, method=method, idle=idle)
+
+
+def _send_and_read_head(
+    sock: socket.socket, reader: _Reader, payload: bytes, deadline: float
+) -> tuple[int, str, dict[str, str]]:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    sock.settimeout(left)
+    sock.sendall(payload)
+    while True:
+        head = _head(reader)
+        if not 100 <= head[0] < 200 or head[0] == 101:
+            return head
