@@ -1,0 +1,395 @@
+"""The live maintenance page in a real Chromium, against a real master and real agents.
+
+A master (just in time, escalation ``quick``) and two agents on loopback, each running a
+real job: ``late.test``'s job is promised two hours while its window opens in half an hour
+(so the plan escalates it and cuts job 7), ``ontime.test``'s one minute; ``ghost.test`` is
+scheduled with no agent. The page is loaded through ``nodeagent master ui`` (a real
+subprocess, forwarding with a READ token over TCP) and straight from the master, which
+refuses it without a token. Headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, installed by ``scripts/ensure-chromium``) is driven by selenium
+pointed at them: nothing is downloaded. Every wait is for a state of the DOM.
+
+Screenshots go to ``$NODEAGENT_TEST_ARTIFACTS`` (else a temporary directory); the test
+prints where. The daemons and the browser are shared by the tests of this file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
+from tests.integration.test_master import window
+
+if TYPE_CHECKING:  # selenium itself is imported once the fixture knows it is there
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+HOSTS = ("late.test", "ontime.test", "ghost.test")
+
+
+def have_chromium() -> None:
+    """Skip (fail in CI) without Chromium, its driver or selenium."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium (pip install -e '.[test]')")
+    if missing:
+        message = (
+            f"missing {', '.join(missing)} "
+            "(Debian's chromium and chromium-driver: scripts/ensure-chromium)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} in CI")
+        pytest.skip(message)
+
+
+def chromium() -> WebDriver:
+    """A headless Chromium: Debian's, driven by Debian's chromedriver (no download)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # root in a container
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
+        options.add_argument(argument)
+    service = Service(executable_path=str(CHROMEDRIVER))
+    return webdriver.Chrome(service=service, options=options)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    master: MasterProcess
+    ui_url: str
+    token_file: Path
+    artifacts: Path
+    window_start: float
+    env: dict[str, str]
+
+
+def agent(master: MasterProcess, root: Path, name: str, promise: int) -> AgentProcess:
+    policy = {"max_job_retirement_time": promise, "machine_max_vacate_time": 1}
+    settings = master.agent_settings(root / name, node=name, update_interval=0.5)
+    return AgentProcess(root / name, hostname=name, policy=policy, master=settings)
+
+
+def start_ui(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``nodeagent master ui --no-open ARGS``, and the URL it prints."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent", "master", "ui", "--no-open", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    url = proc.stdout.readline().strip()
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/ui/", url), (url, proc.stderr)
+    return proc, url
+
+
+def stop(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM (by pid), then the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=20)  # and its pipes closed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    have_chromium()
+    tmp = tmp_path_factory.mktemp("ui")
+    artifacts = Path(os.environ.get("NODEAGENT_TEST_ARTIFACTS") or tmp / "artifacts")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots of the maintenance page: {artifacts}")
+    settings = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
+    with ExitStack() as stack:
+        master = stack.enter_context(MasterProcess(tmp / "master", settings=settings))
+        late = stack.enter_context(agent(master, tmp, "late.test", 7200))
+        on_time = stack.enter_context(agent(master, tmp, "ontime.test", 60))
+        argv, _ = job_script(tmp, "long")
+        late.claim(argv, cpus=2, max_job_retirement_time=7200, job_id="7", owner="alice")
+        argv, _ = job_script(tmp, "short")
+        on_time.claim(argv, cpus=1, max_job_retirement_time=60, job_id="8", owner="bob")
+        start = time.time() + 1800
+        schedule = window(["late.test", "ontime.test"], start, 3600)
+        schedule["windows"] += window(["ghost.test"], start + 3600, 1800)["windows"]
+        assert master.call("POST", "/maintenance/schedule", json=schedule).status_code == 200
+
+        def planned() -> bool:
+            rows = master.call("GET", "/v1/maintenance/plan").json()["machines"]
+            by_host = {r["machine_id"]["hostname"]: r for r in rows}
+            late_row, other = by_host["late.test"], by_host["ontime.test"]
+            return (
+                late_row["node"] == "late.test"
+                and late_row["as_planned"]["cut_jobs"] == 1
+                and other["node"] == "ontime.test"
+                and other["empty"] is False
+            )
+
+        wait_for(planned)
+        token_file = tmp / "read.token"
+        token_file.write_text(master.token("READ", subject="operator"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
+        env["NODEAGENT_MASTER_SOCKET"] = str(tmp / "no-such.sock")  # TCP only, by --host
+        proc, url = start_ui(env, "--host", master.url, "--token", str(token_file))
+        try:
+            yield Pool(
+                master=master,
+                ui_url=url,
+                token_file=token_file,
+                artifacts=artifacts,
+                window_start=start,
+                env=env,
+            )
+        finally:
+            assert stop(proc) == 0
+
+
+@pytest.fixture(scope="module")
+def browser(pool: Pool) -> Iterator[WebDriver]:
+    driver = chromium()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: WebDriver, pool: Pool, name: str) -> Path:
+    path = pool.artifacts / name
+    assert driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def row(driver: WebDriver, host: str) -> WebElement | None:
+    found = driver.find_elements("css selector", f'#timeline g.row[data-machine="{host}"]')
+    return found[0] if found else None
+
+
+def rgb(driver: WebDriver, element: WebElement, prop: str) -> tuple[int, ...]:
+    value: str = driver.execute_script(f"return getComputedStyle(arguments[0]).{prop}", element)
+    return tuple(int(n) for n in re.findall(r"\d+", value)[:3])
+
+
+def box(element: WebElement) -> dict[str, Any]:
+    rect: dict[str, Any] = element.rect
+    return rect
+
+
+# --- the loopback proxy ---------------------------------------------------------------------
+
+
+def test_the_proxy_forwards_the_page_s_reads_and_nothing_else(pool: Pool) -> None:
+    base = pool.ui_url.removesuffix("/ui/")
+    with httpx.Client(base_url=base, timeout=30) as client:
+        page = client.get("/ui/")
+        assert page.status_code == 200
+        assert page.headers["content-type"] == "text/html; charset=utf-8"
+        assert page.headers["content-security-policy"].startswith("default-src 'self'")
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/").headers["location"] == "/ui/"
+        plan = client.get("/v1/maintenance/plan", params={"blockers": "false"})
+        assert plan.status_code == 200
+        hosts = [m["machine_id"]["hostname"] for m in plan.json()["machines"]]
+        assert hosts == list(HOSTS)
+        assert client.get("/v1/leader").json()["leading"] is True
+        assert client.get("/v1/maintenance/operations").json() == {"operations": []}
+        for reply in (page, plan):
+            assert not [h for h in reply.headers if h.startswith("access-control-")]
+            assert "authorization" not in reply.headers
+
+        def refused(reply: httpx.Response) -> tuple[int, str]:
+            return reply.status_code, reply.json()["error"]["code"]
+
+        # DNS rebinding: a foreign name that resolves to loopback reaches nothing.
+        foreign = client.get("/v1/maintenance/plan", headers={"Host": "attacker.example"})
+        assert refused(foreign) == (403, "ui.host_refused")
+        port = base.rsplit(":", 1)[1]
+        other = client.get("/v1/leader", headers={"Host": f"127.0.0.2:{port}"})
+        assert refused(other) == (403, "ui.host_refused")
+        assert client.get("/v1/leader", headers={"Host": f"localhost:{port}"}).status_code == 200
+        cross = client.get("/v1/leader", headers={"Origin": "https://attacker.example"})
+        assert refused(cross) == (403, "ui.origin_refused")
+        # Nothing that writes, nothing the page does not read.
+        down = client.post("/machine/down", json=[{"hostname": "late.test"}])
+        assert refused(down) == (405, "http.method_not_allowed")
+        assert refused(client.get("/maintenance/schedule")) == (404, "http.not_found")
+        assert refused(client.get("/v1/ads")) == (404, "http.not_found")
+        assert refused(client.get("/ui/../master.toml")) == (404, "http.not_found")
+    assert "down_machines" not in pool.master.call("GET", "/maintenance/status").json()
+
+
+def test_the_command_s_exit_statuses(pool: Pool, tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nodeagent", "master", "ui", "--no-open", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=pool.env,
+            check=False,
+        )
+
+    not_loopback = run("--listen", "0.0.0.0:0", "--host", pool.master.url)
+    assert (not_loopback.returncode, not_loopback.stderr[:9]) == (2, "cli.usage")
+    no_master = run("--socket", str(tmp_path / "none.sock"))
+    assert (no_master.returncode, no_master.stderr[:18]) == (3, "master.unreachable")
+    bad = tmp_path / "bad.token"
+    bad.write_text("not-a-token")
+    refused = run("--host", pool.master.url, "--token", str(bad))
+    assert (refused.returncode, refused.stderr[:20]) == (4, "auth.unauthenticated")
+    # Over the master's socket (no token), stopped by SIGTERM: exit 0.
+    proc, url = start_ui({**pool.env, "NODEAGENT_MASTER_SOCKET": str(pool.master.socket)})
+    try:
+        leader = httpx.get(url.removesuffix("/ui/") + "/v1/leader", timeout=30)
+        assert leader.json()["leading"] is True
+    finally:
+        assert stop(proc) == 0
+
+
+# --- the page in the browser ----------------------------------------------------------------
+
+
+def test_the_timeline_shows_each_machine_its_window_and_the_late_node_s_cut(
+    pool: Pool, browser: WebDriver
+) -> None:
+    browser.get(pool.ui_url)
+    wait_for(lambda: all(row(browser, h) for h in HOSTS), timeout=30, interval=0.1)
+    shown = [
+        r.get_attribute("data-machine")
+        for r in browser.find_elements("css selector", "#timeline g.row")
+    ]
+    assert shown == list(HOSTS)
+    now = box(browser.find_element("id", "now-line"))
+    windows = {}
+    for host in HOSTS:
+        found = row(browser, host)
+        assert found is not None
+        (band,) = found.find_elements("css selector", "rect.window")
+        windows[host] = box(band)
+        assert windows[host]["x"] > now["x"]  # the windows open later
+        assert windows[host]["width"] > 0
+    # The two windows of the same start and length line up; ghost.test's opens at their end.
+    assert windows["late.test"]["x"] == pytest.approx(windows["ontime.test"]["x"], abs=1)
+    late_end = windows["late.test"]["x"] + windows["late.test"]["width"]
+    assert windows["ghost.test"]["x"] == pytest.approx(late_end, abs=1)
+
+    late = row(browser, "late.test")
+    assert late is not None
+    assert late.get_attribute("data-escalates") == "true"
+    (cut,) = late.find_elements("css selector", "rect.cut")
+    assert cut.get_attribute("data-job") == "7"
+    red, green, blue = rgb(browser, cut, "fill")
+    assert red >= 180, (red, green, blue)
+    assert green <= 60, (red, green, blue)
+    assert blue <= 60, (red, green, blue)
+    # Evicted at the window's start; its promise would have run an hour and a half more.
+    assert box(cut)["x"] == pytest.approx(windows["late.test"]["x"], abs=2)
+    assert box(cut)["width"] > windows["late.test"]["width"]
+    (escalation,) = late.find_elements("css selector", "line.escalation")
+    assert rgb(browser, escalation, "stroke")[0] >= 180
+    (promise,) = late.find_elements("css selector", "circle.promise.late")
+    assert box(promise)["x"] > late_end  # empty by its promises after its window ends
+
+    on_time = row(browser, "ontime.test")
+    assert on_time is not None
+    assert on_time.get_attribute("data-escalates") == "false"
+    assert on_time.find_elements("css selector", "rect.cut") == []
+    assert on_time.find_elements("css selector", "circle.promise.late") == []
+    assert len(on_time.find_elements("css selector", "line.drain-start")) == 1
+    ghost = row(browser, "ghost.test")
+    assert ghost is not None
+    assert "no node" in ghost.text
+
+    # The words under the timeline, and the totals.
+    cells = browser.find_element("css selector", '#machines tr[data-machine="late.test"]')
+    assert "job 7 (alice)" in cells.text
+    escalations = browser.find_element("css selector", '#totals [data-total="escalations"] dd')
+    assert escalations.text == "1"
+    assert browser.find_element("css selector", '#totals [data-total="machines"] dd').text == "3"
+    assert browser.find_element("id", "problem").get_attribute("hidden") is not None
+    shot(browser, pool, "timeline.png")
+
+
+def test_a_drain_started_by_the_master_appears_without_a_reload(
+    pool: Pool, browser: WebDriver
+) -> None:
+    if browser.current_url != pool.ui_url:
+        browser.get(pool.ui_url)
+    wait_for(lambda: row(browser, "ontime.test"), timeout=30, interval=0.1)
+    # A mark on this document: a reload would make a new one without it.
+    browser.execute_script("document.documentElement.dataset.loadedOnce = 'yes'")
+    before = row(browser, "ontime.test")
+    assert before is not None
+    assert (before.get_attribute("data-mode"), before.get_attribute("data-drain")) == (
+        "DRAINING",
+        "none",
+    )
+    machine = {"hostname": "ontime.test", "ip": "127.0.0.1"}
+    assert pool.master.call("POST", "/machine/down", json=[machine]).status_code == 200
+
+    def drained() -> bool:
+        found = row(browser, "ontime.test")
+        return found is not None and (
+            found.get_attribute("data-mode"),
+            found.get_attribute("data-drain"),
+        ) in (("DOWN", "draining"), ("DOWN", "drained"))
+
+    wait_for(drained, timeout=30, interval=0.1)
+    assert browser.execute_script("return document.documentElement.dataset.loadedOnce") == "yes"
+    mode = browser.find_element("css selector", '#totals [data-total="DOWN"] dd')
+    assert mode.text == "1"
+    shot(browser, pool, "drain-started.png")
+
+
+def test_the_master_serves_the_page_to_a_token_only(pool: Pool) -> None:
+    """Straight from the master's TCP listener: 401 without a token; with one (sent by the
+    browser on every request, as a proxy in front of the master would), the page and its
+    reads."""
+    driver = chromium()
+    try:
+        driver.get(pool.master.url + "/ui/")
+        assert "auth.unauthenticated" in driver.page_source
+        assert driver.find_elements("id", "timeline") == []
+        token = pool.token_file.read_text().strip()
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd(
+            "Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {token}"}}
+        )
+        driver.get(pool.master.url + "/ui/")
+        wait_for(lambda: all(row(driver, h) for h in HOSTS), timeout=30, interval=0.1)
+        shot(driver, pool, "from-the-master.png")
+    finally:
+        driver.quit()
