@@ -3,6 +3,9 @@ what it forwards. Its requests against a real master are in tests/integration/te
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from nodeagent.cli._errors import UsageError
@@ -75,3 +78,39 @@ def test_anything_else_is_a_usage_error(text: str) -> None:
 )
 def test_only_the_page_s_reads_are_forwarded(method: str, path: str, expected: bool) -> None:
     assert forwarded(method, path) is expected
+
+
+def test_the_command_is_plain_and_imports_no_server_stack() -> None:
+    """The entry point runs it without typer, and it serves with the standard library: no
+    trio, httpx, FastAPI, hypercorn, pydantic; not even ``http.client`` or ``typing``."""
+    code = (
+        "import sys, os\n"
+        "from nodeagent.cli._fast import parse\n"
+        "plain = parse(['master', 'ui', '--no-open', '--listen', '127.0.0.1:0'], os.environ)\n"
+        "print(sorted(plain.params.items()) if plain is not None else None)\n"
+        "import nodeagent.cli._ui\n"
+        "names = {*sys.modules, *(m.partition('.')[0] for m in sys.modules)}\n"
+        "print(sorted(names & set(sys.argv[1:])))\n"
+    )
+    heavy = ("trio", "httpx", "httpcore", "pydantic", "fastapi", "hypercorn", "typer", "rich")
+    needless = ("http.client", "email", "ssl", "dataclasses", "typing", "inspect")
+    result = subprocess.run(
+        [sys.executable, "-c", code, *heavy, *needless],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    params, imported = result.stdout.splitlines()
+    assert params == str(
+        sorted(
+            {
+                "listen": "127.0.0.1:0",
+                "no_open": True,
+                "host": None,
+                "token": None,
+                "socket_path": None,
+            }.items()
+        )
+    )
+    assert imported == "[]", result.stderr
