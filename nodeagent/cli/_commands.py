@@ -653,11 +653,11 @@ COMMANDS: tuple[Command, ...] = (
     {
         "words": ("master", "ui"),
         "run": "nodeagent.cli._ui:ui",
-        "help": "The live maintenance page on loopback: its URL, and a browser on a terminal.\n\n"
-        "The timeline of the schedule, the totals, the rolling operations and the events,\n"
-        "updated as they change. Serves the page and forwards its reads (GET only) to the\n"
-        "master, over its socket or with --token: the token stays here, never in a URL.\n"
-        "Until Ctrl-C.",
+        "help": "The live maintenance page on loopback: its URL, a browser on a terminal.\n\n"
+        "The timeline of the schedule, the totals, the rolling operations and the\n"
+        "events, as they change. Serves the page and forwards its reads (GET only)\n"
+        "to the master, over its socket or with --token: the token stays here,\n"
+        "never in a URL. Until Ctrl-C.",
         "options": (
             {
                 "names": ("--listen",),
