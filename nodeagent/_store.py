@@ -206,7 +206,8 @@ class Documents(Protocol):
 
     ``save`` writes the documents it is given in one transaction, durable when it
     returns, or raises :class:`StoreError` having written none of them; ``load`` returns
-    what was saved under a name (``None``: nothing). ``where`` names the store in messages.
+    what was saved under a name (``None``: nothing); ``load_after`` the members of a
+    collection whose keys sort after ``member``. ``where`` names the store in messages.
     A document the store keeps as a collection (given when it is made) may be saved as
     :class:`Members`: only those members are written; its ``load`` is the object of all
     its members (``{}`` for none).
@@ -219,6 +220,8 @@ class Documents(Protocol):
     def where(self) -> str: ...
 
     def load(self, name: str) -> Any: ...
+
+    def load_after(self, name: str, member: str) -> dict[str, Any]: ...
 
     def save(self, **documents: Any) -> None: ...
 
@@ -301,6 +304,21 @@ class DocumentStore:
             raise StoreError(f"cannot read {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}") from exc
         try:
             return {member: json.loads(doc) for member, doc in rows}
+        except ValueError as exc:
+            raise StoreError(
+                f"unreadable member of {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}"
+            ) from exc
+
+    def load_after(self, name: str, member: str) -> dict[str, Any]:
+        """The members of collection ``name`` whose keys sort after ``member``."""
+        try:
+            rows = self._db.execute(
+                "SELECT member, doc FROM members WHERE name = ? AND member > ?", (name, member)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}") from exc
+        try:
+            return {key: json.loads(doc) for key, doc in rows}
         except ValueError as exc:
             raise StoreError(
                 f"unreadable member of {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}"

@@ -267,6 +267,19 @@ class EtcdStore:
         except ValueError as exc:
             raise StoreError(f"unreadable document {name!r} in {self.where} ({exc})") from exc
 
+    def load_after(self, name: str, member: str) -> dict[str, Any]:
+        """The members of collection ``name`` whose keys sort after ``member`` (only
+        those are decoded)."""
+        entries = self._docs.get(name, {})
+        try:
+            return {
+                key: json.loads(text)
+                for key, (_, text) in entries.items()
+                if key > member and text is not None
+            }
+        except ValueError as exc:
+            raise StoreError(f"unreadable member of {name!r} in {self.where} ({exc})") from exc
+
     # ------------------------------------------------------------------ writing
 
     async def hold(self, fence: Fence, *services: Callable[..., Awaitable[None]]) -> None:

@@ -8,6 +8,9 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._coordinators`: asks the coordinators of job groups whether hosts may go.
 * :mod:`._daemon`: the process's lifecycle, on :mod:`nodeagent._lifecycle`.
 * :mod:`._drains`: the master's drain records and what a pass decides for a machine (pure).
+* :mod:`._event_drafts`: the events found by comparing a change's before and after (pure).
+* :mod:`._event_stream`: the events written and published, and ``GET /v1/events`` (trio).
+* :mod:`._events`: the events: one event, the log of the last ones, filters, wire (pure).
 * :mod:`._leader`: which master leads, and what a follower does with a write.
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.

@@ -42,7 +42,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Send
+from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from nodeagent import __version__
@@ -68,6 +68,7 @@ from nodeagent._serving._http import (
 )
 from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
 from nodeagent.master._adstore import foreign_ad, may_hold_control, project
+from nodeagent.master._event_stream import events_endpoint
 from nodeagent.master._leader import LeaderView, NotLeader
 from nodeagent.master._maintenance import (
     MachineId,
@@ -98,6 +99,7 @@ __all__ = [
     "plan_body",
     "push_ad",
     "with_ad_fast_path",
+    "with_event_stream",
 ]
 
 _UNIX = "nodeagent.unix"
@@ -460,6 +462,31 @@ def with_ad_fast_path(
         metrics.observe_request("POST", "/v1/ads", started)
 
     return fast_path
+
+
+def with_event_stream(
+    app: ASGIApp, master: Master, *, key: bytes | None, metrics: MasterMetrics
+) -> ASGIApp:
+    """``app`` with ``GET /v1/events`` served before it reaches ``app``
+    (:func:`~nodeagent.master._event_stream.events_endpoint`: READ, from the headers).
+    The time to the start of the stream is observed as the app's middleware would."""
+    principals = Principals(master, key)
+    endpoint = events_endpoint(master.events, lambda auth, unix: principals(auth, unix=unix))
+
+    async def events(scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/events":
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                metrics.observe_request(scope["method"], "/v1/events", started)
+            await send(message)
+
+        await endpoint(scope, receive, timed)
+
+    return events
 
 
 def _request_target(scope: ASGIScope) -> str:

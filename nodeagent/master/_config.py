@@ -94,6 +94,14 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
         reload=True,
         description="SLA policies of job groups (TOML or JSON), read at start and on SIGHUP",
     )
+    events_kept: int = _field(
+        10_000,
+        reload=False,
+        description="Events the master keeps in its store for subscribers that resume "
+        "(GET /v1/events); older ones are dropped",
+        ge=100,
+        le=1_000_000,
+    )
     sla_coordinator_timeout: Duration = _field(
         5.0, reload=True, description="Seconds a coordinator of a job group has to answer", gt=0
     )

@@ -47,8 +47,9 @@ from nodeagent._peer import AgentLink, HttpAgentLink
 from nodeagent._settings import ConfigChanges
 from nodeagent._store import Documents, DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import build_master_app, with_ad_fast_path
+from nodeagent.master._api import build_master_app, with_ad_fast_path, with_event_stream
 from nodeagent.master._config import MasterConfig, load_master_config
+from nodeagent.master._event_stream import EventHub
 from nodeagent.master._leader import LeaderView
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
@@ -62,9 +63,9 @@ log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
 _WAKE_GAP = 0.25
 #: The master's documents kept one etcd key per member (see nodeagent._ha._store).
-_COLLECTIONS = ("drains", "operations")
+_COLLECTIONS = ("drains", "operations", "events")
 #: The master's documents kept one SQLite row per member (see nodeagent._store.Members).
-_SQLITE_COLLECTIONS = ("operations",)
+_SQLITE_COLLECTIONS = ("operations", "events")
 
 
 def _prefix(config: MasterConfig) -> str:
@@ -184,6 +185,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             reconcile_interval=config.reconcile_interval,
             wake_gap=min(_WAKE_GAP, config.reconcile_interval),
             fetch_timeout=config.agent_timeout,
+            events=EventHub(keep=config.events_kept),
         )
         master.load()
         _allow_pool_daemon_tokens(master, config.allow_pool_daemon_tokens)
@@ -208,20 +210,18 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             sla=sla,
             leader=leader,
         )
-        return with_ad_fast_path(
-            build_master_app(
-                master,
-                key=opened.key,
-                audit=opened.audit,
-                metrics=metrics,
-                operations=operations,
-                sla=sla,
-                leader=leader,
-            ),
+        master.identity = lambda: (leader.url, _term(leader))
+        app: ASGIApp = build_master_app(
             master,
             key=opened.key,
+            audit=opened.audit,
             metrics=metrics,
+            operations=operations,
+            sla=sla,
+            leader=leader,
         )
+        app = with_event_stream(app, master, key=opened.key, metrics=metrics)
+        return with_ad_fast_path(app, master, key=opened.key, metrics=metrics)
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
         """The reconcile service and the engine of rolling maintenance operations: at
@@ -317,6 +317,11 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             parts.agents.timeout = running.agent_timeout
         parts.sla.reconfigure(running.sla_file, running.sla_coordinator_timeout)
         parts.master.wake()
+
+
+def _term(leader: LeaderView) -> int | None:
+    """The pool's term of leadership this master holds (``None``: the one master)."""
+    return None if leader.election is None else leader.election.term
 
 
 def _allow_pool_daemon_tokens(master: Master, allow: bool) -> None:

@@ -56,7 +56,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,19 @@ from nodeagent.master._drains import (
     release,
     settle,
 )
+from nodeagent.master._event_drafts import (
+    drain_event,
+    escalation,
+    leader_elected,
+    mode_changes,
+    node_back,
+    node_changes,
+    node_lost,
+    operation_changes,
+    schedule_changed,
+)
+from nodeagent.master._event_stream import EventHub
+from nodeagent.master._events import Draft, Event, member_key
 from nodeagent.master._maintenance import (
     MachineId,
     MachineStatus,
@@ -98,7 +111,14 @@ from nodeagent.master._maintenance import (
     MaintenanceState,
     Mode,
 )
-from nodeagent.master._plan import MachinePlan, PlanPolicy, machine_key, planned_escalation
+from nodeagent.master._plan import (
+    MachinePlan,
+    PlanPolicy,
+    machine_key,
+    planned_escalation,
+    row_figures,
+    row_state,
+)
 from nodeagent.master._plan_view import PlanInputs, PlanView
 from nodeagent.master._preview import (
     ScheduleChanged,
@@ -206,6 +226,12 @@ class Master:
     pool_token_ads: int = 0
     #: The subjects of such tokens already logged (each is logged once).
     _pool_token_subjects: set[str] = field(default_factory=set)
+    #: The events: written with the state they describe, kept, published
+    #: (:mod:`nodeagent.master._event_stream`).
+    events: EventHub = field(default_factory=EventHub)
+    #: This master's URL and its term of leadership, as its ``leader.elected`` event
+    #: says them (set by the daemon).
+    identity: Callable[[], tuple[str, int | None]] = lambda: ("master", None)
 
     # ------------------------------------------------------------------ durability
 
@@ -222,6 +248,15 @@ class Master:
         counters = self.store.load("counters")
         self.counters = MasterCounters(**counters) if counters else MasterCounters()
         self.operations = dict(self.store.load("operations") or {})
+        self._load_events()
+
+    def _load_events(self) -> None:
+        """The events the store keeps (raises :class:`StoreError` for one unreadable)."""
+        try:
+            self.events.log.load(self.store.load("events"))
+        except ValueError as exc:
+            raise StoreError(f"{self.store.where}: {exc}") from exc
+        self.events.published()
 
     def follow(self, names: Collection[str] | None = None) -> None:
         """Take the state the leader wrote (a master that follows, see
@@ -231,7 +266,7 @@ class Master:
         window moved are remembered with the time this master learnt it, as
         :meth:`set_schedule` does, so that its plan fetches their nodes' ads first."""
         if names is None:
-            names = {"maintenance", "drains", "actors", "counters", "operations"}
+            names = {"maintenance", "drains", "actors", "counters", "operations", "events"}
         if "maintenance" in names:
             before = {machine_key(m.id): m.window for m in self.state.machines()}
             snapshot = self.store.load("maintenance")
@@ -256,8 +291,23 @@ class Master:
             self.counters = MasterCounters(**counters) if counters else MasterCounters()
         if "operations" in names:
             self.operations = dict(self.store.load("operations") or {})
+        if "events" in names:
+            self._follow_events()
         self._busy, self._starting, self._backoff = set(), set(), {}
         self._last_failure = {}
+
+    def _follow_events(self) -> None:
+        """The events the leader wrote since the last one held (all of them again when
+        the copy has lost its thread: the leader's log went on past a hole)."""
+        log_ = self.events.log
+        try:
+            stored = self.store.load_after("events", member_key(log_.last_id))
+            taken = log_.extend(stored.values())
+            if stored and not taken and min(int(k) for k in stored) > log_.last_id + 1:
+                log_.load(self.store.load("events"))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{self.store.where}: unreadable events: {exc}") from exc
+        self.events.published()
 
     def _stored_drains(self) -> dict[str, DrainRecord]:
         """The drain records the store holds (written by this master or an older one)."""
@@ -272,30 +322,70 @@ class Master:
         self._last_failure = {}
         self._unseen = set(self.drains)
 
-    def save(self) -> None:
-        """Write the schedule, modes, drains, actors and counters; raises
-        :class:`~nodeagent._store.StoreError` (what was saved before stays saved). The
-        operations are written by :meth:`commit_state`, each when it changes."""
-        self._save(self.state, self.actors)
+    def save(self, *, events: Sequence[Draft] = ()) -> None:
+        """Write the schedule, modes, drains, actors and counters, with ``events`` and
+        those staged; raises :class:`~nodeagent._store.StoreError` (what was saved before
+        stays saved; ``events`` are dropped, the staged ones kept). The operations are
+        written by :meth:`commit_state`, each when it changes."""
+        self._save(self.state, self.actors, events=events)
 
     def _save(
         self,
         state: MaintenanceState,
         actors: dict[str, str],
         operations: Mapping[str, Any] | None = None,
+        *,
+        events: Sequence[Draft] = (),
     ) -> None:
+        """Write the state given, with the events of this change: ``events``, the
+        staged ones, those of the ``operations`` that changed
+        (:func:`~nodeagent.master._event_drafts.operation_changes`). They are kept and
+        published once the store holds them all."""
         documents: dict[str, Any] = {
             "maintenance": state.snapshot(),
             "drains": {key: record.to_json() for key, record in self.drains.items()},
             "actors": actors,
             "counters": vars(self.counters),
         }
+        drafts = list(events)
         if operations:
+            for op_id, op in operations.items():
+                drafts += operation_changes(self.operations.get(op_id), op)
             if "operations" in self.store.collections:
                 documents["operations"] = Members(put=operations)
             else:  # a store that keeps it whole
                 documents["operations"] = {**self.operations, **operations}
+        made, staged = self._events_to_write(drafts, documents)
         self.store.save(**documents)
+        self.events.written(made, staged)
+
+    def _events_to_write(
+        self, drafts: Sequence[Draft], documents: dict[str, Any]
+    ) -> tuple[list[Event], int]:
+        """The events a write carries (the staged ones first, then ``drafts``), put in
+        ``documents``; and how many of them were staged. Nothing is kept yet."""
+        made, staged = self.events.take(drafts, self.clock.now())
+        if not made:
+            return made, staged
+        log_ = self.events.log
+        put, gone = log_.members(made)
+        if "events" in self.store.collections:
+            documents["events"] = Members(put=put, delete=gone)
+        else:  # a store that keeps it whole
+            whole = {member_key(e.id): e.to_json() for e in log_.after(0)[1]}
+            for key in gone:
+                whole.pop(key, None)
+            documents["events"] = whole | put
+        return made, staged
+
+    def write_staged_events(self) -> None:
+        """Write the events staged (those a change of state did not carry); raises
+        :class:`StoreError`, keeping them staged."""
+        documents: dict[str, Any] = {}
+        made, staged = self._events_to_write((), documents)
+        if made:
+            self.store.save(**documents)
+        self.events.written(made, staged)
 
     def commit_state(
         self,
@@ -303,13 +393,15 @@ class Master:
         actors: dict[str, str],
         *,
         operations: Mapping[str, Any] | None = None,
+        actor: str = "master",
     ) -> None:
         """Save ``state`` and ``actors`` with the drains and counters, and ``operations``
         (rolling operations by id, as JSON: only these are written, see
         :class:`~nodeagent._store.Members`), then install them (a rolling operation's
         change of modes); raises :class:`~nodeagent._store.StoreError`, changing nothing
-        in memory."""
-        self._save(state, actors, operations)
+        in memory. The machines whose mode changes are written as ``mode.changed``
+        events by ``actor``."""
+        self._save(state, actors, operations, events=mode_changes(self.state, state, actor=actor))
         self.state, self.actors = state, actors
         if operations:
             self.operations.update(operations)
@@ -363,7 +455,8 @@ class Master:
         actors = {k: v for k, v in self.actors.items() if k in scheduled}
         for key in scheduled:
             actors.setdefault(key, actor)
-        self._save(state, actors)
+        change = schedule_changed(self.state, state, actor=actor, version=schedule_version(state))
+        self._save(state, actors, events=[change, *mode_changes(self.state, state, actor=actor)])
         self.state, self.actors = state, actors
         self._remember_windows(before, statuses, now)
         self.wake()
@@ -396,7 +489,7 @@ class Master:
         actors = dict(self.actors)
         for changed in state.down(machine_ids):
             actors[machine_key(changed.id)] = actor
-        self._save(state, actors)
+        self._save(state, actors, events=mode_changes(self.state, state, actor=actor))
         self.state, self.actors = state, actors
         self._tried_afresh(machine_ids)
         self.wake()
@@ -414,7 +507,7 @@ class Master:
         :class:`~nodeagent._store.StoreError`, changing nothing in memory or on disk."""
         state = copy.copy(self.state)
         state.up(machine_ids)
-        self._save(state, self.actors)
+        self._save(state, self.actors, events=mode_changes(self.state, state, actor=actor))
         self.state = state
         self._tried_afresh(machine_ids)
         self.wake()
@@ -549,7 +642,7 @@ class Master:
         name = machine.get("Name") if isinstance(machine, dict) else None
         previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
-        entry = self.ads.update(ad, now, plain_text=plain_text)
+        entry = self._take_ad(ad, now, plain_text=plain_text, previous=previous)
         if entry.my_type != "Machine":
             return {"machine_id": None, "mode": None, "unavailability": None}
         status = self.state.match(entry.hostname, entry.ip)
@@ -565,6 +658,44 @@ class Master:
             "mode": str(Mode.UP if status is None else status.mode),
             "unavailability": None if window is None else window.unavailability.to_json(),
         }
+
+    def _take_ad(
+        self,
+        ad: Mapping[str, Any],
+        now: float,
+        *,
+        plain_text: bool = False,
+        previous: AdEntry | None = None,
+    ) -> AdEntry:
+        """Store a node's ad (:meth:`AdStore.update`, which raises :class:`InvalidRequest`)
+        and stage the events its change from the last one says (while recording): its
+        drain, hook and health (:func:`~nodeagent.master._event_drafts.node_changes`), a
+        lost node back. ``previous``: the entry held before, when the caller has it."""
+        if previous is None and self.events.recording:
+            machine = ad.get("machine")
+            name = machine.get("Name") if isinstance(machine, dict) else None
+            previous = self.ads.get(name) if isinstance(name, str) else None
+        was_lost = previous is not None and self.ads.lost(previous, now)
+        entry = self.ads.update(ad, now, plain_text=plain_text)
+        if not self.events.recording or previous is None or entry.my_type != "Machine":
+            return entry
+        if was_lost:
+            self.events.stage(
+                node_back(node=entry.name, machine=entry.hostname, away=now - previous.received_at)
+            )
+        if previous.machine is not entry.machine and _watched(previous.machine) != _watched(
+            entry.machine
+        ):
+            self.events.stage(
+                *node_changes(
+                    previous.machine,
+                    entry.machine,
+                    node=entry.name,
+                    machine=entry.hostname,
+                    groups=_groups(entry),
+                )
+            )
+        return entry
 
     def pool_token_used(self, subject: str) -> None:
         """An ad comes with a DAEMON token of ``subject`` that names no node: raise
@@ -607,7 +738,7 @@ class Master:
         if not entry.address:
             return entry
         ad = await self._node_ad(entry.address, entry.name)
-        return self.ads.update(ad, self.clock.now())
+        return self._take_ad(ad, self.clock.now())
 
     def _live_node(self, machine_id: MachineId, now: float) -> AdEntry | None:
         is_lost = self.ads.lost_at(now)
@@ -747,23 +878,38 @@ class Master:
         """Reconcile the schedule with the nodes, forever.
 
         The link's connections to the agents are kept while this runs and closed when it
-        ends (:func:`~nodeagent._peer.kept_alive`).
+        ends (:func:`~nodeagent._peer.kept_alive`). While it runs the master records
+        events (it leads): the first says so (``leader.elected``), and what it sees is
+        written within :data:`~nodeagent.master._event_stream.FLUSH_DELAY`.
         """
+        url, term = self.identity()
+        self.events.recording = True
+        self.events.stage(leader_elected(url=url, term=term))
         task_status.started()
-        async with kept_alive(self.link), trio.open_nursery() as nursery:
-            while True:
-                self._wake = trio.Event()
-                started = trio.current_time()
-                self.reconcile(nursery)
-                with trio.move_on_after(self.reconcile_interval):
-                    await self._wake.wait()
-                    await trio.sleep_until(started + self.wake_gap)
+        try:
+            async with kept_alive(self.link), trio.open_nursery() as nursery:
+                nursery.start_soon(self.events.flush_when_staged, self.write_staged_events)
+                await self._reconcile_forever(nursery)
+        finally:
+            self.events.stop_recording()
+
+    async def _reconcile_forever(self, nursery: trio.Nursery) -> None:
+        while True:
+            self._wake = trio.Event()
+            started = trio.current_time()
+            self.reconcile(nursery)
+            with trio.move_on_after(self.reconcile_interval):
+                await self._wake.wait()
+                await trio.sleep_until(started + self.wake_gap)
 
     def reconcile(self, nursery: trio.Nursery) -> None:
         """One pass: start, escalate, down and cancel drains as the schedule says."""
         now = self.clock.now()
         for name in self.ads.sweep(now):
             log.warning("node %s is lost: no ad for %s", name, in_words(self.ads.lifetime))
+            entry = self.ads.get(name)
+            hostname = name if entry is None else entry.hostname
+            self.events.stage(node_lost(node=name, machine=hostname, lifetime=self.ads.lifetime))
         scheduled = set()
         # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
         # pass reads no estimates but for the nodes it drains. It does make the
@@ -936,8 +1082,30 @@ class Master:
             )
         self.drains[key] = self.drains[key].noted(key, escalated=True)
         self.counters.drains_escalated += 1
+        self.events.stage(
+            escalation(
+                node=record.node_name,
+                machine=plan.node.hostname,
+                request_id=self.drains[key].request_id,
+                how=how,
+                cuts=self._cuts(plan),
+                groups=_groups(plan.node),
+            )
+        )
         self.save()
         log.info("%s: at its window: escalated (%s)", plan.node_name, how)
+
+    def _cuts(self, plan: MachinePlan) -> list[dict[str, Any]]:
+        """The promises an escalation at the machine's window cuts, as its plan row says."""
+        now = self.clock.now()
+        state = row_state(
+            plan,
+            is_lost=self.ads.lost_at(now),
+            with_blockers=False,
+            window_since=None,
+            escalation=self.policy.escalation,
+        )
+        return row_figures(plan, state, now).cuts
 
     async def _relax(
         self, plan: MachinePlan, step: Withdraw | Postpone, address: str, actor: str
@@ -960,6 +1128,14 @@ class Master:
                 await calls.cancel(step.request_id)
             record.forgotten(key)
             del self.drains[key]
+            self.events.stage(
+                self._drain_event(
+                    "cancelled",
+                    record,
+                    f"cancelled: the window moved later, due again at {iso_time(step.due_at)}",
+                    {"due_at": step.due_at},
+                )
+            )
             self.save()
             log.info(
                 "%s: window moved later: drain %s cancelled, due again at %s (in %s)",
@@ -1015,10 +1191,31 @@ class Master:
         async with calls.transaction(body) as tx:
             pending = record.started(key, request_id=tx.request_id, body=body, now=self.clock.now())
             self.drains[key] = pending
-            self.save()
+            what = f"{body.schedule} drain for {body.reason}"
+            if body.deadline is not None:
+                what += f", deadline in {in_words(body.deadline)}"
+            facts = {"schedule": body.schedule, "reason": body.reason, "actor": pending.requester}
+            self.save(events=[self._drain_event("recorded", pending, f"recorded: {what}", facts)])
             committed = await tx.commit()
         self.drains[key] = pending.committed(key, committed_at=committed.committed_at)
+        self.events.stage(self._drain_event("committed", pending, f"committed: {what}", facts))
         return tx.phase1, committed
+
+    def _drain_event(
+        self, kind: str, record: DrainRecord, what: str, facts: Mapping[str, Any] | None = None
+    ) -> Draft:
+        """A ``drain.*`` event of the master's own, about ``record``'s node."""
+        node = record.node_name
+        entry = self.ads.get(node)
+        return drain_event(
+            kind,
+            node=node,
+            machine=node if entry is None else entry.hostname,
+            request_id=record.request_id,
+            what=what,
+            groups=() if entry is None else _groups(entry),
+            **(facts or {}),
+        )
 
     async def _settle(self, key: str) -> None:
         """Settle a record left ``pending`` with the node: fetch its ad and look for the
@@ -1062,7 +1259,7 @@ class Master:
         self._unseen.discard(key)
         try:
             ad = await self._node_ad(record.address or "", record.node_name)
-            self.ads.update(ad, self.clock.now())
+            self._take_ad(ad, self.clock.now())
         except (AgentCallFailed, InvalidRequest) as exc:
             log.warning("%s: ad not fetched (its next push will do): %s", record.node, exc)
         else:
@@ -1074,7 +1271,7 @@ class Master:
         name = record.node_name
         request_id = record.request_id
         ad = await self._node_ad(address, name)
-        machine = self.ads.update(ad, self.clock.now()).machine
+        machine = self._take_ad(ad, self.clock.now()).machine
         settled = settle(record, machine, key=key)
         if settled.adopted:
             assert settled.record is not None
@@ -1160,6 +1357,9 @@ class Master:
         await self.drain_transaction(key, calls, Down.body(), record)
         self.drains[key] = self.drains[key].noted(key, down=True)
         self.counters.down_drains += 1
+        self.events.stage(
+            self._drain_event("down", self.drains[key], "(fast): the machine is DOWN, kept closed")
+        )
         self.save()
         log.info("%s: down: fast drain %s", plan.node_name, self.drains[key].request_id)
 
@@ -1185,6 +1385,11 @@ class Master:
                     if await calls.cancel(request_id):
                         self.counters.drains_cancelled += 1
                         log.info("%s: up: drain %s cancelled", record.node, request_id)
+                        self.events.stage(
+                            self._drain_event(
+                                "cancelled", record, "cancelled: the machine left its window"
+                            )
+                        )
                 del self.drains[key]
                 self.save()
                 self._last_failure.pop(key, None)
@@ -1212,3 +1417,24 @@ _ACTIONS: dict[type, str] = {
     Refresh: "refresh",
     BringUp: "up",
 }
+
+
+#: The attributes of a node's ad whose change makes an event (see ``node_changes``).
+_WATCHED = (
+    "DrainState",
+    "DrainingRequestId",
+    "DrainHookState",
+    "DrainHookRequestId",
+    "HealthState",
+    "HealthFailures",
+)
+
+
+def _watched(machine: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(machine.get(name) for name in _WATCHED)
+
+
+def _groups(entry: AdEntry) -> list[str]:
+    """The job groups with a job on the node (its slots' ``JobGroup``)."""
+    groups = {slot.get("JobGroup") for slot in entry.slots if isinstance(slot, dict)}
+    return sorted(g for g in groups if isinstance(g, str))

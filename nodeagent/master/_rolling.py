@@ -655,7 +655,12 @@ class Operations:
             state = master.state
         master.drains.update(records)
         try:
-            master.commit_state(state, actors, operations={op.id: op.to_json()})
+            master.commit_state(
+                state,
+                actors,
+                operations={op.id: op.to_json()},
+                actor=f"{op.actor} (operation {op.id})",
+            )
         except StoreError:
             for key in records:
                 master.drains.pop(key, None)

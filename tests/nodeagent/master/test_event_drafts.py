@@ -1,0 +1,227 @@
+"""The events found by comparing a change's before and after, as tables
+(nodeagent.master._event_drafts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeagent.master._event_drafts import (
+    escalation,
+    mode_changes,
+    node_changes,
+    operation_changes,
+    schedule_changed,
+)
+from nodeagent.master._maintenance import (
+    MachineId,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Unavailability,
+    Window,
+)
+
+S = 1_000_000_000
+
+
+def state(*windows: tuple[tuple[str, ...], int]) -> MaintenanceState:
+    made = MaintenanceState()
+    made.update_schedule(
+        MaintenanceSchedule(
+            windows=tuple(
+                Window(
+                    machine_ids=tuple(MachineId(hostname=h) for h in hosts),
+                    unavailability=Unavailability(start_ns=start * S),
+                )
+                for hosts, start in windows
+            )
+        )
+    )
+    return made
+
+
+def test_schedule_changed_lists_added_dropped_and_moved() -> None:
+    before = state((("a", "b", "c"), 100))
+    after = state((("a",), 100), (("b", "d"), 200))
+    change = schedule_changed(before, after, actor="alice", version="v2")
+    assert change.type == "schedule.changed"
+    assert change.facts["added"] == ["d"]
+    assert change.facts["dropped"] == ["c"]
+    assert change.facts["moved"] == ["b"]
+    assert change.machines == ("b", "c", "d")
+    assert "3 machines in 2 windows (1 added, 1 dropped, 1 moved)" in change.text
+
+
+def test_mode_changes_one_event_per_move() -> None:
+    before = state((("a", "b", "c"), 100))
+    after = state((("a", "b", "c"), 100))
+    after.down([MachineId(hostname="a"), MachineId(hostname="b")])
+    (down,) = mode_changes(before, after, actor="bob")
+    assert (down.facts["from"], down.facts["to"], down.machines) == ("DRAINING", "DOWN", ("a", "b"))
+    dropped = state()
+    moves = {
+        (d.facts["from"], d.facts["to"]): d.machines
+        for d in mode_changes(after, dropped, actor="x")
+    }
+    assert moves == {("DOWN", "UP"): ("a", "b"), ("DRAINING", "UP"): ("c",)}
+    assert mode_changes(before, before, actor="x") == []
+
+
+def ad(**attributes: Any) -> dict[str, Any]:
+    return {"DrainState": "none", **attributes}
+
+
+DRAINING = {
+    "DrainState": "draining",
+    "DrainingRequestId": "7",
+    "DrainReason": "maintenance",
+    "DrainSchedule": "graceful",
+}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "types"),
+    [
+        (None, ad(**DRAINING), []),  # nothing known before
+        (ad(), ad(), []),
+        (ad(), ad(**DRAINING), ["drain.started"]),
+        (ad(**DRAINING), ad(**DRAINING), []),
+        (ad(**DRAINING), ad(**{**DRAINING, "DrainState": "drained"}), ["drain.completed"]),
+        (ad(), ad(**{**DRAINING, "DrainState": "drained"}), ["drain.started", "drain.completed"]),
+        (ad(**DRAINING), ad(**{**DRAINING, "DrainingRequestId": "8"}), ["drain.started"]),
+        (ad(**DRAINING), ad(), ["drain.ended"]),
+        (ad(DrainState="pending"), ad(), []),  # a transaction cancelled: no drain was
+        (
+            ad(DrainHookRequestId="7", DrainHookState="pending", DrainHookName="patch"),
+            ad(DrainHookRequestId="7", DrainHookState="running", DrainHookName="patch"),
+            ["hook.started"],
+        ),
+        (
+            ad(DrainHookRequestId="7", DrainHookState="running"),
+            ad(DrainHookRequestId="7", DrainHookState="succeeded"),
+            ["hook.succeeded"],
+        ),
+        (
+            ad(DrainHookRequestId="7", DrainHookState="running"),
+            ad(DrainHookRequestId="7", DrainHookState="failed", DrainHookMessage="exit status 3"),
+            ["hook.failed"],
+        ),
+        (  # pushed before it ran and after it ended: both said
+            ad(DrainHookRequestId="7", DrainHookState="pending"),
+            ad(DrainHookRequestId="7", DrainHookState="failed"),
+            ["hook.started", "hook.failed"],
+        ),
+        (
+            ad(DrainHookRequestId="7", DrainHookState="failed"),
+            ad(DrainHookRequestId="8", DrainHookState="running"),
+            ["hook.started"],
+        ),
+        (
+            ad(HealthState="pending"),
+            ad(HealthState="failing", HealthFailures=1),
+            ["health.failing"],
+        ),
+        (
+            ad(HealthState="failing", HealthFailures=1),
+            ad(HealthState="failing", HealthFailures=2),
+            [],
+        ),
+        (ad(HealthState="failing"), ad(HealthState="passing"), ["health.passing"]),
+        (ad(HealthState="pending"), ad(HealthState="passing"), ["health.passing"]),
+        (ad(HealthState="passing"), ad(HealthState="passing"), []),
+    ],
+)
+def test_node_changes(
+    before: dict[str, Any] | None, after: dict[str, Any], types: list[str]
+) -> None:
+    drafts = node_changes(before, after, node="n1", machine="n1.example.org", groups=["g/e/n"])
+    assert [d.type for d in drafts] == types
+    for d in drafts:
+        assert d.machines == ("n1.example.org",)
+        assert d.groups == ("g/e/n",)
+        assert d.text.startswith("n1: ")
+
+
+def op(**changes: Any) -> dict[str, Any]:
+    batch = {
+        "name": "rack1",
+        "state": "waiting",
+        "started_at": None,
+        "ended_at": None,
+        "skipped": False,
+        "held_since": None,
+        "reason": None,
+        "nodes": [{"name": "n1"}, {"name": "n2"}],
+    }
+    batch.update(changes.pop("batch", {}))
+    value = {
+        "id": "3",
+        "state": "running",
+        "actor": "carol",
+        "ended_at": None,
+        "reason": None,
+        "spec": {"hosts": ["n1", "n2"], "hook": "patch"},
+        "batches": [batch],
+    }
+    value.update(changes)
+    return value
+
+
+SLA = {
+    "code": "sla",
+    "message": "web keeps 2 of 3",
+    "until": 1_800_000_600.0,
+    "groups": ["w/p/web"],
+}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "types"),
+    [
+        (None, op(), ["operation.started"]),
+        (op(), op(), []),
+        (op(), op(batch={"held_since": 5.0, "reason": SLA}), ["operation.batch_held"]),
+        (
+            op(batch={"held_since": 5.0, "reason": SLA}),
+            op(batch={"held_since": 5.0, "reason": SLA}),
+            [],
+        ),
+        (op(), op(batch={"started_at": 6.0, "state": "draining"}), ["operation.batch_started"]),
+        (
+            op(batch={"started_at": 6.0}),
+            op(batch={"started_at": 6.0, "ended_at": 9.0, "state": "done"}),
+            ["operation.batch_done"],
+        ),
+        (
+            op(),
+            op(batch={"skipped": True, "ended_at": 9.0, "reason": {"code": "skipped"}}),
+            ["operation.batch_skipped"],
+        ),
+        (op(), op(state="paused", reason="paused: n1 failed"), ["operation.paused"]),
+        (op(state="paused"), op(), ["operation.resumed"]),
+        (op(), op(state="cancelled", ended_at=9.0), ["operation.ended"]),
+    ],
+)
+def test_operation_changes(
+    before: dict[str, Any] | None, after: dict[str, Any], types: list[str]
+) -> None:
+    drafts = operation_changes(before, after)
+    assert [d.type for d in drafts] == types
+    assert all(d.facts["operation"] == "3" for d in drafts)
+
+
+def test_escalation_says_what_it_cuts() -> None:
+    cuts = [
+        {"slot": "slot1_1@n1", "job_id": "j1", "cut_by": 600, "cut_badput": 1200},
+        {"slot": "slot1_2@n1", "job_id": "j2", "cut_by": 60, "cut_badput": 30},
+    ]
+    event = escalation(node="n1", machine="n1", request_id="7", how="quick drain 7", cuts=cuts)
+    assert event.facts["cut_jobs"] == 2
+    assert event.facts["cut_badput"] == 1230
+    assert "2 jobs cut" in event.text
+    assert "1230 core-s" in event.text
+    assert (
+        "jobs cut"
+        not in escalation(node="n1", machine="n1", request_id="7", how="quick", cuts=[]).text
+    )
