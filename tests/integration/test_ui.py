@@ -15,6 +15,7 @@ prints where. The daemons and the browser are shared by the tests of this file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -229,6 +230,23 @@ def test_the_proxy_forwards_the_page_s_reads_and_nothing_else(pool: Pool) -> Non
         for reply in (page, plan):
             assert not [h for h in reply.headers if h.startswith("access-control-")]
             assert "authorization" not in reply.headers
+        # The event stream: its query and Last-Event-ID go through, and it is relayed as it
+        # comes (an open stream's first event arrives before the stream ends).
+        kept = client.get("/v1/events", params={"follow": "false", "format": "jsonl"})
+        ids = [json.loads(line)["id"] for line in kept.text.splitlines() if line]
+        assert len(ids) >= 2
+        assert ids == sorted(ids)
+        resumed = client.get(
+            "/v1/events",
+            params={"follow": "false", "format": "jsonl"},
+            headers={"Last-Event-ID": str(ids[-2])},
+        )
+        assert json.loads(resumed.text.splitlines()[0])["id"] == ids[-1]
+        with client.stream("GET", "/v1/events", params={"last": "1"}) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.iter_lines()
+            first = next(line for line in lines if line.startswith("id:"))
+            assert int(first.removeprefix("id:")) >= ids[-1]  # the last kept, or a newer one
 
         def refused(reply: httpx.Response) -> tuple[int, str]:
             return reply.status_code, reply.json()["error"]["code"]
@@ -368,7 +386,18 @@ def test_a_drain_started_by_the_master_appears_without_a_reload(
         ) in (("DOWN", "draining"), ("DOWN", "drained"))
 
     wait_for(drained, timeout=30, interval=0.1)
+
+    # The master's events of it came over the stream, newest first.
+    def seen() -> list[str]:
+        return [
+            f"{item.get_attribute('data-type')} {item.text}"
+            for item in browser.find_elements("css selector", "#events li")
+        ]
+
+    wait_for(lambda: any(e.startswith("mode.changed") and "ontime.test" in e for e in seen()))
+    assert browser.find_element("id", "live").get_attribute("data-state") == "live"
     assert browser.execute_script("return document.documentElement.dataset.loadedOnce") == "yes"
+    print("\n".join(seen()))
     mode = browser.find_element("css selector", '#totals [data-total="DOWN"] dd')
     assert mode.text == "1"
     shot(browser, pool, "drain-started.png")
