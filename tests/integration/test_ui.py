@@ -36,13 +36,14 @@ from tests.integration.test_master import window
 
 if TYPE_CHECKING:  # selenium itself is imported once the fixture knows it is there
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.remote.webelement import WebElement
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 HOSTS = ("late.test", "ontime.test", "ghost.test")
+#: The nodes of a rolling operation (not scheduled until it takes them).
+ROLLED = ("rolling1.test", "rolling2.test")
 
 
 def have_chromium() -> None:
@@ -85,6 +86,7 @@ def chromium() -> WebDriver:
 @dataclass(frozen=True, kw_only=True)
 class Pool:
     master: MasterProcess
+    root: Path
     ui_url: str
     token_file: Path
     artifacts: Path
@@ -92,10 +94,23 @@ class Pool:
     env: dict[str, str]
 
 
+#: The rolling operation's hook: done once the test lets the node go (a file named after
+#: it), within a minute in any case.
+HOOK = """#!/bin/sh
+for i in $(seq 600); do
+  test -e "$(dirname "$0")/go-$NODEAGENT_NODE" && exit 0
+  sleep 0.1
+done
+exit 1
+"""
+
+
 def agent(master: MasterProcess, root: Path, name: str, promise: int) -> AgentProcess:
     policy = {"max_job_retirement_time": promise, "machine_max_vacate_time": 1}
     settings = master.agent_settings(root / name, node=name, update_interval=0.5)
-    return AgentProcess(root / name, hostname=name, policy=policy, master=settings)
+    hook = root / "hook.sh"
+    extra = f"[hooks.fw]\ncommand = {json.dumps([str(hook)])}\n"
+    return AgentProcess(root / name, hostname=name, policy=policy, master=settings, extra=extra)
 
 
 def start_ui(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], str]:
@@ -135,10 +150,14 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     artifacts.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots of the maintenance page: {artifacts}")
     settings = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
+    (tmp / "hook.sh").write_text(HOOK)
+    (tmp / "hook.sh").chmod(0o755)
     with ExitStack() as stack:
         master = stack.enter_context(MasterProcess(tmp / "master", settings=settings))
         late = stack.enter_context(agent(master, tmp, "late.test", 7200))
         on_time = stack.enter_context(agent(master, tmp, "ontime.test", 60))
+        for name in ROLLED:
+            stack.enter_context(agent(master, tmp, name, 60))
         argv, _ = job_script(tmp, "long")
         late.claim(argv, cpus=2, max_job_retirement_time=7200, job_id="7", owner="alice")
         argv, _ = job_script(tmp, "short")
@@ -168,6 +187,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         try:
             yield Pool(
                 master=master,
+                root=tmp,
                 ui_url=url,
                 token_file=token_file,
                 artifacts=artifacts,
@@ -194,19 +214,68 @@ def shot(driver: WebDriver, pool: Pool, name: str) -> Path:
     return path
 
 
-def row(driver: WebDriver, host: str) -> WebElement | None:
-    found = driver.find_elements("css selector", f'#timeline g.row[data-machine="{host}"]')
-    return found[0] if found else None
+#: What the page shows, read in one script (the page redraws as the plan changes: elements
+#: found one call and read the next may be gone by then).
+SNAPSHOT = """
+const box = (el) => { const b = el.getBoundingClientRect(); return {x: b.x, width: b.width}; };
+const rows = {};
+const order = [];
+for (const g of document.querySelectorAll("#timeline g.row")) {
+  const parts = [];
+  for (const el of g.querySelectorAll("rect.window, rect.cut, rect.drain, line.escalation,"
+      + " line.drain-start, circle.promise, path.planned")) {
+    const style = getComputedStyle(el);
+    parts.push({kind: el.getAttribute("class"), job: el.dataset.job || null, ...box(el),
+                fill: style.fill, stroke: style.stroke});
+  }
+  order.push(g.dataset.machine);
+  rows[g.dataset.machine] = {data: {...g.dataset}, text: g.textContent, parts};
+}
+const text = (selector) => Array.from(document.querySelectorAll(selector), (el) => el.textContent);
+const now = document.getElementById("now-line");
+const operations = Array.from(document.querySelectorAll("#operations .operation"), (op) => ({
+  id: op.dataset.id, state: op.dataset.state,
+  progress: (op.querySelector(".progress") || {}).textContent || "",
+  batches: Array.from(op.querySelectorAll(".batch"), (b) => b.dataset.state)}));
+const totals = {};
+for (const item of document.querySelectorAll("#totals [data-total]")) {
+  totals[item.dataset.total] = item.querySelector("dd").textContent;
+}
+return {order, rows, now: now ? box(now) : null, totals, operations,
+        table: Object.fromEntries(Array.from(document.querySelectorAll("#machines tbody tr"),
+                                             (tr) => [tr.dataset.machine, tr.textContent])),
+        events: Array.from(document.querySelectorAll("#events li"),
+                           (li) => `${li.dataset.type} ${li.querySelector(".text").textContent}`),
+        live: document.getElementById("live").dataset.state,
+        problem: document.getElementById("problem").hidden ? null : text("#problem")[0],
+        loadedOnce: document.documentElement.dataset.loadedOnce || null};
+"""
 
 
-def rgb(driver: WebDriver, element: WebElement, prop: str) -> tuple[int, ...]:
-    value: str = driver.execute_script(f"return getComputedStyle(arguments[0]).{prop}", element)
-    return tuple(int(n) for n in re.findall(r"\d+", value)[:3])
+def snapshot(driver: WebDriver) -> dict[str, Any]:
+    """The page's timeline, totals, operations and events as it shows them now."""
+    shown: dict[str, Any] = driver.execute_script(SNAPSHOT)
+    return shown
 
 
-def box(element: WebElement) -> dict[str, Any]:
-    rect: dict[str, Any] = element.rect
-    return rect
+def parts(shown: dict[str, Any], host: str, kind: str) -> list[dict[str, Any]]:
+    """The marks of ``kind`` (their classes, e.g. ``promise late``) on ``host``'s row."""
+    return [p for p in shown["rows"][host]["parts"] if p["kind"] == kind]
+
+
+def rgb(color: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", color)[:3])
+
+
+def showing(driver: WebDriver, ready: Any) -> dict[str, Any]:
+    """Wait until the page's snapshot satisfies ``ready``; that snapshot."""
+
+    def found() -> dict[str, Any] | None:
+        shown = snapshot(driver)
+        return shown if ready(shown) else None
+
+    result: dict[str, Any] = wait_for(found, timeout=30, interval=0.1)
+    return result
 
 
 # --- the loopback proxy ---------------------------------------------------------------------
@@ -304,60 +373,45 @@ def test_the_timeline_shows_each_machine_its_window_and_the_late_node_s_cut(
     pool: Pool, browser: WebDriver
 ) -> None:
     browser.get(pool.ui_url)
-    wait_for(lambda: all(row(browser, h) for h in HOSTS), timeout=30, interval=0.1)
-    shown = [
-        r.get_attribute("data-machine")
-        for r in browser.find_elements("css selector", "#timeline g.row")
-    ]
-    assert shown == list(HOSTS)
-    now = box(browser.find_element("id", "now-line"))
+    shown = showing(browser, lambda s: s["order"] == list(HOSTS) and s["now"] is not None)
+    now = shown["now"]
     windows = {}
     for host in HOSTS:
-        found = row(browser, host)
-        assert found is not None
-        (band,) = found.find_elements("css selector", "rect.window")
-        windows[host] = box(band)
-        assert windows[host]["x"] > now["x"]  # the windows open later
-        assert windows[host]["width"] > 0
+        (band,) = parts(shown, host, "window")
+        windows[host] = band
+        assert band["x"] > now["x"]  # the windows open later
+        assert band["width"] > 0
     # The two windows of the same start and length line up; ghost.test's opens at their end.
     assert windows["late.test"]["x"] == pytest.approx(windows["ontime.test"]["x"], abs=1)
     late_end = windows["late.test"]["x"] + windows["late.test"]["width"]
     assert windows["ghost.test"]["x"] == pytest.approx(late_end, abs=1)
 
-    late = row(browser, "late.test")
-    assert late is not None
-    assert late.get_attribute("data-escalates") == "true"
-    (cut,) = late.find_elements("css selector", "rect.cut")
-    assert cut.get_attribute("data-job") == "7"
-    red, green, blue = rgb(browser, cut, "fill")
-    assert red >= 180, (red, green, blue)
-    assert green <= 60, (red, green, blue)
-    assert blue <= 60, (red, green, blue)
+    late = shown["rows"]["late.test"]
+    assert late["data"]["escalates"] == "true"
+    (cut,) = parts(shown, "late.test", "cut")
+    assert cut["job"] == "7"
+    red, green, blue = rgb(cut["fill"])
+    assert red >= 180, cut
+    assert green <= 60, cut
+    assert blue <= 60, cut
     # Evicted at the window's start; its promise would have run an hour and a half more.
-    assert box(cut)["x"] == pytest.approx(windows["late.test"]["x"], abs=2)
-    assert box(cut)["width"] > windows["late.test"]["width"]
-    (escalation,) = late.find_elements("css selector", "line.escalation")
-    assert rgb(browser, escalation, "stroke")[0] >= 180
-    (promise,) = late.find_elements("css selector", "circle.promise.late")
-    assert box(promise)["x"] > late_end  # empty by its promises after its window ends
+    assert cut["x"] == pytest.approx(windows["late.test"]["x"], abs=2)
+    assert cut["width"] > windows["late.test"]["width"]
+    (escalation,) = parts(shown, "late.test", "escalation")
+    assert rgb(escalation["stroke"])[0] >= 180
+    (promise,) = parts(shown, "late.test", "promise late")
+    assert promise["x"] > late_end  # empty by its promises after its window ends
 
-    on_time = row(browser, "ontime.test")
-    assert on_time is not None
-    assert on_time.get_attribute("data-escalates") == "false"
-    assert on_time.find_elements("css selector", "rect.cut") == []
-    assert on_time.find_elements("css selector", "circle.promise.late") == []
-    assert len(on_time.find_elements("css selector", "line.drain-start")) == 1
-    ghost = row(browser, "ghost.test")
-    assert ghost is not None
-    assert "no node" in ghost.text
+    assert shown["rows"]["ontime.test"]["data"]["escalates"] == "false"
+    assert parts(shown, "ontime.test", "cut") == []
+    assert parts(shown, "ontime.test", "promise late") == []
+    assert len(parts(shown, "ontime.test", "drain-start")) == 1
+    assert "no node" in shown["rows"]["ghost.test"]["text"]
 
     # The words under the timeline, and the totals.
-    cells = browser.find_element("css selector", '#machines tr[data-machine="late.test"]')
-    assert "job 7 (alice)" in cells.text
-    escalations = browser.find_element("css selector", '#totals [data-total="escalations"] dd')
-    assert escalations.text == "1"
-    assert browser.find_element("css selector", '#totals [data-total="machines"] dd').text == "3"
-    assert browser.find_element("id", "problem").get_attribute("hidden") is not None
+    assert "job 7 (alice)" in shown["table"]["late.test"]
+    assert (shown["totals"]["machines"], shown["totals"]["escalations"]) == ("3", "1")
+    assert shown["problem"] is None
     shot(browser, pool, "timeline.png")
 
 
@@ -366,41 +420,66 @@ def test_a_drain_started_by_the_master_appears_without_a_reload(
 ) -> None:
     if browser.current_url != pool.ui_url:
         browser.get(pool.ui_url)
-    wait_for(lambda: row(browser, "ontime.test"), timeout=30, interval=0.1)
+    before = showing(browser, lambda s: "ontime.test" in s["rows"])["rows"]["ontime.test"]
+    assert (before["data"]["mode"], before["data"]["drain"]) == ("DRAINING", "none")
     # A mark on this document: a reload would make a new one without it.
     browser.execute_script("document.documentElement.dataset.loadedOnce = 'yes'")
-    before = row(browser, "ontime.test")
-    assert before is not None
-    assert (before.get_attribute("data-mode"), before.get_attribute("data-drain")) == (
-        "DRAINING",
-        "none",
-    )
     machine = {"hostname": "ontime.test", "ip": "127.0.0.1"}
     assert pool.master.call("POST", "/machine/down", json=[machine]).status_code == 200
 
-    def drained() -> bool:
-        found = row(browser, "ontime.test")
-        return found is not None and (
-            found.get_attribute("data-mode"),
-            found.get_attribute("data-drain"),
-        ) in (("DOWN", "draining"), ("DOWN", "drained"))
+    def drained(shown: dict[str, Any]) -> bool:
+        row = shown["rows"]["ontime.test"]["data"]
+        return row["mode"] == "DOWN" and row["drain"] in ("draining", "drained")
 
-    wait_for(drained, timeout=30, interval=0.1)
-
+    showing(browser, drained)
     # The master's events of it came over the stream, newest first.
-    def seen() -> list[str]:
-        return [
-            f"{item.get_attribute('data-type')} {item.text}"
-            for item in browser.find_elements("css selector", "#events li")
-        ]
-
-    wait_for(lambda: any(e.startswith("mode.changed") and "ontime.test" in e for e in seen()))
-    assert browser.find_element("id", "live").get_attribute("data-state") == "live"
-    assert browser.execute_script("return document.documentElement.dataset.loadedOnce") == "yes"
-    print("\n".join(seen()))
-    mode = browser.find_element("css selector", '#totals [data-total="DOWN"] dd')
-    assert mode.text == "1"
+    shown = showing(
+        browser,
+        lambda s: any(e.startswith("mode.changed ontime.test") for e in s["events"]),
+    )
+    print("\n".join(shown["events"]))
+    assert shown["live"] == "live"
+    assert shown["loadedOnce"] == "yes"
+    assert shown["totals"]["DOWN"] == "1"
     shot(browser, pool, "drain-started.png")
+
+
+def test_a_rolling_operation_shows_its_batches_and_its_eta(pool: Pool, browser: WebDriver) -> None:
+    """Two nodes, one batch each, one at a time: once the first is done, the page gives
+    the operation an ETA from it; then the operation completes."""
+    if browser.current_url != pool.ui_url:
+        browser.get(pool.ui_url)
+    body = {"hosts": list(ROLLED), "hook": "fw", "batches": 1}
+    reply = pool.master.call("POST", "/v1/maintenance/operations", json=body)
+    assert reply.status_code == 201, reply.text
+    op_id = reply.json()["id"]
+
+    def in_hook() -> str | None:
+        doc = pool.master.call("GET", f"/v1/maintenance/operations/{op_id}").json()
+        return next((b["name"] for b in doc["batches"] if b["state"] == "hook"), None)
+
+    def operation(shown: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = next(
+            (op for op in shown["operations"] if op["id"] == op_id), {"batches": []}
+        )
+        return found
+
+    first = wait_for(in_hook, timeout=30)
+    showing(browser, lambda s: "hook" in operation(s)["batches"])
+    (pool.root / f"go-{first}").touch()
+    second = wait_for(lambda: (b := in_hook()) != first and b, timeout=30)
+    shown = showing(
+        browser,
+        lambda s: "ETA ≈" in operation(s).get("progress", "") and "done" in operation(s)["batches"],
+    )
+    assert "from the 1 batch(es) done" in operation(shown)["progress"]
+    shot(browser, pool, "operation.png")
+    (pool.root / f"go-{second}").touch()
+    shown = showing(browser, lambda s: operation(s).get("state") == "completed")
+    assert operation(shown)["batches"] == ["done", "done"]
+    assert "ETA" not in operation(shown)["progress"]
+    events = [e.split(" ", 1)[0] for e in shown["events"]]
+    assert "operation.started" in events
 
 
 def test_the_master_serves_the_page_to_a_token_only(pool: Pool) -> None:
@@ -418,7 +497,7 @@ def test_the_master_serves_the_page_to_a_token_only(pool: Pool) -> None:
             "Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {token}"}}
         )
         driver.get(pool.master.url + "/ui/")
-        wait_for(lambda: all(row(driver, h) for h in HOSTS), timeout=30, interval=0.1)
+        showing(driver, lambda s: set(HOSTS) <= set(s["order"]))
         shot(driver, pool, "from-the-master.png")
     finally:
         driver.quit()

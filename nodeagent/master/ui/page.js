@@ -485,8 +485,12 @@
   // --- the operations -------------------------------------------------------------------
 
   function batchText(batch) {
-    const nodes = (batch.nodes || []).map((n) => `${n.name} ${n.phase}`).join(", ");
-    return `${batch.name}: ${batch.state}${nodes ? ` (${nodes})` : ""}`;
+    const nodes = batch.nodes || [];
+    if (nodes.length === 1 && nodes[0].name === batch.name && nodes[0].phase === batch.state) {
+      return `${batch.name}: ${batch.state}`; // a batch per host
+    }
+    const phases = nodes.map((n) => `${n.name} ${n.phase}`).join(", ");
+    return `${batch.name}: ${batch.state}${phases ? ` (${phases})` : ""}`;
   }
 
   function reasonText(reason) {
