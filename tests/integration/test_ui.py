@@ -86,6 +86,7 @@ def chromium() -> WebDriver:
 @dataclass(frozen=True, kw_only=True)
 class Pool:
     master: MasterProcess
+    late: AgentProcess
     root: Path
     ui_url: str
     token_file: Path
@@ -149,7 +150,12 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     artifacts = Path(os.environ.get("NODEAGENT_TEST_ARTIFACTS") or tmp / "artifacts")
     artifacts.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots of the maintenance page: {artifacts}")
-    settings = {"reconcile_interval": 0.2, "drain_margin": 1, "escalation": "quick"}
+    settings = {
+        "reconcile_interval": 0.2,
+        "drain_margin": 1,
+        "escalation": "quick",
+        "ad_lifetime": 10,  # agents push every 0.5 s; one killed is lost within seconds
+    }
     (tmp / "hook.sh").write_text(HOOK)
     (tmp / "hook.sh").chmod(0o755)
     with ExitStack() as stack:
@@ -187,6 +193,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         try:
             yield Pool(
                 master=master,
+                late=late,
                 root=tmp,
                 ui_url=url,
                 token_file=token_file,
@@ -480,6 +487,19 @@ def test_a_rolling_operation_shows_its_batches_and_its_eta(pool: Pool, browser: 
     assert "ETA" not in operation(shown)["progress"]
     events = [e.split(" ", 1)[0] for e in shown["events"]]
     assert "operation.started" in events
+
+
+def test_a_lost_node_is_marked(pool: Pool, browser: WebDriver) -> None:
+    """late.test's agent is killed: once its ad is older than the ad lifetime, its row is
+    struck through and says LOST, and the totals count it."""
+    if browser.current_url != pool.ui_url:
+        browser.get(pool.ui_url)
+    assert showing(browser, lambda s: "late.test" in s["rows"])["totals"]["lost"] == "0"
+    pool.late.kill9()
+    shown = showing(browser, lambda s: s["rows"]["late.test"]["data"]["lost"] == "true")
+    assert "LOST" in shown["rows"]["late.test"]["text"]
+    assert shown["totals"]["lost"] == "1"
+    shot(browser, pool, "lost.png")
 
 
 def test_the_master_serves_the_page_to_a_token_only(pool: Pool) -> None:
