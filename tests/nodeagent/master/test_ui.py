@@ -15,6 +15,7 @@ import pytest
 
 from nodeagent._auth import Scope
 from nodeagent.master import _ui
+from nodeagent.master._events import EVENT_TYPES
 from nodeagent.master._ui import PAGE_FILES, PAGE_HEADERS, page_file
 from tests.nodeagent.master.test_master_api import api, error_code
 
@@ -79,6 +80,14 @@ def test_the_page_inserts_the_master_s_text_as_text() -> None:
         "/v1/events",
         "/v1/leader",
     }
+
+
+def test_the_page_listens_to_every_type_of_event() -> None:
+    """An EventSource hands a named event (``event: drain.committed``) only to a listener of
+    that name: the page names every type the master writes, and ``gap``."""
+    script = (FILES / "page.js").read_text()
+    listed = script.split("const EVENT_TYPES = [", 1)[1].split("];", 1)[0]
+    assert set(re.findall(r'"([a-z_.]+)"', listed)) == {*EVENT_TYPES, "gap"}
 
 
 def test_the_headers_keep_the_page_to_its_origin() -> None:
