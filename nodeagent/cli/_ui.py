@@ -28,6 +28,7 @@ of the server stack.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -60,6 +61,10 @@ _MASTER_TIMEOUT_S = 75.0
 #: The longest an event stream may stay silent (the master sends a comment every 15 s).
 _IDLE_S = 60.0
 _RELAYED = ("content-type", "cache-control", "retry-after")
+#: What a request target may hold (visible ASCII: no space, no control character), and a
+#: header forwarded: nothing the master could read as the end of a line.
+_TARGET = re.compile(r"/[!-~]{0,8191}")
+_VALUE = re.compile(r"[ -~]{0,1024}")
 
 
 def loopback_address(text: str) -> tuple[str, int]:
@@ -115,19 +120,23 @@ class _Proxy:
     # --- one connection -------------------------------------------------------------------
 
     def serve(self, conn: socket.socket) -> None:
-        with conn:
+        with conn, contextlib.suppress(OSError):  # the browser went away: nothing to answer
+            conn.settimeout(_READ_TIMEOUT_S)
             try:
-                conn.settimeout(_READ_TIMEOUT_S)
                 head = _read_head(conn)
-                if head is not None:
-                    self.answer(conn, *head)
-            except (OSError, ValueError):
-                pass  # the browser went away, or sent what is not HTTP: nothing to answer
+            except ValueError as exc:
+                _error(conn, 400, "request.invalid", str(exc))
+                return
+            if head is not None:
+                self.answer(conn, *head)
 
     def answer(
         self, conn: socket.socket, method: str, target: str, headers: dict[str, str]
     ) -> None:
         path, _, query = target.partition("?")
+        if _TARGET.fullmatch(target) is None:
+            _error(conn, 400, "request.invalid", "a request target of visible ASCII only")
+            return
         if headers.get("host", "").lower() not in self.hosts:
             _error(conn, 403, "ui.host_refused", f"this listener answers {self.origin} only")
             return
@@ -141,6 +150,10 @@ class _Proxy:
         if headers.get("transfer-encoding") or headers.get("content-length", "0").strip() != "0":
             _error(conn, 400, "request.invalid", "a GET has no body")
             return
+        for name in ("accept", "last-event-id"):
+            if _VALUE.fullmatch(headers.get(name, "")) is None:
+                _error(conn, 400, "request.invalid", f"{name}: printable ASCII only")
+                return
         if path in ("/", "/ui"):
             _send_head(conn, 302, "Found", [("Location", "/ui/"), ("Content-Length", "0")])
             return
@@ -216,9 +229,10 @@ def _read_head(conn: socket.socket) -> tuple[str, str, dict[str, str]] | None:
         if len(data) > _HEAD_LIMIT:
             raise ValueError("request head too large")
     lines = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
-    method, target, version = lines[0].split(" ")
-    if not version.startswith("HTTP/1.") or not target.startswith("/"):
-        raise ValueError("not an HTTP/1.x request")
+    words = lines[0].split(" ")
+    if len(words) != 3 or not words[2].startswith("HTTP/1.") or not words[1].startswith("/"):
+        raise ValueError("not an HTTP/1.x request line")
+    method, target, _ = words
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, colon, value = line.partition(":")

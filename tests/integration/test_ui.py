@@ -19,6 +19,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ import pytest
 
 from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
 from tests.integration.test_master import window
+from tests.rawhttp import SOCKET_TIMEOUT, read_reply
 
 if TYPE_CHECKING:  # selenium itself is imported once the fixture knows it is there
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -342,6 +344,17 @@ def test_the_proxy_forwards_the_page_s_reads_and_nothing_else(pool: Pool) -> Non
         assert refused(client.get("/maintenance/schedule")) == (404, "http.not_found")
         assert refused(client.get("/v1/ads")) == (404, "http.not_found")
         assert refused(client.get("/ui/../master.toml")) == (404, "http.not_found")
+    # Nothing the master could read as a line of its own: no request smuggled through.
+    host = base.removeprefix("http://")
+    for head in (
+        f"GET /v1/leader?a\nPOST /machine/down HTTP/1.1 HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        f"GET /v1/events HTTP/1.1\r\nHost: {host}\r\nLast-Event-ID: 1\nX-Y: z\r\n\r\n",
+        f"GET /v1/leader HTTP/1.1\r\nHost: {host}\r\nAccept: a\x00b\r\n\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=SOCKET_TIMEOUT) as raw:
+            raw.sendall(head.encode("latin-1"))
+            status, _, body = read_reply(raw)
+        assert (status, json.loads(body)["error"]["code"]) == (400, "request.invalid"), head
     assert "down_machines" not in pool.master.call("GET", "/maintenance/status").json()
 
 
