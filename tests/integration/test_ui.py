@@ -146,12 +146,18 @@ def stop(proc: subprocess.Popen[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+def pool(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[Pool]:
     have_chromium()
     tmp = tmp_path_factory.mktemp("ui")
     artifacts = Path(os.environ.get("NODEAGENT_TEST_ARTIFACTS") or tmp / "artifacts")
     artifacts.mkdir(parents=True, exist_ok=True)
-    print(f"\nscreenshots of the maintenance page: {artifacts}")
+    said = f"screenshots of the maintenance page: {artifacts}"
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    if capture is None:
+        print(said)
+    else:
+        with capture.global_and_fixture_disabled():  # on the terminal (but xdist's workers')
+            print(f"\n{said}")
     settings = {
         "reconcile_interval": 0.2,
         "drain_margin": 1,
