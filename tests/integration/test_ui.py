@@ -261,6 +261,8 @@ return {order, rows, now: now ? box(now) : null, totals, operations,
                                              (tr) => [tr.dataset.machine, tr.textContent])),
         events: Array.from(document.querySelectorAll("#events li"),
                            (li) => `${li.dataset.type} ${li.querySelector(".text").textContent}`),
+        eventIds: Array.from(document.querySelectorAll("#events li"),
+                             (li) => Number(li.dataset.id)),
         live: document.getElementById("live").dataset.state,
         problem: document.getElementById("problem").hidden ? null : text("#problem")[0],
         loadedOnce: document.documentElement.dataset.loadedOnce || null};
@@ -540,3 +542,36 @@ def test_the_master_serves_the_page_to_a_token_only(pool: Pool) -> None:
         shot(driver, pool, "from-the-master.png")
     finally:
         driver.quit()
+
+
+def test_the_page_catches_up_after_the_master_restarts(pool: Pool, browser: WebDriver) -> None:
+    """Through ``master ui`` on the master's socket: the master stops (the page says so and
+    keeps what it drew), starts again, and the page follows its events from the last one it
+    showed: the new ones appear, none twice. (Last: the agents lose this master.)"""
+    proc, url = start_ui({**pool.env, "NODEAGENT_MASTER_SOCKET": str(pool.master.socket)})
+    try:
+        browser.get(url)
+        before = showing(browser, lambda s: s["live"] == "live" and s["eventIds"])
+        pool.master.stop()
+        away = showing(browser, lambda s: s["live"] != "live" and s["problem"] is not None)
+        assert "master.unreachable" in away["problem"]
+        assert away["order"] == before["order"]  # the last plan stays drawn
+        pool.master.start()
+        schedule = pool.master.call("GET", "/maintenance/schedule").json()
+        schedule["windows"] += window(["extra.test"], time.time() + 7200, 600)["windows"]
+        assert pool.master.call("POST", "/maintenance/schedule", json=schedule).status_code == 200
+        back = showing(
+            browser,
+            lambda s: (
+                s["live"] == "live"
+                and "extra.test" in s["rows"]
+                and any(e.startswith("schedule.changed") and "1 added" in e for e in s["events"])
+            ),
+        )
+        ids = back["eventIds"]
+        assert ids == sorted(set(ids), reverse=True)  # newest first, none twice
+        assert ids[-len(before["eventIds"]) :] == before["eventIds"]  # what it had, kept
+        assert back["problem"] is None
+        shot(browser, pool, "after-a-restart.png")
+    finally:
+        assert stop(proc) == 0

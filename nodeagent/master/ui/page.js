@@ -14,7 +14,8 @@
   const SVG = "http://www.w3.org/2000/svg";
   const PLAN_PATH = "/v1/maintenance/plan?blockers=false&limit=2000";
   const OPERATIONS_PATH = "/v1/maintenance/operations";
-  const EVENTS_PATH = "/v1/events?last=50";
+  const EVENTS_PATH = "/v1/events";
+  const EVENTS_RETRY_MS = 5000; // after the stream was refused (the master away, say)
   const POLL_MS = 5000; // the plan and the operations, events or not
   const MIN_GAP_MS = 1000; // at most one plan read a second
   const EVENTS_KEPT = 50;
@@ -42,6 +43,7 @@
     planLast: 0,
     events: null,
     eventsSeen: new Set(),
+    lastEventId: null, // the newest event shown: where a new stream starts again
   };
 
   const $ = (id) => document.getElementById(id);
@@ -565,6 +567,7 @@
     if (typeof event.id === "number") {
       if (state.eventsSeen.has(event.id)) return;
       state.eventsSeen.add(event.id);
+      state.lastEventId = Math.max(state.lastEventId || 0, event.id);
     }
     const list = $("events");
     const item = el("li", { "data-type": event.type, "data-id": event.id });
@@ -596,7 +599,10 @@
       live("polling", `polling every ${POLL_MS / 1000} s`);
       return;
     }
-    const source = new EventSource(EVENTS_PATH);
+    // The last events at first; after a refusal, from the newest one shown (the browser's
+    // own reconnection sends Last-Event-ID by itself).
+    const from = state.lastEventId === null ? `last=${EVENTS_KEPT}` : `since=${state.lastEventId}`;
+    const source = new EventSource(`${EVENTS_PATH}?${from}`);
     state.events = source;
     source.onopen = () => {
       live("live", "live");
@@ -608,7 +614,7 @@
       if (source.readyState === EventSource.CLOSED) {
         // Refused (no event stream on this master, or the token): poll, and try again later.
         live("polling", `no event stream: polling every ${POLL_MS / 1000} s`);
-        setTimeout(follow, 30000);
+        setTimeout(follow, EVENTS_RETRY_MS);
       } else {
         live("reconnecting", "reconnecting…");
       }
