@@ -27,8 +27,9 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 * :mod:`._render`: every human view, built of :mod:`._draw`'s pieces.
 * :mod:`._sla`: ``master sla probe`` as a table.
 * :mod:`._token`: ``token create``: signs a bearer token with the pool key.
-* :mod:`._transport`: one HTTP/1.1 exchange on a plain socket (or a reply read as it
-  comes), without ``http.client``.
+* :mod:`._transport`: HTTP/1.1 exchanges on a plain socket (or a reply read as it comes),
+  without ``http.client``.
+* :mod:`._ui`: ``master ui``: the maintenance page on loopback, forwarding its reads.
 
 The plain commands import neither ``typing``, ``dataclasses`` nor ``http.client``, nor rich
 off a terminal (``tests/integration/test_cli_startup.py``): keep it so in every module they

@@ -711,6 +711,29 @@ COMMANDS: tuple[Command, ...] = (
         ),
     },
     {
+        "words": ("master", "ui"),
+        "run": "nodeagent.cli._ui:ui",
+        "help": "The live maintenance page on loopback: its URL, a browser on a terminal.\n\n"
+        "The timeline of the schedule, the totals, the rolling operations and the\n"
+        "events, as they change. Serves the page and forwards its reads (GET only)\n"
+        "to the master, over its socket or with --token: the token stays here,\n"
+        "never in a URL. Until Ctrl-C.",
+        "options": (
+            {
+                "names": ("--listen",),
+                "default": "127.0.0.1:0",
+                "metavar": "HOST:PORT",
+                "help": "Where to listen: a loopback address; port 0 picks a free one.",
+            },
+            {
+                "names": ("--no-open",),
+                "kind": "flag",
+                "help": "Print the URL only: open no browser.",
+            },
+            *_MASTER[1:],
+        ),
+    },
+    {
         "words": ("master", "schedule", "get"),
         "run": f"{_M}:schedule_get",
         "help": "The maintenance schedule: one row per window (GET /maintenance/schedule).\n\n"

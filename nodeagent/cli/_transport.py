@@ -440,6 +440,11 @@ class Stream:
             left -= len(data)
             yield data
 
+    def body(self) -> Iterator[bytes]:
+        """The body's bytes as they come (chunks decoded), until it ends: what a proxy
+        relays. Raises as :meth:`lines` does."""
+        return self._pieces(MAX_REPLY_BYTES)
+
     def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
         """Each line of the body (without its LF or CRLF) as soon as it has come, until
         the body ends. Raises :class:`BrokenReply` when the connection closes before the

@@ -26,4 +26,5 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._sla`: job groups' SLAs and the probe (pure).
 * :mod:`._sla_api`: the SLA endpoints: the job groups' policies and the probe.
 * :mod:`._sla_policies`: the SLA policies held: set over the API (durable) or from a file.
+* :mod:`._ui`: the maintenance page's files (``ui/``), as ``/ui/`` and ``master ui`` serve them.
 """

@@ -3,12 +3,12 @@
 Mesos endpoints keep Mesos's contract: the same paths and JSON shapes; invalid input
 is ``400`` with Mesos's plain-text message and changes nothing; a wrong method is
 ``405`` ("Expecting one of { 'GET', 'POST' }, but received 'PUT'"). The rest speaks
-the agent API's JSON errors. Scopes: READ for queries, status, the plan and the OpenAPI
-document (every path but ``/healthz`` needs a token over TCP, as on the agent);
-ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes, a node's token for that
-node's ad only (:func:`push_ad`). Every state-changing
-request goes to the audit log, refused ones included (401 and 403 too), except ad pushes
-(each agent sends one every ``update_interval``, and at once on every change).
+the agent API's JSON errors. Scopes: READ for queries, status, the plan, the OpenAPI
+document and the maintenance page ``/ui/`` (every path but ``/healthz`` needs a token over
+TCP, as on the agent); ADMINISTRATOR for schedule, down and up; DAEMON for ad pushes, a
+node's token for that node's ad only (:func:`push_ad`). Every state-changing request goes
+to the audit log, refused ones included (401 and 403 too), except ad pushes (each agent
+sends one every ``update_interval``, and at once on every change).
 
 A query's ``constraint`` is evaluated by an :class:`~nodeagent._expressions._evaluator.Evaluator`:
 in worker processes, off the event loop, within a time budget across all the ads it is
@@ -85,6 +85,7 @@ from nodeagent.master._operations_api import add_operation_routes
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_api import add_sla_routes
 from nodeagent.master._sla_policies import SlaBook
+from nodeagent.master._ui import PAGE_HEADERS, page_file
 from slots import InvalidRequest, SlotsError, render_long
 
 __all__ = [
@@ -671,6 +672,19 @@ def build_master_app(
         allowed(request, Scope.READ)
         return JSONResponse(app.openapi())
 
+    # ------------------------------------------------------------------ the page
+
+    @app.get("/ui/", include_in_schema=False)
+    @app.get("/ui/{name}", include_in_schema=False)
+    async def maintenance_page(request: Request, name: str = "") -> Response:
+        """The maintenance page's files (READ, as the API it reads; ``_ui``)."""
+        allowed(request, Scope.READ)
+        found = page_file(name)
+        if found is None:
+            return JSONResponse(error_body("http.not_found", f"no page file {name!r}"), 404)
+        body, content_type = found
+        return Response(body, headers=dict(PAGE_HEADERS), media_type=content_type)
+
     # ------------------------------------------------------------------ leadership
 
     @app.get("/v1/leader", tags=["health"], responses=_errors(401, 403))
@@ -1004,6 +1018,9 @@ def _rules(metrics: MasterMetrics) -> dict[tuple[str, str], Rule]:
         ("GET", "/healthz"): Rule(scope=None),
         ("GET", "/metrics"): Rule(scope=Scope.READ, when=lambda: metrics.require_auth),
         ("POST", "/v1/ads"): Rule(scope=Scope.DAEMON),
+        # The maintenance page: READ, as the API it reads (no anonymous page over TCP).
+        ("GET", "/ui/"): Rule(scope=Scope.READ),
+        ("GET", "/ui/{name}"): Rule(scope=Scope.READ),
     }
     writes = {
         ("POST", "/maintenance/schedule"): "maintenance.schedule",

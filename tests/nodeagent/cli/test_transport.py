@@ -537,3 +537,86 @@ def test_an_error_reply_is_read_whole() -> None:
     assert lines[0] == "GET /v1/events?type=x HTTP/1.1"
     assert "X-A: b" in lines
     assert "Connection: close" in lines
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "body"),
+    [
+        (reply("200 OK", {"Content-Length": "5"}, b"hello"), 200, b"hello"),
+        (reply("200 OK", {"content-length": "2"}, b"hiEXTRA"), 200, b"hi"),
+        (reply("404 Not Found", {"Content-Length": "0"}), 404, b""),
+        (
+            reply("200 OK", {"Transfer-Encoding": "chunked"}, chunked(b"hel", b"lo", b"!" * 70000)),
+            200,
+            b"hello" + b"!" * 70000,
+        ),
+        (reply("200 OK", {"Content-Length": "70000"}, b"?" * 70000), 200, b"?" * 70000),
+        (reply("200 OK", {"Connection": "close"}, b"until the close"), 200, b"until the close"),
+        (reply("204 No Content", {}, b""), 204, b""),
+        (
+            reply("100 Continue", {}) + reply("201 Created", {"Content-Length": "2"}, b"ok"),
+            201,
+            b"ok",
+        ),
+    ],
+    ids=[
+        "content-length",
+        "content-length, more sent",
+        "empty",
+        "chunked",
+        "content-length, several reads",
+        "read to the close",
+        "no content",
+        "interim reply skipped",
+    ],
+)
+def test_a_streamed_reply_is_read_as_it_is_framed(answer: bytes, status: int, body: bytes) -> None:
+    with (
+        serving(sends(answer)) as (_, endpoint),
+        open_stream(endpoint, "GET", "/v1/events", timeout=30, idle=30) as stream,
+    ):
+        got = b"".join(stream.body())
+    assert (stream.status, got) == (status, body)
+
+
+def test_a_stream_hands_out_each_piece_as_it_arrives(tmp_path: Path) -> None:
+    """The peer sends one event, then waits until the client has it before the next: the
+    client reads the first without the reply having ended."""
+    read_first = threading.Event()
+
+    def respond(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(reply("200 OK", {"Transfer-Encoding": "chunked"}))
+        conn.sendall(b"6\r\nid: 1\n\r\n")
+        assert read_first.wait(30)
+        conn.sendall(b"6\r\nid: 2\n\r\n0\r\n\r\n")
+
+    with (
+        serving(respond, unix=tmp_path / "s") as (server, endpoint),
+        open_stream(
+            endpoint, "GET", "/v1/events", headers=[("Last-Event-ID", "0")], timeout=30, idle=30
+        ) as stream,
+    ):
+        pieces = stream.body()
+        first = next(pieces)
+        read_first.set()
+        rest = list(pieces)
+    assert (first, rest) == (b"id: 1\n", [b"id: 2\n"])
+    assert b"Last-Event-ID: 0\r\n" in server.requests[0]
+
+
+def test_a_stream_silent_past_its_idle_time_ends_with_a_timeout() -> None:
+    """Each read waits at most the idle time, however long the stream has lasted."""
+    head = reply("200 OK", {"Transfer-Encoding": "chunked"}, b"1\r\nx\r\n")
+
+    def respond(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(head)
+        stop.wait(30)
+
+    with (
+        serving(respond) as (_, endpoint),
+        open_stream(endpoint, "GET", "/v1/events", timeout=30, idle=0.3) as stream,
+    ):
+        pieces = stream.body()
+        assert next(pieces) == b"x"
+        with pytest.raises(TimeoutError):
+            next(pieces)
