@@ -18,6 +18,7 @@ The demo ends every process it started, by pid, and removes its directory.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -278,10 +279,27 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
                 f"{totals['drains_escalated']} escalated at the window, "
                 f"{totals['down_drains']} machines downed"
             )
+            await _tell_events(m, say)
         for agent in agents:
             agent.stop()
         master.stop()
     return status
+
+
+async def _tell_events(m: httpx.AsyncClient, say: Callable[[str], None]) -> None:
+    """What the master's event stream recorded of the window (GET /v1/events): how many
+    events of each kind, and the escalations with the promises they cut."""
+    params = {"since": "0", "follow": "false", "format": "jsonl"}
+    reply = await m.get("/v1/events", params=params)
+    events = [json.loads(line) for line in reply.text.splitlines() if line]
+    kinds: dict[str, int] = {}
+    for event in events:
+        kinds[event["type"]] = kinds.get(event["type"], 0) + 1
+    shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    say(f"master: {len(events)} events recorded ({shown})")
+    for event in events:
+        if event["type"] == "drain.escalated":
+            say(f"  event {event['id']}: {event['text']}")
 
 
 async def _start_jobs(

@@ -11,10 +11,12 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._event_drafts`: the events found by comparing a change's before and after (pure).
 * :mod:`._event_stream`: the events written and published, and ``GET /v1/events`` (trio).
 * :mod:`._events`: the events: one event, the log of the last ones, filters, wire (pure).
+* :mod:`._fleet`: what the fleet's metrics count: late machines, escalations, node states (pure).
 * :mod:`._leader`: which master leads, and what a follower does with a write.
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.
 * :mod:`._metrics`: the master's Prometheus metrics.
+* :mod:`._notify`: the webhooks: each event POSTed, signed, in order, at least once.
 * :mod:`._operation_preview`: a rolling operation's batches and end, before it exists (pure).
 * :mod:`._operations`: rolling maintenance operations: batches, steps, the next one (pure).
 * :mod:`._operations_api`: the endpoints of rolling maintenance operations.

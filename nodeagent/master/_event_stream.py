@@ -37,6 +37,7 @@ from nodeagent._auth import AuthError, Principal, Scope, Unauthenticated, requir
 from nodeagent._serving._gate import has_body, refuse
 from nodeagent._serving._http import error_body
 from nodeagent._store import StoreError
+from nodeagent._when import in_words
 from nodeagent.master._events import (
     MAX_PER_WRITE,
     Draft,
@@ -341,7 +342,8 @@ def events_endpoint(
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if stalled.cancelled_caught:
                         log.info(
-                            "an event subscriber took nothing for %.0f s: closed", SEND_TIMEOUT
+                            "an event subscriber took nothing for %s: closed",
+                            in_words(SEND_TIMEOUT),
                         )
                         return
             await send({"type": "http.response.body", "body": b""})
