@@ -15,8 +15,9 @@ subprocesses in a temporary directory. Subscribers are plain Unix-socket connect
 * ``lag``: ``--lags`` times, a quick drain is committed on the idle agent
   (``drain_now``); the lag is from the commit's reply to the ``drain.started`` event
   (seen by the master in the agent's ad) on a subscriber; the drain is then cancelled.
-* ``stalled``: ad pushes over TCP for ``--seconds`` with no subscriber, then with 100
-  subscribers that read nothing while events flow (their socket buffers full).
+* ``stalled``: ad pushes over TCP for ``--seconds`` alone, then while schedule changes
+  write events (one every 10 ms), then the same with 100 subscribers that read nothing
+  (their socket buffers full): the last two compared.
 
 Prints one JSON document. Usage:
 ``python tests/bench/events.py [--subscribers 1000] [--seconds 5] [--lags 30]``.
@@ -50,18 +51,25 @@ NS = 1_000_000_000
 class Subscribers:
     """``count`` subscribers on the master's socket, read by :meth:`pump`."""
 
-    def __init__(self, master: MasterProcess, count: int, *, read: bool = True) -> None:
+    def __init__(
+        self, master: MasterProcess, count: int, *, read: bool = True, tcp: bool = False
+    ) -> None:
         self.selector = selectors.DefaultSelector()
         self.socks: list[socket.socket] = []
         self.last: dict[int, int] = {}
         self.counts: dict[int, int] = {}
         self._pending: dict[int, bytes] = {}
+        request = b"GET /v1/events?format=jsonl HTTP/1.1\r\nHost: m\r\n"
+        if tcp:
+            token = master.token("READ", subject="bench")
+            request += f"Authorization: Bearer {token}\r\n".encode()
+        host, _, port = master.url.removeprefix("http://").rpartition(":")
         for _ in range(count):
-            sock = socket.socket(socket.AF_UNIX)
+            sock = socket.socket(socket.AF_INET if tcp else socket.AF_UNIX)
             if not read:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect(str(master.socket))
-            sock.sendall(b"GET /v1/events?format=jsonl HTTP/1.1\r\nHost: m\r\n\r\n")
+            sock.connect((host, int(port)) if tcp else str(master.socket))
+            sock.sendall(request + b"\r\n")
             sock.setblocking(False)
             self.socks.append(sock)
             if read:
@@ -160,9 +168,11 @@ def idle(master: MasterProcess, count: int) -> dict[str, Any]:
     }
 
 
-def throughput(master: MasterProcess, count: int, seconds: float) -> dict[str, Any]:
+def throughput(
+    master: MasterProcess, count: int, seconds: float, *, tcp: bool = False
+) -> dict[str, Any]:
     assert master.proc is not None
-    subs = Subscribers(master, count)
+    subs = Subscribers(master, count, tcp=tcp)
     stop = threading.Event()
     posted = [0]
 
@@ -195,6 +205,7 @@ def throughput(master: MasterProcess, count: int, seconds: float) -> dict[str, A
     events = last - first
     return {
         "subscribers": count,
+        "over": "tcp" if tcp else "unix socket",
         "schedule_changes": posted[0],
         "events_written_per_s": round(events / (written_at - started), 1),
         "all_delivered": delivered,
@@ -220,6 +231,10 @@ def lag(master: MasterProcess, agent: AgentProcess, runs: int) -> dict[str, Any]
     stop = threading.Event()
 
     def read() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the master ends first
+            follow()
+
+    def follow() -> None:
         params = {"format": "jsonl", "type": "drain.started,drain.ended"}
         with (
             master.client() as client,
@@ -269,8 +284,9 @@ def ads_per_second(master: MasterProcess, agent: AgentProcess, seconds: float) -
 
 
 def stalled(master: MasterProcess, agent: AgentProcess, seconds: float) -> dict[str, Any]:
+    """Ad ingest alone; while events flow (a schedule change every 10 ms); and while
+    events flow to 100 subscribers that read nothing."""
     alone = ads_per_second(master, agent, seconds)
-    subs = Subscribers(master, 100, read=False)
     stop = threading.Event()
 
     def post() -> None:
@@ -283,17 +299,22 @@ def stalled(master: MasterProcess, agent: AgentProcess, seconds: float) -> dict[
 
     writer = threading.Thread(target=post)
     writer.start()
+    subs = None
     try:
+        flowing = ads_per_second(master, agent, seconds)
+        subs = Subscribers(master, 100, read=False)
         time.sleep(2)  # their buffers fill
         with_stalled = ads_per_second(master, agent, seconds)
     finally:
         stop.set()
         writer.join()
-        subs.close()
+        if subs is not None:
+            subs.close()
     return {
-        "ads_per_s_no_subscriber": alone,
-        "ads_per_s_100_stalled_and_events_flowing": with_stalled,
-        "ratio": round(with_stalled / alone, 3),
+        "ads_per_s_alone": alone,
+        "ads_per_s_events_flowing": flowing,
+        "ads_per_s_events_flowing_100_stalled": with_stalled,
+        "ratio_stalled_to_flowing": round(with_stalled / flowing, 3),
     }
 
 
@@ -321,6 +342,8 @@ def main() -> None:
                     "throughput": [
                         throughput(master, 1, args.seconds),
                         throughput(master, args.subscribers, args.seconds),
+                        throughput(master, 1, args.seconds, tcp=True),
+                        throughput(master, args.subscribers, args.seconds, tcp=True),
                     ],
                     "lag": lag(master, agent, args.lags),
                     "stalled": stalled(master, agent, args.seconds),
