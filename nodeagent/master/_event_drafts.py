@@ -25,6 +25,7 @@ from nodeagent.master._maintenance import MachineStatus, MaintenanceState
 __all__ = [
     "drain_event",
     "escalation",
+    "evicted_cuts",
     "leader_elected",
     "mode_changes",
     "node_back",
@@ -168,6 +169,37 @@ def escalation(
             "cut_badput": round(badput),
         },
     )
+
+
+def evicted_cuts(slots: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The promises cut by evictions a node's ad shows under way (its dynamic slots
+    Vacating or Killing), as the plan's ``cuts`` say them: what an escalation at the
+    window cut when the node itself evicted at its drain's deadline, before the master
+    looked. A job evicted within its promise (``cut_by`` 0) is not listed."""
+    cuts = []
+    for slot in slots:
+        if slot.get("SlotType") != "Dynamic" or slot.get("Activity") not in ("Vacating", "Killing"):
+            continue
+        run = float(slot.get("TotalJobRunTime") or 0)
+        promise = float(slot.get("MaxJobRetirementTime") or 0)
+        cut_by = max(0.0, promise - run)
+        if cut_by <= 0:
+            continue
+        cpus = int(slot.get("Cpus") or 0)
+        evict_at = slot.get("EnteredCurrentActivity")
+        cuts.append(
+            {
+                "slot": slot.get("Name"),
+                "job_id": slot.get("JobId"),
+                "owner": slot.get("RemoteOwner"),
+                "cpus": cpus,
+                "evict_at": evict_at,
+                "promise_end": None if evict_at is None else round(float(evict_at) + cut_by),
+                "cut_by": round(cut_by),
+                "cut_badput": round(cpus * run),
+            }
+        )
+    return cuts
 
 
 def node_lost(*, node: str, machine: str, lifetime: float) -> Draft:

@@ -22,6 +22,7 @@ No I/O, no trio, no clock here: ``now`` is an argument.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -228,7 +229,8 @@ class EventFilter:
                 known = pattern.removesuffix(".*") in categories
             if not known:
                 listed = ", ".join(sorted(f"{c}.*" for c in categories))
-                raise InvalidRequest(f"no event type {pattern!r}: the types are {listed}")
+                hint = _meant(pattern, categories)
+                raise InvalidRequest(f"no event type {pattern!r}: {hint}the types are {listed}")
         wanted_groups = _items(groups)
         for group in wanted_groups:
             if not _GROUP.fullmatch(group):
@@ -250,6 +252,17 @@ class EventFilter:
 
     def __bool__(self) -> bool:
         return bool(self.types or self.machines or self.groups)
+
+
+def _meant(pattern: str, categories: set[str]) -> str:
+    """``did you mean …? `` for a type that is none: the close type, else the category."""
+    head, dot, tail = pattern.partition(".")
+    if dot and tail != "*":
+        close = difflib.get_close_matches(pattern, EVENT_TYPES, n=1, cutoff=0.8)
+        if close:
+            return f"did you mean {close[0]}? "
+    near = difflib.get_close_matches(head, categories, n=1)
+    return f"did you mean {near[0]}.*? " if near else ""
 
 
 def _items(text: str | None) -> tuple[str, ...]:

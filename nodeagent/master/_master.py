@@ -93,6 +93,7 @@ from nodeagent.master._drains import (
 from nodeagent.master._event_drafts import (
     drain_event,
     escalation,
+    evicted_cuts,
     leader_elected,
     mode_changes,
     node_back,
@@ -1096,7 +1097,8 @@ class Master:
         log.info("%s: at its window: escalated (%s)", plan.node_name, how)
 
     def _cuts(self, plan: MachinePlan) -> list[dict[str, Any]]:
-        """The promises an escalation at the machine's window cuts, as its plan row says."""
+        """The promises an escalation at the machine's window cuts: as its plan row says,
+        or as the node's ad shows them cut already (it evicted at its drain's deadline)."""
         now = self.clock.now()
         state = row_state(
             plan,
@@ -1105,7 +1107,11 @@ class Master:
             window_since=None,
             escalation=self.policy.escalation,
         )
-        return row_figures(plan, state, now).cuts
+        planned = row_figures(plan, state, now).cuts
+        if planned or plan.node is None:
+            return planned
+        # The node evicted at its drain's deadline before this pass: the cuts are done.
+        return evicted_cuts(plan.node.slots)
 
     async def _relax(
         self, plan: MachinePlan, step: Withdraw | Postpone, address: str, actor: str

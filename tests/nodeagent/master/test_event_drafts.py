@@ -9,6 +9,7 @@ import pytest
 
 from nodeagent.master._event_drafts import (
     escalation,
+    evicted_cuts,
     mode_changes,
     node_changes,
     operation_changes,
@@ -229,3 +230,40 @@ def test_escalation_says_what_it_cuts() -> None:
         "jobs cut"
         not in escalation(node="n1", machine="n1", request_id="7", how="quick", cuts=[]).text
     )
+
+
+def test_evicted_cuts_are_read_from_the_slots_being_evicted() -> None:
+    slots = [
+        {"SlotType": "Partitionable", "Name": "slot1@n1"},
+        {
+            "SlotType": "Dynamic",
+            "Name": "slot1_1@n1",
+            "JobId": "j1",
+            "RemoteOwner": "alice",
+            "Cpus": 2,
+            "Activity": "Vacating",
+            "EnteredCurrentActivity": 1000,
+            "MaxJobRetirementTime": 60,
+            "TotalJobRunTime": 20,
+        },
+        {  # evicted at the end of its promise: nothing cut
+            "SlotType": "Dynamic",
+            "Name": "slot1_2@n1",
+            "Activity": "Killing",
+            "MaxJobRetirementTime": 10,
+            "TotalJobRunTime": 12,
+        },
+        {"SlotType": "Dynamic", "Name": "slot1_3@n1", "Activity": "Retiring"},
+    ]
+    assert evicted_cuts(slots) == [
+        {
+            "slot": "slot1_1@n1",
+            "job_id": "j1",
+            "owner": "alice",
+            "cpus": 2,
+            "evict_at": 1000,
+            "promise_end": 1040,
+            "cut_by": 40,
+            "cut_badput": 40,
+        }
+    ]

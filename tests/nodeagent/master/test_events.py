@@ -138,7 +138,9 @@ def test_filters(query: dict[str, str], event: Draft, matches: bool) -> None:
     ("query", "message"),
     [
         ({"types": "drains.*"}, "no event type"),
-        ({"types": "drain"}, "no event type 'drain'"),
+        ({"types": "drain"}, "no event type 'drain': did you mean drain.\\*\\?"),
+        ({"types": "drain.begun"}, "no event type 'drain.begun': did you mean drain.\\*\\?"),
+        ({"types": "drain.commited"}, "did you mean drain.committed\\?"),
         ({"types": "drain.started;rm"}, "not an event type"),
         ({"types": "Drain.*"}, "not an event type"),
         ({"groups": "web"}, "not ROLE/ENV/NAME"),
