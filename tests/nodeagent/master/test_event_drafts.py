@@ -233,7 +233,7 @@ def test_escalation_says_what_it_cuts() -> None:
 
 
 def test_evicted_cuts_are_read_from_the_slots_being_evicted() -> None:
-    slots = [
+    slots: list[dict[str, Any]] = [
         {"SlotType": "Partitionable", "Name": "slot1@n1"},
         {
             "SlotType": "Dynamic",
