@@ -251,6 +251,15 @@ def _endpoint(target: Target) -> Endpoint:
     return Endpoint(host=target.host, port=target.port, tls=target.scheme == "https")
 
 
+def _too_large(target: Target, exc: ReplyTooLarge, what: str = "") -> AgentFailed:
+    """``<peer>.bad_reply``: the peer sent more than the command reads."""
+    return AgentFailed(
+        f"{target.peer}.bad_reply",
+        f"the {target.peer} at {target.describe()} sent {what}{exc}",
+        reply=Reply(status=exc.status, text=""),
+    )
+
+
 def _unreachable(target: Target, exc: BaseException) -> Unreachable:
     where = target.describe()
     peer = target.peer
@@ -426,12 +435,7 @@ def _exchange(
             limit=limit,
         )
     except ReplyTooLarge as exc:
-        peer = target.peer
-        raise AgentFailed(
-            f"{peer}.bad_reply",
-            f"the {peer} at {target.describe()} sent {exc}",
-            reply=Reply(status=exc.status, text=""),
-        ) from None
+        raise _too_large(target, exc) from None
     except (OSError, BrokenReply) as exc:
         raise _unreachable(target, exc) from None
     raw = response.body
@@ -533,11 +537,7 @@ class Streamed:
         try:
             yield from self._stream.lines()
         except ReplyTooLarge as exc:
-            raise AgentFailed(
-                f"{target.peer}.bad_reply",
-                f"the {target.peer} at {target.describe()} sent a line of {exc}",
-                reply=Reply(status=exc.status, text=""),
-            ) from None
+            raise _too_large(target, exc, "a line of ") from None
         except (OSError, BrokenReply) as exc:
             raise _unreachable(target, exc) from None
 
@@ -576,11 +576,7 @@ def stream(
         with opened:
             raw = opened.read(limit=1 << 20)
     except ReplyTooLarge as exc:
-        raise AgentFailed(
-            f"{target.peer}.bad_reply",
-            f"the {target.peer} at {target.describe()} sent {exc}",
-            reply=Reply(status=exc.status, text=""),
-        ) from None
+        raise _too_large(target, exc) from None
     except (OSError, BrokenReply) as exc:
         raise _unreachable(target, exc) from None
     text = raw.decode("utf-8", errors="replace")

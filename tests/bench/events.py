@@ -140,6 +140,32 @@ def schedule(n: int) -> dict[str, Any]:
     }
 
 
+class Poster:
+    """Schedule changes posted in a thread of their own, ``pause`` apart, until stopped."""
+
+    def __init__(self, master: MasterProcess, *, pause: float = 0.0) -> None:
+        self.master = master
+        self.pause = pause
+        self.posted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._post)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _post(self) -> None:
+        with self.master.client() as client:
+            while not self._stop.is_set():
+                client.post("/maintenance/schedule", json=schedule(self.posted + 1))
+                self.posted += 1
+                if self.pause:
+                    time.sleep(self.pause)
+
+
 def rss_mib(pid: int) -> float:
     rss: int = psutil.Process(pid).memory_info().rss
     return round(rss / 2**20, 1)
@@ -173,28 +199,17 @@ def throughput(
 ) -> dict[str, Any]:
     assert master.proc is not None
     subs = Subscribers(master, count, tcp=tcp)
-    stop = threading.Event()
-    posted = [0]
-
-    def post() -> None:
-        with master.client() as client:
-            n = 0
-            while not stop.is_set():
-                n += 1
-                client.post("/maintenance/schedule", json=schedule(n))
-                posted[0] += 1
+    poster = Poster(master)
 
     try:
         wait_for(lambda: subscribers_now(master) >= count, timeout=120)
         first = last_id(master)
         process = psutil.Process(master.proc.pid)
         cpu = process.cpu_times()
-        writer = threading.Thread(target=post)
         started = time.monotonic()
-        writer.start()
+        poster.start()
         subs.pump(started + seconds)
-        stop.set()
-        writer.join()
+        poster.stop()
         written_at = time.monotonic()
         last = last_id(master)
         delivered = subs.all_have(last, timeout=120)
@@ -206,7 +221,7 @@ def throughput(
     return {
         "subscribers": count,
         "over": "tcp" if tcp else "unix socket",
-        "schedule_changes": posted[0],
+        "schedule_changes": poster.posted,
         "events_written_per_s": round(events / (written_at - started), 1),
         "all_delivered": delivered,
         "delivered_per_s_slowest_subscriber": round(
@@ -287,18 +302,8 @@ def stalled(master: MasterProcess, agent: AgentProcess, seconds: float) -> dict[
     """Ad ingest alone; while events flow (a schedule change every 10 ms); and while
     events flow to 100 subscribers that read nothing."""
     alone = ads_per_second(master, agent, seconds)
-    stop = threading.Event()
-
-    def post() -> None:
-        with master.client() as client:
-            n = 0
-            while not stop.is_set():
-                n += 1
-                client.post("/maintenance/schedule", json=schedule(n))
-                time.sleep(0.01)
-
-    writer = threading.Thread(target=post)
-    writer.start()
+    poster = Poster(master, pause=0.01)
+    poster.start()
     subs = None
     try:
         flowing = ads_per_second(master, agent, seconds)
@@ -306,8 +311,7 @@ def stalled(master: MasterProcess, agent: AgentProcess, seconds: float) -> dict[
         time.sleep(2)  # their buffers fill
         with_stalled = ads_per_second(master, agent, seconds)
     finally:
-        stop.set()
-        writer.join()
+        poster.stop()
         if subs is not None:
             subs.close()
     return {
