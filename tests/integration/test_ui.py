@@ -551,7 +551,7 @@ def test_the_page_catches_up_after_the_master_restarts(pool: Pool, browser: WebD
     proc, url = start_ui({**pool.env, "NODEAGENT_MASTER_SOCKET": str(pool.master.socket)})
     try:
         browser.get(url)
-        before = showing(browser, lambda s: s["live"] == "live" and s["eventIds"])
+        before = showing(browser, lambda s: s["live"] == "live" and s["eventIds"] and s["order"])
         pool.master.stop()
         away = showing(browser, lambda s: s["live"] != "live" and s["problem"] is not None)
         assert "master.unreachable" in away["problem"]
