@@ -660,7 +660,8 @@ def build_master_app(
         "/metrics", tags=["health"], response_class=PlainTextResponse, responses=_errors(401, 403)
     )
     async def prometheus(request: Request) -> Response:
-        """Prometheus text: machines per mode, ads received and expired, drains."""
+        """Prometheus text: the machines, nodes, drains, plan verdicts, operations, events
+        and webhooks (docs/master-api.md#health lists them)."""
         if metrics.require_auth:
             allowed(request, Scope.READ)
         payload, content_type = metrics.render()
