@@ -113,6 +113,7 @@ from nodeagent.client._errors import (
 )
 from nodeagent.client._master import EVENTS_IDLE_S, MAX_REDIRECTS, MasterClient
 from nodeagent.client._results import (
+    Admission,
     Blocker,
     Claim,
     ClaimResources,
@@ -133,6 +134,7 @@ __all__ = [
     "CANCEL_GRACE_S",
     "EVENTS_IDLE_S",
     "MAX_REDIRECTS",
+    "Admission",
     "AgentClient",
     "AgentError",
     "BadResponse",

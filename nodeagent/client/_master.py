@@ -9,6 +9,7 @@ import json
 import math
 import os
 import ssl
+import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -35,7 +36,13 @@ from nodeagent.client._errors import (
     _map_exceptions,
     _refusal,
 )
-from nodeagent.client._results import Leadership, _decode, _leadership_from_json
+from nodeagent.client._results import (
+    Admission,
+    Leadership,
+    _decode,
+    _leadership_from_json,
+    admission,
+)
 
 __all__ = ["EVENTS_IDLE_S", "MAX_REDIRECTS", "MasterClient"]
 
@@ -469,6 +476,33 @@ class MasterClient:
         """The maintenance schedule, Mesos JSON (``{}`` when empty)."""
         return await self._object("GET", "/maintenance/schedule", mesos=True)
 
+    async def admissions(self, promise: float, *, now: float | None = None) -> list[Admission]:
+        """For every node, whether a job with retirement promise ``promise`` (seconds;
+        0: evicted at once when a drain comes) could start there now and keep it: the
+        node takes new work and the promise ends before its machine's window starts
+        (:class:`~nodeagent.client.Admission`, with the longest promise it could keep).
+
+        One read of the ads and one of the schedule, for a scheduler placing work: the
+        window is the master's (the schedule's machine matched by hostname without regard
+        to case, or by ip when it names no hostname), which the node learns with its next
+        ad push. ``now``: the time to
+        judge at (default: this machine's clock). Raises as :meth:`ads` does; ValueError
+        for a negative or non-finite promise.
+        """
+        if not (promise >= 0 and math.isfinite(promise)):
+            raise ValueError(f"a promise is seconds (>= 0), not {promise!r}")
+        ads = await self.ads(
+            projection=("Name", "Machine", "MachineIp", "Start", "MaxJobRetirementTime")
+        )
+        starts = _window_starts(await self.schedule())
+        at = time.time() if now is None else now
+        found = []
+        for ad in ads:
+            host = str(ad.get("Machine") or ad.get("Name") or "").lower()
+            start = starts.get(host, starts.get(str(ad.get("MachineIp"))))
+            found.append(admission(ad, start, promise, at))
+        return found
+
     async def set_schedule(self, schedule: Mapping[str, Any]) -> None:
         """Replace the schedule (Mesos JSON: ``{"windows": [...]}``); the leader applies it.
         Raises :class:`InvalidMaintenance` with Mesos's message when it is refused."""
@@ -770,3 +804,18 @@ def _event(line: bytes, here: str) -> dict[str, Any] | None:
         shown = line[:80].decode("utf-8", errors="replace")
         raise BadResponse(f"the master at {here} sent a line that is not an event: {shown!r}")
     return event
+
+
+def _window_starts(schedule: Mapping[str, Any]) -> dict[str, float]:
+    """Each scheduled machine's window start (epoch s), by its lower-case hostname, or
+    by its ip when it names none (Mesos's machine id)."""
+    starts: dict[str, float] = {}
+    for window in schedule.get("windows", ()):
+        start_ns = window.get("unavailability", {}).get("start", {}).get("nanoseconds")
+        if not isinstance(start_ns, int):
+            continue
+        for machine in window.get("machine_ids", ()):
+            key = str(machine.get("hostname") or "").lower() or machine.get("ip")
+            if key:
+                starts[key] = start_ns / 1e9
+    return starts

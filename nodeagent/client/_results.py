@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 from nodeagent.client._errors import BadResponse
 
 __all__ = [
+    "Admission",
     "Blocker",
     "Claim",
     "ClaimResources",
@@ -24,6 +25,7 @@ __all__ = [
     "Leadership",
     "OnCompletion",
     "Schedule",
+    "admission",
 ]
 
 Schedule = Literal["graceful", "quick", "fast"]
@@ -369,4 +371,55 @@ def _leadership_from_json(d: Mapping[str, Any]) -> Leadership:
         leading_for=d["leading_for"],
         terms=int(d["terms"]),
         term=None if d.get("term") is None else int(d["term"]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Admission:
+    """Whether a job with a given retirement promise could start on a node now and keep
+    its promise (:meth:`~nodeagent.client.MasterClient.admissions`).
+
+    ``admits``: the node takes new work (``Start``, not lost) and the promise, as the
+    node would hold it (the lower of the job's and the machine's
+    ``MaxJobRetirementTime``), ends no later than the node's window starts.
+    ``longest_promise``: the longest promise it could keep if started now (seconds,
+    whole; ``None``: no window ahead, any); ``window_start``: when its window starts
+    (epoch s; ``None``: none); ``why``: why not, for people (``None`` when it admits).
+    """
+
+    node: str
+    admits: bool
+    longest_promise: int | None
+    window_start: float | None
+    why: str | None
+
+
+def admission(
+    ad: Mapping[str, Any], window_start: float | None, promise: float, now: float
+) -> Admission:
+    """The :class:`Admission` of a job promising ``promise`` seconds on the node of
+    ``ad`` (its machine ad as the master serves it) whose window starts at
+    ``window_start``, at ``now``."""
+    node = str(ad.get("Name"))
+    machine_promise = ad.get("MaxJobRetirementTime")
+    held = (
+        promise if not isinstance(machine_promise, int | float) else min(promise, machine_promise)
+    )
+    longest = None if window_start is None else max(0, int(window_start - now))
+    why = None
+    if ad.get("Lost"):
+        why = "lost: no recent ad"
+    elif ad.get("Start") is False:
+        why = "closed: it takes no new work (Start is false)"
+    elif longest is not None and held > longest:
+        why = (
+            f"its window starts in {longest} s: a promise of {round(held)} s would end "
+            f"{round(held - longest)} s into it"
+        )
+    return Admission(
+        node=node,
+        admits=why is None,
+        longest_promise=longest,
+        window_start=window_start,
+        why=why,
     )

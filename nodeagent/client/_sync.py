@@ -17,6 +17,7 @@ import trio
 from nodeagent.client._agent import AgentClient, DrainTransaction
 from nodeagent.client._master import MasterClient
 from nodeagent.client._results import (
+    Admission,
     Claim,
     DrainRequest,
     DrainStatus,
@@ -298,6 +299,9 @@ class SyncMasterClient:
 
     def schedule(self) -> dict[str, Any]:
         return self._run(lambda c: c.schedule())
+
+    def admissions(self, promise: float, *, now: float | None = None) -> list[Admission]:
+        return self._run(lambda c: c.admissions(promise, now=now))
 
     def set_schedule(self, schedule: Mapping[str, Any]) -> None:
         self._run(lambda c: c.set_schedule(schedule))
