@@ -364,13 +364,14 @@ class Machine:
         """Whether new claims can be admitted at all (``Start`` in the ad).
 
         A pending transaction does not change it: claims wait, they are not refused.
-        A closed health gate makes it false.
+        A closed health gate makes it false. START is evaluated against no job (an empty
+        TARGET, so that ``MY.`` names resolve): false only when no job could start.
         """
         if self._health.closed:
             return False
         if self._draining():
             return self._admits_latecomers()
-        return _classad.evaluate(self.policy.start, self._start_scope()) is not False
+        return _classad.evaluate(self.policy.start, self._start_scope(), {}) is not False
 
     def claims(self, now: float) -> list[ClaimInfo]:
         return [self._info(c, now) for c in sorted(self._claims.values(), key=lambda c: c.number)]

@@ -22,7 +22,9 @@ from nodeagent.client import Refused, SyncAgentClient
 from tests.harness import AgentProcess, MasterProcess, wait_for
 from tests.integration.test_master import window
 
-REFUSE, SHORTEN = "refuse.test", "shorten.test"
+REFUSE, SHORTEN, GUARDED = "refuse.test", "shorten.test", "guarded.test"
+#: A site's own rule in START: no new work within a day of a window.
+GUARD = "MY.UnavailabilityStart is undefined || MY.UnavailabilityStart - time() > 86400"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(300)"]
 LONGEST = re.compile(r"the longest it can accept now is (\d+) s$")
 
@@ -35,14 +37,14 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             MasterProcess(root / "master", settings={"reconcile_interval": 0.2})
         )
         agents = {}
-        for host, before_window in ((REFUSE, "refuse"), (SHORTEN, "shorten")):
+        for host, before_window in ((REFUSE, "refuse"), (SHORTEN, "shorten"), (GUARDED, "admit")):
             settings = master.agent_settings(root / host, node=host, update_interval=0.5)
             (root / host / "state" / "pool.key").unlink()  # the master cannot drain it
             policy = {
                 "max_job_retirement_time": "1h",
                 "machine_max_vacate_time": 1,
                 "before_window": before_window,
-            }
+            } | ({"start": GUARD} if host == GUARDED else {})
             agents[host] = stack.enter_context(
                 AgentProcess(root / host, hostname=host, policy=policy, master=settings)
             )
@@ -54,8 +56,9 @@ def post_window(master: MasterProcess, host: str, start: int) -> None:
     assert response.status_code == 200, response.text
 
 
-def ad_shows(agent: AgentProcess, start: int) -> dict[str, Any]:
-    """The agent's machine ad once it holds the window starting at ``start``."""
+def ad_shows(agent: AgentProcess, start: int | None) -> dict[str, Any]:
+    """The agent's machine ad once it holds the window starting at ``start`` (``None``:
+    once it holds none)."""
 
     def shows() -> dict[str, Any] | None:
         machine: dict[str, Any] = agent.call("GET", "/v1/ad").json()["machine"]
@@ -139,3 +142,15 @@ def test_shorten_admits_the_claim_with_its_promise_cut(daemons: dict[str, Any]) 
     fits = agent.claim(SLEEP, max_job_retirement_time=60)
     assert fits["job"]["retirement_shortened_by"] is None
     assert fits["job"]["retirement_granted"] == 60
+
+
+def test_start_reads_the_window(daemons: dict[str, Any]) -> None:
+    master, agent = daemons["master"], daemons[GUARDED]
+    start = int(time.time()) + 600
+    post_window(master, GUARDED, start)
+    assert ad_shows(agent, start)["Start"] is False
+    refused = refusal(agent, 0)
+    assert (refused.status, refused.code) == (409, "machine.not_accepting")
+    assert master.call("POST", "/maintenance/schedule", json={}).status_code == 200
+    assert ad_shows(agent, None)["Start"] is True
+    agent.claim(SLEEP, max_job_retirement_time=1200)

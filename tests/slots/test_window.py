@@ -205,9 +205,12 @@ GUARD = "MY.UnavailabilityStart is undefined || MY.UnavailabilityStart - time() 
 
 def test_start_reads_the_window() -> None:
     m = machine(ADMIT, start=GUARD)  # a window in 1970: long begun, as time() goes
+    assert m.ad(T0)["machine"]["Start"] is False
     with pytest.raises(NotAccepting):
         claim(m, T0, 0)
     m.set_maintenance("DRAINING", {"Start": 4_000_000_000})  # in 2096
+    assert m.ad(T0)["machine"]["Start"] is True
     claim(m, T0, 0)
     m.set_maintenance(None, None)
+    assert m.ad(T0)["machine"]["Start"] is True
     claim(m, T0, 0)
