@@ -75,6 +75,18 @@ def refusal(agent: AgentProcess, promise: int) -> Refused:
     return caught.value
 
 
+def claim_command(agent: AgentProcess, retirement: str) -> subprocess.CompletedProcess[str]:
+    """``nodeagent claim --retirement RETIREMENT`` against ``agent``."""
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent", "claim", "--retirement", retirement, "--", *SLEEP],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "NODEAGENT_SOCKET": str(agent.socket)},
+        timeout=60,
+    )
+
+
 def test_a_promise_that_would_outlive_the_window_is_refused(daemons: dict[str, Any]) -> None:
     master, agent = daemons["master"], daemons[REFUSE]
     start = int(time.time()) + 600
@@ -96,14 +108,7 @@ def test_a_promise_that_would_outlive_the_window_is_refused(daemons: dict[str, A
     assert agent.call("GET", "/v1/claims").json()["claims"] == []  # nothing changed
 
     # the command line says it and exits 1, as for any refusal
-    shown = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "claim", "--retirement", "20m", "--", *SLEEP],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "NODEAGENT_SOCKET": str(agent.socket)},
-        timeout=60,
-    )
+    shown = claim_command(agent, "20m")
     assert shown.returncode == 1, shown.stderr
     assert "machine.window_ahead" in shown.stdout + shown.stderr
 
@@ -138,6 +143,14 @@ def test_shorten_admits_the_claim_with_its_promise_cut(daemons: dict[str, Any]) 
     slot = next(s for s in slots if s.get("ClaimId") == claim["id"])
     assert slot["MaxJobRetirementTime"] == kept
     assert slot["RetirementShortenedBy"] == 1200 - kept
+
+    client = SyncAgentClient(socket=agent.socket)
+    decoded = client.create_claim(SLEEP, max_job_retirement_time=1200)
+    assert decoded.job.retirement_shortened_by is not None
+    assert decoded.job.retirement_shortened_by >= 1200 - kept
+    shown = claim_command(agent, "20m")
+    assert shown.returncode == 0, shown.stderr
+    assert "to end when the machine's maintenance window starts" in shown.stdout
 
     fits = agent.claim(SLEEP, max_job_retirement_time=60)
     assert fits["job"]["retirement_shortened_by"] is None
