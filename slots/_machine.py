@@ -1841,6 +1841,8 @@ def _health_from(doc: Mapping[str, Any] | None) -> HealthGate:
 def _claim_doc(claim: _Claim) -> dict[str, Any]:
     """A claim as JSON-able data (built by hand: this runs on every state change)."""
     doc = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
+    if claim.retirement_shortened_by is None:
+        del doc["retirement_shortened_by"]  # as before it existed: an older agent reads it
     r, spec = claim.resources, claim.spec
     doc["resources"] = {"cpus": r.cpus, "memory": r.memory, "disk": r.disk, "gpus": r.gpus}
     doc["spec"] = {
