@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from slots import (
@@ -214,3 +216,15 @@ def test_start_reads_the_window() -> None:
     m.set_maintenance(None, None)
     assert m.ad(T0)["machine"]["Start"] is True
     claim(m, T0, 0)
+
+
+def test_a_new_policy_applies_to_the_next_claim() -> None:
+    m = machine(REFUSE)
+    with pytest.raises(WindowAhead):
+        claim(m, T0, 1200)
+    m.set_policy(T0, dataclasses.replace(m.policy, before_window=SHORTEN))
+    claim_id = claim(m, T0, 1200)
+    assert m.claim_info(claim_id, T0).retirement_shortened_by == 600
+    m.set_policy(T0, dataclasses.replace(m.policy, before_window=ADMIT))
+    claim_id = claim(m, T0, 1200)
+    assert m.claim_info(claim_id, T0).retirement_shortened_by is None
