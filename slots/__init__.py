@@ -43,6 +43,7 @@ from slots._errors import (
     SlotsError,
     TransactionExpired,
     TransactionPending,
+    WindowAhead,
 )
 from slots._estimates import (
     MAX_PUBLISHED,
@@ -111,6 +112,7 @@ from slots._site import (
 )
 from slots._states import ACTIVE, MOVES, Activity, State, check_move
 from slots._verdicts import Verdicts, drain_verdicts, late_by, promise_completion
+from slots._window import BeforeWindow, admit_before_window, window_start
 
 __all__ = [
     "ACTIVE",
@@ -132,6 +134,7 @@ __all__ = [
     "Action",
     "Activity",
     "AwaitHook",
+    "BeforeWindow",
     "Blocker",
     "BlockerFrame",
     "CheckFailed",
@@ -187,8 +190,10 @@ __all__ = [
     "TransactionExpired",
     "TransactionPending",
     "Verdicts",
+    "WindowAhead",
     "ad_blockers",
     "ad_text",
+    "admit_before_window",
     "check_estimate_inputs",
     "check_group_name",
     "check_health_move",
@@ -223,4 +228,5 @@ __all__ = [
     "sticky_completion",
     "vacate_time",
     "validate_expression",
+    "window_start",
 ]

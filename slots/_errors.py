@@ -10,6 +10,7 @@ for the shell, and, where HTCondor defines one, its numeric ``condor_code``::
     ├── NoSuchClaim                 404 claim.no_such_claim
     ├── ClaimNotActive              409 claim.not_active
     ├── NotAccepting                409 machine.not_accepting
+    ├── WindowAhead                 409 machine.window_ahead
     ├── ResourcesInsufficient       409 resources.insufficient
     ├── TransactionPending          409 drain.transaction_pending
     ├── IllegalHealthTransition     409 health.illegal_transition
@@ -47,6 +48,7 @@ __all__ = [
     "SlotsError",
     "TransactionExpired",
     "TransactionPending",
+    "WindowAhead",
 ]
 
 
@@ -95,6 +97,21 @@ class NotAccepting(SlotsError):
 
     code = "machine.not_accepting"
     http_status = 409
+
+
+class WindowAhead(SlotsError):
+    """The claim's retirement promise would end after the machine's maintenance window
+    starts (``[policy] before_window = "refuse"``). ``window_start`` is the window's start
+    (epoch seconds); ``longest`` the longest promise the machine can still accept now
+    (whole seconds, never negative)."""
+
+    code = "machine.window_ahead"
+    http_status = 409
+
+    def __init__(self, message: str, *, window_start: int, longest: int) -> None:
+        super().__init__(message)
+        self.window_start = window_start
+        self.longest = longest
 
 
 class ResourcesInsufficient(SlotsError):

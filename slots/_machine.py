@@ -76,6 +76,7 @@ from slots._request_states import FINISHED, RequestEvent, check_request_move
 from slots._resources import Resources
 from slots._site import SiteAttributes, check_site_attributes
 from slots._states import ACTIVE, Activity, State, check_move
+from slots._window import BeforeWindow, admit_before_window, window_start
 
 __all__ = ["ClaimInfo", "JobSpec", "Machine", "MachinePolicy", "StartVerdict"]
 
@@ -108,7 +109,9 @@ class MachinePolicy:
     hooks a drain may name (``hooks``: their names; the shell holds their commands), the
     health check before service (``health``; ``None``: none, the node opens at once) and
     the site attributes the machine ad publishes (``attributes``: see
-    :func:`check_site_attributes`; START sees them in MY).
+    :func:`check_site_attributes`; START sees them in MY), and what a claim whose
+    retirement promise would outlive the maintenance window's start gets
+    (``before_window``: :mod:`slots._window`).
     """
 
     max_job_retirement_time: int = 0
@@ -122,6 +125,7 @@ class MachinePolicy:
     hook_durations: tuple[tuple[str, float], ...] = ()
     health: HealthPolicy | None = None
     attributes: SiteAttributes = ()
+    before_window: BeforeWindow = BeforeWindow.REFUSE
 
     def __post_init__(self) -> None:
         if check_site_attributes(dict(self.attributes)) != self.attributes:
@@ -184,6 +188,9 @@ class ClaimInfo:
     accepted_while_draining: bool
     evicted_at: float | None
     hard_kill_at: float | None
+    #: By how many seconds its retirement promise was cut at admission to end at the
+    #: maintenance window's start (``before_window = "shorten"``); ``None``: not cut.
+    retirement_shortened_by: int | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -211,6 +218,7 @@ class _Claim:
     drain_eviction: bool = False
     cpu_usage: float = 0.0
     memory_usage: int = 0
+    retirement_shortened_by: int | None = None
 
     @property
     def claim_id(self) -> str:
@@ -356,13 +364,14 @@ class Machine:
         """Whether new claims can be admitted at all (``Start`` in the ad).
 
         A pending transaction does not change it: claims wait, they are not refused.
-        A closed health gate makes it false.
+        A closed health gate makes it false. START is evaluated against no job (an empty
+        TARGET, so that ``MY.`` names resolve): false only when no job could start.
         """
         if self._health.closed:
             return False
         if self._draining():
             return self._admits_latecomers()
-        return _classad.evaluate(self.policy.start, self._start_scope()) is not False
+        return _classad.evaluate(self.policy.start, self._start_scope(), {}) is not False
 
     def claims(self, now: float) -> list[ClaimInfo]:
         return [self._info(c, now) for c in sorted(self._claims.values(), key=lambda c: c.number)]
@@ -459,8 +468,12 @@ class Machine:
         """Carve a dynamic slot for a job that starts (or started) at ``started_at``.
 
         Raises :class:`TransactionPending` while a transaction is pending,
-        :class:`NotAccepting` when Start is false for this job, and
-        :class:`ResourcesInsufficient` when the partitionable slot cannot fit it.
+        :class:`NotAccepting` when Start is false for this job,
+        :class:`ResourcesInsufficient` when the partitionable slot cannot fit it, and
+        :class:`WindowAhead` when its retirement promise would end after the maintenance
+        window's start and the policy's ``before_window`` is ``refuse`` (with
+        ``shorten`` the job's ``MaxJobRetirementTime`` is lowered so that it ends
+        there, and the claim says by how much: ``retirement_shortened_by``).
 
         ``drain_start`` answers whether a graceful drain's caller-supplied ``start``
         expression is true, called as ``drain_start(expression, my, target)`` with the
@@ -468,11 +481,17 @@ class Machine:
         changes (so a shell may raise from it to evaluate elsewhere and call again);
         ``None`` evaluates it here. The operator's configured START is evaluated here.
         """
-        accepted_in = self._admission(
+        accepted_in, cut = self._admission(
             now, resources, spec, started_at=started_at, drain_start=drain_start
         )
         self._account(now)
         begun = now if started_at is None else started_at
+        shortened_by: int | None = None
+        if cut is not None:
+            granted = self._granted(spec)
+            kept = min(granted, cut + math.floor(now - begun))
+            spec = dataclasses.replace(spec, max_job_retirement_time=kept)
+            shortened_by = granted - kept
         claim = _Claim(
             number=self._next_slot,
             resources=resources,
@@ -485,6 +504,7 @@ class Machine:
             run_base=now - begun,
             running_since=now,
             accepted_in=accepted_in,
+            retirement_shortened_by=shortened_by,
         )
         self._next_slot += 1
         self._claims[claim.number] = claim
@@ -500,8 +520,10 @@ class Machine:
         *,
         started_at: float | None,
         drain_start: StartVerdict | None,
-    ) -> str | None:
-        """Check a claim request; returns the drain request id that admits a latecomer."""
+    ) -> tuple[str | None, int | None]:
+        """Check a claim request; returns the drain request id that admits a latecomer
+        and the whole seconds its retirement promise is cut to before the maintenance
+        window (``None``: not cut)."""
         self._no_pending()
         if resources.cpus < 1:
             raise InvalidRequest("a claim needs at least one cpu")
@@ -531,7 +553,14 @@ class Machine:
             raise ResourcesInsufficient(
                 f"{self.host}: not enough free resources (short of {missing})"
             )
-        return accepted_in
+        run = 0.0 if started_at is None else now - started_at
+        cut = admit_before_window(
+            now,
+            remaining=retirement_remaining(self._granted(spec), run),
+            start=window_start(self.unavailability),
+            policy=self.policy.before_window,
+        )
+        return accepted_in, cut
 
     def job_exited(self, now: float, claim_id: str) -> list[Action]:
         """The claim's job is gone: its dynamic slot disappears and returns its resources.
@@ -1124,6 +1153,7 @@ class Machine:
             "DrainSuspendedJobs": str(self.policy.suspend_policy),
             "MaintenanceMode": self.maintenance_mode,
             "Unavailability": self.unavailability,
+            **self._window_attributes(),
             "DrainHookNames": ",".join(sorted(self.policy.hooks)),
             "DrainHookDurations": ",".join(
                 f"{name}={seconds:g}" for name, seconds in self.policy.hook_durations
@@ -1161,6 +1191,15 @@ class Machine:
         for slot_ad in slot_ads:
             slot_ad.update(expected)
         return {"machine": _defined(machine), "slots": [_defined(a) for a in slot_ads]}
+
+    def _window_attributes(self) -> dict[str, Any]:
+        """The maintenance window flat, for expressions: ``UnavailabilityStart`` (epoch
+        seconds) and ``UnavailabilityDuration`` (seconds); both absent when none."""
+        window = self.unavailability or {}
+        return {
+            "UnavailabilityStart": window_start(window),
+            "UnavailabilityDuration": window.get("Duration"),
+        }
 
     def _hook_attributes(self) -> dict[str, Any]:
         """The most recent completion hook's run (:meth:`hook_run`), ``DrainHook*``."""
@@ -1236,6 +1275,7 @@ class Machine:
             "CpuUsage": round(claim.cpu_usage, 4),
             "MemoryUsage": claim.memory_usage,
             "KillSig": claim.spec.kill_signal,
+            "RetirementShortenedBy": claim.retirement_shortened_by,
         } | ({} if claim.spec.group is None else {"JobGroup": claim.spec.group})
 
     # ------------------------------------------------------------------ persistence
@@ -1377,6 +1417,7 @@ class Machine:
             "TotalMemory": self.total.memory,
             "TotalDisk": self.total.disk,
             "TotalGPUs": self.total.gpus,
+            **_defined(self._window_attributes()),
         }
 
     def _job_ad(self, resources: Resources, spec: JobSpec) -> dict[str, Any]:
@@ -1417,6 +1458,7 @@ class Machine:
             accepted_while_draining=self._accepted(claim),
             evicted_at=claim.evicted_at,
             hard_kill_at=claim.hard_kill_at,
+            retirement_shortened_by=claim.retirement_shortened_by,
         )
 
     def _slot_name(self, claim: _Claim) -> str:
@@ -1427,6 +1469,12 @@ class Machine:
             claim.accepted_in is not None
             and self._request is not None
             and claim.accepted_in == self._request.id
+        )
+
+    def _granted(self, spec: JobSpec) -> int:
+        """``MJRT_i`` for a job asking ``spec``: the lower of the machine's and its own."""
+        return int(
+            effective_retirement(self.policy.max_job_retirement_time, spec.max_job_retirement_time)
         )
 
     def _effective_mjrt(self, claim: _Claim) -> int:
@@ -1793,6 +1841,8 @@ def _health_from(doc: Mapping[str, Any] | None) -> HealthGate:
 def _claim_doc(claim: _Claim) -> dict[str, Any]:
     """A claim as JSON-able data (built by hand: this runs on every state change)."""
     doc = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
+    if claim.retirement_shortened_by is None:
+        del doc["retirement_shortened_by"]  # as before it existed: an older agent reads it
     r, spec = claim.resources, claim.spec
     doc["resources"] = {"cpus": r.cpus, "memory": r.memory, "disk": r.disk, "gpus": r.gpus}
     doc["spec"] = {

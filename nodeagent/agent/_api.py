@@ -433,7 +433,9 @@ def build_app(
             "(job.permission_refused)",
             s404="The pid to adopt does not exist (job.no_such_process)",
             s409="Start is false (machine.not_accepting), the job does not fit "
-            "(resources.insufficient), or the pid already runs a claim (job.already_claimed)",
+            "(resources.insufficient), its retirement promise would end after the machine's "
+            "maintenance window starts (machine.window_ahead), or the pid already runs a "
+            "claim (job.already_claimed)",
             s422="Invalid body (request.invalid), a command that cannot start "
             "(job.launch_failed), a pid that may not be adopted (job.not_adoptable), or a "
             "drain's start expression costlier than its time budget (expression.too_costly)",
@@ -445,7 +447,11 @@ def build_app(
         """A new dynamic slot running ``command`` or adopting ``pid`` (201).
 
         Waits while a drain transaction is pending. ``409 machine.not_accepting`` when
-        Start is false; ``409 resources.insufficient`` when the job does not fit.
+        Start is false; ``409 resources.insufficient`` when the job does not fit;
+        ``409 machine.window_ahead`` when its retirement promise would end after the
+        machine's maintenance window starts (``[policy] before_window = "refuse"``; with
+        ``shorten`` it is admitted and ``job.retirement_shortened_by`` says by how much
+        its promise was cut).
         """
         request.scope[AUDIT_DETAILS] = _claim_details(body)
         info = await agent.create_claim(

@@ -91,6 +91,12 @@ class PolicyConfig(_Section):
     transaction_ttl: Duration = _field(
         30.0, reload=True, description="Lifetime of a pending drain transaction (seconds)", gt=0
     )
+    before_window: Literal["refuse", "shorten", "admit"] = _field(
+        "refuse",
+        reload=True,
+        description="A claim whose retirement promise would end after the maintenance "
+        "window starts: refuse it, shorten its promise, or admit it",
+    )
 
 
 class MasterLinkConfig(_Section):

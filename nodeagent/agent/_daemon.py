@@ -59,6 +59,7 @@ from nodeagent.agent._push import MasterLink
 from nodeagent.agent._recovery import look_for_previous_life, recovered_machine
 from nodeagent.agent._store import ProcessRecord, Store
 from slots import (
+    BeforeWindow,
     Machine,
     MachinePolicy,
     OnCompletion,
@@ -111,6 +112,7 @@ def machine_policy(config: AgentConfig) -> MachinePolicy:
         ),
         health=None if health is None else health.policy,
         attributes=check_site_attributes(config.attributes),
+        before_window=BeforeWindow(policy.before_window),
     )
 
 

@@ -411,7 +411,9 @@ def claim_json(
     """A claim as the API shows it. ``job.retirement_granted`` is the promise the job
     holds under the machine's ``max_job_retirement_time`` (``machine_retirement``): the
     job's own ``max_job_retirement_time`` when lower, else the machine's, which cuts a
-    longer request."""
+    longer request; ``job.retirement_shortened_by`` the seconds it was cut at admission to
+    end at the maintenance window's start (``[policy] before_window = "shorten"``; ``null``
+    when not cut), ``max_job_retirement_time`` then being the promise it holds."""
     granted = effective_retirement(machine_retirement, info.spec.max_job_retirement_time)
     return {
         "id": info.claim_id,
@@ -429,6 +431,7 @@ def claim_json(
             "owner": info.spec.owner,
             "max_job_retirement_time": info.spec.max_job_retirement_time,
             "retirement_granted": int(granted),
+            "retirement_shortened_by": info.retirement_shortened_by,
             "job_max_vacate_time": info.spec.job_max_vacate_time,
             "kill_signal": info.spec.kill_signal,
             "group": info.spec.group,

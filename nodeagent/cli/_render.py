@@ -362,6 +362,13 @@ def render_claim(console: Console | Screen, claim: Mapping[str, Any], *, verb: s
             "(the machine's max_job_retirement_time)",
             style="yellow",
         )
+    shortened = job.get("retirement_shortened_by")
+    if isinstance(shortened, int) and shortened > 0:
+        console.print(
+            f"  retirement shortened by {format_duration(shortened)} to end when the "
+            "machine's maintenance window starts",
+            style="yellow",
+        )
 
 
 # --- status and ads -----------------------------------------------------------------------

@@ -364,10 +364,15 @@ class AgentClient:
 
         Waits while a drain transaction is pending. Raises :class:`NotAccepting` when
         the machine's Start is false (draining), :class:`ResourcesInsufficient` when the
-        job does not fit and :class:`InvalidRequest` for bad arguments (both or neither
-        of ``command`` and ``pid``, a ``group`` that is not a job group's name, …); no
-        claim exists then. ``group`` names the job group the job is an instance of
-        (published as ``JobGroup`` in its slot ad).
+        job does not fit, :class:`Refused` with code ``machine.window_ahead`` when its
+        retirement promise would end after the machine's maintenance window starts (its
+        message names the window's start and the longest promise that still fits) and
+        :class:`InvalidRequest` for bad arguments (both or neither of ``command`` and
+        ``pid``, a ``group`` that is not a job group's name, …); no claim exists then.
+        With ``before_window = "shorten"`` on the node, the claim's
+        ``job.retirement_shortened_by`` says by how much its promise was cut. ``group``
+        names the job group the job is an instance of (published as ``JobGroup`` in its
+        slot ad).
         """
         if isinstance(command, str):
             raise TypeError("command is an argv list, not a string")

@@ -166,7 +166,9 @@ class ClaimResources:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Job:
-    """The job of a claim. ``run`` and ``suspended`` are seconds; ``started_at`` epoch s."""
+    """The job of a claim. ``run`` and ``suspended`` are seconds; ``started_at`` epoch s;
+    ``retirement_shortened_by`` the seconds its retirement promise was cut at admission to
+    end at the machine's maintenance window (``None``: not cut)."""
 
     job_id: str | None
     owner: str
@@ -179,6 +181,7 @@ class Job:
     suspended: float
     pid: int | None
     argv: tuple[str, ...] | None
+    retirement_shortened_by: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -316,6 +319,7 @@ def _claim_from_json(d: Mapping[str, Any]) -> Claim:
             job_max_vacate_time=j["job_max_vacate_time"],
             kill_signal=j["kill_signal"],
             group=j.get("group"),
+            retirement_shortened_by=j.get("retirement_shortened_by"),
             started_at=j["started_at"],
             run=j["run"],
             suspended=j["suspended"],

@@ -17,6 +17,8 @@ from nodeagent.agent._config import (
     load_agent_config,
     machine_resources,
 )
+from nodeagent.agent._daemon import machine_policy
+from slots import BeforeWindow
 
 USER = 1000
 
@@ -118,6 +120,7 @@ def test_defaults_with_no_file(tmp_path: Path, home: Path) -> None:
     assert config.policy.start == "true"
     assert config.policy.suspended_jobs_on_drain == "keep"
     assert config.policy.transaction_ttl == 30
+    assert config.policy.before_window == "refuse"
     assert config.master.url is None
     assert config.master.token_file is None
     assert config.master.update_interval == 60
@@ -221,6 +224,7 @@ machine_max_vacate_time = 120
 start = "Cpus >= 4"
 suspended_jobs_on_drain = "evict"
 transaction_ttl = "45s"
+before_window = "shorten"
 
 [master]
 url = "https://master.example.org:9622"
@@ -252,6 +256,8 @@ def test_toml_values(tmp_path: Path, home: Path) -> None:
     assert config.policy.start == "Cpus >= 4"
     assert config.policy.suspended_jobs_on_drain == "evict"
     assert config.policy.transaction_ttl == 45.0
+    assert config.policy.before_window == "shorten"
+    assert machine_policy(config).before_window is BeforeWindow.SHORTEN
     assert config.master.url == "https://master.example.org:9622"
     assert config.master.token_file == Path("/etc/na/master.token")
     assert config.master.update_interval == 300.0
@@ -372,6 +378,12 @@ def test_config_is_immutable(tmp_path: Path, home: Path) -> None:
             {},
             ["policy.suspended_jobs_on_drain"],
             id="bad-literal",
+        ),
+        pytest.param(
+            '[policy]\nbefore_window = "wait"\n',
+            {},
+            ["policy.before_window", "'refuse', 'shorten' or 'admit'"],
+            id="bad-before-window",
         ),
         pytest.param('listen = ["9621"]\n', {}, ["listen.0", "host:port"], id="bad-listen"),
         pytest.param('listen = ["h:70000"]\n', {}, ["listen.0"], id="bad-port"),
