@@ -40,6 +40,7 @@ __all__ = [
     "Verdict",
     "check_answer",
     "claims_of_slots",
+    "notice_from_json",
     "notice_id",
     "reconcile_notices",
 ]
@@ -154,6 +155,50 @@ class BadAnswer(ValueError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def notice_from_json(doc: Mapping[str, Any]) -> Notice:
+    """The :class:`Notice` that :meth:`Notice.to_json` wrote (as the store keeps it).
+
+    Raises ``KeyError``, ``TypeError`` or ``ValueError`` for a document it did not write.
+    """
+    window = doc["window"]
+    answer = doc.get("answer")
+    start = _num(window["start"])
+    issued = _num(doc["issued"])
+    if start is None or issued is None:
+        raise TypeError("a notice's window start and issue time are numbers")
+    return Notice(
+        id=str(doc["id"]),
+        machine=str(doc["machine"]),
+        group=str(doc["group"]),
+        window=NoticeWindow(start=start, duration=_num(window.get("duration"))),
+        claims=tuple(
+            NoticeClaim(
+                slot=str(c["slot"]),
+                job_id=c["job_id"] if isinstance(c.get("job_id"), str) else None,
+                promise_end=_num(c.get("promise_end")),
+            )
+            for c in doc.get("claims", ())
+        ),
+        issued=issued,
+        rescinded=_num(doc.get("rescinded")),
+        answer=None
+        if answer is None
+        else Answer(
+            verdict=Verdict(answer["verdict"]),
+            reason=str(answer["reason"]),
+            who=str(answer["who"]),
+            at=float(answer["at"]),
+            expected_completion=_num(answer.get("expected_completion")),
+        ),
+    )
 
 
 def notice_id(machine: str, group: str, window: NoticeWindow, issued: float) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -16,6 +17,7 @@ from nodeagent.master._notices import (
     Verdict,
     check_answer,
     claims_of_slots,
+    notice_from_json,
     notice_id,
     reconcile_notices,
 )
@@ -233,3 +235,46 @@ def test_claims_of_slots() -> None:
         "b": (NoticeClaim(slot="slot1_3@n1"),),
     }
     assert claims_of_slots(None, now=NOW) == {}
+
+
+@pytest.mark.parametrize(
+    "notice",
+    [
+        held("n1", "a", W),
+        held("n1", "a", NoticeWindow(start=5_000.0), answer=ANSWER),
+        Notice(
+            id="n-x",
+            machine="n2",
+            group="b",
+            window=W,
+            claims=A + B + (NoticeClaim(slot="s"),),
+            issued=1.0,
+            rescinded=2.0,
+            answer=Answer(
+                verdict=Verdict.ACCEPT, reason="ok", who="bob", at=3.0, expected_completion=4.5
+            ),
+        ),
+    ],
+)
+def test_a_notice_round_trips_through_json(notice: Notice) -> None:
+    assert notice_from_json(json.loads(json.dumps(notice.to_json()))) == notice
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {"id": "n", "machine": "m", "group": "g", "window": {"start": "x"}, "issued": 1},
+        {
+            "id": "n",
+            "machine": "m",
+            "group": "g",
+            "window": {"start": 1},
+            "issued": 1,
+            "answer": {"verdict": "maybe", "reason": "r", "who": "w", "at": 1},
+        },
+    ],
+)
+def test_notice_from_json_refuses_what_to_json_did_not_write(doc: dict[str, Any]) -> None:
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        notice_from_json(doc)
