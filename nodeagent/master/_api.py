@@ -81,6 +81,7 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
+from nodeagent.master._notices import mesos_statuses
 from nodeagent.master._notices_api import add_notice_routes
 from nodeagent.master._operations_api import add_operation_routes
 from nodeagent.master._rolling import Operations
@@ -952,7 +953,12 @@ def build_master_app(
     async def maintenance_status(request: Request) -> Response:
         """Draining and down machines (Mesos JSON)."""
         allowed(request, Scope.READ)
-        return _mesos_json(master.state.status().to_json())
+        notices = list(master.notices.values())
+
+        def statuses(machine: MachineId) -> list[dict[str, Any]]:
+            return mesos_statuses(notices, (machine.hostname, machine.ip))
+
+        return _mesos_json(master.state.status().to_json(statuses if notices else None))
 
     @app.get(
         "/v1/maintenance/plan",

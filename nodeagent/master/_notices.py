@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -40,6 +40,7 @@ __all__ = [
     "Verdict",
     "check_answer",
     "claims_of_slots",
+    "mesos_statuses",
     "notice_from_json",
     "notice_id",
     "reconcile_notices",
@@ -310,3 +311,26 @@ def reconcile_notices(
             issued.append(new)
             after[new.id] = new
     return NoticesPass(issued=tuple(issued), rescinded=tuple(rescinded), held=after)
+
+
+def mesos_statuses(notices: Iterable[Notice], names: Iterable[str | None]) -> list[dict[str, Any]]:
+    """Mesos's ``InverseOfferStatus`` of each notice in force on the machine spelled
+    ``names`` (its hostname, its IP), sorted by group: ``framework_id.value`` the group,
+    ``status`` ``ACCEPT``, ``DECLINE`` or ``UNKNOWN`` (not answered yet), ``timestamp`` the
+    answer's time (else the notice's issue time) in nanoseconds."""
+    wanted = {n for n in names if n}
+    found = []
+    for notice in sorted(notices, key=lambda n: n.group):
+        if notice.machine not in wanted or notice.rescinded is not None:
+            continue
+        answer = notice.answer
+        status = "UNKNOWN" if answer is None else answer.verdict.value.upper()
+        at = notice.issued if answer is None else answer.at
+        found.append(
+            {
+                "status": status,
+                "framework_id": {"value": notice.group},
+                "timestamp": {"nanoseconds": round(at * 1e9)},
+            }
+        )
+    return found

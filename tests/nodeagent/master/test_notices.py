@@ -17,6 +17,7 @@ from nodeagent.master._notices import (
     Verdict,
     check_answer,
     claims_of_slots,
+    mesos_statuses,
     notice_from_json,
     notice_id,
     reconcile_notices,
@@ -278,3 +279,22 @@ def test_a_notice_round_trips_through_json(notice: Notice) -> None:
 def test_notice_from_json_refuses_what_to_json_did_not_write(doc: dict[str, Any]) -> None:
     with pytest.raises((KeyError, TypeError, ValueError)):
         notice_from_json(doc)
+
+
+def test_mesos_statuses() -> None:
+    answered = held("n1", "b", W, answer=ANSWER)
+    silent = held("n1", "a", W)
+    elsewhere = held("n2", "c", W)
+    assert mesos_statuses([answered, silent, elsewhere], ("n1", None)) == [
+        {
+            "status": "UNKNOWN",
+            "framework_id": {"value": "a"},
+            "timestamp": {"nanoseconds": 500 * 10**9},
+        },
+        {
+            "status": "DECLINE",
+            "framework_id": {"value": "b"},
+            "timestamp": {"nanoseconds": 900 * 10**9},
+        },
+    ]
+    assert mesos_statuses([answered], ("n3", "10.0.0.3")) == []

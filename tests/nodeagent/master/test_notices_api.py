@@ -50,6 +50,12 @@ def verdict(master: Master, notice_id: str) -> str | None:
     return None if answer is None else answer.verdict.value
 
 
+def answered_at(master: Master, notice_id: str) -> float:
+    answer = master.notices[notice_id].answer
+    assert answer is not None
+    return answer.at
+
+
 async def one_pass(master: Master) -> None:
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)
@@ -106,6 +112,27 @@ async def test_notices_listed_and_answered(tmp_path: Path) -> None:
         assert failed.status_code == 503
         a.master.store.failing = False
         assert verdict(a.master, ida) == "accept"
+
+        status = (await a.tcp.get("/maintenance/status", headers=owner())).json()
+        assert status == {
+            "draining_machines": [
+                {
+                    "id": {"hostname": "n1.test", "ip": "10.0.0.1"},
+                    "statuses": [
+                        {
+                            "status": "ACCEPT",
+                            "framework_id": {"value": "a/p/x"},
+                            "timestamp": {"nanoseconds": round(answered_at(a.master, ida) * 1e9)},
+                        },
+                        {
+                            "status": "DECLINE",
+                            "framework_id": {"value": "b/q/y"},
+                            "timestamp": {"nanoseconds": round(answered_at(a.master, idb) * 1e9)},
+                        },
+                    ],
+                }
+            ]
+        }
 
         audited = [r for r in a.audited() if r[1].startswith("notice.")]
         assert audited == [
