@@ -126,3 +126,20 @@ async def test_an_answer_to_an_unknown_notice_changes_nothing(
             "n-nope", Verdict.ACCEPT, reason="ok", expected_completion=None, who="x"
         )
     assert master.notices == {}
+
+
+async def test_a_follower_takes_the_notices_the_leader_wrote(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "master.db"
+    leader = make_master(path)
+    follower = make_master(path)
+    leader.receive_ad(node_ad(EPOCH, ["a/p/x"]))
+    leader.set_schedule(schedule(EPOCH + 86_400), actor="ops")
+    await pass_(leader)
+    (notice,) = leader.notices.values()
+    leader.answer_notice(
+        notice.id, Verdict.ACCEPT, reason="fine", expected_completion=EPOCH + 60, who="alice"
+    )
+    follower.follow({"notices"})
+    assert follower.notices == leader.notices
