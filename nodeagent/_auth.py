@@ -65,9 +65,11 @@ __all__ = [
     "Scope",
     "Unauthenticated",
     "WrongAudience",
+    "WrongGroup",
     "WrongNode",
     "create_token",
     "generate_key",
+    "group_pattern",
     "load_key",
     "peer_credentials",
     "peer_principal_from_uds",
@@ -156,6 +158,12 @@ class WrongNode(Forbidden):
     code: ClassVar[str] = "auth.wrong_node"
 
 
+class WrongGroup(Forbidden):
+    """A token answered for a job group its ``groups`` claim does not grant (HTTP 403)."""
+
+    code: ClassVar[str] = "auth.wrong_group"
+
+
 class PoolToken(Forbidden):
     """A DAEMON token that names no node, where only a node's own is accepted (HTTP 403)."""
 
@@ -178,14 +186,30 @@ class Principal:
 
     ``expires_at`` is the token's ``exp`` (epoch seconds) for ``via="token"`` and ``None``
     for a Unix socket peer. ``node`` is a DAEMON token's ``node`` claim: the node whose
-    ads it may push (``None``: a pool-wide token, or another scope).
+    ads it may push (``None``: a pool-wide token, or another scope). ``groups`` is a READ
+    token's ``groups`` claim: the job groups (exact names, or patterns ``role/*``,
+    ``role/env/*``) whose notices it may answer (see :meth:`answers_for`).
     """
 
     subject: str
     scope: Scope
     expires_at: float | None = None
     node: str | None = None
+    groups: tuple[str, ...] = ()
     via: Literal["token", "unix"] = "token"
+
+    def answers_for(self, group: str) -> bool:
+        """Whether this principal may answer a notice of job ``group``: ADMINISTRATOR for
+        any group, another scope for the groups its ``groups`` claim grants."""
+        if self.scope is Scope.ADMINISTRATOR:
+            return True
+        for pattern in self.groups:
+            if pattern.endswith("/*"):
+                if group.startswith(pattern[:-1]):
+                    return True
+            elif group == pattern:
+                return True
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,6 +322,24 @@ def _name_claim(value: object) -> bool:
     return isinstance(value, str) and bool(value) and value.isprintable()
 
 
+def group_pattern(value: object) -> bool:
+    """Whether ``value`` is a pattern of job groups a token may carry: an exact group
+    (``role/env/name``) or ``role/*`` / ``role/env/*``: one to three parts of printable
+    text without spaces, ``*`` only as the whole last part of a shorter pattern."""
+    if not isinstance(value, str) or not value.isprintable() or " " in value:
+        return False
+    parts = value.split("/")
+    if parts[-1] == "*":
+        named = parts[:-1]
+        if not 1 <= len(named) <= 2:
+            return False
+    else:
+        named = parts
+        if len(named) != 3:
+            return False
+    return all(part and "*" not in part for part in named)
+
+
 def create_token(
     key: bytes,
     *,
@@ -307,13 +349,16 @@ def create_token(
     now: float,
     node: str | None = None,
     audience: str | None = None,
+    groups: tuple[str, ...] = (),
 ) -> str:
     """Return a signed token for ``subject`` with ``scope``, valid from ``now`` for ``lifetime_s``.
 
     Claims: ``iss`` (:data:`ISSUER`), ``sub``, ``scope``, ``iat`` = ``int(now)`` and
     ``exp`` = ``int(now + lifetime_s)``; ``node`` (a DAEMON token's node) and ``aud`` (the
-    one receiver, ``audience``) when given. Raises ValueError for an empty or non-printable
-    subject, node or audience, a node on a token that is not DAEMON, a non-positive
+    one receiver, ``audience``) when given; ``groups`` (a READ token's job groups, whose
+    notices it may answer: see :func:`group_pattern`) when not empty. Raises ValueError
+    for an empty or non-printable subject, node or audience, a node on a token that is not
+    DAEMON, groups on a token that is not READ or a bad group pattern, a non-positive
     lifetime or a short key.
     """
     _check_key(key)
@@ -336,6 +381,15 @@ def create_token(
         if not _name_claim(node):
             raise ValueError("a token's node must be non-empty printable text")
         claims["node"] = node
+    if groups:
+        if Scope(scope) is not Scope.READ:
+            raise ValueError("only a READ token carries groups")
+        bad = [g for g in groups if not group_pattern(g)]
+        if bad:
+            raise ValueError(
+                f"not a group pattern (role/env/name, role/* or role/env/*): {bad[0]!r}"
+            )
+        claims["groups"] = list(groups)
     if audience is not None:
         if not _name_claim(audience):
             raise ValueError("a token's audience must be non-empty printable text")
@@ -351,7 +405,8 @@ def verify_token(
     ``now`` defaults to the wall clock. A token is expired when ``exp <= now``; one issued
     (``iat``) or valid from (``nbf``, optional) more than a minute after ``now`` is refused
     too (a minute: the clocks of two hosts may disagree that much). The subject, and the
-    ``node`` claim when there is one, must be printable text. Raises
+    ``node`` claim when there is one, must be printable text; a ``groups`` claim, only on a
+    READ token, must be a list of patterns (:func:`group_pattern`). Raises
     :class:`Unauthenticated` for any defect (the message says which, without echoing the
     token).
 
@@ -404,9 +459,21 @@ def verify_token(
     node = claims.get("node")
     if node is not None and (scope is not Scope.DAEMON or not _name_claim(node)):
         raise Unauthenticated("token has an invalid node claim")
+    groups = claims.get("groups", [])
+    if not isinstance(groups, list) or (groups and scope is not Scope.READ):
+        raise Unauthenticated("token has an invalid groups claim")
+    if not all(group_pattern(g) for g in groups):
+        raise Unauthenticated("token has an invalid groups claim")
     if "aud" in claims:
         _check_audience(claims["aud"], audience)
-    return Principal(subject=subject, scope=scope, expires_at=float(exp), node=node, via="token")
+    return Principal(
+        subject=subject,
+        scope=scope,
+        expires_at=float(exp),
+        node=node,
+        groups=tuple(groups),
+        via="token",
+    )
 
 
 def _check_audience(aud: object, audience: str | None) -> None:

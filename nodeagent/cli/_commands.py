@@ -550,6 +550,14 @@ COMMANDS: tuple[Command, ...] = (
                 "help": "DAEMON only, and required: the node whose ads the token may push "
                 "(the agent's hostname; defrag-<name> for a defrag daemon).",
             },
+            {
+                "names": ("--groups",),
+                "kind": "many",
+                "metavar": "PATTERN",
+                "show_default": False,
+                "help": "READ only: the job groups whose notices the token may answer "
+                "(role/env/name, role/* or role/env/*); repeat, or separate with commas.",
+            },
         ),
     },
     {

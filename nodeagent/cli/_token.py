@@ -38,6 +38,7 @@ def create(
     output: Path | None,
     json_output: bool,
     node: str | None = None,
+    groups: list[str] | None = None,
 ) -> None:
     """Sign a token for ``subject`` with ``scope`` (``READ``, ``ADMINISTRATOR`` or
     ``DAEMON``, any case) valid for ``lifetime``; print it, write it to ``output`` (mode
@@ -46,8 +47,18 @@ def create(
 
     A DAEMON token names the ``node`` whose ads it may push (the agent's ``hostname``, or
     ``defrag-<name>`` for a defrag daemon): without one it is refused (exit 2,
-    ``cli.node_required``), and so is a node on another scope (``cli.usage``)."""
-    from nodeagent._auth import KeyFileError, Scope, create_token, load_key  # noqa: PLC0415
+    ``cli.node_required``), and so is a node on another scope (``cli.usage``).
+
+    A READ token may carry ``groups`` (patterns ``role/env/name``, ``role/*``,
+    ``role/env/*``; repeated or comma-separated): the job groups whose notices it may
+    answer; on another scope, or a bad pattern: exit 2 (``cli.usage``)."""
+    from nodeagent._auth import (  # noqa: PLC0415
+        KeyFileError,
+        Scope,
+        create_token,
+        group_pattern,
+        load_key,
+    )
 
     seconds = duration("--lifetime", lifetime)
     assert seconds is not None
@@ -65,6 +76,15 @@ def create(
         raise UsageError("cli.usage", "--node names the node of a DAEMON token only")
     if node is not None and not node.isprintable():
         raise UsageError("cli.usage", "--node must be printable text")
+    patterns = tuple(p.strip() for item in groups or () for p in item.split(",") if p.strip())
+    if patterns and scope.upper() != "READ":
+        raise UsageError("cli.usage", "--groups names the job groups of a READ token only")
+    for pattern in patterns:
+        if not group_pattern(pattern):
+            raise UsageError(
+                "cli.usage",
+                f"--groups: not a group pattern (role/env/name, role/* or role/env/*): {pattern!r}",
+            )
     path = key_file or agent_key_file(os.environ, os.geteuid())
     try:
         key = load_key(path)
@@ -72,7 +92,13 @@ def create(
         raise UsageError(exc.code, str(exc)) from None
     now = time.time()
     token = create_token(
-        key, subject=subject, scope=Scope(scope.upper()), lifetime_s=seconds, now=now, node=node
+        key,
+        subject=subject,
+        scope=Scope(scope.upper()),
+        lifetime_s=seconds,
+        now=now,
+        node=node,
+        groups=patterns,
     )
     expires_at = int(now + seconds)
     if output is not None:
@@ -88,6 +114,8 @@ def create(
         }
         if node is not None:
             document["node"] = node
+        if patterns:
+            document["groups"] = list(patterns)
         sys.stdout.write(json.dumps(document) + "\n")
     elif output is None:
         sys.stdout.write(token + "\n")
@@ -95,6 +123,8 @@ def create(
         from nodeagent.cli._render import format_local_time  # noqa: PLC0415
 
         bound = f", node {node}" if node is not None else ""
+        if patterns:
+            bound += f", groups {', '.join(patterns)}"
         sys.stderr.write(
             f"token for {subject} ({scope.upper()}{bound}) written to {output}, "
             f"valid until {format_local_time(expires_at, now)}\n"

@@ -81,6 +81,8 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
+from nodeagent.master._notices import mesos_statuses
+from nodeagent.master._notices_api import add_notice_routes
 from nodeagent.master._operations_api import add_operation_routes
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_api import add_sla_routes
@@ -951,7 +953,12 @@ def build_master_app(
     async def maintenance_status(request: Request) -> Response:
         """Draining and down machines (Mesos JSON)."""
         allowed(request, Scope.READ)
-        return _mesos_json(master.state.status().to_json())
+        notices = list(master.notices.values())
+
+        def statuses(machine: MachineId) -> list[dict[str, Any]]:
+            return mesos_statuses(notices, (machine.hostname, machine.ip))
+
+        return _mesos_json(master.state.status().to_json(statuses if notices else None))
 
     @app.get(
         "/v1/maintenance/plan",
@@ -986,6 +993,14 @@ def build_master_app(
         administrator=administrator,
         record=record,
         constraints=constraints,
+        errors=_errors,
+    )
+    add_notice_routes(
+        app,
+        master,
+        principal=principal,
+        leadership=leadership.check,
+        record=record,
         errors=_errors,
     )
     if operations is None:
@@ -1038,6 +1053,10 @@ def _rules(metrics: MasterMetrics) -> dict[tuple[str, str], Rule]:
     }
     for route, action in writes.items():
         rules[route] = Rule(scope=Scope.ADMINISTRATOR, action=action)
+    # An owner's answer: READ at the gate, the route checks the token's groups.
+    for verb in ("accept", "decline"):
+        route = ("POST", f"/v1/notices/{{notice_id}}/{verb}")
+        rules[route] = Rule(scope=Scope.READ, action=f"notice.{verb} {{notice_id}}")
     return {
         route: Rule(
             scope=rule.scope, action=rule.action, when=rule.when, body_limit=BODY_LIMITS.get(route)

@@ -64,9 +64,9 @@ log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
 _WAKE_GAP = 0.25
 #: The master's documents kept one etcd key per member (see nodeagent._ha._store).
-_COLLECTIONS = ("drains", "operations", "events")
+_COLLECTIONS = ("drains", "operations", "notices", "events")
 #: The master's documents kept one SQLite row per member (see nodeagent._store.Members).
-_SQLITE_COLLECTIONS = ("operations", "events")
+_SQLITE_COLLECTIONS = ("operations", "notices", "events")
 
 
 def _prefix(config: MasterConfig) -> str:

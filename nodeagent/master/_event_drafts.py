@@ -21,6 +21,7 @@ from typing import Any
 from nodeagent._when import in_words, iso_time
 from nodeagent.master._events import Draft
 from nodeagent.master._maintenance import MachineStatus, MaintenanceState
+from nodeagent.master._notices import Notice
 
 __all__ = [
     "drain_event",
@@ -31,6 +32,9 @@ __all__ = [
     "node_back",
     "node_changes",
     "node_lost",
+    "notice_answered",
+    "notice_issued",
+    "notice_rescinded",
     "operation_changes",
     "schedule_changed",
 ]
@@ -217,6 +221,40 @@ def node_back(*, node: str, machine: str, away: float) -> Draft:
         text=f"{node}: back after {in_words(away)} without an ad",
         machines=(machine,),
         facts={"node": node, "away": round(away, 3)},
+    )
+
+
+def notice_issued(notice: Notice) -> Draft:
+    return Draft(
+        type="notice.issued",
+        text=f"{notice.machine}: notice {notice.id} to {notice.group} "
+        f"({_count(len(notice.claims), 'claim')})",
+        machines=(notice.machine,),
+        groups=(notice.group,),
+        facts={"notice": notice.to_json()},
+    )
+
+
+def notice_rescinded(notice: Notice) -> Draft:
+    return Draft(
+        type="notice.rescinded",
+        text=f"{notice.machine}: notice {notice.id} to {notice.group} rescinded",
+        machines=(notice.machine,),
+        groups=(notice.group,),
+        facts={"id": notice.id, "machine": notice.machine, "group": notice.group},
+    )
+
+
+def notice_answered(notice: Notice) -> Draft:
+    answer = notice.answer
+    assert answer is not None
+    return Draft(
+        type="notice.answered",
+        text=f"{notice.machine}: {notice.group} answered {answer.verdict.value} "
+        f"to notice {notice.id} ({answer.reason})",
+        machines=(notice.machine,),
+        groups=(notice.group,),
+        facts={"id": notice.id, "answer": answer.to_json()},
     )
 
 

@@ -78,6 +78,9 @@ EVENT_TYPES: Mapping[str, str] = {
     "operation.paused": "an operation was paused",
     "operation.resumed": "an operation was resumed",
     "operation.ended": "an operation ended (completed, with skips, failed or cancelled)",
+    "notice.issued": "a job group was given notice of its machine's window (an inverse offer)",
+    "notice.rescinded": "a notice was withdrawn (machine unscheduled, group gone, window moved)",
+    "notice.answered": "a job group's owner accepted or declined a notice",
     "leader.elected": "a master began leading the pool (and writing its events)",
 }
 

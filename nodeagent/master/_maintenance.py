@@ -33,7 +33,7 @@ import json
 import math
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
 
@@ -448,15 +448,25 @@ class ClusterStatus:
     draining_machines: tuple[MachineId, ...] = ()
     down_machines: tuple[MachineId, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        """The body of ``GET /maintenance/status``. With no frameworks there are no
-        inverse-offer statuses, and Mesos omits an empty list, so a draining machine is
-        ``{"id": {...}}``; with nothing scheduled the body is ``{}``."""
+    def to_json(
+        self, statuses: Callable[[MachineId], list[dict[str, Any]]] | None = None
+    ) -> dict[str, Any]:
+        """The body of ``GET /maintenance/status``. A draining machine's ``statuses`` are
+        Mesos's ``InverseOfferStatus`` objects that ``statuses(machine)`` gives (the latest
+        answer per job group); Mesos omits an empty list, so a draining machine without
+        one is ``{"id": {...}}``; with nothing scheduled the body is ``{}``."""
         out: dict[str, Any] = {}
         if self.down_machines:
             out["down_machines"] = [m.to_json() for m in self.down_machines]
         if self.draining_machines:
-            out["draining_machines"] = [{"id": m.to_json()} for m in self.draining_machines]
+            draining = []
+            for machine in self.draining_machines:
+                entry: dict[str, Any] = {"id": machine.to_json()}
+                found = [] if statuses is None else statuses(machine)
+                if found:
+                    entry["statuses"] = found
+                draining.append(entry)
+            out["draining_machines"] = draining
         return out
 
 

@@ -99,6 +99,9 @@ from nodeagent.master._event_drafts import (
     node_back,
     node_changes,
     node_lost,
+    notice_answered,
+    notice_issued,
+    notice_rescinded,
     operation_changes,
     schedule_changed,
 )
@@ -111,6 +114,15 @@ from nodeagent.master._maintenance import (
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
+)
+from nodeagent.master._notices import (
+    Answer,
+    Notice,
+    NoticeWindow,
+    Verdict,
+    claims_of_slots,
+    notice_from_json,
+    reconcile_notices,
 )
 from nodeagent.master._plan import (
     MachinePlan,
@@ -220,6 +232,11 @@ class Master:
     #: (:meth:`commit_state`), with the rest, so that its step and the drain record and
     #: modes it acts through are written together; the others are not written again.
     operations: dict[str, Any] = field(default_factory=dict)
+    #: The notices in force (Mesos's inverse offers) with their answers, by id
+    #: (:mod:`nodeagent.master._notices`): saved when one is issued, rescinded or answered.
+    notices: dict[str, Notice] = field(default_factory=dict)
+    #: What the notices were last reconciled from (the schedule's windows, the nodes' ads).
+    _notice_inputs: tuple[Any, ...] | None = None
     #: Whether ads pushed with a DAEMON token that names no node are taken (a migration
     #: to per-node tokens; ``[master] allow_pool_daemon_tokens``).
     allow_pool_daemon_tokens: bool = False
@@ -249,6 +266,8 @@ class Master:
         counters = self.store.load("counters")
         self.counters = MasterCounters(**counters) if counters else MasterCounters()
         self.operations = dict(self.store.load("operations") or {})
+        self.notices = self._stored_notices()
+        self._notice_inputs = None
         self._load_events()
 
     def _load_events(self) -> None:
@@ -267,7 +286,15 @@ class Master:
         window moved are remembered with the time this master learnt it, as
         :meth:`set_schedule` does, so that its plan fetches their nodes' ads first."""
         if names is None:
-            names = {"maintenance", "drains", "actors", "counters", "operations", "events"}
+            names = {
+                "maintenance",
+                "drains",
+                "actors",
+                "counters",
+                "operations",
+                "notices",
+                "events",
+            }
         if "maintenance" in names:
             before = {machine_key(m.id): m.window for m in self.state.machines()}
             snapshot = self.store.load("maintenance")
@@ -292,6 +319,9 @@ class Master:
             self.counters = MasterCounters(**counters) if counters else MasterCounters()
         if "operations" in names:
             self.operations = dict(self.store.load("operations") or {})
+        if "notices" in names:
+            self.notices = self._stored_notices()
+            self._notice_inputs = None
         if "events" in names:
             self._follow_events()
         self._busy, self._starting, self._backoff = set(), set(), {}
@@ -309,6 +339,14 @@ class Master:
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"{self.store.where}: unreadable events: {exc}") from exc
         self.events.published()
+
+    def _stored_notices(self) -> dict[str, Notice]:
+        """The notices the store holds; raises :class:`StoreError` for one unreadable."""
+        stored = self.store.load("notices") or {}
+        try:
+            return {key: notice_from_json(value) for key, value in stored.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{self.store.where}: unreadable notices: {exc}") from exc
 
     def _stored_drains(self) -> dict[str, DrainRecord]:
         """The drain records the store holds (written by this master or an older one)."""
@@ -337,11 +375,13 @@ class Master:
         operations: Mapping[str, Any] | None = None,
         *,
         events: Sequence[Draft] = (),
+        notices: Mapping[str, Notice | None] | None = None,
     ) -> None:
         """Write the state given, with the events of this change: ``events``, the
         staged ones, those of the ``operations`` that changed
         (:func:`~nodeagent.master._event_drafts.operation_changes`). They are kept and
-        published once the store holds them all."""
+        published once the store holds them all. ``notices`` are the notices written
+        (``None``: that notice is deleted), the others left as they are."""
         documents: dict[str, Any] = {
             "maintenance": state.snapshot(),
             "drains": {key: record.to_json() for key, record in self.drains.items()},
@@ -356,6 +396,14 @@ class Master:
                 documents["operations"] = Members(put=operations)
             else:  # a store that keeps it whole
                 documents["operations"] = {**self.operations, **operations}
+        if notices:
+            put = {k: n.to_json() for k, n in notices.items() if n is not None}
+            gone = tuple(k for k, n in notices.items() if n is None)
+            if "notices" in self.store.collections:
+                documents["notices"] = Members(put=put, delete=gone)
+            else:  # a store that keeps it whole
+                whole = {k: n.to_json() for k, n in self.notices.items() if k not in gone}
+                documents["notices"] = whole | put
         made, staged = self._events_to_write(drafts, documents)
         self.store.save(**documents)
         self.events.written(made, staged)
@@ -937,7 +985,9 @@ class Master:
                     self._busy.add(key)
                     nursery.start_soon(self._look_up, key)
         inputs = self.plan_inputs(now)  # once a pass: the schedule's machines are copied
-        for plan in self.plan_view.plans(inputs, now):
+        plans = list(self.plan_view.plans(inputs, now))
+        self._reconcile_notices(plans, now)
+        for plan in plans:
             scheduled.add(plan.key)
             if budget and plan.node is not None:
                 # Made for the window and escalation the plan reads (plan_row).
@@ -965,6 +1015,84 @@ class Master:
         for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
+
+    def _reconcile_notices(self, plans: Sequence[MachinePlan], now: float) -> None:
+        """Issue and rescind notices as the schedule and the nodes' groups say
+        (:func:`~nodeagent.master._notices.reconcile_notices`), only when a scheduled
+        machine's window or its node's ad changed; what changed is saved with its events
+        (a store failure is logged and the same pass is tried again next time)."""
+        seen = tuple(
+            (
+                plan.key,
+                plan.window_start,
+                plan.window_end,
+                None if plan.node is None else (plan.node.name, plan.node.updates),
+            )
+            for plan in plans
+        )
+        if seen == self._notice_inputs:
+            return
+        windows: dict[str, NoticeWindow] = {}
+        claims: dict[str, dict[str, Any]] = {}
+        for plan in plans:
+            name = _notice_machine(plan)
+            end = plan.window_end
+            windows[name] = NoticeWindow(
+                start=plan.window_start, duration=None if end is None else end - plan.window_start
+            )
+            if plan.node is not None:
+                claims[name] = claims_of_slots(plan.node.slots, now=now)
+        done = reconcile_notices(self.notices, windows, claims, now=now)
+        # a notice kept is written again when its claims' slots or jobs changed (not
+        # for a promise end read again from a newer ad)
+        changes: dict[str, Notice | None] = {
+            key: notice
+            for key, notice in done.held.items()
+            if key in self.notices and _jobs(self.notices[key]) != _jobs(notice)
+        }
+        if done.changed or changes:
+            changes.update({n.id: None for n in done.rescinded})
+            changes.update({n.id: n for n in done.issued})
+            drafts = [notice_rescinded(n) for n in done.rescinded]
+            drafts += [notice_issued(n) for n in done.issued]
+            try:
+                self._save(self.state, self.actors, events=drafts, notices=changes)
+            except StoreError as exc:
+                log.warning("notices not saved (tried again next pass): %s", exc)
+                return
+        self.notices = dict(done.held)
+        self._notice_inputs = seen
+
+    def answer_notice(
+        self,
+        notice_id: str,
+        verdict: Verdict,
+        *,
+        reason: str,
+        expected_completion: float | None,
+        who: str,
+    ) -> Notice:
+        """Record an owner's answer to the notice ``notice_id`` (the latest one counts),
+        written with its ``notice.answered`` event before it is held. Raises ``KeyError``
+        for a notice not in force and :class:`StoreError` (nothing changed)."""
+        notice = self.notices[notice_id]
+        answered = notice.answered(
+            Answer(
+                verdict=verdict,
+                reason=reason,
+                who=who,
+                at=self.clock.now(),
+                expected_completion=expected_completion,
+            )
+        )
+        self._save(
+            self.state,
+            self.actors,
+            events=[notice_answered(answered)],
+            notices={notice_id: answered},
+        )
+        self.notices[notice_id] = answered
+        return answered
 
     def _calls(self, address: str, node: str, actor: str) -> AgentCalls:
         return AgentCalls.over(self.link, address, node=node, actor=actor)
@@ -1438,6 +1566,16 @@ _WATCHED = (
 
 def _watched(machine: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(machine.get(name) for name in _WATCHED)
+
+
+def _jobs(notice: Notice) -> set[tuple[str, str | None]]:
+    return {(claim.slot, claim.job_id) for claim in notice.claims}
+
+
+def _notice_machine(plan: MachinePlan) -> str:
+    """The machine a notice names: its hostname as scheduled (else its IP, its key)."""
+    spelled = plan.machine.machine_id
+    return spelled.get("hostname") or spelled.get("ip") or plan.key
 
 
 def _groups(entry: AdEntry) -> list[str]:

@@ -29,6 +29,7 @@
     "operation.started", "operation.batch_held", "operation.batch_started",
     "operation.batch_done", "operation.batch_skipped", "operation.paused",
     "operation.resumed", "operation.ended",
+    "notice.issued", "notice.rescinded", "notice.answered",
     "leader.elected", "gap",
   ];
 

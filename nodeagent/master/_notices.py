@@ -1,0 +1,336 @@
+"""The master's notices (Mesos's inverse offers), pure: one :class:`Notice` per (scheduled
+machine, job group with instances on its node), the owners' answers, and what a reconcile
+pass does with them (:func:`reconcile_notices`).
+
+No I/O, no trio and no clock here: the master passes ``now`` and the facts it holds (the
+schedule's windows, the groups' claims read from the nodes' dynamic slot ads) and saves
+what :func:`reconcile_notices` returns. A notice never changes in place: an answer makes a
+new :class:`Notice` (:meth:`Notice.answered`), a rescinded notice is a copy with its
+``rescinded`` time set, and the master forgets it once saved with its event.
+
+The rules of a pass, for each scheduled machine and each group with claims there:
+
+- no notice in force → one is **issued** (a new id);
+- a notice in force for another window (moved, or its duration changed) → it is
+  **rescinded** and a new one is **issued** (a new id: an answer was given about the old
+  window and is not carried over);
+- a notice in force for the same window → **kept**, with its answer, its claims refreshed.
+
+A notice whose machine left the schedule, or whose group has no claim left on the machine,
+is **rescinded**, and its answer goes with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "MAX_REASON_BYTES",
+    "Answer",
+    "BadAnswer",
+    "Notice",
+    "NoticeClaim",
+    "NoticeWindow",
+    "NoticesPass",
+    "Verdict",
+    "check_answer",
+    "claims_of_slots",
+    "mesos_statuses",
+    "notice_from_json",
+    "notice_id",
+    "reconcile_notices",
+]
+
+MAX_REASON_BYTES = 1024
+"""The longest ``reason`` an answer may carry, in UTF-8 bytes."""
+
+
+class Verdict(StrEnum):
+    """An owner's answer to a notice."""
+
+    ACCEPT = "accept"
+    DECLINE = "decline"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticeWindow:
+    """A machine's window as the schedule holds it: ``start`` (epoch s) and ``duration`` (s,
+    ``None`` for an open-ended window)."""
+
+    start: float
+    duration: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "duration": self.duration}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticeClaim:
+    """One of a group's claims on the machine: its slot, its job and when its retirement
+    promise ends (epoch s; ``None`` when the ad does not say)."""
+
+    slot: str
+    job_id: str | None = None
+    promise_end: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slot": self.slot, "job_id": self.job_id, "promise_end": self.promise_end}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """An owner's latest answer: the verdict, why, when it expects its instances to be gone
+    (epoch s, optional: the owner's word, it never relaxes an eviction), who answered
+    (the token's subject) and when (epoch s)."""
+
+    verdict: Verdict
+    reason: str
+    who: str
+    at: float
+    expected_completion: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "expected_completion": self.expected_completion,
+            "who": self.who,
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Notice:
+    """One notice: the machine, the group, the window it is about, the group's claims there,
+    when it was issued (and rescinded, once it is), and the latest answer if any."""
+
+    id: str
+    machine: str
+    group: str
+    window: NoticeWindow
+    claims: tuple[NoticeClaim, ...]
+    issued: float
+    rescinded: float | None = None
+    answer: Answer | None = None
+
+    def answered(self, answer: Answer) -> Notice:
+        """This notice with ``answer`` as its latest (an earlier one no longer counts)."""
+        return replace(self, answer=answer)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "machine": self.machine,
+            "group": self.group,
+            "window": self.window.to_json(),
+            "claims": [c.to_json() for c in self.claims],
+            "issued": self.issued,
+            "rescinded": self.rescinded,
+            "answer": None if self.answer is None else self.answer.to_json(),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticesPass:
+    """What a pass decided: the notices to issue (new), to rescind (their ``rescinded`` time
+    set; forget them once saved) and every notice in force afterwards, by id (the issued
+    ones included, answers of the kept ones kept)."""
+
+    issued: tuple[Notice, ...]
+    rescinded: tuple[Notice, ...]
+    held: Mapping[str, Notice]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.issued or self.rescinded)
+
+
+class BadAnswer(ValueError):
+    """An answer's body is refused (the API's 422); ``code`` says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def notice_from_json(doc: Mapping[str, Any]) -> Notice:
+    """The :class:`Notice` that :meth:`Notice.to_json` wrote (as the store keeps it).
+
+    Raises ``KeyError``, ``TypeError`` or ``ValueError`` for a document it did not write.
+    """
+    window = doc["window"]
+    answer = doc.get("answer")
+    start = _num(window["start"])
+    issued = _num(doc["issued"])
+    if start is None or issued is None:
+        raise TypeError("a notice's window start and issue time are numbers")
+    return Notice(
+        id=str(doc["id"]),
+        machine=str(doc["machine"]),
+        group=str(doc["group"]),
+        window=NoticeWindow(start=start, duration=_num(window.get("duration"))),
+        claims=tuple(
+            NoticeClaim(
+                slot=str(c["slot"]),
+                job_id=c["job_id"] if isinstance(c.get("job_id"), str) else None,
+                promise_end=_num(c.get("promise_end")),
+            )
+            for c in doc.get("claims", ())
+        ),
+        issued=issued,
+        rescinded=_num(doc.get("rescinded")),
+        answer=None
+        if answer is None
+        else Answer(
+            verdict=Verdict(answer["verdict"]),
+            reason=str(answer["reason"]),
+            who=str(answer["who"]),
+            at=float(answer["at"]),
+            expected_completion=_num(answer.get("expected_completion")),
+        ),
+    )
+
+
+def notice_id(machine: str, group: str, window: NoticeWindow, issued: float) -> str:
+    """A notice's id: stable for one (machine, group, window, issue time), a new one when
+    the window moves or the notice is issued again later."""
+    key = f"{machine}\0{group}\0{window.start!r}\0{window.duration!r}\0{issued!r}"
+    return "n-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def check_answer(body: object) -> tuple[str, float | None]:
+    """The ``reason`` and ``expected_completion`` of an answer's JSON body.
+
+    Raises :class:`BadAnswer` (``notice.bad_body``: not an object or an unknown field;
+    ``notice.bad_reason``: missing, not a string, empty, over :data:`MAX_REASON_BYTES` or
+    with a control character; ``notice.bad_expected_completion``: not a finite number).
+    """
+    if not isinstance(body, Mapping):
+        raise BadAnswer("notice.bad_body", "the body must be a JSON object")
+    unknown = sorted(set(body) - {"reason", "expected_completion"})
+    if unknown:
+        raise BadAnswer("notice.bad_body", f"unknown fields: {', '.join(map(str, unknown))}")
+    reason = body.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise BadAnswer("notice.bad_reason", "reason is required (a non-empty string)")
+    if len(reason.encode()) > MAX_REASON_BYTES:
+        raise BadAnswer("notice.bad_reason", f"reason is longer than {MAX_REASON_BYTES} bytes")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in reason):
+        raise BadAnswer("notice.bad_reason", "reason has a control character")
+    expected = body.get("expected_completion")
+    if expected is None:
+        return reason, None
+    if isinstance(expected, bool) or not isinstance(expected, int | float):
+        raise BadAnswer("notice.bad_expected_completion", "expected_completion must be a number")
+    if not math.isfinite(expected):
+        raise BadAnswer("notice.bad_expected_completion", "expected_completion must be finite")
+    return reason, float(expected)
+
+
+def claims_of_slots(slots: object, *, now: float) -> dict[str, tuple[NoticeClaim, ...]]:
+    """The claims per job group from a node's slot ads: each dynamic slot with a string
+    ``JobGroup``, its promise end ``now + RetirementTimeRemaining`` when the ad has it."""
+    found: dict[str, list[NoticeClaim]] = {}
+    if not isinstance(slots, list | tuple):
+        return {}
+    for ad in slots:
+        if not isinstance(ad, Mapping):
+            continue
+        group = ad.get("JobGroup")
+        name = ad.get("Name")
+        if not isinstance(group, str) or not group or not isinstance(name, str):
+            continue
+        remaining = ad.get("RetirementTimeRemaining")
+        end = (
+            now + float(remaining)
+            if isinstance(remaining, int | float) and not isinstance(remaining, bool)
+            else None
+        )
+        job = ad.get("JobId")
+        found.setdefault(group, []).append(
+            NoticeClaim(slot=name, job_id=job if isinstance(job, str) else None, promise_end=end)
+        )
+    return {g: tuple(sorted(c, key=lambda c: c.slot)) for g, c in sorted(found.items())}
+
+
+def reconcile_notices(
+    held: Mapping[str, Notice],
+    windows: Mapping[str, NoticeWindow],
+    claims: Mapping[str, Mapping[str, tuple[NoticeClaim, ...]]],
+    *,
+    now: float,
+) -> NoticesPass:
+    """The notices to issue and to rescind, from the notices ``held`` (in force, by id), the
+    schedule's ``windows`` (by machine) and each machine's ``claims`` by group now.
+
+    A machine missing from ``claims`` (its ad not known) keeps its groups' claims as its
+    notices held say: only a known ad with no claim of the group rescinds (a moved window
+    still rescinds and reissues).
+    """
+    known: dict[str, dict[str, tuple[NoticeClaim, ...]]] = {
+        machine: dict(groups) for machine, groups in claims.items()
+    }
+    for notice in held.values():
+        if notice.machine not in claims:
+            known.setdefault(notice.machine, {})[notice.group] = notice.claims
+    issued: list[Notice] = []
+    rescinded: list[Notice] = []
+    after: dict[str, Notice] = {}
+    by_key = {(n.machine, n.group): n for n in held.values()}
+    for (machine, group), notice in sorted(by_key.items()):
+        window = windows.get(machine)
+        group_claims = known[machine].get(group)
+        if window is None or not group_claims or window != notice.window:
+            rescinded.append(replace(notice, rescinded=now))
+        else:
+            after[notice.id] = replace(notice, claims=group_claims)
+    kept = {(n.machine, n.group) for n in after.values()}
+    for machine, window in sorted(windows.items()):
+        for group, group_claims in sorted(known.get(machine, {}).items()):
+            if not group_claims or (machine, group) in kept:
+                continue
+            new = Notice(
+                id=notice_id(machine, group, window, now),
+                machine=machine,
+                group=group,
+                window=window,
+                claims=group_claims,
+                issued=now,
+            )
+            issued.append(new)
+            after[new.id] = new
+    return NoticesPass(issued=tuple(issued), rescinded=tuple(rescinded), held=after)
+
+
+def mesos_statuses(notices: Iterable[Notice], names: Iterable[str | None]) -> list[dict[str, Any]]:
+    """Mesos's ``InverseOfferStatus`` of each notice in force on the machine spelled
+    ``names`` (its hostname, its IP), sorted by group: ``framework_id.value`` the group,
+    ``status`` ``ACCEPT``, ``DECLINE`` or ``UNKNOWN`` (not answered yet), ``timestamp`` the
+    answer's time (else the notice's issue time) in nanoseconds."""
+    wanted = {n for n in names if n}
+    found = []
+    for notice in sorted(notices, key=lambda n: n.group):
+        if notice.machine not in wanted or notice.rescinded is not None:
+            continue
+        answer = notice.answer
+        status = "UNKNOWN" if answer is None else answer.verdict.value.upper()
+        at = notice.issued if answer is None else answer.at
+        found.append(
+            {
+                "status": status,
+                "framework_id": {"value": notice.group},
+                "timestamp": {"nanoseconds": round(at * 1e9)},
+            }
+        )
+    return found

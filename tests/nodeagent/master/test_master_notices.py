@@ -1,0 +1,145 @@
+"""The master's notices through its reconcile pass: issued, saved, answered, restored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from nodeagent._clock import TrioClock
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
+from nodeagent.master._master import Master
+from nodeagent.master._notices import Verdict
+from nodeagent.master._plan import PlanPolicy
+from slots import JobSpec, Machine, MachinePolicy, Resources
+
+EPOCH = 1_800_000_000.0
+
+
+class NoLink:
+    async def call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise AssertionError("no call expected")
+
+
+def node_ad(now: float, groups: list[str]) -> dict[str, Any]:
+    machine = Machine(
+        host="n1.test",
+        ip="10.0.0.1",
+        address="http://10.0.0.1:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=60),
+        now=now,
+    )
+    for group in groups:
+        machine.claim(now, resources=Resources(cpus=1), spec=JobSpec(group=group))
+    return machine.ad(now)
+
+
+def make_master(path: Path, collections: tuple[str, ...] = ("notices",)) -> Master:
+    return Master(
+        store=DocumentStore(path, collections=collections),
+        link=NoLink(),
+        clock=TrioClock(EPOCH),
+        ads=AdStore(lifetime=10_000),
+        # a drain far from due: the passes make no call
+        policy=PlanPolicy(drain_policy="just_in_time"),
+        reconcile_interval=1.0,
+    )
+
+
+def schedule(start: float) -> MaintenanceSchedule:
+    return MaintenanceSchedule(
+        windows=(
+            Window(
+                machine_ids=(MachineId(hostname="n1.test", ip="10.0.0.1"),),
+                unavailability=Unavailability(start_ns=int(start * 1e9), duration_ns=3600 * 10**9),
+            ),
+        )
+    )
+
+
+async def pass_(master: Master) -> None:
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        nursery.cancel_scope.cancel()
+
+
+def types(master: Master) -> list[str]:
+    return [json.loads(e.data)["type"] for e in master.events.log.after(0)[1]]
+
+
+@pytest.mark.parametrize("collections", [("operations", "notices", "events"), ()])
+async def test_notices_issued_answered_and_kept_across_a_restart(
+    tmp_path: Path, collections: tuple[str, ...], autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "master.db"
+    master = make_master(path, collections)
+    master.receive_ad(node_ad(EPOCH, ["a/p/x", "a/p/x", "b/q/y"]))
+    master.set_schedule(schedule(EPOCH + 86_400), actor="ops")
+    await pass_(master)
+    by_group = {n.group: n for n in master.notices.values()}
+    assert sorted(by_group) == ["a/p/x", "b/q/y"]
+    assert len(by_group["a/p/x"].claims) == 2
+    assert by_group["a/p/x"].window.start == EPOCH + 86_400
+    assert by_group["a/p/x"].window.duration == 3600
+    assert types(master).count("notice.issued") == 2
+
+    await pass_(master)  # nothing changed: nothing written again
+    assert types(master).count("notice.issued") == 2
+
+    notice = by_group["b/q/y"]
+    master.answer_notice(
+        notice.id, Verdict.DECLINE, reason="month-end batch", expected_completion=None, who="bob"
+    )
+    assert "notice.answered" in types(master)
+
+    again = make_master(path, collections)
+    again.load()
+    assert again.notices == master.notices
+    answer = again.notices[notice.id].answer
+    assert answer is not None
+    assert answer.verdict is Verdict.DECLINE
+    assert answer.reason == "month-end batch"
+
+    # the group's last instance leaves: its notice is rescinded, its answer with it
+    again.receive_ad(node_ad(EPOCH + 1, ["a/p/x"]))
+    await pass_(again)
+    assert {n.group for n in again.notices.values()} == {"a/p/x"}
+    assert "notice.rescinded" in types(again)
+    third = make_master(path, collections)
+    third.load()
+    assert third.notices == again.notices
+
+
+async def test_an_answer_to_an_unknown_notice_changes_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master = make_master(tmp_path / "master.db")
+    with pytest.raises(KeyError):
+        master.answer_notice(
+            "n-nope", Verdict.ACCEPT, reason="ok", expected_completion=None, who="x"
+        )
+    assert master.notices == {}
+
+
+async def test_a_follower_takes_the_notices_the_leader_wrote(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "master.db"
+    leader = make_master(path)
+    follower = make_master(path)
+    leader.receive_ad(node_ad(EPOCH, ["a/p/x"]))
+    leader.set_schedule(schedule(EPOCH + 86_400), actor="ops")
+    await pass_(leader)
+    (notice,) = leader.notices.values()
+    leader.answer_notice(
+        notice.id, Verdict.ACCEPT, reason="fine", expected_completion=EPOCH + 60, who="alice"
+    )
+    follower.follow({"notices"})
+    assert follower.notices == leader.notices
