@@ -16,6 +16,8 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.
 * :mod:`._metrics`: the master's Prometheus metrics.
+* :mod:`._notices`: notices (inverse offers) per machine and job group, and answers (pure).
+* :mod:`._notices_api`: the endpoints of the notices: list, accept, decline.
 * :mod:`._notify`: the webhooks: each event POSTed, signed, in order, at least once.
 * :mod:`._operation_preview`: a rolling operation's batches and end, before it exists (pure).
 * :mod:`._operations`: rolling maintenance operations: batches, steps, the next one (pure).
