@@ -295,11 +295,15 @@ class DocumentStore:
             return self._load_members(name)
         return self.load_document(name)
 
-    def _load_members(self, name: str) -> dict[str, Any]:
+    def _load_members(self, name: str, after: str | None = None) -> dict[str, Any]:
+        """The members of collection ``name`` (only those whose keys sort after ``after``,
+        when given)."""
+        query = "SELECT member, doc FROM members WHERE name = ?"
+        params: tuple[str, ...] = (name,)
+        if after is not None:
+            query, params = query + " AND member > ?", (name, after)
         try:
-            rows = self._db.execute(
-                "SELECT member, doc FROM members WHERE name = ?", (name,)
-            ).fetchall()
+            rows = self._db.execute(query, params).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}") from exc
         try:
@@ -311,18 +315,7 @@ class DocumentStore:
 
     def load_after(self, name: str, member: str) -> dict[str, Any]:
         """The members of collection ``name`` whose keys sort after ``member``."""
-        try:
-            rows = self._db.execute(
-                "SELECT member, doc FROM members WHERE name = ? AND member > ?", (name, member)
-            ).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}") from exc
-        try:
-            return {key: json.loads(doc) for key, doc in rows}
-        except ValueError as exc:
-            raise StoreError(
-                f"unreadable member of {name!r} in {self.path} ({exc}): {_MOVE_ASIDE}"
-            ) from exc
+        return self._load_members(name, after=member)
 
     def load_document(self, name: str) -> Any:
         """The whole document saved under ``name`` (not a collection's rows), or ``None``."""
