@@ -1154,6 +1154,7 @@ class Machine:
             "MaintenanceMode": self.maintenance_mode,
             "Unavailability": self.unavailability,
             **self._window_attributes(),
+            "BeforeWindow": str(self.policy.before_window),
             "DrainHookNames": ",".join(sorted(self.policy.hooks)),
             "DrainHookDurations": ",".join(
                 f"{name}={seconds:g}" for name, seconds in self.policy.hook_durations

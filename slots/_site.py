@@ -72,6 +72,7 @@ COMPUTED_ATTRIBUTES = frozenset(
         "DrainSuspendedJobs",
         "MaintenanceMode",
         "Unavailability",
+        "BeforeWindow",
         "DrainHookRequestId",
         "DrainHookName",
         "DrainHookState",

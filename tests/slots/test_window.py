@@ -228,3 +228,11 @@ def test_a_new_policy_applies_to_the_next_claim() -> None:
     m.set_policy(T0, dataclasses.replace(m.policy, before_window=ADMIT))
     claim_id = claim(m, T0, 1200)
     assert m.claim_info(claim_id, T0).retirement_shortened_by is None
+
+
+@pytest.mark.parametrize("policy", [REFUSE, SHORTEN, ADMIT])
+def test_the_ad_says_how_the_node_admits_before_a_window(policy: BeforeWindow) -> None:
+    m = machine(policy)
+    ad = m.ad(T0)
+    assert ad["machine"]["BeforeWindow"] == str(policy)
+    assert {slot["BeforeWindow"] for slot in ad["slots"]} == {str(policy)}
