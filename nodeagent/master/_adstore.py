@@ -29,6 +29,7 @@ from slots import (
     DrainForecast,
     InvalidRequest,
     check_estimate_inputs,
+    vacate_time,
 )
 from slots._classad import check_value
 
@@ -280,6 +281,65 @@ class AdEntry:
                 int(self.machine.get("MachineMaxVacateTime", 600)),
             )
         )
+
+    @cached_property
+    def before_window(self) -> str | None:
+        """How the node admits a claim whose promise would outlive its window
+        (``BeforeWindow``: ``refuse``, ``shorten`` or ``admit``); ``None`` when its ad does
+        not say (an agent that predates the key admits such claims)."""
+        value = self.machine.get("BeforeWindow")
+        return value if value in ("refuse", "shorten", "admit") else None
+
+    def admits_by_promise(self, window_start: float, now: float) -> bool:
+        """Whether no claim the node admits from ``now`` on can outlive a window at
+        ``window_start``: it refuses or shortens such claims (:attr:`before_window`) and
+        its ad shows a window it holds (``UnavailabilityStart``) that has not started and
+        starts no later than ``window_start``. A node that has not heard of the window yet,
+        or holds one that has started (it then admits by none), admits any promise."""
+        if self.before_window not in ("refuse", "shorten"):
+            return False
+        held = self.machine.get("UnavailabilityStart")
+        return type(held) is int and now < held <= window_start
+
+    @cached_property
+    def vacate_bound(self) -> tuple[float, str | None, str | None]:
+        """Seconds a graceful drain takes at most on a node that admits by promise, and the
+        job that sets it: ``(seconds, slot, job id)``.
+
+        A job the node admits before the drain starts has a promise that ends by the
+        window's start (that is what admitting by promise means), and is gone by then or,
+        with a promise shorter than its vacate time, by the drain's start plus that vacate
+        time (DESIGN §3.3); a job in force whose promise ends later (admitted before the
+        node heard of the window) is cut at the window however early the drain starts. So
+        the bound is ``MachineMaxVacateTime``,
+        or a job's longer vacate time ``V_i`` (one that borrows from its retirement), which
+        then names its slot and job (``None`` otherwise)."""
+        machine_vacate = float(self.machine.get("MachineMaxVacateTime", 600))
+        longest: tuple[float, str | None, str | None] = (machine_vacate, None, None)
+        for ad in self.slots:
+            if ad.get("SlotType") != "Dynamic":
+                continue
+            job = ad.get("JobMaxVacateTime")
+            remaining = ad.get("RetirementTimeRemaining", 0)
+            vacate = vacate_time(
+                machine_vacate,
+                float(job) if isinstance(job, int | float) else None,
+                float(remaining) if isinstance(remaining, int | float) else 0.0,
+            )
+            if vacate > longest[0]:
+                name, job_id = ad.get("Name"), ad.get("JobId")
+                longest = (
+                    vacate,
+                    name if type(name) is str else None,
+                    job_id if type(job_id) is str else None,
+                )
+        return longest
+
+    @cached_property
+    def cores(self) -> int:
+        """The node's cores (``TotalCpus``; 0 when its ad does not say)."""
+        cores = self.machine.get("TotalCpus", 0)
+        return cores if type(cores) is int and cores > 0 else 0
 
     @cached_property
     def drain(self) -> dict[str, Any]:

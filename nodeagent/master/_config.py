@@ -124,6 +124,12 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
     escalation: Literal["quick", "fast", "none"] = _field(
         "quick", reload=True, description="What a node not empty when its window starts gets"
     )
+    on_all_accepted: Literal["drain_now", "wait"] = _field(
+        "drain_now",
+        reload=True,
+        description="A DRAINING machine whose every job group has accepted its notice: "
+        "drain_now starts its drain at once, wait keeps it just in time",
+    )
     up_after_window: bool = _field(
         False,
         reload=True,

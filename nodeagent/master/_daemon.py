@@ -79,6 +79,7 @@ def plan_policy(config: MasterConfig) -> PlanPolicy:
         drain_margin=config.drain_margin,
         escalation=config.escalation,
         up_after_window=config.up_after_window,
+        on_all_accepted=config.on_all_accepted,
     )
 
 

@@ -396,12 +396,15 @@ def carries_the_window(
 class Start:
     """Start the machine's drain (two-phase, recorded before its commit), as its window
     requires at this instant: ``schedule`` now, with its deadline at ``deadline_at``
-    (absolute; the body's deadline is counted from when it is sent)."""
+    (absolute; the body's deadline is counted from when it is sent). ``accepted``: started
+    before its just-in-time start because every job group on the node accepted its notice
+    (``[master] on_all_accepted = "drain_now"``)."""
 
     schedule: str
     deadline_at: float | None
     window_start: float
     opened: bool
+    accepted: bool = False
 
     def body(self, now: float) -> DrainBody:
         deadline = None if self.deadline_at is None else self.deadline_at - now
@@ -507,7 +510,12 @@ def healthy(machine: Mapping[str, Any]) -> bool:
 
 
 def decide(
-    plan: MachinePlan, record: DrainRecord | None, policy: PlanPolicy, now: float
+    plan: MachinePlan,
+    record: DrainRecord | None,
+    policy: PlanPolicy,
+    now: float,
+    *,
+    all_accepted: bool = False,
 ) -> Step | None:
     """What a reconcile pass does now for a scheduled machine with a node (not lost).
 
@@ -519,7 +527,10 @@ def decide(
     force: before the window, a window moved later relaxes the drain (:class:`Withdraw`
     or :class:`Postpone`), else ``late`` is remembered; from the window, the drain
     escalates (:class:`Escalate`) unless escalated already or the policy is ``none``.
-    DRAINING with no drain: started when due (:class:`Start`). Someone else's drain is
+    DRAINING with no drain: started when due (:class:`Start`), or at once when
+    ``all_accepted`` (every job group on the node accepted its notice:
+    :func:`~nodeagent.master._notices.all_accepted`) and ``policy.on_all_accepted`` is
+    ``drain_now``. Someone else's drain is
     left alone. With ``policy.up_after_window``, a DOWN machine whose window has ended
     and whose node is :func:`healthy` goes UP (:class:`BringUp`); without it (Mesos's
     behaviour) it stays DOWN until an operator brings it up.
@@ -583,7 +594,9 @@ def decide(
         return Escalate(replace_with=None) if record.late and deadline_did_it else None
     if state != "none":
         return None  # someone else's drain (an admin, defrag): left alone
-    if plan.drain_start is not None and now >= plan.drain_start:
+    due = plan.drain_start is not None and now >= plan.drain_start
+    early = not due and all_accepted and policy.on_all_accepted == "drain_now"
+    if due or early:
         escalation = policy.escalation
         opened = now >= plan.window_start
         schedule = escalation if opened and escalation != "none" else "graceful"
@@ -597,6 +610,7 @@ def decide(
             deadline_at=deadline_at,
             window_start=plan.window_start,
             opened=opened,
+            accepted=early,
         )
     return None
 

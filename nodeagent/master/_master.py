@@ -120,7 +120,9 @@ from nodeagent.master._notices import (
     Notice,
     NoticeWindow,
     Verdict,
+    accepted_machines,
     claims_of_slots,
+    every_claim_grouped,
     notice_from_json,
     reconcile_notices,
 )
@@ -237,6 +239,10 @@ class Master:
     notices: dict[str, Notice] = field(default_factory=dict)
     #: What the notices were last reconciled from (the schedule's windows, the nodes' ads).
     _notice_inputs: tuple[Any, ...] | None = None
+    #: The machines whose every notice is accepted, and the notices it was read from.
+    _accepted: tuple[Mapping[str, Notice], frozenset[str]] | None = None
+    #: The notices in force by machine name, and the notices it was read from.
+    _by_machine: tuple[Mapping[str, Notice], dict[str, tuple[Notice, ...]]] | None = None
     #: Whether ads pushed with a DAEMON token that names no node are taken (a migration
     #: to per-node tokens; ``[master] allow_pool_daemon_tokens``).
     allow_pool_daemon_tokens: bool = False
@@ -878,6 +884,7 @@ class Master:
             policy=self.policy,
             counters=vars(self.counters),
             nodes=len(self.ads),
+            notices=self._notices_by_machine(),
         )
 
     def schedule_version(self) -> str:
@@ -987,6 +994,7 @@ class Master:
         inputs = self.plan_inputs(now)  # once a pass: the schedule's machines are copied
         plans = list(self.plan_view.plans(inputs, now))
         self._reconcile_notices(plans, now)
+        accepted = self._accepted_machines()
         for plan in plans:
             scheduled.add(plan.key)
             if budget and plan.node is not None:
@@ -1004,7 +1012,12 @@ class Master:
             if self._backoff.get(plan.key, (0, 0.0))[1] > now:
                 continue  # a failing node is retried later, not on every pass
             ours = self.drains.get(plan.key)
-            step = decide(plan, ours, self.policy, now)
+            all_accepted = (
+                bool(accepted)
+                and _notice_machine(plan) in accepted
+                and every_claim_grouped(plan.node.slots)
+            )
+            step = decide(plan, ours, self.policy, now, all_accepted=all_accepted)
             if isinstance(step, RememberLate):
                 assert ours is not None
                 self.drains[plan.key] = ours.noted(plan.key, late=step.late)
@@ -1015,6 +1028,31 @@ class Master:
         for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
+
+    def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
+        """The notices in force by machine name, each machine's by group (what the plan's
+        rows show); made again only when the notices change."""
+        if self._by_machine is None or self._by_machine[0] is not self.notices:
+            found: dict[str, list[Notice]] = {}
+            for notice in self.notices.values():
+                found.setdefault(notice.machine, []).append(notice)
+            index = {
+                machine: tuple(sorted(held, key=lambda n: n.group))
+                for machine, held in found.items()
+            }
+            self._by_machine = (self.notices, index)
+        return self._by_machine[1]
+
+    def _accepted_machines(self) -> frozenset[str]:
+        """The machines whose owners have all accepted their notices
+        (:func:`~nodeagent.master._notices.accepted_machines`), read again only when the
+        notices change (each change makes a new :attr:`notices`); none unless
+        ``[master] on_all_accepted = "drain_now"``."""
+        if self.policy.on_all_accepted != "drain_now":
+            return frozenset()
+        if self._accepted is None or self._accepted[0] is not self.notices:
+            self._accepted = (self.notices, accepted_machines(self.notices.values()))
+        return self._accepted[1]
 
     def _reconcile_notices(self, plans: Sequence[MachinePlan], now: float) -> None:
         """Issue and rescind notices as the schedule and the nodes' groups say
@@ -1091,7 +1129,7 @@ class Master:
             events=[notice_answered(answered)],
             notices={notice_id: answered},
         )
-        self.notices[notice_id] = answered
+        self.notices = {**self.notices, notice_id: answered}  # a new dict: see _accepted
         return answered
 
     def _calls(self, address: str, node: str, actor: str) -> AgentCalls:
@@ -1179,6 +1217,17 @@ class Master:
                 committed.request_id,
                 actor,
                 " (escalated)" if escalated else "",
+            )
+        elif step.accepted:
+            assert plan.drain_start is not None
+            log.info(
+                "%s: every job group on it accepted its notice: started graceful drain %s "
+                "for %s now, %s before its just-in-time start at %s",
+                plan.node_name,
+                committed.request_id,
+                actor,
+                in_words(plan.drain_start - now),
+                iso_time(plan.drain_start),
             )
         else:
             log.info(
@@ -1574,8 +1623,7 @@ def _jobs(notice: Notice) -> set[tuple[str, str | None]]:
 
 def _notice_machine(plan: MachinePlan) -> str:
     """The machine a notice names: its hostname as scheduled (else its IP, its key)."""
-    spelled = plan.machine.machine_id
-    return spelled.get("hostname") or spelled.get("ip") or plan.key
+    return plan.machine.name
 
 
 def _groups(entry: AdEntry) -> list[str]:

@@ -38,8 +38,10 @@ __all__ = [
     "NoticeWindow",
     "NoticesPass",
     "Verdict",
+    "accepted_machines",
     "check_answer",
     "claims_of_slots",
+    "every_claim_grouped",
     "mesos_statuses",
     "notice_from_json",
     "notice_id",
@@ -334,3 +336,32 @@ def mesos_statuses(notices: Iterable[Notice], names: Iterable[str | None]) -> li
             }
         )
     return found
+
+
+def accepted_machines(notices: Iterable[Notice]) -> frozenset[str]:
+    """The machines whose every notice in force is accepted (their latest answer), with
+    at least one: the machines whose owners all said yes (``[master] on_all_accepted``)."""
+    accepted: set[str] = set()
+    refused: set[str] = set()
+    for notice in notices:
+        if notice.rescinded is not None:
+            continue
+        answer = notice.answer
+        if answer is not None and answer.verdict is Verdict.ACCEPT:
+            accepted.add(notice.machine)
+        else:
+            refused.add(notice.machine)
+    return frozenset(accepted - refused)
+
+
+def every_claim_grouped(slots: object) -> bool:
+    """Whether every claim on a node (its dynamic slot ads) names its job group: only then
+    do the notices of its groups speak for all of its work."""
+    if not isinstance(slots, list | tuple):
+        return False
+    for ad in slots:
+        if isinstance(ad, Mapping) and ad.get("SlotType") == "Dynamic":
+            group = ad.get("JobGroup")
+            if not isinstance(group, str) or not group:
+                return False
+    return True

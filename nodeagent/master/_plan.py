@@ -6,12 +6,19 @@ brought up to ``now`` by its forecast (:class:`slots.DrainForecast`, exactly
 ads allow; the forecast is computed once per ad, and reading it costs a few
 multiplications per job.
 
-**Just in time.** A node keeps accepting work until its drain starts, and any job it
-accepts is promised ``MaxJobRetirementTime``. A graceful drain started at ``T`` is
-therefore certain to be done by ``T + max(MaxJobRetirementTime, MachineMaxVacateTime)``
-(a job's own vacate time never exceeds that bound, and running jobs' promises end
-sooner: :attr:`AdEntry.drain_bound <nodeagent.master._adstore.AdEntry.drain_bound>`). The latest
-safe start for a window at ``W`` is ``W − margin − that bound``.
+**Just in time.** A node keeps accepting work until its drain starts. A node that admits
+any promise (``before_window = "admit"``, or one that has not heard of the window yet)
+promises each job it accepts ``MaxJobRetirementTime``: a graceful drain started at ``T`` is
+certain to be done by ``T + max(MaxJobRetirementTime, MachineMaxVacateTime)`` (a job's own
+vacate time never exceeds that bound, and running jobs' promises end sooner:
+:attr:`AdEntry.drain_bound <nodeagent.master._adstore.AdEntry.drain_bound>`), so the latest
+safe start for a window at ``W`` is ``W − margin − that bound``. A node that admits by
+promise (``refuse`` or ``shorten``, and its ad holds the window:
+:meth:`AdEntry.admits_by_promise <nodeagent.master._adstore.AdEntry.admits_by_promise>`)
+admits no job that would outlive ``W``, so only the vacate times bound the drain
+(:attr:`AdEntry.vacate_bound <nodeagent.master._adstore.AdEntry.vacate_bound>`) and the node
+keeps taking work that fits until ``W − margin − its vacate time``. :class:`Closing` says
+which bound a machine's drain start comes from, and what each costs in closed capacity.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from slots import Escalation
 
 if TYPE_CHECKING:
     from nodeagent.master._drains import DrainRecord
+    from nodeagent.master._notices import Notice
 
 __all__ = [
+    "Closing",
     "MachinePlan",
     "PlanPolicy",
     "PlanTotals",
@@ -55,6 +64,7 @@ class PlanPolicy:
     drain_margin: float = 60.0
     escalation: str = "quick"  # "fast", "none"
     up_after_window: bool = False  # a DOWN machine goes UP by itself after its window
+    on_all_accepted: str = "drain_now"  # or "wait": every group accepted its notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +81,12 @@ class ScheduledMachine:
     window_start: float
     machine_id: dict[str, str]
     window: dict[str, float | None]
+
+    @property
+    def name(self) -> str:
+        """The machine's name as its notices give it: its hostname as scheduled, else its
+        IP, else its key."""
+        return self.machine_id.get("hostname") or self.machine_id.get("ip") or self.key
 
     @classmethod
     def of(cls, status: MachineStatus) -> ScheduledMachine | None:
@@ -98,11 +114,77 @@ class ScheduledMachine:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Closing:
+    """When a scheduled machine's node stops taking work before its window, and why.
+
+    ``admission`` is the node's ``BeforeWindow`` (``None``: its ad does not say);
+    ``by_promise`` whether the drain start reads only the vacate times (the node admits
+    by promise and holds the window); ``by`` what sets ``seconds``, the drain's bound:
+    ``retirement`` (``MaxJobRetirementTime``: any job admitted until the drain is promised
+    it), ``vacate`` (``MachineMaxVacateTime``) or ``job`` (the vacate time of the job in
+    ``slot``, ``job_id``, longer than the machine's). ``admit_seconds`` and
+    ``promise_seconds`` are how long before the window the node stops taking work under
+    either admission (``drain_margin`` plus the bound), and ``cores`` its ``TotalCpus``:
+    their product is the window's cost in closed capacity.
+    """
+
+    admission: str | None
+    by_promise: bool
+    by: str
+    seconds: float
+    slot: str | None
+    job_id: str | None
+    admit_seconds: float
+    promise_seconds: float
+    cores: int
+
+    @classmethod
+    def of(cls, node: AdEntry, window_start: float, *, margin: float, now: float) -> Closing:
+        vacate, slot, job_id = node.vacate_bound
+        retirement = float(node.machine.get("MaxJobRetirementTime", 0))
+        by_promise = node.admits_by_promise(window_start, now)
+        if by_promise:
+            by, seconds = ("vacate" if slot is None else "job"), vacate
+        else:
+            by, seconds = ("retirement" if retirement >= vacate else "vacate"), node.drain_bound
+            slot = job_id = None
+        return cls(
+            admission=node.before_window,
+            by_promise=by_promise,
+            by=by,
+            seconds=seconds,
+            slot=slot,
+            job_id=job_id,
+            admit_seconds=margin + node.drain_bound,
+            promise_seconds=margin + vacate,
+            cores=node.cores,
+        )
+
+    def core_hours(self) -> dict[str, float]:
+        """The window's cost in closed capacity (core-hours) under each admission."""
+        admit = round(self.cores * self.admit_seconds / 3600, 3)
+        promise = round(self.cores * self.promise_seconds / 3600, 3)
+        return {"admit": admit, "refuse": promise, "shorten": promise}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "admission": self.admission,
+            "by_promise": self.by_promise,
+            "by": self.by,
+            "seconds": self.seconds,
+            "slot": self.slot,
+            "job_id": self.job_id,
+            "closed_core_hours": self.core_hours(),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MachinePlan:
     """One scheduled machine as the master acts on it (:func:`plan_row` gives its line).
 
     ``node`` is the first live node matching the machine id (or the first lost one);
-    ``drain_start`` is when its graceful drain is due, ``None`` without a node.
+    ``drain_start`` is when its graceful drain is due, and ``closing`` what sets it
+    (:class:`Closing`), both ``None`` without a node.
     """
 
     machine: ScheduledMachine
@@ -111,6 +193,7 @@ class MachinePlan:
     lost: bool
     drain_start: float | None
     drain_record: DrainRecord | None
+    closing: Closing | None = None
 
     @property
     def key(self) -> str:
@@ -166,12 +249,13 @@ def machine_plan(
     lost = False
     if node is None and nodes:
         node, lost = nodes[0], True
-    drain_start = None
+    drain_start = closing = None
     if node is not None:
+        closing = Closing.of(node, machine.window_start, margin=policy.drain_margin, now=now)
         if policy.drain_policy == "immediate":
             drain_start = now
         else:
-            drain_start = machine.window_start - policy.drain_margin - node.drain_bound
+            drain_start = machine.window_start - policy.drain_margin - closing.seconds
     return MachinePlan(
         machine=machine,
         nodes=nodes,
@@ -179,6 +263,7 @@ def machine_plan(
         lost=lost,
         drain_start=drain_start,
         drain_record=drain_record,
+        closing=closing,
     )
 
 
@@ -202,8 +287,8 @@ def planned_escalation(plan: MachinePlan, escalation: str | Escalation) -> Escal
 class RowState(NamedTuple):
     """What a plan row says that holds from one plan to the next: the nodes' ``lost``
     flags, the escalation applied at the window, whether the node is empty, whether its
-    figures are stale, the master's record (``started``, ``escalated``), and whether the
-    row lists its blockers."""
+    figures are stale, the master's record (``started``, ``escalated``), whether the
+    row lists its blockers, and the machine's notices in force with their answers."""
 
     lost: tuple[bool, ...]
     applied: Escalation
@@ -212,6 +297,7 @@ class RowState(NamedTuple):
     started: bool
     escalated: bool
     with_blockers: bool
+    notices: tuple[Notice, ...] = ()
 
 
 class RowFigures(NamedTuple):
@@ -242,8 +328,10 @@ def row_state(
     with_blockers: bool,
     window_since: float | None,
     escalation: str | Escalation,
+    notices: tuple[Notice, ...] = (),
 ) -> RowState:
-    """The row's :class:`RowState` (see :func:`plan_row`)."""
+    """The row's :class:`RowState` (see :func:`plan_row`); ``notices`` are the machine's
+    notices in force (by group)."""
     record = plan.drain_record
     node = plan.node
     return RowState(
@@ -256,6 +344,7 @@ def row_state(
         started=record is not None,
         escalated=record is not None and record.escalated,
         with_blockers=with_blockers,
+        notices=notices,
     )
 
 
@@ -320,11 +409,13 @@ def row_dict(plan: MachinePlan, state: RowState, figures: Any) -> dict[str, Any]
     if node is None:
         row.update(_NO_NODE)
         row["planned_drain_start"] = figures.drain_start
+        row["closing"] = None
         row["empty"] = None
         row["blockers"] = []
         row["started_by_master"] = state.started
         row["escalated"] = state.escalated
         row["service"] = None
+        row["notices"] = [_notice_row(n) for n in state.notices]
         return row
     (graceful_end, graceful_badput, quick_end, quick_badput, fast_end, fast_badput) = (
         figures.expected
@@ -357,13 +448,30 @@ def row_dict(plan: MachinePlan, state: RowState, figures: Any) -> dict[str, Any]
         "cuts": figures.cuts,
     }
     row["planned_drain_start"] = figures.drain_start
+    row["closing"] = None if plan.closing is None else plan.closing.to_json()
     row["empty"] = state.empty
     row["blockers"] = figures.blockers if state.with_blockers else []
     row["started_by_master"] = state.started
     row["escalated"] = state.escalated
     row["statistics"] = node.statistics
     row["service"] = node.service
+    row["notices"] = [_notice_row(n) for n in state.notices]
     return row
+
+
+def _notice_row(notice: Notice) -> dict[str, Any]:
+    """A notice as its machine's plan row shows it: the group, how many of its claims are
+    on the node and when the last of their promises ends, and the latest answer (who,
+    why, when, and the owner's word on when its work will be gone)."""
+    ends = [c.promise_end for c in notice.claims if c.promise_end is not None]
+    return {
+        "id": notice.id,
+        "group": notice.group,
+        "issued": notice.issued,
+        "claims": len(notice.claims),
+        "promise_end": max(ends) if ends else None,
+        "answer": None if notice.answer is None else notice.answer.to_json(),
+    }
 
 
 _NO_NODE = {
@@ -419,6 +527,13 @@ def plan_row(
     put the machine in its window (the master fetches a fresher one, and this stays true
     only if the node did not answer); all three are ``None`` without a node.
 
+    ``notices`` are the machine's notices in force, one per job group on its node, each
+    with the latest answer (``null`` until answered) beside the last promise end of its
+    claims.
+
+    ``closing`` says what sets ``planned_drain_start`` and what the window costs in
+    closed capacity under each admission (:class:`Closing`); ``None`` without a node.
+
     ``service`` is whether the node takes work and what keeps it out: its completion
     hook and health gate (:attr:`AdEntry.service
     <nodeagent.master._adstore.AdEntry.service>`); ``None`` without a node.
@@ -443,8 +558,10 @@ class PlanTotals:
     (``escalations``: rows that will escalate and are not yet escalated;
     ``escalations_next_hour``: those whose window starts within an hour of ``now``), their
     cost (``cut_jobs``, ``cut_core_seconds``, ``escalation_badput``), expected badput,
-    draining statistics, and the nodes kept out of service (``out_of_service``; of those,
-    ``hooks_running``, ``hooks_failed``, ``health_failing``)."""
+    draining statistics, the nodes kept out of service (``out_of_service``; of those,
+    ``hooks_running``, ``hooks_failed``, ``health_failing``), and what the windows cost in
+    closed capacity (``closed_core_hours``: as planned, and under each admission; see
+    :class:`Closing`)."""
 
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
@@ -454,6 +571,7 @@ class PlanTotals:
         self.escalations = self.next_hour = self.cut_jobs = 0
         self.out_of_service = self.hooks_running = self.hooks_failed = self.health_failing = 0
         self.cut_core_seconds = self.escalation_badput = 0
+        self.closed_planned = self.closed_admit = self.closed_promise = 0.0
 
     def add(self, plan: MachinePlan, figures: RowFigures) -> None:
         if plan.node is None:
@@ -510,6 +628,12 @@ class PlanTotals:
             self.health_failing += failing
         self.badput += badput
         self.unclaimed += unclaimed
+        closing = plan.closing
+        if closing is not None and closing.cores:
+            self.closed_admit += closing.cores * closing.admit_seconds
+            self.closed_promise += closing.cores * closing.promise_seconds
+            planned = closing.promise_seconds if closing.by_promise else closing.admit_seconds
+            self.closed_planned += closing.cores * planned
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -532,5 +656,11 @@ class PlanTotals:
             "health_failing": self.health_failing,
             "TotalMachineDrainingBadput": self.badput,
             "TotalMachineDrainingUnclaimedTime": self.unclaimed,
+            "closed_core_hours": {
+                "planned": round(self.closed_planned / 3600, 3),
+                "admit": round(self.closed_admit / 3600, 3),
+                "refuse": round(self.closed_promise / 3600, 3),
+                "shorten": round(self.closed_promise / 3600, 3),
+            },
             "modes": dict(self.modes),
         }

@@ -27,7 +27,7 @@ import contextlib
 import itertools
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -35,6 +35,7 @@ import orjson
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._drains import STARTING, DrainRecord
 from nodeagent.master._maintenance import MachineStatus
+from nodeagent.master._notices import Notice
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
@@ -78,7 +79,8 @@ class PlanInputs:
     records by machine key; ``starting``: the machines whose drain the master is starting
     (phase 1 sent, no record yet). ``window_since``: when each machine entered its window,
     by key. ``counters`` (the master's, by name) and ``nodes`` (the ads held) are shown in
-    the totals.
+    the totals. ``notices``: the notices in force by machine name
+    (:attr:`~nodeagent.master._plan.ScheduledMachine.name`), each machine's by group.
     """
 
     statuses: tuple[MachineStatus, ...]
@@ -90,6 +92,7 @@ class PlanInputs:
     policy: PlanPolicy
     counters: Mapping[str, int]
     nodes: int
+    notices: Mapping[str, tuple[Notice, ...]] = field(default_factory=dict)
 
 
 class PlanView:
@@ -174,6 +177,7 @@ class PlanView:
             lost = tuple([is_lost(n) for n in nodes])
             since = window_since.get(key)
             escalated = _escalated(record)
+            notices = inputs.notices.get(machine.name, ())
             cached = cache.get(key)
             if (
                 keep
@@ -181,7 +185,7 @@ class PlanView:
                 and cached[0] is machine
                 and cached[1] is nodes
                 and cached[2] is record
-                and cached[3] == (escalated, lost, since, with_blockers)
+                and cached[3] == (escalated, lost, since, with_blockers, notices)
                 and cached[4] is policy
                 and cached[5] is escalation
             ):
@@ -196,12 +200,13 @@ class PlanView:
                 with_blockers=with_blockers,
                 window_since=since,
                 escalation=escalation,
+                notices=notices,
             )
             cache[key] = (
                 machine,
                 nodes,
                 record,
-                (escalated, lost, since, with_blockers),
+                (escalated, lost, since, with_blockers, notices),
                 policy,
                 escalation,
                 (plan, state),
@@ -219,6 +224,7 @@ class PlanView:
             with_blockers=True,
             window_since=inputs.window_since.get(plan.key),
             escalation=inputs.policy.escalation,
+            notices=inputs.notices.get(plan.machine.name, ()),
         )
         text = self._row_texts.get(plan.key)
         if text is None:
@@ -332,6 +338,7 @@ class PlanView:
         totals = added.to_json()
         totals.update(inputs.counters)
         totals["nodes"] = inputs.nodes
+        totals["notices"] = _notice_totals(inputs.notices)
         return {
             "now": now,
             "policy": {
@@ -339,6 +346,7 @@ class PlanView:
                 "drain_margin": policy.drain_margin,
                 "escalation": policy.escalation,
                 "up_after_window": policy.up_after_window,
+                "on_all_accepted": policy.on_all_accepted,
             },
             "matched": matched,
             "machines": rows,
@@ -388,3 +396,17 @@ def _json_body(plan: dict[str, Any]) -> bytes:
     return json.dumps(
         plan, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
     ).encode("utf-8")
+
+
+def _notice_totals(notices: Mapping[str, tuple[Notice, ...]]) -> dict[str, int]:
+    """The notices in force and their latest answers, counted over the pool."""
+    counted = {"in_force": 0, "accepted": 0, "declined": 0, "unanswered": 0}
+    for held in notices.values():
+        for notice in held:
+            counted["in_force"] += 1
+            answer = notice.answer
+            if answer is None:
+                counted["unanswered"] += 1
+            else:
+                counted["accepted" if answer.verdict == "accept" else "declined"] += 1
+    return counted

@@ -149,6 +149,7 @@ class Row:
     window: float = W
     duration: float | None = None  # the window's (None: it never ends)
     policy: PlanPolicy = QUICK
+    all_accepted: bool = False  # every job group on the node accepted its notice
 
 
 DECISIONS: dict[str, Row] = {
@@ -156,6 +157,32 @@ DECISIONS: dict[str, Row] = {
     "just in time: not due yet": Row(now=DUE - 1, step=None),
     "just in time: due, graceful with the window as deadline": Row(
         now=DUE, step=Start(schedule="graceful", deadline_at=W, window_start=W, opened=False)
+    ),
+    # Every job group on the node accepted its notice: freed early, unless told to wait.
+    "all accepted: started at once, before its just-in-time start": Row(
+        now=DUE - 1000,
+        all_accepted=True,
+        step=Start(schedule="graceful", deadline_at=W, window_start=W, opened=False, accepted=True),
+    ),
+    "all accepted, on_all_accepted = wait: not due yet": Row(
+        now=DUE - 1000, all_accepted=True, policy=PlanPolicy(on_all_accepted="wait"), step=None
+    ),
+    "all accepted, due anyway: an ordinary start": Row(
+        now=DUE,
+        all_accepted=True,
+        step=Start(schedule="graceful", deadline_at=W, window_start=W, opened=False),
+    ),
+    "all accepted, someone else's drain: left alone": Row(
+        now=DUE - 1000,
+        all_accepted=True,
+        shows={"DrainState": "draining", "DrainingRequestId": "9", "DrainSchedule": "graceful"},
+        step=None,
+    ),
+    "all accepted, the master's drain in force: nothing more": Row(
+        now=DUE - 1000, all_accepted=True, record=ours(), shows=SHOWS_OURS, step=None
+    ),
+    "all accepted, an UP machine: nothing": Row(
+        now=DUE - 1000, all_accepted=True, mode="UP", step=None
     ),
     "immediate: at once": Row(
         now=EPOCH,
@@ -470,7 +497,7 @@ def test_a_pass_decides(row: Row) -> None:
         duration=row.duration,
         policy=row.policy,
     )
-    assert decide(plan, row.record, row.policy, row.now) == row.step
+    assert decide(plan, row.record, row.policy, row.now, all_accepted=row.all_accepted) == row.step
 
 
 def test_a_start_sends_its_deadline_counted_from_the_send_and_records_the_window() -> None:

@@ -295,6 +295,7 @@ def test_the_totals_show_the_counters_the_nodes_and_the_policy() -> None:
         "drain_margin": 90.0,
         "escalation": "fast",
         "up_after_window": False,
+        "on_all_accepted": "drain_now",
     }
     totals = reply["totals"]
     assert (totals["drains_started"], totals["nodes"], totals["machines"]) == (7, 5, 6)
