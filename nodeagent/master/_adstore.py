@@ -293,13 +293,21 @@ class AdEntry:
     def admits_by_promise(self, window_start: float, now: float) -> bool:
         """Whether no claim the node admits from ``now`` on can outlive a window at
         ``window_start``: it refuses or shortens such claims (:attr:`before_window`) and
-        its ad shows a window it holds (``UnavailabilityStart``) that has not started and
-        starts no later than ``window_start``. A node that has not heard of the window yet,
-        or holds one that has started (it then admits by none), admits any promise."""
+        its ad shows that it holds this window (``UnavailabilityStart``, whole seconds), or
+        an earlier one that has not started (a window since moved later). A node that has
+        not heard of the window yet, or holds an earlier one that has started (it then
+        admits by none), admits any promise. :meth:`held_window` says until when the
+        answer holds."""
         if self.before_window not in ("refuse", "shorten"):
             return False
+        held = self.held_window
+        return held is not None and (held == math.floor(window_start) or now < held < window_start)
+
+    @cached_property
+    def held_window(self) -> int | None:
+        """The start of the window the node's ad holds (``UnavailabilityStart``)."""
         held = self.machine.get("UnavailabilityStart")
-        return type(held) is int and now < held <= window_start
+        return held if type(held) is int else None
 
     @cached_property
     def vacate_bound(self) -> tuple[float, str | None, str | None]:

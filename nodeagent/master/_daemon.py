@@ -80,6 +80,7 @@ def plan_policy(config: MasterConfig) -> PlanPolicy:
         escalation=config.escalation,
         up_after_window=config.up_after_window,
         on_all_accepted=config.on_all_accepted,
+        hears_within=config.ad_lifetime,
     )
 
 

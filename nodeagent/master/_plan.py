@@ -23,6 +23,7 @@ which bound a machine's drain start comes from, and what each costs in closed ca
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -65,6 +66,9 @@ class PlanPolicy:
     escalation: str = "quick"  # "fast", "none"
     up_after_window: bool = False  # a DOWN machine goes UP by itself after its window
     on_all_accepted: str = "drain_now"  # or "wait": every group accepted its notice
+    #: How long a node that admits by promise is given to hear of a new window before the
+    #: master drains it as one that admits any promise (the master's ``ad_lifetime``).
+    hears_within: float = 300.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,8 +122,12 @@ class Closing:
     """When a scheduled machine's node stops taking work before its window, and why.
 
     ``admission`` is the node's ``BeforeWindow`` (``None``: its ad does not say);
-    ``by_promise`` whether the drain start reads only the vacate times (the node admits
-    by promise and holds the window); ``by`` what sets ``seconds``, the drain's bound:
+    ``holds_window`` whether its ad holds the window (:meth:`AdEntry.admits_by_promise
+    <nodeagent.master._adstore.AdEntry.admits_by_promise>`); ``by_promise`` whether the
+    drain start reads only the vacate times: the node admits by promise and holds the
+    window, or is still to hear of it (within ``hears_within`` of the schedule change that
+    set it: a node hears of its window in the reply to its next push, and the master's
+    first passes see the ads it sent before); ``by`` what sets ``seconds``, the drain's bound:
     ``retirement`` (``MaxJobRetirementTime``: any job admitted until the drain is promised
     it), ``vacate`` (``MachineMaxVacateTime``) or ``job`` (the vacate time of the job in
     ``slot``, ``job_id``, longer than the machine's). ``admit_seconds`` and
@@ -129,6 +137,7 @@ class Closing:
     """
 
     admission: str | None
+    holds_window: bool
     by_promise: bool
     by: str
     seconds: float
@@ -137,19 +146,46 @@ class Closing:
     admit_seconds: float
     promise_seconds: float
     cores: int
+    #: Until when this holds, with the same ad and window (its grace to hear of the
+    #: window runs out, or the earlier window it holds starts).
+    until: float = math.inf
 
     @classmethod
-    def of(cls, node: AdEntry, window_start: float, *, margin: float, now: float) -> Closing:
+    def of(
+        cls,
+        node: AdEntry,
+        window_start: float,
+        *,
+        policy: PlanPolicy,
+        now: float,
+        window_since: float | None,
+    ) -> Closing:
         vacate, slot, job_id = node.vacate_bound
         retirement = float(node.machine.get("MaxJobRetirementTime", 0))
-        by_promise = node.admits_by_promise(window_start, now)
+        holds = node.admits_by_promise(window_start, now)
+        until = math.inf
+        held = node.held_window
+        if holds and held is not None and held < window_start:
+            until = held
+        hearing = (
+            not holds
+            and node.before_window in ("refuse", "shorten")
+            and window_since is not None
+            and now < window_since + policy.hears_within
+        )
+        if hearing:
+            assert window_since is not None
+            until = window_since + policy.hears_within
+        by_promise = holds or hearing
         if by_promise:
             by, seconds = ("vacate" if slot is None else "job"), vacate
         else:
             by, seconds = ("retirement" if retirement >= vacate else "vacate"), node.drain_bound
             slot = job_id = None
+        margin = policy.drain_margin
         return cls(
             admission=node.before_window,
+            holds_window=holds,
             by_promise=by_promise,
             by=by,
             seconds=seconds,
@@ -158,6 +194,7 @@ class Closing:
             admit_seconds=margin + node.drain_bound,
             promise_seconds=margin + vacate,
             cores=node.cores,
+            until=until,
         )
 
     def core_hours(self) -> dict[str, float]:
@@ -169,6 +206,7 @@ class Closing:
     def to_json(self) -> dict[str, Any]:
         return {
             "admission": self.admission,
+            "holds_window": self.holds_window,
             "by_promise": self.by_promise,
             "by": self.by,
             "seconds": self.seconds,
@@ -235,8 +273,10 @@ def machine_plan(
     now: float,
     policy: PlanPolicy,
     drain_record: DrainRecord | None,
+    window_since: float | None = None,
 ) -> MachinePlan:
-    """The plan for one scheduled machine; ``nodes`` are the ads matching its id.
+    """The plan for one scheduled machine; ``nodes`` are the ads matching its id, and
+    ``window_since`` when the machine entered its window (``None``: not known).
 
     Cheap: it reads the node's ad but brings nothing up to ``now`` (that is
     :func:`plan_row`'s part), so a reconcile pass can afford it for every machine.
@@ -251,7 +291,9 @@ def machine_plan(
         node, lost = nodes[0], True
     drain_start = closing = None
     if node is not None:
-        closing = Closing.of(node, machine.window_start, margin=policy.drain_margin, now=now)
+        closing = Closing.of(
+            node, machine.window_start, policy=policy, now=now, window_since=window_since
+        )
         if policy.drain_policy == "immediate":
             drain_start = now
         else:
@@ -288,7 +330,8 @@ class RowState(NamedTuple):
     """What a plan row says that holds from one plan to the next: the nodes' ``lost``
     flags, the escalation applied at the window, whether the node is empty, whether its
     figures are stale, the master's record (``started``, ``escalated``), whether the
-    row lists its blockers, and the machine's notices in force with their answers."""
+    row lists its blockers, the machine's notices in force with their answers, and what
+    sets its drain start (:class:`Closing`)."""
 
     lost: tuple[bool, ...]
     applied: Escalation
@@ -298,6 +341,7 @@ class RowState(NamedTuple):
     escalated: bool
     with_blockers: bool
     notices: tuple[Notice, ...] = ()
+    closing: Closing | None = None
 
 
 class RowFigures(NamedTuple):
@@ -345,6 +389,7 @@ def row_state(
         escalated=record is not None and record.escalated,
         with_blockers=with_blockers,
         notices=notices,
+        closing=plan.closing,
     )
 
 
@@ -448,7 +493,7 @@ def row_dict(plan: MachinePlan, state: RowState, figures: Any) -> dict[str, Any]
         "cuts": figures.cuts,
     }
     row["planned_drain_start"] = figures.drain_start
-    row["closing"] = None if plan.closing is None else plan.closing.to_json()
+    row["closing"] = None if state.closing is None else state.closing.to_json()
     row["empty"] = state.empty
     row["blockers"] = figures.blockers if state.with_blockers else []
     row["started_by_master"] = state.started

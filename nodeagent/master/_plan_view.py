@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +131,7 @@ class PlanView:
         """Every scheduled machine's plan (:func:`~nodeagent.master._plan.machine_plan`),
         made anew: what a reconcile pass acts on."""
         is_lost, find, policy = inputs.is_lost, inputs.find, inputs.policy
-        drains, starting = inputs.drains, inputs.starting
+        drains, starting, since = inputs.drains, inputs.starting, inputs.window_since
         return [
             machine_plan(
                 machine,
@@ -139,6 +140,7 @@ class PlanView:
                 now=now,
                 policy=policy,
                 drain_record=_record_of(drains, starting, machine.key),
+                window_since=since.get(machine.key),
             )
             for machine in self.scheduled(inputs.statuses)
         ]
@@ -188,11 +190,18 @@ class PlanView:
                 and cached[3] == (escalated, lost, since, with_blockers, notices)
                 and cached[4] is policy
                 and cached[5] is escalation
+                and now < cached[7]
             ):
                 out.append(cached[6])
                 continue
             plan = machine_plan(
-                machine, nodes, is_lost=is_lost, now=now, policy=policy, drain_record=record
+                machine,
+                nodes,
+                is_lost=is_lost,
+                now=now,
+                policy=policy,
+                drain_record=record,
+                window_since=since,
             )
             state = row_state(
                 plan,
@@ -210,6 +219,7 @@ class PlanView:
                 policy,
                 escalation,
                 (plan, state),
+                math.inf if plan.closing is None else plan.closing.until,
             )
             out.append((plan, state))
         return out

@@ -255,10 +255,16 @@ def _machine_row(
     else:
         change = "kept"
     nodes = inputs.find(status.id.hostname, status.id.ip)
-    plan = machine_plan(
-        machine, nodes, is_lost=inputs.is_lost, now=now, policy=inputs.policy, drain_record=record
-    )
     since = inputs.window_since.get(key) if change == "kept" else now
+    plan = machine_plan(
+        machine,
+        nodes,
+        is_lost=inputs.is_lost,
+        now=now,
+        policy=inputs.policy,
+        drain_record=record,
+        window_since=since,
+    )
     state = row_state(
         plan,
         is_lost=inputs.is_lost,

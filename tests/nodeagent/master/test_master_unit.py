@@ -25,6 +25,7 @@ from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
 from slots import (
     Action,
+    BeforeWindow,
     JobSpec,
     Machine,
     MachinePolicy,
@@ -57,7 +58,8 @@ def node_ad(now: float) -> dict[str, Any]:
         ip="10.0.0.1",
         address="http://10.0.0.1:9621",
         total=Resources(cpus=4),
-        policy=MachinePolicy(max_job_retirement_time=60),
+        # admits any promise: its drain is due its retirement time before a window
+        policy=MachinePolicy(max_job_retirement_time=60, before_window=BeforeWindow.ADMIT),
         now=now,
     )
     machine.claim(now, resources=Resources(cpus=1), spec=JobSpec())
@@ -366,7 +368,12 @@ class ModelNode:
             ip="10.0.0.1",
             address=ADDRESS,
             total=Resources(cpus=4),
-            policy=MachinePolicy(max_job_retirement_time=retirement, machine_max_vacate_time=5),
+            # admits any promise: the master's drain is due its retirement time early
+            policy=MachinePolicy(
+                max_job_retirement_time=retirement,
+                machine_max_vacate_time=5,
+                before_window=BeforeWindow.ADMIT,
+            ),
             now=now,
         )
         for _ in range(jobs):

@@ -40,6 +40,7 @@ class Case:
     held: float | None = W  # the window's start the node holds (None: none)
     job_vacate: int | None = None  # one job asking for this vacate time
     now: float = EPOCH
+    since: float | None = None  # when the machine entered its window (None: not known)
     by: str = "vacate"
     seconds: float = VACATE
     by_promise: bool = True
@@ -62,6 +63,22 @@ CASES = {
         held=W + 300, by="retirement", seconds=MJRT, by_promise=False
     ),
     "refuse, an earlier window held (moved later since): its vacate time": Case(held=W - 300),
+    "refuse, not heard of yet but scheduled a minute ago: its vacate time": Case(
+        held=None, since=EPOCH - 60
+    ),
+    "refuse, a later window held, moved a minute ago: its vacate time": Case(
+        held=W + 300, since=EPOCH - 60
+    ),
+    "refuse, not heard of in the ad lifetime: its retirement time": Case(
+        held=None, since=EPOCH - 300, by="retirement", seconds=MJRT, by_promise=False
+    ),
+    "admit, scheduled a minute ago: its retirement time": Case(
+        admission=BeforeWindow.ADMIT,
+        since=EPOCH - 60,
+        by="retirement",
+        seconds=MJRT,
+        by_promise=False,
+    ),
     "refuse, a window held that has started (the node admits by none): retirement": Case(
         held=W - 300, now=W - 200, by="retirement", seconds=MJRT, by_promise=False
     ),
@@ -118,20 +135,21 @@ def scheduled(window: float = W) -> ScheduledMachine:
     )
 
 
-def plan_of(entry: AdEntry, *, now: float, policy: PlanPolicy | None = None) -> MachinePlan:
+def plan_of(entry: AdEntry, *, now: float, since: float | None = None) -> MachinePlan:
     return machine_plan(
         scheduled(),
         [entry],
         is_lost=lambda _: False,
         now=now,
-        policy=policy or PlanPolicy(drain_margin=MARGIN),
+        policy=PlanPolicy(drain_margin=MARGIN, hears_within=300),
         drain_record=None,
+        window_since=since,
     )
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
 def test_the_drain_starts_as_late_as_the_node_s_admission_allows(case: Case) -> None:
-    plan = plan_of(node(case), now=case.now)
+    plan = plan_of(node(case), now=case.now, since=case.since)
     closing = plan.closing
     assert closing is not None
     assert plan.drain_start == W - MARGIN - case.seconds
@@ -141,6 +159,16 @@ def test_the_drain_starts_as_late_as_the_node_s_admission_allows(case: Case) -> 
         case.by_promise,
     )
     assert closing.admission == (None if case.admission is None else str(case.admission))
+    holds = (
+        case.held is not None
+        and case.now < case.held <= W
+        and case.admission
+        in (
+            BeforeWindow.REFUSE,
+            BeforeWindow.SHORTEN,
+        )
+    )
+    assert closing.holds_window is holds
     if case.job:
         assert (closing.slot, closing.job_id) == ("slot1_1@n.test", "j1")
     else:
@@ -159,6 +187,7 @@ def test_the_row_says_when_the_machine_closes_and_what_each_admission_costs() ->
     assert row["planned_drain_start"] == W - MARGIN - VACATE
     assert row["closing"] == {
         "admission": "refuse",
+        "holds_window": True,
         "by_promise": True,
         "by": "vacate",
         "seconds": VACATE,

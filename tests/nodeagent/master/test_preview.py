@@ -26,7 +26,7 @@ from nodeagent.master._preview import (
     scheduled_meant,
     suggestions,
 )
-from slots import JobSpec, Machine, MachinePolicy, Resources
+from slots import BeforeWindow, JobSpec, Machine, MachinePolicy, Resources
 from tests.nodeagent.master.test_drains import EPOCH
 
 NS = 1_000_000_000
@@ -118,15 +118,18 @@ def inputs(ads: AdStore, policy: PlanPolicy, now: float) -> PlanInputs:
     )
 
 
-def pool(jobs: int = 2) -> AdStore:
+def pool(jobs: int = 2, admission: BeforeWindow = BeforeWindow.ADMIT) -> AdStore:
     """The master's ads: node ``n.test`` with ``jobs`` jobs of one core claimed at
-    EPOCH - 100, each promised 600 s (so until EPOCH + 500), vacating in 1 s."""
+    EPOCH - 100, each promised 600 s (so until EPOCH + 500), vacating in 1 s; it admits
+    claims before a window by ``admission`` (any promise: its drain is due 600 s early)."""
     machine = Machine(
         host="n.test",
         ip="10.0.0.1",
         address="http://10.0.0.1:9621",
         total=Resources(cpus=4),
-        policy=MachinePolicy(max_job_retirement_time=600, machine_max_vacate_time=1),
+        policy=MachinePolicy(
+            max_job_retirement_time=600, machine_max_vacate_time=1, before_window=admission
+        ),
         now=EPOCH - 100,
     )
     for number in range(jobs):
@@ -148,11 +151,14 @@ class Row:
     evicted: int
     codes: tuple[str, ...]
     policy: PlanPolicy = QUICK
+    admission: BeforeWindow = BeforeWindow.ADMIT
 
 
 ROWS = [
     Row("a window days ahead: nothing at once", at(EPOCH + 86400), None, 0, ()),
     Row("a window soon: the graceful drain starts now", at(EPOCH + 300), "graceful", 0, ()),
+    Row("a window soon, a node that refuses what would outlive it: open until its vacate time",
+        at(EPOCH + 300), None, 0, (), admission=BeforeWindow.REFUSE),
     Row("a window open: a quick drain evicts every job", at(EPOCH - 1), "quick", 2,
         ("schedule.window_open",)),
     Row("open under fast", at(EPOCH - 1), "fast", 2, ("schedule.window_open",),
@@ -171,7 +177,10 @@ def test_what_a_new_machine_s_drain_does_at_once(row: Row) -> None:
     state = MaintenanceState()
     snapshot = state.snapshot()
     preview = preview_schedule(
-        state, schedule(row.window), inputs(pool(), row.policy, EPOCH), EPOCH
+        state,
+        schedule(row.window),
+        inputs(pool(admission=row.admission), row.policy, EPOCH),
+        EPOCH,
     )
     (machine,) = preview["machines"]
     assert (machine["mode_now"], machine["mode_after"], machine["change"]) == (
