@@ -305,7 +305,12 @@ def test_down_and_up_complete_bare_hostnames_from_the_schedule(master: MasterPro
 @pytest.fixture
 def agent(master: MasterProcess, tmp_path: Path) -> Iterator[AgentProcess]:
     root = tmp_path / "node1"
-    policy = {"max_job_retirement_time": 600, "machine_max_vacate_time": 1}
+    # admitting any promise: drained its retirement time (10 minutes) before a window
+    policy = {
+        "max_job_retirement_time": 600,
+        "machine_max_vacate_time": 1,
+        "before_window": "admit",
+    }
     settings = master.agent_settings(root, node="node1.test", update_interval=0.5)
     with AgentProcess(root, hostname="node1.test", policy=policy, master=settings) as a:
         wait_for(lambda: master.call("GET", "/v1/ads").json()["ads"])

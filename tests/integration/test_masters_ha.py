@@ -57,7 +57,12 @@ def test_the_leader_killed_before_the_drains_are_due(
                 masters.agent(
                     tmp_path,
                     name,
-                    policy={"max_job_retirement_time": retirement, "machine_max_vacate_time": 1},
+                    # admitting any promise, they are drained their retirement time early
+                    policy={
+                        "max_job_retirement_time": retirement,
+                        "machine_max_vacate_time": 1,
+                        "before_window": "admit",
+                    },
                 )
             )
             argv, records[name] = job_script(tmp_path, f"job-{name}", term_delay=0)
@@ -106,7 +111,12 @@ def test_the_leader_killed_between_a_commit_and_its_next_pass(
             **masters.agent_settings(tmp_path / "kill.test", node="kill.test", update_interval=60),
             "ad_debounce": 10,
         }
-        policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}
+        # admitting any promise, it is drained at once (its retirement time is a minute)
+        policy = {
+            "max_job_retirement_time": 60,
+            "machine_max_vacate_time": 1,
+            "before_window": "admit",
+        }
         with AgentProcess(
             tmp_path / "kill.test", hostname="kill.test", policy=policy, master=link
         ) as agent:
@@ -135,7 +145,12 @@ def test_etcd_stopped_under_a_running_leader(tmp_path: Path, etcd_server: EtcdSe
     record it; every master still answers reads; once etcd is back, one leads again and
     the drain starts."""
     with masters_on(tmp_path / "masters", etcd_server, count=2, **JIT) as masters:
-        policy = {"max_job_retirement_time": 3, "machine_max_vacate_time": 1}
+        # admitting any promise, its drain is due its retirement time (3 s) early
+        policy = {
+            "max_job_retirement_time": 3,
+            "machine_max_vacate_time": 1,
+            "before_window": "admit",
+        }
         with masters.agent(tmp_path, "n1.test", policy=policy) as agent:
             for master in masters.all:
                 wait_for(lambda m=master: len(m.call("GET", "/v1/ads").json()["ads"]) == 1)

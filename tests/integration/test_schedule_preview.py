@@ -25,7 +25,8 @@ from tests.integration.test_master import agents_for, audited, drain_of, window
 
 pytestmark = pytest.mark.integration
 
-POLICY = {"max_job_retirement_time": 80, "machine_max_vacate_time": 1}
+#: Nodes that admit any promise: a window within their retirement time drains them at once.
+POLICY = {"max_job_retirement_time": 80, "machine_max_vacate_time": 1, "before_window": "admit"}
 NAMES = ["late.test", "short.test"]
 
 
