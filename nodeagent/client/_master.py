@@ -719,12 +719,13 @@ class MasterClient:
         missed nor yielded twice, and it resumes by itself as :meth:`events` does (a broken
         connection, a master restarted or another of ``urls``: the events after the last
         one read). Where the master no longer keeps the events it missed (a ``gap``) it
-        lists again and yields what differs: notices new since (``listed``), answers
-        changed (``answered``), and notices gone (``rescinded``, with ``rescinded``
-        ``None``: when is not known). It raises what :meth:`events` raises (a ``group``
-        that is no ``ROLE/ENV/NAME``: :class:`InvalidRequest`), and what the listing
-        raises. The stream and a listing take two connections: ``follow`` needs a client
-        of ``max_concurrency`` at least 2 (else ValueError).
+        lists again (asked again after a backoff, as the stream is, until a master
+        answers) and yields what differs: notices new since (``listed``), answers changed
+        (``answered``), and notices gone (``rescinded``, with ``rescinded`` ``None``: when
+        is not known). It raises what :meth:`events` raises (a ``group`` that is no
+        ``ROLE/ENV/NAME``: :class:`InvalidRequest`), and what the first listing raises (a
+        refusal of a later one too). The stream and a listing take two connections:
+        ``follow`` needs a client of ``max_concurrency`` at least 2 (else ValueError).
 
         Raises :class:`Unauthorized` or :class:`Forbidden` for a token refused (a READ
         token suffices), :class:`BadResponse` for a reply not of the API's shape.
@@ -768,7 +769,7 @@ class MasterClient:
                     listed = True
                     found = feed.listed(await self._notice_documents(groups, machines))
                 elif event.get("type") == "gap":
-                    found = feed.listed(await self._notice_documents(groups, machines))
+                    found = feed.listed(await self._listed_again(groups, machines))
                 else:
                     change = feed.event(event)
                     found = [] if change is None else [change]
@@ -781,6 +782,21 @@ class MasterClient:
                         event_id=event_id,
                         time=when if isinstance(when, int | float) else None,
                     )
+
+    async def _listed_again(
+        self, groups: Sequence[str], machines: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """The notices listed again after a gap: a listing no master answers (no reply, a
+        ``5xx``) is asked again after the stream's backoff; a refusal raises."""
+        failures = 0
+        while True:
+            try:
+                return await self._notice_documents(groups, machines)
+            except (Unreachable, Refused) as exc:
+                if isinstance(exc, Refused) and (exc.status or 0) < 500:
+                    raise
+            failures += 1
+            await trio.sleep(min(_EVENT_BACKOFF_MIN_S * 2 ** (failures - 1), _EVENT_BACKOFF_MAX_S))
 
     async def accept(
         self, notice_id: str, *, reason: str, expected_completion: float | None = None

@@ -73,7 +73,7 @@ class Master:
         self,
         *,
         streams: list[Callable[[], httpx.Response]] = (),  # type: ignore[assignment]
-        listings: list[list[dict[str, Any]]] = (),  # type: ignore[assignment]
+        listings: list[list[dict[str, Any]] | httpx.Response] = (),  # type: ignore[assignment]
         answers: Callable[[httpx.Request], httpx.Response] | None = None,
     ) -> None:
         self.streams = list(streams)
@@ -87,7 +87,10 @@ class Master:
         if request.url.path == "/v1/events" and self.streams:
             return self.streams.pop(0)()
         if request.url.path == "/v1/notices" and self.listings:
-            return httpx.Response(200, json={"notices": self.listings.pop(0)})
+            listing = self.listings.pop(0)
+            if isinstance(listing, httpx.Response):
+                return listing
+            return httpx.Response(200, json={"notices": listing})
         if request.method == "POST" and self.answers is not None:
             return self.answers(request)
         return httpx.Response(418, json={"error": {"code": "test.no_more", "message": "no"}})
@@ -155,7 +158,11 @@ async def test_following_lists_once_then_yields_each_change_once(
                 end="wait",
             ),
         ],
-        listings=[[notice("n-1")], [notice("n-1", answer=answer(130.0)), notice("n-3")]],
+        listings=[
+            [notice("n-1")],
+            httpx.Response(503, json={"error": {"code": "store.error", "message": "busy"}}),
+            [notice("n-1", answer=answer(130.0)), notice("n-3")],
+        ],
     )
     changes = await follow(master, 5, group="web/prod/front")
     assert [(c.kind, c.notice.id, c.event_id) for c in changes] == [
@@ -178,7 +185,8 @@ async def test_following_lists_once_then_yields_each_change_once(
         "type": "notice.*",
         "group": "web/prod/front",
     }
-    assert len(master.queries("/v1/notices")) == 2  # first, and after the gap: not on resuming
+    # first, and after the gap (twice: a 503 is asked again); not on resuming
+    assert len(master.queries("/v1/notices")) == 3
 
 
 async def test_following_drops_what_the_listing_would_not_show(
