@@ -722,12 +722,12 @@ COMMANDS: tuple[Command, ...] = (
         "words": ("master", "notices"),
         "run": "nodeagent.cli._notices:notices",
         "help": "Job groups' notices of their machines' windows; an owner's answer to one.\n\n"
-        "master notices lists the notices in force (GET /v1/notices): id, machine, group,\n"
-        "window, claims and the latest answer; --follow then prints each change (issued,\n"
-        "answered, rescinded) as the master makes it, resuming after a lost connection or\n"
-        "a master restarted, until Ctrl-C (exit 0). master notices accept ID --reason TEXT\n"
-        "(or decline) answers one (POST /v1/notices/ID/accept): a token may answer for\n"
-        "its own groups only (auth.wrong_group, exit 4); an id not in force is\n"
+        "Alone: the notices in force (GET /v1/notices): id, machine, group, window,\n"
+        "claims and the latest answer. --follow then prints each change\n"
+        "(issued, answered, rescinded) as the master makes it, resuming after a lost\n"
+        "connection or a master restarted, until Ctrl-C (exit 0). accept ID --reason\n"
+        "TEXT (or decline) answers one (POST /v1/notices/ID/accept): a token answers\n"
+        "for its own groups only (auth.wrong_group, exit 4); an id not in force is\n"
         "notice.no_such_notice (exit 1).",
         "argument": {
             "dest": "action",

@@ -174,9 +174,11 @@ class _NoticeFollower(_Follower):
             self._show(kind, notice)
 
     def connected(self, target: Target) -> None:
+        """The first stream is open: list the notices (a listing that fails ends this
+        connection, and the next one lists)."""
         if not self.listed:
-            self.listed = True
             self._list(target)
+            self.listed = True
 
     def take(self, line: bytes, target: Target) -> None:
         if not line.strip():

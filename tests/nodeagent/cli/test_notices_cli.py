@@ -259,3 +259,43 @@ def test_following_with_json_prints_each_change_as_a_document(
     change = json.loads(line)
     assert (change["kind"], change["event_id"], change["time"]) == ("answered", 5, NOW)
     assert change["notice"] == notice("n-1", DECLINE)
+
+
+def test_a_listing_that_fails_is_made_again_on_the_next_connection(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    head = {"Transfer-Encoding": "chunked", "Content-Type": "application/x-ndjson"}
+    failed = b'{"error":{"code":"store.error","message":"busy"}}'
+    listed = json.dumps({"notices": [notice("n-1")]}).encode()
+    answers = [
+        reply("200 OK", {**head, "X-Nodeagent-Last-Event-Id": "10"}, chunked()[:-5]),
+        reply("503 Service Unavailable", {"Content-Type": "application/json",
+                                          "Content-Length": str(len(failed))}, failed),
+        reply("200 OK", head, chunked(
+            event(11, "notice.answered", {"id": "n-1", "answer": DECLINE}))[:-5]),
+        reply("200 OK", {"Content-Type": "application/json",
+                         "Content-Length": str(len(listed))}, listed),
+        reply("401 Unauthorized", {"Content-Type": "application/json", "Content-Length": "61"},
+              b'{"error":{"code":"auth.unauthenticated","message":"expired"}}'),
+    ]  # fmt: skip
+
+    def respond(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(answers.pop(0))
+
+    with serving(respond, unix=tmp_path / "master.sock") as (server, endpoint):
+        target = Target(unix=Path(str(endpoint.unix)), peer="master")
+        follower = _notices._NoticeFollower("", "", json_output=False)
+        wanted = {"types": "notice.*", "machines": "", "groups": ""}
+        with pytest.raises(Unauthorized, match="expired"):
+            _events._follow(target, follower, last=0, wanted=wanted)
+    asked = [
+        request.split(b"\r\n")[0].decode().split()[1].split("?")[0] for request in server.requests
+    ]
+    assert asked == ["/v1/events", "/v1/notices", "/v1/events", "/v1/notices",
+                     "/v1/events"]  # fmt: skip
+    out, err = capsys.readouterr()
+    assert [tuple(line.split()[1:3]) for line in out.splitlines()] == [
+        ("listed", "n-1"),
+        ("answered", "n-1"),
+    ]
+    assert "busy" in err
