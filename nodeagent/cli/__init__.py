@@ -23,6 +23,7 @@ else (``--help``, completion, usage errors, the daemons, the demo). One line a m
 * :mod:`._main`: the console script's entry point.
 * :mod:`._maintain`: ``master maintain …``: rolling maintenance operations.
 * :mod:`._master`: the master's client commands, and machine ids on the command line.
+* :mod:`._notices`: ``master notices``: job groups' notices, listed or followed; answers.
 * :mod:`._record`: frozen keyword-only records, without ``dataclasses``.
 * :mod:`._render`: every human view, built of :mod:`._draw`'s pieces.
 * :mod:`._sla`: ``master sla probe`` as a table.

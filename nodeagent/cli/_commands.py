@@ -719,6 +719,60 @@ COMMANDS: tuple[Command, ...] = (
         ),
     },
     {
+        "words": ("master", "notices"),
+        "run": "nodeagent.cli._notices:notices",
+        "help": "Job groups' notices of their machines' windows; an owner's answer to one.\n\n"
+        "Alone: the notices in force (GET /v1/notices): id, machine, group, window,\n"
+        "claims and the latest answer. --follow then prints each change\n"
+        "(issued, answered, rescinded) as the master makes it, resuming after a lost\n"
+        "connection or a master restarted, until Ctrl-C (exit 0). accept ID --reason\n"
+        "TEXT (or decline) answers one (POST /v1/notices/ID/accept): a token answers\n"
+        "for its own groups only (auth.wrong_group, exit 4); an id not in force is\n"
+        "notice.no_such_notice (exit 1).",
+        "argument": {
+            "dest": "action",
+            "many": True,
+            "metavar": "[accept|decline ID]",
+            "show_default": False,
+            "help": "Answer notice ID; without: list the notices.",
+        },
+        "options": (
+            {
+                "names": ("--group",),
+                "kind": "many",
+                "metavar": "ROLE/ENV/NAME",
+                "show_default": False,
+                "help": "Only this job group's notices (exact); repeat, or separate with commas.",
+            },
+            {
+                "names": ("--machine",),
+                "kind": "many",
+                "metavar": "HOST",
+                "show_default": False,
+                "help": "Only this machine's notices (its hostname, exact); repeat.",
+            },
+            {
+                "names": ("--follow", "-f"),
+                "kind": "flag",
+                "help": "Then print each change until Ctrl-C.",
+            },
+            {
+                "names": ("--reason",),
+                "metavar": "TEXT",
+                "show_default": False,
+                "help": "accept, decline: why (required; at most 1 KiB).",
+            },
+            {
+                "names": ("--expected-completion",),
+                "metavar": "WHEN",
+                "show_default": False,
+                "help": "accept, decline: when the group expects its instances there to be "
+                "gone: 2026-11-28T15:00Z (no zone: UTC), +2h from now, or epoch seconds.",
+            },
+            *_MASTER,
+        ),
+    },
+    {
         "words": ("master", "ui"),
         "run": "nodeagent.cli._ui:ui",
         "help": "The live maintenance page on loopback: its URL, a browser on a terminal.\n\n"

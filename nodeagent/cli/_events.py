@@ -144,6 +144,10 @@ class _Follower:
         self.resume: int | None = since
         self.json_output = json_output
 
+    def connected(self, target: Target) -> None:
+        """A stream is open (before its first line): nothing to do here (a follower of
+        the notices lists them then)."""
+
     def take(self, line: bytes, target: Target) -> None:
         """Print one line of the stream (a heartbeat, empty, prints nothing)."""
         if not line.strip():
@@ -219,7 +223,9 @@ def _follow(
     last: int | None,
     wanted: dict[str, str],
 ) -> None:
-    """Print the stream until Ctrl-C, reconnecting as the module docstring says."""
+    """Print the stream until Ctrl-C, reconnecting as the module docstring says;
+    ``follower`` is told of each connection and given each line (``nodeagent master
+    notices --follow`` brings a follower of its own)."""
     masters = _targets(target)
     index = 0
     connected = False
@@ -238,6 +244,7 @@ def _follow(
                     # a fresh stream starts after this id: asked again from there
                     follower.resume = int(floor)
                 connected = True
+                follower.connected(where)
                 if lost_at is not None:
                     sys.stderr.write(
                         f"reconnected to the master at {where.describe()} after "

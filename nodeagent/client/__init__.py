@@ -16,8 +16,10 @@ runs the async one under its own ``trio.run``.
 :class:`MasterClient` (and :class:`SyncMasterClient`) talks to the masters: the Mesos
 maintenance schedule, down and up, the status, the plan, the ads, the rolling operations
 and the SLA policies; :meth:`MasterClient.events` reads their event stream, resuming by
-itself after a broken connection or a master restarted. Several masters may be named
-(``urls=[...]``): a request goes to the first that answers, and a write that reaches a
+itself after a broken connection or a master restarted; :meth:`MasterClient.notices` lists
+the notices (Mesos's inverse offers) of a job group or follows them, and
+:meth:`MasterClient.accept` and :meth:`MasterClient.decline` answer one. Several masters
+may be named (``urls=[...]``): a request goes to the first that answers, and a write that reaches a
 master that does not lead is sent again, as it was, to the leader that master names
 (``307``)::
 
@@ -44,8 +46,10 @@ daemon's stable code, or ``client.*`` for failures seen only by the client), ``m
     │                                or may not have been applied; read back, then retry)
     └── Refused                          any code the daemon sent; unknown codes stay here
         ├── Unauthorized           401   auth.unauthenticated
-        ├── Forbidden              403   auth.forbidden
-        ├── InvalidRequest         422   request.invalid
+        ├── Forbidden              403   auth.forbidden; auth.wrong_group (the master: a
+        │                                token that may not answer for a notice's group)
+        ├── InvalidRequest         422   request.invalid; notice.bad_reason,
+        │                                notice.bad_expected_completion, notice.bad_body
         │   └── InvalidMaintenance 400   maintenance.invalid   (Mesos's plain-text message)
         ├── NoLeader               503   master.no_leader      (retry after ``retry_after`` s)
         ├── NotAccepting           409   machine.not_accepting
@@ -125,6 +129,11 @@ from nodeagent.client._results import (
     HookRun,
     Job,
     Leadership,
+    Notice,
+    NoticeAnswer,
+    NoticeChange,
+    NoticeClaim,
+    NoticeWindow,
     OnCompletion,
     Schedule,
 )
@@ -163,6 +172,11 @@ __all__ = [
     "NoSuchRequest",
     "NotAccepting",
     "NotPending",
+    "Notice",
+    "NoticeAnswer",
+    "NoticeChange",
+    "NoticeClaim",
+    "NoticeWindow",
     "OnCompletion",
     "OutcomeUnknown",
     "RedirectNotFollowed",

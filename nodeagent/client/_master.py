@@ -1,5 +1,6 @@
 """The masters' client: :class:`MasterClient` (trio), which finds the leader among several
-masters and follows its redirects, and reads their event stream (:meth:`MasterClient.events`).
+masters and follows its redirects, reads their event stream (:meth:`MasterClient.events`)
+and follows the notices (:meth:`MasterClient.notices`).
 """
 
 from __future__ import annotations
@@ -10,23 +11,26 @@ import math
 import os
 import ssl
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import quote
 
 import httpx
 import trio
 
 from nodeagent import __version__
+from nodeagent._notice_feed import NoticeFeed
 from nodeagent._paths import default_master_socket
 from nodeagent.client._agent import CANCEL_GRACE_S, _segment
 from nodeagent.client._errors import (
     _REFUSALS,
     AgentError,
     BadResponse,
+    Forbidden,
     InvalidMaintenance,
+    InvalidRequest,
     NoLeader,
     OutcomeUnknown,
     RedirectNotFollowed,
@@ -39,8 +43,11 @@ from nodeagent.client._errors import (
 from nodeagent.client._results import (
     Admission,
     Leadership,
+    Notice,
+    NoticeChange,
     _decode,
     _leadership_from_json,
+    _notice_from_json,
     admission,
 )
 
@@ -62,8 +69,30 @@ schedule is some hundreds of KiB)."""
 
 _MASTER_BASE_URL = "http://nodeagent-master"
 _REDIRECTS = (307, 308)
-_MASTER_REFUSALS: dict[str, type[Refused]] = {**_REFUSALS, NoLeader.code: NoLeader}
-"""The agent's codes and the master's own; the agent's client keeps :data:`_REFUSALS`."""
+_MASTER_REFUSALS: dict[str, type[Refused]] = {
+    **_REFUSALS,
+    NoLeader.code: NoLeader,
+    "auth.wrong_group": Forbidden,
+    "notice.bad_body": InvalidRequest,
+    "notice.bad_reason": InvalidRequest,
+    "notice.bad_expected_completion": InvalidRequest,
+}
+"""The agent's codes and the master's own (a master's code kept on the class it falls
+under: ``auth.wrong_group`` is a :class:`Forbidden`); the agent's client keeps
+:data:`_REFUSALS`."""
+
+_CONNECTED: dict[str, Any] = {"type": "connected"}
+"""What :meth:`MasterClient._events` yields, when asked to, each time a stream is open
+(before its first line): a follower that must read something else then (the notices)."""
+
+_NOTICES = "/v1/notices"
+_CHANGE_KINDS: dict[str, Literal["listed", "issued", "answered", "rescinded"]] = {
+    "listed": "listed",
+    "issued": "issued",
+    "answered": "answered",
+    "rescinded": "rescinded",
+}
+"""The kinds of :class:`~nodeagent.client.NoticeChange`, by the feed's names."""
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -160,6 +189,12 @@ def _group_path(group: str) -> str:
     if not group or any(s in ("", ".", "..") for s in segments):
         raise ValueError(f"not a job group's name: {group!r}")
     return "/".join(quote(s, safe="") for s in segments)
+
+
+def _names(value: str | Iterable[str] | None) -> list[str]:
+    """A filter's names: one, a list, or a comma-separated string (``None``: none)."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return [name.strip() for item in items for name in item.split(",") if name.strip()]
 
 
 def _machine_ids(machine_ids: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:
@@ -636,6 +671,170 @@ class MasterClient:
         (``sla.no_such_policy``: 404)."""
         return await self._object("DELETE", f"/v1/sla/policies/{_group_path(group)}")
 
+    # ------------------------------------------------------------------ notices
+
+    @overload
+    def notices(
+        self,
+        group: str | Iterable[str] | None = None,
+        machine: str | Iterable[str] | None = None,
+        *,
+        follow: Literal[False] = False,
+    ) -> Awaitable[list[Notice]]: ...
+
+    @overload
+    def notices(
+        self,
+        group: str | Iterable[str] | None = None,
+        machine: str | Iterable[str] | None = None,
+        *,
+        follow: Literal[True],
+    ) -> AsyncGenerator[NoticeChange, None]: ...
+
+    def notices(
+        self,
+        group: str | Iterable[str] | None = None,
+        machine: str | Iterable[str] | None = None,
+        *,
+        follow: bool = False,
+    ) -> Awaitable[list[Notice]] | AsyncGenerator[NoticeChange, None]:
+        """The notices (Mesos's inverse offers) of job groups ``group`` on machines
+        ``machine`` (exact names: one, a list, or a comma-separated string; ``None``:
+        every one).
+
+        Without ``follow``: ``await`` it for the notices in force (``GET /v1/notices``),
+        sorted by machine and group, each with its window, claims and latest answer.
+
+        With ``follow``: an async iterator of :class:`~nodeagent.client.NoticeChange`, that
+        first yields each notice in force (``listed``), then every change as the master
+        makes it (``issued``, ``answered``, ``rescinded``: the ``notice.*`` events of
+        these groups and machines), with the notice after it::
+
+            async with contextlib.aclosing(master.notices("web/prod/front", follow=True)) as feed:
+                async for change in feed:
+                    if change.kind in ("listed", "issued") and change.notice.answer is None:
+                        await master.accept(change.notice.id, reason="stateless: drain at will")
+
+        It opens the event stream before it lists, so a change made meanwhile is neither
+        missed nor yielded twice, and it resumes by itself as :meth:`events` does (a broken
+        connection, a master restarted or another of ``urls``: the events after the last
+        one read). Where the master no longer keeps the events it missed (a ``gap``) it
+        lists again (asked again after a backoff, as the stream is, until a master
+        answers) and yields what differs: notices new since (``listed``), answers changed
+        (``answered``), and notices gone (``rescinded``, with ``rescinded`` ``None``: when
+        is not known). It raises what :meth:`events` raises (a ``group`` that is no
+        ``ROLE/ENV/NAME``: :class:`InvalidRequest`), and what the first listing raises (a
+        refusal of a later one too). The stream and a listing take two connections:
+        ``follow`` needs a client of ``max_concurrency`` at least 2 (else ValueError).
+
+        Raises :class:`Unauthorized` or :class:`Forbidden` for a token refused (a READ
+        token suffices), :class:`BadResponse` for a reply not of the API's shape.
+        """
+        groups, machines = _names(group), _names(machine)
+        if not follow:
+            return self._notices(groups, machines)
+        if self._max_concurrency < 2:
+            raise ValueError("following the notices takes two connections: max_concurrency >= 2")
+        return self._notice_changes(groups, machines)
+
+    async def _notice_documents(
+        self, groups: Sequence[str], machines: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        params = {"group": ",".join(groups), "machine": ",".join(machines)}
+        return await self._listed(_NOTICES, "notices", {k: v for k, v in params.items() if v})
+
+    async def _notices(self, groups: Sequence[str], machines: Sequence[str]) -> list[Notice]:
+        documents = await self._notice_documents(groups, machines)
+        return [_decode(_notice_from_json, d, "notices", peer="master") for d in documents]
+
+    async def _notice_changes(
+        self, groups: Sequence[str], machines: Sequence[str]
+    ) -> AsyncGenerator[NoticeChange, None]:
+        """:meth:`notices` with ``follow``: the stream, the listings and the changes."""
+        feed = NoticeFeed(groups=groups, machines=machines)
+        query = {"format": "jsonl", "follow": "true", "last": "0", "type": "notice.*"}
+        if groups:
+            query["group"] = ",".join(groups)
+        if machines:
+            query["machine"] = ",".join(machines)
+        listed = False
+        stream = self._events(query, since=None, follow=True, marks=True)
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                found: list[tuple[str, Any]]
+                event_id = when = None
+                if event is _CONNECTED:
+                    if listed:
+                        continue  # resumed after the last event read: nothing to list
+                    listed = True
+                    found = feed.listed(await self._notice_documents(groups, machines))
+                elif event.get("type") == "gap":
+                    found = feed.listed(await self._listed_again(groups, machines))
+                else:
+                    change = feed.event(event)
+                    found = [] if change is None else [change]
+                    event_id, when = event.get("id"), event.get("time")
+                for kind, document in found:
+                    notice = _decode(_notice_from_json, document, "notice", peer="master")
+                    yield NoticeChange(
+                        kind=_CHANGE_KINDS[kind],
+                        notice=notice,
+                        event_id=event_id,
+                        time=when if isinstance(when, int | float) else None,
+                    )
+
+    async def _listed_again(
+        self, groups: Sequence[str], machines: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """The notices listed again after a gap: a listing no master answers (no reply, a
+        ``5xx``) is asked again after the stream's backoff; a refusal raises."""
+        failures = 0
+        while True:
+            try:
+                return await self._notice_documents(groups, machines)
+            except (Unreachable, Refused) as exc:
+                if isinstance(exc, Refused) and (exc.status or 0) < 500:
+                    raise
+            failures += 1
+            await trio.sleep(min(_EVENT_BACKOFF_MIN_S * 2 ** (failures - 1), _EVENT_BACKOFF_MAX_S))
+
+    async def accept(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> Notice:
+        """Accept notice ``notice_id`` for its group (``POST /v1/notices/{id}/accept``):
+        ``reason`` (required, non-empty, at most 1 KiB), ``expected_completion`` (epoch s,
+        optional: when the group expects its instances there to be gone; the owner's word,
+        it relaxes no eviction). Only the latest answer counts; it is written before the
+        reply. Returns the notice with its answer.
+
+        Raises (nothing changed) :class:`Forbidden` ``auth.wrong_group`` for a token that
+        may not answer for the notice's group (``auth.forbidden``: none at all);
+        :class:`Refused` ``notice.no_such_notice`` (404) for a notice not in force (unknown,
+        or rescinded: answer the new one); :class:`InvalidRequest` ``notice.bad_reason``,
+        ``notice.bad_expected_completion`` or ``notice.bad_body`` (422). Follows a
+        redirect to the leader as every write does. ValueError for an id that is no path
+        segment.
+        """
+        return await self._answer(notice_id, "accept", reason, expected_completion)
+
+    async def decline(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> Notice:
+        """Decline notice ``notice_id`` (``POST /v1/notices/{id}/decline``), as
+        :meth:`accept`: a decline stops no window (the modes stay the operator's), the
+        plan shows it."""
+        return await self._answer(notice_id, "decline", reason, expected_completion)
+
+    async def _answer(
+        self, notice_id: str, verb: str, reason: str, expected_completion: float | None
+    ) -> Notice:
+        body: dict[str, Any] = {"reason": reason}
+        if expected_completion is not None:
+            body["expected_completion"] = expected_completion
+        path = f"{_NOTICES}/{quote(_segment(notice_id), safe='')}/{verb}"
+        document = await self._object("POST", path, body=body)
+        return _decode(_notice_from_json, document, "notice", peer="master")
+
     # ------------------------------------------------------------------ the event stream
 
     def events(
@@ -697,9 +896,10 @@ class MasterClient:
         return self._events(query, since=since, follow=follow)
 
     async def _events(
-        self, query: Mapping[str, str], *, since: int | None, follow: bool
+        self, query: Mapping[str, str], *, since: int | None, follow: bool, marks: bool = False
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """:meth:`events`: the connections in turn, and where the stream is."""
+        """:meth:`events`: the connections in turn, and where the stream is; with
+        ``marks``, :data:`_CONNECTED` each time a stream is open."""
         seen = since  # the last id yielded (or a gap's resume): none at or before it again
         resume = since  # where the next connection asks from
         index, connected, failures = 0, False, 0
@@ -726,6 +926,8 @@ class MasterClient:
                         floor = reply.headers.get("x-nodeagent-last-event-id", "")
                         if follow and resume is None and floor.isdigit():
                             resume = int(floor)  # a fresh stream starts after it
+                        if marks:
+                            yield _CONNECTED
                         async with contextlib.aclosing(_lines(reply, here)) as lines:
                             async for line in lines:
                                 failures = 0

@@ -23,6 +23,11 @@ __all__ = [
     "HookRun",
     "Job",
     "Leadership",
+    "Notice",
+    "NoticeAnswer",
+    "NoticeChange",
+    "NoticeClaim",
+    "NoticeWindow",
     "OnCompletion",
     "Schedule",
     "admission",
@@ -426,4 +431,117 @@ def admission(
         longest_promise=longest,
         window_start=window_start,
         why=why,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoticeWindow:
+    """The window a notice is about: ``start`` (epoch s) and ``duration`` (s; ``None``
+    for an open-ended window)."""
+
+    start: float
+    duration: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoticeClaim:
+    """One of the group's claims on the machine: its slot, its job, and when its
+    retirement promise ends (epoch s; ``None`` when the node's ad does not say)."""
+
+    slot: str
+    job_id: str | None
+    promise_end: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoticeAnswer:
+    """An owner's latest answer to a notice: ``verdict`` (``accept`` or ``decline``),
+    ``reason``, ``expected_completion`` (epoch s, the owner's word; ``None``), ``who``
+    answered (the token's subject) and ``at`` (epoch s)."""
+
+    verdict: str
+    reason: str
+    expected_completion: float | None
+    who: str
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Notice:
+    """A notice (Mesos's inverse offer): the ``machine``, the job ``group`` with claims
+    there, the ``window``, the group's ``claims``, when it was ``issued`` (epoch s), when
+    it was ``rescinded`` (``None`` while in force, and for a notice seen gone after a
+    gap), and the latest ``answer`` (``None``: not answered)."""
+
+    id: str
+    machine: str
+    group: str
+    window: NoticeWindow
+    claims: tuple[NoticeClaim, ...]
+    issued: float
+    rescinded: float | None
+    answer: NoticeAnswer | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoticeChange:
+    """What happened to a notice, as :meth:`~nodeagent.client.MasterClient.notices`
+    follows them: ``kind`` ``listed`` (in force when the listing was made: first, or
+    again after a gap), ``issued``, ``answered`` or ``rescinded``; the ``notice`` after
+    the change; and the event that told (``event_id`` and its ``time``, epoch s; ``None``
+    for a listing)."""
+
+    kind: Literal["listed", "issued", "answered", "rescinded"]
+    notice: Notice
+    event_id: int | None = None
+    time: float | None = None
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name!r} is not a number")
+    return float(value)
+
+
+def _optional_number(value: Any, name: str) -> float | None:
+    return None if value is None else _number(value, name)
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name!r} is not a string")
+    return value
+
+
+def _notice_from_json(d: Mapping[str, Any]) -> Notice:
+    window, answer = d["window"], d.get("answer")
+    return Notice(
+        id=_text(d["id"], "id"),
+        machine=_text(d["machine"], "machine"),
+        group=_text(d["group"], "group"),
+        window=NoticeWindow(
+            start=_number(window["start"], "start"),
+            duration=_optional_number(window.get("duration"), "duration"),
+        ),
+        claims=tuple(
+            NoticeClaim(
+                slot=_text(c["slot"], "slot"),
+                job_id=c.get("job_id"),
+                promise_end=_optional_number(c.get("promise_end"), "promise_end"),
+            )
+            for c in d["claims"]
+        ),
+        issued=_number(d["issued"], "issued"),
+        rescinded=_optional_number(d.get("rescinded"), "rescinded"),
+        answer=None
+        if answer is None
+        else NoticeAnswer(
+            verdict=_text(answer["verdict"], "verdict"),
+            reason=_text(answer["reason"], "reason"),
+            expected_completion=_optional_number(
+                answer.get("expected_completion"), "expected_completion"
+            ),
+            who=_text(answer["who"], "who"),
+            at=_number(answer["at"], "at"),
+        ),
     )

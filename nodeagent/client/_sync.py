@@ -24,6 +24,7 @@ from nodeagent.client._results import (
     Estimate,
     Health,
     Leadership,
+    Notice,
     OnCompletion,
     Schedule,
 )
@@ -302,6 +303,29 @@ class SyncMasterClient:
 
     def admissions(self, promise: float, *, now: float | None = None) -> list[Admission]:
         return self._run(lambda c: c.admissions(promise, now=now))
+
+    def notices(
+        self,
+        group: str | Iterable[str] | None = None,
+        machine: str | Iterable[str] | None = None,
+    ) -> list[Notice]:
+        """The notices in force (no ``follow``: a stream outlives a ``trio.run``; a
+        script reads ``nodeagent master notices --follow --json`` line by line)."""
+        return self._run(lambda c: c.notices(group, machine))
+
+    def accept(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> Notice:
+        return self._run(
+            lambda c: c.accept(notice_id, reason=reason, expected_completion=expected_completion)
+        )
+
+    def decline(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> Notice:
+        return self._run(
+            lambda c: c.decline(notice_id, reason=reason, expected_completion=expected_completion)
+        )
 
     def set_schedule(self, schedule: Mapping[str, Any]) -> None:
         self._run(lambda c: c.set_schedule(schedule))

@@ -186,6 +186,8 @@ def test_read_only_commands(pool: Pool, args: tuple[str, ...]) -> None:
         ("master", "plan", "--json"),
         ("master", "events"),
         ("master", "events", "--json"),
+        ("master", "notices"),
+        ("master", "notices", "--json"),
         ("cancel",),
         ("cancel", "--json"),
     ],
