@@ -154,6 +154,11 @@ def _when(value: object, now: float, tz: tzinfo | None) -> str:
     return f"{format_local_time(value, now, tz)} ({format_relative(value, now)})"
 
 
+def _at(when: float, now: float, tz: tzinfo | None) -> str:
+    """``09:30:00 UTC, in 1h30m``: a time and how far it is from ``now``."""
+    return f"{format_local_time(when, now, tz)}, {format_relative(when, now)}"
+
+
 def _num(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
@@ -1266,6 +1271,58 @@ def _verdict_totals_line(totals: Mapping[str, Any]) -> str:
     return line
 
 
+def _workload_lines(totals: Mapping[str, Any]) -> list[str]:
+    """What the windows cost in capacity closed before them, as planned and had every
+    node admitted any promise, and the owners' answers to their notices; nothing from a
+    master that does not say."""
+    lines = []
+    closed = totals.get("closed_core_hours")
+    if isinstance(closed, Mapping):
+        planned, admit = _number(closed.get("planned")) or 0.0, _number(closed.get("admit")) or 0.0
+        line = f"closed before the windows: {planned:.2f} core-h as planned"
+        if admit > planned:
+            line += f" ({admit:.2f} core-h had every node admitted any promise)"
+        lines.append(line)
+    notices = totals.get("notices")
+    if isinstance(notices, Mapping) and notices.get("in_force"):
+
+        def n(key: str) -> int:
+            return int(_number(notices.get(key)) or 0)
+
+        lines.append(
+            f"notices: {n('in_force')} in force, {n('accepted')} accepted, "
+            f"{n('declined')} declined, {n('unanswered')} unanswered"
+        )
+    return lines
+
+
+def _decline_lines(
+    machines: Sequence[Mapping[str, Any]], labels: Sequence[str], now: float, tz: tzinfo | None
+) -> list[str]:
+    """One line per declined notice of the rows shown: the machine, the group, who
+    declined and when, why, and the owner's expected completion beside the promise."""
+    lines = []
+    for m, label in zip(machines, labels, strict=True):
+        for notice in m.get("notices") or []:
+            answer = notice.get("answer") if isinstance(notice, Mapping) else None
+            if not isinstance(answer, Mapping) or answer.get("verdict") != "decline":
+                continue
+            at = _number(answer.get("at"))
+            line = (
+                f"declined: {label} {notice.get('group')} by {answer.get('who')}"
+                f"{'' if at is None else ' ' + format_relative(at, now)}: {answer.get('reason')}"
+            )
+            expected = _number(answer.get("expected_completion"))
+            if expected is not None:
+                line += f" (done by {_at(expected, now, tz)}"
+                promise = _number(notice.get("promise_end"))
+                if promise is not None:
+                    line += f"; its promises end {_at(promise, now, tz)}"
+                line += ")"
+            lines.append(line)
+    return lines
+
+
 #: The modes of a machine out of service.
 _OUT = ("DRAINING", "DOWN")
 
@@ -1360,6 +1417,7 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     lines.append(Text(first.replace(" late,", " late by their promises,", 1)))
     lines.append(Text(_verdict_totals_line(totals)))
     lines.append(Text(second, style="dim"))
+    lines.extend(Text(t, style="dim") for t in _workload_lines(totals))
     lines.extend(after_window_lines(plan))
     machines = list(plan.get("machines") or [])
     matched = int(_number(plan.get("matched")) or len(machines))
@@ -1379,6 +1437,7 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
         lines.append(line)
     if matched > len(machines):
         lines.append(Text(f"… {matched - len(machines)} more: --all for every row", "dim"))
+    lines.extend(Text(t, style="yellow") for t in _decline_lines(machines, labels, now, tz))
     return Group(*lines)
 
 
@@ -1440,7 +1499,9 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     lines.extend(Text(t) for t in _totals_lines(plan.get("totals") or {}))
     if "escalations" in (plan.get("totals") or {}):
         lines.append(Text(_verdict_totals_line(plan.get("totals") or {})))
+    lines.extend(Text(t) for t in _workload_lines(plan.get("totals") or {}))
     lines.extend(Text(t, style="red") for t in _late_lines(machines, labels, now, tz))
+    lines.extend(Text(t, style="yellow") for t in _decline_lines(machines, labels, now, tz))
     lines.extend(after_window_lines(plan))
     return Group(*lines)
 

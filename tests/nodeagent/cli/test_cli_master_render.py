@@ -767,3 +767,45 @@ def test_the_summary_says_which_machines_are_out_of_service_after_their_window(
 def test_no_word_on_the_window_when_none_has_ended() -> None:
     body = plan(machine()) | {"after_window": []}
     assert not any("window ended" in line for line in _summary_text(body) + text(body, 100))
+
+
+# ---------------------------------------------------------------------- the workloads' side
+
+DECLINE = {
+    "verdict": "decline",
+    "reason": "month-end run",
+    "expected_completion": NOW + 5400,
+    "who": "alice",
+    "at": NOW - 300,
+}
+
+
+def test_the_plan_says_what_the_windows_close_and_lists_the_declines() -> None:
+    row = machine("n3", start=7200) | {
+        "notices": [
+            {"id": "n-1", "group": "batch/dev/etl", "issued": NOW - 600, "claims": 2,
+             "promise_end": NOW + 6000, "answer": DECLINE},
+            {"id": "n-2", "group": "web/prod/front", "issued": NOW - 600, "claims": 1,
+             "promise_end": None, "answer": {**DECLINE, "verdict": "accept"}},
+        ]
+    }  # fmt: skip
+    totals = {
+        "closed_core_hours": {"planned": 1.47, "admit": 9.02, "refuse": 1.47, "shorten": 1.47},
+        "notices": {"in_force": 2, "accepted": 1, "declined": 1, "unanswered": 0},
+    }
+    expected = [
+        "closed before the windows: 1.47 core-h as planned (9.02 core-h had every node admitted "
+        "any promise)",
+        "notices: 2 in force, 1 accepted, 1 declined, 0 unanswered",
+        "declined: n3 batch/dev/etl by alice 5m ago: month-end run (done by 09:30:00 UTC, in "
+        "1h30m; its promises end 09:40:00 UTC, in 1h40m)",
+    ]
+    summary = _summary_text(plan(row, **totals, late=1) | {"matched": 1})
+    assert [line for line in summary if line in expected] == expected
+    timeline = " ".join(text(plan(row, **totals), 400))
+    assert all(line in timeline for line in expected)
+
+
+def test_a_master_that_does_not_say_adds_no_line() -> None:
+    summary = _summary_text(plan(machine("n3"), late=1) | {"matched": 1})
+    assert not [line for line in summary if line.startswith(("closed before", "notices:"))]
