@@ -17,6 +17,8 @@ Pure (no trio, no I/O, ``now`` an argument), read at every scrape
   check fails, the lost ones, the oldest live ad.
 - :func:`operation_figures`: the rolling operations by state, and the batches of those
   not ended by state.
+- :func:`notice_figures`: the notices in force by their latest answer, and the declined
+  ones by machine and group.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.master._adstore import AdEntry
+from nodeagent.master._notices import Notice, Verdict
 from nodeagent.master._operations import ENDED
 from nodeagent.master._plan import MachinePlan, RowState, row_figures
 from slots import Schedule
@@ -38,9 +41,11 @@ __all__ = [
     "Escalating",
     "LateMachine",
     "NodeFigures",
+    "NoticeFigures",
     "OperationFigures",
     "ScheduleFigures",
     "node_figures",
+    "notice_figures",
     "operation_figures",
     "schedule_figures",
 ]
@@ -87,6 +92,9 @@ class ScheduleFigures:
     late: tuple[LateMachine, ...]
     escalations: tuple[Escalating, ...]
     expected_badput: Mapping[str, int]  # by schedule: graceful, quick, fast (core-seconds)
+    #: Capacity the drains close before their windows (core-seconds): ``planned``, and
+    #: under each admission (``admit``, ``refuse``, ``shorten``), as the plan's totals.
+    closed: Mapping[str, float]
 
 
 def _label(plan: MachinePlan) -> str:
@@ -99,14 +107,24 @@ def schedule_figures(rows: Iterable[tuple[MachinePlan, RowState]], now: float) -
     the module docstring): as the plan's totals count them, ``late`` holds as many
     machines as its ``late``, ``escalations`` as its ``escalations``, and the expected
     badput of the graceful and quick schedules are its ``expected_graceful_badput`` and
-    ``expected_quick_badput``. A machine without a node counts in none of them."""
+    ``expected_quick_badput``, and ``closed`` its ``closed_core_hours`` (in core-seconds).
+    A machine without a node counts in none of them."""
     late: list[LateMachine] = []
     escalations: list[Escalating] = []
     badput = dict.fromkeys(_BADPUT_AT, 0)
+    closed = dict.fromkeys(("planned", "admit", "refuse", "shorten"), 0.0)
     for plan, state in rows:
         node = plan.node
         if node is None:
             continue
+        closing = plan.closing
+        if closing is not None and closing.cores:
+            admit = closing.cores * closing.admit_seconds
+            promise = closing.cores * closing.promise_seconds
+            closed["planned"] += promise if closing.by_promise else admit
+            closed["admit"] += admit
+            closed["refuse"] += promise
+            closed["shorten"] += promise
         figures = row_figures(plan, state._replace(with_blockers=False), now)
         expected = figures.expected
         assert expected is not None  # a row with a node has its figures
@@ -128,7 +146,9 @@ def schedule_figures(rows: Iterable[tuple[MachinePlan, RowState]], now: float) -
                     cut_badput=figures.cut_badput,
                 )
             )
-    return ScheduleFigures(late=tuple(late), escalations=tuple(escalations), expected_badput=badput)
+    return ScheduleFigures(
+        late=tuple(late), escalations=tuple(escalations), expected_badput=badput, closed=closed
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -225,3 +245,31 @@ def operation_figures(operations: Iterable[Mapping[str, Any]]) -> OperationFigur
                 and batch.get("reason") is not None
             )
     return OperationFigures(operations=states, batches=batches, held=held)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoticeFigures:
+    """See :func:`notice_figures`."""
+
+    answers: Mapping[str, int]  # accepted, declined, unanswered
+    declined: tuple[tuple[str, str], ...]  # (machine, group), sorted
+
+
+def notice_figures(notices: Iterable[Notice]) -> NoticeFigures:
+    """The notices in force (not rescinded) by their latest answer (``accepted``,
+    ``declined``, ``unanswered``: every one counted), and the declined ones by machine
+    and group."""
+    answers = dict.fromkeys(("accepted", "declined", "unanswered"), 0)
+    declined: list[tuple[str, str]] = []
+    for notice in notices:
+        if notice.rescinded is not None:
+            continue
+        answer = notice.answer
+        if answer is None:
+            answers["unanswered"] += 1
+        elif answer.verdict is Verdict.ACCEPT:
+            answers["accepted"] += 1
+        else:
+            answers["declined"] += 1
+            declined.append((notice.machine, notice.group))
+    return NoticeFigures(answers=answers, declined=tuple(sorted(declined)))

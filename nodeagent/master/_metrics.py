@@ -18,7 +18,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from nodeagent.master._fleet import node_figures, operation_figures, schedule_figures
+from nodeagent.master._fleet import (
+    node_figures,
+    notice_figures,
+    operation_figures,
+    schedule_figures,
+)
 
 if TYPE_CHECKING:
     from nodeagent.master._leader import LeaderView
@@ -72,6 +77,7 @@ class _MasterCollector(Collector):
         yield from self._schedule(master, now)
         yield from self._nodes(master, now)
         yield from self._operations(master)
+        yield from self._notices(master)
         yield from self._events()
         leader = self.leader
         if leader is not None:
@@ -147,6 +153,37 @@ class _MasterCollector(Collector):
         for schedule, value in figures.expected_badput.items():
             expected.add_metric([schedule], value)
         yield expected
+        closed = GaugeMetricFamily(
+            "nodeagent_master_closed_capacity_cpu_seconds",
+            "Capacity the drains close before their windows, summed over the scheduled "
+            "machines (core-s): as planned, and had every node admitted any promise "
+            "(admit) or none that outlives its window (refuse, shorten)",
+            labels=["admission"],
+        )
+        for admission, seconds in figures.closed.items():
+            closed.add_metric([admission], seconds)
+        yield closed
+
+    def _notices(self, master: Master) -> Iterator[Metric]:
+        """The notices in force by their latest answer (:func:`notice_figures`)."""
+        figures = notice_figures(master.notices.values())
+        answers = GaugeMetricFamily(
+            "nodeagent_master_notices",
+            "Notices in force (one per scheduled machine and job group on it) by their "
+            "latest answer",
+            labels=["answer"],
+        )
+        for answer, count in figures.answers.items():
+            answers.add_metric([answer], count)
+        yield answers
+        declined = GaugeMetricFamily(
+            "nodeagent_master_notice_declined",
+            "1 for each notice in force whose group declined it",
+            labels=["machine", "group"],
+        )
+        for machine, group in figures.declined:
+            declined.add_metric([machine, group], 1)
+        yield declined
 
     def _nodes(self, master: Master, now: float) -> Iterator[Metric]:
         """The nodes by their ads (:func:`node_figures`)."""

@@ -15,6 +15,7 @@ from nodeagent.master._fleet import (
     Escalating,
     LateMachine,
     node_figures,
+    notice_figures,
     operation_figures,
     schedule_figures,
 )
@@ -24,6 +25,7 @@ from nodeagent.master._maintenance import (
     Unavailability,
     Window,
 )
+from nodeagent.master._notices import Answer, Notice, NoticeWindow, Verdict
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._plan_view import PlanView
 from tests.nodeagent.master.test_plan_view import NOW, World, _ad, _reply_world
@@ -287,3 +289,45 @@ def test_operations_and_their_batches_are_counted_by_state(
     figures = operation_figures(operations)
     assert figures.operations == {**dict.fromkeys(OPERATION_STATES, 0), **states}
     assert (figures.batches, figures.held) == (batches, held)
+
+
+# ------------------------------------------------------------------ the workloads' side
+
+
+@pytest.mark.parametrize("later", [0.0, 1800.0], ids=["now", "+30min"])
+def test_the_closed_capacity_is_the_plan_totals(later: float) -> None:
+    world = _reply_world()
+    world.now = NOW + later
+    totals = PlanView().reply(world.inputs(), world.now)["totals"]
+    closed = _figures(world).closed
+    assert {k: round(v / 3600, 3) for k, v in closed.items()} == totals["closed_core_hours"]
+    assert closed["admit"] >= closed["planned"] >= closed["refuse"] > 0
+
+
+def _notice(machine: str, group: str, verdict: Verdict | None, **changes: Any) -> Notice:
+    answer = None if verdict is None else Answer(verdict=verdict, reason="r", who="w", at=1.0)
+    return Notice(
+        id=f"n-{machine}-{group}",
+        machine=machine,
+        group=group,
+        window=NoticeWindow(start=NOW),
+        claims=(),
+        issued=0.0,
+        answer=answer,
+        **changes,
+    )
+
+
+def test_notices_are_counted_by_answer_and_the_declined_named() -> None:
+    figures = notice_figures(
+        [
+            _notice("n2", "b", Verdict.DECLINE),
+            _notice("n1", "a", Verdict.DECLINE),
+            _notice("n1", "b", Verdict.ACCEPT),
+            _notice("n3", "a", None),
+            _notice("n4", "a", Verdict.DECLINE, rescinded=5.0),  # not in force
+        ]
+    )
+    assert figures.answers == {"accepted": 1, "declined": 2, "unanswered": 1}
+    assert figures.declined == (("n1", "a"), ("n2", "b"))
+    assert notice_figures([]).answers == {"accepted": 0, "declined": 0, "unanswered": 0}
