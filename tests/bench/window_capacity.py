@@ -712,7 +712,7 @@ class Pool:
             "by_promise": sum(
                 1 for n, _ in closed if n.closing is not None and n.closing.by_promise
             ),
-            "idle_open_core_hours": round(idle_open / 3600, 1),
+            "idle_open_core_hours": round(idle_open / 3600, 1) + 0.0,  # never -0.0
             "completed": {
                 "jobs": tally.completed,
                 "core_hours": round(tally.completed_core_seconds / 3600, 1),
@@ -744,7 +744,7 @@ class Pool:
                 "with_only_earlier_jobs": not_empty[1],
             },
             "emptied_within_margin_of_window": in_margin,
-            "all_empty_after_window_s": round(max(empties) - w, 1) if empties else None,
+            "all_empty_after_window_s": round(max(empties) - w, 1) + 0.0 if empties else None,
             "master_steps": dict(sorted(tally.steps.items())),
             "ads_pushed": tally.ads,
             "goal": {
