@@ -29,7 +29,6 @@ from slots import (
     DrainForecast,
     InvalidRequest,
     check_estimate_inputs,
-    vacate_time,
 )
 from slots._classad import check_value
 
@@ -310,38 +309,20 @@ class AdEntry:
         return held if type(held) is int else None
 
     @cached_property
-    def vacate_bound(self) -> tuple[float, str | None, str | None]:
-        """Seconds a graceful drain takes at most on a node that admits by promise, and the
-        job that sets it: ``(seconds, slot, job id)``.
+    def vacate_bound(self) -> float:
+        """Seconds a graceful drain takes at most on a node that admits by promise:
+        ``MachineMaxVacateTime``.
 
         A job the node admits before the drain starts has a promise that ends by the
-        window's start (that is what admitting by promise means), and is gone by then or,
-        with a promise shorter than its vacate time, by the drain's start plus that vacate
-        time (DESIGN §3.3); a job in force whose promise ends later (admitted before the
-        node heard of the window) is cut at the window however early the drain starts. So
-        the bound is ``MachineMaxVacateTime``,
-        or a job's longer vacate time ``V_i`` (one that borrows from its retirement), which
-        then names its slot and job (``None`` otherwise)."""
-        machine_vacate = float(self.machine.get("MachineMaxVacateTime", 600))
-        longest: tuple[float, str | None, str | None] = (machine_vacate, None, None)
-        for ad in self.slots:
-            if ad.get("SlotType") != "Dynamic":
-                continue
-            job = ad.get("JobMaxVacateTime")
-            remaining = ad.get("RetirementTimeRemaining", 0)
-            vacate = vacate_time(
-                machine_vacate,
-                float(job) if isinstance(job, int | float) else None,
-                float(remaining) if isinstance(remaining, int | float) else 0.0,
-            )
-            if vacate > longest[0]:
-                name, job_id = ad.get("Name"), ad.get("JobId")
-                longest = (
-                    vacate,
-                    name if type(name) is str else None,
-                    job_id if type(job_id) is str else None,
-                )
-        return longest
+        window's start (that is what admitting by promise means). A graceful drain started
+        at ``T`` soft-kills a job when its retirement left falls to its vacate time
+        ``V_i`` (DESIGN §3.3), and a job that borrows more than ``MachineMaxVacateTime``
+        borrows it from that retirement: its ``V_i`` never exceeds what is left of its
+        promise. So every such job is gone by its promise's end or by ``T`` plus
+        ``MachineMaxVacateTime``, whichever is later; no job's own vacate time moves the
+        bound. A job in force whose promise ends after the window (admitted before the
+        node heard of it) is cut at the window however early the drain starts."""
+        return float(self.machine.get("MachineMaxVacateTime", 600))
 
     @cached_property
     def cores(self) -> int:

@@ -15,9 +15,11 @@ vacate time never exceeds that bound, and running jobs' promises end sooner:
 safe start for a window at ``W`` is ``W − margin − that bound``. A node that admits by
 promise (``refuse`` or ``shorten``, and its ad holds the window:
 :meth:`AdEntry.admits_by_promise <nodeagent.master._adstore.AdEntry.admits_by_promise>`)
-admits no job that would outlive ``W``, so only the vacate times bound the drain
+admits no job that would outlive ``W``, so only its vacate time bounds the drain
 (:attr:`AdEntry.vacate_bound <nodeagent.master._adstore.AdEntry.vacate_bound>`) and the node
-keeps taking work that fits until ``W − margin − its vacate time``. :class:`Closing` says
+keeps taking work that fits until ``W − margin − MachineMaxVacateTime``. Its jobs may keep
+their promises until ``W`` itself: for such a node the margin moves the drain's start, and
+the node is empty by the window rather than ``margin`` before it. :class:`Closing` says
 which bound a machine's drain start comes from, and what each costs in closed capacity.
 """
 
@@ -129,8 +131,7 @@ class Closing:
     set it: a node hears of its window in the reply to its next push, and the master's
     first passes see the ads it sent before); ``by`` what sets ``seconds``, the drain's bound:
     ``retirement`` (``MaxJobRetirementTime``: any job admitted until the drain is promised
-    it), ``vacate`` (``MachineMaxVacateTime``) or ``job`` (the vacate time of the job in
-    ``slot``, ``job_id``, longer than the machine's). ``admit_seconds`` and
+    it) or ``vacate`` (``MachineMaxVacateTime``). ``admit_seconds`` and
     ``promise_seconds`` are how long before the window the node stops taking work under
     either admission (``drain_margin`` plus the bound), and ``cores`` its ``TotalCpus``:
     their product is the window's cost in closed capacity.
@@ -141,8 +142,6 @@ class Closing:
     by_promise: bool
     by: str
     seconds: float
-    slot: str | None
-    job_id: str | None
     admit_seconds: float
     promise_seconds: float
     cores: int
@@ -160,7 +159,7 @@ class Closing:
         now: float,
         window_since: float | None,
     ) -> Closing:
-        vacate, slot, job_id = node.vacate_bound
+        vacate = node.vacate_bound
         retirement = float(node.machine.get("MaxJobRetirementTime", 0))
         holds = node.admits_by_promise(window_start, now)
         until = math.inf
@@ -178,10 +177,9 @@ class Closing:
             until = window_since + policy.hears_within
         by_promise = holds or hearing
         if by_promise:
-            by, seconds = ("vacate" if slot is None else "job"), vacate
+            by, seconds = "vacate", vacate
         else:
             by, seconds = ("retirement" if retirement >= vacate else "vacate"), node.drain_bound
-            slot = job_id = None
         margin = policy.drain_margin
         return cls(
             admission=node.before_window,
@@ -189,8 +187,6 @@ class Closing:
             by_promise=by_promise,
             by=by,
             seconds=seconds,
-            slot=slot,
-            job_id=job_id,
             admit_seconds=margin + node.drain_bound,
             promise_seconds=margin + vacate,
             cores=node.cores,
@@ -210,8 +206,6 @@ class Closing:
             "by_promise": self.by_promise,
             "by": self.by,
             "seconds": self.seconds,
-            "slot": self.slot,
-            "job_id": self.job_id,
             "closed_core_hours": self.core_hours(),
         }
 
