@@ -118,6 +118,7 @@ from nodeagent.master._maintenance import (
 from nodeagent.master._notices import (
     Answer,
     Notice,
+    NoticeClaim,
     NoticeWindow,
     Verdict,
     claims_of_slots,
@@ -139,7 +140,7 @@ from nodeagent.master._preview import (
     preview_schedule,
     schedule_version,
 )
-from slots import InvalidRequest
+from slots import Escalation, InvalidRequest
 
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
@@ -237,6 +238,11 @@ class Master:
     notices: dict[str, Notice] = field(default_factory=dict)
     #: What the notices were last reconciled from (the schedule's windows, the nodes' ads).
     _notice_inputs: tuple[Any, ...] | None = None
+    #: Each scheduled machine's claims by group with their verdicts (by plan key), and what
+    #: they were read from (its node's ad, its window, the escalation planned there).
+    _notice_claims: dict[str, tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]]]] = field(
+        default_factory=dict
+    )
     #: Whether ads pushed with a DAEMON token that names no node are taken (a migration
     #: to per-node tokens; ``[master] allow_pool_daemon_tokens``).
     allow_pool_daemon_tokens: bool = False
@@ -1019,38 +1025,43 @@ class Master:
     def _reconcile_notices(self, plans: Sequence[MachinePlan], now: float) -> None:
         """Issue and rescind notices as the schedule and the nodes' groups say
         (:func:`~nodeagent.master._notices.reconcile_notices`), only when a scheduled
-        machine's window or its node's ad changed; what changed is saved with its events
-        (a store failure is logged and the same pass is tried again next time)."""
+        machine's window, its escalation or its node's ad changed; what changed is saved
+        with its events (a store failure is logged and the same pass is tried again next
+        time). A kept notice is saved again (no event) when its claims' jobs or verdicts
+        changed (:func:`~nodeagent.master._notices.claims_changed`)."""
+        escalations = [planned_escalation(plan, self.policy.escalation) for plan in plans]
         seen = tuple(
             (
                 plan.key,
                 plan.window_start,
                 plan.window_end,
+                applied,
                 None if plan.node is None else (plan.node.name, plan.node.updates),
             )
-            for plan in plans
+            for plan, applied in zip(plans, escalations, strict=True)
         )
         if seen == self._notice_inputs:
             return
         windows: dict[str, NoticeWindow] = {}
-        claims: dict[str, dict[str, Any]] = {}
-        for plan in plans:
+        claims: dict[str, dict[str, tuple[NoticeClaim, ...]]] = {}
+        read: dict[str, tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]]]] = {}
+        for plan, applied, inputs in zip(plans, escalations, seen, strict=True):
             name = _notice_machine(plan)
             end = plan.window_end
             windows[name] = NoticeWindow(
                 start=plan.window_start, duration=None if end is None else end - plan.window_start
             )
-            if plan.node is not None:
-                claims[name] = claims_of_slots(plan.node.slots, now=now)
+            if plan.node is None:
+                continue
+            known = self._notice_claims.get(plan.key)
+            if known is None or known[0] != inputs:
+                known = inputs, _claims_of(plan, applied, now)
+            read[plan.key] = known
+            claims[name] = known[1]
+        self._notice_claims = read
         done = reconcile_notices(self.notices, windows, claims, now=now)
-        # a notice kept is written again when its claims' slots or jobs changed (not
-        # for a promise end read again from a newer ad)
-        changes: dict[str, Notice | None] = {
-            key: notice
-            for key, notice in done.held.items()
-            if key in self.notices and _jobs(self.notices[key]) != _jobs(notice)
-        }
-        if done.changed or changes:
+        if done.changed or done.refreshed:
+            changes: dict[str, Notice | None] = {n.id: n for n in done.refreshed}
             changes.update({n.id: None for n in done.rescinded})
             changes.update({n.id: n for n in done.issued})
             drafts = [notice_rescinded(n) for n in done.rescinded]
@@ -1568,8 +1579,19 @@ def _watched(machine: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(machine.get(name) for name in _WATCHED)
 
 
-def _jobs(notice: Notice) -> set[tuple[str, str | None]]:
-    return {(claim.slot, claim.job_id) for claim in notice.claims}
+def _claims_of(
+    plan: MachinePlan, escalation: Escalation, now: float
+) -> dict[str, tuple[NoticeClaim, ...]]:
+    """The machine's claims by job group with the plan's verdicts on them: its node's
+    blockers as the plan row reads them (window start, ``escalation``) for a node with a
+    group's claim (a node without reads no forecast)."""
+    node = plan.node
+    assert node is not None
+    found = claims_of_slots(node.slots, now=now)
+    if not found:
+        return found
+    planned = node.forecast.blockers(now, window_start=plan.window_start, escalation=escalation)
+    return claims_of_slots(node.slots, now=now, planned=planned)
 
 
 def _notice_machine(plan: MachinePlan) -> str:

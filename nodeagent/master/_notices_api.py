@@ -119,7 +119,7 @@ def add_notice_routes(
                 return JSONResponse(error_body("notice.no_such_notice", message), 404)
             try:
                 body = json.loads(await request.body(), parse_constant=_no_constant)
-                reason, expected = check_answer(body)
+                reason, expected = check_answer(body, window=notice.window, now=master.clock.now())
             except BadAnswer as exc:
                 await record(request, who.subject, action, exc.code)
                 return JSONResponse(error_body(exc.code, str(exc)), 422)

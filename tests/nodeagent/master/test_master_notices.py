@@ -11,13 +11,14 @@ import trio
 import trio.testing
 
 from nodeagent._clock import TrioClock
+from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._notices import Verdict
 from nodeagent.master._plan import PlanPolicy
-from slots import JobSpec, Machine, MachinePolicy, Resources
+from slots import Escalation, JobSpec, Machine, MachinePolicy, Resources, ad_blockers
 
 EPOCH = 1_800_000_000.0
 
@@ -143,3 +144,65 @@ async def test_a_follower_takes_the_notices_the_leader_wrote(
     )
     follower.follow({"notices"})
     assert follower.notices == leader.notices
+
+
+class DownLink:
+    """Every call fails as an unreachable agent would (a drain due at once is tried)."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        raise AgentCallFailed("agent.unreachable", "connection refused")
+
+
+def long_job_ad(now: float, retirement: int) -> dict[str, Any]:
+    """One job of ``a/p/x`` started at EPOCH, on a node whose promise is ``retirement``."""
+    machine = Machine(
+        host="n1.test",
+        ip="10.0.0.1",
+        address="http://10.0.0.1:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=retirement),
+        now=EPOCH,
+    )
+    machine.claim(EPOCH, resources=Resources(cpus=1), spec=JobSpec(group="a/p/x"))
+    return machine.ad(now)
+
+
+async def test_claims_carry_the_plans_verdicts_saved_when_they_change(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "master.db"
+    master = make_master(path)
+    master.link = DownLink()
+    ad = long_job_ad(EPOCH, retirement=7200)
+    master.receive_ad(ad)
+    window_start = EPOCH + 3600
+    master.set_schedule(schedule(window_start), actor="ops")
+    await pass_(master)
+    (notice,) = master.notices.values()
+    # as the plan reads the node it holds: the master's escalation (quick) at the window
+    held = master.ads.get("n1.test")
+    assert held is not None
+    (blocker,) = ad_blockers(
+        held.slots, EPOCH, window_start=window_start, escalation=Escalation.QUICK
+    )
+    (claim,) = notice.claims
+    assert (claim.promise_end, claim.evict_at, claim.cut_by) == (
+        blocker["promise_end"],
+        window_start,
+        blocker["promise_end"] - window_start,
+    )
+    assert claim.kept is False
+    issued = [e for e in master.events.log.after(0)[1] if b"notice.issued" in e.data]
+    assert "1 cut at the window by up to 1 h" in json.loads(issued[0].data)["text"]
+
+    # the node's promise shortened (its policy changed): the same job is kept now, and the
+    # notice is saved again, with no event
+    master.receive_ad(long_job_ad(EPOCH + 1, retirement=60))
+    await pass_(master)
+    (claim,) = master.notices[notice.id].claims
+    assert claim.kept is True
+    assert types(master).count("notice.issued") == 1
+    again = make_master(path)
+    again.load()
+    assert again.notices == master.notices
