@@ -374,10 +374,9 @@ async def _start_jobs(
 
 
 class _Scheduler:
-    """A job group's scheduler talking to the master with a token for its own groups:
-    lists its notices and answers them (``GET /v1/notices``, ``POST
-    /v1/notices/{id}/accept|decline``; the calls :class:`~nodeagent.client.MasterClient`
-    offers under the same names)."""
+    """A job group's scheduler talking to the master over HTTP with a token for its own
+    groups: lists its notices (``GET /v1/notices?group=``) and answers them (``POST
+    /v1/notices/{id}/accept`` or ``/decline``)."""
 
     def __init__(self, http: httpx.AsyncClient, group: str) -> None:
         self.http = http
@@ -389,8 +388,18 @@ class _Scheduler:
         found: list[dict[str, Any]] = reply.json()["notices"]
         return found
 
-    async def answer(
-        self, verb: str, notice_id: str, *, reason: str, expected_completion: float | None = None
+    async def accept(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> dict[str, Any]:
+        return await self._answer("accept", notice_id, reason, expected_completion)
+
+    async def decline(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> dict[str, Any]:
+        return await self._answer("decline", notice_id, reason, expected_completion)
+
+    async def _answer(
+        self, verb: str, notice_id: str, reason: str, expected_completion: float | None
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"reason": reason}
         if expected_completion is not None:
@@ -461,7 +470,7 @@ async def _workloads(
         _scheduler(master_url, key_file, BATCH, "batch/*") as batch,
     ):
         for notice in await web.notices():
-            await web.answer("accept", notice["id"], reason="web instances move by themselves")
+            await web.accept(notice["id"], reason="web instances move by themselves")
             say(
                 f"web scheduler: notice of {notice['machine']} ({_verdicts(notice['claims'])}) "
                 "accepted"
@@ -469,8 +478,7 @@ async def _workloads(
         for notice in await batch.notices():
             ends = [c["promise_end"] for c in notice["claims"] if c.get("promise_end")]
             expected = min([window_end, *ends]) if ends else None
-            await batch.answer(
-                "decline",
+            await batch.decline(
                 notice["id"],
                 reason="month-end ETL, each run keeps its promise",
                 expected_completion=expected,
