@@ -382,8 +382,9 @@ def reconcile_notices(
     *,
     now: float,
 ) -> NoticesPass:
-    """The notices to issue and to rescind, from the notices ``held`` (in force, by id), the
-    schedule's ``windows`` (by machine) and each machine's ``claims`` by group now.
+    """The notices to issue, to rescind and to save again (``refreshed``: kept, their
+    claims changed by :func:`claims_changed`), from the notices ``held`` (in force, by id),
+    the schedule's ``windows`` (by machine) and each machine's ``claims`` by group now.
 
     A machine missing from ``claims`` (its ad not known) keeps its groups' claims as its
     notices held say: only a known ad with no claim of the group rescinds (a moved window
