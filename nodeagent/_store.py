@@ -35,6 +35,7 @@ __all__ = [
     "StoreUnavailable",
     "open_database",
     "unknown_outcome",
+    "unwritten",
 ]
 
 log = logging.getLogger("nodeagent.store")
@@ -70,6 +71,14 @@ def unknown_outcome(exc: OutcomeUnknown) -> str:
         f"the state may or may not have been written: {exc}; read it back (from any master, "
         "once one leads) before sending the request again"
     )
+
+
+def unwritten(exc: StoreError) -> str:
+    """The message of the API's 503 for a write the store failed (``exc``): that nothing
+    changed, or (:class:`OutcomeUnknown`) :func:`unknown_outcome`."""
+    if isinstance(exc, OutcomeUnknown):
+        return unknown_outcome(exc)
+    return f"the state could not be written; nothing changed: {exc}"
 
 
 class StoreFull(StoreUnavailable):

@@ -12,6 +12,16 @@ temporary directory, the jobs are processes that receive real signals. The story
 4. the machines are brought down (and stay closed), then up when their window ends: they
    resume.
 
+The workload's side runs beside it: the jobs belong to two job groups (a web service and
+a batch pipeline), each with its scheduler holding a token for its own group. The master
+gives each group a notice for each machine it runs on, with each promise's two verdicts;
+the web scheduler accepts its notices, the batch scheduler declines its with a reason, and
+a new batch job whose promise would outlive the window is refused by its node (409
+``machine.window_ahead``, naming the longest promise the node can still keep, while the
+node takes work; ``machine.not_accepting`` once the master's drain closed it, which for
+node3, whose promise outlasts the window, is at once). The operator reads the answers in
+``GET /v1/notices``, ``GET /maintenance/status`` and the event stream.
+
 The demo ends every process it started, by pid, and removes its directory.
 """
 
@@ -41,9 +51,22 @@ from nodeagent.cli._render import verdict_sentence
 from nodeagent.master._config import load_master_config
 from nodeagent.master._daemon import MasterDaemon
 
-__all__ = ["JOB", "DemoTimes", "Narrator", "run_demo", "start_agent", "unix_client", "write"]
+__all__ = [
+    "BATCH",
+    "JOB",
+    "WEB",
+    "DemoTimes",
+    "Narrator",
+    "run_demo",
+    "start_agent",
+    "unix_client",
+    "write",
+]
 
 _NS = 1_000_000_000
+#: The demo's two job groups: a web service and a batch pipeline.
+WEB = "www-data/prod/web"
+BATCH = "batch/dev/etl"
 
 #: A job: sleeps; on SIGTERM it takes a moment to save its work, then exits.
 JOB = (
@@ -64,6 +87,8 @@ class DemoTimes:
     late_retirement: int = 120  # node3 promises more than the window allows
     vacate: int = 3
     margin: float = 5.0
+    #: Each node's first jobs' promises; the last of each node's is a batch job, the
+    #: others (and every job of the second wave) web instances.
     first_wave: tuple[tuple[int, ...], ...] = ((8, 14), (20, 20), (120,))
     second_wave_at: float = 28.0  # new work arriving shortly before the drains
     second_wave: tuple[tuple[int, ...], ...] = ((15,), (20,), ())
@@ -223,7 +248,7 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
 
         started = time.time()
         for agent, promises in zip(agents, times.first_wave, strict=True):
-            await _start_jobs(agent, promises, pids, narrator)
+            await _start_jobs(agent, promises, pids, narrator, groups=_groups(promises))
         nursery.start_soon(_second_wave, agents, times, started, pids, narrator)
 
         window_start = time.time() + times.window_in
@@ -245,6 +270,16 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
                 f"for {times.window_length:.0f}s (mode DRAINING)"
             )
             await _narrate_plan(m, narrator, names, window_start)
+            await _workloads(
+                m,
+                master_url,
+                master_config.key_file,
+                agents[-1],
+                narrator,
+                notices=sum(len(set(_groups(p))) for p in times.first_wave),
+                window_end=window_start + times.window_length,
+                promise=times.late_retirement,
+            )
             status = await _watch(agents, narrator, window_start, window_start + times.vacate + 2)
             ids = [{"hostname": n, "ip": "127.0.0.1"} for n in names]
             (await m.post("/machine/down", json=ids)).raise_for_status()
@@ -298,30 +333,196 @@ async def _tell_events(m: httpx.AsyncClient, say: Callable[[str], None]) -> None
     shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
     say(f"master: {len(events)} events recorded ({shown})")
     for event in events:
-        if event["type"] == "drain.escalated":
+        answer = event["facts"].get("answer") or {}
+        if event["type"] == "drain.escalated" or answer.get("verdict") == "decline":
             say(f"  event {event['id']}: {event['text']}")
 
 
+def _groups(promises: tuple[int, ...]) -> list[str]:
+    """The job groups of a node's first jobs: the last one batch, the others web."""
+    return [WEB] * (len(promises) - 1) + [BATCH] if promises else []
+
+
+def _claim(promise: int, group: str) -> dict[str, Any]:
+    return {
+        "command": [sys.executable, "-c", JOB],
+        "cpus": 1,
+        "max_job_retirement_time": promise,
+        "owner": "demo",
+        "group": group,
+    }
+
+
 async def _start_jobs(
-    agent: AgentDaemon, promises: tuple[int, ...], pids: set[int], narrator: Narrator
+    agent: AgentDaemon,
+    promises: tuple[int, ...],
+    pids: set[int],
+    narrator: Narrator,
+    *,
+    groups: list[str] | None = None,
 ) -> None:
     if not promises:
         return
+    groups = groups or [WEB] * len(promises)
     async with unix_client(agent.config.socket) as c:
-        for promise in promises:
-            reply = await c.post(
-                "/v1/claims",
-                json={
-                    "command": [sys.executable, "-c", JOB],
-                    "cpus": 1,
-                    "max_job_retirement_time": promise,
-                    "owner": "demo",
-                },
-            )
+        for promise, group in zip(promises, groups, strict=True):
+            reply = await c.post("/v1/claims", json=_claim(promise, group))
             reply.raise_for_status()
             pids.add(reply.json()["job"]["pid"])
-    shown = ", ".join(f"{p}s" for p in promises)
+    shown = ", ".join(f"{p}s ({g.split('/')[0]})" for p, g in zip(promises, groups, strict=True))
     narrator.say(f"{agent.config.hostname}: jobs started, retirement promises {shown}")
+
+
+class _Scheduler:
+    """A job group's scheduler talking to the master over HTTP with a token for its own
+    groups: lists its notices (``GET /v1/notices?group=``) and answers them (``POST
+    /v1/notices/{id}/accept`` or ``/decline``)."""
+
+    def __init__(self, http: httpx.AsyncClient, group: str) -> None:
+        self.http = http
+        self.group = group
+
+    async def notices(self) -> list[dict[str, Any]]:
+        reply = await self.http.get("/v1/notices", params={"group": self.group})
+        reply.raise_for_status()
+        found: list[dict[str, Any]] = reply.json()["notices"]
+        return found
+
+    async def accept(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> dict[str, Any]:
+        return await self._answer("accept", notice_id, reason, expected_completion)
+
+    async def decline(
+        self, notice_id: str, *, reason: str, expected_completion: float | None = None
+    ) -> dict[str, Any]:
+        return await self._answer("decline", notice_id, reason, expected_completion)
+
+    async def _answer(
+        self, verb: str, notice_id: str, reason: str, expected_completion: float | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"reason": reason}
+        if expected_completion is not None:
+            body["expected_completion"] = expected_completion
+        reply = await self.http.post(f"/v1/notices/{notice_id}/{verb}", json=body)
+        reply.raise_for_status()
+        answered: dict[str, Any] = reply.json()
+        return answered
+
+
+@contextlib.asynccontextmanager
+async def _scheduler(
+    master_url: str, key_file: Path, group: str, pattern: str
+) -> AsyncIterator[_Scheduler]:
+    """A scheduler of ``group`` with a READ token that answers for ``pattern``."""
+    token = create_token(
+        load_key(key_file),
+        subject=f"{group.split('/', maxsplit=1)[0]}-scheduler",
+        scope=Scope.READ,
+        lifetime_s=3600,
+        now=time.time(),
+        groups=(pattern,),
+    )
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=master_url, headers=headers, timeout=10) as http:
+        yield _Scheduler(http, group)
+
+
+def _verdicts(claims: list[dict[str, Any]]) -> str:
+    """A notice's claims told by their two verdicts (their promise, the plan's cut)."""
+    now = time.time()
+    told = []
+    for claim in claims:
+        end, cut = claim.get("promise_end"), claim.get("cut_by")
+        said = "promise" if end is None else f"promise ends in {max(0.0, end - now):.0f}s"
+        if cut is None:
+            said += ", verdict not known"
+        elif cut > 0:
+            said += f", cut by {cut:.0f}s at the window"
+        else:
+            said += ", kept"
+        told.append(said)
+    return "; ".join(told)
+
+
+async def _workloads(
+    m: httpx.AsyncClient,
+    master_url: str,
+    key_file: Path,
+    agent: AgentDaemon,
+    narrator: Narrator,
+    *,
+    notices: int,
+    window_end: float,
+    promise: int,
+) -> None:
+    """The workloads' side: each group's scheduler reads its notices and answers them (the
+    web one accepts, the batch one declines with a reason), a batch job that would outlive
+    the window is refused by ``agent``'s node, and the operator reads the answers."""
+    say = narrator.say
+    with trio.move_on_after(10):
+        while True:
+            if len((await m.get("/v1/notices")).json()["notices"]) >= notices:
+                break
+            await trio.sleep(0.2)
+    async with (
+        _scheduler(master_url, key_file, WEB, "www-data/*") as web,
+        _scheduler(master_url, key_file, BATCH, "batch/*") as batch,
+    ):
+        for notice in await web.notices():
+            await web.accept(notice["id"], reason="web instances move by themselves")
+            say(
+                f"web scheduler: notice of {notice['machine']} ({_verdicts(notice['claims'])}) "
+                "accepted"
+            )
+        for notice in await batch.notices():
+            ends = [c["promise_end"] for c in notice["claims"] if c.get("promise_end")]
+            expected = min([window_end, *ends]) if ends else None
+            await batch.decline(
+                notice["id"],
+                reason="month-end ETL, each run keeps its promise",
+                expected_completion=expected,
+            )
+            say(
+                f"batch scheduler: notice of {notice['machine']} "
+                f"({_verdicts(notice['claims'])}) declined: month-end ETL"
+            )
+    # A new batch job whose promise would end after the window starts: refused by the node
+    # (its policy's before_window = "refuse": 409 machine.window_ahead, with the longest
+    # promise it can keep) once the master told it its window, or, once the master's
+    # drain has closed it, as any claim on a draining node (409 machine.not_accepting).
+    name = agent.config.hostname
+    with trio.move_on_after(5):
+        while True:
+            if (await _ad(agent)).get("Unavailability"):
+                break
+            await trio.sleep(0.1)
+    async with unix_client(agent.config.socket) as c:
+        reply = await c.post("/v1/claims", json=_claim(promise, BATCH))
+    if reply.status_code == 201:  # not expected: end it, it is not part of the story
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(reply.json()["job"]["pid"], signal.SIGKILL)
+        say(f"batch scheduler: a new {promise}s job on {name} was admitted (unexpected)")
+    else:
+        error = reply.json().get("error", {})
+        say(
+            f"batch scheduler: a new {promise}s job refused by {name} "
+            f"({reply.status_code} {error.get('code')}): {error.get('message')}"
+        )
+    # What the operator reads: the answers, with the reasons, and Mesos's status.
+    for notice in (await m.get("/v1/notices")).json()["notices"]:
+        answer = notice["answer"] or {}
+        if answer.get("verdict") == "decline":
+            say(
+                f"operator: notices: {notice['machine']} {notice['group']} declined by "
+                f"{answer['who']}: {answer['reason']!r}"
+            )
+    status = (await m.get("/maintenance/status")).json()
+    for machine in status.get("draining_machines", []):
+        answers = ", ".join(
+            f"{s['framework_id']['value']} {s['status']}" for s in machine.get("statuses", [])
+        )
+        say(f"operator: /maintenance/status: {machine['id']['hostname']}: {answers}")
 
 
 async def _second_wave(

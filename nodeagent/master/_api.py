@@ -66,7 +66,7 @@ from nodeagent._serving._http import (
     read_body,
     request_peer,
 )
-from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
+from nodeagent._store import OutcomeUnknown, StoreError, unwritten
 from nodeagent.master._adstore import foreign_ad, may_hold_control, project
 from nodeagent.master._event_stream import events_endpoint
 from nodeagent.master._leader import LeaderView, NotLeader
@@ -589,14 +589,11 @@ def build_master_app(
         except SlotsError as exc:  # a precondition of an endpoint of ours
             await record(request, who.subject, action, exc.code)
             return JSONResponse(error_body(exc.code, exc.message), status_code=exc.http_status)
-        except OutcomeUnknown as exc:
-            await record(request, who.subject, action, exc.code)
-            return JSONResponse(error_body(exc.code, unknown_outcome(exc)), status_code=503)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return PlainTextResponse(
-                f"The state could not be written; nothing changed: {exc}", status_code=503
-            )
+            if isinstance(exc, OutcomeUnknown):
+                return JSONResponse(error_body(exc.code, unwritten(exc)), status_code=503)
+            return PlainTextResponse(unwritten(exc), status_code=503)  # as Mesos's errors
         await record(request, who.subject, action, "ok")
         if reply is not None:
             return await reply(applied)

@@ -225,10 +225,18 @@ def node_back(*, node: str, machine: str, away: float) -> Draft:
 
 
 def notice_issued(notice: Notice) -> Draft:
+    """``notice.issued``: its text counts the claims and says which promises the
+    escalation at the window would cut (the longest cut), or that it keeps them all."""
+    claims = notice.claims
+    cuts = [c.cut_by or 0 for c in claims if c.kept is False]
+    said = _count(len(claims), "claim")
+    if cuts:
+        said += f", {len(cuts)} cut at the window by up to {in_words(max(cuts))}"
+    elif claims and all(c.kept for c in claims):
+        said += ", every promise kept"
     return Draft(
         type="notice.issued",
-        text=f"{notice.machine}: notice {notice.id} to {notice.group} "
-        f"({_count(len(notice.claims), 'claim')})",
+        text=f"{notice.machine}: notice {notice.id} to {notice.group} ({said})",
         machines=(notice.machine,),
         groups=(notice.group,),
         facts={"notice": notice.to_json()},

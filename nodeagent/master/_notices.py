@@ -14,7 +14,9 @@ The rules of a pass, for each scheduled machine and each group with claims there
 - a notice in force for another window (moved, or its duration changed) → it is
   **rescinded** and a new one is **issued** (a new id: an answer was given about the old
   window and is not carried over);
-- a notice in force for the same window → **kept**, with its answer, its claims refreshed.
+- a notice in force for the same window → **kept**, with its answer, its claims refreshed
+  (and saved again, **refreshed**, when :func:`claims_changed` says their jobs or their
+  verdicts changed).
 
 A notice whose machine left the schedule, or whose group has no claim left on the machine,
 is **rescinded**, and its answer goes with it.
@@ -29,8 +31,12 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from nodeagent._when import iso_time
+
 __all__ = [
+    "CLAIM_SLACK",
     "MAX_REASON_BYTES",
+    "PLAUSIBLE_YEARS",
     "Answer",
     "BadAnswer",
     "Notice",
@@ -40,6 +46,7 @@ __all__ = [
     "Verdict",
     "accepted_machines",
     "check_answer",
+    "claims_changed",
     "claims_of_slots",
     "every_claim_grouped",
     "mesos_statuses",
@@ -50,6 +57,18 @@ __all__ = [
 
 MAX_REASON_BYTES = 1024
 """The longest ``reason`` an answer may carry, in UTF-8 bytes."""
+
+PLAUSIBLE_YEARS = 10
+"""How far ahead of now (years) an ``expected_completion`` may be: further, and it reads as
+a plausible time in a smaller unit, it was written in that unit (refused, saying so)."""
+_YEAR = 365.25 * 86400
+#: The units a time is mistaken in, by how many of them make a second.
+_UNITS = ((1e3, "milliseconds"), (1e6, "microseconds"), (1e9, "nanoseconds"))
+
+CLAIM_SLACK = 2.0
+"""How far (s) a cut claim's ``evict_at`` or ``cut_by`` may move before its notice is
+saved again: an ad carries whole seconds (a job's run time is up to a second short), so
+the same promise read from two ads may differ by a second."""
 
 
 class Verdict(StrEnum):
@@ -67,21 +86,44 @@ class NoticeWindow:
     start: float
     duration: float | None = None
 
+    @property
+    def end(self) -> float | None:
+        """When the window ends (epoch s; ``None`` for an open-ended one)."""
+        return None if self.duration is None else self.start + self.duration
+
     def to_json(self) -> dict[str, Any]:
         return {"start": self.start, "duration": self.duration}
 
 
 @dataclass(frozen=True, kw_only=True)
 class NoticeClaim:
-    """One of a group's claims on the machine: its slot, its job and when its retirement
-    promise ends (epoch s; ``None`` when the ad does not say)."""
+    """One of a group's claims on the machine, with both of the plan's verdicts on it:
+    its slot and job; ``promise_end``, when the job would be gone had it kept its
+    retirement promise (epoch s); ``evict_at``, when the drain as planned for the window
+    evicts it (the escalation at the window start included, epoch s); ``cut_by``, the
+    seconds of the promise the escalation cuts (``promise_end − evict_at``; 0: the
+    promise is kept). ``None`` where the master has no plan of the node (then
+    ``promise_end`` is read from the ad's ``RetirementTimeRemaining`` when it has one)."""
 
     slot: str
     job_id: str | None = None
     promise_end: float | None = None
+    evict_at: float | None = None
+    cut_by: float | None = None
+
+    @property
+    def kept(self) -> bool | None:
+        """Whether the plan keeps this claim's promise (``None``: not known)."""
+        return None if self.cut_by is None else self.cut_by <= 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"slot": self.slot, "job_id": self.job_id, "promise_end": self.promise_end}
+        return {
+            "slot": self.slot,
+            "job_id": self.job_id,
+            "promise_end": self.promise_end,
+            "evict_at": self.evict_at,
+            "cut_by": self.cut_by,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,15 +182,18 @@ class Notice:
 @dataclass(frozen=True, kw_only=True)
 class NoticesPass:
     """What a pass decided: the notices to issue (new), to rescind (their ``rescinded`` time
-    set; forget them once saved) and every notice in force afterwards, by id (the issued
-    ones included, answers of the kept ones kept)."""
+    set; forget them once saved), the kept ones to save again (``refreshed``: their claims'
+    jobs or verdicts changed, :func:`claims_changed`; no event) and every notice in force
+    afterwards, by id (the issued ones included, answers of the kept ones kept)."""
 
     issued: tuple[Notice, ...]
     rescinded: tuple[Notice, ...]
     held: Mapping[str, Notice]
+    refreshed: tuple[Notice, ...] = ()
 
     @property
     def changed(self) -> bool:
+        """Whether a notice was issued or rescinded (each has its event)."""
         return bool(self.issued or self.rescinded)
 
 
@@ -187,6 +232,8 @@ def notice_from_json(doc: Mapping[str, Any]) -> Notice:
                 slot=str(c["slot"]),
                 job_id=c["job_id"] if isinstance(c.get("job_id"), str) else None,
                 promise_end=_num(c.get("promise_end")),
+                evict_at=_num(c.get("evict_at")),
+                cut_by=_num(c.get("cut_by")),
             )
             for c in doc.get("claims", ())
         ),
@@ -211,12 +258,18 @@ def notice_id(machine: str, group: str, window: NoticeWindow, issued: float) -> 
     return "n-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def check_answer(body: object) -> tuple[str, float | None]:
-    """The ``reason`` and ``expected_completion`` of an answer's JSON body.
+def check_answer(body: object, *, window: NoticeWindow, now: float) -> tuple[str, float | None]:
+    """The ``reason`` and ``expected_completion`` of an answer's JSON body, about a notice
+    of ``window``, at ``now`` (epoch s).
 
     Raises :class:`BadAnswer` (``notice.bad_body``: not an object or an unknown field;
     ``notice.bad_reason``: missing, not a string, empty, over :data:`MAX_REASON_BYTES` or
-    with a control character; ``notice.bad_expected_completion``: not a finite number).
+    with a control character; ``notice.bad_expected_completion``: not a finite number,
+    more than :data:`PLAUSIBLE_YEARS` ahead of ``now`` (the message names the unit it was
+    written in when it reads as a plausible time in milliseconds, microseconds or
+    nanoseconds), or after
+    the window ends: an answer says when the group will be gone, and later than the end is
+    no use to anyone; an open-ended window sets no bound).
     """
     if not isinstance(body, Mapping):
         raise BadAnswer("notice.bad_body", "the body must be a JSON object")
@@ -237,15 +290,41 @@ def check_answer(body: object) -> tuple[str, float | None]:
         raise BadAnswer("notice.bad_expected_completion", "expected_completion must be a number")
     if not math.isfinite(expected):
         raise BadAnswer("notice.bad_expected_completion", "expected_completion must be finite")
+    if expected > now + PLAUSIBLE_YEARS * _YEAR:
+        for factor, unit in _UNITS:
+            if abs(expected / factor - now) <= PLAUSIBLE_YEARS * _YEAR:
+                raise BadAnswer(
+                    "notice.bad_expected_completion",
+                    f"expected_completion is seconds since the epoch; {expected!r} reads as "
+                    f"{iso_time(expected)} — {unit}? ({iso_time(expected / factor)})",
+                )
+        raise BadAnswer(
+            "notice.bad_expected_completion",
+            f"expected_completion {iso_time(expected)} is more than {PLAUSIBLE_YEARS} years ahead",
+        )
+    end = window.end
+    if end is not None and expected > end:
+        raise BadAnswer(
+            "notice.bad_expected_completion",
+            f"expected_completion {iso_time(expected)} is after the window ends "
+            f"({iso_time(end)}): say when the group will be gone, by the window's end",
+        )
     return reason, float(expected)
 
 
-def claims_of_slots(slots: object, *, now: float) -> dict[str, tuple[NoticeClaim, ...]]:
+def claims_of_slots(
+    slots: object, *, now: float, planned: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, tuple[NoticeClaim, ...]]:
     """The claims per job group from a node's slot ads: each dynamic slot with a string
-    ``JobGroup``, its promise end ``now + RetirementTimeRemaining`` when the ad has it."""
+    ``JobGroup``, with the verdicts of its entry in ``planned`` (by slot name: the node's
+    blockers as the plan reads them for the window and the escalation the master will
+    apply, :meth:`slots.DrainForecast.blockers`; their ``promise_end``, ``evict_at`` and
+    ``cut_by``). A slot ``planned`` does not list gets its promise end ``now +
+    RetirementTimeRemaining`` when the ad has it, and no verdict."""
     found: dict[str, list[NoticeClaim]] = {}
     if not isinstance(slots, list | tuple):
         return {}
+    verdicts = {entry.get("slot"): entry for entry in planned if isinstance(entry, Mapping)}
     for ad in slots:
         if not isinstance(ad, Mapping):
             continue
@@ -253,17 +332,49 @@ def claims_of_slots(slots: object, *, now: float) -> dict[str, tuple[NoticeClaim
         name = ad.get("Name")
         if not isinstance(group, str) or not group or not isinstance(name, str):
             continue
-        remaining = ad.get("RetirementTimeRemaining")
-        end = (
-            now + float(remaining)
-            if isinstance(remaining, int | float) and not isinstance(remaining, bool)
-            else None
-        )
         job = ad.get("JobId")
-        found.setdefault(group, []).append(
-            NoticeClaim(slot=name, job_id=job if isinstance(job, str) else None, promise_end=end)
-        )
+        claim = NoticeClaim(slot=name, job_id=job if isinstance(job, str) else None)
+        verdict = verdicts.get(name)
+        if verdict is not None:
+            claim = replace(
+                claim,
+                promise_end=_num(verdict.get("promise_end")),
+                evict_at=_num(verdict.get("evict_at")),
+                cut_by=_num(verdict.get("cut_by")),
+            )
+        else:
+            remaining = _num(ad.get("RetirementTimeRemaining"))
+            if remaining is not None:
+                claim = replace(claim, promise_end=now + remaining)
+        found.setdefault(group, []).append(claim)
     return {g: tuple(sorted(c, key=lambda c: c.slot)) for g, c in sorted(found.items())}
+
+
+def _moved(before: float | None, after: float | None) -> bool:
+    if before is None or after is None:
+        return before is not after
+    return abs(before - after) > CLAIM_SLACK
+
+
+def claims_changed(before: Iterable[NoticeClaim], after: Iterable[NoticeClaim]) -> bool:
+    """Whether a kept notice's claims changed enough to be saved again: a slot or a job
+    came or went, a claim's verdict turned (kept, cut or not known), or a cut claim's
+    ``evict_at`` or ``cut_by`` moved by more than :data:`CLAIM_SLACK`. A kept claim's times
+    read again from a newer ad are not (they move with the ads' whole seconds, and the end
+    of a job past its promise moves with the clock); the claims served are the newest."""
+    old = {(c.slot, c.job_id): c for c in before}
+    new = {(c.slot, c.job_id): c for c in after}
+    if old.keys() != new.keys():
+        return True
+    for key, claim in new.items():
+        was = old[key]
+        if was.kept is not claim.kept:
+            return True
+        if claim.kept is False and (
+            _moved(was.evict_at, claim.evict_at) or _moved(was.cut_by, claim.cut_by)
+        ):
+            return True
+    return False
 
 
 def reconcile_notices(
@@ -273,8 +384,9 @@ def reconcile_notices(
     *,
     now: float,
 ) -> NoticesPass:
-    """The notices to issue and to rescind, from the notices ``held`` (in force, by id), the
-    schedule's ``windows`` (by machine) and each machine's ``claims`` by group now.
+    """The notices to issue, to rescind and to save again (``refreshed``: kept, their
+    claims changed by :func:`claims_changed`), from the notices ``held`` (in force, by id),
+    the schedule's ``windows`` (by machine) and each machine's ``claims`` by group now.
 
     A machine missing from ``claims`` (its ad not known) keeps its groups' claims as its
     notices held say: only a known ad with no claim of the group rescinds (a moved window
@@ -288,6 +400,7 @@ def reconcile_notices(
             known.setdefault(notice.machine, {})[notice.group] = notice.claims
     issued: list[Notice] = []
     rescinded: list[Notice] = []
+    refreshed: list[Notice] = []
     after: dict[str, Notice] = {}
     by_key = {(n.machine, n.group): n for n in held.values()}
     for (machine, group), notice in sorted(by_key.items()):
@@ -296,7 +409,9 @@ def reconcile_notices(
         if window is None or not group_claims or window != notice.window:
             rescinded.append(replace(notice, rescinded=now))
         else:
-            after[notice.id] = replace(notice, claims=group_claims)
+            fresh = after[notice.id] = replace(notice, claims=group_claims)
+            if claims_changed(notice.claims, group_claims):
+                refreshed.append(fresh)
     kept = {(n.machine, n.group) for n in after.values()}
     for machine, window in sorted(windows.items()):
         for group, group_claims in sorted(known.get(machine, {}).items()):
@@ -312,7 +427,9 @@ def reconcile_notices(
             )
             issued.append(new)
             after[new.id] = new
-    return NoticesPass(issued=tuple(issued), rescinded=tuple(rescinded), held=after)
+    return NoticesPass(
+        issued=tuple(issued), rescinded=tuple(rescinded), held=after, refreshed=tuple(refreshed)
+    )
 
 
 def mesos_statuses(notices: Iterable[Notice], names: Iterable[str | None]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 
 from nodeagent._auth import AuthError, Principal, Scope, WrongGroup, require
 from nodeagent._serving._http import error_body
-from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
+from nodeagent._store import StoreError, unwritten
 from nodeagent.master._leader import NotLeader
 from nodeagent.master._master import Master
 from nodeagent.master._notices import BadAnswer, Verdict, check_answer
@@ -119,7 +119,7 @@ def add_notice_routes(
                 return JSONResponse(error_body("notice.no_such_notice", message), 404)
             try:
                 body = json.loads(await request.body(), parse_constant=_no_constant)
-                reason, expected = check_answer(body)
+                reason, expected = check_answer(body, window=notice.window, now=master.clock.now())
             except BadAnswer as exc:
                 await record(request, who.subject, action, exc.code)
                 return JSONResponse(error_body(exc.code, str(exc)), 422)
@@ -141,12 +141,7 @@ def add_notice_routes(
                 return JSONResponse(error_body("notice.no_such_notice", message), 404)
             except StoreError as exc:
                 await record(request, who.subject, action, exc.code)
-                message = (
-                    unknown_outcome(exc)
-                    if isinstance(exc, OutcomeUnknown)
-                    else f"nothing changed: {exc}"
-                )
-                return JSONResponse(error_body(exc.code, message), 503)
+                return JSONResponse(error_body(exc.code, unwritten(exc)), 503)
             await record(request, who.subject, action, "ok")
             return JSONResponse(answered.to_json())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,9 +56,32 @@ def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
         "node3.demo: resumed, Start=True",
         "3 drains started just in time, 1 escalated at the window, 3 machines downed",
         "cleaned up: 7 job process groups ended",
+        # the workloads' side: two groups' notices, answered, and a claim refused
+        "node1.demo: jobs started, retirement promises 2s (www-data), 4s (batch)",
+        "web scheduler: notice of node1.demo (promise ends in",
+        "web scheduler: notice of node2.demo (promise ends in",
+        "batch scheduler: notice of node3.demo (promise ends in",
+        "batch scheduler: a new 60s job refused by node3.demo (409 machine.",
+        "operator: notices: node3.demo batch/dev/etl declined by batch-scheduler: "
+        "'month-end ETL, each run keeps its promise'",
+        "operator: /maintenance/status: node1.demo: batch/dev/etl DECLINE, "
+        "www-data/prod/web ACCEPT",
+        "operator: /maintenance/status: node3.demo: batch/dev/etl DECLINE",
+        "notice.answered 5, notice.issued 5",
+        "batch/dev/etl answered decline to notice n-",
     )
     out = _demo(tmp_path, "--fast", lines)
     assert "NOT empty" not in out
+    assert "(unexpected)" not in out
+    # each group's scheduler answers only its own group's notices: web accepts 2, batch
+    # declines 3
+    assert out.count("web scheduler: notice of") == 2
+    assert out.count("batch scheduler: notice of") == 3
+    assert out.count(") accepted") == 2
+    # the late job's notice carries the plan's cut (its promise outlasts the window)
+    assert re.search(
+        r"notice of node3\.demo \(promise ends in \d+s, cut by \d+s at the window\)", out
+    )
     # The story comes in the order things happen: the window starts, then its escalation
     # evicts; the machines come back when the window ends, and the demo says so.
     assert out.index("the window starts now") < out.index("(escalated)")

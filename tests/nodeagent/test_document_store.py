@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent._store import DocumentStore, Members
+from nodeagent._store import (
+    DocumentStore,
+    Members,
+    OutcomeUnknown,
+    StoreError,
+    StoreFull,
+    unwritten,
+)
 
 
 def rows(path: Path) -> dict[str, str]:
@@ -70,3 +77,18 @@ def test_a_replaced_file_gets_the_collection_rows_of_the_file_it_had_open(
     finally:
         store.close()
     assert rows(path) == {"1": '{"n":1}', "2": '{"n":20}'}
+
+
+@pytest.mark.parametrize(
+    ("exc", "said"),
+    [
+        (StoreError("disk error"), "the state could not be written; nothing changed: disk error"),
+        (StoreFull("full"), "the state could not be written; nothing changed: full"),
+        (
+            OutcomeUnknown("etcd timed out"),
+            "the state may or may not have been written: etcd timed out; read it back",
+        ),
+    ],
+)
+def test_the_message_of_a_write_the_store_failed(exc: StoreError, said: str) -> None:
+    assert unwritten(exc).startswith(said)

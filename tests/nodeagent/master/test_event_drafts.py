@@ -12,6 +12,7 @@ from nodeagent.master._event_drafts import (
     evicted_cuts,
     mode_changes,
     node_changes,
+    notice_issued,
     operation_changes,
     schedule_changed,
 )
@@ -22,6 +23,7 @@ from nodeagent.master._maintenance import (
     Unavailability,
     Window,
 )
+from nodeagent.master._notices import Notice, NoticeClaim, NoticeWindow
 
 S = 1_000_000_000
 
@@ -267,3 +269,38 @@ def test_evicted_cuts_are_read_from_the_slots_being_evicted() -> None:
             "cut_badput": 40,
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("claims", "said"),
+    [
+        ((), "(0 claims)"),
+        ((NoticeClaim(slot="s1"),), "(1 claim)"),
+        (
+            (NoticeClaim(slot="s1", cut_by=0.0), NoticeClaim(slot="s2", cut_by=0.0)),
+            "(2 claims, every promise kept)",
+        ),
+        (
+            (
+                NoticeClaim(slot="s1", cut_by=0.0),
+                NoticeClaim(slot="s2", cut_by=600.0),
+                NoticeClaim(slot="s3", cut_by=7200.0),
+            ),
+            "(3 claims, 2 cut at the window by up to 2 h)",
+        ),
+    ],
+)
+def test_notice_issued_says_which_promises_the_window_cuts(
+    claims: tuple[NoticeClaim, ...], said: str
+) -> None:
+    notice = Notice(
+        id="n-1",
+        machine="m1",
+        group="g",
+        window=NoticeWindow(start=100.0),
+        claims=claims,
+        issued=1.0,
+    )
+    draft = notice_issued(notice)
+    assert draft.text == f"m1: notice n-1 to g {said}"
+    assert draft.facts["notice"]["claims"] == [c.to_json() for c in claims]

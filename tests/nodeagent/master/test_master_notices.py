@@ -11,13 +11,14 @@ import trio
 import trio.testing
 
 from nodeagent._clock import TrioClock
+from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._notices import Verdict
 from nodeagent.master._plan import PlanPolicy
-from slots import JobSpec, Machine, MachinePolicy, Resources
+from slots import Escalation, JobSpec, Machine, MachinePolicy, Resources, ad_blockers
 
 EPOCH = 1_800_000_000.0
 
@@ -143,3 +144,117 @@ async def test_a_follower_takes_the_notices_the_leader_wrote(
     )
     follower.follow({"notices"})
     assert follower.notices == leader.notices
+
+
+class DownLink:
+    """Every call fails as an unreachable agent would (a drain due at once is tried)."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        raise AgentCallFailed("agent.unreachable", "connection refused")
+
+
+def long_job_ad(now: float, retirement: int) -> dict[str, Any]:
+    """One job of ``a/p/x`` started at EPOCH, on a node whose promise is ``retirement``."""
+    machine = Machine(
+        host="n1.test",
+        ip="10.0.0.1",
+        address="http://10.0.0.1:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=retirement),
+        now=EPOCH,
+    )
+    machine.claim(EPOCH, resources=Resources(cpus=1), spec=JobSpec(group="a/p/x"))
+    return machine.ad(now)
+
+
+async def test_claims_carry_the_plans_verdicts_saved_when_they_change(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "master.db"
+    master = make_master(path)
+    master.link = DownLink()
+    ad = long_job_ad(EPOCH, retirement=7200)
+    master.receive_ad(ad)
+    window_start = EPOCH + 3600
+    master.set_schedule(schedule(window_start), actor="ops")
+    await pass_(master)
+    (notice,) = master.notices.values()
+    # as the plan reads the node it holds: the master's escalation (quick) at the window
+    held = master.ads.get("n1.test")
+    assert held is not None
+    (blocker,) = ad_blockers(
+        held.slots, EPOCH, window_start=window_start, escalation=Escalation.QUICK
+    )
+    (claim,) = notice.claims
+    assert (claim.promise_end, claim.evict_at, claim.cut_by) == (
+        blocker["promise_end"],
+        window_start,
+        blocker["promise_end"] - window_start,
+    )
+    assert claim.kept is False
+    issued = [e for e in master.events.log.after(0)[1] if b"notice.issued" in e.data]
+    assert "1 cut at the window by up to 1 h" in json.loads(issued[0].data)["text"]
+
+    # the node's promise shortened (its policy changed): the same job is kept now, and the
+    # notice is saved again, with no event
+    master.receive_ad(long_job_ad(EPOCH + 1, retirement=60))
+    await pass_(master)
+    (claim,) = master.notices[notice.id].claims
+    assert claim.kept is True
+    assert types(master).count("notice.issued") == 1
+    again = make_master(path)
+    again.load()
+    assert again.notices == master.notices
+
+
+def host_ad(host: str, ip: str, now: float) -> dict[str, Any]:
+    machine = Machine(
+        host=host,
+        ip=ip,
+        address=f"http://{ip}:9621",
+        total=Resources(cpus=4),
+        policy=MachinePolicy(max_job_retirement_time=60),
+        now=now,
+    )
+    machine.claim(now, resources=Resources(cpus=1), spec=JobSpec(group="a/p/x"))
+    return machine.ad(now)
+
+
+async def test_a_pass_reads_a_bounded_number_of_verdicts_and_the_rest_later(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Reading a claim's verdicts makes its node's forecast for the window: a pass makes
+    at most forecasts_per_pass of them; the other notices are issued with their verdicts
+    unknown and given them (saved again, no second notice.issued) by later passes."""
+    master = make_master(tmp_path / "master.db", ("operations", "notices", "events"))
+    master.forecasts_per_pass = 1
+    hosts = [(f"n{i}.test", f"10.0.0.{i}") for i in range(1, 5)]
+    for host, ip in hosts:
+        master.receive_ad(host_ad(host, ip, EPOCH))
+    ids = tuple(MachineId(hostname=h, ip=ip) for h, ip in hosts)
+    master.set_schedule(
+        MaintenanceSchedule(
+            windows=(
+                Window(
+                    machine_ids=ids,
+                    unavailability=Unavailability(start_ns=int(EPOCH + 86_400) * 10**9),
+                ),
+            )
+        ),
+        actor="ops",
+    )
+
+    def unknown() -> int:
+        return sum(c.cut_by is None for n in master.notices.values() for c in n.claims)
+
+    await pass_(master)
+    assert len(master.notices) == 4
+    assert 0 < unknown() < 4  # some read, not all
+    for _ in range(4):
+        await pass_(master)
+    assert unknown() == 0
+    assert types(master).count("notice.issued") == 4
+    stored = make_master(tmp_path / "master.db", ("operations", "notices", "events"))
+    stored.load()
+    assert stored.notices == master.notices

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from nodeagent.master._notices import (
     NoticeWindow,
     Verdict,
     check_answer,
+    claims_changed,
     claims_of_slots,
     mesos_statuses,
     notice_from_json,
@@ -28,6 +30,7 @@ W = NoticeWindow(start=5_000.0, duration=3_600.0)
 MOVED = NoticeWindow(start=6_000.0, duration=3_600.0)
 A = (NoticeClaim(slot="slot1_1@n1", job_id="j1", promise_end=2_000.0),)
 B = (NoticeClaim(slot="slot1_2@n1", job_id="j2", promise_end=3_000.0),)
+BAD_EC = "notice.bad_expected_completion"
 ANSWER = Answer(verdict=Verdict.DECLINE, reason="batch ends at 6", who="alice", at=900.0)
 
 
@@ -164,6 +167,67 @@ def test_answers_of_notices_in_force_are_kept_and_claims_refreshed() -> None:
     assert result.held[old.id].answer == ANSWER
     assert result.held[old.id].claims == A + B
     assert not result.changed
+    assert result.refreshed == (result.held[old.id],)  # saved again, no event
+
+
+def test_a_kept_notice_is_saved_again_only_when_its_claims_changed() -> None:
+    old = held("n1", "a", W)
+    moved = (replace(A[0], promise_end=2_001.0),)  # the same job read from a newer ad
+    same = reconcile_notices({old.id: old}, {"n1": W}, {"n1": {"a": moved}}, now=NOW)
+    assert same.refreshed == ()
+    assert same.held[old.id].claims == moved  # served the newest
+    cut = (replace(A[0], promise_end=6_000.0, evict_at=5_000.0, cut_by=1_000.0),)
+    verdict = reconcile_notices({old.id: old}, {"n1": W}, {"n1": {"a": cut}}, now=NOW)
+    assert [n.claims for n in verdict.refreshed] == [cut]
+
+
+def claim(kept: bool | None = None, *, job: str = "j1", **times: Any) -> NoticeClaim:
+    cut = None if kept is None else 0.0 if kept else 1_000.0
+    made = NoticeClaim(slot="s1", job_id=job, promise_end=6_000.0, evict_at=5_000.0, cut_by=cut)
+    return replace(made, **times)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        ((claim(True),), (claim(True),), False),
+        ((claim(True),), (claim(True, promise_end=6_001.0, evict_at=5_900.0),), False),
+        ((claim(False),), (claim(False, cut_by=1_001.0, promise_end=6_001.0),), False),
+        ((claim(False),), (claim(False, evict_at=5_000.0 + 2.0),), False),
+        ((claim(False),), (claim(False, evict_at=5_000.0 + 3.0),), True),
+        ((claim(False),), (claim(False, cut_by=1_003.0),), True),
+        ((claim(True),), (claim(False),), True),
+        ((claim(False),), (claim(True),), True),
+        ((claim(None),), (claim(True),), True),
+        ((claim(True),), (claim(None),), True),
+        ((claim(None),), (claim(None, promise_end=9_000.0),), False),
+        ((claim(True),), (claim(True, job="j2"),), True),
+        ((claim(True),), (claim(True), replace(claim(True), slot="s2")), True),
+        ((claim(True), replace(claim(True), slot="s2")), (claim(True),), True),
+        ((), (), False),
+    ],
+    ids=[
+        "the same",
+        "a kept claim's times moved",
+        "a cut claim's times moved by a second",
+        "a cut claim's eviction moved by the slack",
+        "a cut claim's eviction moved past the slack",
+        "a cut claim's cut moved past the slack",
+        "kept, then cut",
+        "cut, then kept",
+        "a verdict known",
+        "a verdict no longer known",
+        "no verdict, its promise moved",
+        "another job in the slot",
+        "a claim came",
+        "a claim went",
+        "none",
+    ],
+)
+def test_claims_changed(
+    before: tuple[NoticeClaim, ...], after: tuple[NoticeClaim, ...], changed: bool
+) -> None:
+    assert claims_changed(before, after) is changed
 
 
 def test_an_answer_from_a_group_that_left_goes_with_its_notice() -> None:
@@ -186,38 +250,85 @@ def test_only_the_latest_answer_counts() -> None:
     assert notice.answered(later).answer == later
 
 
+#: A window of the schedule: now is 2027-01-15, it starts a day later, for an hour.
+AT = 1_800_000_000.0
+WINDOW = NoticeWindow(start=AT + 86_400, duration=3_600.0)
+OPEN = NoticeWindow(start=AT + 86_400)
+
+
 @pytest.mark.parametrize(
-    ("body", "code"),
+    ("body", "window", "code", "said"),
     [
-        ([], "notice.bad_body"),
-        ({"reason": "x", "other": 1}, "notice.bad_body"),
-        ({}, "notice.bad_reason"),
-        ({"reason": ""}, "notice.bad_reason"),
-        ({"reason": 3}, "notice.bad_reason"),
-        ({"reason": "a\nb"}, "notice.bad_reason"),
-        ({"reason": "x" * 1025}, "notice.bad_reason"),
-        ({"reason": "x", "expected_completion": "soon"}, "notice.bad_expected_completion"),
-        ({"reason": "x", "expected_completion": True}, "notice.bad_expected_completion"),
-        ({"reason": "x", "expected_completion": math.inf}, "notice.bad_expected_completion"),
-        ({"reason": "x", "expected_completion": math.nan}, "notice.bad_expected_completion"),
+        ([], WINDOW, "notice.bad_body", "JSON object"),
+        ({"reason": "x", "other": 1}, WINDOW, "notice.bad_body", "other"),
+        ({}, WINDOW, "notice.bad_reason", "required"),
+        ({"reason": ""}, WINDOW, "notice.bad_reason", "required"),
+        ({"reason": 3}, WINDOW, "notice.bad_reason", "required"),
+        ({"reason": "a\nb"}, WINDOW, "notice.bad_reason", "control"),
+        ({"reason": "x" * 1025}, WINDOW, "notice.bad_reason", "1024"),
+        ({"reason": "x", "expected_completion": "soon"}, WINDOW, BAD_EC, "a number"),
+        ({"reason": "x", "expected_completion": True}, WINDOW, BAD_EC, "a number"),
+        ({"reason": "x", "expected_completion": math.inf}, WINDOW, BAD_EC, "finite"),
+        ({"reason": "x", "expected_completion": math.nan}, WINDOW, BAD_EC, "finite"),
+        # after the window ends: no use to anyone
+        (
+            {"reason": "x", "expected_completion": AT + 86_400 + 3_601},
+            WINDOW,
+            BAD_EC,
+            "after the window ends (2027-01-16T09:00:00Z)",
+        ),
+        # a unit mistake, with a bounded window or an open-ended one
+        (
+            {"reason": "x", "expected_completion": (AT + 3_600) * 1e3},
+            WINDOW,
+            BAD_EC,
+            "— milliseconds? (2027-01-15T09:00:00Z)",
+        ),
+        (
+            {"reason": "x", "expected_completion": int((AT + 3_600) * 1e9)},
+            OPEN,
+            BAD_EC,
+            "— nanoseconds? (2027-01-15T09:00:00Z)",
+        ),
+        (
+            {"reason": "x", "expected_completion": (AT + 3_600) * 1e6},
+            OPEN,
+            BAD_EC,
+            "1800003600000000.0 reads as year 57040642 — microseconds? (2027-01-15T09:00:00Z)",
+        ),
+        # nonsense in any unit
+        ({"reason": "x", "expected_completion": 1e30}, OPEN, BAD_EC, "more than 10 years ahead"),
     ],
 )
-def test_check_answer_refuses(body: object, code: str) -> None:
+def test_check_answer_refuses(body: object, window: NoticeWindow, code: str, said: str) -> None:
     with pytest.raises(BadAnswer) as refused:
-        check_answer(body)
+        check_answer(body, window=window, now=AT)
     assert refused.value.code == code
+    assert said in str(refused.value)
 
 
 @pytest.mark.parametrize(
-    ("body", "expected"),
+    ("body", "window", "expected"),
     [
-        ({"reason": "x" * 1024}, ("x" * 1024, None)),
-        ({"reason": "ok", "expected_completion": 7}, ("ok", 7.0)),
-        ({"reason": "ok", "expected_completion": None}, ("ok", None)),
+        ({"reason": "x" * 1024}, WINDOW, ("x" * 1024, None)),
+        ({"reason": "ok", "expected_completion": AT + 60}, WINDOW, ("ok", AT + 60)),
+        ({"reason": "ok", "expected_completion": None}, WINDOW, ("ok", None)),
+        # at the window's end is still of use
+        ({"reason": "ok", "expected_completion": AT + 90_000}, WINDOW, ("ok", AT + 90_000)),
+        # an open-ended window sets no bound, short of a unit mistake
+        (
+            {"reason": "ok", "expected_completion": AT + 9 * 365 * 86_400},
+            OPEN,
+            ("ok", AT + 9 * 365 * 86_400),
+        ),
+        # an expected completion already past is the owner's word too
+        ({"reason": "ok", "expected_completion": AT - 60}, WINDOW, ("ok", AT - 60)),
     ],
 )
-def test_check_answer_accepts(body: object, expected: tuple[str, float | None]) -> None:
-    assert check_answer(body) == expected
+def test_check_answer_accepts(
+    body: object, window: NoticeWindow, expected: tuple[str, float | None]
+) -> None:
+    assert check_answer(body, window=window, now=AT) == expected
 
 
 def test_claims_of_slots() -> None:
@@ -238,6 +349,34 @@ def test_claims_of_slots() -> None:
     assert claims_of_slots(None, now=NOW) == {}
 
 
+def test_claims_of_slots_take_the_plans_verdicts() -> None:
+    slots = [
+        {"Name": "slot1_1@n1", "JobGroup": "a", "JobId": "j1", "RetirementTimeRemaining": 60},
+        {"Name": "slot1_2@n1", "JobGroup": "a", "JobId": "j2", "RetirementTimeRemaining": 9000},
+        {"Name": "slot1_3@n1", "JobGroup": "b", "RetirementTimeRemaining": 30},
+    ]
+    planned = [
+        # the plan's blockers: latest first, with what the claims carry and more
+        {"slot": "slot1_2@n1", "promise_end": 10_010, "evict_at": 5_000, "cut_by": 5_010},
+        {"slot": "slot1_1@n1", "promise_end": 1_070, "evict_at": 1_060, "cut_by": 0, "run": 5},
+    ]
+    assert claims_of_slots(slots, now=NOW, planned=planned) == {
+        "a": (
+            NoticeClaim(
+                slot="slot1_1@n1", job_id="j1", promise_end=1_070, evict_at=1_060, cut_by=0
+            ),
+            NoticeClaim(
+                slot="slot1_2@n1", job_id="j2", promise_end=10_010, evict_at=5_000, cut_by=5_010
+            ),
+        ),
+        # a slot the plan does not list (not active): its promise from the ad, no verdict
+        "b": (NoticeClaim(slot="slot1_3@n1", promise_end=NOW + 30),),
+    }
+    (kept, cut) = claims_of_slots(slots, now=NOW, planned=planned)["a"]
+    assert (kept.kept, cut.kept) == (True, False)
+    assert NoticeClaim(slot="s").kept is None
+
+
 @pytest.mark.parametrize(
     "notice",
     [
@@ -248,7 +387,7 @@ def test_claims_of_slots() -> None:
             machine="n2",
             group="b",
             window=W,
-            claims=A + B + (NoticeClaim(slot="s"),),
+            claims=A + B + (NoticeClaim(slot="s"), claim(False), replace(claim(True), slot="s2")),
             issued=1.0,
             rescinded=2.0,
             answer=Answer(
@@ -259,6 +398,13 @@ def test_claims_of_slots() -> None:
 )
 def test_a_notice_round_trips_through_json(notice: Notice) -> None:
     assert notice_from_json(json.loads(json.dumps(notice.to_json()))) == notice
+
+
+def test_a_notice_written_before_claims_had_verdicts_reads_without_them() -> None:
+    doc = held("n1", "a", W).to_json()
+    for c in doc["claims"]:
+        del c["evict_at"], c["cut_by"]
+    assert notice_from_json(doc) == held("n1", "a", W)
 
 
 @pytest.mark.parametrize(

@@ -145,3 +145,45 @@ async def test_notices_listed_and_answered(tmp_path: Path) -> None:
             ("owner", "notice.accept n-nope", "notice.no_such_notice"),
             ("owner", f"notice.decline {ida}", "store.error"),
         ]
+
+
+async def test_an_expected_completion_after_the_window_or_in_another_unit_is_refused(
+    tmp_path: Path,
+) -> None:
+    start = EPOCH + 86_400
+    hour = {
+        "windows": [
+            {
+                "machine_ids": [{"hostname": "n1.test", "ip": "10.0.0.1"}],
+                "unavailability": {
+                    "start": {"nanoseconds": int(start * 1e9)},
+                    "duration": {"nanoseconds": 3600 * 10**9},
+                },
+            }
+        ]
+    }
+    async with api(tmp_path) as a:
+        assert (await a.push(node_ad(["a/p/x"]))).status_code == 200
+        assert (await a.local.post("/maintenance/schedule", json=hour)).status_code == 200
+        await one_pass(a.master)
+        (listed,) = (await a.tcp.get("/v1/notices", headers=owner())).json()["notices"]
+        url = f"/v1/notices/{listed['id']}/decline"
+        events = len(a.master.events.log.after(0)[1])
+        for expected, said in [
+            (start + 3601, "is after the window ends"),
+            ((EPOCH + 600) * 1000, "— milliseconds?"),
+            (int((EPOCH + 600) * 1e9), "— nanoseconds?"),
+        ]:
+            body = {"reason": "month end", "expected_completion": expected}
+            refused = await a.tcp.post(url, json=body, headers=owner("a/*"))
+            assert error_code(refused) == (422, "notice.bad_expected_completion")
+            assert said in refused.json()["error"]["message"]
+        # nothing changed: no answer, no event
+        assert a.master.notices[listed["id"]].answer is None
+        assert len(a.master.events.log.after(0)[1]) == events
+        body = {"reason": "month end", "expected_completion": start + 3600}
+        ok = await a.tcp.post(url, json=body, headers=owner("a/*"))
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["answer"]["expected_completion"] == start + 3600
+        audited = [r[2] for r in a.audited() if r[1].startswith("notice.")]
+        assert audited == ["notice.bad_expected_completion"] * 3 + ["ok"]
