@@ -6,9 +6,12 @@ temporary directory, the jobs are processes that receive real signals. The story
 1. a master and three agents start; each agent runs jobs with different retirement
    promises (and one node runs a job whose promise outlasts the window);
 2. a maintenance window for all three machines is posted a minute ahead;
-3. the master plans and starts each node's graceful drain just in time; jobs are
-   evicted at their promises and the nodes are empty before the window, except the
-   late one, which the plan shows late and which is escalated when the window starts;
+3. the master plans and starts each node's graceful drain just in time: the nodes refuse
+   new work whose promise would outlive the window, so each takes work that fits until
+   its drain starts, its vacate time and the margin before the window (a scheduler asking
+   too long a promise is told the longest that still fits, and asks for that); jobs are
+   evicted at their promises and the nodes are empty by the window, except the late one,
+   which the plan shows late and which is escalated when the window starts;
 4. the machines are brought down (and stay closed), then up when their window ends: they
    resume.
 
@@ -17,9 +20,8 @@ a batch pipeline), each with its scheduler holding a token for its own group. Th
 gives each group a notice for each machine it runs on, with each promise's two verdicts;
 the web scheduler accepts its notices, the batch scheduler declines its with a reason, and
 a new batch job whose promise would outlive the window is refused by its node (409
-``machine.window_ahead``, naming the longest promise the node can still keep, while the
-node takes work; ``machine.not_accepting`` once the master's drain closed it, which for
-node3, whose promise outlasts the window, is at once). The operator reads the answers in
+``machine.window_ahead``, naming the longest promise the node can still keep). The operator
+reads the answers in
 ``GET /v1/notices``, ``GET /maintenance/status`` and the event stream.
 
 The demo ends every process it started, by pid, and removes its directory.
@@ -28,8 +30,10 @@ The demo ends every process it started, by pid, and removes its directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -90,8 +94,10 @@ class DemoTimes:
     #: Each node's first jobs' promises; the last of each node's is a batch job, the
     #: others (and every job of the second wave) web instances.
     first_wave: tuple[tuple[int, ...], ...] = ((8, 14), (20, 20), (120,))
-    second_wave_at: float = 28.0  # new work arriving shortly before the drains
-    second_wave: tuple[tuple[int, ...], ...] = ((15,), (20,), ())
+    #: New work arriving shortly before the drains, asking these promises (too long: each
+    #: is refused, and asked again with the longest that fits).
+    second_wave_at: float = 44.0
+    second_wave: tuple[tuple[int, ...], ...] = ((60,), (60,), ())
 
     @classmethod
     def fast(cls) -> DemoTimes:
@@ -103,8 +109,8 @@ class DemoTimes:
             vacate=1,
             margin=1.0,
             first_wave=((2, 4), (6, 6), (60,)),
-            second_wave_at=10.0,
-            second_wave=((5,), (6,), ()),
+            second_wave_at=15.0,
+            second_wave=((30,), (30,), ()),
         )
 
 
@@ -249,9 +255,18 @@ async def _story(root: Path, times: DemoTimes, narrator: Narrator, pids: set[int
         started = time.time()
         for agent, promises in zip(agents, times.first_wave, strict=True):
             await _start_jobs(agent, promises, pids, narrator, groups=_groups(promises))
-        nursery.start_soon(_second_wave, agents, times, started, pids, narrator)
-
         window_start = time.time() + times.window_in
+        second_wave = functools.partial(
+            _second_wave,
+            agents,
+            times,
+            narrator,
+            started=started,
+            window_start=window_start,
+            pids=pids,
+        )
+        nursery.start_soon(second_wave)
+
         schedule = {
             "windows": [
                 {
@@ -528,14 +543,43 @@ async def _workloads(
 async def _second_wave(
     agents: list[AgentDaemon],
     times: DemoTimes,
-    started: float,
-    pids: set[int],
     narrator: Narrator,
+    *,
+    started: float,
+    window_start: float,
+    pids: set[int],
 ) -> None:
+    """New work shortly before the drains: each claim asks a promise that would outlive the
+    window, is refused (409 ``machine.window_ahead``), and is asked again with the longest
+    promise that still fits, as a scheduler that reads the refusal does; the node takes it
+    (unless its drain has started meanwhile: said, not raised)."""
     await trio.sleep(max(0.0, started + times.second_wave_at - time.time()))
-    narrator.say("new work arrives: the nodes still accept it until their drains start")
+    narrator.say(
+        f"new work arrives, the window in {window_start - time.time():.0f}s: the nodes take "
+        "what fits before it until their drains start"
+    )
     for agent, promises in zip(agents, times.second_wave, strict=True):
-        await _start_jobs(agent, promises, pids, narrator)
+        name = agent.config.hostname
+        async with unix_client(agent.config.socket) as c:
+            for asked in promises:
+                reply = await c.post("/v1/claims", json=_claim(asked, WEB))
+                error = reply.json().get("error", {}) if reply.status_code >= 400 else {}
+                if error.get("code") == "machine.window_ahead":
+                    # the node holds the window in whole seconds (UnavailabilityStart)
+                    fits = max(0, math.floor(math.floor(window_start) - time.time()))
+                    narrator.say(
+                        f"{name}: a web job asking a {asked}s promise refused (409 "
+                        f"machine.window_ahead); the scheduler asks for the {fits}s that fit"
+                    )
+                    reply = await c.post("/v1/claims", json=_claim(fits, WEB))
+                if reply.status_code >= 400:
+                    refused = reply.json().get("error", {})
+                    narrator.say(f"{name}: new work refused ({refused.get('code')})")
+                    continue
+                job = reply.json()["job"]
+                pids.add(job["pid"])
+                granted = job["retirement_granted"]
+                narrator.say(f"{name}: jobs started, retirement promises {granted}s (www-data)")
 
 
 async def _ad(agent: AgentDaemon) -> dict[str, Any]:
@@ -561,8 +605,16 @@ async def _narrate_plan(
             continue
         start = row["planned_drain_start"] - time.time()
         verdict = "on time" if row["on_time"] else f"LATE by {row['late_by']:.0f}s"
+        closing = row.get("closing") or {}
+        why = "just in time"
+        if closing.get("by_promise"):
+            before = window_start - row["planned_drain_start"]
+            why = (
+                f"just in time, {before:.0f}s before the window: it refuses promises that "
+                "would outlive it"
+            )
         narrator.say(
-            f"plan: {name} drains in {max(0.0, start):.0f}s (just in time); "
+            f"plan: {name} drains in {max(0.0, start):.0f}s ({why}); "
             f"{verdict_sentence(row)} ({verdict} by its promises)"
         )
 

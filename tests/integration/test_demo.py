@@ -46,7 +46,11 @@ def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
     lines = (
         "maintenance window posted",
         "node1.demo: master committed a graceful drain",
-        "into its 5s promise, to be gone by its end",
+        "s promise, to be gone by its end",
+        # new work that fits before the window is still taken until the drain
+        "node1.demo: a web job asking a 30s promise refused (409 machine.window_ahead); the "
+        "scheduler asks for the",
+        "(just in time, 2s before the window: it refuses promises that would outlive it)",
         "node1.demo: empty, Drained/Idle",
         "LATE by",
         "(escalated)",
@@ -61,7 +65,7 @@ def test_fast_demo_runs_the_maintenance_story(tmp_path: Path) -> None:
         "web scheduler: notice of node1.demo (promise ends in",
         "web scheduler: notice of node2.demo (promise ends in",
         "batch scheduler: notice of node3.demo (promise ends in",
-        "batch scheduler: a new 60s job refused by node3.demo (409 machine.",
+        "batch scheduler: a new 60s job refused by node3.demo (409 machine.window_ahead)",
         "operator: notices: node3.demo batch/dev/etl declined by batch-scheduler: "
         "'month-end ETL, each run keeps its promise'",
         "operator: /maintenance/status: node1.demo: batch/dev/etl DECLINE, "
