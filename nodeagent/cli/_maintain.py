@@ -454,10 +454,20 @@ def _reason(reason: Any, now: float) -> str:
         text = f"badput {reason.get('badput', 0):.0f} core-s over the budget {reason.get('budget')}"
     elif code == "node_unheard":
         text = "not heard from: " + ", ".join(reason.get("nodes") or [])
+    elif code == "declined":
+        text = "; ".join(
+            f"{d.get('group')} declined on {d.get('machine')}: {d.get('reason')} "
+            f"({d.get('who')}, {_when(d.get('at'), now)})"
+            for d in reason.get("declines") or []
+        )
+        if not reason.get("went_ahead"):
+            text = f"notice declined, until accepted or --sla-wait: {text}"
     else:
         text = str(code)
     if reason.get("skipped"):
         text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
+    if reason.get("went_ahead"):
+        text = f"went ahead after {_span(reason.get('held_for', 0))} despite: {text}"
     return text
 
 
