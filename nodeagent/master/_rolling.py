@@ -246,7 +246,8 @@ class Operations:
         """What :meth:`create` with ``spec`` would start, and when it would be done
         (:func:`~nodeagent.master._operation_preview.preview_operation`), saving nothing.
         Raises :class:`OperationError` as :meth:`create` would. Asks the SLA check (and
-        so the groups' coordinators) about every batch."""
+        so the groups' coordinators) about every batch; lists the declines in force on
+        each batch's machines."""
         master = self.master
         now = master.clock.now()
         op = self._made("preview", spec, actor=actor, now=now)
@@ -269,7 +270,8 @@ class Operations:
         verdicts = await self._sla_verdicts(op, now, batches=op.batches)
         # A batch's phases each end at the engine's next look: about a pass apiece.
         step = _PREVIEW_PASSES * master.reconcile_interval
-        return preview_operation(op, views, times, verdicts, now, step=step)
+        declines = {batch.hosts: self._declines(batch.hosts) for batch in op.batches}
+        return preview_operation(op, views, times, verdicts, now, step=step, declines=declines)
 
     def create(self, spec: OperationSpec, *, actor: str) -> Operation:
         """Make and save a running operation over ``spec.hosts`` (node names), batched by
