@@ -111,7 +111,8 @@ def _clock(when: Any) -> str:
 def preview_text(doc: Mapping[str, Any]) -> str:
     """An operation's preview for people: when it will be done, then its batches in the
     order they would go, each with its SLA verdict now, its nodes' expected times, and
-    when it would run; the batches that can never go by waiting; what the estimate does not know."""
+    when it would run, and the declines in force on its machines; the batches that can
+    never go by waiting; what the estimate does not know."""
     batches = doc.get("batches") or []
     spec = doc.get("spec") or {}
     at_once = spec.get("batches") or 1
@@ -166,6 +167,12 @@ def preview_text(doc: Mapping[str, Any]) -> str:
             f"  {batch.get('order')}. {batch.get('name')}: {', '.join(batch.get('hosts') or [])}"
             f" · {verdict} · slowest node {slowest.get('name', '-')}: {times} · {when}"
         )
+        for d in batch.get("declines") or []:
+            lines.append(
+                f"     declined by {d.get('group')} on {d.get('machine')}: {d.get('reason')} "
+                f"({d.get('who')}, at {_clock(d.get('at'))}): held until accepted, at most "
+                "--sla-wait"
+            )
     for reason in doc.get("unknown") or []:
         lines.append(f"  not known: {reason}")
     return "\n".join(lines)
@@ -454,10 +461,20 @@ def _reason(reason: Any, now: float) -> str:
         text = f"badput {reason.get('badput', 0):.0f} core-s over the budget {reason.get('budget')}"
     elif code == "node_unheard":
         text = "not heard from: " + ", ".join(reason.get("nodes") or [])
+    elif code == "declined":
+        text = "; ".join(
+            f"{d.get('group')} declined on {d.get('machine')}: {d.get('reason')} "
+            f"({d.get('who')}, {_when(d.get('at'), now)})"
+            for d in reason.get("declines") or []
+        )
+        if not reason.get("went_ahead"):
+            text = f"notice declined, until accepted or --sla-wait: {text}"
     else:
         text = str(code)
     if reason.get("skipped"):
         text = f"skipped after {_span(reason.get('held_for', 0))}: {text}"
+    if reason.get("went_ahead"):
+        text = f"went ahead after {_span(reason.get('held_for', 0))} despite: {text}"
     return text
 
 

@@ -1149,7 +1149,8 @@ def schedule_preview_view(
     """``nodeagent master schedule set``'s preview (``POST
     /v1/maintenance/schedule/preview``): what changes in numbers, the warnings, the
     machines whose drain would start at once with each job evicted at once, then the
-    other machines whose escalation would cut a promise, and the machines dropped.
+    other machines whose escalation would cut a promise, the declines the change would
+    meet, and the machines dropped.
     At most ``rows`` machines per list."""
     now = _number(preview.get("now")) or time.time()
     totals = preview.get("totals") or {}
@@ -1222,6 +1223,23 @@ def schedule_preview_view(
         lines.append(Text(f"  {m.get('node')}  {verdict_sentence(m)}"))
     if len(later) > rows:
         lines.append(Text(f"  … {len(later) - rows} more (--json for every row)", style="dim"))
+    declined = [d for m in machines for d in m.get("declines") or []]
+    if declined:
+        lines.append(Text("declined by their owners (notices in force):", style="bold"))
+    for d in declined[:rows]:
+        at = _number(d.get("at")) or 0.0
+        line = (
+            f"  {d.get('machine')}  {d.get('group')} declined: {d.get('reason')} "
+            f"({d.get('who')}, {format_relative(at, now)})"
+        )
+        done = _number(d.get("expected_completion"))
+        if done is not None:
+            line += f"; expects to be gone {format_local_time(done, now, tz)}"
+        if d.get("reissued"):
+            line += " — the window moves: rescinded and reissued, to be answered again"
+        lines.append(Text(line, style="yellow"))
+    if len(declined) > rows:
+        lines.append(Text(f"  … {len(declined) - rows} more (--json for every row)", style="dim"))
     dropped = preview.get("dropped") or []
     if dropped:
         names = ", ".join(format_machine(d.get("machine_id") or {}) for d in dropped[:rows])

@@ -909,6 +909,7 @@ class Master:
             self.plan_inputs(now),
             now,
             hostnames=(entry.hostname for entry in self.ads.entries()),
+            notices=self.notices.values(),
         )
 
     def preview_down(self, machine_ids: tuple[MachineId, ...]) -> dict[str, Any]:

@@ -18,7 +18,10 @@ its steps should take:
   apart (0 without a check).
 
 A batch takes as long as its slowest node, plus ``step`` (the engine sees each phase end
-at its next pass: a few reconcile intervals). Batches run ``spec.batches`` at once, each
+at its next pass: a few reconcile intervals). A batch with a declined notice in force on
+one of its machines lists the declines (``declines``): it would be held until they are
+accepted, at the latest ``sla_wait`` after a place is free for it, which is when the
+preview counts it to start. Batches run ``spec.batches`` at once, each
 starting when a place is free and its SLA allows. **When the whole operation will be
 done** (``eta``) is the end of the last batch; ``None`` when some duration is unknown or a
 batch waits on a coordinator (``unknown`` says which). No I/O, no clock: ``now`` is given.
@@ -28,11 +31,11 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.master._operations import NodeView, Operation, SlaVerdict, batch_estimate
+from nodeagent.master._operations import Decline, NodeView, Operation, SlaVerdict, batch_estimate
 
 __all__ = [
     "NodeTimes",
@@ -130,11 +133,13 @@ def preview_operation(
     now: float,
     *,
     step: float,
+    declines: Mapping[tuple[str, ...], Sequence[Decline]] | None = None,
 ) -> dict[str, Any]:
     """The preview of ``op`` (not saved, every batch waiting) at ``now``: see the module
     docstring. ``views`` hold each node's estimates for the operation's schedule,
     ``times`` each node's step durations, ``verdicts`` each batch's SLA verdict now (by
-    its hosts; none: safe); ``step`` is what the engine adds to each batch."""
+    its hosts; none: safe); ``step`` is what the engine adds to each batch; ``declines``
+    the declines in force on each batch's machines (by its hosts; none: none)."""
     order = sorted(op.batches, key=lambda b: (*batch_estimate(b, views), b.name))
     places = [now] * max(1, op.spec.batches)
     heapq.heapify(places)
@@ -142,12 +147,14 @@ def preview_operation(
     batches = []
     for number, batch in enumerate(order, 1):
         verdict = verdicts.get(batch.hosts)
+        declined = tuple((declines or {}).get(batch.hosts, ()))
         nodes = [times[n.name] for n in batch.nodes]
         entry: dict[str, Any] = {
             "name": batch.name,
             "order": number,
             "hosts": list(batch.hosts),
             "sla": _sla_json(verdict),
+            "declines": [d.to_json() for d in declined],
             "nodes": [
                 {
                     "name": t.name,
@@ -190,6 +197,8 @@ def preview_operation(
         start = heapq.heappop(places)
         if verdict is not None and not verdict.safe and verdict.until is not None:
             start = max(start, verdict.until)
+        elif declined:
+            start += op.spec.sla_wait  # held until accepted, at the latest this long
         seconds = max((t.drain or 0.0) + (t.hook or 0.0) + t.health for t in nodes) + step
         entry.update(starts_at=start, ends_at=start + seconds, seconds=seconds)
         heapq.heappush(places, start + seconds)

@@ -28,7 +28,11 @@ A batch is held (``waiting`` with a reason) while its badput exceeds the budget,
 check says unsafe or one of its nodes is not heard from; held past ``sla_wait`` seconds
 it is ``skipped``, with that reason, as Aurora does. A held batch's reason says at once
 when no wait alone can bring its SLA (``never``: a group would keep fewer instances
-running than it needs, until its scheduler starts new ones elsewhere). A failed node
+running than it needs, until its scheduler starts new ones elsewhere). A batch is held
+too (code ``declined``) while a notice in force on one of its machines has a decline as
+its latest answer (:func:`declines_on`): an accept, or the notice rescinded, lets it go;
+held past ``sla_wait`` by declines alone it **starts** all the same (a decline never
+stops maintenance: the modes stay the operator's), its reason saying so. A failed node
 pauses the operation (``resume`` goes on with the next batches; the failed
 node stays as it is).
 """
@@ -36,10 +40,11 @@ node stays as it is).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from nodeagent.master._notices import Notice, Verdict
 from slots import ATTRIBUTE_NAME, InvalidRequest, check_hook_name
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "MAX_SLA_WAIT",
     "SCHEDULES",
     "Batch",
+    "Decline",
     "NodeStep",
     "NodeView",
     "Operation",
@@ -61,6 +67,7 @@ __all__ = [
     "batch_state",
     "cancel",
     "choose",
+    "declines_on",
     "end_state",
     "mesos_mode",
     "new_operation",
@@ -145,6 +152,69 @@ class SlaVerdict:
     message: str = ""
     #: No wait brings it: a group would keep fewer instances running than it needs.
     never: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decline:
+    """A notice in force on one of a batch's hosts whose latest answer is a decline: the
+    host (the node's name), the machine the notice names, the group, and the answer."""
+
+    host: str
+    notice: str
+    machine: str
+    group: str
+    reason: str
+    who: str
+    at: float
+    expected_completion: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "notice": self.notice,
+            "machine": self.machine,
+            "group": self.group,
+            "reason": self.reason,
+            "who": self.who,
+            "at": self.at,
+            "expected_completion": self.expected_completion,
+        }
+
+    @property
+    def text(self) -> str:
+        return f"{self.group} declined on {self.machine}: {self.reason} ({self.who})"
+
+
+def declines_on(
+    hosts: Iterable[str], notices: Iterable[Notice], names: Mapping[str, Collection[str]]
+) -> tuple[Decline, ...]:
+    """The declines in force on ``hosts`` (node names): each notice not rescinded whose
+    latest answer is :attr:`Verdict.DECLINE` and whose machine is one of the names a host
+    is known by (``names[host]``: its hostname, its IP; a host absent: its own name;
+    compared without regard to case), sorted by host and group. A notice accepted (or
+    declined, then accepted) is none."""
+    wanted: dict[str, str] = {}
+    for host in hosts:
+        for name in names.get(host, (host,)):
+            wanted.setdefault(name.lower(), host)
+    found = [
+        Decline(
+            host=wanted[notice.machine.lower()],
+            notice=notice.id,
+            machine=notice.machine,
+            group=notice.group,
+            reason=notice.answer.reason,
+            who=notice.answer.who,
+            at=notice.answer.at,
+            expected_completion=notice.answer.expected_completion,
+        )
+        for notice in notices
+        if notice.rescinded is None
+        and notice.answer is not None
+        and notice.answer.verdict is Verdict.DECLINE
+        and notice.machine.lower() in wanted
+    ]
+    return tuple(sorted(found, key=lambda d: (d.host, d.group, d.notice)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -541,14 +611,17 @@ def choose(
     views: Mapping[str, NodeView],
     now: float,
     sla: Callable[[tuple[str, ...]], SlaVerdict] | None = None,
+    declines: Callable[[tuple[str, ...]], Sequence[Decline]] | None = None,
 ) -> Operation:
     """Start as many waiting batches as there are places free (``spec.batches`` less
     those in progress), best first (:func:`batch_estimate`: soonest empty, then least
     badput, then name). A held batch keeps waiting with its reason (and is passed over
-    for the next); held ``spec.sla_wait`` seconds, it is skipped. A batch left waiting
-    because the places are taken is not held: it loses its reason and ``held_since``.
-    Only a running operation starts batches. ``sla`` answers for a batch's hosts (none:
-    no check)."""
+    for the next); held ``spec.sla_wait`` seconds, it is skipped — but one held then by
+    declines alone (code ``declined``) starts, its reason kept with ``went_ahead``. A
+    batch left waiting because the places are taken is not held: it loses its reason and
+    ``held_since``. Only a running operation starts batches. ``sla`` answers for a
+    batch's hosts (none: no check), ``declines`` gives the declines in force on them
+    (:func:`declines_on`; none: no decline holds)."""
     if op.state != "running":
         return op
     in_progress = sum(1 for b in op.batches if b.state in ACTIVE_PHASES)
@@ -564,16 +637,20 @@ def choose(
             if batch.reason is not None or batch.held_since is not None:
                 changed[batch.name] = replace(batch, held_since=None, reason=None)
             continue
-        reason = _held(op, batch, views, sla)
-        if reason is None:
+        reason = _held(op, batch, views, sla, declines)
+        held_since = batch.held_since if batch.held_since is not None else now
+        waited = now - held_since >= op.spec.sla_wait
+        if reason is None or (waited and reason["code"] == "declined"):
+            went = None
+            if reason is not None:  # a decline delays maintenance, never stops it
+                went = {**reason, "went_ahead": True, "held_for": now - held_since}
             nodes = tuple(replace(n, phase="draining", since=now, reason=None) for n in batch.nodes)
             changed[batch.name] = replace(
-                batch, nodes=nodes, started_at=now, held_since=None, reason=None
+                batch, nodes=nodes, started_at=now, held_since=None, reason=went
             )
             free -= 1
             continue
-        held_since = batch.held_since if batch.held_since is not None else now
-        if now - held_since >= op.spec.sla_wait:
+        if waited:
             skipped = {**reason, "skipped": True, "held_for": now - held_since}
             nodes = tuple(replace(n, phase="skipped", since=now) for n in batch.nodes)
             changed[batch.name] = replace(
@@ -590,8 +667,10 @@ def _held(
     batch: Batch,
     views: Mapping[str, NodeView],
     sla: Callable[[tuple[str, ...]], SlaVerdict] | None,
+    declines: Callable[[tuple[str, ...]], Sequence[Decline]] | None = None,
 ) -> dict[str, Any] | None:
-    """Why ``batch`` may not start now (``None``: it may)."""
+    """Why ``batch`` may not start now (``None``: it may): a node not heard from, the
+    badput budget, the SLA, then the declines in force on its machines."""
     unheard = [n.name for n in batch.nodes if not (views.get(n.name) or NodeView()).present]
     unheard += [n.name for n in batch.nodes if n.name not in views]
     if unheard:
@@ -612,6 +691,13 @@ def _held(
             if verdict.never:
                 reason["never"] = True
             return reason
+    found = () if declines is None else declines(batch.hosts)
+    if found:
+        return {
+            "code": "declined",
+            "declines": [d.to_json() for d in found],
+            "message": "; ".join(d.text for d in found),
+        }
     return None
 
 

@@ -23,7 +23,13 @@ schedule (back UP; the master's drain there is cancelled). ``totals`` add it up,
   already started: its drain starts at once and, under the ``quick`` or ``fast``
   escalation, its jobs are evicted at once;
 * ``schedule.unknown_machine``: no ad the master holds matches a machine (a typo, or a
-  node that has not joined): nothing will drain there until one does.
+  node that has not joined): nothing will drain there until one does;
+* ``schedule.declined``: machines the change keeps in, or moves within, a window have
+  notices in force that their groups' owners declined (each row's ``declines``: the
+  notice, machine, group, reason, who, when, ``expected_completion``, and
+  ``reissued``: true where the window moves, so that the notice would be rescinded and a
+  new one issued, the decline not carried over). A machine the change adds has no notice
+  yet: its owners hear of it once the change is applied.
 
 The reply's ``schedule_version`` (:func:`schedule_version`) names the state the preview was
 made from: ``PUT /v1/maintenance/schedule?if_version=…`` applies the schedule only while
@@ -53,6 +59,7 @@ from nodeagent.master._maintenance import (
     MaintenanceState,
     Mode,
 )
+from nodeagent.master._notices import Notice, Verdict
 from nodeagent.master._plan import (
     ScheduledMachine,
     machine_key,
@@ -185,19 +192,22 @@ def preview_schedule(
     now: float,
     *,
     hostnames: Iterable[str] = (),
+    notices: Iterable[Notice] = (),
 ) -> dict[str, Any]:
     """What replacing ``state``'s schedule by ``schedule`` would do at ``now`` (see the
     module docstring); ``inputs`` are the master's plan inputs at ``now``, ``hostnames``
     those of the nodes it holds ads of (for a ``schedule.unknown_machine`` warning's
-    "did you mean"). Raises :class:`~nodeagent.master._maintenance.MaintenanceError` as
+    "did you mean"), ``notices`` those in force (for the declines a change would meet).
+    Raises :class:`~nodeagent.master._maintenance.MaintenanceError` as
     the schedule endpoint would; ``state`` is never changed."""
     after = copy.copy(state)  # its mutators install new containers: the copy is apart
     changed = after.update_schedule(schedule)
     before = {status.id: status for status in state.machines()}
     statuses = after.machines()
     proposed = dataclasses.replace(inputs, statuses=statuses)
+    declined = _declined_by_machine(notices)
     rows = [
-        _machine_row(status, before.get(status.id), proposed, now)
+        _machine_row(status, before.get(status.id), proposed, now, declined)
         for status in statuses
         if status.window is not None
     ]
@@ -223,6 +233,7 @@ def preview_schedule(
                 suggestions=meant,
             )
         )
+    warnings.extend(_declined_warnings(rows))
     return {
         "now": now,
         "schedule_version": schedule_version(state),
@@ -238,8 +249,74 @@ def preview_schedule(
     }
 
 
+def _declined_by_machine(notices: Iterable[Notice]) -> dict[str, list[Notice]]:
+    """The notices in force whose latest answer is a decline, by the machine they name
+    (lower case), each list sorted by group."""
+    found: dict[str, list[Notice]] = {}
+    for notice in sorted(notices, key=lambda n: (n.group, n.id)):
+        answer = notice.answer
+        if notice.rescinded is None and answer is not None and answer.verdict is Verdict.DECLINE:
+            found.setdefault(notice.machine.lower(), []).append(notice)
+    return found
+
+
+def _declines(
+    machine_id: MachineId, change: str, declined: dict[str, list[Notice]]
+) -> list[dict[str, Any]]:
+    """The declines in force on a machine the change keeps or moves (one it adds has no
+    notice yet): named by its hostname, its IP or its key, as notices name machines."""
+    if change == "added" or not declined:
+        return []
+    names = {n.lower() for n in (machine_id.hostname, machine_id.ip, machine_key(machine_id)) if n}
+    found = [notice for name in sorted(names) for notice in declined.get(name, ())]
+    rows = []
+    for notice in sorted({n.id: n for n in found}.values(), key=lambda n: (n.group, n.id)):
+        answer = notice.answer
+        assert answer is not None
+        rows.append(
+            {
+                "notice": notice.id,
+                "machine": notice.machine,
+                "group": notice.group,
+                "reason": answer.reason,
+                "who": answer.who,
+                "at": answer.at,
+                "expected_completion": answer.expected_completion,
+                "reissued": change == "moved",
+            }
+        )
+    return rows
+
+
+def _declined_warnings(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``schedule.declined`` warning for the declines the change would meet."""
+    met = [(row, d) for row in rows for d in row["declines"]]
+    if not met:
+        return []
+    shown = "; ".join(
+        f"{d['group']} on {d['machine']}: {d['reason']} ({d['who']})"
+        + (" — the window moves: rescinded and reissued" if d["reissued"] else "")
+        for _, d in met[:5]
+    )
+    if len(met) > 5:
+        shown += f"; and {len(met) - 5} more"
+    count = len(met)
+    return [
+        _warning(
+            "schedule.declined",
+            f"{count} notice{'' if count == 1 else 's'} declined by their owners on machines "
+            f"this schedule keeps in or moves within a window: {shown}",
+            declines=count,
+        )
+    ]
+
+
 def _machine_row(
-    status: MachineStatus, old: MachineStatus | None, inputs: PlanInputs, now: float
+    status: MachineStatus,
+    old: MachineStatus | None,
+    inputs: PlanInputs,
+    now: float,
+    declined: dict[str, list[Notice]] | None = None,
 ) -> dict[str, Any]:
     """The machine's plan row under the proposed schedule, and what the change does."""
     machine = ScheduledMachine.of(status)
@@ -293,6 +370,7 @@ def _machine_row(
             "window_ended": end is not None and now >= end,
             "drain_now": drain_now,
             "evicted_now": evicted,
+            "declines": _declines(status.id, change, declined or {}),
         }
     )
     return row
@@ -391,6 +469,7 @@ def _totals(rows: list[dict[str, Any]], dropped: list[dict[str, Any]]) -> dict[s
         "cut_jobs": cut_jobs,
         "cut_core_seconds": cut_core_seconds,
         "cut_badput": cut_badput,
+        "declines": sum(len(row["declines"]) for row in rows),
     }
 
 

@@ -70,6 +70,7 @@ from nodeagent.master._operation_preview import (
 from nodeagent.master._operations import (
     ACTIVE_PHASES,
     Batch,
+    Decline,
     NodeView,
     Operation,
     OperationError,
@@ -78,6 +79,7 @@ from nodeagent.master._operations import (
     advance,
     cancel,
     choose,
+    declines_on,
     mesos_mode,
     new_operation,
     pause,
@@ -244,7 +246,8 @@ class Operations:
         """What :meth:`create` with ``spec`` would start, and when it would be done
         (:func:`~nodeagent.master._operation_preview.preview_operation`), saving nothing.
         Raises :class:`OperationError` as :meth:`create` would. Asks the SLA check (and
-        so the groups' coordinators) about every batch."""
+        so the groups' coordinators) about every batch; lists the declines in force on
+        each batch's machines."""
         master = self.master
         now = master.clock.now()
         op = self._made("preview", spec, actor=actor, now=now)
@@ -267,7 +270,8 @@ class Operations:
         verdicts = await self._sla_verdicts(op, now, batches=op.batches)
         # A batch's phases each end at the engine's next look: about a pass apiece.
         step = _PREVIEW_PASSES * master.reconcile_interval
-        return preview_operation(op, views, times, verdicts, now, step=step)
+        declines = {batch.hosts: self._declines(batch.hosts) for batch in op.batches}
+        return preview_operation(op, views, times, verdicts, now, step=step, declines=declines)
 
     def create(self, spec: OperationSpec, *, actor: str) -> Operation:
         """Make and save a running operation over ``spec.hosts`` (node names), batched by
@@ -403,10 +407,11 @@ class Operations:
         waiting = _choosing(op)
         if waiting:
             views.update(self._waiting_views(op, waiting, now))
+            declines = self._declines
             if self.sla is None:
-                op = choose(op, views, now)
+                op = choose(op, views, now, declines=declines)
             elif all(batch.hosts in verdicts for batch in waiting):
-                op = choose(op, views, now, verdicts.__getitem__)
+                op = choose(op, views, now, verdicts.__getitem__, declines)
             else:
                 again = True
         self.steps += 1
@@ -426,13 +431,24 @@ class Operations:
         if due is not None:
             self._due[op_id] = due
 
+    def _declines(self, hosts: tuple[str, ...]) -> tuple[Decline, ...]:
+        """The declines in force now on the machines of ``hosts`` (the master's notices,
+        matched by each node's hostname and IP)."""
+        names: dict[str, tuple[str, ...]] = {}
+        for host in hosts:
+            entry = self.master.ads.get(host)
+            spelled = (host,) if entry is None else (entry.hostname, entry.ip)
+            names[host] = tuple(n for n in spelled if n)
+        return declines_on(hosts, self.master.notices.values(), names)
+
     def _next_step(self, op: Operation) -> float | None:
         """When to step ``op`` again (``trio.current_time()``), ``None``: not until a
         request or one of its drains changes it (paused or cancelled with no node in
         progress; ended: never). A node in progress is looked at every
         ``reconcile_interval``; a batch held (SLA, badput budget, a node not heard from) is
         looked at again when it would be skipped (``sla_wait``), when its SLA says it will
-        be safe (``until``), and at least every :data:`HELD_RECHECK` intervals otherwise."""
+        be safe (``until``), and at least every :data:`HELD_RECHECK` intervals otherwise;
+        one held by a decline every interval (an accept lets it go at the next pass)."""
         if op.ended_at is not None:
             return None
         now = trio.current_time()
@@ -451,6 +467,8 @@ class Operations:
             until = (batch.reason or {}).get("until")
             if isinstance(until, int | float):
                 times.append(float(until))
+            if (batch.reason or {}).get("code") == "declined":
+                times.append(clock + interval)
         return now + max(interval, min(times) - clock)
 
     async def _sla_verdicts(

@@ -55,6 +55,18 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
     )
 
 
+DECLINE = {
+    "host": "n1",
+    "notice": "n-1",
+    "machine": "n1.test",
+    "group": "etl",
+    "reason": "month-end run",
+    "who": "owner",
+    "at": NOW - 120,
+    "expected_completion": None,
+}
+
+
 @pytest.mark.parametrize(
     ("reason", "text"),
     [
@@ -82,6 +94,15 @@ def test_the_view_shows_batches_nodes_and_why_they_wait() -> None:
             },
             "skipped after 60m: SLA of web can never be met by waiting, only by new instances: "
             "web: 1 of 3",
+        ),
+        (
+            {"code": "declined", "declines": [DECLINE], "message": "etl declined on n1.test"},
+            "notice declined, until accepted or --sla-wait: etl declined on n1.test: "
+            "month-end run (owner, ",
+        ),
+        (
+            {"code": "declined", "declines": [DECLINE], "went_ahead": True, "held_for": 3600},
+            "went ahead after 60m despite: etl declined on n1.test: month-end run (owner, ",
         ),
     ],
 )

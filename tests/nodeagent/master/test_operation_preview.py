@@ -15,7 +15,13 @@ from nodeagent.master._operation_preview import (
     observed_hook_seconds,
     preview_operation,
 )
-from nodeagent.master._operations import NodeView, OperationSpec, SlaVerdict, new_operation
+from nodeagent.master._operations import (
+    Decline,
+    NodeView,
+    OperationSpec,
+    SlaVerdict,
+    new_operation,
+)
 
 NOW = 1_000.0
 RACKS = {"a": "r1", "b": "r1", "c": "r2", "d": "r3"}
@@ -37,9 +43,14 @@ class Row:
     eta: float | None = None
     skipped: tuple[str, ...] = ()
     unknown: int = 0
+    declines: dict[tuple[str, ...], tuple[Decline, ...]] = field(default_factory=dict)
 
 
 STEP = 1.0
+SLA_WAIT = 3600.0
+DECLINE = Decline(
+    host="c", notice="n-1", machine="c.test", group="etl", reason="month-end", who="o", at=NOW
+)
 ROWS = [
     Row("one at a time, soonest empty first",
         1, {"a": NOW + 5, "b": NOW, "c": NOW, "d": NOW + 20}, {},
@@ -66,6 +77,13 @@ ROWS = [
     Row("a hook of unknown length: no ETA, and it says why",
         1, {"a": NOW, "b": NOW, "c": NOW, "d": NOW}, {"c": None},
         order=("r1", "r2", "r3"), eta=None, unknown=1),
+    Row("a declined batch is listed with its declines, and counted held sla_wait at most",
+        1, {"a": NOW, "b": NOW, "c": NOW, "d": NOW}, {},
+        declines={("c",): (DECLINE,)},
+        order=("r1", "r2", "r3"),
+        spans={"r1": (NOW, NOW + 11), "r2": (NOW + 11 + SLA_WAIT, NOW + 22 + SLA_WAIT),
+               "r3": (NOW + 22 + SLA_WAIT, NOW + 33 + SLA_WAIT)},
+        eta=NOW + 33 + SLA_WAIT),
     Row("a coordinator's no: no ETA",
         1, {"a": NOW, "b": NOW, "c": NOW, "d": NOW}, {},
         verdicts={("d",): SlaVerdict(safe=False, groups=("svc",))},
@@ -75,15 +93,22 @@ ROWS = [
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
 def test_the_preview_of_an_operation(row: Row) -> None:
-    spec = OperationSpec(hosts=tuple(RACKS), grouping="Rack", hook="reboot", batches=row.at_once)
+    spec = OperationSpec(
+        hosts=tuple(RACKS), grouping="Rack", hook="reboot", batches=row.at_once, sla_wait=SLA_WAIT
+    )
     op = new_operation("preview", spec, RACKS, actor="admin", now=NOW)
     views = {name: NodeView(completion=when) for name, when in row.empties.items()}
     node = {
         name: times(name, drain=row.empties[name] - NOW, hook=row.hooks.get(name, 10.0))
         for name in RACKS
     }
-    preview = preview_operation(op, views, node, row.verdicts, NOW, step=STEP)
+    preview = preview_operation(
+        op, views, node, row.verdicts, NOW, step=STEP, declines=row.declines
+    )
     assert tuple(b["name"] for b in preview["batches"]) == row.order
+    for batch in preview["batches"]:
+        listed = row.declines.get(tuple(batch["hosts"]), ())
+        assert batch["declines"] == [d.to_json() for d in listed]
     for batch in preview["batches"]:
         if batch["name"] in row.spans:
             span = row.spans[batch["name"]]

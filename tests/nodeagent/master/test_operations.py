@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from nodeagent.master._notices import Answer, Notice, NoticeWindow, Verdict
 from nodeagent.master._operations import (
     Batch,
+    Decline,
     NodeStep,
     NodeView,
     Operation,
@@ -21,6 +23,7 @@ from nodeagent.master._operations import (
     batch_estimate,
     cancel,
     choose,
+    declines_on,
     end_state,
     mesos_mode,
     new_operation,
@@ -483,6 +486,136 @@ def test_a_batch_left_for_want_of_a_place_no_longer_shows_why_it_was_held() -> N
             assert batch.state == "waiting"
             assert batch.reason is None
             assert batch.held_since is None
+
+
+# ---------------------------------------------------------------- declined notices
+
+
+def notice(
+    machine: str, verdict: Verdict | None, *, group: str = "web", rescinded: float | None = None
+) -> Notice:
+    answer = (
+        None
+        if verdict is None
+        else Answer(verdict=verdict, reason="month-end run", who="owner", at=NOW - 5)
+    )
+    return Notice(
+        id=f"n-{machine}-{group}",
+        machine=machine,
+        group=group,
+        window=NoticeWindow(start=NOW + 3600),
+        claims=(),
+        issued=NOW - 10,
+        rescinded=rescinded,
+        answer=answer,
+    )
+
+
+#: The nodes' machine names (hostname, IP) as notices spell them.
+NAMES = {"c": ("c.test", "10.0.0.3"), "d": ("d.test", "10.0.0.4")}
+
+
+@pytest.mark.parametrize(
+    ("notices", "found"),
+    [
+        ([], []),
+        ([notice("c.test", Verdict.DECLINE)], [("c", "web")]),
+        ([notice("C.TEST", Verdict.DECLINE)], [("c", "web")]),  # hostnames: any case
+        ([notice("10.0.0.3", Verdict.DECLINE)], [("c", "web")]),  # named by its IP
+        ([notice("c.test", Verdict.ACCEPT)], []),  # accepted (or declined, then accepted)
+        ([notice("c.test", None)], []),  # not answered yet
+        ([notice("d.test", Verdict.DECLINE)], []),  # another machine's
+        ([notice("c.test", Verdict.DECLINE, rescinded=NOW - 1)], []),  # rescinded
+        (
+            [
+                notice("c.test", Verdict.DECLINE, group="web"),
+                notice("c.test", Verdict.DECLINE, group="etl"),
+                notice("c.test", Verdict.ACCEPT, group="db"),
+            ],
+            [("c", "etl"), ("c", "web")],
+        ),
+    ],
+)
+def test_declines_on_a_batch(notices: list[Notice], found: list[tuple[str, str]]) -> None:
+    got = declines_on(("c",), notices, NAMES)
+    assert [(d.host, d.group) for d in got] == found
+    for d in got:
+        assert (d.reason, d.who, d.at) == ("month-end run", "owner", NOW - 5)
+
+
+def test_a_host_without_names_is_matched_by_its_own() -> None:
+    (d,) = declines_on(("x",), [notice("x", Verdict.DECLINE)], {})
+    assert d.machine == "x"
+
+
+DECLINE_C = Decline(
+    host="c", notice="n-c", machine="c.test", group="etl", reason="month-end", who="o", at=NOW
+)
+
+
+@pytest.mark.parametrize(
+    ("answers", "at", "state", "code"),
+    [
+        # declined: held, with who declined, on which machine, why
+        ([True], NOW, "waiting", "declined"),
+        # declined, then accepted at the next pass: released
+        ([True, False], NOW + 1, "draining", None),
+        # still declined when sla_wait runs out: it goes ahead all the same, saying why
+        ([True, True], NOW + 60, "draining", "declined"),
+        # still declined a second before sla_wait runs out: held
+        ([True, True], NOW + 59, "waiting", "declined"),
+        # a decline of another batch's machine holds only that batch
+        ([False], NOW, "draining", None),
+    ],
+)
+def test_a_declined_notice_holds_its_batch_until_sla_wait(
+    answers: list[bool], at: float, state: str, code: str | None
+) -> None:
+    declined = {"now": False}
+
+    def declines(hosts: tuple[str, ...]) -> tuple[Decline, ...]:
+        return (DECLINE_C,) if declined["now"] and "c" in hosts else ()
+
+    op = op_of(batches=3, sla_wait=60.0)
+    for number, answer in enumerate(answers):
+        declined["now"] = answer
+        op = choose(op, VIEWS, NOW if number == 0 else at, declines=declines)
+    r2 = next(b for b in op.batches if b.name == "r2")
+    assert r2.state == state
+    # the others were not held up by it
+    assert {b.name for b in op.batches if b.state == "draining"} >= {"r1", "r3"}
+    if code is None:
+        assert r2.reason is None
+        return
+    assert r2.reason is not None
+    assert r2.reason["code"] == code
+    assert r2.reason["declines"] == [DECLINE_C.to_json()]
+    assert r2.reason["message"] == "etl declined on c.test: month-end (o)"
+    if state == "waiting":
+        assert r2.held_since == NOW
+        assert "went_ahead" not in r2.reason
+    else:
+        assert r2.reason["went_ahead"] is True
+        assert r2.reason["held_for"] == 60.0
+        assert not r2.skipped
+
+
+def test_an_sla_no_and_a_decline_the_sla_is_shown_and_skips() -> None:
+    """A batch the SLA holds too is held by its SLA (and skipped after sla_wait): only a
+    batch held by declines alone goes ahead."""
+
+    def sla(hosts: tuple[str, ...]) -> SlaVerdict:
+        return SlaVerdict(safe="c" not in hosts, groups=("web",), until=NOW + 500)
+
+    def declines(hosts: tuple[str, ...]) -> tuple[Decline, ...]:
+        return (DECLINE_C,) if "c" in hosts else ()
+
+    op = choose(op_of(batches=3, sla_wait=60.0), VIEWS, NOW, sla, declines)
+    r2 = next(b for b in op.batches if b.name == "r2")
+    assert r2.reason is not None
+    assert r2.reason["code"] == "sla"
+    op = choose(op, VIEWS, NOW + 60, sla, declines)
+    assert next(b for b in op.batches if b.name == "r2").state == "skipped"
 
 
 # ---------------------------------------------------------------- pause, resume, cancel

@@ -21,6 +21,7 @@ from nodeagent._store import DocumentStore, Members
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import Mode
 from nodeagent.master._master import Master
+from nodeagent.master._notices import Answer, Notice, NoticeWindow, Verdict
 from nodeagent.master._operations import (
     Operation,
     OperationError,
@@ -444,6 +445,69 @@ async def test_an_unsafe_batch_waits_then_proceeds(
         await wait_for(operations, op.id, ("completed",))
         scope.cancel()
     assert fleet.nodes["d"].commits[0] >= safe_from + 1
+
+
+def declined(machine: str, clock: TrioClock) -> Notice:
+    return Notice(
+        id="n-1",
+        machine=machine,
+        group="etl",
+        window=NoticeWindow(start=clock.now() + 86_400),
+        claims=(),
+        issued=clock.now(),
+        answer=Answer(verdict=Verdict.DECLINE, reason="month-end run", who="owner", at=0.0),
+    )
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+async def test_a_declined_batch_is_held_until_accepted_or_sla_wait(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, accepted: bool
+) -> None:
+    """A decline on a batch's machine (named by its IP here) holds the batch with its
+    reason; an accept lets it go at the next pass; never accepted, it goes ahead once held
+    ``sla_wait``. (The master's passes do not run: they would rescind a notice of a
+    machine out of the schedule.)"""
+    clock = TrioClock(EPOCH)
+    fleet = Fleet(clock, RACKS)
+    master, operations = build(tmp_path, fleet, clock)
+    notice = declined(fleet.nodes["d"].ip, clock)
+    master.notices = {notice.id: notice}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fleet.push, master)
+        await trio.sleep(0.6)
+        await nursery.start(operations.run)
+        op = operations.create(
+            spec(hosts=("c", "d"), grouping="host", sla_wait=600.0), actor="admin"
+        )
+        await until(lambda: operations.get(op.id).batches[0].state == "done", within=120)
+        await trio.sleep(5)
+        held = operations.get(op.id).batches[1]
+        assert held.state == "waiting"
+        assert held.reason is not None
+        assert held.reason["code"] == "declined"
+        assert held.reason["message"] == "etl declined on 10.0.0.4: month-end run (owner)"
+        assert [d["host"] for d in held.reason["declines"]] == ["d"]
+        assert fleet.nodes["d"].commits == []
+        if accepted:
+            accept = Answer(verdict=Verdict.ACCEPT, reason="ok", who="owner", at=clock.now())
+            master.notices = {notice.id: notice.answered(accept)}
+            at = clock.now()
+        else:
+            assert held.held_since is not None
+            at = held.held_since + 600.0
+        await until(lambda: operations.get(op.id).ended_at is not None, within=900, every=0.25)
+        nursery.cancel_scope.cancel()
+    assert operations.get(op.id).state == "completed"
+    (commit,) = fleet.nodes["d"].commits
+    # released at the next pass (an interval, and the step's own calls)
+    assert at <= commit <= at + 3 * master.reconcile_interval
+    started = operations.get(op.id).batches[1]
+    if accepted:
+        assert started.reason is None
+    else:
+        assert started.reason is not None
+        assert started.reason["went_ahead"] is True
+        assert started.reason["held_for"] >= 600.0
 
 
 async def test_a_batch_held_by_its_sla_says_so_from_the_step_that_frees_its_place(

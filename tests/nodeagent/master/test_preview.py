@@ -17,6 +17,7 @@ from nodeagent.master._maintenance import (
     Unavailability,
     Window,
 )
+from nodeagent.master._notices import Answer, Notice, NoticeWindow, Verdict
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._plan_view import PlanInputs
 from nodeagent.master._preview import (
@@ -271,6 +272,95 @@ def test_a_moved_window_is_named_and_warned_when_it_opens() -> None:
         "quick",
     )
     assert [w["code"] for w in preview["warnings"]] == ["schedule.window_open"]
+
+
+def declined_notice(
+    machine: str, verdict: Verdict | None = Verdict.DECLINE, *, group: str = "etl"
+) -> Notice:
+    answer = (
+        None
+        if verdict is None
+        else Answer(
+            verdict=verdict,
+            reason="month-end run",
+            who="owner",
+            at=EPOCH - 60,
+            expected_completion=EPOCH + 7200,
+        )
+    )
+    return Notice(
+        id=f"n-{machine}-{group}",
+        machine=machine,
+        group=group,
+        window=NoticeWindow(start=EPOCH + 86400, duration=3600),
+        claims=(),
+        issued=EPOCH - 100,
+        answer=answer,
+    )
+
+
+@pytest.mark.parametrize(
+    ("proposed", "notices", "groups", "reissued"),
+    [
+        # kept: the decline stays in force, and is met
+        (at(EPOCH + 86400), [declined_notice("n.test")], ["etl"], False),
+        (at(EPOCH + 86400), [declined_notice("N.TEST")], ["etl"], False),
+        (at(EPOCH + 86400), [declined_notice("10.0.0.1")], ["etl"], False),
+        # moved: met, and rescinded and reissued (the answer not carried over)
+        (at(EPOCH + 90000), [declined_notice("n.test")], ["etl"], True),
+        # accepted, unanswered, another machine's: none
+        (at(EPOCH + 86400), [declined_notice("n.test", Verdict.ACCEPT)], [], False),
+        (at(EPOCH + 86400), [declined_notice("n.test", None)], [], False),
+        (at(EPOCH + 86400), [declined_notice("ghost.test")], [], False),
+        (
+            at(EPOCH + 86400),
+            [declined_notice("n.test", group="web"), declined_notice("n.test")],
+            ["etl", "web"],
+            False,
+        ),
+    ],
+)
+def test_the_declines_a_change_would_meet(
+    proposed: Any, notices: list[Notice], groups: list[str], reissued: bool
+) -> None:
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 86400)))
+    preview = preview_schedule(
+        state, schedule(proposed), inputs(pool(), PlanPolicy(), EPOCH), EPOCH, notices=notices
+    )
+    (machine,) = preview["machines"]
+    assert [d["group"] for d in machine["declines"]] == groups
+    assert preview["totals"]["declines"] == len(groups)
+    for d in machine["declines"]:
+        assert d["reissued"] is reissued
+        assert (d["reason"], d["who"], d["at"], d["expected_completion"]) == (
+            "month-end run",
+            "owner",
+            EPOCH - 60,
+            EPOCH + 7200,
+        )
+    warned = [w for w in preview["warnings"] if w["code"] == "schedule.declined"]
+    if not groups:
+        assert warned == []
+        return
+    (warning,) = warned
+    assert warning["declines"] == len(groups)
+    assert "month-end run (owner)" in warning["message"]
+    assert ("rescinded and reissued" in warning["message"]) is reissued
+
+
+def test_a_machine_the_change_adds_meets_no_decline() -> None:
+    """Notices exist only for scheduled machines: one a change adds has none yet (a notice
+    of its name left from before is not in force)."""
+    preview = preview_schedule(
+        MaintenanceState(),
+        schedule(at(EPOCH + 86400)),
+        inputs(pool(), PlanPolicy(), EPOCH),
+        EPOCH,
+        notices=[declined_notice("n.test")],
+    )
+    (machine,) = preview["machines"]
+    assert (machine["change"], machine["declines"]) == ("added", [])
 
 
 def test_an_unknown_short_name_gets_a_did_you_mean() -> None:
