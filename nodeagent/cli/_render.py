@@ -154,6 +154,22 @@ def _when(value: object, now: float, tz: tzinfo | None) -> str:
     return f"{format_local_time(value, now, tz)} ({format_relative(value, now)})"
 
 
+def _declined(
+    machine: object, group: object, answer: Mapping[str, Any], now: float, tz: tzinfo | None
+) -> str:
+    """A declined notice in words: ``node3 batch/etl by alice 5m ago: month-end run; done by
+    09:30:00 UTC, in 1h30m`` (the owner's expected completion, when it gave one)."""
+    at = _number(answer.get("at"))
+    line = (
+        f"{machine} {group} by {answer.get('who')}"
+        f"{'' if at is None else ' ' + format_relative(at, now)}: {answer.get('reason')}"
+    )
+    done = _number(answer.get("expected_completion"))
+    if done is not None:
+        line += f"; done by {_at(done, now, tz)}"
+    return line
+
+
 def _at(when: float, now: float, tz: tzinfo | None) -> str:
     """``09:30:00 UTC, in 1h30m``: a time and how far it is from ``now``."""
     return f"{format_local_time(when, now, tz)}, {format_relative(when, now)}"
@@ -1227,14 +1243,7 @@ def schedule_preview_view(
     if declined:
         lines.append(Text("declined by their owners (notices in force):", style="bold"))
     for d in declined[:rows]:
-        at = _number(d.get("at")) or 0.0
-        line = (
-            f"  {d.get('machine')}  {d.get('group')} declined: {d.get('reason')} "
-            f"({d.get('who')}, {format_relative(at, now)})"
-        )
-        done = _number(d.get("expected_completion"))
-        if done is not None:
-            line += f"; expects to be gone {format_local_time(done, now, tz)}"
+        line = "  " + _declined(d.get("machine"), d.get("group"), d, now, tz)
         if d.get("reissued"):
             line += " — the window moves: rescinded and reissued, to be answered again"
         lines.append(Text(line, style="yellow"))
@@ -1325,18 +1334,10 @@ def _decline_lines(
             answer = notice.get("answer") if isinstance(notice, Mapping) else None
             if not isinstance(answer, Mapping) or answer.get("verdict") != "decline":
                 continue
-            at = _number(answer.get("at"))
-            line = (
-                f"declined: {label} {notice.get('group')} by {answer.get('who')}"
-                f"{'' if at is None else ' ' + format_relative(at, now)}: {answer.get('reason')}"
-            )
-            expected = _number(answer.get("expected_completion"))
-            if expected is not None:
-                line += f" (done by {_at(expected, now, tz)}"
-                promise = _number(notice.get("promise_end"))
-                if promise is not None:
-                    line += f"; its promises end {_at(promise, now, tz)}"
-                line += ")"
+            line = "declined: " + _declined(label, notice.get("group"), answer, now, tz)
+            promise = _number(notice.get("promise_end"))
+            if promise is not None and answer.get("expected_completion") is not None:
+                line += f"; its promises end {_at(promise, now, tz)}"
             lines.append(line)
     return lines
 

@@ -797,8 +797,8 @@ def test_the_plan_says_what_the_windows_close_and_lists_the_declines() -> None:
         "closed before the windows: 1.47 core-h as planned (9.02 core-h had every node admitted "
         "any promise)",
         "notices: 2 in force, 1 accepted, 1 declined, 0 unanswered",
-        "declined: n3 batch/dev/etl by alice 5m ago: month-end run (done by 09:30:00 UTC, in "
-        "1h30m; its promises end 09:40:00 UTC, in 1h40m)",
+        "declined: n3 batch/dev/etl by alice 5m ago: month-end run; done by 09:30:00 UTC, in "
+        "1h30m; its promises end 09:40:00 UTC, in 1h40m",
     ]
     summary = _summary_text(plan(row, **totals, late=1) | {"matched": 1})
     assert [line for line in summary if line in expected] == expected
