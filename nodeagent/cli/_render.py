@@ -1342,6 +1342,9 @@ def _decline_lines(
     return lines
 
 
+#: Where the summary sends the operator for the declines of machines it does not list.
+_DECLINES_ELSEWHERE = "declines on machines not listed here: --all, or nodeagent master notices"
+
 #: The modes of a machine out of service.
 _OUT = ("DRAINING", "DOWN")
 
@@ -1440,8 +1443,11 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     lines.extend(after_window_lines(plan))
     machines = list(plan.get("machines") or [])
     matched = int(_number(plan.get("matched")) or len(machines))
+    declined = int(_number((totals.get("notices") or {}).get("declined")) or 0)
     if not machines:
         lines.append(Text("no machine is late by its promises or to be escalated", "green"))
+        if declined:
+            lines.append(Text(_DECLINES_ELSEWHERE, style="dim"))
         return Group(*lines)
     shown = f"{len(machines)} of {matched}" if matched > len(machines) else f"{matched}"
     lines.append(Text(f"late or to be escalated ({shown}, window order):", style="bold"))
@@ -1456,7 +1462,10 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
         lines.append(line)
     if matched > len(machines):
         lines.append(Text(f"… {matched - len(machines)} more: --all for every row", "dim"))
-    lines.extend(Text(t, style="yellow") for t in _decline_lines(machines, labels, now, tz))
+    listed = _decline_lines(machines, labels, now, tz)
+    lines.extend(Text(t, style="yellow") for t in listed)
+    if declined > len(listed):
+        lines.append(Text(_DECLINES_ELSEWHERE, style="dim"))
     return Group(*lines)
 
 

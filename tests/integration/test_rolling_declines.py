@@ -61,8 +61,8 @@ def test_a_declined_machine_holds_its_batch_until_accepted(tmp_path: Path) -> No
         shown = s.cli("schedule", "set", str(file), "--dry-run")
         assert shown.returncode == 0, shown.stderr
         assert "declined by their owners" in shown.stdout
-        declined = next(line for line in shown.stdout.splitlines() if f"n2 {GROUP} by " in line)
-        assert ": month-end run" in declined
+        said = next(line for line in shown.stdout.splitlines() if f"n2 {GROUP} by " in line)
+        assert ": month-end run" in said
 
         # the operation: n1 goes, n2 is held by the decline
         started = master.call(

@@ -806,6 +806,14 @@ def test_the_plan_says_what_the_windows_close_and_lists_the_declines() -> None:
     assert all(line in timeline for line in expected)
 
 
+def test_the_summary_says_where_the_declines_it_does_not_list_are() -> None:
+    totals = {"notices": {"in_force": 3, "accepted": 0, "declined": 2, "unanswered": 1}}
+    summary = _summary_text(plan(**totals, late=0) | {"matched": 0})
+    assert summary[-1] == "declines on machines not listed here: --all, or nodeagent master notices"
+    quiet = {"notices": {"in_force": 1, "accepted": 1, "declined": 0, "unanswered": 0}}
+    assert "declines on" not in " ".join(_summary_text(plan(**quiet) | {"matched": 0}))
+
+
 def test_a_master_that_does_not_say_adds_no_line() -> None:
     summary = _summary_text(plan(machine("n3"), late=1) | {"matched": 1})
     assert not [line for line in summary if line.startswith(("closed before", "notices:"))]
