@@ -173,7 +173,14 @@ def pool(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) 
         for name in ROLLED:
             stack.enter_context(agent(master, tmp, name, 60))
         argv, _ = job_script(tmp, "long")
-        late.claim(argv, cpus=2, max_job_retirement_time=7200, job_id="7", owner="alice")
+        late.claim(
+            argv,
+            cpus=2,
+            max_job_retirement_time=7200,
+            job_id="7",
+            owner="alice",
+            group="batch/dev/etl",
+        )
         argv, _ = job_script(tmp, "short")
         on_time.claim(argv, cpus=1, max_job_retirement_time=60, job_id="8", owner="bob")
         start = time.time() + 1800
@@ -470,6 +477,29 @@ def test_a_drain_started_by_the_master_appears_without_a_reload(
     assert shown["loadedOnce"] == "yes"
     assert shown["totals"]["DOWN"] == "1"
     shot(browser, pool, "drain-started.png")
+
+
+def test_an_owner_s_decline_shows_in_its_machine_s_row_without_a_reload(
+    pool: Pool, browser: WebDriver
+) -> None:
+    if browser.current_url != pool.ui_url:
+        browser.get(pool.ui_url)
+    showing(browser, lambda s: "batch/dev/etl not answered" in s["table"].get("late.test", ""))
+    browser.execute_script("document.documentElement.dataset.loadedOnce = 'yes'")
+    (notice,) = pool.master.call("GET", "/v1/notices", params={"machine": "late.test"}).json()[
+        "notices"
+    ]
+    reply = pool.master.call(
+        "POST", f"/v1/notices/{notice['id']}/decline", json={"reason": "month-end run"}
+    )
+    assert reply.status_code == 200, reply.text
+    shown = showing(
+        browser,
+        lambda s: "batch/dev/etl declined by local: month-end run" in s["table"]["late.test"],
+    )
+    assert shown["totals"]["declined"] == "1"
+    assert shown["loadedOnce"] == "yes"
+    shot(browser, pool, "declined.png")
 
 
 def test_a_rolling_operation_shows_its_batches_and_its_eta(pool: Pool, browser: WebDriver) -> None:

@@ -238,6 +238,9 @@
     ["hooks_failed", "hooks failed", null, true],
     ["health_failing", "health failing", null, true],
     ["drains_started", "drains started"],
+    ["closed", "closed before the windows (core-h)", (t) => t.closed_core_hours && t.closed_core_hours.planned],
+    ["declined", "notices declined", (t) => t.notices && t.notices.declined, true],
+    ["unanswered", "notices unanswered", (t) => t.notices && t.notices.unanswered],
   ];
 
   function drawTotals(totals) {
@@ -421,6 +424,24 @@
     return el("td", cls ? { class: cls } : {}, text);
   }
 
+  // The owners' answers to the machine's notices: "web/prod/front accepted; batch/etl
+  // declined by bob: month-end run".
+  function ownersText(row) {
+    const parts = [];
+    for (const notice of row.notices || []) {
+      const answer = notice.answer;
+      if (!answer) {
+        parts.push(`${notice.group} not answered`);
+      } else if (answer.verdict === "accept") {
+        parts.push(`${notice.group} accepted`);
+      } else {
+        const done = typeof answer.expected_completion === "number" ? `, done by ${stamp(answer.expected_completion)}` : "";
+        parts.push(`${notice.group} declined by ${answer.who}: ${answer.reason}${done}`);
+      }
+    }
+    return parts.length ? parts.join("; ") : "—";
+  }
+
   function drawTable(plan) {
     const body = $("machines").tBodies[0];
     body.replaceChildren();
@@ -454,6 +475,7 @@
           promises && !promises.on_time ? "late" : null),
         cell(planned ? when(planned.completion) : "—"),
         cell(escalation, escalationClass),
+        cell(ownersText(row), (row.notices || []).some((n) => n.answer && n.answer.verdict === "decline") ? "owners declined" : "owners"),
       );
       body.appendChild(tr);
     }
