@@ -99,6 +99,7 @@ from nodeagent.master._event_drafts import (
     node_back,
     node_changes,
     node_lost,
+    node_shutdown_changes,
     notice_answered,
     notice_issued,
     notice_rescinded,
@@ -744,6 +745,16 @@ class Master:
             self.events.stage(
                 node_back(node=entry.name, machine=entry.hostname, away=now - previous.received_at)
             )
+        if previous.machine.get("ShuttingDown") is True or entry.shutting_down:
+            self.events.stage(
+                *node_shutdown_changes(
+                    previous.machine,
+                    entry.machine,
+                    node=entry.name,
+                    machine=entry.hostname,
+                    away=now - previous.received_at,
+                )
+            )
         if previous.machine is not entry.machine and _watched(previous.machine) != _watched(
             entry.machine
         ):
@@ -969,10 +980,14 @@ class Master:
         """One pass: start, escalate, down and cancel drains as the schedule says."""
         now = self.clock.now()
         for name in self.ads.sweep(now):
-            log.warning("node %s is lost: no ad for %s", name, in_words(self.ads.lifetime))
             entry = self.ads.get(name)
             hostname = name if entry is None else entry.hostname
-            self.events.stage(node_lost(node=name, machine=hostname, lifetime=self.ads.lifetime))
+            grace = self.ads.reboot_grace if entry is not None and entry.shutting_down else None
+            away = self.ads.lifetime + (grace or 0.0)
+            log.warning("node %s is lost: no ad for %s", name, in_words(away))
+            self.events.stage(
+                node_lost(node=name, machine=hostname, lifetime=self.ads.lifetime, grace=grace)
+            )
         scheduled = set()
         # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
         # pass reads no estimates but for the nodes it drains. It does make the
