@@ -308,10 +308,13 @@ def planned_escalation(plan: MachinePlan, escalation: str | Escalation) -> Escal
 
     ``escalation`` is the master's policy (``quick``, ``fast``, ``none``); a DOWN machine's
     node is drained ``fast``; a drain in force that the master did not start (no record:
-    an administrator's, the defrag daemon's) is left alone, so ``none``.
+    an administrator's, the defrag daemon's), or any on a node whose machine is shutting
+    down (:attr:`AdEntry.shutting_down`), is left alone, so ``none``.
     """
     node = plan.node
     if node is None or plan.mode not in ("DRAINING", "DOWN"):
+        return Escalation.NONE
+    if node.shutting_down:  # its agent drains it for its machine's shutdown: left alone
         return Escalation.NONE
     if plan.mode == "DOWN":
         return Escalation.FAST
