@@ -895,6 +895,7 @@ class Master:
             statuses=self.state.machines(),
             find=self.ads.find,
             is_lost=self.ads.lost_at(now),
+            is_rebooting=self.ads.rebooting_at(now),
             drains=self.drains,
             starting=self._starting,
             window_since=self.window_since,
