@@ -581,7 +581,8 @@ class Master:
         each machine's node: until every one has ``confirmed`` (the node committed the
         fast drain: its ``request_id``) or has failed. A machine not confirmed is
         ``pending``, with why: the call's failure (the master tries again, with backoff,
-        and the node goes DOWN once it answers), no ad matching it, or its node lost.
+        and the node goes DOWN once it answers), no ad matching it, its node lost, or its
+        node's machine shutting down or rebooting (left alone until it is back).
         """
         keys = {machine_key(machine_id): machine_id for machine_id in machine_ids}
 
@@ -592,7 +593,7 @@ class Master:
                 if (record is not None and record.down) or key in self._last_failure:
                     continue
                 nodes = self.ads.find(machine_id.hostname, machine_id.ip)
-                if any(not self.ads.lost(node, now) for node in nodes):
+                if any(not self.ads.lost(n, now) and not n.shutting_down for n in nodes):
                     return False  # a node to drain: its pass is on its way
             return True
 
@@ -619,6 +620,11 @@ class Master:
                     pending = (
                         f"node {nodes[0].name} is lost (no ad for {self.ads.lifetime:.0f} s): "
                         "its fast drain is sent once it reports again"
+                    )
+                elif all(n.shutting_down for n in nodes if not self.ads.lost(n, now)):
+                    pending = (
+                        f"node {nodes[0].name}'s machine is shutting down or rebooting (its "
+                        "agent drains it): its fast drain is sent once it is back"
                     )
                 else:
                     pending = self._last_failure.get(key, "not carried out yet")
