@@ -175,6 +175,7 @@ _RECONCILE_ATTRIBUTES = (
     "DrainingDeadline",
     "MaxJobRetirementTime",
     "MachineMaxVacateTime",
+    "ShuttingDown",
 )
 
 
