@@ -77,6 +77,18 @@ HELD_CONSTRAINT = (
     ' && (DrainHookState == "pending" || DrainHookState == "running"'
     ' || DrainHookState == "failed"))'
 )
+#: The nodes ``master status`` shows shutting down or rebooting, and what it reads of them.
+SHUTDOWN_CONSTRAINT = "ShuttingDown =?= true || Rebooting =?= true"
+SHUTDOWN_PROJECTION = (
+    "Name",
+    "ShuttingDown",
+    "Rebooting",
+    "Lost",
+    "LastHeardFrom",
+    "DrainState",
+    "DrainingRequestId",
+    "DrainReason",
+)
 HELD_PROJECTION = (
     "Name",
     "DrainingRequestId",
@@ -178,7 +190,7 @@ def status(
     """``nodeagent master status``: ``GET /maintenance/status``; the DOWN machines whose
     node has not confirmed its drain (``GET /v1/maintenance/down``); the machines still out
     of service after their window (the plan's ``after_window``), with the command that
-    brings them back."""
+    brings them back; the nodes held out of service; those shutting down or rebooting."""
     target = master_target(host, token, socket_path)
     reply = _mesos(target, "GET", "/maintenance/status")
     if json_output:
@@ -210,6 +222,14 @@ def status(
     held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
     if held:
         out.print(held_nodes_view(held, now=time.time()))
+    query = urlencode(
+        {"constraint": SHUTDOWN_CONSTRAINT, "projection": ",".join(SHUTDOWN_PROJECTION)}
+    )
+    going = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
+    if going:
+        from nodeagent.cli._render import shutdown_nodes_view  # noqa: PLC0415
+
+        out.print(shutdown_nodes_view(going, now=time.time()))
     leadership = request(target, "GET", "/v1/leader").data or {}
     if leadership.get("store") == "etcd":  # several masters: say which one leads
         leader = leadership.get("leader")

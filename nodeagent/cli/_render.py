@@ -892,6 +892,8 @@ def ads_table(
         when = Text(format_relative(float(heard), now) if isinstance(heard, int | float) else "-")
         if ad.get("Lost") is True:
             when.append(" (lost)", style="bold yellow")
+        elif ad.get("Rebooting") is True:
+            when.append(" (rebooting)", style="cyan")
         table.add_row(
             _cell(ad.get("Name")),
             Text(mode, style=_MODE_STYLES.get(mode, "")),
@@ -966,7 +968,10 @@ def _axis_span(machines: Sequence[Mapping[str, Any]], now: float) -> float:
 def _row_status(m: Mapping[str, Any], now: float | None = None) -> tuple[str, str]:
     """The status word and the row's colour (``window ended``: DRAINING or DOWN after its
     window's end, at the plan's ``now``)."""
-    lost = any(n.get("lost") and n.get("name") == m.get("node") for n in m.get("nodes") or [])
+    own = [n for n in m.get("nodes") or [] if n.get("name") == m.get("node")]
+    lost = any(n.get("lost") for n in own)
+    rebooting = any(n.get("rebooting") for n in own)
+    shutting_down = (m.get("drain") or {}).get("shutting_down") is True
     end = _number((m.get("window") or {}).get("end"))
     if now is not None and end is not None and now >= end and m.get("mode") in _OUT:
         return "window ended", "yellow"
@@ -976,6 +981,10 @@ def _row_status(m: Mapping[str, Any], now: float | None = None) -> tuple[str, st
         return "no node", "dim"
     if lost:
         return "lost", "yellow"
+    if rebooting:  # its machine went down after its shutdown drain: back by itself
+        return "rebooting", "cyan"
+    if shutting_down:  # its agent drains it for its machine's shutdown: left alone
+        return "shutting down", "cyan"
     if m.get("empty"):
         return "empty", "bold green"
     if m.get("escalated"):
@@ -1474,7 +1483,8 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
 
     One row per machine (sorted by window start): machine, mode, drain state, the time
     axis from the plan's ``now`` to the last window end, and a status word (``on time``,
-    ``late 12m``, ``empty``, ``DOWN``, ``escalated``, ``no node``, ``lost``) in the row's
+    ``late 12m``, ``empty``, ``DOWN``, ``escalated``, ``no node``, ``lost``, ``shutting
+    down``, ``rebooting``) in the row's
     colour. On the axis: ``·`` open, ``▷`` the planned drain start, ``━`` closed (the
     drain runs, or will), ``◆`` when the node will be empty as planned (the drain in force
     or about to start, escalated at the window; from a master without verdicts: the
@@ -1500,7 +1510,7 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     labels = _labels(machines)
     statuses = [_row_status(m, now) for m in machines]
     drains = [str((m.get("drain") or {}).get("state") or "-") for m in machines]
-    status_w = min(max(len("STATUS"), *(len(s) for s, _ in statuses)), 12)
+    status_w = min(max(len("STATUS"), *(len(s) for s, _ in statuses)), 13)
     mode_w, drain_w = len("DRAINING"), max(len("DRAIN"), *(len(d) for d in drains))
     name_w = min(max(len("MACHINE"), *(len(x) for x in labels)), 24)
     fixed = mode_w + drain_w + status_w + 8  # four gaps of two columns
@@ -1530,8 +1540,62 @@ def plan_view(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = 
     lines.extend(Text(t) for t in _workload_lines(plan.get("totals") or {}))
     lines.extend(Text(t, style="red") for t in _late_lines(machines, labels, now, tz))
     lines.extend(Text(t, style="yellow") for t in _decline_lines(machines, labels, now, tz))
+    lines.extend(Text(t, style="cyan") for t in _shutdown_lines(machines, labels))
     lines.extend(after_window_lines(plan))
     return Group(*lines)
+
+
+def _shutdown_lines(machines: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> list[str]:
+    """One line per machine whose node is shutting down (its row's
+    ``drain.shutting_down``) or rebooting (its node's ``rebooting``), and what the master
+    does about it: nothing, until the node is back."""
+    lines = []
+    for m, label in zip(machines, labels, strict=True):
+        own = [n for n in m.get("nodes") or [] if n.get("name") == m.get("node")]
+        drain = m.get("drain") or {}
+        if any(n.get("rebooting") for n in own):
+            age = _number(own[0].get("ad_age")) or 0.0
+            lines.append(
+                f"{label}: rebooting: no ad for {format_duration(age)} since its machine went "
+                "down after its shutdown drain; not counted lost within the master's "
+                "reboot_grace, its node comes back by itself"
+            )
+        elif drain.get("shutting_down") is True and not any(n.get("lost") for n in own):
+            lines.append(
+                f"{label}: shutting down: its agent drains it ({drain.get('state')}, drain "
+                f"{drain.get('request_id')}, reason {drain.get('reason')}); the master starts "
+                "and escalates no drain of its own there while it shuts down"
+            )
+    return lines
+
+
+def shutdown_nodes_view(ads: Sequence[Mapping[str, Any]], *, now: float) -> Group:
+    """``nodeagent master status``: the nodes whose machine is shutting down or rebooting
+    (their ads' ``ShuttingDown``, ``Rebooting``, ``Lost``), in words."""
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("NODE SHUTTING DOWN", no_wrap=True)
+    table.add_column("STATE")
+    for ad in ads:
+        heard = _number(ad.get("LastHeardFrom"))
+        ago = "-" if heard is None else format_relative(heard, now)
+        if ad.get("Rebooting") is True:
+            text = f"rebooting: its last ad ({ago}) said its machine was shutting down"
+        elif ad.get("Lost") is True:
+            text = f"lost: not back within the reboot grace (last ad {ago})"
+        else:
+            text = (
+                f"shutting down: its agent drains it ({ad.get('DrainState', 'none')}, drain "
+                f"{ad.get('DrainingRequestId')}, reason {ad.get('DrainReason')})"
+            )
+        table.add_row(str(ad.get("Name", "")), Text(text, style="cyan"))
+    count = len(ads)
+    summary = Text(
+        f"{count} node{'' if count == 1 else 's'} shutting down or rebooting: the master "
+        "starts no drain there, and counts a node lost only once its reboot grace has run out",
+        style="dim",
+    )
+    return Group(Text(""), table, summary)
 
 
 def plan_text(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = None) -> str:

@@ -2,11 +2,14 @@
 
 An ad not refreshed within ``ad_lifetime`` marks its node *lost*; it stays listed (with
 ``Lost = true``) until the node pushes again or an operator forgets it — a node does
-not silently disappear. Node ads (``MyType = "Machine"``) are keyed by their ``Name``
-(the agent's host name); ads of other daemons (``MyType = "Defrag"``) are kept apart,
-keyed by type and name, out of the nodes, the plans and the lost-node accounting. The
-master adds ``LastHeardFrom`` (when the ad arrived, by the master's clock) and ``Lost``
-to what it serves. No I/O here; ``now`` is an argument.
+not silently disappear. A node whose last ad said ``ShuttingDown = true`` (its machine
+was going down, drained by its agent) is *rebooting* instead (``Rebooting = true``, not
+lost) for ``reboot_grace`` past its ad's lifetime, then lost as any other. Node ads
+(``MyType = "Machine"``) are keyed by their ``Name`` (the agent's host name); ads of
+other daemons (``MyType = "Defrag"``) are kept apart, keyed by type and name, out of
+the nodes, the plans and the lost-node accounting. The master adds ``LastHeardFrom``
+(when the ad arrived, by the master's clock), ``Lost`` and ``Rebooting`` to what it
+serves. No I/O here; ``now`` is an argument.
 
 What the master reads from an ad is checked when the ad arrives (:meth:`AdStore.update`),
 so that no node's ad can break a query, a plan or a reconcile pass later. Constraints
@@ -331,6 +334,13 @@ class AdEntry:
         return cores if type(cores) is int and cores > 0 else 0
 
     @cached_property
+    def shutting_down(self) -> bool:
+        """The node's machine is shutting down (its ad's ``ShuttingDown`` is true): its
+        agent drains it with a drain of its own (reason ``shutdown``), and the node comes
+        back by itself after the reboot."""
+        return self.machine.get("ShuttingDown") is True
+
+    @cached_property
     def drain(self) -> dict[str, Any]:
         """The node's drain as the plan shows it (read-only: plans share it)."""
         machine = self.machine
@@ -339,6 +349,7 @@ class AdEntry:
             "request_id": machine.get("DrainingRequestId"),
             "reason": machine.get("DrainReason"),
             "schedule": machine.get("DrainSchedule"),
+            "shutting_down": self.shutting_down,
         }
 
     @cached_property
@@ -426,10 +437,12 @@ class AdEntry:
 
 
 class AdStore:
-    """The ads of every node that ever reported, with expiry by ``lifetime``."""
+    """The ads of every node that ever reported, with expiry by ``lifetime``; a node whose
+    last ad said it was shutting down is rebooting, not lost, for ``reboot_grace`` more."""
 
-    def __init__(self, *, lifetime: float) -> None:
+    def __init__(self, *, lifetime: float, reboot_grace: float = 1800.0) -> None:
         self.lifetime = lifetime
+        self.reboot_grace = reboot_grace
         self._entries: dict[str, AdEntry] = {}
         self._others: dict[tuple[str, str], AdEntry] = {}
         self._by_host: dict[str, set[str]] = {}
@@ -536,15 +549,35 @@ class AdStore:
         return sorted(self._entries.values(), key=lambda e: e.name)
 
     def lost(self, entry: AdEntry, now: float) -> bool:
-        return now - entry.received_at > self.lifetime
+        """Whether the node is lost at ``now``: no ad for ``lifetime``, or for ``lifetime``
+        plus ``reboot_grace`` when its last ad said it was shutting down."""
+        age = now - entry.received_at
+        return age > self.lifetime and (
+            not entry.shutting_down or age > self.lifetime + self.reboot_grace
+        )
 
     def lost_at(self, now: float) -> Callable[[AdEntry], bool]:
         """:meth:`lost` at ``now``, as one function (for many entries)."""
         lifetime = self.lifetime
-        return lambda entry: now - entry.received_at > lifetime
+        grace = lifetime + self.reboot_grace
+        return lambda entry: (
+            now - entry.received_at > lifetime
+            and (not entry.shutting_down or now - entry.received_at > grace)
+        )
+
+    def rebooting(self, entry: AdEntry, now: float) -> bool:
+        """Whether the node is rebooting at ``now``: its last ad, older than ``lifetime``
+        but not lost (:meth:`lost`), said it was shutting down."""
+        age = now - entry.received_at
+        return entry.shutting_down and self.lifetime < age <= self.lifetime + self.reboot_grace
+
+    def rebooting_at(self, now: float) -> Callable[[AdEntry], bool]:
+        """:meth:`rebooting` at ``now``, as one function (for many entries)."""
+        return lambda entry: self.rebooting(entry, now)
 
     def sweep(self, now: float) -> list[str]:
-        """Mark newly lost nodes; returns their names (counted once each)."""
+        """Mark newly lost nodes; returns their names (counted once each). A rebooting
+        node (:meth:`rebooting`) is not lost yet: it is once its grace has run out."""
         newly = [
             e.name for e in self._entries.values() if self.lost(e, now) and e.name not in self._lost
         ]
@@ -553,18 +586,19 @@ class AdStore:
         return sorted(newly)
 
     def served(self, entry: AdEntry, now: float) -> dict[str, Any]:
-        """The machine ad as the master serves it: with LastHeardFrom and Lost."""
+        """The machine ad as the master serves it: with LastHeardFrom, Lost and Rebooting."""
         return {
             **entry.machine,
             "LastHeardFrom": int(entry.received_at),
             "Lost": self.lost(entry, now),
+            "Rebooting": self.rebooting(entry, now),
         }
 
     def query(
         self, now: float, *, slots: bool = False, my_type: str = "Machine"
     ) -> list[dict[str, Any]]:
         """Every ad of ``my_type`` as served (for nodes with ``slots``: their slot ads, each
-        with its node's ``LastHeardFrom`` and ``Lost``), sorted by name.
+        with its node's ``LastHeardFrom``, ``Lost`` and ``Rebooting``), sorted by name.
 
         A constraint is the caller's to evaluate over them, then :func:`project`.
         """
@@ -575,7 +609,11 @@ class AdStore:
             sources = [e for (t, _), e in sorted(self._others.items()) if t == my_type]
         for entry in sources:
             if slots:
-                extra = {"LastHeardFrom": int(entry.received_at), "Lost": self.lost(entry, now)}
+                extra = {
+                    "LastHeardFrom": int(entry.received_at),
+                    "Lost": self.lost(entry, now),
+                    "Rebooting": self.rebooting(entry, now),
+                }
                 results.extend({**s, **extra} for s in entry.slots)
             else:
                 results.append(self.served(entry, now))

@@ -110,6 +110,13 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
         description="An ad not refreshed for this long shows its node as lost",
         gt=0,
     )
+    reboot_grace: Duration = _field(
+        1800.0,
+        reload=True,
+        description="A node whose last ad said it was shutting down is shown as rebooting, "
+        "not lost, for this long past its ad lifetime",
+        ge=0,
+    )
     drain_policy: Literal["just_in_time", "immediate"] = _field(
         "just_in_time",
         reload=True,

@@ -4,7 +4,8 @@ Starts in order: the store (schedule, modes, drains, counters), the TCP listener
 a local Unix socket (ADMINISTRATOR), the reconcile service; then ``READY=1``. After a
 restart it reconciles with the agents' ads as they arrive again. SIGTERM/SIGINT stop
 it at once (state is saved before every reply, so a request cut off either took effect
-or did not). SIGHUP reloads the drain policy, the reconcile interval, the ad lifetime,
+or did not). SIGHUP reloads the drain policy, the reconcile interval, the ad lifetime and the
+reboot grace,
 ``metrics_require_auth`` and ``agent_timeout`` (the next call to an agent uses it, and
 it bounds how long a plan waits for fresh ads: :meth:`Master.refresh_figures`) and
 ``allow_pool_daemon_tokens`` (logged as a warning while on). A drain
@@ -184,7 +185,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             store=opened.store,
             link=link,
             clock=self.clock,
-            ads=AdStore(lifetime=config.ad_lifetime),
+            ads=AdStore(lifetime=config.ad_lifetime, reboot_grace=config.reboot_grace),
             policy=plan_policy(config),
             reconcile_interval=config.reconcile_interval,
             wake_gap=min(_WAKE_GAP, config.reconcile_interval),
@@ -321,15 +322,16 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             await self._etcd_tasks.close()
 
     def reconfigure(self, running: MasterConfig, changes: ConfigChanges) -> None:
-        """The plan policy, intervals, ad lifetime, metrics auth, pool-wide DAEMON tokens,
-        the agents' timeout, the SLA file's policies and the coordinators' timeout; then a
-        reconcile pass at once."""
+        """The plan policy, intervals, ad lifetime and reboot grace, metrics auth, pool-wide
+        DAEMON tokens, the agents' timeout, the SLA file's policies and the coordinators'
+        timeout; then a reconcile pass at once."""
         parts = self._parts
         if parts is None:
             return
         parts.master.policy = plan_policy(running)
         parts.master.reconcile_interval = running.reconcile_interval
         parts.master.ads.lifetime = running.ad_lifetime
+        parts.master.ads.reboot_grace = running.reboot_grace
         parts.master.fetch_timeout = running.agent_timeout
         parts.metrics.require_auth = running.metrics_require_auth
         if running.allow_pool_daemon_tokens != parts.master.allow_pool_daemon_tokens:

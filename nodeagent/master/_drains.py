@@ -533,7 +533,9 @@ def decide(
     ``drain_now``. Someone else's drain is
     left alone. With ``policy.up_after_window``, a DOWN machine whose window has ended
     and whose node is :func:`healthy` goes UP (:class:`BringUp`); without it (Mesos's
-    behaviour) it stays DOWN until an operator brings it up.
+    behaviour) it stays DOWN until an operator brings it up. A node whose machine is
+    shutting down (its ad's ``ShuttingDown``: its agent drains it for the shutdown) gets
+    nothing, in any mode, until it is back.
     """
     node = plan.node
     assert node is not None
@@ -542,6 +544,12 @@ def decide(
         return None  # settled first
     if record is not None and record.operation is not None:
         return None  # a rolling operation's: it drives the node (nodeagent.master._rolling)
+    if node.shutting_down:
+        # Its machine is going down, drained by its agent (its own drain, reason
+        # shutdown): the machine is gone anyway, whatever its window. No drain of the
+        # master's starts, escalates, relaxes or replaces it; the node reopens by itself
+        # after the reboot, and a later pass does what the window then requires.
+        return None
     if (
         record is not None
         and plan.mode == "DRAINING"

@@ -32,6 +32,7 @@ __all__ = [
     "node_back",
     "node_changes",
     "node_lost",
+    "node_shutdown_changes",
     "notice_answered",
     "notice_issued",
     "notice_rescinded",
@@ -206,13 +207,19 @@ def evicted_cuts(slots: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return cuts
 
 
-def node_lost(*, node: str, machine: str, lifetime: float) -> Draft:
-    return Draft(
-        type="node.lost",
-        text=f"{node}: lost, no ad for {in_words(lifetime)}",
-        machines=(machine,),
-        facts={"node": node, "lifetime": lifetime},
-    )
+def node_lost(*, node: str, machine: str, lifetime: float, grace: float | None = None) -> Draft:
+    """``node.lost``; ``grace``: the node's last ad said it was shutting down, and it was
+    rebooting for that long past ``lifetime`` (the reboot grace ran out)."""
+    if grace is None:
+        text = f"{node}: lost, no ad for {in_words(lifetime)}"
+        facts: dict[str, Any] = {"node": node, "lifetime": lifetime}
+    else:
+        text = (
+            f"{node}: lost, no ad for {in_words(lifetime + grace)} since it was shutting "
+            "down (not back within its reboot grace)"
+        )
+        facts = {"node": node, "lifetime": lifetime, "reboot_grace": grace}
+    return Draft(type="node.lost", text=text, machines=(machine,), facts=facts)
 
 
 def node_back(*, node: str, machine: str, away: float) -> Draft:
@@ -222,6 +229,55 @@ def node_back(*, node: str, machine: str, away: float) -> Draft:
         machines=(machine,),
         facts={"node": node, "away": round(away, 3)},
     )
+
+
+def node_shutdown_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], *, node: str, machine: str, away: float
+) -> list[Draft]:
+    """What two successive machine ads of a node say of its machine's shutdown:
+    ``node.shutting_down`` when the new one first says ``ShuttingDown``; once it no longer
+    does, ``node.rebooted`` when its agent started again since (``DaemonStartTime``
+    moved: the machine went down and came back), else ``node.shutdown_cancelled``.
+    ``away``: how long after the earlier ad the new one came."""
+    was, now = before.get("ShuttingDown") is True, after.get("ShuttingDown") is True
+    if was == now:
+        return []
+    shared = {"machines": (machine,)}
+    if now:
+        drain = after.get("DrainingRequestId")
+        state = after.get("DrainState", "none")
+        return [
+            Draft(
+                type="node.shutting_down",
+                text=f"{node}: its machine is shutting down; the node drains ({state}, "
+                f"drain {drain}, reason {after.get('DrainReason')})",
+                facts={
+                    "node": node,
+                    "request_id": drain,
+                    "state": state,
+                    "reason": after.get("DrainReason"),
+                },
+                **shared,
+            )
+        ]
+    if before.get("DaemonStartTime") != after.get("DaemonStartTime"):
+        return [
+            Draft(
+                type="node.rebooted",
+                text=f"{node}: back after its reboot ({in_words(away)} after its last ad "
+                f"while shutting down; drain state {after.get('DrainState', 'none')})",
+                facts={"node": node, "away": round(away, 3), "state": after.get("DrainState")},
+                **shared,
+            )
+        ]
+    return [
+        Draft(
+            type="node.shutdown_cancelled",
+            text=f"{node}: its machine's shutdown was cancelled",
+            facts={"node": node},
+            **shared,
+        )
+    ]
 
 
 def notice_issued(notice: Notice) -> Draft:

@@ -172,10 +172,15 @@ def _count(counts: dict[str, int], value: object) -> None:
 
 
 def node_figures(
-    entries: Iterable[AdEntry], is_lost: Callable[[AdEntry], bool], now: float
+    entries: Iterable[AdEntry],
+    is_lost: Callable[[AdEntry], bool],
+    now: float,
+    is_rebooting: Callable[[AdEntry], bool] | None = None,
 ) -> NodeFigures:
     """The nodes' figures at ``now`` from the ads held (``is_lost``: the ad store's
-    :meth:`~nodeagent.master._adstore.AdStore.lost_at` of ``now``). Only live nodes are
+    :meth:`~nodeagent.master._adstore.AdStore.lost_at` of ``now``; ``is_rebooting``: its
+    :meth:`~nodeagent.master._adstore.AdStore.rebooting_at`, a node neither live nor
+    lost, counted in none of the figures). Only live nodes are
     counted by state (a lost node's ad says what it was, not what it is): by
     ``DrainState`` (a node without one counts as ``none``), by ``DrainHookState`` and by
     ``HealthState`` (nodes that publish one). ``hooks_failed``: live nodes whose drain in
@@ -192,6 +197,8 @@ def node_figures(
         age = entry.age(now)
         if is_lost(entry):
             lost.append((entry.name, age))
+            continue
+        if is_rebooting is not None and is_rebooting(entry):
             continue
         oldest = max(oldest, age)
         machine = entry.machine

@@ -99,6 +99,7 @@ from nodeagent.master._event_drafts import (
     node_back,
     node_changes,
     node_lost,
+    node_shutdown_changes,
     notice_answered,
     notice_issued,
     notice_rescinded,
@@ -174,6 +175,7 @@ _RECONCILE_ATTRIBUTES = (
     "DrainingDeadline",
     "MaxJobRetirementTime",
     "MachineMaxVacateTime",
+    "ShuttingDown",
 )
 
 
@@ -580,7 +582,8 @@ class Master:
         each machine's node: until every one has ``confirmed`` (the node committed the
         fast drain: its ``request_id``) or has failed. A machine not confirmed is
         ``pending``, with why: the call's failure (the master tries again, with backoff,
-        and the node goes DOWN once it answers), no ad matching it, or its node lost.
+        and the node goes DOWN once it answers), no ad matching it, its node lost, or its
+        node's machine shutting down or rebooting (left alone until it is back).
         """
         keys = {machine_key(machine_id): machine_id for machine_id in machine_ids}
 
@@ -591,7 +594,7 @@ class Master:
                 if (record is not None and record.down) or key in self._last_failure:
                     continue
                 nodes = self.ads.find(machine_id.hostname, machine_id.ip)
-                if any(not self.ads.lost(node, now) for node in nodes):
+                if any(not self.ads.lost(n, now) and not n.shutting_down for n in nodes):
                     return False  # a node to drain: its pass is on its way
             return True
 
@@ -618,6 +621,11 @@ class Master:
                     pending = (
                         f"node {nodes[0].name} is lost (no ad for {self.ads.lifetime:.0f} s): "
                         "its fast drain is sent once it reports again"
+                    )
+                elif all(n.shutting_down for n in nodes if not self.ads.lost(n, now)):
+                    pending = (
+                        f"node {nodes[0].name}'s machine is shutting down or rebooting (its "
+                        "agent drains it): its fast drain is sent once it is back"
                     )
                 else:
                     pending = self._last_failure.get(key, "not carried out yet")
@@ -743,6 +751,16 @@ class Master:
         if was_lost:
             self.events.stage(
                 node_back(node=entry.name, machine=entry.hostname, away=now - previous.received_at)
+            )
+        if previous.machine.get("ShuttingDown") is True or entry.shutting_down:
+            self.events.stage(
+                *node_shutdown_changes(
+                    previous.machine,
+                    entry.machine,
+                    node=entry.name,
+                    machine=entry.hostname,
+                    away=now - previous.received_at,
+                )
             )
         if previous.machine is not entry.machine and _watched(previous.machine) != _watched(
             entry.machine
@@ -884,6 +902,7 @@ class Master:
             statuses=self.state.machines(),
             find=self.ads.find,
             is_lost=self.ads.lost_at(now),
+            is_rebooting=self.ads.rebooting_at(now),
             drains=self.drains,
             starting=self._starting,
             window_since=self.window_since,
@@ -969,10 +988,14 @@ class Master:
         """One pass: start, escalate, down and cancel drains as the schedule says."""
         now = self.clock.now()
         for name in self.ads.sweep(now):
-            log.warning("node %s is lost: no ad for %s", name, in_words(self.ads.lifetime))
             entry = self.ads.get(name)
             hostname = name if entry is None else entry.hostname
-            self.events.stage(node_lost(node=name, machine=hostname, lifetime=self.ads.lifetime))
+            grace = self.ads.reboot_grace if entry is not None and entry.shutting_down else None
+            away = self.ads.lifetime + (grace or 0.0)
+            log.warning("node %s is lost: no ad for %s", name, in_words(away))
+            self.events.stage(
+                node_lost(node=name, machine=hostname, lifetime=self.ads.lifetime, grace=grace)
+            )
         scheduled = set()
         # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
         # pass reads no estimates but for the nodes it drains. It does make the

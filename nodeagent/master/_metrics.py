@@ -54,8 +54,10 @@ class _MasterCollector(Collector):
         nodes = GaugeMetricFamily("nodeagent_master_nodes", "Nodes with an ad", labels=["state"])
         entries = master.ads.entries()
         lost = sum(1 for e in entries if master.ads.lost(e, now))
-        nodes.add_metric(["live"], len(entries) - lost)
+        rebooting = sum(1 for e in entries if master.ads.rebooting(e, now))
+        nodes.add_metric(["live"], len(entries) - lost - rebooting)
         nodes.add_metric(["lost"], lost)
+        nodes.add_metric(["rebooting"], rebooting)
         yield nodes
         for name, value, text in (
             ("nodeagent_master_ads_received", master.ads.received, "Ads received"),
@@ -188,7 +190,7 @@ class _MasterCollector(Collector):
     def _nodes(self, master: Master, now: float) -> Iterator[Metric]:
         """The nodes by their ads (:func:`node_figures`)."""
         ads = master.ads
-        figures = node_figures(ads.entries(), ads.lost_at(now), now)
+        figures = node_figures(ads.entries(), ads.lost_at(now), now, ads.rebooting_at(now))
         for name, text, counts in (
             ("nodeagent_master_nodes_by_drain_state", "Live nodes by their ad's DrainState",
              figures.drain_states),

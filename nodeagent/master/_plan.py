@@ -308,10 +308,13 @@ def planned_escalation(plan: MachinePlan, escalation: str | Escalation) -> Escal
 
     ``escalation`` is the master's policy (``quick``, ``fast``, ``none``); a DOWN machine's
     node is drained ``fast``; a drain in force that the master did not start (no record:
-    an administrator's, the defrag daemon's) is left alone, so ``none``.
+    an administrator's, the defrag daemon's), or any on a node whose machine is shutting
+    down (:attr:`AdEntry.shutting_down`), is left alone, so ``none``.
     """
     node = plan.node
     if node is None or plan.mode not in ("DRAINING", "DOWN"):
+        return Escalation.NONE
+    if node.shutting_down:  # its agent drains it for its machine's shutdown: left alone
         return Escalation.NONE
     if plan.mode == "DOWN":
         return Escalation.FAST
@@ -322,10 +325,11 @@ def planned_escalation(plan: MachinePlan, escalation: str | Escalation) -> Escal
 
 class RowState(NamedTuple):
     """What a plan row says that holds from one plan to the next: the nodes' ``lost``
-    flags, the escalation applied at the window, whether the node is empty, whether its
-    figures are stale, the master's record (``started``, ``escalated``), whether the
-    row lists its blockers, the machine's notices in force with their answers, and what
-    sets its drain start (:class:`Closing`)."""
+    and ``rebooting`` flags (``rebooting`` empty when none is), the escalation applied at
+    the window, whether the node is empty, whether its figures are stale, the master's
+    record (``started``, ``escalated``), whether the row lists its blockers, the
+    machine's notices in force with their answers, and what sets its drain start
+    (:class:`Closing`)."""
 
     lost: tuple[bool, ...]
     applied: Escalation
@@ -336,6 +340,7 @@ class RowState(NamedTuple):
     with_blockers: bool
     notices: tuple[Notice, ...] = ()
     closing: Closing | None = None
+    rebooting: tuple[bool, ...] = ()
 
 
 class RowFigures(NamedTuple):
@@ -367,13 +372,21 @@ def row_state(
     window_since: float | None,
     escalation: str | Escalation,
     notices: tuple[Notice, ...] = (),
+    is_rebooting: Callable[[AdEntry], bool] | None = None,
 ) -> RowState:
     """The row's :class:`RowState` (see :func:`plan_row`); ``notices`` are the machine's
-    notices in force (by group)."""
+    notices in force (by group); ``is_rebooting``: whether a node is rebooting (the ad
+    store's :meth:`~nodeagent.master._adstore.AdStore.rebooting_at`; ``None``: none is)."""
     record = plan.drain_record
     node = plan.node
+    rebooting: tuple[bool, ...] = ()
+    if is_rebooting is not None:
+        rebooting = tuple([is_rebooting(n) for n in plan.nodes])
+        if not any(rebooting):
+            rebooting = ()
     return RowState(
         lost=tuple([is_lost(n) for n in plan.nodes]),
+        rebooting=rebooting,
         applied=planned_escalation(plan, escalation),
         empty=None if node is None else node.empty,
         stale=None
@@ -440,8 +453,14 @@ def row_dict(plan: MachinePlan, state: RowState, figures: Any) -> dict[str, Any]
         "mode": machine.mode,
         "window": machine.window,
         "nodes": [
-            {"name": n.name, "address": n.address, "ad_age": age, "lost": lost}
-            for n, age, lost in zip(plan.nodes, figures.ages, state.lost, strict=True)
+            {"name": n.name, "address": n.address, "ad_age": age, "lost": lost, "rebooting": r}
+            for n, age, lost, r in zip(
+                plan.nodes,
+                figures.ages,
+                state.lost,
+                state.rebooting or (False,) * len(plan.nodes),
+                strict=True,
+            )
         ],
         "node": None if node is None else node.name,
     }
@@ -534,6 +553,7 @@ def plan_row(
     with_blockers: bool = True,
     window_since: float | None = None,
     escalation: str = "none",
+    is_rebooting: Callable[[AdEntry], bool] | None = None,
 ) -> dict[str, Any]:
     """The machine's line of ``GET /v1/maintenance/plan``: its two verdicts, never mixed.
 
@@ -573,6 +593,11 @@ def plan_row(
     ``closing`` says what sets ``planned_drain_start`` and what the window costs in
     closed capacity under each admission (:class:`Closing`); ``None`` without a node.
 
+    ``nodes`` lists the ads matching the machine, each ``lost`` or ``rebooting`` (its
+    last ad said its machine was shutting down, and it is within its reboot grace:
+    ``is_rebooting``); ``drain.shutting_down`` says the node's machine is going down (its
+    agent drains it; the master leaves it alone).
+
     ``service`` is whether the node takes work and what keeps it out: its completion
     hook and health gate (:attr:`AdEntry.service
     <nodeagent.master._adstore.AdEntry.service>`); ``None`` without a node.
@@ -587,6 +612,7 @@ def plan_row(
         with_blockers=with_blockers,
         window_since=window_since,
         escalation=escalation,
+        is_rebooting=is_rebooting,
     )
     return row_dict(plan, state, row_figures(plan, state, now))
 

@@ -82,6 +82,8 @@ class PlanInputs:
     by key. ``counters`` (the master's, by name) and ``nodes`` (the ads held) are shown in
     the totals. ``notices``: the notices in force by machine name
     (:attr:`~nodeagent.master._plan.ScheduledMachine.name`), each machine's by group.
+    ``is_rebooting``: whether an ad's node is rebooting at ``now``
+    (:meth:`~nodeagent.master._adstore.AdStore.rebooting_at`; ``None``: none is).
     """
 
     statuses: tuple[MachineStatus, ...]
@@ -94,6 +96,7 @@ class PlanInputs:
     counters: Mapping[str, int]
     nodes: int
     notices: Mapping[str, tuple[Notice, ...]] = field(default_factory=dict)
+    is_rebooting: Callable[[AdEntry], bool] | None = None
 
 
 class PlanView:
@@ -177,6 +180,8 @@ class PlanView:
             nodes = find(machine.id.hostname, machine.id.ip)
             record = _record_of(drains, starting, key)
             lost = tuple([is_lost(n) for n in nodes])
+            if inputs.is_rebooting is not None:
+                lost += tuple([inputs.is_rebooting(n) for n in nodes])
             since = window_since.get(key)
             escalated = _escalated(record)
             notices = inputs.notices.get(machine.name, ())
@@ -210,6 +215,7 @@ class PlanView:
                 window_since=since,
                 escalation=escalation,
                 notices=notices,
+                is_rebooting=inputs.is_rebooting,
             )
             cache[key] = (
                 machine,
@@ -235,6 +241,7 @@ class PlanView:
             window_since=inputs.window_since.get(plan.key),
             escalation=inputs.policy.escalation,
             notices=inputs.notices.get(plan.machine.name, ()),
+            is_rebooting=inputs.is_rebooting,
         )
         text = self._row_texts.get(plan.key)
         if text is None:

@@ -23,7 +23,7 @@
     "schedule.changed", "mode.changed",
     "drain.recorded", "drain.committed", "drain.escalated", "drain.cancelled", "drain.down",
     "drain.started", "drain.completed", "drain.ended",
-    "node.lost", "node.back",
+    "node.lost", "node.back", "node.shutting_down", "node.rebooted", "node.shutdown_cancelled",
     "hook.started", "hook.succeeded", "hook.failed",
     "health.passing", "health.failing",
     "operation.started", "operation.batch_held", "operation.batch_started",

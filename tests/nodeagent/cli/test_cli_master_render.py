@@ -15,7 +15,13 @@ from nodeagent._paths import default_master_socket
 from nodeagent.cli._errors import UsageError
 from nodeagent.cli._http import resolve_master_target
 from nodeagent.cli._master import parse_machine, resolve_machines
-from nodeagent.cli._render import plan_summary_view, plan_text, plan_view, verdict_sentence
+from nodeagent.cli._render import (
+    plan_summary_view,
+    plan_text,
+    plan_view,
+    shutdown_nodes_view,
+    verdict_sentence,
+)
 from nodeagent.master import _config
 
 NOW = 1_800_000_000  # 2027-01-15 08:00:00 UTC
@@ -308,7 +314,7 @@ def test_a_hostname_scheduled_twice_is_shown_with_its_ip() -> None:
 
 def _row_text(p: dict[str, Any], label: str) -> Text:
     group = plan_view(p, width=100, tz=UTC).__rich__()  # as rich draws it
-    rows = [r for r in group.renderables if isinstance(r, Text) and r.plain.startswith(label)]
+    rows = [r for r in group.renderables if isinstance(r, Text) and r.plain.startswith(label + " ")]
     assert len(rows) == 1
     return rows[0]
 
@@ -320,6 +326,18 @@ def _style_of(line: Text, word: str) -> str:
     return styles.pop()
 
 
+def shutting_down(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its node's machine shutting down: its agent's drain, reason shutdown."""
+    row["drain"] = {**row["drain"], "request_id": "9", "reason": "shutdown", "shutting_down": True}
+    return row
+
+
+def rebooting(row: dict[str, Any], age: float = 900) -> dict[str, Any]:
+    """``row`` with its node rebooting: no ad for ``age`` s since it was shutting down."""
+    row["nodes"] = [{**row["nodes"][0], "ad_age": age, "rebooting": True}]
+    return row
+
+
 @pytest.mark.parametrize(
     ("row", "word", "colour"),
     [
@@ -328,6 +346,8 @@ def _style_of(line: Text, word: str) -> str:
         (machine(state="drained", empty=True), "empty", "bold green"),
         (machine(mode="DOWN", state="drained"), "DOWN", "magenta"),
         (machine(node=False), "no node", "dim"),
+        (shutting_down(machine(state="draining", schedule="quick")), "shutting down", "cyan"),
+        (rebooting(shutting_down(machine(state="draining"))), "rebooting", "cyan"),
     ],
 )
 def test_rows_are_coloured_by_status(row: dict[str, Any], word: str, colour: str) -> None:
@@ -817,3 +837,69 @@ def test_the_summary_says_where_the_declines_it_does_not_list_are() -> None:
 def test_a_master_that_does_not_say_adds_no_line() -> None:
     summary = _summary_text(plan(machine("n3"), late=1) | {"matched": 1})
     assert not [line for line in summary if line.startswith(("closed before", "notices:"))]
+
+
+def test_the_timeline_says_which_nodes_shut_down_and_reboot() -> None:
+    lines = text(
+        plan(
+            shutting_down(machine(state="draining", schedule="quick")),
+            rebooting(shutting_down(machine("node2.test", ip="10.0.0.2", state="draining"))),
+            machine("node3.test", ip="10.0.0.3"),
+        ),
+        400,
+    )
+    said = [line for line in lines if line.startswith(("node1.test:", "node2.test:"))]
+    assert said == [
+        "node1.test: shutting down: its agent drains it (draining, drain 9, reason shutdown); "
+        "the master starts and escalates no drain of its own there while it shuts down",
+        "node2.test: rebooting: no ad for 15m since its machine went down after its shutdown "
+        "drain; not counted lost within the master's reboot_grace, its node comes back by "
+        "itself",
+    ]
+
+
+def test_status_lists_the_nodes_shutting_down_and_rebooting() -> None:
+    ads = [
+        {"Name": "n1", "ShuttingDown": True, "Rebooting": False, "Lost": False,
+         "LastHeardFrom": NOW - 5, "DrainState": "draining", "DrainingRequestId": "9",
+         "DrainReason": "shutdown"},
+        {"Name": "n2", "ShuttingDown": True, "Rebooting": True, "Lost": False,
+         "LastHeardFrom": NOW - 900, "DrainState": "drained"},
+        {"Name": "n3", "ShuttingDown": True, "Rebooting": False, "Lost": True,
+         "LastHeardFrom": NOW - 9000},
+    ]  # fmt: skip
+    shown = [" ".join(line.split()) for line in _plain(shutdown_nodes_view(ads, now=NOW))]
+    assert shown[2:5] == [
+        "n1 shutting down: its agent drains it (draining, drain 9, reason shutdown)",
+        "n2 rebooting: its last ad (15m ago) said its machine was shutting down",
+        "n3 lost: not back within the reboot grace (last ad 2h30m ago)",
+    ]
+    assert shown[5].startswith("3 nodes shutting down or rebooting: the master starts no drain")
+
+
+def _plain(renderable: Any) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=400, color_system=None).print(renderable)
+    return out.getvalue().splitlines()
+
+
+def test_the_ads_table_says_which_nodes_are_lost_or_rebooting() -> None:
+    from nodeagent.cli._render import ads_table
+
+    ads = [
+        {"Name": "n1", "LastHeardFrom": NOW - 5, "Lost": False, "Rebooting": False},
+        {"Name": "n2", "LastHeardFrom": NOW - 900, "Lost": False, "Rebooting": True},
+        {"Name": "n3", "LastHeardFrom": NOW - 900, "Lost": True, "Rebooting": False},
+    ]
+    rows = [
+        " ".join(line.split())
+        for line in _plain(ads_table(ads, projection=(), slots=False, now=NOW))
+    ]
+    assert [r.split(" ", 1)[0] for r in rows[1:]] == ["n1", "n2", "n3"]
+    assert rows[1].endswith(" 5s ago")
+    assert rows[2].endswith(" 15m ago (rebooting)")
+    assert rows[3].endswith(" 15m ago (lost)")

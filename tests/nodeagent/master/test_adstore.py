@@ -161,3 +161,74 @@ def test_query_serves_every_ad_and_project_keeps_the_named_attributes() -> None:
     assert all(s["Lost"] is False for s in slot_ads)
     assert project(machines, ["Name", "Nope"]) == [{"Name": "n1"}, {"Name": "n2"}]
     assert project(machines, None) == machines
+
+
+def shutting_down_ad(name: str = "n1") -> dict[str, Any]:
+    """A real agent's ad, edited as its agent publishes it while the machine shuts down:
+    ``ShuttingDown`` and the agent's own drain, reason ``shutdown``."""
+    ad = node_ad(name)
+    ad["machine"] |= {
+        "ShuttingDown": True,
+        "DrainState": "draining",
+        "DrainingRequestId": "9",
+        "DrainReason": "shutdown",
+        "DrainSchedule": "quick",
+        "Start": False,
+    }
+    return ad
+
+
+# The ad's age at the instant asked (lifetime 60 s, reboot grace 600 s), and whether its
+# node is then lost, rebooting, and newly lost for the sweep.
+@pytest.mark.parametrize(
+    ("shutting_down", "age", "lost", "rebooting"),
+    [
+        (False, 0, False, False),
+        (False, 60, False, False),
+        (False, 61, True, False),
+        (True, 0, False, False),
+        (True, 60, False, False),
+        (True, 61, False, True),
+        (True, 660, False, True),
+        (True, 661, True, False),
+    ],
+)
+def test_a_node_shutting_down_is_rebooting_not_lost_for_its_grace(
+    shutting_down: bool, age: float, lost: bool, rebooting: bool
+) -> None:
+    store = AdStore(lifetime=60, reboot_grace=600)
+    entry = store.update(shutting_down_ad() if shutting_down else node_ad(), NOW)
+    now = NOW + age
+    assert entry.shutting_down is shutting_down
+    assert (store.lost(entry, now), store.rebooting(entry, now)) == (lost, rebooting)
+    assert (store.lost_at(now)(entry), store.rebooting_at(now)(entry)) == (lost, rebooting)
+    served = store.query(now)[0]
+    assert (served["Lost"], served["Rebooting"], served.get("ShuttingDown")) == (
+        lost,
+        rebooting,
+        True if shutting_down else None,
+    )
+    assert store.sweep(now) == (["n1"] if lost else [])
+    assert store.expired == int(lost)
+
+
+def test_the_sweep_counts_a_rebooting_node_lost_once_its_grace_has_run_out() -> None:
+    store = AdStore(lifetime=60, reboot_grace=600)
+    store.update(shutting_down_ad("n1"), NOW)
+    store.update(node_ad("n2"), NOW)
+    assert [store.sweep(NOW + t) for t in (30, 61, 600, 661, 700)] == [
+        [],
+        ["n2"],
+        [],
+        ["n1"],
+        [],
+    ]
+    store.reboot_grace = 1200  # reloaded: a longer grace makes it rebooting again
+    entry = store.get("n1")
+    assert entry is not None
+    assert store.rebooting(entry, NOW + 700)
+    assert not store.lost(entry, NOW + 700)
+    # Back after the reboot: live, and its next silence is an ordinary one.
+    back = store.update(node_ad("n1"), NOW + 800)
+    assert not back.shutting_down
+    assert store.sweep(NOW + 861) == ["n1"]

@@ -135,6 +135,16 @@ SHOWS_OURS = {
 }
 
 
+#: The node's machine shuts down: the agent's own drain, reason shutdown (no record).
+SHUTTING_DOWN = {
+    "ShuttingDown": True,
+    "DrainState": "draining",
+    "DrainingRequestId": "9",
+    "DrainReason": "shutdown",
+    "DrainSchedule": "quick",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Row:
     """A machine as a pass sees it at ``now``, and the step it decides."""
@@ -475,6 +485,41 @@ DECISIONS: dict[str, Row] = {
         made=EPOCH + 5,
         record=ours(),
         step=Start(schedule="graceful", deadline_at=W, window_start=W, opened=False),
+    ),
+    # A node whose machine shuts down: its agent's drain (reason shutdown) is in force;
+    # the master starts, escalates and replaces nothing on it, window or not.
+    "shutting down before its drain is due: nothing": Row(
+        now=DUE - 1, shows=SHUTTING_DOWN, step=None
+    ),
+    "shutting down when its drain is due: no start": Row(now=DUE, shows=SHUTTING_DOWN, step=None),
+    "shutting down, all accepted: no start": Row(
+        now=DUE - 1000, all_accepted=True, shows=SHUTTING_DOWN, step=None
+    ),
+    "shutting down as the window opens: no start": Row(
+        now=W + 5, shows=SHUTTING_DOWN, policy=FAST, step=None
+    ),
+    "shutting down, the master's record of an earlier drain: no escalation": Row(
+        now=W + 1, record=ours(), shows=SHUTTING_DOWN, step=None
+    ),
+    "shutting down under the master's own drain id: no escalation": Row(
+        now=W + 1, record=ours(), shows={**SHUTTING_DOWN, "DrainingRequestId": "1"}, step=None
+    ),
+    "shutting down, the window moved later: no withdrawal": Row(
+        now=DUE - 100,
+        record=ours(window_start=W - 600),
+        shows={**SHUTTING_DOWN, "DrainingRequestId": "1"},
+        step=None,
+    ),
+    "shutting down, a stale ad at the window: not asked": Row(
+        now=W + 1, made=EPOCH - 10, record=ours(), shows=SHUTTING_DOWN, step=None
+    ),
+    "shutting down, DOWN: its drain is not replaced by a fast one": Row(
+        now=W + 1, mode="DOWN", shows=SHUTTING_DOWN, step=None
+    ),
+    "back after the reboot, no drain: started at once in its window": Row(
+        now=W + 5,
+        shows={"DrainState": "none"},
+        step=Start(schedule="quick", deadline_at=None, window_start=W, opened=True),
     ),
     "an older master's record (no phase) is ours": Row(
         now=W + 1,

@@ -12,10 +12,13 @@ from nodeagent.master._event_drafts import (
     evicted_cuts,
     mode_changes,
     node_changes,
+    node_lost,
+    node_shutdown_changes,
     notice_issued,
     operation_changes,
     schedule_changed,
 )
+from nodeagent.master._events import EVENT_TYPES
 from nodeagent.master._maintenance import (
     MachineId,
     MaintenanceSchedule,
@@ -304,3 +307,52 @@ def test_notice_issued_says_which_promises_the_window_cuts(
     draft = notice_issued(notice)
     assert draft.text == f"m1: notice n-1 to g {said}"
     assert draft.facts["notice"]["claims"] == [c.to_json() for c in claims]
+
+
+SHUTTING_DOWN = {
+    "ShuttingDown": True,
+    "DrainState": "draining",
+    "DrainingRequestId": "9",
+    "DrainReason": "shutdown",
+    "DrainSchedule": "quick",
+    "DaemonStartTime": 100,
+}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "types"),
+    [
+        (ad(DaemonStartTime=100), ad(DaemonStartTime=100), []),
+        (ad(DaemonStartTime=100), ad(**SHUTTING_DOWN), ["node.shutting_down"]),
+        (ad(**SHUTTING_DOWN), ad(**{**SHUTTING_DOWN, "DrainState": "drained"}), []),
+        # Back: a new agent run after the reboot, or the same run (cancelled).
+        (ad(**SHUTTING_DOWN), ad(DaemonStartTime=900), ["node.rebooted"]),
+        (ad(**SHUTTING_DOWN), ad(DaemonStartTime=100), ["node.shutdown_cancelled"]),
+        (
+            ad(**SHUTTING_DOWN),
+            ad(**{**SHUTTING_DOWN, "ShuttingDown": False}),
+            ["node.shutdown_cancelled"],
+        ),
+    ],
+)
+def test_node_shutdown_changes(
+    before: dict[str, Any], after: dict[str, Any], types: list[str]
+) -> None:
+    drafts = node_shutdown_changes(before, after, node="n1", machine="n1.example.org", away=42)
+    assert [d.type for d in drafts] == types
+    for d in drafts:
+        assert d.machines == ("n1.example.org",)
+        assert d.text.startswith("n1: ")
+        assert d.type in EVENT_TYPES
+        assert d.facts["node"] == "n1"
+
+
+def test_node_lost_says_when_the_reboot_grace_ran_out() -> None:
+    plain = node_lost(node="n1", machine="n1.example.org", lifetime=300)
+    assert plain.text == "n1: lost, no ad for 5 min"
+    assert plain.facts == {"node": "n1", "lifetime": 300}
+    after = node_lost(node="n1", machine="n1.example.org", lifetime=300, grace=1800)
+    assert after.text == (
+        "n1: lost, no ad for 35 min since it was shutting down (not back within its reboot grace)"
+    )
+    assert after.facts == {"node": "n1", "lifetime": 300, "reboot_grace": 1800}

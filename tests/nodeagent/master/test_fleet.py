@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.master._adstore import AdEntry
+from nodeagent.master._adstore import AdEntry, AdStore
 from nodeagent.master._fleet import (
     DRAIN_STATES,
     HEALTH_STATES,
@@ -199,6 +199,15 @@ NODES: list[tuple[str, list[AdEntry], dict[str, Any]]] = [
         },
     ),
     (
+        "a rebooting node (shut down, within its grace) is neither live nor lost",
+        [
+            _entry("a", 5, DrainState="none"),
+            _entry("r", 600, DrainState="drained", ShuttingDown=True),
+            _entry("s", 2, DrainState="draining", ShuttingDown=True),
+        ],
+        {"drain": {"none": 1, "draining": 1}, "oldest": 5.0},
+    ),
+    (
         "a state the list does not know is counted as published",
         [_entry("n", 1, DrainState="rebooting")],
         {"drain": {"rebooting": 1}},
@@ -212,7 +221,8 @@ NODES: list[tuple[str, list[AdEntry], dict[str, Any]]] = [
 def test_nodes_are_counted_by_state_and_listed_by_condition(
     entries: list[AdEntry], expected: dict[str, Any]
 ) -> None:
-    figures = node_figures(entries, lambda e: NOW - e.received_at > LIFETIME, NOW)
+    store = AdStore(lifetime=LIFETIME, reboot_grace=3600)
+    figures = node_figures(entries, store.lost_at(NOW), NOW, store.rebooting_at(NOW))
     assert figures.drain_states == {**dict.fromkeys(DRAIN_STATES, 0), **expected.get("drain", {})}
     assert figures.hook_states == {**dict.fromkeys(HOOK_STATES, 0), **expected.get("hook", {})}
     assert figures.health_states == {

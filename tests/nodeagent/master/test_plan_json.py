@@ -77,9 +77,10 @@ def _assert_reply_is_the_plan(master: Master) -> None:
 @pytest.mark.parametrize("policy", ["just_in_time", "immediate"])
 def test_the_encoded_reply_is_the_plan(tmp_path: Path, policy: str) -> None:
     """Machines early and late, with and without jobs, with a drain of the master's, one
-    being started, one escalated, two nodes for one id, a node lost, a machine with no
-    node, a DOWN machine, stale figures: the reply plan_body writes decodes to exactly
-    Master.plan(), second after second, as the rows' states change."""
+    being started, one escalated, two nodes for one id, a node lost, a node shutting
+    down then rebooting, a machine with no node, a DOWN machine, stale figures: the reply
+    plan_body writes decodes to exactly Master.plan(), second after second, as the rows'
+    states change."""
     clock = StepClock(1_800_000_000.0)
     store = DocumentStore(tmp_path / "master.db")
     master = Master(
@@ -99,7 +100,17 @@ def test_the_encoded_reply_is_the_plan(tmp_path: Path, policy: str) -> None:
         ad["Name"] = str(ad["Name"]).replace("n3.test", "n3-twin.test")
     twin["machine"]["Name"] = "n3-twin.test"
     master.receive_ad(twin)
-    ids = [MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}") for n in range(6)]
+    # n6's machine shuts down (its agent's own drain), then goes silent: rebooting
+    going = _node_ad(6, now, jobs=2)
+    going["machine"] |= {
+        "ShuttingDown": True,
+        "DrainState": "draining",
+        "DrainingRequestId": "12",
+        "DrainReason": "shutdown",
+        "DrainSchedule": "quick",
+    }
+    master.receive_ad(going)
+    ids = [MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}") for n in range(7)]
     ids[3] = MachineId(hostname="n3.test", ip=None)  # two nodes match
     ids.append(MachineId(hostname="gone.test", ip="10.9.9.9"))  # no node
     master.set_schedule(_schedule(now, ids), actor="ops")
@@ -124,12 +135,14 @@ def test_the_encoded_reply_is_the_plan(tmp_path: Path, policy: str) -> None:
         assert any(r["node"] is None for r in rows)
         assert any(r["figures_stale"] for r in rows)
         assert any(r["mode"] == "DOWN" for r in rows)
+        assert any(r["drain"] and r["drain"]["shutting_down"] for r in rows)
+        assert any(n["rebooting"] and not n["lost"] for r in rows for n in r["nodes"])
         # rows without a cut are written the fast way, the others the template way
         fast = [t._fast for t in master.plan_view.row_texts.values()]
         assert sum(f is not None for f in fast) >= 3
         made = [(t._fast, t._templates) for t in master.plan_view.row_texts.values()]
         written = sum(f is not None or any(m.values()) for f, m in made)
-        assert written == 6  # every row with a node has its template
+        assert written == 7  # every row with a node has its template
     finally:
         store.close()
 
