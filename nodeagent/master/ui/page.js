@@ -341,6 +341,8 @@
       const name = hostname(row);
       const drain = row.drain || {};
       const lost = (row.nodes || []).some((n) => n.lost);
+      const rebooting = (row.nodes || []).some((n) => n.rebooting);
+      const going = !rebooting && Boolean(drain.shutting_down);
       const planned = row.as_planned || {};
       const g = svg("g", {
         class: "row",
@@ -350,6 +352,7 @@
         "data-escalates": planned.will_escalate ? "true" : "false",
         "data-lost": lost ? "true" : "false",
         "data-stale": row.figures_stale ? "true" : "false",
+        "data-node": rebooting ? "rebooting" : going ? "shutting_down" : "up",
       });
       if (lost) g.classList.add("lost");
       if (row.figures_stale) g.classList.add("stale");
@@ -363,6 +366,8 @@
       g.appendChild(subText);
       if (lost) g.appendChild(titled(svg("text", { class: "mark-lost", x: LABEL_W - 58, y: y + 14 }, "LOST"), `${name}: its node is lost (no ad within the ad lifetime)`));
       if (row.figures_stale) g.appendChild(titled(svg("text", { class: "mark-stale", x: LABEL_W - 58, y: y + 28 }, "STALE"), `${name}: its figures predate its window (the node did not answer a fresh fetch)`));
+      if (rebooting) g.appendChild(titled(svg("text", { class: "mark-shutdown", x: LABEL_W - 8, y: y + 14 }, "REBOOTING"), `${name}: its machine shut down; not counted lost until its reboot grace runs out`));
+      else if (going) g.appendChild(titled(svg("text", { class: "mark-shutdown", x: LABEL_W - 8, y: y + 14 }, "SHUTTING DOWN"), `${name}: its machine is shutting down; its node drains its jobs first`));
 
       const w = row.window || {};
       if (typeof w.start === "number") {
