@@ -482,7 +482,8 @@ class Operations:
         if check is None or not waiting:
             return {}
         held = self.master.ads.entries()
-        lost = {e.name for e in held if self.master.ads.lost(e, now)}
+        # down already: a node lost, or one whose machine shuts down or reboots
+        lost = {e.name for e in held if e.shutting_down or self.master.ads.lost(e, now)}
         entries: list[NodeAds] = list(held)
         verdicts: dict[tuple[str, ...], SlaVerdict] = {}
 

@@ -218,7 +218,8 @@ def add_sla_routes(
             message = "grouping is 'host' or an attribute name"
             return JSONResponse(error_body("request.invalid", message), 422)
         lost_at = master.ads.lost_at(now)
-        lost = {e.name for e in master.ads.entries() if lost_at(e)}
+        # its instances are down: a node lost, or one whose machine shuts down or reboots
+        lost = {e.name for e in master.ads.entries() if e.shutting_down or lost_at(e)}
         split = group_hosts(entries, chosen, grouping)
         found = instances(entries)  # once for every host group
         results: list[dict[str, Any]] = [{} for _ in split]

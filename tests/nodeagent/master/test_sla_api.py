@@ -140,6 +140,25 @@ async def test_the_probe_by_hosts_constraint_and_grouping(tmp_path: Path) -> Non
         assert keys == [("ghost", ["ghost"], True), ("node1", [], True), ("node3", [], True)]
 
 
+async def test_an_instance_on_a_node_shutting_down_counts_as_down(tmp_path: Path) -> None:
+    """Its agent drains it for its machine's shutdown (and it reboots next): the probe
+    counts it down, as it does a lost node's."""
+    async with api(tmp_path) as a:
+        await six_nodes(a)
+        await a.local.put(f"/v1/sla/policies/{WEB}", json=POLICY)
+        read = a.token(Scope.READ)
+        probed = await a.tcp.get("/v1/sla/probe", params={"hosts": "node3"}, headers=read)
+        assert probed.json()["safe"] is True
+        going = grouped_ad("node4", "r2", 500.0)
+        going["machine"]["ShuttingDown"] = True
+        assert (await a.push(going)).status_code == 200
+        probed = await a.tcp.get("/v1/sla/probe", params={"hosts": "node3"}, headers=read)
+        (group,) = probed.json()["host_groups"]
+        assert probed.json()["safe"] is False
+        (verdict,) = group["groups"]
+        assert (verdict["up"], verdict["down"]) == (3, 2)  # node3's and node4's
+
+
 @pytest.mark.parametrize(
     "params",
     [
