@@ -49,7 +49,8 @@ def restart(m: Machine, now: float) -> Machine:
 
 
 def ad(m: Machine, now: float) -> dict[str, Any]:
-    return m.ad(now)["machine"]
+    machine_ad: dict[str, Any] = m.ad(now)["machine"]
+    return machine_ad
 
 
 def test_shutdown_closes_drains_and_publishes_shutting_down() -> None:
