@@ -16,6 +16,7 @@ from slots import (
     JobSpec,
     Machine,
     MachinePolicy,
+    NoSuchRequest,
     NotAccepting,
     OnCompletion,
     Publish,
@@ -123,6 +124,18 @@ def test_a_drain_in_force_is_kept_when_at_least_as_fast(
         assert m.request.id == started.id
         assert replaced is not None
         assert (replaced.id, replaced.state) == (before.id, DrainState.CANCELLED)
+
+
+def test_a_pending_transaction_is_cancelled_and_its_commit_refused() -> None:
+    m = machine()
+    pending, _, _ = m.start_draining(T0, schedule=Schedule.FAST, requested_by="master")
+    assert m.transaction_pending
+    m.shutdown(T0 + 1, schedule=Schedule.QUICK, boot_id="b1")
+    assert not m.transaction_pending
+    with pytest.raises(NoSuchRequest):
+        m.commit_draining(T0 + 2, pending.id)
+    assert m.request is not None
+    assert m.request.reason == SHUTDOWN_REASON
 
 
 def test_a_drained_node_keeps_its_drain() -> None:
