@@ -44,6 +44,7 @@ from jeepney import (
 )
 from jeepney.auth import AuthenticationError
 from jeepney.bus_messages import message_bus
+from jeepney.io.common import RouterClosed
 from jeepney.io.trio import DBusRouter, open_dbus_connection
 from jeepney.wrappers import unwrap_msg
 
@@ -95,11 +96,6 @@ class ShutdownWatch:
     _drain: trio.CancelScope | None = None
     _changed: trio.Event = field(default_factory=trio.Event)
 
-    @property
-    def holding(self) -> bool:
-        """Whether the agent holds the lock now."""
-        return self._fd is not None
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, take the lock and serve the signals until cancelled; started once the
         lock is taken or found impossible (said once)."""
@@ -112,20 +108,32 @@ class ShutdownWatch:
             )
             task_status.started()
             return
+        started = False
+
+        def ready() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
         try:
             async with conn.router() as router:
-                await self._serve(router, task_status)
-        except (DBusErrorResponse, trio.BrokenResourceError, OSError) as exc:
-            log.warning(
-                "the system D-Bus connection is lost (%s): the node is no longer drained when "
-                "the machine shuts down",
-                _words(exc),
-            )
+                await self._serve(router, ready)
+        except (DBusErrorResponse, RouterClosed, trio.BrokenResourceError, OSError) as exc:
+            self._lost(exc)
         finally:
             self._release()
             await conn.aclose()
+            ready()
 
-    async def _serve(self, router: DBusRouter, task_status: trio.TaskStatus[None]) -> None:
+    def _lost(self, exc: BaseException | None) -> None:
+        log.warning(
+            "the system D-Bus connection is lost (%s): the node is no longer drained when "
+            "the machine shuts down",
+            "the bus closed it" if exc is None else _words(exc),
+        )
+
+    async def _serve(self, router: DBusRouter, ready: Callable[[], None]) -> None:
         rule = MatchRule(type="signal", interface=_MANAGER, member="PrepareForShutdown", path=_PATH)
         await _call(router, message_bus.AddMatch(rule))
         async with router.filter(rule, bufsize=16) as signals:
@@ -137,12 +145,12 @@ class ShutdownWatch:
                     "the machine shuts down",
                     exc.name,
                 )
-                task_status.started()
+                ready()
                 return
             self.limit = await self._read_limit(router)
             self._warn_limit()
             self.agent.listeners.append(self._wake)
-            task_status.started()
+            ready()
             try:
                 async with trio.open_nursery() as nursery:
                     async for message in signals:
@@ -153,6 +161,9 @@ class ShutdownWatch:
                             self._begin(nursery)
                         else:
                             await self._cancelled(router)
+                    # The router's receiver ended: the bus closed. A drain under way goes
+                    # on; its lock (a descriptor logind holds) is released as planned.
+                    self._lost(None)
             finally:
                 self.agent.listeners.remove(self._wake)
 

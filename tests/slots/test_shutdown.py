@@ -129,9 +129,9 @@ def test_a_drain_in_force_is_kept_when_at_least_as_fast(
 def test_a_pending_transaction_is_cancelled_and_its_commit_refused() -> None:
     m = machine()
     pending, _, _ = m.start_draining(T0, schedule=Schedule.FAST, requested_by="master")
-    assert m.transaction_pending
+    assert pending.state is DrainState.PENDING
     m.shutdown(T0 + 1, schedule=Schedule.QUICK, boot_id="b1")
-    assert not m.transaction_pending
+    assert m.drain_state is DrainState.DRAINED
     with pytest.raises(NoSuchRequest):
         m.commit_draining(T0 + 2, pending.id)
     assert m.request is not None
