@@ -223,3 +223,40 @@ def test_without_a_bus_the_agent_starts_and_says_so_once(tmp_path: Path) -> None
         assert agent.call("GET", "/v1/ad").status_code == 200
         assert log_text(agent).count("no system D-Bus") == 1
         assert "ShuttingDown" not in machine_ad(agent)
+
+
+def test_without_logind_on_the_bus_the_agent_starts_and_says_so_once(tmp_path: Path) -> None:
+    if dbus_daemon() is None:
+        pytest.skip("dbus-daemon is not installed (scripts/ensure-dbus)")
+    with (
+        private_bus(tmp_path / "bus") as address,
+        AgentProcess(tmp_path / "a", system_bus=address) as agent,
+    ):
+        assert agent.call("GET", "/v1/ad").status_code == 200
+        text = log_text(agent)
+        assert text.count("no login manager on the system D-Bus") == 1
+        assert "ServiceUnknown" in text
+
+
+def test_a_restart_of_the_agent_alone_leaves_its_jobs_running(
+    tmp_path: Path, logind: StandIn
+) -> None:
+    logind.set_limit(60)
+    root = tmp_path / "a"
+    argv, record = job_script(tmp_path, "job")
+    with agent_on(root, logind) as agent:
+        wait_for(lambda: logind.held() >= 1)
+        taken = len(logind.locks())
+        claim = agent.claim(argv)["id"]
+        agent.stop()
+        # The lock went with the agent; the job runs on, undisturbed.
+        wait_for(lambda: logind.locks()[taken - 1][1])
+        assert agent.jobs_alive()
+        agent.start()
+        wait_for(lambda: len(logind.locks()) == taken + 1)
+        ad = machine_ad(agent)
+        assert "ShuttingDown" not in ad
+        assert (ad["DrainState"], ad["Start"]) == ("none", True)
+        assert [c["id"] for c in agent.call("GET", "/v1/claims").json()["claims"]] == [claim]
+        assert agent.jobs_alive()
+        assert not record.exists()  # never signalled
