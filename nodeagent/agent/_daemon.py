@@ -148,7 +148,9 @@ class AgentDaemon(Program[AgentConfig, Store]):
     daemon is embedded in another trio program (signals belong to the main program).
     ``config`` is the running configuration (after a reload: the fixed keys as started,
     the reloadable ones as reloaded). ``lost_state`` decides a start whose store holds
-    nothing after a previous life (see :data:`LostState`).
+    nothing after a previous life (see :data:`LostState`). ``system_bus`` is the D-Bus
+    address of logind's bus (``SYSTEM``: ``DBUS_SYSTEM_BUS_ADDRESS``, else the standard
+    socket), a seam for tests.
     """
 
     config: AgentConfig
@@ -157,6 +159,7 @@ class AgentDaemon(Program[AgentConfig, Store]):
     runner: ProcessRunner | None = None
     clock: Clock = field(default_factory=WallClock)
     handle_signals: bool = True
+    system_bus: str = "SYSTEM"
     agent: Agent | None = None
     urls: list[str] = field(default_factory=list)
     exit_status: int = 0
@@ -309,7 +312,9 @@ class AgentDaemon(Program[AgentConfig, Store]):
         await services.start(agent.run)
         if self.config.shutdown.enabled:
             watch = ShutdownWatch(
-                agent=agent, schedule=lambda: Schedule(self.config.shutdown.schedule)
+                agent=agent,
+                schedule=lambda: Schedule(self.config.shutdown.schedule),
+                bus=self.system_bus,
             )
             await services.start(watch.run)
 

@@ -260,3 +260,13 @@ def test_a_restart_of_the_agent_alone_leaves_its_jobs_running(
         assert [c["id"] for c in agent.call("GET", "/v1/claims").json()["claims"]] == [claim]
         assert agent.jobs_alive()
         assert not record.exists()  # never signalled
+
+
+def test_disabled_the_agent_leaves_logind_alone(tmp_path: Path, logind: StandIn) -> None:
+    taken = len(logind.locks())
+    extra = "[shutdown]\nenabled = false\n"
+    with agent_on(tmp_path / "a", logind, extra=extra) as agent:
+        assert agent.call("GET", "/v1/ad").status_code == 200
+        assert len(logind.locks()) == taken
+        assert "D-Bus" not in log_text(agent)
+        assert "delay lock" not in log_text(agent)
