@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,3 +271,17 @@ def test_disabled_the_agent_leaves_logind_alone(tmp_path: Path, logind: StandIn)
         assert len(logind.locks()) == taken
         assert "D-Bus" not in log_text(agent)
         assert "delay lock" not in log_text(agent)
+
+
+def test_a_reloaded_schedule_drains_the_next_shutdown(tmp_path: Path, logind: StandIn) -> None:
+    logind.set_limit(60)
+    extra = '[shutdown]\nschedule = "quick"\n'
+    with agent_on(tmp_path / "a", logind, extra=extra) as agent:
+        wait_for(lambda: logind.held() >= 1)
+        text = agent.config_path.read_text()
+        agent.config_path.write_text(text.replace('schedule = "quick"', 'schedule = "fast"'))
+        assert agent.proc is not None
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded: shutdown.schedule" in log_text(agent))
+        shut_down_empty(agent, logind)
+        assert machine_ad(agent)["DrainSchedule"] == "fast"
