@@ -118,6 +118,12 @@ class StandIn:
         self._call("Emit", "b", (starting,))
         return before
 
+    def forge(self, starting: bool) -> None:
+        """Send ``PrepareForShutdown(starting)`` from another connection than logind's."""
+        self._conn.send(
+            new_signal(DBusAddress(PATH, interface=MANAGER), "PrepareForShutdown", "b", (starting,))
+        )
+
     def set_limit(self, seconds: float) -> None:
         self._call("SetLimit", "t", (int(seconds * 1e6),))
 

@@ -285,3 +285,18 @@ def test_a_reloaded_schedule_drains_the_next_shutdown(tmp_path: Path, logind: St
         wait_for(lambda: "reloaded: shutdown.schedule" in log_text(agent))
         shut_down_empty(agent, logind)
         assert machine_ad(agent)["DrainSchedule"] == "fast"
+
+
+def test_a_signal_from_another_connection_than_loginds_is_ignored(
+    tmp_path: Path, logind: StandIn
+) -> None:
+    logind.set_limit(60)
+    with agent_on(tmp_path / "a", logind) as agent:
+        wait_for(lambda: logind.held() >= 1)
+        held = logind.held()
+        logind.forge(True)
+        wait_for(lambda: "ignored a PrepareForShutdown signal from" in log_text(agent))
+        ad = machine_ad(agent)
+        assert "ShuttingDown" not in ad
+        assert (ad["DrainState"], ad["Start"]) == ("none", True)
+        assert logind.held() == held
