@@ -93,7 +93,7 @@ from slots._hooks import (
     outcome_message,
     printable_tail,
 )
-from slots._machine import ClaimInfo, JobSpec, Machine, MachinePolicy
+from slots._machine import SHUTDOWN_REASON, ClaimInfo, JobSpec, Machine, MachinePolicy
 from slots._request_states import (
     FINISHED,
     REQUEST_MOVES,
@@ -131,6 +131,7 @@ __all__ = [
     "MOVES",
     "OUTPUT_LIMIT",
     "REQUEST_MOVES",
+    "SHUTDOWN_REASON",
     "Action",
     "Activity",
     "AwaitHook",

@@ -72,7 +72,9 @@ class DrainRequest:
     """One drain request. Times are epoch seconds; ``deadline`` is relative to commit.
 
     ``hook`` names the completion hook when ``on_completion`` is :attr:`OnCompletion.HOOK`
-    (``None`` otherwise); ``hook_run`` records its run once it is due.
+    (``None`` otherwise); ``hook_run`` records its run once it is due. ``boot_id`` is set
+    on a shutdown drain alone (:meth:`~slots.Machine.shutdown`): the boot it began on,
+    which tells a reboot since from a restart of the agent alone.
     """
 
     id: str
@@ -91,6 +93,12 @@ class DrainRequest:
     requested_by: str | None = None
     hook: str | None = None
     hook_run: HookRun | None = None
+    boot_id: str | None = None
+
+    @property
+    def shutdown(self) -> bool:
+        """Whether this is the machine's own shutdown drain (not an administrator's)."""
+        return self.boot_id is not None
 
     @property
     def completion(self) -> str:

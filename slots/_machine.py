@@ -78,7 +78,14 @@ from slots._site import SiteAttributes, check_site_attributes
 from slots._states import ACTIVE, Activity, State, check_move
 from slots._window import BeforeWindow, admit_before_window, window_start
 
-__all__ = ["ClaimInfo", "JobSpec", "Machine", "MachinePolicy", "StartVerdict"]
+__all__ = [
+    "SHUTDOWN_REASON",
+    "ClaimInfo",
+    "JobSpec",
+    "Machine",
+    "MachinePolicy",
+    "StartVerdict",
+]
 
 #: Whether a caller's start expression is true: ``(expression, my, target) -> bool``.
 StartVerdict = Callable[[str, Mapping[str, Any], Mapping[str, Any]], bool]
@@ -299,6 +306,7 @@ class Machine:
         self.maintenance_mode: str | None = None
         self.unavailability: dict[str, int] | None = None
         self._health = HealthGate()
+        self._shutting_down = False
         self._settle_pslot(now)
         self._refresh_idle(now)
 
@@ -317,6 +325,13 @@ class Machine:
     @property
     def drain_state(self) -> DrainState:
         return DrainState.NONE if self._request is None else self._request.state
+
+    @property
+    def shutting_down(self) -> bool:
+        """Whether the machine itself is shutting down (``ShuttingDown`` in the ad), from
+        :meth:`shutdown` until :meth:`shutdown_cancelled`; never saved: a restarted
+        daemon starts without it."""
+        return self._shutting_down
 
     @property
     def health(self) -> HealthGate:
@@ -367,7 +382,7 @@ class Machine:
         A closed health gate makes it false. START is evaluated against no job (an empty
         TARGET, so that ``MY.`` names resolve): false only when no job could start.
         """
-        if self._health.closed:
+        if self._health.closed or self._shutting_down:
             return False
         if self._draining():
             return self._admits_latecomers()
@@ -525,6 +540,8 @@ class Machine:
         and the whole seconds its retirement promise is cut to before the maintenance
         window (``None``: not cut)."""
         self._no_pending()
+        if self._shutting_down:
+            raise NotAccepting(f"{self.host} is shutting down; Start is false")
         if resources.cpus < 1:
             raise InvalidRequest("a claim needs at least one cpu")
         if started_at is not None and started_at > now:
@@ -656,6 +673,8 @@ class Machine:
             raise DrainInProgress(
                 f"{self.host} already has drain request {self._request.id} ({self._request.state})"
             )
+        if self._shutting_down:
+            raise DrainInProgress(f"{self.host} is shutting down: it takes no drain request")
         _require_text("reason", reason)
         if requested_by is not None:
             _require_text("requested_by", requested_by)
@@ -773,6 +792,126 @@ class Machine:
         actions: list[Action] = [Publish()]
         actions.extend(self._advance(now))
         return actions
+
+    # ------------------------------------------------------------------ the machine's shutdown
+
+    def shutdown(
+        self, now: float, *, schedule: Schedule, boot_id: str, requested_by: str = "logind"
+    ) -> tuple[DrainRequest | None, DrainRequest | None, list[Action]]:
+        """The machine itself is going down: close it at once and drain it.
+
+        ``ShuttingDown`` is set and ``Start`` is false from now on: no claim is admitted
+        and no drain request either (:class:`DrainInProgress`). A pending transaction is
+        cancelled (its requester's commit then finds it cancelled). A committed request in
+        force that evicts at least as fast as ``schedule`` (``fast``, then ``quick``, then
+        ``graceful``), or whose node is already empty (drained, its hook due, running or
+        failed), is kept; a slower one is cancelled and replaced. Otherwise the shutdown
+        drain starts, committed at once: reason :data:`SHUTDOWN_REASON`, completion
+        ``none``, ``boot_id`` the boot it began on (see :meth:`reopen_after_boot`).
+
+        Returns the shutdown drain (``None``: a request in force was kept), the request it
+        cancelled (``None``: none), and the actions. A second call while shutting down
+        changes nothing and returns ``(None, None, [])``.
+        """
+        if self._shutting_down:
+            return None, None, []
+        _require_text("boot_id", boot_id)
+        _require_text("requested_by", requested_by)
+        self._account(now)
+        replaced: DrainRequest | None = None
+        actions: list[Action] = [Publish()]
+        request = self._request
+        if request is not None:
+            kept = request.state in AFTER_DRAINED or (
+                request.state is DrainState.DRAINING
+                and _SPEED[request.schedule] >= _SPEED[schedule]
+            )
+            if kept:
+                self._shutting_down = True
+                self._settle_pslot(now)
+                actions.extend(self._advance(now))
+                return None, None, actions
+            self._end_request(now, RequestEvent.CANCEL, DrainState.CANCELLED)
+            replaced = self._last_request
+        started, _, more = self.start_draining(
+            now,
+            schedule=schedule,
+            reason=SHUTDOWN_REASON,
+            commit=True,
+            requested_by=requested_by,
+        )
+        self._shutting_down = True
+        if self._request is not None and self._request.id == started.id:
+            self._request = dataclasses.replace(self._request, boot_id=boot_id)
+        elif self._last_request is not None and self._last_request.id == started.id:
+            self._last_request = dataclasses.replace(self._last_request, boot_id=boot_id)
+        self._settle_pslot(now)
+        actions.extend(more)
+        return self._request_or_last(started.id), replaced, actions
+
+    def shutdown_cancelled(self, now: float) -> tuple[DrainRequest | None, list[Action]]:
+        """The machine's shutdown was cancelled: ``ShuttingDown`` is cleared and the
+        shutdown drain, if it is still the request in force, is cancelled (as
+        :meth:`cancel_draining`: a node it had drained stays closed until healthy when a
+        health check is configured). A request that replaced it (an administrator's) or
+        one it kept stays. Returns the request cancelled (``None``: none) and the actions;
+        not shutting down: ``(None, [])``."""
+        if not self._shutting_down:
+            return None, []
+        self._account(now)
+        self._shutting_down = False
+        request = self._request
+        if request is None or not request.shutdown or request.state is DrainState.HOOK_RUNNING:
+            self._settle_pslot(now)
+            actions: list[Action] = [Publish()]
+            actions.extend(self._advance(now))
+            return None, actions
+        return self._last_after(now, request)
+
+    def kill_all(self, now: float) -> list[Action]:
+        """Hard-kill every job that is still running or vacating (``SIGKILL``): the
+        machine goes down before their vacate time ends. Counted as the drain's evictions
+        when a drain is in force."""
+        self._account(now)
+        drain = self._draining()
+        actions: list[Action] = []
+        for claim in self._active_claims():
+            if claim.activity is not Activity.KILLING:
+                actions.extend(self._hard_kill(claim, now, drain=drain))
+        if actions:
+            actions.append(Publish())
+        return actions
+
+    def reopen_after_boot(
+        self, now: float, *, boot_id: str | None
+    ) -> tuple[DrainRequest | None, list[Action]]:
+        """At a daemon's start: a shutdown drain that completed (``drained``) on another
+        boot than ``boot_id`` (the machine rebooted since) is cancelled, so that the node
+        reopens by itself, through the health gate when a health check is configured
+        (as :meth:`cancel_draining`). An administrator's drain, a shutdown drain still
+        draining, or one on this same boot (the daemon restarted alone) stays; so does
+        any when ``boot_id`` is unknown. Returns the request cancelled (``None``: none)
+        and the actions."""
+        request = self._request
+        if (
+            boot_id is None
+            or request is None
+            or request.boot_id is None
+            or request.state is not DrainState.DRAINED
+            or request.boot_id == boot_id
+        ):
+            return None, []
+        self._account(now)
+        return self._last_after(now, request)
+
+    def _last_after(
+        self, now: float, request: DrainRequest
+    ) -> tuple[DrainRequest | None, list[Action]]:
+        """Cancel ``request`` (in force); returns it as ended, and the actions."""
+        self._end_request(now, RequestEvent.CANCEL, DrainState.CANCELLED)
+        actions: list[Action] = [Publish()]
+        actions.extend(self._advance(now))
+        return self._last_request, actions
 
     def tick(self, now: float) -> list[Action]:
         """Do what is due at ``now``: expire a transaction, evict, hard-kill, escalate."""
@@ -1153,6 +1292,7 @@ class Machine:
             "DrainSuspendedJobs": str(self.policy.suspend_policy),
             "MaintenanceMode": self.maintenance_mode,
             "Unavailability": self.unavailability,
+            "ShuttingDown": True if self._shutting_down else None,
             **self._window_attributes(),
             "BeforeWindow": str(self.policy.before_window),
             "DrainHookNames": ",".join(sorted(self.policy.hooks)),
@@ -1772,6 +1912,13 @@ class Machine:
         """Bring TotalMachineDrainingUnclaimedTime up to ``now``."""
         self._total_unclaimed += self._unclaimed_since_accounting(now)
         self._accounted_at = max(self._accounted_at, now)
+
+
+#: The reason of the machine's own shutdown drain (``DrainReason`` in the ad).
+SHUTDOWN_REASON = "shutdown"
+
+#: How fast each schedule evicts: a kept drain evicts at least as fast as the shutdown's.
+_SPEED = {Schedule.GRACEFUL: 0, Schedule.QUICK: 1, Schedule.FAST: 2}
 
 
 def _maybe_clamp(value: float | None) -> int | None:

@@ -72,6 +72,7 @@ COMPUTED_ATTRIBUTES = frozenset(
         "DrainSuspendedJobs",
         "MaintenanceMode",
         "Unavailability",
+        "ShuttingDown",
         "BeforeWindow",
         "DrainHookRequestId",
         "DrainHookName",

@@ -113,6 +113,8 @@ class DaemonProcess:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        #: Variables added to the daemon's environment.
+        self.env: dict[str, str] = {}
 
     def start(self) -> Self:
         info = self.root / "run" / self.info_name
@@ -123,7 +125,7 @@ class DaemonProcess:
             [sys.executable, "-m", "nodeagent", *self.command, "--config", str(self.config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "NOTIFY_SOCKET": ""},
+            env={**os.environ, "NOTIFY_SOCKET": "", **self.env},
         )
         log.close()
 
@@ -221,10 +223,15 @@ class AgentProcess(DaemonProcess):
         policy: dict[str, Any] | None = None,
         master: dict[str, Any] | None = None,
         extra: str = "",
+        system_bus: str | None = None,
     ) -> None:
+        """``system_bus``: the D-Bus address the agent takes for the system bus (its
+        logind lock); by default a socket that does not exist, so that no test agent
+        talks to the host's logind."""
         super().__init__()
         self.root = root
         self.hostname = hostname
+        self.env["DBUS_SYSTEM_BUS_ADDRESS"] = system_bus or f"unix:path={root / 'no-bus'}"
         root.mkdir(parents=True, exist_ok=True)
         self.config_path = root / "nodeagent.toml"
         policy_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in (policy or {}).items())

@@ -270,8 +270,34 @@ class Agent:
         # Whatever was due while the daemon was down (expired transactions, evictions),
         # then a hook due or started, a health check due.
         self._apply(self.machine.tick(self.clock.now()))
+        self._reopen_after_boot()
         self._apply(self.machine.restarted(self.clock.now(), boot_id=self.boot_id()))
         self._persist()
+
+    def _reopen_after_boot(self) -> None:
+        """A shutdown drain that completed before a reboot is cancelled: the node reopens
+        by itself (through the health gate when one is configured), logged and audited as
+        a drain cancel by the agent."""
+        boot_id = self.boot_id()
+        ended, actions = self.machine.reopen_after_boot(self.clock.now(), boot_id=boot_id)
+        if ended is None:
+            return
+        self._told = None  # told here
+        log.info(
+            "drain %s (the shutdown drain of boot %s) cancelled: the machine rebooted (boot "
+            "%s), the node reopens%s",
+            ended.id,
+            ended.boot_id,
+            boot_id,
+            " once its health check passes" if self.machine.health.closed else "",
+        )
+        self._apply(actions)
+        self._audit_own(
+            "drain.cancel",
+            ended.id,
+            "ok",
+            {"reason": ended.reason, "why": "rebooted", "boot_id": boot_id},
+        )
 
     # ------------------------------------------------------------------ reads
 
@@ -500,6 +526,84 @@ class Agent:
 
         self._transact(decide)
         return self.machine.last_request if request is not None else None
+
+    # ------------------------------------------------------------------ the machine's shutdown
+
+    def shutdown(self, *, schedule: Schedule, requested_by: str = "logind") -> None:
+        """The machine is shutting down (a fact): close the node and start the shutdown
+        drain (:meth:`slots.Machine.shutdown`), recording this boot's id with it. A
+        pending transaction is cancelled; its requester's commit is refused. Logged and
+        audited; a second call changes nothing."""
+        boot_id = self.boot_id() or "unknown"
+        started, replaced, actions = self.machine.shutdown(
+            self.clock.now(), schedule=schedule, boot_id=boot_id, requested_by=requested_by
+        )
+        if not actions:
+            return
+        if replaced is not None:
+            self._story.append(
+                f"drain {replaced.id} cancelled by the machine's shutdown in state "
+                f"{self._told.state if self._told else replaced.state} (requested by "
+                f"{replaced.requested_by}, reason {replaced.reason!r})"
+            )
+            self._told = None
+        request = started or self.machine.request
+        if started is not None:
+            self._story.append(
+                f"the machine is shutting down: drain {started.id} ({started.schedule}, "
+                f"requested by {requested_by}, reason {started.reason!r}); the node is closed"
+            )
+        elif request is not None:
+            self._story.append(
+                f"the machine is shutting down: the node is closed; drain {request.id} "
+                f"({request.schedule}, {request.state}, requested by {request.requested_by}) "
+                "is kept"
+            )
+        self._apply(actions)
+        if request is not None:
+            self._audit_own(
+                "drain.shutdown",
+                request.id,
+                "ok",
+                {
+                    "schedule": str(request.schedule),
+                    "kept": started is None,
+                    "replaced": None if replaced is None else replaced.id,
+                    "boot_id": boot_id,
+                },
+            )
+
+    def shutdown_cancelled(self) -> None:
+        """The machine's shutdown was cancelled (a fact): ``ShuttingDown`` is cleared and
+        the shutdown drain, if still in force, cancelled; logged and audited."""
+        told = self._told
+        ended, actions = self.machine.shutdown_cancelled(self.clock.now())
+        if not actions:
+            return
+        if ended is not None:
+            self._story.append(
+                f"drain {ended.id} cancelled: the machine's shutdown was cancelled (state "
+                f"{told.state if told else 'unknown'})"
+            )
+            self._told = None
+        else:
+            self._story.append("the machine's shutdown was cancelled")
+        self._apply(actions)
+        if ended is not None:
+            self._audit_own(
+                "drain.cancel",
+                ended.id,
+                "ok",
+                {"reason": ended.reason, "why": "shutdown cancelled"},
+            )
+
+    def kill_all(self) -> int:
+        """Hard-kill every job still running or vacating (the machine goes down before
+        their vacate time ends); returns how many were killed."""
+        actions = self.machine.kill_all(self.clock.now())
+        killed = sum(1 for a in actions if isinstance(a, SignalJob) and a.signal == "SIGKILL")
+        self._apply(actions)
+        return killed
 
     def set_maintenance(self, mode: str | None, window: Mapping[str, int] | None) -> None:
         """The master's word on this machine: a fact (the master says it again)."""

@@ -48,6 +48,7 @@ __all__ = [
     "MasterLinkConfig",
     "PolicyConfig",
     "ResourcesConfig",
+    "ShutdownConfig",
     "check_hook_users",
     "load_agent_config",
     "machine_resources",
@@ -225,6 +226,22 @@ class HealthConfig(_Section):
     )
 
 
+class ShutdownConfig(_Section):
+    """``[shutdown]``: the machine's own shutdown (logind's delay inhibitor lock): the node
+    closes and drains before the machine goes down, and reopens by itself after the
+    reboot. ``enabled`` needs a restart; ``schedule`` is reloadable (read when a shutdown
+    begins)."""
+
+    enabled: bool = _field(
+        True,
+        reload=False,
+        description="Hold logind's delay lock and drain the node when the machine shuts down",
+    )
+    schedule: Literal["quick", "graceful", "fast"] = _field(
+        "quick", reload=True, description="The shutdown drain's schedule"
+    )
+
+
 def _hook_names(value: dict[str, HookConfig]) -> dict[str, HookConfig]:
     """Every name by the one rule of hook names (:func:`slots.check_hook_name`), which the
     master applies to the hook an operation names."""
@@ -290,6 +307,9 @@ class AgentConfig(_DaemonSettings):
     policy: PolicyConfig = _field(PolicyConfig(), reload=True, description="Machine policy")
     master: MasterLinkConfig = _field(
         MasterLinkConfig(), reload=True, description="Link to the master"
+    )
+    shutdown: ShutdownConfig = _field(
+        ShutdownConfig(), reload=True, description="The machine's own shutdown"
     )
     hooks: Annotated[dict[str, HookConfig], AfterValidator(_hook_names)] = _field(
         {}, reload=True, description="Completion hooks by name ([hooks.NAME] tables)"

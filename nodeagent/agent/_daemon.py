@@ -5,8 +5,10 @@ Services start in order, each reporting readiness: the store and the machine
 previous run), the Unix socket and TCP listeners, the master link; then
 ``READY=1``. SIGTERM/SIGINT stop it cleanly: requests in flight are answered, the
 state saved and the ad pushed a last time, and jobs keep running (they are re-adopted
-by the next start). SIGHUP reloads the policy, the hooks and the health check, the
-master link and ``metrics_require_auth``; a policy the model refuses, or a hook's
+by the next start). With ``[shutdown] enabled`` the agent holds logind's delay lock and
+drains the node when the machine itself shuts down (:mod:`nodeagent.agent._shutdown`).
+SIGHUP reloads the policy, the hooks and the health check, the master link,
+``[shutdown] schedule`` and ``metrics_require_auth``; a policy the model refuses, or a hook's
 ``user`` this agent may not switch to, changes nothing. A drain's
 completion action ``exit`` ends the daemon with status 0, ``restart`` with
 :data:`RESTART_EXIT_STATUS`, which its unit restarts.
@@ -57,6 +59,7 @@ from nodeagent.agent._metrics import AgentMetrics
 from nodeagent.agent._processes import OsProcessRunner, ProcessRunner
 from nodeagent.agent._push import MasterLink
 from nodeagent.agent._recovery import look_for_previous_life, recovered_machine
+from nodeagent.agent._shutdown import ShutdownWatch
 from nodeagent.agent._store import ProcessRecord, Store
 from slots import (
     BeforeWindow,
@@ -64,6 +67,7 @@ from slots import (
     MachinePolicy,
     OnCompletion,
     Resources,
+    Schedule,
     SlotsError,
     SuspendPolicy,
     check_site_attributes,
@@ -144,7 +148,9 @@ class AgentDaemon(Program[AgentConfig, Store]):
     daemon is embedded in another trio program (signals belong to the main program).
     ``config`` is the running configuration (after a reload: the fixed keys as started,
     the reloadable ones as reloaded). ``lost_state`` decides a start whose store holds
-    nothing after a previous life (see :data:`LostState`).
+    nothing after a previous life (see :data:`LostState`). ``system_bus`` is the D-Bus
+    address of logind's bus (``SYSTEM``: ``DBUS_SYSTEM_BUS_ADDRESS``, else the standard
+    socket), a seam for tests.
     """
 
     config: AgentConfig
@@ -153,6 +159,7 @@ class AgentDaemon(Program[AgentConfig, Store]):
     runner: ProcessRunner | None = None
     clock: Clock = field(default_factory=WallClock)
     handle_signals: bool = True
+    system_bus: str = "SYSTEM"
     agent: Agent | None = None
     urls: list[str] = field(default_factory=list)
     exit_status: int = 0
@@ -299,8 +306,17 @@ class AgentDaemon(Program[AgentConfig, Store]):
         return self._parts
 
     async def start(self, services: trio.Nursery) -> None:
-        """Re-adopt the jobs of the previous run before the API answers."""
-        await services.start(self._built().agent.run)
+        """Re-adopt the jobs of the previous run before the API answers; then, with
+        ``[shutdown] enabled``, take logind's delay lock (:mod:`nodeagent.agent._shutdown`)."""
+        agent = self._built().agent
+        await services.start(agent.run)
+        if self.config.shutdown.enabled:
+            watch = ShutdownWatch(
+                agent=agent,
+                schedule=lambda: Schedule(self.config.shutdown.schedule),
+                bus=self.system_bus,
+            )
+            await services.start(watch.run)
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
         """Advertise the first TCP address (else the socket); push; watch for completion."""

@@ -179,6 +179,8 @@ async def start_agent(
             'listen = ["127.0.0.1:0"]\n'
             "[resources]\ncpus = 4\nmemory_mib = 4096\ndisk_kib = 1000000\n"
             f"{tables}"
+            # The demo's nodes are pretend ones: the real machine's shutdown is not theirs.
+            "[shutdown]\nenabled = false\n"
             f'[master]\nurl = "{master_url}"\ntoken_file = "{home / "daemon.token"}"\n'
             "update_interval = 1\nad_debounce = 0.05\n",
         )
