@@ -74,7 +74,9 @@ class DrainRequest:
     ``hook`` names the completion hook when ``on_completion`` is :attr:`OnCompletion.HOOK`
     (``None`` otherwise); ``hook_run`` records its run once it is due. ``boot_id`` is set
     on a shutdown drain alone (:meth:`~slots.Machine.shutdown`): the boot it began on,
-    which tells a reboot since from a restart of the agent alone.
+    which tells a reboot since from a restart of the agent alone. ``reopens`` is false for
+    a shutdown drain that replaced an administrator's drain: the node then stays closed
+    after the reboot, as that drain would have kept it.
     """
 
     id: str
@@ -94,6 +96,7 @@ class DrainRequest:
     hook: str | None = None
     hook_run: HookRun | None = None
     boot_id: str | None = None
+    reopens: bool = True
 
     @property
     def shutdown(self) -> bool:

@@ -807,7 +807,9 @@ class Machine:
         ``graceful``), or whose node is already empty (drained, its hook due, running or
         failed), is kept; a slower one is cancelled and replaced. Otherwise the shutdown
         drain starts, committed at once: reason :data:`SHUTDOWN_REASON`, completion
-        ``none``, ``boot_id`` the boot it began on (see :meth:`reopen_after_boot`).
+        ``none``, ``boot_id`` the boot it began on (see :meth:`reopen_after_boot`); one
+        that replaced an administrator's drain (not the master's, not the defrag daemon's)
+        does not reopen the node after the reboot.
 
         Returns the shutdown drain (``None``: a request in force was kept), the request it
         cancelled (``None``: none), and the actions. A second call while shutting down
@@ -841,10 +843,16 @@ class Machine:
             requested_by=requested_by,
         )
         self._shutting_down = True
+        # An administrator's drain replaced keeps the node closed after the reboot; the
+        # master's and the defrag daemon's are started again by them as they need.
+        by = "" if replaced is None else replaced.requested_by or ""
+        reopens = replaced is None or by.startswith(("master:", "defrag:"))
         if self._request is not None and self._request.id == started.id:
-            self._request = dataclasses.replace(self._request, boot_id=boot_id)
+            self._request = dataclasses.replace(self._request, boot_id=boot_id, reopens=reopens)
         elif self._last_request is not None and self._last_request.id == started.id:
-            self._last_request = dataclasses.replace(self._last_request, boot_id=boot_id)
+            self._last_request = dataclasses.replace(
+                self._last_request, boot_id=boot_id, reopens=reopens
+            )
         self._settle_pslot(now)
         actions.extend(more)
         return self._request_or_last(started.id), replaced, actions
@@ -890,7 +898,8 @@ class Machine:
         reopens by itself, through the health gate when a health check is configured
         (as :meth:`cancel_draining`). An administrator's drain, a shutdown drain still
         draining, or one on this same boot (the daemon restarted alone) stays; so does
-        any when ``boot_id`` is unknown. Returns the request cancelled (``None``: none)
+        any when ``boot_id`` is unknown, and one that replaced an administrator's drain.
+        Returns the request cancelled (``None``: none)
         and the actions."""
         request = self._request
         if (
@@ -899,6 +908,7 @@ class Machine:
             or request.boot_id is None
             or request.state is not DrainState.DRAINED
             or request.boot_id == boot_id
+            or not request.reopens
         ):
             return None, []
         self._account(now)
@@ -1950,6 +1960,11 @@ def _request_doc(request: DrainRequest | None) -> dict[str, Any] | None:
     if request is None:
         return None
     doc = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+    # as before these existed, unless set: an older agent still reads the state
+    if request.boot_id is None:
+        del doc["boot_id"]
+    if request.reopens:
+        del doc["reopens"]
     doc["schedule"] = str(request.schedule)
     doc["on_completion"] = str(request.on_completion)
     doc["state"] = str(request.state)

@@ -202,6 +202,10 @@ def test_shutting_down_is_not_saved() -> None:
         ("shutdown", False, None, False),  # the boot id is unknown
         ("shutdown", True, "b2", False),  # not drained
         ("admin", False, "b2", False),  # an administrator's drain stays until cancelled
+        # a shutdown drain that replaced a slower drain: an administrator's intent stays
+        ("over alice", False, "b2", False),
+        ("over master:ops", False, "b2", True),  # the master drains it again as it needs
+        ("over defrag:defrag-1", False, "b2", True),
     ],
 )
 def test_what_reopens_after_a_new_boot(
@@ -212,6 +216,11 @@ def test_what_reopens_after_a_new_boot(
         with_job(m)
     if requested == "shutdown":
         m.shutdown(T0, schedule=Schedule.QUICK, boot_id="b1")
+    elif requested.startswith("over "):
+        claim = with_job(m)  # the graceful drain is slower, and still draining: replaced
+        m.start_draining(T0, schedule=Schedule.GRACEFUL, commit=True, requested_by=requested[5:])
+        m.shutdown(T0 + 1, schedule=Schedule.QUICK, boot_id="b1")
+        m.job_exited(T0 + 2, claim)
     else:
         m.start_draining(T0, schedule=Schedule.QUICK, commit=True, reason="shutdown")
     again = restart(m, T0 + 100)
