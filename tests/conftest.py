@@ -11,6 +11,10 @@ from hypothesis import HealthCheck, settings
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
 
+# Agents run in process by the tests never take the host's logind lock: their system bus is
+# a socket that does not exist (the shutdown tests give theirs a private bus).
+os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=/nonexistent/nodeagent-tests-no-bus"
+
 settings.register_profile(
     "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -13,5 +13,6 @@ The model is :mod:`slots`; this package carries out its decisions, one module ea
 * :mod:`._reaper`: the small program each hook and health check runs under (by path).
 * :mod:`._recovery`: what an empty ``agent.db`` lost, found again (``--recover``).
 * :mod:`._schemas`: the API's bodies (pydantic, at the edge) and the one adapter to the model.
+* :mod:`._shutdown`: logind's delay lock: the node drained when the machine shuts down.
 * :mod:`._store`: the durable state: the machine document and its job processes.
 """

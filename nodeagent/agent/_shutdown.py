@@ -48,6 +48,7 @@ from jeepney.io.common import RouterClosed
 from jeepney.io.trio import DBusRouter, open_dbus_connection
 from jeepney.wrappers import unwrap_msg
 
+from nodeagent._when import in_words
 from nodeagent.agent._agent import Agent
 from slots import Schedule
 
@@ -197,15 +198,15 @@ class ShutdownWatch:
         needed = needed_vacate(self.agent)
         if self.limit is not None and self.limit < needed:
             log.warning(
-                "logind's InhibitDelayMaxSec (%gs) is shorter than the longest vacate time "
-                "this node may need (%gs): at a shutdown the jobs still vacating %gs before "
+                "logind's InhibitDelayMaxSec (%s) is shorter than the longest vacate time "
+                "this node may need (%s): at a shutdown the jobs still vacating %s before "
                 "it runs out are hard-killed. Raise it with a drop-in: "
                 "/etc/systemd/logind.conf.d/nodeagent.conf holding `[Login]` and "
                 "`InhibitDelayMaxSec=%d`, then `systemctl reload systemd-logind` (see "
                 'docs/operator-guide.md, "Shutting a node down")',
-                self.limit,
-                needed,
-                _margin(self.limit),
+                in_words(self.limit),
+                in_words(needed),
+                in_words(_margin(self.limit)),
                 math.ceil(needed + MARGIN),
             )
 
@@ -255,9 +256,9 @@ class ShutdownWatch:
                 if self._jobs():
                     killed = self.agent.kill_all()
                     log.warning(
-                        "logind's limit (%gs) runs out: %d jobs still running hard-killed "
+                        "logind's limit (%s) runs out: %d jobs still running hard-killed "
                         "before the machine goes down",
-                        limit,
+                        in_words(limit),
                         killed,
                     )
                     with trio.move_on_at(began + limit - _margin(limit) / 4):

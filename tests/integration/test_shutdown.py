@@ -149,7 +149,7 @@ def test_a_job_whose_vacate_time_exceeds_the_limit_is_killed_in_time(
     logind.set_limit(8)
     with agent_on(tmp_path / "a", logind, policy={"machine_max_vacate_time": 600}) as agent:
         wait_for(lambda: logind.held() >= 1)
-        assert "InhibitDelayMaxSec (8s) is shorter than the longest vacate time" in log_text(agent)
+        assert "InhibitDelayMaxSec (8 s) is shorter than the longest vacate time" in log_text(agent)
         argv, record = job_script(tmp_path, "stubborn", term_delay=-1)  # ignores SIGTERM
         agent.claim(argv)
         wait_for(record.with_name(record.name + ".started").exists)
