@@ -423,6 +423,8 @@ def _machine_line(machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
         line.append(f" ({', '.join(details)})")
     line.append(f"  cpus {busy_cpus}/{machine.get('TotalCpus')} claimed")
     line.append(f"  {len(dynamic)} job{'' if len(dynamic) == 1 else 's'}")
+    if machine.get("ShuttingDown") is True:
+        line.append("  the machine is shutting down", style="bold yellow")
     return line
 
 

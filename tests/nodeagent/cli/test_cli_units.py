@@ -542,6 +542,8 @@ def test_status_has_a_machine_line_and_a_slot_table() -> None:
         "  cpus 4/8 claimed  1 job"
     )
     assert "empty 08:42:00 UTC (in 42m), badput 1.25 core-hours" in lines[1]
+    going = _text(render_status, {"machine": machine | {"ShuttingDown": True}, "slots": slots})
+    assert going.splitlines()[0].endswith("1 job  the machine is shutting down")
     header = "Slot State Activity Cpus Mem Job Owner Run Retire in"
     assert lines[2].split() == header.split(" ")
     assert lines[4].split() == [
