@@ -157,11 +157,7 @@ class _Follower:
             resume = event.get("resume")
             if isinstance(resume, int):
                 self.printed = self.resume = max(self.resume or 0, resume)
-            if self.json_output:
-                emit_text(line.decode("utf-8", errors="replace"))
-            else:
-                sys.stderr.write(_gap_warning(event) + "\n")
-                sys.stderr.flush()
+            self.gap(event, line, target)
             return
         event_id = event.get("id")
         if isinstance(event_id, int):
@@ -169,6 +165,19 @@ class _Follower:
                 return  # seen already (a master that sends it again)
             self.printed = event_id
             self.resume = max(self.resume or 0, event_id)
+        self.show(event, line)
+
+    def gap(self, event: Any, line: bytes, target: Target) -> None:
+        """Say that events were missed (the stream's ``gap``; the place to resume from is
+        taken already)."""
+        if self.json_output:
+            emit_text(line.decode("utf-8", errors="replace"))
+        else:
+            sys.stderr.write(_gap_warning(event) + "\n")
+            sys.stderr.flush()
+
+    def show(self, event: Any, line: bytes) -> None:
+        """Print an event not printed before."""
         emit_text(line.decode("utf-8", errors="replace") if self.json_output else event_line(event))
 
 

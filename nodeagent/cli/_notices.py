@@ -35,7 +35,6 @@ from nodeagent._when import in_words, iso_time
 from nodeagent.cli._common import console, emit_json, emit_text, master_target
 from nodeagent.cli._errors import UsageError
 from nodeagent.cli._events import (
-    _decoded,
     _follow,
     _Follower,
     _gap_warning,
@@ -180,27 +179,16 @@ class _NoticeFollower(_Follower):
             self._list(target)
             self.listed = True
 
-    def take(self, line: bytes, target: Target) -> None:
-        if not line.strip():
-            return
-        event = _decoded(line, target)
-        if event.get("type") == "gap":
-            resume = event.get("resume")
-            if isinstance(resume, int):
-                self.printed = self.resume = max(self.resume or 0, resume)
-            sys.stderr.write(_gap_warning(event) + "; listing the notices again\n")
-            sys.stderr.flush()
-            self._list(target)
-            return
-        event_id = event.get("id")
-        if isinstance(event_id, int):
-            if self.printed is not None and event_id <= self.printed:
-                return  # seen already (a master that sends it again)
-            self.printed = event_id
-            self.resume = max(self.resume or 0, event_id)
+    def gap(self, event: Any, line: bytes, target: Target) -> None:
+        """Events were missed: list the notices again (the feed says what differs)."""
+        sys.stderr.write(_gap_warning(event) + "; listing the notices again\n")
+        sys.stderr.flush()
+        self._list(target)
+
+    def show(self, event: Any, line: bytes) -> None:
         change = self.feed.event(event)
         if change is not None:
-            self._show(change[0], change[1], event_id, event.get("time"))
+            self._show(change[0], change[1], event.get("id"), event.get("time"))
 
 
 def _usage(message: str) -> UsageError:
