@@ -246,7 +246,17 @@ class Agent:
                 await self.evaluator.aclose()
 
     async def _readopt(self) -> None:
+        """Adopt every job of the claims the state holds, then tell the model of those
+        that are gone, then do what fell due while the daemon was down.
+
+        Every live job is adopted before the model hears of any exit: a job's end moves
+        the model on (a drain evicts what is due), and a signal for a claim whose process
+        is not adopted yet would be lost — its job would never get its SIGTERM, only the
+        hard kill of a later start.
+        """
         now = self.clock.now()
+        gone: list[str] = []
+        adopted: list[tuple[str, JobProcess]] = []
         for info in self.machine.claims(now):
             record = self._records.get(info.claim_id)
             proc: JobProcess | None = None
@@ -262,11 +272,15 @@ class Agent:
                     log.info("claim %s: job pid %s is gone (%s)", info.claim_id, record.pid, exc)
             if proc is None or record is None:
                 self._records.pop(info.claim_id, None)
-                self._apply(self.machine.job_exited(self.clock.now(), info.claim_id))
+                gone.append(info.claim_id)
                 continue
             log.info("claim %s: re-adopted job pid %s", info.claim_id, record.pid)
             self._records[info.claim_id] = self._record(info.claim_id, proc, argv=record.argv)
-            self._watch_job(info.claim_id, proc)
+            adopted.append((info.claim_id, proc))
+        for claim_id, proc in adopted:  # watched once all are adopted: an exit moves the model
+            self._watch_job(claim_id, proc)
+        for claim_id in gone:
+            self._apply(self.machine.job_exited(self.clock.now(), claim_id))
         # Whatever was due while the daemon was down (expired transactions, evictions),
         # then a hook due or started, a health check due.
         self._apply(self.machine.tick(self.clock.now()))

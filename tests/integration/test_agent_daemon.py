@@ -553,3 +553,28 @@ def test_the_log_tells_a_drain_and_its_escalation(tmp_path: Path) -> None:
         found = re.compile(pattern).search(text, at)
         assert found is not None, f"{pattern!r} not after offset {at} in:\n{text}"
         at = found.end()
+
+
+def test_a_job_due_at_a_restart_gets_its_sigterm_when_another_is_gone(tmp_path: Path) -> None:
+    """A restart finds the first claim's job gone and the second's SIGTERM due: the
+    second is adopted before the model hears of the first's end (which evicts what is
+    due), so its SIGTERM reaches it and it gets its vacate time before the hard kill."""
+    policy = {"max_job_retirement_time": 6, "machine_max_vacate_time": 3}
+    with AgentProcess(tmp_path / "a", policy=policy) as a:
+        first = a.claim(["sleep", "3600"])
+        argv, record = job_script(tmp_path, "due", term_delay=-1)
+        second = a.claim(argv)
+        wait_for(lambda: started(record))
+        with a.client() as c:
+            c.post("/v1/drain", json={"schedule": "graceful", "commit": True})
+        a.kill9()
+        os.kill(first["job"]["pid"], signal.SIGKILL)
+        # its SIGTERM falls due while no daemon runs (its promise: start + 6 - 3)
+        wait_for(lambda: time.time() > second["job"]["started_at"] + 3.1, timeout=10)
+        a.start()
+        with a.client() as c:
+            wait_for(lambda: c.get("/v1/drain").json()["state"] == "drained")
+    pgid = second["job"]["pid"]
+    log = a.log_path.read_text()
+    assert f"claim {second['id']}: SIGTERM to process group {pgid}" in log, log
+    assert term_times(record), "the job never received its SIGTERM"
