@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions._evaluator import Evaluator
 from nodeagent._serving._http import error_body
-from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
+from nodeagent._store import StoreError, unwritten
 from nodeagent.master._operations import (
     MAX_HOST_LENGTH,
     MAX_HOSTS,
@@ -86,13 +86,6 @@ class OperationRequest(BaseModel):
 
 def _refusal(code: str, message: str, status: int = 422) -> JSONResponse:
     return JSONResponse(error_body(code, message), status_code=status)
-
-
-def _unwritten(exc: StoreError) -> str:
-    """The message of a 503 for a write the store failed (``exc``)."""
-    if isinstance(exc, OutcomeUnknown):
-        return unknown_outcome(exc)
-    return f"the state could not be written; nothing changed: {exc}"
 
 
 def add_operation_routes(
@@ -193,7 +186,7 @@ def add_operation_routes(
             return _refusal(exc.code, exc.message)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return _refusal(exc.code, _unwritten(exc), 503)
+            return _refusal(exc.code, unwritten(exc), 503)
         await record(request, who.subject, f"{action} {op.id}", "ok")
         return JSONResponse(progress(op), status_code=201)
 
@@ -234,7 +227,7 @@ def add_operation_routes(
                 return _refusal(exc.code, exc.message, status)
             except StoreError as exc:
                 await record(request, who.subject, action, exc.code)
-                return _refusal(exc.code, _unwritten(exc), 503)
+                return _refusal(exc.code, unwritten(exc), 503)
             await record(request, who.subject, action, "ok")
             return JSONResponse(progress(op))
 

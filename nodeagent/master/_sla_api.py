@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 from nodeagent._auth import Principal, Scope, require
 from nodeagent._expressions._evaluator import Evaluator
 from nodeagent._serving._http import error_body
-from nodeagent._store import OutcomeUnknown, StoreError, unknown_outcome
+from nodeagent._store import StoreError, unwritten
 from nodeagent.master._master import Master
 from nodeagent.master._sla import (
     NodeAds,
@@ -70,13 +70,6 @@ _POLICY_BODY: dict[str, Any] = {
         },
     }
 }
-
-
-def _unwritten(exc: StoreError) -> str:
-    """The message of a 503 for a write the store failed (``exc``)."""
-    if isinstance(exc, OutcomeUnknown):
-        return unknown_outcome(exc)
-    return f"nothing changed: {exc}"
 
 
 def _no_constant(name: str) -> Any:
@@ -162,7 +155,7 @@ def add_sla_routes(
             book.put(policy)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return JSONResponse(error_body(exc.code, _unwritten(exc)), 503)
+            return JSONResponse(error_body(exc.code, unwritten(exc)), 503)
         await record(request, who.subject, action, "ok")
         return JSONResponse(book.policy_json(policy))
 
@@ -177,7 +170,7 @@ def add_sla_routes(
             deleted = book.delete(group)
         except StoreError as exc:
             await record(request, who.subject, action, exc.code)
-            return JSONResponse(error_body(exc.code, _unwritten(exc)), 503)
+            return JSONResponse(error_body(exc.code, unwritten(exc)), 503)
         if not deleted:
             await record(request, who.subject, action, "sla.no_such_policy")
             message = f"the API holds no policy for {group!r}"
