@@ -1054,6 +1054,9 @@ def _rules(metrics: MasterMetrics) -> dict[tuple[str, str], Rule]:
     for verb in ("accept", "decline"):
         route = ("POST", f"/v1/notices/{{notice_id}}/{verb}")
         rules[route] = Rule(scope=Scope.READ, action=f"notice.{verb} {{notice_id}}")
+    # The previews take what their writes take, as READ: their caps need a rule too.
+    for route in BODY_LIMITS:
+        rules.setdefault(route, Rule(scope=Scope.READ))
     return {
         route: Rule(
             scope=rule.scope, action=rule.action, when=rule.when, body_limit=BODY_LIMITS.get(route)

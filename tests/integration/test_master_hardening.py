@@ -357,3 +357,26 @@ def test_stalled_connections_are_released_by_the_read_timeout(tmp_path: Path) ->
         assert master.proc is not None
         check_stalled_connections_released(master.url, master.proc.pid, "/maintenance/schedule")
         assert httpx.get(f"{master.url}/healthz", timeout=30).status_code == 200
+
+
+def test_a_preview_takes_a_body_as_large_as_its_write(shared_master: MasterProcess) -> None:
+    """A preview takes what its write takes (16 MiB: the schedule of a large pool), not
+    the 1 MiB of the other endpoints; beyond that it is refused before it is read whole."""
+    empty = b'{"windows": []}'
+    with shared_master.client(shared_master.token("READ")) as c:
+        padding = b" " * (2 * MIB)
+        json_type = {"Content-Type": "application/json"}
+        reply = c.post(
+            "/v1/maintenance/schedule/preview", content=empty + padding, headers=json_type
+        )
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["totals"]["machines"] == 0
+        # read whole and parsed: the list's own rule answers, not the cap
+        reply = c.post("/v1/maintenance/down/preview", content=b"[]" + padding, headers=json_type)
+        assert (reply.status_code, reply.text) == (400, "List of machines is empty")
+        big = c.post(
+            "/v1/maintenance/schedule/preview",
+            content=empty + b" " * (17 * MIB),
+            headers={"Content-Type": "application/json"},
+        )
+        assert (big.status_code, big.json()["error"]["code"]) == (413, "request.too_large")
