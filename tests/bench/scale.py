@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import multiprocessing
 import re
 import selectors
@@ -106,8 +107,8 @@ IP_MARK = "ip-mark.invalid"
 #: The tokens' lifetime (a run at 100,000 takes a while).
 TOKEN_LIFETIME = 6 * 3600
 #: A pusher's figures, in its slice of the shared array.
-OK, REFUSED, NO_MODE, FAILED, BEHIND, LAST_OK, DONE = range(7)
-STATS = 7
+OK, REFUSED, NO_MODE, FAILED, BEHIND, LAST_OK, DONE, SKIPPED = range(8)
+STATS = 8
 SUMMARY = {"late": "true", "blockers": "false", "limit": "20"}
 
 
@@ -251,6 +252,18 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
         while not stop.is_set():
             now = time.monotonic()
             for a in spans:
+                if (
+                    limit is None
+                    and following[a] >= count
+                    and now - due(following[a]) > share.interval
+                ):
+                    # An agent pushes again an interval after its last push: after the
+                    # first round (every node pushed once), a push a whole interval late
+                    # is not made (the node's next one is due).
+                    late = now - share.interval - share.start
+                    caught = math.ceil(late / share.interval * count)
+                    stats[base + SKIPPED] += caught - following[a]
+                    following[a] = caught
                 while (
                     idle[a] and (limit is None or following[a] < limit) and due(following[a]) <= now
                 ):
@@ -274,7 +287,8 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
             if not waiting and len(resting) == len(where):
                 stats[base + DONE] = 1
                 return
-            upcoming = min([due(following[a]) for a in waiting], default=now + 0.05)
+            # the next push due on a free connection (none free: wait for a reply)
+            upcoming = min([due(following[a]) for a in waiting if idle[a]], default=now + 0.05)
             for key_, mask in selector.select(timeout=min(0.05, max(0.0, upcoming - now))):
                 conn = key_.data
                 if conn in resting:  # a kept connection the master closed while idle
@@ -362,6 +376,7 @@ class Pushers:
             "answered_200_without_mode": int(self.total(NO_MODE)),
             "refused": int(self.total(REFUSED)),
             "failed": int(self.total(FAILED)),
+            "skipped_a_whole_interval_late": int(self.total(SKIPPED)),
         }
 
     def close(self) -> None:
@@ -611,6 +626,7 @@ def steady(
         "pushers_ads_per_s": round(answered / elapsed / len(masters), 1),
         "pushers_cpu_percent": round(100 * pcpu / elapsed, 1),
         "pushers_behind_s": round(pushers.behind(), 1),
+        "pushers_since_start": pushers.counts(),
         "pushers_rss_mib": round(pushers.rss() / 2**20, 1),
         "masters": per_master,
         "summary_problems": problems[:5],
