@@ -516,7 +516,7 @@ def preview(client: httpx.Client, document: dict[str, Any]) -> dict[str, Any]:
     """``POST /v1/maintenance/schedule/preview``, read to the end: latency, size, moved."""
     body = json.dumps(document).encode()
     started = time.perf_counter()
-    size, tail, status = 0, b"", 0
+    size, head, tail, status = 0, b"", b"", 0
     with client.stream(
         "POST",
         "/v1/maintenance/schedule/preview",
@@ -527,11 +527,15 @@ def preview(client: httpx.Client, document: dict[str, Any]) -> dict[str, Any]:
         status = response.status_code
         for chunk in response.iter_bytes():
             size += len(chunk)
-            tail = (tail + chunk)[-65536:]
+            if len(head) < 65536:
+                head += chunk[: 65536 - len(head)]
+            tail = (tail + chunk)[-(1 << 20) :]
     elapsed = time.perf_counter() - started
     if status != 200:
         raise RuntimeError(f"preview: {status} {tail[:300]!r}")
-    moved = re.search(rb'"moved":\s*(\d+)', tail)
+    moved = re.search(rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', tail) or re.search(
+        rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', head
+    )
     return {
         "ms": ms(elapsed),
         "request_bytes": len(body),
