@@ -106,7 +106,13 @@ def _own_cpu() -> float:
 
 def template_ads(now: float) -> list[dict[str, Any]]:
     """Agent ads of machines with 8 running claims each, of different ages and promises."""
-    ads = []
+    return [machine.ad(now) for machine in template_machines(now)]
+
+
+def template_machines(now: float) -> list[Machine]:
+    """The machines of :func:`template_ads` (their ads at a later time are the same claims,
+    moved on in time, as an agent's next push)."""
+    machines = []
     for t in range(TEMPLATES):
         machine = Machine(
             host="template.bench",
@@ -126,8 +132,8 @@ def template_ads(now: float) -> list[dict[str, Any]]:
                     max_job_retirement_time=None if c % 3 == 0 else 900 * (c % 4 + 1),
                 ),
             )
-        ads.append(machine.ad(now))
-    return ads
+        machines.append(machine)
+    return machines
 
 
 def node_ad(template: dict[str, Any], host: str, ip: str) -> dict[str, Any]:

@@ -1,0 +1,937 @@
+"""One master for 10,000 to 100,000 pushing nodes: ingest, memory, plans, restart, etcd.
+
+For each size of ``--machines`` (10,000, 30,000 and 100,000 by default), a real master
+subprocess (``nodeagent master run``, SQLite, :class:`tests.harness.MasterProcess`) holds
+that many nodes, every machine scheduled as ``plan_latency.py`` schedules them (100 one-hour
+windows 2 to 18.5 hours ahead: every machine DRAINING, no drain due), while simulated agents
+push their ads at the pace their update interval implies (``--interval`` 60 s: N / 60 ads a
+second).
+
+**The agents** are ``--pushers`` processes, each with its share of the nodes (node ``i``
+goes to pusher ``i mod pushers``). A node's ad is the ad of ``ad_ingest.py``'s templates (8
+running claims, ≈ 13 KB of JSON) with its names and ip replaced in the JSON bytes, each node
+with its own DAEMON token; a pusher holds its nodes' request heads (≈ 300 bytes a node) and
+the templates' JSON, and writes a node's body when it is due: 100,000 nodes cost no more
+than a few MiB in the pushers. Each ad is the template machine's ad at the time it is sent
+(the same claims moved on in time, as an agent's next push), or with ``--static-ads`` the
+same bytes every round. Every node is due once per interval, the nodes spread evenly over
+it; each push is on a new connection, as a real agent's is (``--keep-alive``: connections
+kept open), at most ``--connections`` in flight per pusher and master. A pusher that falls
+behind its schedule says by how much (``pushers_behind_s``).
+
+Per size (``sqlite``):
+
+* **ingest**: after the first full round (every node pushed once), over a steady window of
+  ``--window`` seconds: the ads the master counted (``nodeagent_master_ads_received_total``
+  of ``/metrics`` at both ends) and the pushers' own (answered 200) per second, against the
+  needed N / interval; the master's and the pushers' CPU (psutil: a core is 100 %), so that
+  a reader sees which side is short; the age of the oldest live ad at the window's end
+  (``nodeagent_master_oldest_ad_age_seconds`` of the same scrape, the cheapest to read: the
+  scrape is timed too, ``scrape_ms``).
+* **memory**: the master's RSS at the window's end and per machine; its peak (``VmHWM``)
+  after the plans below.
+* **summary**: ``GET /v1/maintenance/plan?late=true&blockers=false&limit=20`` (what
+  ``nodeagent master plan`` draws) every ``--summary-every`` s during the window, over TCP
+  with a READ token: p50/p99.
+* **whole plan**, while the agents push: ``format=jsonl`` when the master answers it (200,
+  ``application/x-ndjson``): the first row is the first ``{"row"`` line, the last row the
+  ``{"end"`` line; else the JSON document: its first bytes, its last byte. Then one
+  window's rows (``window=<start>``): ``window_filter_answered`` says whether the master
+  sent that window's rows only (else it sent the whole plan).
+* **preview**: ``POST /v1/maintenance/schedule/preview`` of the schedule held with
+  ``--preview-machines`` machines (1,000) moved to a new window: request to last byte.
+* **after restart**: the agents stop, the master is SIGKILLed and started again on its store
+  (the schedule is there, the ads are not); every node pushes once, spread over the
+  interval (``--restart-burst``: all at once); from the last ad in, the first summary, then
+  the first whole plan.
+
+``etcd`` (unless ``--no-etcd``): ``--masters`` masters on one real etcd
+(:class:`tests.etcd.EtcdServer`, :class:`tests.ha.Masters`), every node pushing to each of
+them (as an agent configured with their three urls does), the summary asked of each in turn
+during the steady window: its latency on the leader and on each follower, each master's
+ingest, CPU and RSS.
+
+Every process it starts is ended by its pid (masters, etcd, pushers); a master that exits
+on its own is reported (``master_exited``: its status and the last lines of its log), not
+hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
+10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
+[--no-restart] [--no-preview] [--no-etcd] [--masters 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing
+import re
+import selectors
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import SynchronizedArray
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from nodeagent._auth import Scope, create_token, load_key
+from tests.bench._benchlib import percentile, terminate
+from tests.bench._etcdlib import require_etcd
+from tests.bench.ad_ingest import (
+    TEMPLATES,
+    Connection,
+    log_problems,
+    node_ad,
+    node_ip,
+    stop_master,
+    template_machines,
+)
+from tests.bench.plan_latency import WINDOWS, check_summary, post_schedule
+from tests.bench.plan_latency import schedule as plan_schedule
+from tests.etcd import EtcdServer
+from tests.ha import Masters
+from tests.harness import MasterProcess
+
+NS = 1_000_000_000
+#: What a template's JSON says where a node's hostname and ip go.
+HOST_MARK = "host-mark.invalid"
+IP_MARK = "ip-mark.invalid"
+#: The tokens' lifetime (a run at 100,000 takes a while).
+TOKEN_LIFETIME = 6 * 3600
+#: A pusher's figures, in its slice of the shared array.
+OK, REFUSED, NO_MODE, FAILED, BEHIND, LAST_OK, DONE, SKIPPED = range(8)
+STATS = 8
+SUMMARY = {"late": "true", "blockers": "false", "limit": "20"}
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def latencies(seconds: list[float]) -> dict[str, Any]:
+    if not seconds:
+        return {"n": 0}
+    values = [s * 1000 for s in seconds]
+    return {
+        "n": len(values),
+        "p50": round(percentile(values, 50), 1),
+        "p99": round(percentile(values, 99), 1),
+        "min": round(min(values), 1),
+        "max": round(max(values), 1),
+    }
+
+
+# ---------------------------------------------------------------------------- the agents
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Share:
+    """What one pusher process does: nodes ``index``, ``index + pushers``, … below
+    ``machines``, each due once per ``interval`` from ``start`` (monotonic), to every
+    address; ``rounds`` rounds (None: until stopped); ``burst``: every push due at once."""
+
+    index: int
+    pushers: int
+    machines: int
+    interval: float
+    start: float
+    addresses: tuple[tuple[str, int], ...]
+    key_file: str
+    now: float
+    keep_alive: bool
+    connections: int
+    moving: bool
+    rounds: int | None = None
+    burst: bool = False
+
+
+class Bodies:
+    """The templates' JSON with the node's names and ip as marks, made again each second
+    (the template machines' ads at that second) unless ``moving`` is false."""
+
+    def __init__(self, now: float, moving: bool) -> None:
+        self.machines = template_machines(now)
+        self.moving = moving
+        self.second = -1
+        self.texts: list[bytes] = []
+        self.at(now)
+
+    def at(self, now: float) -> list[bytes]:
+        second = int(now)
+        if second != self.second and (self.moving or not self.texts):
+            self.second = second
+            self.texts = [
+                json.dumps(node_ad(machine.ad(now), HOST_MARK, IP_MARK)).encode()
+                for machine in self.machines
+            ]
+        return self.texts
+
+
+def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None:
+    """A pusher process: push its nodes' ads on schedule until ``stop`` (or its rounds)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    base = share.index * STATS
+    key = load_key(Path(share.key_file))
+    nodes = list(range(share.index, share.machines, share.pushers))
+    count = len(nodes)
+    names = [f"node{i:05d}.bench".encode() for i in nodes]
+    ips = [node_ip(i).encode() for i in nodes]
+    heads = []
+    for name in names:
+        host = name.decode()
+        token = create_token(
+            key,
+            subject=f"agent@{host}",
+            scope=Scope.DAEMON,
+            lifetime_s=TOKEN_LIFETIME,
+            now=time.time(),
+            node=host,
+        )
+        heads.append(
+            (
+                "POST /v1/ads HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                "User-Agent: nodeagent-bench\r\nContent-Length: "
+            ).encode()
+        )
+    bodies = Bodies(share.now, share.moving)
+    host_mark, ip_mark = HOST_MARK.encode(), IP_MARK.encode()
+
+    def request(j: int) -> bytes:
+        text = bodies.at(time.time())[nodes[j] % TEMPLATES]
+        body = text.replace(host_mark, names[j]).replace(ip_mark, ips[j])
+        return heads[j] + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    def due(k: int) -> float:
+        if share.burst:
+            return share.start
+        rounds, j = divmod(k, count)
+        return share.start + (rounds + j / count) * share.interval
+
+    limit = None if share.rounds is None else share.rounds * count
+    selector = selectors.DefaultSelector()
+    spans = range(len(share.addresses))
+    pools = [
+        [Connection(share.addresses[a], [b""]) for _ in range(share.connections)] for a in spans
+    ]
+    idle = [list(pool) for pool in pools]
+    resting: set[Connection] = {conn for pool in pools for conn in pool}
+    where = {conn: a for a in spans for conn in pools[a]}
+    following = [0 for _ in spans]
+
+    def close(conn: Connection) -> None:
+        if conn.sock is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                selector.unregister(conn.sock)
+            conn.sock.close()
+            conn.sock = None
+
+    def rest(conn: Connection) -> None:
+        if not share.keep_alive:
+            close(conn)
+        resting.add(conn)
+        idle[where[conn]].append(conn)
+
+    if count == 0:
+        stats[base + DONE] = 1
+        return
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            for a in spans:
+                if (
+                    limit is None
+                    and following[a] >= count
+                    and now - due(following[a]) > share.interval
+                ):
+                    # An agent pushes again an interval after its last push: after the
+                    # first round (every node pushed once), a push a whole interval late
+                    # is not made (the node's next one is due).
+                    late = now - share.interval - share.start
+                    caught = math.ceil(late / share.interval * count)
+                    stats[base + SKIPPED] += caught - following[a]
+                    following[a] = caught
+                while (
+                    idle[a] and (limit is None or following[a] < limit) and due(following[a]) <= now
+                ):
+                    conn = idle[a].pop()
+                    resting.discard(conn)
+                    conn.prepared = [request(following[a] % count)]
+                    conn.next = 0
+                    following[a] += 1
+                    try:
+                        if conn.sock is None:
+                            conn.connect(selector)
+                        conn.send_next(selector)
+                    except OSError:
+                        stats[base + FAILED] += 1
+                        close(conn)
+                        rest(conn)
+            waiting = [a for a in spans if limit is None or following[a] < limit]
+            stats[base + BEHIND] = max(
+                [max(0.0, now - due(following[a])) for a in waiting], default=0.0
+            )
+            if not waiting and len(resting) == len(where):
+                stats[base + DONE] = 1
+                return
+            # the next push due on a free connection (none free: wait for a reply)
+            upcoming = min([due(following[a]) for a in waiting if idle[a]], default=now + 0.05)
+            for key_, mask in selector.select(timeout=min(0.05, max(0.0, upcoming - now))):
+                conn = key_.data
+                if conn in resting:  # a kept connection the master closed while idle
+                    close(conn)
+                    continue
+                try:
+                    done = conn.on_event(selector, mask)
+                except OSError:
+                    stats[base + FAILED] += 1
+                    close(conn)
+                    rest(conn)
+                    continue
+                if done is None:
+                    continue
+                status, closes = done
+                if status == 200:
+                    stats[base + OK] += 1
+                    stats[base + LAST_OK] = time.monotonic()
+                elif status == -200:
+                    stats[base + NO_MODE] += 1
+                    stats[base + LAST_OK] = time.monotonic()
+                else:
+                    stats[base + REFUSED] += 1
+                if closes:
+                    close(conn)
+                rest(conn)
+    finally:
+        for pool in pools:
+            for conn in pool:
+                close(conn)
+        selector.close()
+
+
+class Pushers:
+    """``count`` pusher processes (forked), ended by their pids."""
+
+    def __init__(self, count: int, **share: Any) -> None:
+        context = multiprocessing.get_context("fork")
+        self.stats: SynchronizedArray[float] = context.Array("d", count * STATS, lock=False)
+        self.stop_event = context.Event()
+        self.procs = [
+            context.Process(
+                target=push_share,
+                args=(Share(index=k, pushers=count, **share), self.stats, self.stop_event),
+                daemon=True,
+            )
+            for k in range(count)
+        ]
+        for proc in self.procs:
+            proc.start()
+        self.psutil = [psutil.Process(proc.pid) for proc in self.procs if proc.pid is not None]
+
+    def total(self, field: int) -> float:
+        return sum(self.stats[k * STATS + field] for k in range(len(self.procs)))
+
+    def answered(self) -> int:
+        return int(self.total(OK) + self.total(NO_MODE))
+
+    def behind(self) -> float:
+        return max(self.stats[k * STATS + BEHIND] for k in range(len(self.procs)))
+
+    def last_ok(self) -> float:
+        return max(self.stats[k * STATS + LAST_OK] for k in range(len(self.procs)))
+
+    def done(self) -> bool:
+        return all(self.stats[k * STATS + DONE] for k in range(len(self.procs)))
+
+    def cpu(self) -> float:
+        total = 0.0
+        for process in self.psutil:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += _cpu(process)
+        return total
+
+    def rss(self) -> int:
+        total = 0
+        for process in self.psutil:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += process.memory_info().rss
+        return total
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "answered_200": int(self.total(OK)),
+            "answered_200_without_mode": int(self.total(NO_MODE)),
+            "refused": int(self.total(REFUSED)),
+            "failed": int(self.total(FAILED)),
+            "skipped_a_whole_interval_late": int(self.total(SKIPPED)),
+        }
+
+    def close(self) -> None:
+        self.stop_event.set()
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()  # SIGKILL to its pid
+                proc.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------- the master
+
+
+class Crashed(RuntimeError):
+    """A master exited on its own."""
+
+
+def alive(master: MasterProcess) -> None:
+    proc = master.proc
+    if proc is not None and proc.poll() is not None:
+        tail = master.log_path.read_text(errors="replace").splitlines()[-15:]
+        raise Crashed(json.dumps({"exit_status": proc.returncode, "log_tail": tail}))
+
+
+def scrape(master: MasterProcess) -> dict[str, float]:
+    """The master's ads-received counter and oldest live ad's age (``/metrics``)."""
+    started = time.perf_counter()
+    text = master.call("GET", "/metrics", timeout=120).text
+    elapsed = time.perf_counter() - started
+    figures = {"scrape_s": elapsed, "at": started + elapsed / 2}
+    for line in text.splitlines():
+        if line.startswith("nodeagent_master_ads_received_total "):
+            figures["received"] = float(line.split()[-1])
+        elif line.startswith("nodeagent_master_oldest_ad_age_seconds "):
+            figures["oldest_ad_age_s"] = float(line.split()[-1])
+    return figures
+
+
+def memory(pid: int) -> dict[str, int]:
+    """RSS and peak RSS (VmHWM) of ``pid``, in bytes."""
+    figures = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            figures[name] = int(value.split()[0]) * 1024
+    return figures
+
+
+def window_start(now: float, w: int) -> float:
+    """Window ``w``'s start as the plan shows it (``plan_latency``'s schedule)."""
+    return int((now + 7200 + 600 * w) * NS) / NS
+
+
+def moved_schedule(machines: int, now: float, moving: int) -> dict[str, Any]:
+    """``plan_latency``'s schedule with its first ``moving`` machines in a new window."""
+    document = plan_schedule(machines, now)
+    moved = {f"node{i:05d}.bench" for i in range(min(moving, machines))}
+    leaving: list[dict[str, str]] = []
+    for window in document["windows"]:
+        kept: list[dict[str, str]] = []
+        for machine in window["machine_ids"]:
+            (leaving if machine["hostname"] in moved else kept).append(machine)
+        window["machine_ids"] = kept
+    document["windows"] = [w for w in document["windows"] if w["machine_ids"]]
+    document["windows"].append(
+        {
+            "machine_ids": leaving,
+            "unavailability": {
+                "start": {"nanoseconds": int((now + 7200 + 600 * WINDOWS) * NS)},
+                "duration": {"nanoseconds": 3600 * NS},
+            },
+        }
+    )
+    return document
+
+
+def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
+    """``GET /v1/maintenance/plan`` with ``params``, as JSON lines when answered so, read
+    to the end without keeping it: first/last row times, rows, bytes."""
+    started = time.perf_counter()
+    first = last = None
+    rows = size = 0
+    end: dict[str, Any] | None = None
+    error = None
+    with client.stream(
+        "GET", "/v1/maintenance/plan", params={**params, "format": "jsonl"}, timeout=600
+    ) as response:
+        if response.status_code != 200:
+            response.read()
+            raise RuntimeError(f"plan: {response.status_code} {response.text[:300]}")
+        lines = response.headers.get("content-type", "").startswith("application/x-ndjson")
+        pending = b""
+        needle = b'"machine_id":'
+        for chunk in response.iter_bytes():
+            now = time.perf_counter()
+            size += len(chunk)
+            if not lines:
+                if first is None:
+                    first = now
+                rows += (pending + chunk).count(needle)
+                pending = chunk[-(len(needle) - 1) :]
+                last = now
+                continue
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                if line.startswith(b'{"row"'):
+                    rows += 1
+                    if first is None:
+                        first = now
+                elif line.startswith(b'{"end"'):
+                    last = now
+                    end = json.loads(line)["end"]
+                elif line.startswith(b'{"error"'):
+                    last = now
+                    error = json.loads(line)["error"]
+    finished = time.perf_counter()
+    figures: dict[str, Any] = {
+        "format": "jsonl" if lines else "json",
+        "first_row_ms" if lines else "first_bytes_ms": None
+        if first is None
+        else ms(first - started),
+        "last_row_ms" if lines else "last_byte_ms": None if last is None else ms(last - started),
+        "total_ms": ms(finished - started),
+        "rows": rows,
+        "reply_bytes": size,
+    }
+    if end is not None:
+        figures["matched"] = end.get("matched")
+    if error is not None:
+        figures["error"] = error
+    return figures
+
+
+def preview(client: httpx.Client, document: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/maintenance/schedule/preview``, read to the end: latency, size, moved."""
+    body = json.dumps(document).encode()
+    started = time.perf_counter()
+    size, head, tail, status = 0, b"", b"", 0
+    with client.stream(
+        "POST",
+        "/v1/maintenance/schedule/preview",
+        content=body,
+        headers={"Content-Type": "application/json"},
+        timeout=600,
+    ) as response:
+        status = response.status_code
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if len(head) < 65536:
+                head += chunk[: 65536 - len(head)]
+            tail = (tail + chunk)[-(1 << 20) :]
+    elapsed = time.perf_counter() - started
+    if status != 200:
+        raise RuntimeError(f"preview: {status} {tail[:300]!r}")
+    moved = re.search(rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', tail) or re.search(
+        rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', head
+    )
+    return {
+        "ms": ms(elapsed),
+        "request_bytes": len(body),
+        "reply_bytes": size,
+        "moved": None if moved is None else int(moved[1]),
+    }
+
+
+def wait_round(
+    pushers: Pushers,
+    needed: int,
+    timeout: float,
+    masters: list[MasterProcess],
+) -> float | None:
+    """Wait until the pushers have ``needed`` answers; the seconds it took (None: not in
+    ``timeout``)."""
+    started = time.monotonic()
+    while pushers.answered() < needed:
+        for master in masters:
+            alive(master)
+        if time.monotonic() - started > timeout:
+            return None
+        time.sleep(0.5)
+    return round(time.monotonic() - started, 1)
+
+
+def steady(
+    masters: list[MasterProcess],
+    pushers: Pushers,
+    seconds: float,
+    every: float,
+    readers: list[httpx.Client],
+    machines: int,
+) -> dict[str, Any]:
+    """The steady window: counters at both ends, summaries asked meanwhile (reader ``k``
+    of ``readers`` asks master ``k``, in turn)."""
+    processes = [psutil.Process(m.proc.pid) for m in masters if m.proc is not None]
+    before = [scrape(m) for m in masters]
+    answered0, pcpu0 = pushers.answered(), pushers.cpu()
+    mcpu0 = [_cpu(p) for p in processes]
+    t0 = time.perf_counter()
+    times: list[list[float]] = [[] for _ in readers]
+    problems: list[str] = []
+    turn = 0
+    next_at = t0
+    while True:
+        next_at += every
+        wait = next_at - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        if time.perf_counter() - t0 >= seconds:
+            break
+        for master in masters:
+            alive(master)
+        k = turn % len(readers)
+        turn += 1
+        started = time.perf_counter()
+        response = readers[k].get("/v1/maintenance/plan", params=SUMMARY, timeout=600)
+        times[k].append(time.perf_counter() - started)
+        if response.status_code != 200:
+            problems.append(f"master {k}: {response.status_code} {response.text[:200]}")
+            continue
+        try:
+            check_summary(response.json(), machines)
+        except RuntimeError as e:
+            problems.append(f"master {k}: {e}")
+    elapsed = time.perf_counter() - t0
+    answered = pushers.answered() - answered0
+    pcpu = pushers.cpu() - pcpu0
+    mcpu = [_cpu(p) - c for p, c in zip(processes, mcpu0, strict=True)]
+    after = [scrape(m) for m in masters]
+    per_master = []
+    for k, master in enumerate(masters):
+        # the counter's instants: the middle of each scrape
+        received = after[k]["received"] - before[k]["received"]
+        counted = after[k]["at"] - before[k]["at"]
+        assert master.proc is not None
+        rss = memory(master.proc.pid)["VmRSS"]
+        per_master.append(
+            {
+                "ads_received_per_s": round(received / counted, 1),
+                "master_cpu_percent": round(100 * mcpu[k] / elapsed, 1),
+                "oldest_ad_age_s": after[k].get("oldest_ad_age_s"),
+                "scrape_ms": ms(after[k]["scrape_s"]),
+                "rss_mib": round(rss / 2**20, 1),
+                "rss_kib_per_machine": round(rss / 1024 / machines, 1),
+                "summary_ms": latencies(times[k]),
+            }
+        )
+    return {
+        "window_s": round(elapsed, 1),
+        "pushers_ads_per_s": round(answered / elapsed / len(masters), 1),
+        "pushers_cpu_percent": round(100 * pcpu / elapsed, 1),
+        "pushers_behind_s": round(pushers.behind(), 1),
+        "pushers_since_start": pushers.counts(),
+        "pushers_rss_mib": round(pushers.rss() / 2**20, 1),
+        "masters": per_master,
+        "summary_problems": problems[:5],
+    }
+
+
+# ---------------------------------------------------------------------------- the parts
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Options:
+    interval: float
+    window: float
+    pushers: int
+    connections: int
+    keep_alive: bool
+    moving: bool
+    every: float
+    preview_machines: int
+    restart: bool
+    restart_burst: bool
+    round_timeout: float
+
+
+def address(master: MasterProcess) -> tuple[str, int]:
+    host, port = master.url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+def start_pushers(
+    options: Options,
+    machines: int,
+    targets: list[MasterProcess],
+    now: float,
+    *,
+    rounds: int | None = None,
+    burst: bool = False,
+) -> Pushers:
+    return Pushers(
+        options.pushers,
+        machines=machines,
+        interval=options.interval,
+        start=time.monotonic(),
+        addresses=tuple(address(m) for m in targets),
+        key_file=str(targets[0].key_file),
+        now=now,
+        keep_alive=options.keep_alive,
+        connections=options.connections,
+        moving=options.moving,
+        rounds=rounds,
+        burst=burst,
+    )
+
+
+def guarded(result: dict[str, Any], name: str, part: Callable[[], dict[str, Any]]) -> bool:
+    """Run ``part`` into ``result[name]``; an error is reported there. False when a
+    master crashed (what follows is not measured)."""
+    progress(f"  {name}")
+    try:
+        result[name] = part()
+    except Crashed as e:
+        result[name] = {"master_exited": json.loads(str(e))}
+        return False
+    except Exception as e:  # reported; the run goes on to what it can
+        result[name] = {"error": f"{type(e).__name__}: {e}"}
+    return True
+
+
+def progress(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
+def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
+    master = MasterProcess(tmp / "master", settings={"ad_lifetime": 300})
+    result: dict[str, Any] = {}
+    pushers: Pushers | None = None
+    try:
+        master.start()
+        assert master.proc is not None
+        now = time.time()
+        post_schedule(master, machines, now)
+        agents = pushers = start_pushers(options, machines, [master], now)
+        started = time.monotonic()
+        reader = master.client(master.token("READ"))
+        first = wait_round(pushers, machines, options.round_timeout, [master])
+        result["first_round_s"] = first
+        with reader:
+            ok = guarded(
+                result,
+                "steady",
+                lambda: steady([master], agents, options.window, options.every, [reader], machines),
+            )
+            if ok:
+                ok = guarded(result, "whole_plan", lambda: read_plan(reader, {}))
+            if ok:
+
+                def one_window() -> dict[str, Any]:
+                    figures = read_plan(reader, {"window": repr(window_start(now, 0))})
+                    figures["window_rows_expected"] = len(range(0, machines, WINDOWS))
+                    figures["window_filter_answered"] = figures["rows"] < machines
+                    return figures
+
+                ok = guarded(result, "one_window", one_window)
+            if ok and options.preview_machines:
+                document = moved_schedule(machines, now, options.preview_machines)
+                ok = guarded(result, "preview", lambda: preview(reader, document))
+        alive(master)
+        mem = memory(master.proc.pid)
+        result["memory"] = {
+            "rss_mib": round(mem["VmRSS"] / 2**20, 1),
+            "peak_rss_mib": round(mem["VmHWM"] / 2**20, 1),
+            "peak_kib_per_machine": round(mem["VmHWM"] / 1024 / machines, 1),
+        }
+        result["pushing_s"] = round(time.monotonic() - started, 1)
+        pushers.close()
+        pushers = None
+        if options.restart:
+            guarded(result, "after_restart", lambda: after_restart(options, machines, master, now))
+    except Crashed as e:
+        result["master_exited"] = json.loads(str(e))
+    finally:
+        if pushers is not None:
+            pushers.close()
+        stop_master(master)
+    result["master_log_problems"] = log_problems(master)
+    return result
+
+
+def after_restart(
+    options: Options, machines: int, master: MasterProcess, now: float
+) -> dict[str, Any]:
+    assert master.proc is not None
+    master.proc.kill()
+    master.proc.wait()
+    started = time.perf_counter()
+    master.start()
+    result: dict[str, Any] = {"start_s": round(time.perf_counter() - started, 2)}
+    burst = options.restart_burst
+    pushers = start_pushers(options, machines, [master], now, rounds=1, burst=burst)
+    try:
+        pushed_from = time.monotonic()
+        while not pushers.done():
+            alive(master)
+            if time.monotonic() - pushed_from > options.round_timeout:
+                raise TimeoutError(f"{pushers.answered()} of {machines} ads in")
+            time.sleep(0.05)
+        last_in = pushers.last_ok()
+        result["ads"] = "all at once" if burst else f"spread over {options.interval} s"
+        result["ads_back_s"] = round(last_in - pushed_from, 1)
+        result["pushers"] = pushers.counts()
+    finally:
+        pushers.close()
+    with master.client(master.token("READ")) as reader:
+        t0 = time.monotonic()
+        response = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=600)
+        t1 = time.monotonic()
+        if response.status_code != 200:
+            raise RuntimeError(f"summary: {response.status_code} {response.text[:300]}")
+        check_summary(response.json(), machines)
+        result["first_summary_ms"] = ms(t1 - t0)
+        result["first_summary_since_last_ad_ms"] = ms(t1 - last_in)
+        plan = read_plan(reader, {})
+        result["first_whole_plan"] = plan
+        result["first_whole_plan_since_last_ad_ms"] = ms(time.monotonic() - last_in)
+    result["rss_mib"] = round(memory(master.proc.pid)["VmRSS"] / 2**20, 1)
+    return result
+
+
+def on_etcd(
+    options: Options, machines: int, count: int, tmp: Path, max_request: int | None
+) -> dict[str, Any]:
+    require_etcd()
+    result: dict[str, Any] = {"masters": count}
+    args = () if max_request is None else (f"--max-request-bytes={max_request}",)
+    with EtcdServer(tmp / "etcd", args=args) as etcd:
+        masters = Masters(tmp / "pool", etcd, count, ad_lifetime=300)
+        pushers: Pushers | None = None
+        readers: list[httpx.Client] = []
+        try:
+            masters.start()
+            leader = masters.leader()
+            now = time.time()
+            post_schedule(leader, machines, now)
+            agents = pushers = start_pushers(options, machines, masters.all, now)
+            result["first_round_s"] = wait_round(
+                pushers, machines * count, options.round_timeout, masters.all
+            )
+            readers = [m.client(m.token("READ")) for m in masters.all]
+            guarded(
+                result,
+                "steady",
+                lambda: steady(
+                    masters.all, agents, options.window, options.every, readers, machines
+                ),
+            )
+            roles = []
+            for master in masters.all:
+                doc = masters.leader_doc(master)
+                roles.append("leader" if doc.get("leading") else "follower")
+            result["roles_at_end"] = roles
+            result["leader_at_start"] = masters.all.index(leader)
+        except Crashed as e:
+            result["master_exited"] = json.loads(str(e))
+        finally:
+            for reader in readers:
+                reader.close()
+            if pushers is not None:
+                pushers.close()
+            masters.close()
+        result["master_log_problems"] = [log_problems(m) for m in masters.all]
+    return result
+
+
+def run(
+    options: Options,
+    sizes: list[int],
+    *,
+    etcd: bool,
+    count: int,
+    max_request: int | None,
+) -> dict[str, Any]:
+    results = []
+    for machines in sizes:
+        progress(f"{machines} machines, sqlite")
+        with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as name:
+            figures: dict[str, Any] = {
+                "machines": machines,
+                "needed_ads_per_s": round(machines / options.interval, 1),
+                "sqlite": on_sqlite(options, machines, Path(name)),
+            }
+        if etcd:
+            progress(f"{machines} machines, etcd")
+            with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as name:
+                figures["etcd"] = on_etcd(options, machines, count, Path(name), max_request)
+        results.append(figures)
+    return {
+        "benchmark": "scale",
+        "interval_s": options.interval,
+        "window_s": options.window,
+        "pushers": options.pushers,
+        "connections_per_pusher": options.connections,
+        "connection_per_ad": not options.keep_alive,
+        "ads_move_in_time": options.moving,
+        "summary_params": SUMMARY,
+        "oldest_ad_age_from": "nodeagent_master_oldest_ad_age_seconds (/metrics)",
+        "claims_per_node": 8,
+        "windows": WINDOWS,
+        "sizes": results,
+    }
+
+
+def sizes(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--machines", type=sizes, default=[10_000, 30_000, 100_000])
+    parser.add_argument("--interval", type=float, default=60.0, help="agents' update_interval")
+    parser.add_argument("--window", type=float, default=None, help="steady window (s)")
+    parser.add_argument("--pushers", type=int, default=2, help="pusher processes")
+    parser.add_argument("--connections", type=int, default=32, help="in flight per pusher")
+    parser.add_argument("--keep-alive", action="store_true", help="keep connections open")
+    parser.add_argument("--static-ads", action="store_true", help="the same bytes each round")
+    parser.add_argument("--summary-every", type=float, default=2.0, help="seconds")
+    parser.add_argument("--preview-machines", type=int, default=1000)
+    parser.add_argument("--no-preview", action="store_true")
+    parser.add_argument("--no-restart", action="store_true")
+    parser.add_argument("--restart-burst", action="store_true", help="ads back all at once")
+    parser.add_argument("--no-etcd", action="store_true")
+    parser.add_argument("--masters", type=int, default=3, help="masters on etcd")
+    parser.add_argument("--etcd-max-request-bytes", type=int, default=None)
+    parser.add_argument(
+        "--round-timeout", type=float, default=None, help="for a round (default 5 intervals)"
+    )
+    args = parser.parse_args()
+    options = Options(
+        interval=args.interval,
+        window=args.window if args.window is not None else args.interval,
+        pushers=args.pushers,
+        connections=args.connections,
+        keep_alive=args.keep_alive,
+        moving=not args.static_ads,
+        every=args.summary_every,
+        preview_machines=0 if args.no_preview else args.preview_machines,
+        restart=not args.no_restart,
+        restart_burst=args.restart_burst,
+        round_timeout=args.round_timeout or 5 * args.interval,
+    )
+    signal.signal(signal.SIGTERM, terminate)
+    with contextlib.suppress(BrokenPipeError):
+        figures = run(
+            options,
+            args.machines,
+            etcd=not args.no_etcd,
+            count=args.masters,
+            max_request=args.etcd_max_request_bytes,
+        )
+        print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
