@@ -1128,8 +1128,8 @@ class Master:
         windows' times or the notices accepted changed (a new index); else those that one
         of their nodes' ads may change (:attr:`_touched`), those due
         (:func:`~nodeagent.master._pass_index.next_due`), those with a record, a task or a
-        backoff now or at the last pass, and those whose notices' verdicts or forecast a
-        pass left to a later one.
+        backoff now or at the last pass, and those whose notices' verdicts a pass left to
+        a later one (a forecast left to a later pass is made by :meth:`_prepare_forecasts`).
         """
         machines = self.plan_view.scheduled(inputs.statuses)
         world = (
@@ -1150,7 +1150,6 @@ class Master:
             woken |= self._passed
             woken |= self._held_keys()
             woken |= self._notice_deferred
-            woken.update(self._unready)
             for hostname, ip in self._touched:
                 woken.update(index.matching(hostname, ip))
             self._touched.clear()
@@ -1190,14 +1189,14 @@ class Master:
             if plan.node is None or plan.key in seen:
                 continue
             seen.add(plan.key)
+            if not budget:  # looked at by a later pass
+                self._unready[plan.key] = None
+                continue
             # Made for the window and escalation the plan reads (plan_row).
             window = plan.window_start
             escalation = planned_escalation(plan, self.policy.escalation)
             forecast = plan.node.forecast
             if forecast.ready(now, window_start=window, escalation=escalation):
-                continue
-            if not budget:
-                self._unready[plan.key] = None
                 continue
             forecast.prepare(now, window_start=window, escalation=escalation)
             # and the template of the row the plan's reply writes
