@@ -1106,10 +1106,12 @@ class Master:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """While this master follows (``leading()`` false; with etcd), every
-        ``reconcile_interval``: :meth:`prepare_ahead`. A leader's passes do it themselves."""
+        ``reconcile_interval``: :meth:`prepare_ahead`. A leader's passes do it themselves:
+        nothing is done while the reconcile service runs (:meth:`run`, until its term's
+        end is carried out), so that no pass misses what changed."""
         task_status.started()
         while True:
-            if not leading():
+            if not leading() and not self.events.recording:
                 self.prepare_ahead()
             await trio.sleep(self.reconcile_interval)
 

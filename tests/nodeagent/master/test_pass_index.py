@@ -24,7 +24,7 @@ from nodeagent.master._maintenance import (
 )
 from nodeagent.master._master import Master
 from nodeagent.master._pass_index import PassIndex, next_due
-from nodeagent.master._plan import PlanPolicy, ScheduledMachine, machine_plan
+from nodeagent.master._plan import PlanPolicy, ScheduledMachine, machine_plan, planned_escalation
 from slots import BeforeWindow, JobSpec, Machine, MachinePolicy, Resources
 
 EPOCH = 1_800_000_000.0
@@ -250,3 +250,29 @@ def test_an_index_keeps_one_due_instant_a_machine_and_names_the_machines_an_ad_m
     assert index.next_slice(3) == [machine.key]
     assert index.holds(())
     assert not index.holds((object(),))
+
+
+async def test_a_follower_makes_the_forecasts_ahead_and_decides_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    agents = Agents(clock)
+    master = make_master(tmp_path, "follower", clock, agents)
+    for i in range(NODES):
+        master.receive_ad(agents.ad(i))
+    master.set_schedule(windows(EPOCH - 1000), actor="ops")  # every drain due, windows open
+    master.prepare_ahead()
+    now = clock.now()
+    assert master.forecasts_made_ahead == NODES
+    for plan in master.plans(now):
+        assert plan.node is not None
+        assert plan.node.forecast.ready(
+            now, window_start=plan.window_start, escalation=planned_escalation(plan, "quick")
+        )
+    assert (agents.calls, master.drains) == ([], {})
+    # a leader's pass, on the same master, acts on every machine
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert len(master.drains) == NODES
