@@ -1127,8 +1127,9 @@ class Master:
         the index that holds the others' (:class:`~nodeagent.master._pass_index.PassIndex`).
 
         Every machine when the schedule, the modes, the policy, the ads' lifetime, the
-        windows' times or the notices accepted changed (a new index); else those that one
-        of their nodes' ads may change (:attr:`_touched`), those due
+        windows' times or the notices accepted changed (a new index), and at every pass
+        while two scheduled machines have the same name (the notices are kept by name).
+        Else those that one of their nodes' ads may change (:attr:`_touched`), those due
         (:func:`~nodeagent.master._pass_index.next_due`), those with a record, a task or a
         backoff now or at the last pass, and those whose notices' verdicts a pass left to
         a later one (a forecast left to a later pass is made by :meth:`_prepare_forecasts`).
