@@ -1282,7 +1282,7 @@ class Master:
                 if claims.pop(name, None) is not None:
                     changed = True
                 continue
-            known = read.get(plan.key)
+            known = self._notice_claims.get(plan.key)  # the claims read before
             if known is None or known[0] != inputs:
                 node, start = plan.node, plan.window_start
                 plain = claims_of_slots(node.slots, now=now)
@@ -1300,12 +1300,8 @@ class Master:
             read[plan.key] = known
             if claims.get(name) != known[1]:
                 claims[name], changed = known[1], True
-        if whole:
-            changed = (
-                changed
-                or windows.keys() != self._notice_windows.keys()
-                or claims.keys() != self._notice_by_name.keys()
-            )
+        if whole:  # every entry was new: what changed is what differs from before
+            changed = windows != self._notice_windows or claims != self._notice_by_name
             self._notice_windows, self._notice_by_name, self._notice_claims = windows, claims, read
         if not changed and not self._notices_stale:
             return

@@ -276,3 +276,41 @@ async def test_a_follower_makes_the_forecasts_ahead_and_decides_nothing(
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert len(master.drains) == NODES
+
+
+def grouped_ad(i: int, now: float) -> dict[str, Any]:
+    name, ip = host(i)
+    machine = Machine(
+        host=name,
+        ip=ip,
+        address=f"http://{name}:9621",
+        total=Resources(cpus=8),
+        policy=MachinePolicy(max_job_retirement_time=3600),
+        now=EPOCH - 3600,
+    )
+    for group in ("www/prod/web", "batch/dev/etl"):
+        machine.claim(EPOCH - 3600, resources=Resources(cpus=1), spec=JobSpec(group=group))
+    return machine.ad(now)
+
+
+async def test_the_notices_read_again_only_the_claims_of_the_machines_that_changed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Made anew (a new schedule, every machine looked at) or not, the notices' pass keeps
+    the claims it read of a machine whose window, escalation and ad are the same."""
+    clock = TrioClock(EPOCH)
+    master = make_master(tmp_path, "notices", clock, Agents(clock))
+    for i in range(NODES):
+        master.receive_ad(grouped_ad(i, EPOCH))
+    master.set_schedule(windows(EPOCH + 3000), actor="ops")
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        read = dict(master._notice_claims)
+        assert len(read) == NODES
+        assert len(master.notices) == 2 * NODES
+        master.receive_ad(grouped_ad(0, EPOCH + 1))
+        master._pass_index = None  # every machine looked at, the notices made whole
+        master.reconcile(nursery)
+        nursery.cancel_scope.cancel()
+    kept = [k for k in read if master._notice_claims[k] is read[k]]
+    assert sorted(kept) == sorted(k for k in read if not k.startswith("n0.test|"))
