@@ -709,6 +709,7 @@ def build_master_app(
             "MasterIsLeader": shown["leading"],
             "MyCurrentTime": int(master.clock.now()),
             "NumberOfNodes": len(master.ads),
+            "MasterForecastsMadeAhead": master.forecasts_made_ahead,
         }
 
     # ------------------------------------------------------------------ ads

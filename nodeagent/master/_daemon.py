@@ -273,7 +273,12 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         self._etcd_tasks = EtcdTasks(etcd)
         await services.start(
             self._etcd_tasks.run,
-            [partial(store.follow, etcd, self._followed), partial(election.run, self._lead)],
+            [
+                partial(store.follow, etcd, self._followed),
+                partial(election.run, self._lead),
+                # a follower makes the forecasts its plans read ahead, as a leader's passes do
+                partial(parts.master.run_ahead, lambda: parts.leader.leading),
+            ],
         )
 
     async def _lead(self, fence: Fence) -> None:

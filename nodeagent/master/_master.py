@@ -74,6 +74,7 @@ from nodeagent.master._drains import (
     COMMITTED,
     PENDING,
     REASON,
+    STARTING,
     BringUp,
     Down,
     DrainRecord,
@@ -128,10 +129,12 @@ from nodeagent.master._notices import (
     notice_from_json,
     reconcile_notices,
 )
+from nodeagent.master._pass_index import PassIndex, next_due
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
     machine_key,
+    machine_plan,
     planned_escalation,
     row_figures,
     row_state,
@@ -148,6 +151,10 @@ from slots import InvalidRequest
 __all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
 
 log = logging.getLogger("nodeagent.master")
+
+#: No machine's notices all accepted (``on_all_accepted`` is not ``drain_now``): one
+#: object, which a pass compares by identity.
+_NONE_ACCEPTED: frozenset[str] = frozenset()
 
 #: A node whose drain request fails is retried after 2, 4, 8 … passes, at most this long.
 _MAX_BACKOFF = 60.0
@@ -240,8 +247,26 @@ class Master:
     #: The notices in force (Mesos's inverse offers) with their answers, by id
     #: (:mod:`nodeagent.master._notices`): saved when one is issued, rescinded or answered.
     notices: dict[str, Notice] = field(default_factory=dict)
-    #: What the notices were last reconciled from (the schedule's windows, the nodes' ads).
-    _notice_inputs: tuple[Any, ...] | None = None
+    #: Whether the notices held must be reconciled again whatever changed (loaded, or
+    #: a write of theirs failed).
+    _notices_stale: bool = True
+    #: The windows and claims by machine name the notices were last reconciled from.
+    _notice_windows: dict[str, NoticeWindow] = field(default_factory=dict)
+    _notice_by_name: dict[str, dict[str, tuple[NoticeClaim, ...]]] = field(default_factory=dict)
+    #: Machines whose claims' verdicts a pass left to a later one (its budget was spent).
+    _notice_deferred: set[str] = field(default_factory=set)
+    #: The scheduled machines' plans and due instants, kept from pass to pass
+    #: (:mod:`nodeagent.master._pass_index`); ``None``: made again by the next pass.
+    _pass_index: PassIndex | None = None
+    #: The hostnames and ips of the nodes whose ad came since the last pass.
+    _touched: set[tuple[str | None, str | None]] = field(default_factory=set)
+    #: The machines a pass looks at again at the next one (a record, a task, a backoff).
+    _passed: set[str] = field(default_factory=set)
+    #: Machines whose forecast a pass found not made and left to a later one (its budget).
+    _unready: dict[str, None] = field(default_factory=dict)
+    #: Forecasts made ahead of the plans (by the passes, or a follower's
+    #: :meth:`run_ahead`): a metric.
+    forecasts_made_ahead: int = 0
     #: The machines whose every notice is accepted, and the notices it was read from.
     _accepted: tuple[Mapping[str, Notice], frozenset[str]] | None = None
     #: The notices in force by machine name, and the notices it was read from.
@@ -281,7 +306,8 @@ class Master:
         self.counters = MasterCounters(**counters) if counters else MasterCounters()
         self.operations = dict(self.store.load("operations") or {})
         self.notices = self._stored_notices()
-        self._notice_inputs = None
+        self._notices_stale = True
+        self._pass_index = None
         self._load_events()
 
     def _load_events(self) -> None:
@@ -335,11 +361,12 @@ class Master:
             self.operations = dict(self.store.load("operations") or {})
         if "notices" in names:
             self.notices = self._stored_notices()
-            self._notice_inputs = None
+            self._notices_stale = True
         if "events" in names:
             self._follow_events()
         self._busy, self._starting, self._backoff = set(), set(), {}
         self._last_failure = {}
+        self._pass_index = None
 
     def _follow_events(self) -> None:
         """The events the leader wrote since the last one held (all of them again when
@@ -374,6 +401,7 @@ class Master:
         self._busy, self._starting, self._backoff = set(), set(), {}
         self._last_failure = {}
         self._unseen = set(self.drains)
+        self._pass_index = None
 
     def save(self, *, events: Sequence[Draft] = ()) -> None:
         """Write the schedule, modes, drains, actors and counters, with ``events`` and
@@ -740,12 +768,16 @@ class Master:
         and stage the events its change from the last one says (while recording): its
         drain, hook and health (:func:`~nodeagent.master._event_drafts.node_changes`), a
         lost node back. ``previous``: the entry held before, when the caller has it."""
-        if previous is None and self.events.recording:
+        if previous is None:
             machine = ad.get("machine")
             name = machine.get("Name") if isinstance(machine, dict) else None
             previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
         entry = self.ads.update(ad, now, plain_text=plain_text)
+        # the machines whose plan this ad may change are looked at by the next pass
+        self._touched.add((entry.hostname, entry.ip))
+        if previous is not None and (previous.hostname, previous.ip) != (entry.hostname, entry.ip):
+            self._touched.add((previous.hostname, previous.ip))
         if not self.events.recording or previous is None or entry.my_type != "Machine":
             return entry
         if was_lost:
@@ -996,12 +1028,9 @@ class Master:
             self.events.stage(
                 node_lost(node=name, machine=hostname, lifetime=self.ads.lifetime, grace=grace)
             )
-        scheduled = set()
         # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
-        # pass reads no estimates but for the nodes it drains. It does make the
-        # forecasts of nodes whose ad changed, a bounded number per pass, so that a plan
-        # finds them made (a forecast costs ≈ 0.2 ms to make, µs to read).
-        budget = self.forecasts_per_pass
+        # pass reads no estimates but for the nodes it drains (and the forecasts it makes
+        # ahead, _prepare_forecasts).
         if self._to_fetch and not self._refreshing:
             nursery.start_soon(self._refresh_in_background)
         # A record left pending is settled from the node first (see _settle); a record
@@ -1022,21 +1051,17 @@ class Master:
                     self._busy.add(key)
                     nursery.start_soon(self._look_up, key)
         inputs = self.plan_inputs(now)  # once a pass: the schedule's machines are copied
-        plans = list(self.plan_view.plans(inputs, now))
-        self._reconcile_notices(plans, now)
-        accepted = self._accepted_machines()
+        index, plans = self._plans_to_look_at(inputs, now)
+        self._reconcile_notices(plans, now, whole=not index.plans)
+        lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
         for plan in plans:
-            scheduled.add(plan.key)
-            if budget and plan.node is not None:
-                # Made for the window and escalation the plan reads (plan_row).
-                window = plan.window_start
-                escalation = planned_escalation(plan, self.policy.escalation)
-                forecast = plan.node.forecast
-                if not forecast.ready(now, window_start=window, escalation=escalation):
-                    forecast.prepare(now, window_start=window, escalation=escalation)
-                    # and the template of the row the plan's reply writes
-                    self.plan_view.prepare_row(plan, inputs, now)
-                    budget -= 1
+            index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
+        accepted = self._accepted_machines()
+        if accepted is not index.world[-1]:  # the notices accepted changed: every machine
+            index.world = (*index.world[:-1], accepted)
+            plans = [index.plans[m.key] for m in index.machines if m.key in index.plans]
+        self._prepare_forecasts(index, plans, inputs, now)
+        for plan in plans:
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
             if self._backoff.get(plan.key, (0, 0.0))[1] > now:
@@ -1055,9 +1080,132 @@ class Master:
             elif step is not None:
                 self._busy.add(plan.key)
                 nursery.start_soon(self._act, plan, step)
-        for key in [k for k in self.drains if k not in scheduled and k not in self._busy]:
+        for key in [k for k in self.drains if k not in index.by_key and k not in self._busy]:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
+        self._passed = self._held_keys()
+
+    def prepare_ahead(self) -> None:
+        """What a follower does of a pass: the plans of the machines that changed or came
+        due, and the forecasts and row templates a plan reads made ahead
+        (:meth:`_prepare_forecasts`), so that it answers plans as fast as the leader. It
+        decides nothing and writes nothing (the leader's pass does)."""
+        now = self.clock.now()
+        inputs = self.plan_inputs(now)
+        index, plans = self._plans_to_look_at(inputs, now)
+        lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
+        for plan in plans:
+            index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
+        self._prepare_forecasts(index, plans, inputs, now)
+        self._passed = self._held_keys()
+
+    async def run_ahead(
+        self,
+        leading: Callable[[], bool],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """While this master follows (``leading()`` false; with etcd), every
+        ``reconcile_interval``: :meth:`prepare_ahead`. A leader's passes do it themselves:
+        nothing is done while the reconcile service runs (:meth:`run`, until its term's
+        end is carried out), so that no pass misses what changed."""
+        task_status.started()
+        while True:
+            if not leading() and not self.events.recording:
+                self.prepare_ahead()
+            await trio.sleep(self.reconcile_interval)
+
+    def _held_keys(self) -> set[str]:
+        """The machines a pass looks at whatever changed: those with a drain record, a
+        task acting on them, a backoff (few: the machines being drained)."""
+        return {*self.drains, *self._starting, *self._busy, *self._backoff}
+
+    def _plans_to_look_at(
+        self, inputs: PlanInputs, now: float
+    ) -> tuple[PassIndex, list[MachinePlan]]:
+        """The plans of the machines a pass looks at now, made anew, in schedule order, and
+        the index that holds the others' (:class:`~nodeagent.master._pass_index.PassIndex`).
+
+        Every machine when the schedule, the modes, the policy, the ads' lifetime, the
+        windows' times or the notices accepted changed (a new index), and at every pass
+        while two scheduled machines have the same name (the notices are kept by name).
+        Else those that one of their nodes' ads may change (:attr:`_touched`), those due
+        (:func:`~nodeagent.master._pass_index.next_due`), those with a record, a task or a
+        backoff now or at the last pass, and those whose notices' verdicts a pass left to
+        a later one (a forecast left to a later pass is made by :meth:`_prepare_forecasts`).
+        """
+        machines = self.plan_view.scheduled(inputs.statuses)
+        world = (
+            machines,
+            inputs.policy,
+            inputs.window_since,
+            self.ads.lifetime,
+            self.ads.reboot_grace,
+            self._accepted_machines(),
+        )
+        index = self._pass_index
+        if index is None or not index.holds(world) or not index.names_unique:
+            index = self._pass_index = PassIndex(world=world, machines=machines)
+            self._touched.clear()
+            keys: Collection[str] = index.by_key
+        else:
+            woken = index.due(now)
+            woken |= self._passed
+            woken |= self._held_keys()
+            woken |= self._notice_deferred
+            for hostname, ip in self._touched:
+                woken.update(index.matching(hostname, ip))
+            self._touched.clear()
+            keys = woken
+        is_lost, find, policy = inputs.is_lost, inputs.find, inputs.policy
+        drains, starting, since = inputs.drains, inputs.starting, inputs.window_since
+        plans = [
+            machine_plan(
+                machine,
+                find(machine.id.hostname, machine.id.ip),
+                is_lost=is_lost,
+                now=now,
+                policy=policy,
+                drain_record=drains.get(machine.key)
+                or (STARTING if machine.key in starting else None),
+                window_since=since.get(machine.key),
+            )
+            for machine in index.in_order(keys)
+        ]
+        return index, plans
+
+    def _prepare_forecasts(
+        self, index: PassIndex, plans: Sequence[MachinePlan], inputs: PlanInputs, now: float
+    ) -> None:
+        """Make the forecasts (and row templates) a plan will read, at most
+        :attr:`forecasts_per_pass` of them: of the machines looked at, of those left by
+        earlier passes, and of a share of the others in turn (a forecast made holds for a
+        while, :meth:`~slots.DrainForecast.ready`; every machine is looked at within 60
+        passes), so that a plan finds them made (a forecast costs ≈ 0.2 ms to make, µs to
+        read)."""
+        budget = self.forecasts_per_pass
+        seen: set[str] = set()
+        turn = [index.plans[k] for k in index.next_slice(max(1, len(index.machines) // 60))]
+        left = [index.plans[k] for k in self._unready if k in index.plans]
+        self._unready = {}
+        for plan in (*left, *plans, *turn):
+            if plan.node is None or plan.key in seen:
+                continue
+            seen.add(plan.key)
+            if not budget:  # looked at by a later pass
+                self._unready[plan.key] = None
+                continue
+            # Made for the window and escalation the plan reads (plan_row).
+            window = plan.window_start
+            escalation = planned_escalation(plan, self.policy.escalation)
+            forecast = plan.node.forecast
+            if forecast.ready(now, window_start=window, escalation=escalation):
+                continue
+            forecast.prepare(now, window_start=window, escalation=escalation)
+            # and the template of the row the plan's reply writes
+            self.plan_view.prepare_row(plan, inputs, now)
+            budget -= 1
+            self.forecasts_made_ahead += 1
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's
@@ -1079,66 +1227,86 @@ class Master:
         notices change (each change makes a new :attr:`notices`); none unless
         ``[master] on_all_accepted = "drain_now"``."""
         if self.policy.on_all_accepted != "drain_now":
-            return frozenset()
+            return _NONE_ACCEPTED
         if self._accepted is None or self._accepted[0] is not self.notices:
             self._accepted = (self.notices, accepted_machines(self.notices.values()))
         return self._accepted[1]
 
-    def _reconcile_notices(self, plans: Sequence[MachinePlan], now: float) -> None:
+    def _reconcile_notices(
+        self, plans: Sequence[MachinePlan], now: float, *, whole: bool = True
+    ) -> None:
         """Issue and rescind notices as the schedule and the nodes' groups say
         (:func:`~nodeagent.master._notices.reconcile_notices`), only when a scheduled
-        machine's window, its escalation or its node's ad changed; what changed is saved
-        with its events (a store failure is logged and the same pass is tried again next
-        time). A kept notice is saved again (no event) when its claims' jobs or verdicts
-        changed (:func:`~nodeagent.master._notices.claims_changed`).
+        machine's window or its claims changed (its claims are read again when its window,
+        its escalation or its node's ad changed); what changed is saved with its events (a
+        store failure is logged and the notices are reconciled again at the next pass). A
+        kept notice is saved again (no event) when its claims' jobs or verdicts changed
+        (:func:`~nodeagent.master._notices.claims_changed`).
+
+        ``plans``: every scheduled machine's (``whole``), or those of the machines a pass
+        looks at, the others' windows and claims kept from the passes before.
 
         Reading a node's verdicts makes its forecast for the window (≈ 0.3 ms) unless a plan
         made it already: a pass makes at most :attr:`forecasts_per_pass` of them, and gives
         the other machines' claims without verdicts (``cut_by`` unknown) until a later pass
-        reads them, so a schedule of many machines never holds the event loop for long."""
-        escalations = [planned_escalation(plan, self.policy.escalation) for plan in plans]
-        seen = tuple(
-            (
+        reads them (:attr:`_notice_deferred`), so a schedule of many machines never holds
+        the event loop for long."""
+        if whole:
+            windows: dict[str, NoticeWindow] = {}
+            claims: dict[str, dict[str, tuple[NoticeClaim, ...]]] = {}
+            read: dict[str, tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]]]] = {}
+            self._notice_deferred = set()
+        else:
+            windows, claims, read = self._notice_windows, self._notice_by_name, self._notice_claims
+            self._notice_deferred.difference_update(plan.key for plan in plans)
+        changed = False
+        budget = self.forecasts_per_pass
+        for plan in plans:
+            applied = planned_escalation(plan, self.policy.escalation)
+            inputs = (
                 plan.key,
                 plan.window_start,
                 plan.window_end,
                 applied,
                 None if plan.node is None else (plan.node.name, plan.node.updates),
             )
-            for plan, applied in zip(plans, escalations, strict=True)
-        )
-        if seen == self._notice_inputs:
-            return
-        windows: dict[str, NoticeWindow] = {}
-        claims: dict[str, dict[str, tuple[NoticeClaim, ...]]] = {}
-        read: dict[str, tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]]]] = {}
-        budget, deferred = self.forecasts_per_pass, False
-        for plan, applied, inputs in zip(plans, escalations, seen, strict=True):
             name = _notice_machine(plan)
             end = plan.window_end
-            windows[name] = NoticeWindow(
+            window = NoticeWindow(
                 start=plan.window_start, duration=None if end is None else end - plan.window_start
             )
+            if windows.get(name) != window:
+                windows[name], changed = window, True
             if plan.node is None:
+                read.pop(plan.key, None)
+                if claims.pop(name, None) is not None:
+                    changed = True
                 continue
-            known = self._notice_claims.get(plan.key)
+            known = self._notice_claims.get(plan.key)  # the claims read before
             if known is None or known[0] != inputs:
-                node, window = plan.node, plan.window_start
+                node, start = plan.node, plan.window_start
                 plain = claims_of_slots(node.slots, now=now)
                 forecast = node.forecast
-                ready = not plain or forecast.ready(now, window_start=window, escalation=applied)
+                ready = not plain or forecast.ready(now, window_start=start, escalation=applied)
                 if not plain:  # a node without a group's claim reads no forecast
                     known = inputs, plain
                 elif ready or budget > 0:
                     budget -= not ready
-                    planned = forecast.blockers(now, window_start=window, escalation=applied)
+                    planned = forecast.blockers(now, window_start=start, escalation=applied)
                     known = inputs, claims_of_slots(node.slots, now=now, planned=planned)
                 else:  # read again by a later pass: () is never a pass's inputs
-                    known, deferred = ((), plain), True
+                    known = ((), plain)
+                    self._notice_deferred.add(plan.key)
             read[plan.key] = known
-            claims[name] = known[1]
-        self._notice_claims = read
+            if claims.get(name) != known[1]:
+                claims[name], changed = known[1], True
+        if whole:  # every entry was new: what changed is what differs from before
+            changed = windows != self._notice_windows or claims != self._notice_by_name
+            self._notice_windows, self._notice_by_name, self._notice_claims = windows, claims, read
+        if not changed and not self._notices_stale:
+            return
         done = reconcile_notices(self.notices, windows, claims, now=now)
+        self._notices_stale = True  # until what it changed is saved
         if done.changed or done.refreshed:
             changes: dict[str, Notice | None] = {n.id: n for n in done.refreshed}
             changes.update({n.id: None for n in done.rescinded})
@@ -1151,7 +1319,7 @@ class Master:
                 log.warning("notices not saved (tried again next pass): %s", exc)
                 return
         self.notices = dict(done.held)
-        self._notice_inputs = None if deferred else seen
+        self._notices_stale = False
 
     def answer_notice(
         self,

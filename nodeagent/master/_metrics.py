@@ -72,6 +72,8 @@ class _MasterCollector(Collector):
              "Drain requests an agent refused or did not answer"),
             ("nodeagent_master_pool_token_ads", master.pool_token_ads,
              "Ads taken with a DAEMON token that names no node (allow_pool_daemon_tokens)"),
+            ("nodeagent_master_forecasts_made_ahead", master.forecasts_made_ahead,
+             "Forecasts (and plan rows) made ahead of the plans that read them"),
         ):  # fmt: skip
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)

@@ -354,3 +354,49 @@ def test_the_pool_s_term_grows_with_each_new_leader(
                 leader, _ = new_leader_after(masters, leader)
         assert terms == sorted(terms), terms
         assert len(set(terms)) == 3, terms
+
+
+def _made_ahead(master: MasterProcess) -> int:
+    """The forecasts the master made ahead of its plans, from its own ad (a scrape of
+    /metrics would make the forecasts itself)."""
+    made = master.call("GET", "/v1/ad").json()["MasterForecastsMadeAhead"]
+    assert isinstance(made, int)
+    return made
+
+
+def test_a_follower_makes_the_forecasts_its_plans_read_ahead(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """A follower serves plans from its own copy of the ads: it makes their forecasts and
+    row templates ahead, as the leader's passes do, so that a plan asked of it finds them
+    made (read load spreads over the masters)."""
+    from slots import JobSpec, Machine, MachinePolicy, Resources
+
+    hosts = ["ahead1.test", "ahead2.test"]
+    now = time.time()
+    ads = []
+    for host in hosts:
+        machine = Machine(
+            host=host,
+            ip="127.0.0.1",
+            address="http://127.0.0.1:9",  # a closed port: nothing is due anyway
+            total=Resources(cpus=4),
+            policy=MachinePolicy(max_job_retirement_time=60),
+            now=now,
+        )
+        machine.claim(now, resources=Resources(cpus=1), spec=JobSpec())
+        ads.append(machine.ad(now))
+    with masters_on(tmp_path / "masters", etcd_server, count=2, **JIT) as masters:
+        leader = masters.leader()
+        follower = masters.followers()[0]
+        for master in masters.all:
+            for host, ad in zip(hosts, ads, strict=True):
+                with master.client(master.token("DAEMON", node=host)) as c:
+                    assert c.post("/v1/ads", json=ad).status_code == 200
+        scheduled = leader.call("POST", "/maintenance/schedule", json=window(hosts, now + 86400))
+        assert scheduled.status_code == 200, scheduled.text
+        for master in (leader, follower):
+            wait_for(lambda m=master: _made_ahead(m) >= len(hosts))
+        rows = follower.call("GET", "/v1/maintenance/plan").json()["machines"]
+        assert sorted(row["machine_id"]["hostname"] for row in rows) == hosts
+        assert all(row["expected"] is not None for row in rows)

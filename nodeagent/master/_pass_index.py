@@ -1,0 +1,150 @@
+"""Which scheduled machines a reconcile pass looks at: those whose inputs changed, or
+whose time came.
+
+A pass of :class:`~nodeagent.master._master.Master` decides for each scheduled machine
+from its plan (:func:`~nodeagent.master._plan.machine_plan`), its drain record, the policy,
+the notices accepted and the time. A machine's plan and decision stay what they were
+until one of their inputs changes — an ad of one of its nodes (:meth:`PassIndex.matching`
+says which machines an ad can change), its drain record, the schedule or the modes, the
+policy, the notices accepted — or until the next instant they read (:func:`next_due`: the
+drain start, the window's start and end, the end of what sets the drain start
+(:attr:`~nodeagent.master._plan.Closing.until`), a node turning lost or rebooting).
+:class:`PassIndex` keeps each machine's plan and that instant, in a heap, so a pass makes
+the plans of the machines that changed or came due, not of the pool. Everything else
+(the schedule's order, which keys a change names) is made once per schedule.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.master._plan import MachinePlan, ScheduledMachine
+
+__all__ = ["PassIndex", "next_due"]
+
+
+def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: float) -> float:
+    """The first instant at or after ``now`` at which the plan of the machine, or what a
+    pass decides for it, may change with its inputs unchanged (``inf``: never).
+
+    The instants a pass compares ``now`` with (:func:`~nodeagent.master._drains.decide`):
+    the drain start, the window's start and end; the end of the plan's
+    :class:`~nodeagent.master._plan.Closing`; and for each node the instants its ad turns
+    old enough to be rebooting or lost (``lifetime``, ``lifetime + reboot_grace`` after it
+    came; :meth:`~nodeagent.master._adstore.AdStore.lost`). An instant equal to ``now`` is
+    due again at the next pass, since a comparison may flip just after it.
+    """
+    times = [plan.window_start, plan.window_end, plan.drain_start]
+    if plan.closing is not None:
+        times.append(plan.closing.until)
+    for node in plan.nodes:
+        times += (node.received_at + lifetime, node.received_at + lifetime + reboot_grace)
+    return min((t for t in times if t is not None and t >= now), default=math.inf)
+
+
+@dataclass(eq=False)
+class PassIndex:
+    """A schedule's machines as the reconcile passes read them (see the module docstring).
+
+    Made for one schedule and one set of pass-wide inputs (``world``: compared by
+    identity, :meth:`holds`); a pass that finds them changed makes a new one, which has
+    every machine due.
+    """
+
+    #: The pass-wide inputs it was made for (each compared by identity).
+    world: tuple[Any, ...]
+    #: The scheduled machines, in schedule order.
+    machines: tuple[ScheduledMachine, ...]
+    by_key: dict[str, ScheduledMachine] = field(init=False)
+    #: Whether no two machines have the same name (then the notices are kept by machine).
+    names_unique: bool = field(init=False)
+    #: The plan each machine had at its last pass, by key.
+    plans: dict[str, MachinePlan] = field(default_factory=dict)
+    _order: dict[str, int] = field(init=False)
+    _by_host: dict[str, list[str]] = field(init=False)
+    _by_ip: dict[str, list[str]] = field(init=False)
+    #: Each machine's next due instant, and the heap of (instant, key) with stale entries.
+    _due_at: dict[str, float] = field(default_factory=dict)
+    _heap: list[tuple[float, str]] = field(default_factory=list)
+    _cursor: int = 0
+
+    def __post_init__(self) -> None:
+        self.by_key = {m.key: m for m in self.machines}
+        self._order = {m.key: i for i, m in enumerate(self.machines)}
+        self.names_unique = len({m.name for m in self.machines}) == len(self.machines)
+        self._by_host, self._by_ip = {}, {}
+        for machine in self.machines:
+            hostname, ip = machine.id.hostname, machine.id.ip
+            if hostname is not None:
+                self._by_host.setdefault(hostname.lower(), []).append(machine.key)
+            elif ip is not None:
+                self._by_ip.setdefault(ip, []).append(machine.key)
+
+    def holds(self, world: tuple[Any, ...]) -> bool:
+        """Whether it was made for ``world`` (the same objects, in order)."""
+        return len(world) == len(self.world) and all(
+            a is b for a, b in zip(world, self.world, strict=True)
+        )
+
+    def matching(self, hostname: str | None, ip: str | None) -> list[str]:
+        """The machines whose nodes an ad of ``hostname`` at ``ip`` can be one of: those
+        scheduled by that hostname (any ip), and those scheduled by that ip alone
+        (:meth:`~nodeagent.master._adstore.AdStore.find`)."""
+        keys: list[str] = []
+        if hostname is not None:
+            keys += self._by_host.get(hostname.lower(), ())
+        if ip is not None:
+            keys += self._by_ip.get(ip, ())
+        return keys
+
+    def keep(self, plan: MachinePlan, due: float) -> None:
+        """Hold the machine's plan, due again at ``due`` (``inf``: only when changed)."""
+        key = plan.key
+        self.plans[key] = plan
+        if self._due_at.get(key) == due:
+            return
+        if math.isinf(due):
+            self._due_at.pop(key, None)
+            return
+        self._due_at[key] = due
+        heapq.heappush(self._heap, (due, key))
+        if len(self._heap) > 2 * len(self._due_at) + 1024:  # stale entries: rebuilt
+            self._heap = [(t, k) for k, t in self._due_at.items()]
+            heapq.heapify(self._heap)
+
+    def due(self, now: float) -> set[str]:
+        """The machines whose due instant has come (each once: :meth:`keep` sets the next)."""
+        found: set[str] = set()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, key = heapq.heappop(heap)
+            if self._due_at.get(key) == at:
+                del self._due_at[key]
+                found.add(key)
+        return found
+
+    def unplanned(self) -> list[str]:
+        """The machines without a plan held (all of them in a new index)."""
+        return [m.key for m in self.machines if m.key not in self.plans]
+
+    def next_slice(self, count: int) -> list[str]:
+        """``count`` machines in turn (round the schedule), for the work a pass does for
+        every machine over many passes."""
+        machines = self.machines
+        if not machines:
+            return []
+        count = min(count, len(machines))
+        start = self._cursor % len(machines)
+        keys = [machines[(start + i) % len(machines)].key for i in range(count)]
+        self._cursor = start + count
+        return keys
+
+    def in_order(self, keys: Iterable[str]) -> list[ScheduledMachine]:
+        """The machines of ``keys`` that are scheduled, in schedule order."""
+        order = self._order
+        known = sorted(order[k] for k in set(keys) if k in order)
+        return [self.machines[i] for i in known]

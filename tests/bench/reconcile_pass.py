@@ -1,0 +1,143 @@
+"""What one reconcile pass costs a master holding ``--machines`` scheduled machines.
+
+The master of ``plan_latency.py`` in-process (SQLite, the agents' ads of 8 running claims,
+100 windows 2 h to 18.5 h ahead, so every machine is DRAINING and no drain is due), its
+clock moved on by a second before each pass, as the periodic pass (``reconcile_interval``
+1 s) sees it. :meth:`Master.reconcile` is called in a trio nursery (it starts no task here:
+no drain is due, no record held); the times are its own, without the tasks it would start:
+
+* ``first_ms``: the passes until every forecast and row template is made (a pass makes
+  ``forecasts_per_pass`` of them), as after a restart; ``first_passes`` counts them;
+* ``idle_ms``: nothing changed since the last pass (no ad came in);
+* ``churn_ms``: ``machines / 60`` ads came in since the last pass (the default
+  ``update_interval``), each the node's ad moved on a second (same claims);
+* ``profile``: with ``--profile``, the functions that take most of a churn pass (cProfile,
+  cumulative seconds over ``--runs`` passes).
+
+Prints one JSON document. Usage: ``python tests/bench/reconcile_pass.py [--machines
+10000] [--runs 5] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from nodeagent._peer import HttpAgentLink
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._maintenance import MaintenanceSchedule
+from nodeagent.master._master import Master
+from tests.bench._benchlib import summary_ms
+from tests.bench.ad_ingest import node_ad, node_ip, template_ads
+from tests.bench.plan_latency import StepClock, schedule
+
+
+def ads_of(machines: int, now: float) -> list[dict[str, Any]]:
+    templates = template_ads(now)
+    return [
+        node_ad(templates[i % len(templates)], f"node{i:05d}.bench", node_ip(i))
+        for i in range(machines)
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--machines", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    now = time.time()
+    ads = ads_of(args.machines, now)
+    per_pass = max(1, args.machines // 60)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = DocumentStore(Path(tmp) / "master.db")
+        clock = StepClock(now)
+        master = Master(
+            store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=3600)
+        )
+        for ad in ads:
+            master.ads.update(ad, now)
+        master.state.update_schedule(MaintenanceSchedule.from_json(schedule(len(ads), now)))
+        result: dict[str, Any] = {"machines": args.machines, "ads_per_pass": per_pass}
+        profiler = cProfile.Profile() if args.profile else None
+
+        async def passes() -> None:
+            async with trio.open_nursery() as nursery:
+                first, count = 0.0, 0
+                while True:
+                    clock.t += 1.0
+                    made = master.forecasts_per_pass
+                    started = time.perf_counter()
+                    master.reconcile(nursery)
+                    first += time.perf_counter() - started
+                    count += 1
+                    # every forecast made: a pass that made none
+                    if _unmade(master, clock.t) == 0 or count > 2 + args.machines // made:
+                        break
+                result["first_ms"] = round(first * 1000, 1)
+                result["first_passes"] = count
+                idle = []
+                for _ in range(args.runs):
+                    clock.t += 1.0
+                    started = time.perf_counter()
+                    master.reconcile(nursery)
+                    idle.append(time.perf_counter() - started)
+                result["idle_ms"] = summary_ms(idle)
+                churn = []
+                cursor = 0
+                for _ in range(args.runs):
+                    clock.t += 1.0
+                    for _ in range(per_pass):
+                        master.receive_ad(ads[cursor % len(ads)])
+                        cursor += 1
+                    gc.collect()
+                    if profiler is not None:
+                        profiler.enable()
+                    started = time.perf_counter()
+                    master.reconcile(nursery)
+                    churn.append(time.perf_counter() - started)
+                    if profiler is not None:
+                        profiler.disable()
+                result["churn_ms"] = summary_ms(churn)
+                result["tasks_started"] = len(nursery.child_tasks)
+                nursery.cancel_scope.cancel()
+
+        trio.run(passes)
+        store.close()
+        if profiler is not None:
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
+            result["profile"] = out.getvalue().splitlines()
+    print(json.dumps(result, indent=2))
+
+
+def _unmade(master: Master, now: float) -> int:
+    """The scheduled nodes whose forecast is not made for their window."""
+    from nodeagent.master._plan import planned_escalation
+
+    count = 0
+    for plan in master.plans(now):
+        if plan.node is None:
+            continue
+        escalation = planned_escalation(plan, master.policy.escalation)
+        if not plan.node.forecast.ready(now, window_start=plan.window_start, escalation=escalation):
+            count += 1
+    return count
+
+
+if __name__ == "__main__":
+    main()

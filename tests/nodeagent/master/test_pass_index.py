@@ -1,0 +1,316 @@
+"""A reconcile pass that looks only at the machines that changed or came due
+(:mod:`nodeagent.master._pass_index`) does what a pass over every machine does."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from nodeagent._clock import TrioClock
+from nodeagent._store import DocumentStore
+from nodeagent.master._adstore import AdStore
+from nodeagent.master._maintenance import (
+    MachineId,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Unavailability,
+    Window,
+)
+from nodeagent.master._master import Master
+from nodeagent.master._pass_index import PassIndex, next_due
+from nodeagent.master._plan import PlanPolicy, ScheduledMachine, machine_plan, planned_escalation
+from slots import BeforeWindow, JobSpec, Machine, MachinePolicy, Resources
+
+EPOCH = 1_800_000_000.0
+NODES = 24
+
+
+def host(i: int) -> tuple[str, str]:
+    return f"n{i}.test", f"10.0.0.{i}"
+
+
+def agent_ad(i: int, now: float, *, jobs: int) -> dict[str, Any]:
+    name, ip = host(i)
+    machine = Machine(
+        host=name,
+        ip=ip,
+        address=f"http://{name}:9621",
+        total=Resources(cpus=8),
+        # admits any promise: its drain is due its retirement time before its window
+        policy=MachinePolicy(
+            max_job_retirement_time=120 + 30 * i, before_window=BeforeWindow.ADMIT
+        ),
+        now=EPOCH - 3600,
+    )
+    for _ in range(jobs):
+        machine.claim(EPOCH - 3600, resources=Resources(cpus=1), spec=JobSpec())
+    return machine.ad(now)
+
+
+class Agents:
+    """Nodes that take the master's drains: phase 1 gives an id, the commit makes the
+    node's ads show the drain; ``GET /v1/ad`` answers the node's ad now. Every call is
+    kept as (time, node, method, path)."""
+
+    def __init__(self, clock: TrioClock) -> None:
+        self.clock = clock
+        self.jobs = {i: i % 4 for i in range(NODES)}
+        self.drains: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[float, str, str, str]] = []
+        self._ids: dict[str, int] = {}
+
+    def ad(self, i: int) -> dict[str, Any]:
+        ad = agent_ad(i, self.clock.now(), jobs=self.jobs[i])
+        drain = self.drains.get(host(i)[0])
+        if drain is not None:
+            ad["machine"].update(drain)
+        return ad
+
+    async def call(
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        self.calls.append((self.clock.now(), node, method, path))
+        if method == "GET" and path == "/v1/ad":
+            return self.ad(int(node[1:].split(".", maxsplit=1)[0]))
+        if method == "POST" and path == "/v1/drain":
+            self._ids[node] = self._ids.get(node, 0) + 1
+            now = self.clock.now()
+            return {"id": str(self._ids[node]), "estimate": {"completion": now, "badput": 0}}
+        if method == "POST" and path.endswith("/commit"):
+            request_id = path.split("/")[3]
+            self.drains[node] = {
+                "DrainState": "draining",
+                "DrainingRequestId": request_id,
+                "DrainSchedule": "graceful",
+            }
+            return {"state": "draining", "committed_at": math.floor(self.clock.now())}
+        if method == "DELETE" or path.endswith("/cancel"):
+            self.drains.pop(node, None)
+            return {}
+        raise AssertionError(f"unexpected call {method} {path}")
+
+
+def windows(now: float) -> MaintenanceSchedule:
+    """Windows a few minutes apart, so that drains come due while the test runs."""
+    return MaintenanceSchedule(
+        windows=tuple(
+            Window(
+                machine_ids=tuple(
+                    MachineId(hostname=host(i)[0], ip=host(i)[1]) for i in range(w, NODES, 4)
+                ),
+                unavailability=Unavailability(
+                    start_ns=int((now + 400 + 150 * w) * 1e9), duration_ns=int(600 * 1e9)
+                ),
+            )
+            for w in range(4)
+        )
+    )
+
+
+def make_master(tmp_path: Path, name: str, clock: TrioClock, link: Agents) -> Master:
+    return Master(
+        store=DocumentStore(tmp_path / f"{name}.db"),
+        link=link,
+        clock=clock,
+        ads=AdStore(lifetime=90, reboot_grace=60),
+        policy=PlanPolicy(escalation="quick"),
+        reconcile_interval=1.0,
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_a_pass_of_what_changed_acts_as_a_pass_over_every_machine(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, seed: int
+) -> None:
+    """Two masters take the same ads at the same times: one keeps its pass index, the
+    other makes it anew before every pass (every machine looked at). Their calls to the
+    nodes, drain records and plans stay the same while drains come due, windows open,
+    nodes stop pushing (lost) and come back, and jobs end."""
+    clock = TrioClock(EPOCH)
+    links = Agents(clock), Agents(clock)
+    kept, remade = (
+        make_master(tmp_path, n, clock, link) for n, link in zip("ab", links, strict=True)
+    )
+    rng = random.Random(seed)
+    silent: set[int] = set()
+    for master, link in zip((kept, remade), links, strict=True):
+        for i in range(NODES):
+            master.receive_ad(link.ad(i))
+        master.set_schedule(windows(EPOCH), actor="ops")
+    async with trio.open_nursery() as nursery:
+        for step in range(120):
+            await trio.sleep(rng.choice((1, 3, 7, 20)))
+            if step % 10 == 0:
+                silent = set(rng.sample(range(NODES), 3))  # these stop pushing a while
+            pushing = [i for i in range(NODES) if i not in silent and rng.random() < 0.3]
+            ended = [i for i in range(NODES) if rng.random() < 0.02]
+            for master, link in zip((kept, remade), links, strict=True):
+                for i in ended:
+                    link.jobs[i] = max(0, link.jobs[i] - 1)
+                for i in pushing:
+                    master.receive_ad(link.ad(i))
+            remade._pass_index = None
+            for master in (kept, remade):
+                master.reconcile(nursery)
+            # every plan the index holds is the one a pass would make now
+            now = clock.now()
+            index = kept._pass_index
+            assert index is not None
+            # (a machine with a drain record is looked at by every pass: its record may
+            # change during one)
+            fresh = [p for p in kept.plans(now) if p.key not in kept.drains]
+            assert [index.plans[p.key] for p in fresh] == fresh
+            await trio.testing.wait_all_tasks_blocked()
+            # (the tasks of one pass run in any order)
+            assert sorted(links[0].calls) == sorted(links[1].calls)
+            assert {k: r.to_json() for k, r in kept.drains.items()} == {
+                k: r.to_json() for k, r in remade.drains.items()
+            }
+        nursery.cancel_scope.cancel()
+    # the run covered drains started, and escalated at their window (replaced)
+    kinds = {path.split("/")[-1] for _, _, _, path in links[0].calls}
+    assert kinds == {"drain", "commit", "cancel"}
+    assert any(record.escalated for record in kept.drains.values())
+
+
+def plan_of(ad: dict[str, Any], *, start: float, received: float, lifetime: float) -> Any:
+    store = AdStore(lifetime=lifetime, reboot_grace=50)
+    store.update(ad, received)
+    status_window = Window(
+        machine_ids=(MachineId(hostname="n1.test", ip="10.0.0.1"),),
+        unavailability=Unavailability(start_ns=int(start * 1e9), duration_ns=int(100 * 1e9)),
+    )
+    state = MaintenanceState()
+    state.update_schedule(MaintenanceSchedule(windows=(status_window,)))
+    machine = ScheduledMachine.of(state.machines()[0])
+    assert machine is not None
+    return machine, store
+
+
+@pytest.mark.parametrize(
+    ("now", "received", "due"),
+    [
+        # the drain start: the window (EPOCH + 1000) less the vacate time (600)
+        (EPOCH, EPOCH, EPOCH + 400),
+        (EPOCH + 400, EPOCH, EPOCH + 400),  # equal: due again (a comparison flips after)
+        (EPOCH + 401, EPOCH, EPOCH + 900),  # the ad turns old (lifetime 900)
+        (EPOCH + 401, EPOCH + 300, EPOCH + 1000),  # a newer ad: the window's start
+        (EPOCH + 1001, EPOCH + 300, EPOCH + 1100),  # the window's end
+        (EPOCH + 1101, EPOCH + 300, EPOCH + 1200),  # the ad turns old
+        (EPOCH + 1201, EPOCH + 300, EPOCH + 1250),  # old, and the reboot grace run out
+        (EPOCH + 1251, EPOCH + 300, math.inf),
+    ],
+)
+def test_next_due_is_the_first_instant_a_plan_compares_with(
+    now: float, received: float, due: float
+) -> None:
+    ad = agent_ad(1, received, jobs=1)
+    machine, store = plan_of(ad, start=EPOCH + 1000, received=received, lifetime=900)
+    plan = machine_plan(
+        machine,
+        store.find("n1.test", "10.0.0.1"),
+        is_lost=store.lost_at(now),
+        now=now,
+        policy=PlanPolicy(drain_margin=0),
+        drain_record=None,
+    )
+    assert plan.drain_start is not None
+    assert next_due(plan, now, lifetime=900, reboot_grace=50) == due
+
+
+def test_an_index_keeps_one_due_instant_a_machine_and_names_the_machines_an_ad_may_change() -> None:
+    ad = agent_ad(1, EPOCH, jobs=1)
+    machine, store = plan_of(ad, start=EPOCH + 1000, received=EPOCH, lifetime=900)
+    plan = machine_plan(
+        machine,
+        store.find("n1.test", "10.0.0.1"),
+        is_lost=store.lost_at(EPOCH),
+        now=EPOCH,
+        policy=PlanPolicy(),
+        drain_record=None,
+    )
+    index = PassIndex(world=(), machines=(machine,))
+    assert index.unplanned() == [machine.key]
+    assert index.matching("N1.TEST", "10.9.9.9") == [machine.key]  # by hostname, any ip
+    assert index.matching("other", "10.0.0.1") == []  # scheduled by hostname
+    for due in (EPOCH + 10, EPOCH + 5, EPOCH + 20):
+        index.keep(plan, due)
+    assert index.due(EPOCH + 19) == set()  # only the last instant kept counts
+    assert index.due(EPOCH + 20) == {machine.key}
+    assert index.due(EPOCH + 30) == set()  # each once
+    index.keep(plan, math.inf)
+    assert index.due(math.inf) == set()
+    assert index.next_slice(3) == [machine.key]
+    assert index.holds(())
+    assert not index.holds((object(),))
+
+
+async def test_a_follower_makes_the_forecasts_ahead_and_decides_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    clock = TrioClock(EPOCH)
+    agents = Agents(clock)
+    master = make_master(tmp_path, "follower", clock, agents)
+    for i in range(NODES):
+        master.receive_ad(agents.ad(i))
+    master.set_schedule(windows(EPOCH - 1000), actor="ops")  # every drain due, windows open
+    master.prepare_ahead()
+    now = clock.now()
+    assert master.forecasts_made_ahead == NODES
+    for plan in master.plans(now):
+        assert plan.node is not None
+        assert plan.node.forecast.ready(
+            now, window_start=plan.window_start, escalation=planned_escalation(plan, "quick")
+        )
+    assert (agents.calls, master.drains) == ([], {})
+    # a leader's pass, on the same master, acts on every machine
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert len(master.drains) == NODES
+
+
+def grouped_ad(i: int, now: float) -> dict[str, Any]:
+    name, ip = host(i)
+    machine = Machine(
+        host=name,
+        ip=ip,
+        address=f"http://{name}:9621",
+        total=Resources(cpus=8),
+        policy=MachinePolicy(max_job_retirement_time=3600),
+        now=EPOCH - 3600,
+    )
+    for group in ("www/prod/web", "batch/dev/etl"):
+        machine.claim(EPOCH - 3600, resources=Resources(cpus=1), spec=JobSpec(group=group))
+    return machine.ad(now)
+
+
+async def test_the_notices_read_again_only_the_claims_of_the_machines_that_changed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Made anew (a new schedule, every machine looked at) or not, the notices' pass keeps
+    the claims it read of a machine whose window, escalation and ad are the same."""
+    clock = TrioClock(EPOCH)
+    master = make_master(tmp_path, "notices", clock, Agents(clock))
+    for i in range(NODES):
+        master.receive_ad(grouped_ad(i, EPOCH))
+    master.set_schedule(windows(EPOCH + 3000), actor="ops")
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        read = dict(master._notice_claims)
+        assert len(read) == NODES
+        assert len(master.notices) == 2 * NODES
+        master.receive_ad(grouped_ad(0, EPOCH + 1))
+        master._pass_index = None  # every machine looked at, the notices made whole
+        master.reconcile(nursery)
+        nursery.cancel_scope.cancel()
+    kept = [k for k in read if master._notice_claims[k] is read[k]]
+    assert sorted(kept) == sorted(k for k in read if not k.startswith("n0.test|"))
