@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "check_node_ad",
     "foreign_ad",
     "may_hold_control",
+    "moved_on",
     "project",
 ]
 
@@ -228,6 +229,80 @@ def project(
     return [{k: ad[k] for k in projection if k in ad} for ad in ads]
 
 
+#: What moves with the clock in an agent's ad while nothing else changes: read by no
+#: derived fact of an :class:`AdEntry` (its forecast reads ``TotalJobRunTime`` and
+#: ``VacateTimeRemaining`` against ``MyCurrentTime``, checked by :func:`moved_on`), so an
+#: ad that differs from the previous one only in these (and in those checked) is the
+#: previous one moved on in time. The usage samples change without the clock, and no
+#: derived fact reads them either.
+_MOVING = frozenset(
+    {
+        "MyCurrentTime",
+        "TotalJobRunTime",
+        "VacateTimeRemaining",
+        "RetirementTimeRemaining",
+        "TotalJobSuspendTime",
+        "ExpectedMachineGracefulDrainingBadput",
+        "ExpectedMachineQuickDrainingBadput",
+        "ExpectedMachineFastDrainingBadput",
+        *_COMPLETIONS,
+        "CpuUsage",
+        "MemoryUsage",
+    }
+)
+_RUNNING = frozenset({"Busy", "Retiring"})
+
+
+def _ad_moved_on(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether ad ``after`` is ``before`` moved on in time (see :func:`moved_on`)."""
+    if before.keys() != after.keys():
+        return False
+    for name, value in after.items():
+        if name not in _MOVING and before[name] != value:
+            return False
+    was, now = before.get("MyCurrentTime"), after.get("MyCurrentTime")
+    if type(was) is not int or type(now) is not int or now < was:
+        return was is None and now is None and before == after
+    d = now - was
+    run, ran = after.get("TotalJobRunTime", 0), before.get("TotalJobRunTime", 0)
+    if type(run) is not int or type(ran) is not int:
+        return False
+    if run != (ran + d if after.get("Activity") in _RUNNING else ran):
+        return False
+    left, had = after.get("VacateTimeRemaining"), before.get("VacateTimeRemaining")
+    if after.get("Activity") == "Vacating" and type(left) is int and type(had) is int:
+        return left == max(0, had - d)
+    return left == had
+
+
+def moved_on(
+    before: AdEntry, machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Whether a node's new ad (``machine`` and ``slots``) is its previous one,
+    ``before``, moved on in time: the same attributes, every one equal but those that move
+    with the clock (:data:`_MOVING`), and those moved as the clock did — each ad's
+    ``MyCurrentTime`` on by ``d`` (never back), a running job's ``TotalJobRunTime`` on by
+    ``d`` and any other's unchanged, a vacating job's ``VacateTimeRemaining`` down by
+    ``d`` (not below 0), the completions of a drain started now (``ExpectedMachine*``)
+    only while a job is active. A claim started or ended, a state, a policy, a drain, a
+    statistic changed, a clock that went back or a run time that did not follow the
+    clock: not moved on.
+
+    Such an ad has the same forecast from its ``MyCurrentTime`` on (the forecast brings
+    each job from its ad's time to the time read, :class:`slots.DrainForecast`) and the
+    same derived facts, so its entry keeps the previous entry's (:meth:`AdStore.update`).
+    """
+    if len(slots) != len(before.slots) or not _ad_moved_on(before.machine, machine):
+        return False
+    if not all(_ad_moved_on(a, b) for a, b in zip(before.slots, slots, strict=True)):
+        return False
+    # The completions a drain started now would reach move with the clock while a job
+    # runs; on an idle node they stay (the idle rule), and the forecast reads them.
+    return any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots) or all(
+        before.machine.get(name) == machine.get(name) for name in _COMPLETIONS
+    )
+
+
 #: Hook states that keep a node closed (``DrainHookState``, docs/attributes.md).
 _HOOK_HOLDS = frozenset({"pending", "running", "failed"})
 
@@ -245,6 +320,10 @@ class AdEntry:
     slots: list[dict[str, Any]]
     received_at: float
     updates: int
+    #: Shared by the entries of a node's successive ads while each is the one before moved
+    #: on in time (:func:`moved_on`): what is derived from them (the forecast, the plan's
+    #: row templates) holds for all of them.
+    basis: object = field(default_factory=object, compare=False, repr=False)
 
     @property
     def my_type(self) -> str:
@@ -436,6 +515,14 @@ class AdEntry:
         )
 
 
+#: The facts an entry derives from its ad (every cached property of :class:`AdEntry`): kept
+#: from the previous entry when the ad only moved on in time. None reads a moving value
+#: but the forecast, which brings them to the time it is read at (:func:`moved_on`).
+_KEPT_FACTS = tuple(
+    name for name, value in vars(AdEntry).items() if isinstance(value, cached_property)
+)
+
+
 class AdStore:
     """The ads of every node that ever reported, with expiry by ``lifetime``; a node whose
     last ad said it was shutting down is rebooting, not lost, for ``reboot_grace`` more."""
@@ -452,6 +539,8 @@ class AdStore:
         self._found: dict[tuple[str | None, str | None], list[AdEntry]] = {}
         self._found_by: dict[str, set[tuple[str | None, str | None]]] = {}
         self.received = 0
+        #: Ads that were their node's previous one moved on in time (:func:`moved_on`).
+        self.moved_on_ads = 0
         self.expired = 0
         self._lost: set[str] = set()
 
@@ -499,13 +588,29 @@ class AdStore:
             return other
         check_node_ad(machine, slots, plain_text=plain_text)
         previous = self._entries.get(name)
-        entry = AdEntry(
-            name=name,
-            machine=dict(machine),
-            slots=list(slots),
-            received_at=now,
-            updates=1 if previous is None else previous.updates + 1,
-        )
+        if previous is not None and moved_on(previous, machine, slots):
+            entry = AdEntry(
+                name=name,
+                machine=dict(machine),
+                slots=list(slots),
+                received_at=now,
+                updates=previous.updates + 1,
+                basis=previous.basis,
+            )
+            # What the ad's moving values change nothing of: the forecast (made once per
+            # basis), and the facts read from what did not move.
+            for fact in _KEPT_FACTS:
+                if fact in previous.__dict__:
+                    entry.__dict__[fact] = previous.__dict__[fact]
+            self.moved_on_ads += 1
+        else:
+            entry = AdEntry(
+                name=name,
+                machine=dict(machine),
+                slots=list(slots),
+                received_at=now,
+                updates=1 if previous is None else previous.updates + 1,
+            )
         if previous is not None:
             self._unindex(previous)
         self._entries[name] = entry
