@@ -9,7 +9,7 @@ carry whole seconds).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +131,9 @@ def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
             )
 
 
-def machine_inputs(ads: list[Mapping[str, Any]]) -> tuple[int, SuspendPolicy, float | None]:
+def machine_inputs(
+    ads: Sequence[Mapping[str, Any]],
+) -> tuple[int, SuspendPolicy, float | None]:
     """MachineMaxVacateTime, the suspended-jobs policy and the drain deadline in force."""
     for ad in ads:
         if "MachineMaxVacateTime" in ad:

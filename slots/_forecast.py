@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -434,7 +434,9 @@ class DrainForecast:
     def __init__(
         self, slot_ads: Iterable[Mapping[str, Any]], previous: Mapping[str, Any] | None = None
     ) -> None:
-        self._ads = list(slot_ads)
+        # A sequence is kept as it is (a caller may keep its ads packed and read them
+        # back on each iteration); anything else is read once into a list.
+        self._ads = slot_ads if isinstance(slot_ads, Sequence) else list(slot_ads)
         self._previous = previous
         self._machine_vacate, self._policy, deadline = machine_inputs(self._ads)
         if isinstance(deadline, float) and deadline.is_integer():

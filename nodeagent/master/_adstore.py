@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, overload
+
+import orjson
 
 from nodeagent._origin import NotAnOrigin, parse_my_address
 from slots import (
@@ -38,6 +41,7 @@ from slots._classad import check_value
 __all__ = [
     "AdEntry",
     "AdStore",
+    "PackedSlots",
     "check_my_address",
     "check_node_ad",
     "foreign_ad",
@@ -303,6 +307,50 @@ def moved_on(
     )
 
 
+class PackedSlots(Sequence[dict[str, Any]]):
+    """A node's slot ads kept packed (their JSON, zlib-compressed: ≈ 1–3 kB for 8 claims
+    against ≈ 30 KiB as dicts) and read back whole on each iteration, as fresh dicts.
+
+    The master reads a node's slot ads rarely (its forecast once per piece, a query, the
+    claims of a notice); what it reads often is derived once and kept with the entry
+    (:class:`AdEntry`). Packing costs ≈ 30 µs an ad, reading back ≈ 30 µs.
+    """
+
+    __slots__ = ("_count", "_data")
+
+    def __init__(self, slots: Sequence[Mapping[str, Any]]) -> None:
+        self._data = zlib.compress(orjson.dumps(list(slots)), 1)
+        self._count = len(slots)
+
+    def unpacked(self) -> list[dict[str, Any]]:
+        """The slot ads as a new list of new dicts."""
+        ads: list[dict[str, Any]] = orjson.loads(zlib.decompress(self._data))
+        return ads
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.unpacked())
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self.unpacked()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedSlots):
+            return self._data == other._data
+        return isinstance(other, Sequence) and self.unpacked() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return f"PackedSlots({self.unpacked()!r})"
+
+
 #: Hook states that keep a node closed (``DrainHookState``, docs/attributes.md).
 _HOOK_HOLDS = frozenset({"pending", "running", "failed"})
 
@@ -317,7 +365,8 @@ class AdEntry:
 
     name: str
     machine: dict[str, Any]
-    slots: list[dict[str, Any]]
+    #: The slot ads (a node's are kept packed: :class:`PackedSlots`).
+    slots: Sequence[dict[str, Any]]
     received_at: float
     updates: int
     #: Shared by the entries of a node's successive ads while each is the one before moved
@@ -592,7 +641,7 @@ class AdStore:
             entry = AdEntry(
                 name=name,
                 machine=dict(machine),
-                slots=list(slots),
+                slots=PackedSlots(slots),
                 received_at=now,
                 updates=previous.updates + 1,
                 basis=previous.basis,
@@ -607,7 +656,7 @@ class AdStore:
             entry = AdEntry(
                 name=name,
                 machine=dict(machine),
-                slots=list(slots),
+                slots=PackedSlots(slots),
                 received_at=now,
                 updates=1 if previous is None else previous.updates + 1,
             )

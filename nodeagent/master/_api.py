@@ -796,7 +796,7 @@ def build_master_app(
         return JSONResponse(
             {
                 "machine": master.ads.served(entry, now),
-                "slots": entry.slots,
+                "slots": list(entry.slots),
                 "age": round(entry.age(now), 3),
             }
         )

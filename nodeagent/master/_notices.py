@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -322,7 +322,7 @@ def claims_of_slots(
     ``cut_by``). A slot ``planned`` does not list gets its promise end ``now +
     RetirementTimeRemaining`` when the ad has it, and no verdict."""
     found: dict[str, list[NoticeClaim]] = {}
-    if not isinstance(slots, list | tuple):
+    if not isinstance(slots, Sequence) or isinstance(slots, str | bytes):
         return {}
     verdicts = {entry.get("slot"): entry for entry in planned if isinstance(entry, Mapping)}
     for ad in slots:
@@ -474,7 +474,7 @@ def accepted_machines(notices: Iterable[Notice]) -> frozenset[str]:
 def every_claim_grouped(slots: object) -> bool:
     """Whether every claim on a node (its dynamic slot ads) names its job group: only then
     do the notices of its groups speak for all of its work."""
-    if not isinstance(slots, list | tuple):
+    if not isinstance(slots, Sequence) or isinstance(slots, str | bytes):
         return False
     for ad in slots:
         if isinstance(ad, Mapping) and ad.get("SlotType") == "Dynamic":

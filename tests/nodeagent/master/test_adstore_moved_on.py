@@ -215,3 +215,25 @@ def test_an_idle_node_a_minute_on_is_moved_on_and_its_completions_must_stay() ->
     assert moved_on(before, later["machine"], later["slots"])
     later["machine"]["ExpectedMachineQuickDrainingCompletion"] += 60
     assert not moved_on(before, later["machine"], later["slots"])
+
+
+def test_a_nodes_slot_ads_are_kept_packed_and_read_back_whole() -> None:
+    from nodeagent.master._adstore import PackedSlots
+    from nodeagent.master._notices import claims_of_slots, every_claim_grouped
+
+    ad = machine().ad(T)
+    packed = PackedSlots(ad["slots"])
+    assert len(packed) == len(ad["slots"])
+    assert packed == ad["slots"]
+    assert list(packed) == ad["slots"]
+    assert packed[1] == ad["slots"][1]
+    assert packed[1:] == ad["slots"][1:]
+    first, again = next(iter(packed)), next(iter(packed))
+    assert first == again
+    assert first is not again  # fresh dicts: a reader cannot change what is kept
+    store = AdStore(lifetime=300)
+    entry = store.update(ad, T)
+    assert isinstance(entry.slots, PackedSlots)
+    assert entry.slots == ad["slots"]
+    assert claims_of_slots(entry.slots, now=T) == claims_of_slots(ad["slots"], now=T)
+    assert every_claim_grouped(entry.slots) == every_claim_grouped(ad["slots"])
