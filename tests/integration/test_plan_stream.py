@@ -5,6 +5,7 @@ cursors; bad filters and stale cursors refused with their codes."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from nodeagent.client import InvalidRequest, MasterClient, Refused
 from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.harness import MasterProcess
 
@@ -165,3 +167,23 @@ def test_bad_filters_and_stale_cursors_are_refused_with_their_codes(
     assert reply.status_code == status
     assert reply.headers["content-type"] == "application/json"
     assert reply.json()["error"]["code"] == code
+
+
+async def test_the_client_iterates_the_streamed_rows_and_pages(master: MasterProcess) -> None:
+    async with MasterClient(socket=master.socket) as client:
+        async with contextlib.aclosing(client.plan_lines(windows=[STARTS[1]])) as lines:
+            got = [line async for line in lines]
+        assert list(got[0]) == ["plan"]
+        assert _hosts([line["row"] for line in got[1:-1]]) == ["n0.test", "n2.test", "n4.test"]
+        assert got[-1]["end"]["totals"]["machines"] == 3
+        page = await client.plan(machines="n1.test,n0.test", limit=1, after="")
+        assert _hosts(page["machines"]) == ["n1.test"]
+        page = await client.plan(machines=["n1.test", "n0.test"], limit=1, after=page["next"])
+        assert (_hosts(page["machines"]), page["next"]) == (["n0.test"], None)
+        with pytest.raises(InvalidRequest) as invalid:
+            await client.plan(after="nope")
+        assert invalid.value.code == "plan.bad_cursor"
+        stale_lines = client.plan_lines(after=_cursor("gone.test|", STARTS[0]))
+        with pytest.raises(Refused) as stale:
+            await stale_lines.__anext__()
+        assert (stale.value.status, stale.value.code) == (409, "plan.cursor_stale")
