@@ -6,9 +6,11 @@ the drain records and the drains being started, when each machine entered its wi
 policy and the counters. :class:`PlanView` keeps the plan's caches from one reply to the
 next — the scheduled machines of the schedule, each machine's plan and row state
 (:mod:`._plan`) while what they are made of holds, each row's JSON text
-(:mod:`._row_json`) — and assembles the reply: the totals over every machine, the ``late``
-rows in window-start order, ``limit`` and ``matched``, as data (:meth:`PlanView.reply`) or
-as the body the API sends (:meth:`PlanView.body`).
+(:mod:`._row_json`) — and assembles the reply: the totals over every machine (or the
+machines a :class:`PlanSelect` selects), the ``late`` rows in window-start order, the rows
+after a cursor, ``limit`` and ``matched``, as data (:meth:`PlanView.reply`), as the body
+the API sends (:meth:`PlanView.body`) or as JSON lines made a chunk at a time
+(:meth:`PlanView.stream`).
 
 **The encoding.** The body's rows are written from their templates and joined with the
 rest as orjson writes it (:class:`~fastapi.responses.JSONResponse`'s JSON, several times
@@ -115,7 +117,11 @@ CHUNK = 256
 class PlanView:
     """The plan's caches, and the replies made with them (see the module docstring).
 
-    Not safe for concurrent use: one reply at a time (the master's event loop).
+    One call at a time (the master's event loop; nothing here is thread-safe). A streamed
+    reply (:meth:`stream`) is made a chunk at a time, and reconcile passes and other
+    replies may use the view between two of its chunks: every cached row is checked
+    against what it is made of before it is used, and a stream whose schedule was replaced
+    meanwhile finishes with caches of its own.
     """
 
     def __init__(self) -> None:
