@@ -31,7 +31,7 @@ import json
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -508,9 +508,12 @@ class PlanView:
                 text = texts.get(each.key)
                 if text is None:
                     text = texts[each.key] = RowJson()
-                fast = text.fast(each, state, now, write=False)
+                # A late row is written once sorted, and only if sent.
+                with contextlib.suppress(orjson.JSONEncodeError):  # then: _write's way
+                    fast = text.fast(each, state, now, unless_on_time=late, write=not late)
+            written = None
             if fast is not None:  # no cut (see RowJson.fast)
-                _, on_time, graceful_badput, quick_badput = fast
+                written, on_time, graceful_badput, quick_badput = fast
                 added.add_node(
                     each,
                     on_time=on_time,
@@ -525,7 +528,7 @@ class PlanView:
             if not matches or (start is not None and order <= start):
                 continue
             acc.matched += 1
-            row = _Row(order=order, plan=each, state=state, figures=figures)
+            row = _Row(order, each, state, figures, written or None)
             out.append(row)
             if late:
                 acc.rows.append(row)
@@ -535,6 +538,8 @@ class PlanView:
         """The row's text (``encoded``; raises :class:`orjson.JSONEncodeError` for a value
         orjson cannot write) or dict."""
         each, state, figures = row.plan, row.state, row.figures
+        if encoded and row.text is not None:
+            return row.text
         if not encoded:
             return row_dict(each, state, figures or row_figures(each, state, now))
         text = self._row_texts.get(each.key)
@@ -688,16 +693,16 @@ class _Selected:
     paged: bool
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Row:
-    """A row made and not yet written: where it goes (window start with ``late``, then
-    schedule order), its plan and state, and its figures when the fast way did not
-    make it."""
+class _Row(NamedTuple):
+    """A row made (a tuple: there is one a machine): where it goes (window start with
+    ``late``, then schedule order), its plan and state, its figures when the fast way did
+    not make it, and its text when written already (``None``: written when sent)."""
 
     order: tuple[float, int]
     plan: MachinePlan
     state: RowState
     figures: RowFigures | None
+    text: bytes | None
 
 
 def _order(row: _Row) -> tuple[float, int]:

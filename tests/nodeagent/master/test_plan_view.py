@@ -646,3 +646,23 @@ def test_streams_interleaved_with_a_pass_and_a_new_schedule_give_the_rows_of_one
     assert [_streamed(_lines(chunks)) for chunks in got] == [{**w, "next": None} for w in wanted]
     assert set(view.row_texts) <= {_key(1), _key(4)}
     assert view.body(world.inputs(), world.now) == fresh.body(world.inputs(), world.now)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_streamed_row_orjson_refuses_is_written_by_json(late: bool) -> None:
+    world = _reply_world()
+    ad = _ad(1, NOW, jobs=0)
+    ad["machine"]["TotalMachineDrainingBadput"] = 2**70
+    world.ads.update(ad, NOW)
+    view = PlanView()
+    lines = [
+        json.loads(line)
+        for line in b"".join(
+            view.stream(world.inputs(), world.now, late=late, chunk=2)
+        ).splitlines()
+    ]
+    streamed = _streamed(lines)
+    streamed.pop("next")
+    assert streamed == view.reply(world.inputs(), world.now, late=late)
+    if not late:
+        assert streamed["machines"][1]["statistics"]["TotalMachineDrainingBadput"] == 2**70
