@@ -29,9 +29,10 @@ import base64
 import contextlib
 import json
 import math
+import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -509,8 +510,10 @@ class PlanView:
                 if text is None:
                     text = texts[each.key] = RowJson()
                 # A late row is written once sorted, and only if sent.
-                with contextlib.suppress(orjson.JSONEncodeError):  # then: _write's way
+                try:
                     fast = text.fast(each, state, now, unless_on_time=late, write=not late)
+                except orjson.JSONEncodeError:  # written _write's way
+                    fast = None
             written = None
             if fast is not None:  # no cut (see RowJson.fast)
                 written, on_time, graceful_badput, quick_badput = fast
@@ -527,19 +530,18 @@ class PlanView:
                 matches = not late or figures.on_time is False or figures.will_escalate
             if not matches or (start is not None and order <= start):
                 continue
-            acc.matched += 1
-            row = _Row(order, each, state, figures, written or None)
-            out.append(row)
-            if late:
-                acc.rows.append(row)
+            out.append((order, each, state, figures, written or None))
+        acc.matched += len(out)
+        if late:
+            acc.rows += out
         return out
 
     def _write(self, row: _Row, now: float, *, encoded: bool = True) -> Any:
         """The row's text (``encoded``; raises :class:`orjson.JSONEncodeError` for a value
         orjson cannot write) or dict."""
-        each, state, figures = row.plan, row.state, row.figures
-        if encoded and row.text is not None:
-            return row.text
+        _, each, state, figures, written = row
+        if encoded and written is not None:
+            return written
         if not encoded:
             return row_dict(each, state, figures or row_figures(each, state, now))
         text = self._row_texts.get(each.key)
@@ -589,7 +591,9 @@ class PlanView:
             "now": now,
             "policy": _policy(policy),
             "matched": matched,
-            "machines": [self._write(row, now, encoded=encoded) for row in rows],
+            "machines": [
+                self._write(row, now, encoded=encoded) if row[4] is None else row[4] for row in rows
+            ],
             "totals": _totals(acc.added, inputs),
             "after_window": acc.ended,
         }
@@ -693,20 +697,12 @@ class _Selected:
     paged: bool
 
 
-class _Row(NamedTuple):
-    """A row made (a tuple: there is one a machine): where it goes (window start with
-    ``late``, then schedule order), its plan and state, its figures when the fast way did
-    not make it, and its text when written already (``None``: written when sent)."""
+#: A row made (a tuple: there is one a machine): where it goes (window start with
+#: ``late``, then schedule order), its plan and state, its figures when the fast way did
+#: not make it, and its text when written already (``None``: written when sent).
+_Row = tuple[tuple[float, int], MachinePlan, RowState, RowFigures | None, bytes | None]
 
-    order: tuple[float, int]
-    plan: MachinePlan
-    state: RowState
-    figures: RowFigures | None
-    text: bytes | None
-
-
-def _order(row: _Row) -> tuple[float, int]:
-    return row.order
+_order = operator.itemgetter(0)
 
 
 class _Acc:
@@ -726,7 +722,7 @@ def _next(last: _Row | None, matched: int, limit: int | None) -> str | None:
     """The cursor of the page after ``last`` (``None``: the rows ended)."""
     if last is None or limit is None or matched <= limit:
         return None
-    return cursor_of(last.plan)
+    return cursor_of(last[1])
 
 
 def _policy(policy: PlanPolicy) -> dict[str, Any]:
