@@ -631,9 +631,11 @@ COMMANDS: tuple[Command, ...] = (
         "The summary: counts per mode and verdict, the escalations coming (in the next hour)\n"
         "and what they cut, then the machines late by their promises or to be escalated, in\n"
         "window order (at most --limit), each with its two verdicts and the cost. With --all,\n"
-        "one row per machine: when its drain starts, when it will be empty, its window; on\n"
-        "time, late, empty or DOWN. --json prints what GET /v1/maintenance/plan answered. "
-        "With\n--watch, one refresh per --interval until Ctrl-C.",
+        "one line per machine, printed as the master sends them: its mode, drain, window and\n"
+        "planned drain start; on time, late, empty or DOWN (with --watch: the timeline).\n"
+        "--window START and --machine HOST (repeatable): the plan of those machines only.\n"
+        "--json prints what GET /v1/maintenance/plan answered. With --watch, one refresh\n"
+        "per --interval until Ctrl-C.",
         "options": (
             _WATCH,
             {
@@ -654,6 +656,23 @@ COMMANDS: tuple[Command, ...] = (
                 "min": 0,
                 "default": 20,
                 "help": "Late machines the summary lists (without --all).",
+            },
+            {
+                "names": ("--window",),
+                "dest": "windows",
+                "kind": "many",
+                "show_default": False,
+                "metavar": "START",
+                "help": "Only the machines of the window starting at START (epoch seconds, "
+                "as the plan shows it; repeatable).",
+            },
+            {
+                "names": ("--machine",),
+                "dest": "machines",
+                "kind": "many",
+                "show_default": False,
+                "metavar": "HOST",
+                "help": "Only this machine, by hostname or IP (repeatable).",
             },
             *_MASTER,
         ),

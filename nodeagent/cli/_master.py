@@ -33,8 +33,8 @@ from nodeagent.cli._common import (
     master_target,
     watch_loop,
 )
-from nodeagent.cli._errors import Declined, Interrupted, Pending, Refused, UsageError
-from nodeagent.cli._http import Reply, Target, call, check, request
+from nodeagent.cli._errors import CliError, Declined, Interrupted, Pending, Refused, UsageError
+from nodeagent.cli._http import Reply, Target, call, check, request, stream
 from nodeagent.cli._render import format_machine
 
 TYPE_CHECKING = False  # not typing's: the plain commands import neither typing nor rich
@@ -566,12 +566,50 @@ def ads(
 # --- the plan -----------------------------------------------------------------------------
 
 
-def _plan_path(*, all_rows: bool, limit: int) -> str:
+def _plan_path(
+    *, all_rows: bool, limit: int, windows: Sequence[str] = (), machines: Sequence[str] = ()
+) -> str:
     """What the plan command asks the master for: every row, or only what the summary
-    draws (the late machines, at most ``limit``, without their blockers)."""
-    if all_rows:
-        return "/v1/maintenance/plan"
-    return f"/v1/maintenance/plan?late=true&blockers=false&limit={limit}"
+    draws (the late machines, at most ``limit``, without their blockers); of the machines
+    of ``windows`` (their starts) and ``machines`` (hostnames or IPs) when given."""
+    query = [] if all_rows else [("late", "true"), ("blockers", "false"), ("limit", str(limit))]
+    query += [("window", start) for start in windows]
+    query += [("machine", name) for name in machines]
+    return "/v1/maintenance/plan" + (f"?{urlencode(query)}" if query else "")
+
+
+def _stream_plan(target: Target, path: str) -> None:
+    """Print the streamed plan (``format=jsonl``) as its lines come: the heading, one
+    line a row (:func:`~nodeagent.cli._render.plan_row_line`), then the totals and the
+    machines still out of service after their window. A plan that fails midway is a
+    ``plan.failed`` error (exit status 5) after the rows printed."""
+    from nodeagent.cli._render import plan_stream_lines  # noqa: PLC0415
+
+    joined = "&" if "?" in path else "?"
+    out = console()
+    with stream(target, f"{path}{joined}format=jsonl", idle=_PLAN_IDLE_S) as streamed:
+        ended = False
+        render = plan_stream_lines()
+        for raw in streamed.lines():
+            line = json.loads(raw)
+            if "error" in line:
+                error = line["error"]
+                raise PlanFailed("plan.failed", str(error.get("message", error)))
+            ended = ended or "end" in line
+            for text in render(line):
+                out.print(text)
+        if not ended:
+            raise PlanFailed("plan.failed", "the plan ended before its end line")
+
+
+#: How long the streamed plan may send nothing (its late rows are sent once all are made).
+_PLAN_IDLE_S = 120.0
+
+
+class PlanFailed(CliError):
+    """The master's plan failed after its first line (``plan.failed``)."""
+
+    exit_status = 5
 
 
 def _plan_view(data: Any, out: Screen, *, all_rows: bool) -> RenderableType:
@@ -589,18 +627,24 @@ def plan(
     interval: str,
     all_rows: bool = False,
     limit: int = 20,
+    windows: Sequence[str] | None = None,
+    machines: Sequence[str] | None = None,
     json_output: bool,
     host: str | None,
     token: str | None,
     socket_path: str | None,
 ) -> None:
     """``nodeagent master plan``: the summary (``GET /v1/maintenance/plan?late=true&
-    blockers=false&limit=N``) or with ``all_rows`` every row as a timeline; with
-    ``watch``, one refresh per ``interval`` until Ctrl-C."""
+    blockers=false&limit=N``) or with ``all_rows`` every row, printed as the master
+    streams them (``format=jsonl``; with ``watch``, the timeline of the whole plan);
+    ``windows`` and ``machines``: the plan of those machines only; with ``watch``, one
+    refresh per ``interval`` until Ctrl-C."""
     seconds = duration("--interval", interval)
     assert seconds is not None
     target = master_target(host, token, socket_path)
-    path = _plan_path(all_rows=all_rows, limit=limit)
+    path = _plan_path(
+        all_rows=all_rows, limit=limit, windows=windows or (), machines=machines or ()
+    )
     if watch:
         watch_loop(
             lambda: request(target, "GET", path),
@@ -608,6 +652,9 @@ def plan(
             json_output=json_output,
             interval=seconds or 2.0,
         )
+        return
+    if all_rows and not json_output:
+        _stream_plan(target, path)
         return
     reply = request(target, "GET", path)
     if json_output:

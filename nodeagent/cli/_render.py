@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from itertools import groupby
 
@@ -1598,6 +1598,52 @@ def shutdown_nodes_view(ads: Sequence[Mapping[str, Any]], *, now: float) -> Grou
         style="dim",
     )
     return Group(Text(""), table, summary)
+
+
+def plan_row_line(row: Mapping[str, Any], now: float, *, tz: tzinfo | None = None) -> Text:
+    """One row of the streamed plan as one line: machine, mode, drain state, window start,
+    the planned drain start, and the status word in the row's colour (as
+    :func:`plan_view` words it)."""
+    status, style = _row_status(row, now)
+    machine = row.get("machine_id") or {}
+    name = str(machine.get("hostname") or machine.get("ip") or "-")
+    drain = str((row.get("drain") or {}).get("state") or "-")
+    start = _number((row.get("window") or {}).get("start"))
+    drain_start = _number(row.get("planned_drain_start"))
+    when = "-" if start is None else format_local_time(start, now, tz)
+    drains_at = "-" if drain_start is None else format_local_time(drain_start, now, tz)
+    line = Text(f"{name[:32]:<32}  {row.get('mode', '-')!s:<8}  {drain[:10]:<10}  ")
+    line.append(f"{when:<16}  {drains_at:<16}  ")
+    line.append(status, style=style)
+    return line
+
+
+def plan_stream_lines(*, tz: tzinfo | None = None) -> Callable[[Mapping[str, Any]], list[Text]]:
+    """The streamed plan's lines as ``nodeagent master plan --all`` prints them, one line
+    of the stream at a time: the heading and the columns for the head, a line a row
+    (:func:`plan_row_line`), the totals and the machines still out of service after their
+    window for the end."""
+    now = 0.0
+
+    def render(line: Mapping[str, Any]) -> list[Text]:
+        nonlocal now
+        if "plan" in line:
+            head = line["plan"]
+            now = _number(head.get("now")) or 0.0
+            columns = f"{'MACHINE':<32}  {'MODE':<8}  {'DRAIN':<10}  {'WINDOW':<16}  "
+            return [
+                *_plan_heading(now, head.get("policy") or {}, tz),
+                Text(columns + f"{'DRAIN START':<16}  STATUS", style="bold"),
+            ]
+        if "row" in line:
+            return [plan_row_line(line["row"], now, tz=tz)]
+        if "end" in line:
+            end = line["end"]
+            lines = [Text(t, style="dim") for t in _totals_lines(end.get("totals") or {})]
+            return lines + after_window_lines(end)
+        return []
+
+    return render
 
 
 def plan_text(plan: Mapping[str, Any], *, width: int = 100, tz: tzinfo | None = None) -> str:

@@ -76,6 +76,9 @@ _MASTER_REFUSALS: dict[str, type[Refused]] = {
     "notice.bad_body": InvalidRequest,
     "notice.bad_reason": InvalidRequest,
     "notice.bad_expected_completion": InvalidRequest,
+    "plan.bad_window": InvalidRequest,
+    "plan.bad_machine": InvalidRequest,
+    "plan.bad_cursor": InvalidRequest,
 }
 """The agent's codes and the master's own (a master's code kept on the class it falls
 under: ``auth.wrong_group`` is a :class:`Forbidden`); the agent's client keeps
@@ -593,15 +596,85 @@ class MasterClient:
     # ------------------------------------------------------------------ the plan, ads
 
     async def plan(
-        self, *, late: bool = False, limit: int | None = None, blockers: bool = True
+        self,
+        *,
+        late: bool = False,
+        limit: int | None = None,
+        blockers: bool = True,
+        windows: Iterable[float] = (),
+        machines: str | Iterable[str] = (),
+        after: str | None = None,
     ) -> dict[str, Any]:
         """The maintenance plan (``GET /v1/maintenance/plan``): ``late``: only the rows
         late by their promises or to be escalated; ``limit``: at most that many rows;
-        ``blockers=False``: rows without their blockers. The totals count every machine."""
-        params = {"late": str(late).lower(), "blockers": str(blockers).lower()}
-        if limit is not None:
-            params["limit"] = str(limit)
-        return await self._object("GET", "/v1/maintenance/plan", params=params)
+        ``blockers=False``: rows without their blockers. ``windows`` (their starts, epoch
+        seconds as the rows show them) and ``machines`` (hostnames or IPs): the plan of
+        those machines only, whose totals count them (without: every machine). ``after``:
+        the rows after the previous page's ``next`` (``""``: from the first row; with any
+        of these the reply carries ``next``, ``None`` after the last page). A bad window,
+        name or cursor is :class:`InvalidRequest` (422); a cursor that no longer fits the
+        schedule :class:`Refused` with status 409 (``plan.cursor_stale``: ask the first
+        page again)."""
+        query = _plan_query(late, limit, blockers, windows, machines, after)
+        return await self._object("GET", f"/v1/maintenance/plan?{query}")
+
+    async def plan_lines(
+        self,
+        *,
+        late: bool = False,
+        limit: int | None = None,
+        blockers: bool = True,
+        windows: Iterable[float] = (),
+        machines: str | Iterable[str] = (),
+        after: str | None = None,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The plan streamed (``GET /v1/maintenance/plan?format=jsonl``) as the master
+        makes it, its lines as dicts: first ``{"plan": {"now", "policy"}}``, then
+        ``{"row": {…}}`` a row (the rows of :meth:`plan`), last ``{"end": {"matched",
+        "totals", "after_window", "next"}}``::
+
+            async with contextlib.aclosing(master.plan_lines(windows=[start])) as lines:
+                async for line in lines:
+                    if "row" in line:
+                        print(line["row"]["machine_id"])
+
+        The parameters are :meth:`plan`'s, and so are the errors before the first line
+        (the masters of ``urls`` asked in turn until one answers). A plan that fails
+        after its first line ends with a line ``{"error": …}``: :class:`BadResponse`
+        with its message, as is a stream that ends without its ``end`` line. Leaving
+        the loop closes the connection (``aclosing`` at once)."""
+        query = _plan_query(late, limit, blockers, windows, machines, after)
+        target = f"/v1/maintenance/plan?{query}&format=jsonl"
+        passed: list[str] = []
+        for index, base in enumerate(self._bases):
+            here = self._describe(base)
+            http = self._local if base is None else self._remote
+            if http is None:
+                raise RuntimeError(f"use 'async with {self!r}' before calling it")
+            url = target if base is None else base + target
+            try:
+                with _map_exceptions(here, peer="master"):
+                    async with http.stream("GET", url) as reply:
+                        if not reply.is_success:
+                            await reply.aread()
+                            raise _master_refusal(reply, mesos=False)
+                        ended = False
+                        async with contextlib.aclosing(_lines(reply, here)) as lines:
+                            async for text in lines:
+                                line = _plan_line(text, here)
+                                if "end" in line:
+                                    ended = True
+                                yield line
+                        if not ended:
+                            raise BadResponse(f"the plan from {here} ended before its end line")
+                        return
+            except (Unreachable, Refused) as exc:
+                if not _another_may_answer(exc, read=True) or index + 1 == len(self._bases):
+                    if not passed:
+                        raise
+                    passed.append(f"{here}: {exc.message}")
+                    raise _restated(exc, "no master answered: " + "; ".join(passed)) from exc
+                passed.append(f"{here}: {exc.message}")
 
     async def ads(
         self,
@@ -989,6 +1062,49 @@ async def _lines(reply: httpx.Response, here: str) -> AsyncGenerator[bytes, None
             reading.cancel()
             async for _ in pieces:
                 pass
+
+
+def _plan_query(  # noqa: PLR0917 - the plan's parameters, in the methods' order
+    late: bool,
+    limit: int | None,
+    blockers: bool,
+    windows: Iterable[float],
+    machines: str | Iterable[str],
+    after: str | None,
+) -> str:
+    """The plan's query: its parameters, ``window`` and ``machine`` repeated."""
+    params: list[tuple[str, str | int | float | bool | None]] = [
+        ("late", str(late).lower()),
+        ("blockers", str(blockers).lower()),
+    ]
+    if limit is not None:
+        params.append(("limit", str(limit)))
+    params += [("window", repr(float(start))) for start in windows]
+    params += [("machine", name) for name in _names(machines)]
+    if after is not None:
+        params.append(("after", after))
+    return str(httpx.QueryParams(params))
+
+
+def _plan_line(line: bytes, here: str) -> dict[str, Any]:
+    """One line of the streamed plan; raises :class:`BadResponse` for an error line or
+    for anything that is not a line of the plan."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or len(found) != 1 or not found.keys() & _PLAN_LINES:
+        shown = line[:80].decode("utf-8", errors="replace")
+        raise BadResponse(f"the master at {here} sent a line that is not the plan's: {shown!r}")
+    if "error" in found:
+        error = found["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        raise BadResponse(f"the plan from {here} failed midway: {message or error!r}")
+    return found
+
+
+#: The keys of the streamed plan's lines.
+_PLAN_LINES = frozenset({"plan", "row", "end", "error"})
 
 
 def _event(line: bytes, here: str) -> dict[str, Any] | None:

@@ -349,9 +349,25 @@ class SyncMasterClient:
         return self._run(lambda c: c.up(machine_ids))
 
     def plan(
-        self, *, late: bool = False, limit: int | None = None, blockers: bool = True
+        self,
+        *,
+        late: bool = False,
+        limit: int | None = None,
+        blockers: bool = True,
+        windows: Iterable[float] = (),
+        machines: str | Iterable[str] = (),
+        after: str | None = None,
     ) -> dict[str, Any]:
-        return self._run(lambda c: c.plan(late=late, limit=limit, blockers=blockers))
+        return self._run(
+            lambda c: c.plan(
+                late=late,
+                limit=limit,
+                blockers=blockers,
+                windows=windows,
+                machines=machines,
+                after=after,
+            )
+        )
 
     def ads(
         self,

@@ -31,16 +31,18 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import orjson
+import trio
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as ASGIScope
@@ -84,6 +86,7 @@ from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._notices import mesos_statuses
 from nodeagent.master._notices_api import add_notice_routes
 from nodeagent.master._operations_api import add_operation_routes
+from nodeagent.master._plan_view import PlanQueryError, PlanSelect
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_api import add_sla_routes
 from nodeagent.master._sla_policies import SlaBook
@@ -99,10 +102,13 @@ __all__ = [
     "Principals",
     "build_master_app",
     "plan_body",
+    "plan_lines",
     "push_ad",
     "with_ad_fast_path",
     "with_event_stream",
 ]
+
+log = logging.getLogger(__name__)
 
 _UNIX = "nodeagent.unix"
 
@@ -157,6 +163,7 @@ _DESCRIPTIONS = {
     403: "The token lacks the scope",
     404: "No such resource",
     405: "Wrong method",
+    409: "The request no longer fits the state (plan.cursor_stale): ask again from the start",
     412: "The precondition no longer holds (schedule.changed): nothing changed",
     413: "Body over the endpoint's cap (request.too_large; see the API's documentation)",
     422: "Malformed body, bad values or expressions",
@@ -287,17 +294,71 @@ def _collector_paused() -> Iterator[None]:
 
 
 def plan_body(
-    master: Master, *, with_blockers: bool = True, late: bool = False, limit: int | None = None
+    master: Master,
+    *,
+    with_blockers: bool = True,
+    late: bool = False,
+    limit: int | None = None,
+    select: PlanSelect | None = None,
 ) -> bytes:
     """``GET /v1/maintenance/plan``'s body: the master's plan view writes it now
-    (:meth:`~nodeagent.master._plan_view.PlanView.body`), with the collector held off."""
+    (:meth:`~nodeagent.master._plan_view.PlanView.body`), with the collector held off.
+    Raises :class:`~nodeagent.master._plan_view.PlanQueryError` for a stale cursor."""
     now = master.clock.now()
     with _collector_paused():
         # The plan's rows are freed when body returns, before the collector resumes (or
         # its first pass would walk them).
         return master.plan_view.body(
-            master.plan_inputs(now), now, with_blockers=with_blockers, late=late, limit=limit
+            master.plan_inputs(now),
+            now,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            select=select,
         )
+
+
+def plan_lines(
+    master: Master,
+    *,
+    with_blockers: bool = True,
+    late: bool = False,
+    limit: int | None = None,
+    select: PlanSelect | None = None,
+) -> AsyncIterator[bytes]:
+    """``GET /v1/maintenance/plan?format=jsonl``'s body
+    (:meth:`~nodeagent.master._plan_view.PlanView.stream`): its chunks made one at a time
+    with the collector held off, ``now`` that of the first, the event loop served between
+    two. An error after the first line ends the body with a line ``{"error": {"code":
+    "plan.failed", "message"}}`` (and is logged). Raises
+    :class:`~nodeagent.master._plan_view.PlanQueryError` at once for a stale cursor."""
+    now = master.clock.now()
+    chunks = master.plan_view.stream(
+        master.plan_inputs(now),
+        now,
+        with_blockers=with_blockers,
+        late=late,
+        limit=limit,
+        select=select,
+    )
+
+    async def lines() -> AsyncIterator[bytes]:
+        while True:
+            try:
+                with _collector_paused():
+                    chunk = next(chunks, None)
+            except Exception as exc:
+                log.exception("the streamed plan failed")
+                failed = {"code": "plan.failed", "message": f"the plan failed: {exc!r}"}
+                yield orjson.dumps({"error": failed}) + b"\n"
+                return
+            if chunk is None:
+                return
+            if chunk:
+                yield chunk
+            await trio.lowlevel.checkpoint()
+
+    return lines()
 
 
 class Principals:
@@ -962,22 +1023,45 @@ def build_master_app(
         "/v1/maintenance/plan",
         tags=["maintenance"],
         response_class=JSONResponse,
-        responses=_errors(401, 403, 422),
+        responses=_errors(401, 403, 409, 422),
     )
     async def plan(
         request: Request,
+        *,
         blockers: bool = True,
         late: bool = False,
         limit: Annotated[int | None, Query(ge=0)] = None,
+        format: Literal["json", "jsonl"] = "json",
+        window: Annotated[list[str] | None, Query()] = None,
+        machine: Annotated[list[str] | None, Query()] = None,
+        after: str | None = None,
     ) -> Response:
         """The cluster maintenance plan: per machine and totals (first, the ads that
         predate their machine's window are fetched: ``Master.refresh_figures``).
         ``late=true``: only the rows late by their promises or to be escalated;
         ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
-        The totals count every machine."""
+        ``window=START`` and ``machine=HOST`` (repeatable): the plan of the machines of
+        those windows, of those hostnames or IPs (the totals count them; without: every
+        machine). ``after=CURSOR``: the rows after the previous page's ``next``.
+        ``format=jsonl``: JSON lines, sent as they are made (a head, a line a row, an end).
+        422 ``plan.bad_window``, ``plan.bad_machine``, ``plan.bad_cursor``; 409
+        ``plan.cursor_stale``."""
         allowed(request, Scope.READ)
+        try:
+            select = PlanSelect.parse(windows=window or (), machines=machine or (), after=after)
+        except PlanQueryError as exc:
+            return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         await master.refresh_figures()
-        body = plan_body(master, with_blockers=blockers, late=late, limit=limit)
+        chosen = select if select.given else None
+        try:
+            if format == "jsonl":
+                lines = plan_lines(
+                    master, with_blockers=blockers, late=late, limit=limit, select=chosen
+                )
+                return StreamingResponse(lines, media_type="application/x-ndjson")
+            body = plan_body(master, with_blockers=blockers, late=late, limit=limit, select=chosen)
+        except PlanQueryError as exc:
+            return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         return Response(body, media_type="application/json")
 
     if sla is None:

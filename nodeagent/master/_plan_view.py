@@ -6,9 +6,11 @@ the drain records and the drains being started, when each machine entered its wi
 policy and the counters. :class:`PlanView` keeps the plan's caches from one reply to the
 next — the scheduled machines of the schedule, each machine's plan and row state
 (:mod:`._plan`) while what they are made of holds, each row's JSON text
-(:mod:`._row_json`) — and assembles the reply: the totals over every machine, the ``late``
-rows in window-start order, ``limit`` and ``matched``, as data (:meth:`PlanView.reply`) or
-as the body the API sends (:meth:`PlanView.body`).
+(:mod:`._row_json`) — and assembles the reply: the totals over every machine (or the
+machines a :class:`PlanSelect` selects), the ``late`` rows in window-start order, the rows
+after a cursor, ``limit`` and ``matched``, as data (:meth:`PlanView.reply`), as the body
+the API sends (:meth:`PlanView.body`) or as JSON lines made a chunk at a time
+(:meth:`PlanView.stream`).
 
 **The encoding.** The body's rows are written from their templates and joined with the
 rest as orjson writes it (:class:`~fastapi.responses.JSONResponse`'s JSON, several times
@@ -23,11 +25,12 @@ record a machine has, and whether it says the node was told of its escalation); 
 
 from __future__ import annotations
 
+import base64
 import contextlib
-import itertools
 import json
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+import operator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +44,7 @@ from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
     PlanTotals,
+    RowFigures,
     RowState,
     ScheduledMachine,
     machine_plan,
@@ -51,7 +55,15 @@ from nodeagent.master._plan import (
 from nodeagent.master._row_json import RowJson
 from slots import Escalation
 
-__all__ = ["PlanInputs", "PlanView", "Record"]
+__all__ = [
+    "CHUNK",
+    "PlanInputs",
+    "PlanQueryError",
+    "PlanSelect",
+    "PlanView",
+    "Record",
+    "cursor_of",
+]
 
 #: A drain record of the master's, as the view reads it (:func:`_record_of`, :func:`_escalated`).
 Record = DrainRecord
@@ -99,10 +111,18 @@ class PlanInputs:
     is_rebooting: Callable[[AdEntry], bool] | None = None
 
 
+#: Machines a chunk of the streamed plan is made of.
+CHUNK = 256
+
+
 class PlanView:
     """The plan's caches, and the replies made with them (see the module docstring).
 
-    Not safe for concurrent use: one reply at a time (the master's event loop).
+    One call at a time (the master's event loop; nothing here is thread-safe). A streamed
+    reply (:meth:`stream`) is made a chunk at a time, and reconcile passes and other
+    replies may use the view between two of its chunks: every cached row is checked
+    against what it is made of before it is used, and a stream whose schedule was replaced
+    meanwhile finishes with caches of its own.
     """
 
     def __init__(self) -> None:
@@ -155,8 +175,10 @@ class PlanView:
         *,
         with_blockers: bool,
         escalation: Escalation | None = None,
+        only: Sequence[ScheduledMachine] | None = None,
     ) -> list[tuple[MachinePlan, RowState]]:
-        """Every scheduled machine's plan and row state at ``now`` (schedule order).
+        """Every scheduled machine's plan and row state at ``now`` (schedule order), or
+        those of the machines ``only`` (scheduled machines of ``inputs.statuses``).
 
         Both are kept from the previous call while what they are made of holds: the
         machine, its nodes' ads (the same list) and whether each is lost, the drain record
@@ -175,7 +197,7 @@ class PlanView:
         cache = self._plan_cache
         keep = policy.drain_policy != "immediate"
         out = []
-        for machine in scheduled:
+        for machine in scheduled if only is None else only:
             key = machine.key
             nodes = find(machine.id.hostname, machine.id.ip)
             record = _record_of(drains, starting, key)
@@ -258,18 +280,32 @@ class PlanView:
         with_blockers: bool = True,
         late: bool = False,
         limit: int | None = None,
+        select: PlanSelect | None = None,
     ) -> dict[str, Any]:
         """The plan at ``now`` as data (``GET /v1/maintenance/plan``'s JSON).
 
-        ``totals`` always count every scheduled machine. ``machines`` holds every row
-        (schedule order) or, with ``late``, only the rows of machines late by their
-        promises or that the plan will escalate (window-start order); ``limit`` keeps the
-        first ``limit`` of them. ``matched`` is how many rows there were before ``limit``.
-        ``after_window`` lists every machine still out of service after its window
-        (DRAINING or DOWN past its end; schedule order), whatever ``late`` and ``limit``.
+        ``totals`` count every scheduled machine, or with ``select`` the machines it
+        selects (:class:`PlanSelect`: by window, by name), whose rows alone are made.
+        ``machines`` holds every row (schedule order) or, with ``late``, only the rows of
+        machines late by their promises or that the plan will escalate (window-start
+        order); those after ``select``'s cursor; ``limit`` keeps the first ``limit`` of
+        them. ``matched`` is how many rows there were before ``limit``. ``after_window``
+        lists every (selected) machine still out of service after its window (DRAINING or
+        DOWN past its end; schedule order), whatever ``late`` and ``limit``. With a
+        ``select`` that says anything, ``next`` is the cursor of the next page (``None``:
+        no rows after these).
+
+        Raises :class:`PlanQueryError` (409 ``plan.cursor_stale``) for a cursor whose
+        machine is no longer scheduled, or no longer at the window it had.
         """
         return self._reply(
-            inputs, now, with_blockers=with_blockers, late=late, limit=limit, encoded=False
+            inputs,
+            now,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            select=select,
+            encoded=False,
         )
 
     def body(
@@ -280,20 +316,243 @@ class PlanView:
         with_blockers: bool = True,
         late: bool = False,
         limit: int | None = None,
+        select: PlanSelect | None = None,
     ) -> bytes:
         """:meth:`reply` as the JSON text the API sends (see the module docstring): the
         rows written from their templates, or, for a plan orjson refuses, the reply at the
-        same ``now`` written by :mod:`json`."""
+        same ``now`` written by :mod:`json`. Raises :class:`PlanQueryError` as
+        :meth:`reply` does."""
         try:
             plan = self._reply(
-                inputs, now, with_blockers=with_blockers, late=late, limit=limit, encoded=True
+                inputs,
+                now,
+                with_blockers=with_blockers,
+                late=late,
+                limit=limit,
+                select=select,
+                encoded=True,
             )
             return _encoded_body(plan)
         except orjson.JSONEncodeError:  # rows are encoded as the plan is made
             plan = self._reply(
-                inputs, now, with_blockers=with_blockers, late=late, limit=limit, encoded=False
+                inputs,
+                now,
+                with_blockers=with_blockers,
+                late=late,
+                limit=limit,
+                select=select,
+                encoded=False,
             )
             return _json_body(plan)
+
+    def stream(
+        self,
+        inputs: PlanInputs,
+        now: float,
+        *,
+        with_blockers: bool = True,
+        late: bool = False,
+        limit: int | None = None,
+        select: PlanSelect | None = None,
+        chunk: int = CHUNK,
+    ) -> Iterator[bytes]:
+        """:meth:`reply` as JSON lines (``format=jsonl``), made ``chunk`` machines at a
+        time: the first line ``{"plan": {"now", "policy"}}``, a line ``{"row": …}`` a row,
+        the last ``{"end": {"matched", "totals", "after_window", "next"}}``; a row orjson
+        cannot write is written by :mod:`json`. Each item is the text of one chunk (empty
+        while ``late`` rows are being made: they are sent in window-start order once all
+        are made), so that the caller serves others between two chunks.
+
+        Between two chunks a reconcile pass or another reply may use the view: each row
+        is taken from the caches only while what it is made of holds (as in :meth:`rows`),
+        and a stream whose schedule was replaced meanwhile makes the rest of its rows with
+        caches of its own, leaving the view's to the new schedule. ``inputs`` and ``now``
+        stay those of the first chunk.
+
+        Raises :class:`PlanQueryError` (as :meth:`reply`) before the first item.
+        """
+        made = self._made(inputs, now, late=late, select=select)
+        return self._lines(
+            inputs, now, made, with_blockers=with_blockers, late=late, limit=limit, chunk=chunk
+        )
+
+    def _made(
+        self, inputs: PlanInputs, now: float, *, late: bool, select: PlanSelect | None
+    ) -> _Selected:
+        """The machines the plan is made of and, with a cursor, where its rows start.
+        Raises :class:`PlanQueryError` for a stale cursor."""
+        scheduled = self.scheduled(inputs.statuses)
+        machines: Sequence[ScheduledMachine] = scheduled
+        if select is not None and (select.windows is not None or select.names is not None):
+            machines = [m for m in scheduled if select.takes(m)]
+        start: tuple[float, int] | None = None
+        if select is not None and select.cursor is not None:
+            key, window_start = select.cursor
+            found = [i for i, m in enumerate(scheduled) if m.key == key]
+            if not found or scheduled[found[0]].window_start != window_start:
+                raise PlanQueryError(
+                    "plan.cursor_stale",
+                    "the cursor's machine is no longer scheduled at that window: "
+                    "ask the first page again",
+                    status=409,
+                )
+            start = (window_start if late else 0.0, found[0])
+        index = {id(m): i for i, m in enumerate(scheduled)} if machines is not scheduled else None
+        return _Selected(
+            statuses=inputs.statuses,
+            machines=machines,
+            index=index,
+            start=start,
+            paged=select is not None and select.given,
+        )
+
+    def _lines(
+        self,
+        inputs: PlanInputs,
+        now: float,
+        made: _Selected,
+        *,
+        with_blockers: bool,
+        late: bool,
+        limit: int | None,
+        chunk: int,
+    ) -> Iterator[bytes]:
+        policy = inputs.policy
+        yield orjson.dumps({"plan": {"now": now, "policy": _policy(policy)}}) + b"\n"
+        acc = _Acc(now, Escalation(policy.escalation))
+        view = self
+        machines = made.machines
+        sent = 0
+        last: _Row | None = None
+        for at in range(0, len(machines), chunk):
+            if view is self and not self._holds(made.statuses):
+                view = PlanView()  # the schedule moved on: caches of the stream's own
+                view.scheduled(made.statuses)
+            part = machines[at : at + chunk]
+            rows = view._rows_of(
+                inputs, now, part, at=at, made=made, acc=acc, with_blockers=with_blockers, late=late
+            )
+            if late:
+                yield b""
+                continue
+            out = []
+            for row in rows:
+                if limit is not None and sent >= limit:
+                    break
+                out.append(view._line(row, now))
+                sent += 1
+                last = row
+            yield b"".join(out)
+        rows = acc.rows
+        if late:
+            rows.sort(key=_order)
+            del rows[len(rows) if limit is None else limit :]
+            for i in range(0, len(rows), chunk):
+                page = rows[i : i + chunk]
+                yield b"".join(view._line(row, now) for row in page)
+                last = page[-1]
+        matched = acc.matched
+        end = {
+            "matched": matched,
+            "totals": _totals(acc.added, inputs),
+            "after_window": acc.ended,
+            "next": _next(last, matched, limit),
+        }
+        yield _dumps({"end": end}) + b"\n"
+
+    def _line(self, row: _Row, now: float) -> bytes:
+        """The row's line: written from its templates, or by :mod:`json` for a row orjson
+        refuses."""
+        try:
+            text: bytes = self._write(row, now)
+        except orjson.JSONEncodeError:
+            text = _json_body(self._write(row, now, encoded=False))
+        return b'{"row":' + text + b"}\n"
+
+    def _holds(self, statuses: tuple[MachineStatus, ...]) -> bool:
+        """Whether the view's caches are still those of the schedule ``statuses``."""
+        held = self._scheduled[0]
+        return held is statuses or held == statuses
+
+    def _rows_of(
+        self,
+        inputs: PlanInputs,
+        now: float,
+        machines: Sequence[ScheduledMachine],
+        *,
+        at: int,
+        made: _Selected,
+        acc: _Acc,
+        with_blockers: bool,
+        late: bool,
+        encoded: bool = True,
+    ) -> list[_Row]:
+        """The rows of ``machines`` (from ``at`` in the selection): each machine is added
+        to the totals (and to ``after_window``); the rows that match (``late``, after the
+        cursor) are counted in ``matched``, returned, and kept in ``acc.rows`` with
+        ``late``. No row is written yet (see :meth:`_write`)."""
+        out: list[_Row] = []
+        texts = self._row_texts
+        added, start, index = acc.added, made.start, made.index
+        pairs = self.rows(
+            inputs, now, with_blockers=with_blockers, escalation=acc.escalation, only=machines
+        )
+        for i, (each, state) in enumerate(pairs, at):
+            out_of_service = _after_window(each, now)
+            if out_of_service is not None:
+                acc.ended.append(out_of_service)
+            position = i if index is None else index[id(each.machine)]
+            order = (each.window_start if late else 0.0, position)
+            figures = None
+            fast = None
+            if encoded:
+                text = texts.get(each.key)
+                if text is None:
+                    text = texts[each.key] = RowJson()
+                # A late row is written once sorted, and only if sent.
+                try:
+                    fast = text.fast(each, state, now, unless_on_time=late, write=not late)
+                except orjson.JSONEncodeError:  # written _write's way
+                    fast = None
+            written = None
+            if fast is not None:  # no cut (see RowJson.fast)
+                written, on_time, graceful_badput, quick_badput = fast
+                added.add_node(
+                    each,
+                    on_time=on_time,
+                    graceful_badput=graceful_badput,
+                    quick_badput=quick_badput,
+                )
+                matches = not late or not on_time
+            else:
+                figures = row_figures(each, state, now)
+                added.add(each, figures)
+                matches = not late or figures.on_time is False or figures.will_escalate
+            if not matches or (start is not None and order <= start):
+                continue
+            out.append((order, each, state, figures, written or None))
+        acc.matched += len(out)
+        if late:
+            acc.rows += out
+        return out
+
+    def _write(self, row: _Row, now: float, *, encoded: bool = True) -> Any:
+        """The row's text (``encoded``; raises :class:`orjson.JSONEncodeError` for a value
+        orjson cannot write) or dict."""
+        _, each, state, figures, written = row
+        if encoded and written is not None:
+            return written
+        if not encoded:
+            return row_dict(each, state, figures or row_figures(each, state, now))
+        text = self._row_texts.get(each.key)
+        if text is None:
+            text = self._row_texts[each.key] = RowJson()
+        if figures is None:
+            fast = text.fast(each, state, now)
+            if fast is not None:
+                return fast[0]
+            figures = row_figures(each, state, now)
+        return text.text(each, state, figures)
 
     def _reply(
         self,
@@ -303,73 +562,193 @@ class PlanView:
         with_blockers: bool,
         late: bool,
         limit: int | None,
+        select: PlanSelect | None,
         encoded: bool,
     ) -> dict[str, Any]:
         """:meth:`reply`; with ``encoded``, ``machines`` is the list of the rows' JSON
         texts (:class:`~nodeagent.master._row_json.RowJson`). Raises
         :class:`orjson.JSONEncodeError` (``encoded`` only) for a row orjson cannot write."""
-        rows: list[Any] = []
-        starts: list[float] = []
-        added = PlanTotals(now)
+        made = self._made(inputs, now, late=late, select=select)
         policy = inputs.policy
-        escalation = Escalation(policy.escalation)
-        rows_of = self.rows(inputs, now, with_blockers=with_blockers, escalation=escalation)
-        texts = self._row_texts  # after: a new schedule prunes it
-        ended: list[dict[str, Any]] = []
-        for each, state in rows_of:
-            out_of_service = _after_window(each, now)
-            if out_of_service is not None:
-                ended.append(out_of_service)
-            text = None
-            if encoded:
-                text = texts.get(each.key)
-                if text is None:
-                    text = texts[each.key] = RowJson()
-                fast = text.fast(each, state, now, unless_on_time=late)
-                if fast is not None:  # no cut: one formatting (see RowJson.fast)
-                    row_text, on_time, graceful_badput, quick_badput = fast
-                    added.add_node(
-                        each,
-                        on_time=on_time,
-                        graceful_badput=graceful_badput,
-                        quick_badput=quick_badput,
-                    )
-                    if not late or not on_time:
-                        rows.append(row_text)
-                        starts.append(each.window_start)
-                    continue
-            figures = row_figures(each, state, now)
-            added.add(each, figures)
-            if late and not (figures.on_time is False or figures.will_escalate):
-                continue
-            if text is not None:
-                rows.append(text.text(each, state, figures))
-            else:
-                rows.append(row_dict(each, state, figures))
-            starts.append(each.window_start)
+        acc = _Acc(now, Escalation(policy.escalation))
+        rows = self._rows_of(
+            inputs,
+            now,
+            made.machines,
+            at=0,
+            made=made,
+            acc=acc,
+            with_blockers=with_blockers,
+            late=late,
+            encoded=encoded,
+        )
         if late:
-            rows = [row for _, _, row in sorted(zip(starts, itertools.count(), rows))]
+            rows.sort(key=_order)
         matched = len(rows)
         if limit is not None:
             del rows[limit:]
-        totals = added.to_json()
-        totals.update(inputs.counters)
-        totals["nodes"] = inputs.nodes
-        totals["notices"] = _notice_totals(inputs.notices)
-        return {
+        reply = {
             "now": now,
-            "policy": {
-                "drain_policy": policy.drain_policy,
-                "drain_margin": policy.drain_margin,
-                "escalation": policy.escalation,
-                "up_after_window": policy.up_after_window,
-                "on_all_accepted": policy.on_all_accepted,
-            },
+            "policy": _policy(policy),
             "matched": matched,
-            "machines": rows,
-            "totals": totals,
-            "after_window": ended,
+            "machines": [
+                self._write(row, now, encoded=encoded) if row[4] is None else row[4] for row in rows
+            ],
+            "totals": _totals(acc.added, inputs),
+            "after_window": acc.ended,
         }
+        if made.paged:
+            reply["next"] = _next(rows[-1] if rows else None, matched, limit)
+        return reply
+
+
+class PlanQueryError(ValueError):
+    """A plan's filter or cursor refused: ``code`` and the HTTP ``status`` (422 for a
+    value that is not one, 409 for a cursor that no longer fits the schedule)."""
+
+    def __init__(self, code: str, message: str, *, status: int = 422) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanSelect:
+    """Which machines a plan is made of and where its rows start.
+
+    ``windows``: the windows' starts (epoch seconds, as the rows show them); ``names``:
+    hostnames or IPs, a machine selected when its hostname or IP is one of them (both
+    ``None``: every scheduled machine). ``cursor``: the machine (key, window start) of
+    the last row of the previous page (:func:`cursor_of`); ``given``: whether the
+    caller said anything of this (the reply then carries ``next``).
+    """
+
+    windows: frozenset[float] | None = None
+    names: frozenset[str] | None = None
+    cursor: tuple[str, float] | None = None
+    given: bool = False
+
+    @classmethod
+    def parse(
+        cls, *, windows: Sequence[str] = (), machines: Sequence[str] = (), after: str | None = None
+    ) -> PlanSelect:
+        """The selection of the query's ``window``, ``machine`` and ``after`` values
+        (``after`` empty: from the first row). Raises :class:`PlanQueryError` (422:
+        ``plan.bad_window``, ``plan.bad_machine``, ``plan.bad_cursor``)."""
+        starts = set()
+        for text in windows:
+            try:
+                start = float(text)
+            except ValueError:
+                start = math.nan
+            if not math.isfinite(start):
+                raise PlanQueryError(
+                    "plan.bad_window", f"window={text!r}: not a window's start (epoch seconds)"
+                )
+            starts.add(start)
+        for name in machines:
+            if not name.strip():
+                raise PlanQueryError("plan.bad_machine", "machine=: an empty hostname or IP")
+        return cls(
+            windows=frozenset(starts) if windows else None,
+            names=frozenset(machines) if machines else None,
+            cursor=_parse_cursor(after) if after else None,
+            given=bool(windows or machines or after is not None),
+        )
+
+    def takes(self, machine: ScheduledMachine) -> bool:
+        """Whether ``machine`` is selected."""
+        if self.windows is not None and machine.window_start not in self.windows:
+            return False
+        names = self.names
+        return names is None or machine.id.hostname in names or machine.id.ip in names
+
+
+def cursor_of(plan: MachinePlan) -> str:
+    """The cursor of a row: opaque text naming its machine and window."""
+    text = orjson.dumps([plan.machine.key, plan.window_start])
+    return base64.urlsafe_b64encode(text).rstrip(b"=").decode("ascii")
+
+
+def _parse_cursor(text: str) -> tuple[str, float]:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        found = orjson.loads(raw)
+    except ValueError:  # binascii.Error and orjson's are ValueErrors
+        found = None
+    match found:
+        case [str(key), int() | float() as start] if not isinstance(start, bool):
+            return key, float(start)
+    raise PlanQueryError(
+        "plan.bad_cursor", f"after={text!r}: not a cursor of this plan (a reply's next)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Selected:
+    """The machines a reply is made of (:meth:`PlanView._made`): ``index``, each one's
+    place in the schedule by ``id`` (``None``: every scheduled machine, in order);
+    ``start``: the order of the cursor's row (rows after it are sent)."""
+
+    statuses: tuple[MachineStatus, ...]
+    machines: Sequence[ScheduledMachine]
+    index: dict[int, int] | None
+    start: tuple[float, int] | None
+    paged: bool
+
+
+#: A row made (a tuple: there is one a machine): where it goes (window start with
+#: ``late``, then schedule order), its plan and state, its figures when the fast way did
+#: not make it, and its text when written already (``None``: written when sent).
+_Row = tuple[tuple[float, int], MachinePlan, RowState, RowFigures | None, bytes | None]
+
+_order = operator.itemgetter(0)
+
+
+class _Acc:
+    """What a reply adds up as its rows are made."""
+
+    __slots__ = ("added", "ended", "escalation", "matched", "rows")
+
+    def __init__(self, now: float, escalation: Escalation) -> None:
+        self.added = PlanTotals(now)
+        self.escalation = escalation
+        self.ended: list[dict[str, Any]] = []
+        self.rows: list[_Row] = []
+        self.matched = 0
+
+
+def _next(last: _Row | None, matched: int, limit: int | None) -> str | None:
+    """The cursor of the page after ``last`` (``None``: the rows ended)."""
+    if last is None or limit is None or matched <= limit:
+        return None
+    return cursor_of(last[1])
+
+
+def _policy(policy: PlanPolicy) -> dict[str, Any]:
+    return {
+        "drain_policy": policy.drain_policy,
+        "drain_margin": policy.drain_margin,
+        "escalation": policy.escalation,
+        "up_after_window": policy.up_after_window,
+        "on_all_accepted": policy.on_all_accepted,
+    }
+
+
+def _totals(added: PlanTotals, inputs: PlanInputs) -> dict[str, Any]:
+    totals = added.to_json()
+    totals.update(inputs.counters)
+    totals["nodes"] = inputs.nodes
+    totals["notices"] = _notice_totals(inputs.notices)
+    return totals
+
+
+def _dumps(value: Any) -> bytes:
+    """orjson's text, or :mod:`json`'s for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _json_body(value)
 
 
 def _after_window(plan: MachinePlan, now: float) -> dict[str, Any] | None:

@@ -248,12 +248,19 @@ class RowJson:
         )
 
     def fast(
-        self, plan: MachinePlan, state: RowState, now: float, *, unless_on_time: bool = False
+        self,
+        plan: MachinePlan,
+        state: RowState,
+        now: float,
+        *,
+        unless_on_time: bool = False,
+        write: bool = True,
     ) -> tuple[bytes, bool, int, int] | None:
         """The row at ``now`` written the fast way (the module docstring), with what the
         totals need of it: whether it is on time by its promises, its expected graceful
         and quick badput (with ``unless_on_time``, a row on time is not written: its text
-        is empty). ``None`` when the row must go the other way (a cut, no node, a
+        is empty; without ``write``, no row is: a reply that sends only some of the rows
+        writes those after). ``None`` when the row must go the other way (a cut, no node, a
         forecast that is not exact, a marker in the row's own values).
 
         Raises :class:`orjson.JSONEncodeError` for a value orjson cannot write.
@@ -287,7 +294,7 @@ class RowJson:
         else:
             late = late_by(v[6], window_start=window_start, active=fast.active)
         on_time = late == 0
-        if on_time and unless_on_time:
+        if not write or (on_time and unless_on_time):
             return b"", on_time, v[1], v[3]
         dumps = orjson.dumps
         start = plan.drain_start

@@ -68,6 +68,7 @@ from nodeagent.master._api import _json_bytes, plan_body
 from nodeagent.master._maintenance import MaintenanceSchedule, MaintenanceState
 from nodeagent.master._master import Master
 from nodeagent.master._plan import machine_key
+from nodeagent.master._plan_view import PlanSelect
 from tests.bench._benchlib import percentile, terminate
 from tests.bench._etcdlib import (
     EtcdMeter,
@@ -251,6 +252,7 @@ def in_process(
             summary_times.append(time.perf_counter() - started)
         check_summary(json.loads(body), len(ads))
         result["summary_body_ms"] = summary(summary_times)
+        result.update(streamed(master, clock, runs, len(ads)))
         # The preview of the schedule held (POST /v1/maintenance/schedule/preview): every
         # row with its blockers, computed afresh, and its reply encoded, as the server does.
         proposed = MaintenanceSchedule.from_json(schedule(len(ads), now))
@@ -288,6 +290,51 @@ def in_process(
         return result
     finally:
         store.close()
+
+
+def streamed(master: Master, clock: StepClock, runs: int, machines: int) -> dict[str, Any]:
+    """The plan streamed (``format=jsonl``) as the server makes it, a chunk at a time with
+    the collector held off per chunk: ``stream_first_row_ms`` until the first chunk holding
+    a row is made, ``stream_last_row_ms`` until the last; ``window_stream_ms`` the whole
+    stream of one window's plan (``window=``), whose rows alone are made."""
+    first_times: list[float] = []
+    last_times: list[float] = []
+    window_times: list[float] = []
+    for _ in range(runs):
+        for select, into in ((None, None), ("window", window_times)):
+            clock.t += 1.0
+            started = time.perf_counter()
+            now = master.clock.now()
+            inputs = master.plan_inputs(now)
+            chosen = None
+            if select is not None:
+                start = master.plan_view.scheduled(inputs.statuses)[0].window_start
+                chosen = PlanSelect.parse(windows=[repr(start)])
+            chunks = master.plan_view.stream(inputs, now, with_blockers=True, select=chosen)
+            first = None
+            rows = 0
+            while True:
+                gc.disable()
+                chunk = next(chunks, None)
+                gc.enable()
+                if chunk is None:
+                    break
+                if first is None and b'{"row":' in chunk:
+                    first = time.perf_counter() - started
+                rows += chunk.count(b'{"row":')
+            ended = time.perf_counter() - started
+            if into is None:
+                assert rows == machines, rows
+                first_times.append(first or ended)
+                last_times.append(ended)
+            else:
+                assert 0 < rows < machines, rows
+                into.append(ended)
+    return {
+        "stream_first_row_ms": summary(first_times),
+        "stream_last_row_ms": summary(last_times),
+        "window_stream_ms": summary(window_times),
+    }
 
 
 # ---------------------------------------------------------------------------- over HTTP

@@ -164,6 +164,8 @@ def claim_id(pool: Pool) -> str:
         ("master", "status", "--json"),
         ("master", "plan"),
         ("master", "plan", "--json"),
+        ("master", "plan", "--all"),
+        ("master", "plan", "--all", "--window", "1800000000"),
         ("master", "schedule", "get"),
         ("master", "ads"),
         ("master", "ads", "-l"),

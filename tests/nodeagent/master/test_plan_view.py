@@ -6,7 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from nodeagent.master._maintenance import (
     Window,
 )
 from nodeagent.master._plan import PlanPolicy, machine_key
-from nodeagent.master._plan_view import PlanInputs, PlanView
+from nodeagent.master._plan_view import PlanInputs, PlanQueryError, PlanSelect, PlanView
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
 NOW = 1_800_000_000.0
@@ -425,3 +425,244 @@ def test_the_machines_still_out_of_service_after_their_window_are_listed_whateve
     assert orjson.loads(view.body(world.inputs(), world.now))["after_window"] == json.loads(
         json.dumps(reply["after_window"])
     )
+
+
+# ------------------------------------------------------------- streamed, filtered, paged
+
+
+def _lines(chunks: Iterable[bytes]) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in b"".join(chunks).splitlines()]
+
+
+def _streamed(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The streamed lines as the JSON document's keys (head, rows, end)."""
+    assert list(lines[0]) == ["plan"]
+    assert list(lines[-1]) == ["end"]
+    assert all(list(line) == ["row"] for line in lines[1:-1])
+    end = lines[-1]["end"]
+    return {
+        **lines[0]["plan"],
+        "matched": end["matched"],
+        "machines": [line["row"] for line in lines[1:-1]],
+        "totals": end["totals"],
+        "after_window": end["after_window"],
+        "next": end["next"],
+    }
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("limit", [None, 0, 2, 100])
+@pytest.mark.parametrize("blockers", [True, False])
+@pytest.mark.parametrize("chunk", [1, 2, 256])
+def test_the_stream_is_the_reply_in_lines(
+    late: bool, limit: int | None, blockers: bool, chunk: int
+) -> None:
+    world = _reply_world()
+    view = PlanView()
+    reply = view.reply(world.inputs(), world.now, with_blockers=blockers, late=late, limit=limit)
+    stream = view.stream(
+        world.inputs(), world.now, with_blockers=blockers, late=late, limit=limit, chunk=chunk
+    )
+    streamed = _streamed(_lines(stream))
+    more = limit is not None and 0 < limit < reply["matched"]  # limit=0: no row to go on from
+    assert (streamed.pop("next") is not None) == more
+    assert streamed == orjson.loads(orjson.dumps(reply))
+
+
+def test_the_stream_sends_its_head_before_it_makes_a_row() -> None:
+    world = _reply_world()
+    made: list[str] = []
+
+    def find(hostname: str | None, ip: str | None) -> list[Any]:
+        made.append(str(hostname))
+        return world.ads.find(hostname, ip)
+
+    inputs = dataclasses.replace(world.inputs(), find=find)
+    chunks = PlanView().stream(inputs, world.now, chunk=2)
+    assert orjson.loads(next(chunks)) == {"plan": {"now": world.now, "policy": ANY_POLICY}}
+    assert made == []
+    assert [
+        orjson.loads(line)["row"]["machine_id"]["hostname"] for line in next(chunks).splitlines()
+    ] == ["n0.test", "n1.test"]
+    assert made == ["n0.test", "n1.test"]
+
+
+ANY_POLICY = PlanView().reply(_reply_world().inputs(), NOW)["policy"]
+
+
+@pytest.mark.parametrize(
+    ("windows", "machines", "rows"),
+    [
+        ((), (), ["n0.test", "n1.test", "n2.test", "n3.test", "n4.test", "n5.test"]),
+        ((str(NOW + 1800.0),), (), ["n2.test", "n3.test"]),
+        ((str(NOW + 1800.0), str(NOW + 600)), (), ["n2.test", "n3.test", "n4.test"]),
+        ((str(int(NOW + 600)),), (), ["n4.test"]),  # as an integer
+        ((str(NOW + 1.0),), (), []),  # no such window
+        ((), ("n1.test", "10.0.0.5"), ["n1.test", "n5.test"]),  # by hostname, by ip
+        ((str(NOW + 1800.0),), ("n3.test", "n4.test"), ["n3.test"]),  # both
+    ],
+)
+def test_a_plan_of_some_windows_or_machines_makes_their_rows_only(
+    windows: tuple[str, ...], machines: tuple[str, ...], rows: list[str]
+) -> None:
+    """Only the selected machines are looked up (their rows made), the totals count them,
+    and their rows are the rows of the whole plan."""
+    world = _reply_world()
+    everything = PlanView().reply(world.inputs(), world.now)
+    made: list[str] = []
+
+    def find(hostname: str | None, ip: str | None) -> list[Any]:
+        made.append(str(hostname))
+        return world.ads.find(hostname, ip)
+
+    inputs = dataclasses.replace(world.inputs(), find=find)
+    select = PlanSelect.parse(windows=windows, machines=machines)
+    reply = PlanView().reply(inputs, world.now, select=select)
+    assert _machines(reply) == rows
+    assert sorted(made) == sorted(rows)
+    assert reply["machines"] == [
+        r for r in everything["machines"] if r["machine_id"]["hostname"] in rows
+    ]
+    assert reply["totals"]["machines"] == len(rows)
+    assert reply.pop("next", None) is None  # present when a filter is given
+    assert ("next" in PlanView().reply(inputs, world.now, select=select)) == select.given
+    streamed = _streamed(_lines(PlanView().stream(inputs, world.now, select=select, chunk=1)))
+    assert streamed.pop("next") is None
+    assert streamed == orjson.loads(orjson.dumps(reply))
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("limit", [1, 2, 3])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_pages_followed_by_their_cursors_are_the_rows_of_one_reply(
+    late: bool, limit: int, streamed: bool
+) -> None:
+    world = _reply_world()
+    view = PlanView()
+    whole = view.reply(world.inputs(), world.now, late=late)
+    pages: list[dict[str, Any]] = []
+    after: str | None = ""  # from the first row
+    while after is not None:
+        select = PlanSelect.parse(after=after)
+        if streamed:
+            page = _streamed(
+                _lines(
+                    view.stream(world.inputs(), world.now, late=late, limit=limit, select=select)
+                )
+            )
+        else:
+            page = orjson.loads(
+                view.body(world.inputs(), world.now, late=late, limit=limit, select=select)
+            )
+        assert page["totals"] == whole["totals"]
+        assert page["matched"] == whole["matched"] - sum(len(p["machines"]) for p in pages)
+        pages.append(page)
+        after = page["next"]
+        assert len(pages) <= 6
+    assert [row for page in pages for row in page["machines"]] == whole["machines"]
+    assert len(pages) == max(1, -(-whole["matched"] // limit))
+
+
+def test_a_cursor_whose_machine_left_or_moved_is_stale() -> None:
+    world = _reply_world()
+    view = PlanView()
+    first = view.reply(world.inputs(), world.now, limit=2, select=PlanSelect.parse(after=""))
+    select = PlanSelect.parse(after=first["next"])
+    assert _machines(view.reply(world.inputs(), world.now, limit=2, select=select)) == [
+        "n2.test",
+        "n3.test",
+    ]
+    for windows in (
+        {0: 2400.0, 2: 1800.0, 4: 600.0},
+        {0: 2400.0, 1: 1300.0, 4: 600.0},
+    ):  # n1 left, moved
+        world.state.update_schedule(_schedule(windows))
+        with pytest.raises(PlanQueryError) as raised:
+            view.reply(world.inputs(), world.now, limit=2, select=select)
+        assert (raised.value.code, raised.value.status) == ("plan.cursor_stale", 409)
+        with pytest.raises(PlanQueryError):
+            view.stream(world.inputs(), world.now, limit=2, select=select)
+
+
+@pytest.mark.parametrize(
+    ("windows", "machines", "after", "code"),
+    [
+        (("x",), (), None, "plan.bad_window"),
+        (("",), (), None, "plan.bad_window"),
+        (("inf",), (), None, "plan.bad_window"),
+        (("nan",), (), None, "plan.bad_window"),
+        ((), ("",), None, "plan.bad_machine"),
+        ((), (" ",), None, "plan.bad_machine"),
+        ((), (), "!!", "plan.bad_cursor"),
+        ((), (), "e30", "plan.bad_cursor"),  # {}
+        ((), (), "WzEsMl0", "plan.bad_cursor"),  # [1,2]
+        ((), (), "WyJrIix0cnVlXQ", "plan.bad_cursor"),  # ["k",true]
+    ],
+)
+def test_a_bad_window_machine_or_cursor_is_refused(
+    windows: tuple[str, ...], machines: tuple[str, ...], after: str | None, code: str
+) -> None:
+    with pytest.raises(PlanQueryError) as raised:
+        PlanSelect.parse(windows=windows, machines=machines, after=after)
+    assert (raised.value.code, raised.value.status) == (code, 422)
+
+
+def test_streams_interleaved_with_a_pass_and_a_new_schedule_give_the_rows_of_one_reply() -> None:
+    """Two streams made a chunk at a time, with a reconcile pass (plans, rows prepared), a
+    reply of other parameters and a new schedule between their chunks: each gives what
+    one reply at its start gives, and the view's caches are left to the new schedule."""
+    world = _reply_world()
+    view = PlanView()
+    inputs = world.inputs()
+    wanted = [
+        orjson.loads(view.body(inputs, world.now)),
+        orjson.loads(view.body(inputs, world.now, with_blockers=False, late=True)),
+    ]
+    fresh = PlanView()
+    streams: list[Iterator[bytes] | None] = [
+        view.stream(inputs, world.now, chunk=1),
+        view.stream(inputs, world.now, with_blockers=False, late=True, chunk=1),
+    ]
+    got: list[list[bytes]] = [[], []]
+    steps = 0
+    while streams[0] is not None or streams[1] is not None:
+        for i, stream in enumerate(streams):
+            if stream is None:
+                continue
+            chunk = next(stream, None)
+            if chunk is None:
+                streams[i] = None
+            else:
+                got[i].append(chunk)
+        pass_inputs = world.inputs()
+        for plan in view.plans(pass_inputs, world.now):  # a reconcile pass
+            if plan.node is not None:
+                view.prepare_row(plan, pass_inputs, world.now)
+        view.body(pass_inputs, world.now, late=True, limit=1)
+        steps += 1
+        if steps == 3:
+            world.state.update_schedule(_schedule({1: 1200.0, 4: 600.0}))
+            fresh.body(world.inputs(), world.now)
+    assert [_streamed(_lines(chunks)) for chunks in got] == [{**w, "next": None} for w in wanted]
+    assert set(view.row_texts) <= {_key(1), _key(4)}
+    assert view.body(world.inputs(), world.now) == fresh.body(world.inputs(), world.now)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_streamed_row_orjson_refuses_is_written_by_json(late: bool) -> None:
+    world = _reply_world()
+    ad = _ad(1, NOW, jobs=0)
+    ad["machine"]["TotalMachineDrainingBadput"] = 2**70
+    world.ads.update(ad, NOW)
+    view = PlanView()
+    lines = [
+        json.loads(line)
+        for line in b"".join(
+            view.stream(world.inputs(), world.now, late=late, chunk=2)
+        ).splitlines()
+    ]
+    streamed = _streamed(lines)
+    streamed.pop("next")
+    assert streamed == view.reply(world.inputs(), world.now, late=late)
+    if not late:
+        assert streamed["machines"][1]["statistics"]["TotalMachineDrainingBadput"] == 2**70
