@@ -93,7 +93,8 @@ def _fast_marker(name: str) -> str:
 
 class _Fast(NamedTuple):
     """A row's fast template for one forecast piece (see the module docstring): the
-    values in the order written are the nodes' ages, the figures' age, the lines 0–5,
+    values in the order written are the nodes' ages, when the figures are from and their
+    age, the lines 0–5,
     on_time, late_by, line 6, on_time, late_by, lines 7 and 8, the planned drain start,
     then the other lines (the blockers')."""
 
@@ -104,6 +105,16 @@ class _Fast(NamedTuple):
     template: bytes
     lines: tuple[tuple[int, int], ...]  # the %d values, in the order they are written
     active: bool
+
+
+def _same_nodes(a: Sequence[AdEntry], b: Sequence[AdEntry]) -> bool:
+    """Whether a row written for nodes ``a`` holds for nodes ``b``: the same list (the
+    ad store hands out the same one until a node's ad changes), or entries of the same
+    ads, each the one before moved on in time (the same :attr:`AdEntry.basis`: what a
+    row shows of them is the same, but their ages, which are filled in)."""
+    return a is b or (
+        len(a) == len(b) and all(x is y or x.basis is y.basis for x, y in zip(a, b, strict=True))
+    )
 
 
 def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fast | None:
@@ -139,10 +150,18 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         ]
     )
     text = orjson.dumps(row_dict(plan, state, marked))
+    # When the figures are from is filled in too: the template serves the node's next
+    # ads while they only move on in time (_same_nodes).
+    assert plan.node is not None
+    figures_at = b'"figures_at":' + orjson.dumps(plan.node.received_at) + b","
+    if text.count(figures_at) != 1:
+        return None
+    text = text.replace(figures_at, b'"figures_at":"\\u0000Sfigures_at\\u0000",')
     pieces = _FAST_MARKER.split(text.replace(b"%", b"%%"))
     names = [name.decode() for name in pieces[1::2]]
     expected_names = [
         *(f"Sage{i}" for i in range(nodes)),
+        "Sfigures_at",
         "Sfigures_age",
         *(f"L{i}" for i in range(6)),
         "Son_time",
@@ -195,8 +214,10 @@ class RowJson:
         if plan.node is None:
             return None
         nodes = plan.nodes
+        # The same entries (not only the same ads moved on: these templates hold when the
+        # figures are from, _template)
         if plan.machine is not self._machine or (
-            nodes is not self._nodes  # the ad store hands out the same list until it changes
+            nodes is not self._nodes
             and (
                 len(nodes) != len(self._nodes)
                 or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
@@ -280,7 +301,7 @@ class RowJson:
             or fast.piece is not piece
             or (fast.state is not state and fast.state != state)
             or fast.machine is not plan.machine
-            or fast.nodes is not plan.nodes  # the ad store hands out the same list
+            or not _same_nodes(fast.nodes, plan.nodes)
         ):
             read = forecast.lines(now, window_start=window_start, escalation=state.applied)
             if read is None or read.cut_jobs:
@@ -309,6 +330,7 @@ class RowJson:
                     if len(nodes) == 1
                     else [dumps(round(n.age(now), 3)) for n in nodes]
                 ),
+                dumps(node.received_at),
                 age,
                 *v[:6],
                 ot,

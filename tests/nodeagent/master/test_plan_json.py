@@ -173,3 +173,60 @@ def test_a_node_that_publishes_a_marker_gets_its_row_written_the_slow_way(
         assert row_text._fast is None
     finally:
         store.close()
+
+
+def test_ads_that_only_moved_on_keep_their_rows_templates_and_the_reply_is_the_plan(
+    tmp_path: Path,
+) -> None:
+    """Every node pushes its ad again a minute later, only moved on in time: the rows'
+    templates are kept (no forecast or template made again) and the reply is still
+    exactly the plan, ad ages included; an ad that changed gets a new template."""
+    clock = StepClock(1_800_000_000.0)
+    store = DocumentStore(tmp_path / "master.db")
+    master = Master(
+        store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=600)
+    )
+    now = clock.now()
+    nodes = []
+    for n in range(4):
+        node = Machine(
+            host=f"n{n}.test",
+            ip=f"10.0.0.{n}",
+            address=f"http://10.0.0.{n}:9621",
+            total=Resources(cpus=8),
+            policy=MachinePolicy(max_job_retirement_time=3600),
+            now=now - 900,
+        )
+        for j in range(3):
+            node.claim(now - 800 + 10 * j, resources=Resources(cpus=1), spec=JobSpec())
+        nodes.append(node)
+        master.receive_ad(node.ad(now))
+    ids = [MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}") for n in range(4)]
+    master.set_schedule(_schedule(now + 7200, ids), actor="ops")
+    try:
+        _assert_reply_is_the_plan(master)
+        plan_body(master)  # the whole plan: each row's template for its state
+        texts = master.plan_view.row_texts
+        before = {key: text._fast for key, text in texts.items()}
+        forecasts = [master.ads.get(f"n{n}.test").forecast for n in range(4)]  # type: ignore[union-attr]
+        assert all(before.values())
+        clock.t += 60
+        for node in nodes:
+            master.receive_ad(node.ad(clock.now()))
+        nodes[0].claim(clock.now(), resources=Resources(cpus=1), spec=JobSpec())
+        master.receive_ad(nodes[0].ad(clock.now()))  # this one changed
+        clock.t += 1
+        plan_body(master)
+        kept = [key for key, text in texts.items() if text._fast is before[key]]
+        assert sorted(kept) == [f"n{n}.test|10.0.0.{n}" for n in range(1, 4)]
+        _assert_reply_is_the_plan(master)
+        entries = [master.ads.get(f"n{n}.test") for n in range(4)]
+        assert [e.forecast is f for e, f in zip(entries, forecasts, strict=True)] == [  # type: ignore[union-attr]
+            False,
+            True,
+            True,
+            True,
+        ]
+        assert master.ads.moved_on_ads == 4  # n0's first push again moved on, then changed
+    finally:
+        store.close()
