@@ -1621,9 +1621,18 @@ def plan_row_line(row: Mapping[str, Any], now: float, *, tz: tzinfo | None = Non
 def plan_stream_lines(*, tz: tzinfo | None = None) -> Callable[[Mapping[str, Any]], list[Text]]:
     """The streamed plan's lines as ``nodeagent master plan --all`` prints them, one line
     of the stream at a time: the heading and the columns for the head, a line a row
-    (:func:`plan_row_line`), the totals and the machines still out of service after their
-    window for the end."""
+    (:func:`plan_row_line`); for the end, the totals and, as :func:`plan_view` says them,
+    why each late machine is late, the declined notices, the nodes shutting down or
+    rebooting, and the machines still out of service after their window."""
     now = 0.0
+    details: list[Text] = []  # the rows' own lines, said after the totals
+
+    def said(row: Mapping[str, Any]) -> None:
+        machine = row.get("machine_id") or {}
+        label = [str(machine.get("hostname") or machine.get("ip") or "-")]
+        details.extend(Text(t, style="red") for t in _late_lines([row], label, now, tz))
+        details.extend(Text(t, style="yellow") for t in _decline_lines([row], label, now, tz))
+        details.extend(Text(t, style="cyan") for t in _shutdown_lines([row], label))
 
     def render(line: Mapping[str, Any]) -> list[Text]:
         nonlocal now
@@ -1636,11 +1645,16 @@ def plan_stream_lines(*, tz: tzinfo | None = None) -> Callable[[Mapping[str, Any
                 Text(columns + f"{'DRAIN START':<16}  STATUS", style="bold"),
             ]
         if "row" in line:
+            said(line["row"])
             return [plan_row_line(line["row"], now, tz=tz)]
         if "end" in line:
             end = line["end"]
-            lines = [Text(t, style="dim") for t in _totals_lines(end.get("totals") or {})]
-            return lines + after_window_lines(end)
+            totals = end.get("totals") or {}
+            lines = [Text(t, style="dim") for t in _totals_lines(totals)]
+            if "escalations" in totals:
+                lines.append(Text(_verdict_totals_line(totals)))
+            lines.extend(Text(t) for t in _workload_lines(totals))
+            return lines + details + after_window_lines(end)
         return []
 
     return render

@@ -22,6 +22,7 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._operation_preview`: a rolling operation's batches and end, before it exists (pure).
 * :mod:`._operations`: rolling maintenance operations: batches, steps, the next one (pure).
 * :mod:`._operations_api`: the endpoints of rolling maintenance operations.
+* :mod:`._pass_index`: which machines a reconcile pass looks at: what changed or came due.
 * :mod:`._plan`: the maintenance plan: the nodes' estimates turned into when to drain what (pure).
 * :mod:`._plan_view`: the plan's reply: its caches, totals, late rows, limit, encoding (pure).
 * :mod:`._preview`: what a proposed schedule would do, from the ads held now (pure).

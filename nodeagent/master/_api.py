@@ -1023,7 +1023,17 @@ def build_master_app(
         "/v1/maintenance/plan",
         tags=["maintenance"],
         response_class=JSONResponse,
-        responses=_errors(401, 403, 409, 422),
+        responses={
+            200: {
+                "description": "The plan: one JSON document, or with format=jsonl JSON "
+                "lines (a head, a line a row, an end), sent as the rows are made",
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "application/x-ndjson": {"schema": {"type": "string"}},
+                },
+            },
+            **_errors(401, 403, 409, 422),
+        },
     )
     async def plan(
         request: Request,
