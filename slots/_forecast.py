@@ -319,30 +319,60 @@ def _total(lines: Iterable[_Line]) -> _Line:
     return total
 
 
+#: The keys of a blocker frame, in the order of :func:`~slots.ad_blockers`' rows.
+_FRAME_KEYS = (
+    "slot",
+    "claim_id",
+    "job_id",
+    "owner",
+    "cpus",
+    "activity",
+    "run",
+    "retirement_remaining",
+    "vacate",
+    "evict_at",
+    "gone_by",
+    "promise_end",
+    "cut_by",
+    "cut_badput",
+    "accepted_while_draining",
+)
+
+
 class BlockerFrame(NamedTuple):
     """A blocker as it reads at a piece's base, and its moving entries: key, value at the
     base (an integer), slope (integer units per second).
 
-    Pieces are tuples of scalars and flat dicts, which the cyclic garbage collector stops
-    tracking: a master holds one per node, and need not walk them.
+    Pieces are tuples of scalars, which the cyclic garbage collector stops tracking: a
+    master holds one per node, and need not walk them. The values at the base are kept as
+    a tuple in the order of :data:`_FRAME_KEYS` (a quarter of a dict's memory);
+    :attr:`at_base` makes the dict anew on each read.
     """
 
-    at_base: dict[str, Any]
+    values: tuple[Any, ...]
     moving: tuple[tuple[str, int, int], ...]
+
+    @property
+    def at_base(self) -> dict[str, Any]:
+        """The blocker at the base: a new dict, the caller's to change."""
+        return dict(zip(_FRAME_KEYS, self.values, strict=True))
 
 
 def _frame(**fields: Any) -> BlockerFrame:
-    """Fields that are lines become values at the base; those that move are noted."""
-    at_base = {}
+    """Fields that are lines become values at the base; those that move are noted.
+
+    ``fields`` are exactly :data:`_FRAME_KEYS` (a missing one is a :class:`KeyError`)."""
+    values = []
     moving = []
-    for key, field in fields.items():
+    for key in _FRAME_KEYS:
+        field = fields[key]
         if isinstance(field, _Line):
             if field.slope:
                 moving.append((key, int(field.at), field.slope))
-            at_base[key] = field.at
+            values.append(field.at)
         else:
-            at_base[key] = field
-    return BlockerFrame(at_base, tuple(moving))
+            values.append(field)
+    return BlockerFrame(tuple(values), tuple(moving))
 
 
 def _clamped(trace: _Trace, line: _Line) -> _Line:
@@ -599,7 +629,7 @@ class DrainForecast:
         # what a plan of thousands of nodes repeats.
         result = []
         for frame in frames:
-            values = frame.at_base.copy()
+            values = frame.at_base
             for key, at, slope in frame.moving:
                 values[key] = at + slope * d
             result.append(values)

@@ -172,6 +172,21 @@ def test_a_stale_ad_is_brought_forward(later: int, graceful: int, quick_badput: 
     )
 
 
+@pytest.mark.parametrize("later", [0, 1000, 5000])
+def test_a_frame_reads_as_the_blocker_at_its_base_and_is_a_new_dict_each_time(
+    later: int,
+) -> None:
+    forecast = DrainForecast(busy())
+    lines = forecast.lines(T0 + later, window_start=0.0, escalation=Escalation.NONE)
+    assert lines is not None
+    at_base = ad_blockers(busy(), T0 + later - lines.d)
+    assert [frame.at_base for frame in lines.blockers] == at_base
+    assert [list(frame.at_base) for frame in lines.blockers] == [list(b) for b in at_base]
+    frame = lines.blockers[0]
+    frame.at_base["slot"] = "changed"
+    assert frame.at_base == at_base[0]
+
+
 def test_a_deadline_that_is_not_a_whole_second_is_served_directly() -> None:
     ads = busy()
     ads[0] = {**ads[0], "DrainState": "draining", "DrainingDeadline": T0 + 700.5}
