@@ -637,29 +637,23 @@ class AdStore:
             return other
         check_node_ad(machine, slots, plain_text=plain_text)
         previous = self._entries.get(name)
-        if previous is not None and moved_on(previous, machine, slots):
-            entry = AdEntry(
-                name=name,
-                machine=dict(machine),
-                slots=PackedSlots(slots),
-                received_at=now,
-                updates=previous.updates + 1,
-                basis=previous.basis,
-            )
-            # What the ad's moving values change nothing of: the forecast (made once per
-            # basis), and the facts read from what did not move.
+        moved = previous is not None and moved_on(previous, machine, slots)
+        entry = AdEntry(
+            name=name,
+            machine=dict(machine),
+            slots=PackedSlots(slots),
+            received_at=now,
+            updates=1 if previous is None else previous.updates + 1,
+        )
+        if moved:
+            assert previous is not None
+            # What the ad's moving values change nothing of: its basis, the forecast (made
+            # once per basis), and the facts read from what did not move.
+            object.__setattr__(entry, "basis", previous.basis)
             for fact in _KEPT_FACTS:
                 if fact in previous.__dict__:
                     entry.__dict__[fact] = previous.__dict__[fact]
             self.moved_on_ads += 1
-        else:
-            entry = AdEntry(
-                name=name,
-                machine=dict(machine),
-                slots=PackedSlots(slots),
-                received_at=now,
-                updates=1 if previous is None else previous.updates + 1,
-            )
         if previous is not None:
             self._unindex(previous)
         self._entries[name] = entry
