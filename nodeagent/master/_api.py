@@ -1054,7 +1054,8 @@ def build_master_app(
         those windows, of those hostnames or IPs (the totals count them; without: every
         machine). ``after=CURSOR``: the rows after the previous page's ``next``.
         ``format=jsonl``: JSON lines, sent as they are made (a head, a line a row, an end).
-        422 ``plan.bad_window``, ``plan.bad_machine``, ``plan.bad_cursor``; 409
+        422 ``plan.bad_window``, ``plan.bad_machine``, ``plan.unknown_window``,
+        ``plan.unknown_machine``, ``plan.bad_cursor``; 409
         ``plan.cursor_stale``."""
         allowed(request, Scope.READ)
         try:

@@ -51,6 +51,7 @@ __all__ = [
     "load_json",
     "parse_machine_ids",
     "render_json",
+    "suggestions",
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -672,3 +673,11 @@ def _restore(state: MaintenanceState, snapshot: Any) -> MaintenanceState:
         raise ValueError("a scheduled machine has no mode")
     state._install(state.schedule, {restored[m].id: restored[m] for m in scheduled})
     return state
+
+
+def suggestions(host: str, hostnames: Iterable[str]) -> list[str]:
+    """The hostnames ``host`` may have meant: those whose first label is ``host``
+    (``node1`` → ``node1.test``), compared without regard to case; sorted, at most three."""
+    short = host.lower()
+    found = sorted({name for name in hostnames if name.lower().split(".", 1)[0] == short})
+    return [name for name in found if name.lower() != short][:3]

@@ -38,7 +38,7 @@ import orjson
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._drains import STARTING, DrainRecord
-from nodeagent.master._maintenance import MachineStatus
+from nodeagent.master._maintenance import MachineStatus, suggestions
 from nodeagent.master._notices import Notice
 from nodeagent.master._plan import (
     MachinePlan,
@@ -380,10 +380,12 @@ class PlanView:
         self, inputs: PlanInputs, now: float, *, late: bool, select: PlanSelect | None
     ) -> _Selected:
         """The machines the plan is made of and, with a cursor, where its rows start.
-        Raises :class:`PlanQueryError` for a stale cursor."""
+        Raises :class:`PlanQueryError` for a stale cursor, a window or a machine that
+        is not scheduled (:meth:`PlanSelect.check_known`)."""
         scheduled = self.scheduled(inputs.statuses)
         machines: Sequence[ScheduledMachine] = scheduled
         if select is not None and (select.windows is not None or select.names is not None):
+            select.check_known(scheduled)
             machines = [m for m in scheduled if select.takes(m)]
         start: tuple[float, int] | None = None
         if select is not None and select.cursor is not None:
@@ -656,12 +658,59 @@ class PlanSelect:
             given=bool(windows or machines or after is not None),
         )
 
+    def check_known(self, machines: Sequence[ScheduledMachine]) -> None:
+        """Raise :class:`PlanQueryError` (422) for a ``window`` no scheduled machine's
+        window starts at (``plan.unknown_window``: the starts there are, or the unit a
+        number in milliseconds, microseconds or nanoseconds was meant in) or a ``machine``
+        that is no scheduled machine's hostname or IP (``plan.unknown_machine``, with the
+        hostnames a short name may have meant): a mistyped filter is said, not answered
+        with an empty plan."""
+        if self.windows is not None:
+            starts = {m.window_start for m in machines}
+            for start in sorted(self.windows - starts):
+                hint = ""
+                for unit, scale in (
+                    ("milliseconds", 1e3),
+                    ("microseconds", 1e6),
+                    ("nanoseconds", 1e9),
+                ):
+                    if start / scale in starts:
+                        hint = (
+                            f": it reads as {unit}; the start in seconds is {_start(start / scale)}"
+                        )
+                        break
+                else:
+                    shown = ", ".join(_start(s) for s in sorted(starts)[:5])
+                    more = "…" if len(starts) > 5 else ""
+                    hint = (
+                        f" (the windows start at {shown}{more})"
+                        if starts
+                        else " (none is scheduled)"
+                    )
+                raise PlanQueryError(
+                    "plan.unknown_window", f"window={_start(start)}: no window starts then{hint}"
+                )
+        if self.names is not None:
+            known = {m.id.hostname for m in machines} | {m.id.ip for m in machines}
+            for name in sorted(self.names - known):
+                hosts = [h for h in known if h is not None]
+                meant = suggestions(name, hosts)
+                hint = f" (did you mean {' or '.join(meant)}?)" if meant else ""
+                raise PlanQueryError(
+                    "plan.unknown_machine", f"machine={name}: no scheduled machine{hint}"
+                )
+
     def takes(self, machine: ScheduledMachine) -> bool:
         """Whether ``machine`` is selected."""
         if self.windows is not None and machine.window_start not in self.windows:
             return False
         names = self.names
         return names is None or machine.id.hostname in names or machine.id.ip in names
+
+
+def _start(seconds: float) -> str:
+    """A window's start as a filter names it: whole seconds without a fraction."""
+    return str(int(seconds)) if seconds.is_integer() else repr(seconds)
 
 
 def cursor_of(plan: MachinePlan) -> str:

@@ -58,6 +58,7 @@ from nodeagent.master._maintenance import (
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
+    suggestions,
 )
 from nodeagent.master._notices import Notice, Verdict
 from nodeagent.master._plan import (
@@ -175,14 +176,6 @@ def schedule_warnings(schedule: MaintenanceSchedule, now: float) -> list[dict[st
                 )
             )
     return warnings
-
-
-def suggestions(host: str, hostnames: Iterable[str]) -> list[str]:
-    """The hostnames ``host`` may have meant: those whose first label is ``host``
-    (``node1`` → ``node1.test``), compared without regard to case; sorted, at most three."""
-    short = host.lower()
-    found = sorted({name for name in hostnames if name.lower().split(".", 1)[0] == short})
-    return [name for name in found if name.lower() != short][:3]
 
 
 def preview_schedule(

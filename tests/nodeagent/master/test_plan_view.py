@@ -497,7 +497,6 @@ ANY_POLICY = PlanView().reply(_reply_world().inputs(), NOW)["policy"]
         ((str(NOW + 1800.0),), (), ["n2.test", "n3.test"]),
         ((str(NOW + 1800.0), str(NOW + 600)), (), ["n2.test", "n3.test", "n4.test"]),
         ((str(int(NOW + 600)),), (), ["n4.test"]),  # as an integer
-        ((str(NOW + 1.0),), (), []),  # no such window
         ((), ("n1.test", "10.0.0.5"), ["n1.test", "n5.test"]),  # by hostname, by ip
         ((str(NOW + 1800.0),), ("n3.test", "n4.test"), ["n3.test"]),  # both
     ],
@@ -666,3 +665,31 @@ def test_a_streamed_row_orjson_refuses_is_written_by_json(late: bool) -> None:
     assert streamed == view.reply(world.inputs(), world.now, late=late)
     if not late:
         assert streamed["machines"][1]["statistics"]["TotalMachineDrainingBadput"] == 2**70
+
+
+@pytest.mark.parametrize(
+    ("windows", "machines", "code", "said"),
+    [
+        ((str(NOW + 1.0),), (), "plan.unknown_window", "the windows start at"),
+        ((str(int(NOW + 600) * 10**9),), (), "plan.unknown_window", "reads as nanoseconds"),
+        ((str(int(NOW + 600) * 1000),), (), "plan.unknown_window", "reads as milliseconds"),
+        ((), ("n1",), "plan.unknown_machine", "did you mean n1.test?"),
+        ((), ("n1.test", "10.9.9.9"), "plan.unknown_machine", "machine=10.9.9.9"),
+        ((), ("other.test",), "plan.unknown_machine", "no scheduled machine"),
+    ],
+)
+def test_a_filter_that_names_no_scheduled_machine_or_window_is_refused(
+    windows: tuple[str, ...], machines: tuple[str, ...], code: str, said: str
+) -> None:
+    """A mistyped filter (a window's start in another unit, a short host name, a machine
+    not scheduled) is said, with what was meant, not answered with an empty plan."""
+    world = _reply_world()
+    select = PlanSelect.parse(windows=windows, machines=machines)
+    for make in (
+        lambda: PlanView().reply(world.inputs(), world.now, select=select),
+        lambda: list(PlanView().stream(world.inputs(), world.now, select=select)),
+    ):
+        with pytest.raises(PlanQueryError) as refused:
+            make()
+        assert (refused.value.code, refused.value.status) == (code, 422)
+        assert said in str(refused.value)
