@@ -165,7 +165,6 @@ def claim_id(pool: Pool) -> str:
         ("master", "plan"),
         ("master", "plan", "--json"),
         ("master", "plan", "--all"),
-        ("master", "plan", "--all", "--window", "1800000000"),
         ("master", "schedule", "get"),
         ("master", "ads"),
         ("master", "ads", "-l"),
@@ -236,6 +235,15 @@ def test_claim_suspend_continue_release(pool: Pool) -> None:
     assert "releasing claim" in lean(pool, "release", given)
     lean(pool, "release", created["id"])
     lean(pool, "release", "no-such-claim", status=1)
+
+
+def test_a_plan_of_one_window_streams_light_and_a_window_not_scheduled_is_said(
+    pool: Pool,
+) -> None:
+    """``plan --all --window`` goes over the light transport, and a start no window has
+    (here: nothing is scheduled) exits 1, printing nothing on stdout (the master's
+    message goes to stderr: tests/nodeagent/master/test_plan_view.py words it)."""
+    assert light(pool, "master", "plan", "--all", "--window", "1800000000", status=1) == ""
 
 
 def test_token_create(pool: Pool) -> None:
