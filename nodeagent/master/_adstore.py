@@ -644,12 +644,11 @@ class AdStore:
             slots=PackedSlots(slots),
             received_at=now,
             updates=1 if previous is None else previous.updates + 1,
+            basis=previous.basis if moved and previous is not None else object(),
         )
-        if moved:
-            assert previous is not None
-            # What the ad's moving values change nothing of: its basis, the forecast (made
-            # once per basis), and the facts read from what did not move.
-            object.__setattr__(entry, "basis", previous.basis)
+        if moved and previous is not None:
+            # What the ad's moving values change nothing of: the forecast (made once per
+            # basis), and the facts read from what did not move.
             for fact in _KEPT_FACTS:
                 if fact in previous.__dict__:
                     entry.__dict__[fact] = previous.__dict__[fact]
