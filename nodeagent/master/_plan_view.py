@@ -131,8 +131,9 @@ class PlanView:
         self._scheduled = ((), ())
         #: Each scheduled machine's row as JSON text, by key.
         self._row_texts: dict[str, RowJson] = {}
-        #: Each scheduled machine's plan and row state, and what they were made of, by key.
-        self._plan_cache: dict[str, tuple[Any, ...]] = {}
+        #: Each scheduled machine's plan and row state, and what they were made of, by key,
+        #: with and without blockers (a summary and a scrape between two whole plans).
+        self._plan_cache: dict[bool, dict[str, tuple[Any, ...]]] = {True: {}, False: {}}
 
     @property
     def row_texts(self) -> Mapping[str, RowJson]:
@@ -147,7 +148,10 @@ class PlanView:
             self._scheduled = (statuses, tuple(m for m in machines if m is not None))
             keys = {machine.key for machine in self._scheduled[1]}
             self._row_texts = {k: v for k, v in self._row_texts.items() if k in keys}
-            self._plan_cache = {k: v for k, v in self._plan_cache.items() if k in keys}
+            self._plan_cache = {
+                blockers: {k: v for k, v in cache.items() if k in keys}
+                for blockers, cache in self._plan_cache.items()
+            }
         return self._scheduled[1]
 
     def plans(self, inputs: PlanInputs, now: float) -> list[MachinePlan]:
@@ -194,7 +198,7 @@ class PlanView:
         policy = inputs.policy
         if escalation is None:
             escalation = Escalation(policy.escalation)
-        cache = self._plan_cache
+        cache = self._plan_cache[with_blockers]
         keep = policy.drain_policy != "immediate"
         out = []
         for machine in scheduled if only is None else only:
@@ -214,7 +218,7 @@ class PlanView:
                 and cached[0] is machine
                 and cached[1] is nodes
                 and cached[2] is record
-                and cached[3] == (escalated, lost, since, with_blockers, notices)
+                and cached[3] == (escalated, lost, since, notices)
                 and cached[4] is policy
                 and cached[5] is escalation
                 and now < cached[7]
@@ -243,7 +247,7 @@ class PlanView:
                 machine,
                 nodes,
                 record,
-                (escalated, lost, since, with_blockers, notices),
+                (escalated, lost, since, notices),
                 policy,
                 escalation,
                 (plan, state),
