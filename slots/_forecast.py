@@ -397,10 +397,12 @@ class PieceLines(NamedTuple):
     :data:`~slots.EXPECTED_ATTRIBUTES`; ``verdicts`` the promise completion, the planned
     completion and badput, the cut core-seconds and badput (as :meth:`DrainForecast.read`
     gives them, with :func:`~slots.late_by` of the first); ``blockers`` the frames of the
-    blockers as planned. ``piece`` identifies them (by identity)."""
+    blockers as planned. ``piece`` identifies them (by identity); they hold from the whole
+    second ``now − d`` to ``last`` (``inf``: for ever)."""
 
     piece: object
     d: int
+    last: int | float
     estimates: tuple[tuple[int, int], ...]
     verdicts: tuple[tuple[int, int], ...]
     active: bool
@@ -605,6 +607,7 @@ class DrainForecast:
         return PieceLines(
             piece=piece,
             d=whole - piece.base,
+            last=piece.base + piece.horizon,
             estimates=piece.estimates,
             verdicts=piece.verdicts,
             active=piece.active,

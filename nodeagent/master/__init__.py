@@ -24,6 +24,7 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._operations_api`: the endpoints of rolling maintenance operations.
 * :mod:`._pass_index`: which machines a reconcile pass looks at: what changed or came due.
 * :mod:`._plan`: the maintenance plan: the nodes' estimates turned into when to drain what (pure).
+* :mod:`._plan_ledger`: the plan's totals and late rows kept between replies (pure).
 * :mod:`._plan_view`: the plan's reply: its caches, totals, late rows, limit, encoding (pure).
 * :mod:`._preview`: what a proposed schedule would do, from the ads held now (pure).
 * :mod:`._rolling`: the engine that carries out :mod:`._operations` on the nodes (trio).

@@ -592,6 +592,15 @@ class AdStore:
         self.moved_on_ads = 0
         self.expired = 0
         self._lost: set[str] = set()
+        self._watchers: list[set[tuple[str, str | None]]] = []
+
+    def watch(self) -> set[tuple[str, str | None]]:
+        """A set the store adds the (hostname, ip) of every ad that arrives or goes to
+        (the hostname lower-case), for a watcher to read and empty (:meth:`find`'s answers
+        for other names stay what they were)."""
+        watched: set[tuple[str, str | None]] = set()
+        self._watchers.append(watched)
+        return watched
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -671,7 +680,10 @@ class AdStore:
         self._forget_found(entry)
 
     def _forget_found(self, entry: AdEntry) -> None:
-        """Drop the remembered :meth:`find` answers that ``entry`` is or was part of."""
+        """Drop the remembered :meth:`find` answers that ``entry`` is or was part of (and
+        tell the watchers)."""
+        for watched in self._watchers:
+            watched.add((entry.hostname.lower(), entry.ip))
         for key in self._found_by.pop(entry.hostname.lower(), ()):
             self._found.pop(key, None)
         if entry.ip is not None:

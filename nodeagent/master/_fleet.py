@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._notices import Notice, Verdict
 from nodeagent.master._operations import ENDED
-from nodeagent.master._plan import MachinePlan, RowState, row_figures
+from nodeagent.master._plan import MachinePlan, RowState, row_figures, whole
+from nodeagent.master._plan_ledger import PlanLedger
 from slots import Schedule
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "NoticeFigures",
     "OperationFigures",
     "ScheduleFigures",
+    "ledger_figures",
     "node_figures",
     "notice_figures",
     "operation_figures",
@@ -92,9 +95,10 @@ class ScheduleFigures:
     late: tuple[LateMachine, ...]
     escalations: tuple[Escalating, ...]
     expected_badput: Mapping[str, int]  # by schedule: graceful, quick, fast (core-seconds)
-    #: Capacity the drains close before their windows (core-seconds): ``planned``, and
-    #: under each admission (``admit``, ``refuse``, ``shorten``), as the plan's totals.
-    closed: Mapping[str, float]
+    #: Capacity the drains close before their windows (core-seconds, exactly: see
+    #: :func:`~nodeagent.master._plan.whole`): ``planned``, and under each admission
+    #: (``admit``, ``refuse``, ``shorten``), as the plan's totals.
+    closed: Mapping[str, int | Fraction]
 
 
 def _label(plan: MachinePlan) -> str:
@@ -112,15 +116,15 @@ def schedule_figures(rows: Iterable[tuple[MachinePlan, RowState]], now: float) -
     late: list[LateMachine] = []
     escalations: list[Escalating] = []
     badput = dict.fromkeys(_BADPUT_AT, 0)
-    closed = dict.fromkeys(("planned", "admit", "refuse", "shorten"), 0.0)
+    closed: dict[str, int | Fraction] = dict.fromkeys(("planned", "admit", "refuse", "shorten"), 0)
     for plan, state in rows:
         node = plan.node
         if node is None:
             continue
         closing = plan.closing
         if closing is not None and closing.cores:
-            admit = closing.cores * closing.admit_seconds
-            promise = closing.cores * closing.promise_seconds
+            admit = whole(closing.cores * closing.admit_seconds)
+            promise = whole(closing.cores * closing.promise_seconds)
             closed["planned"] += promise if closing.by_promise else admit
             closed["admit"] += admit
             closed["refuse"] += promise
@@ -280,3 +284,64 @@ def notice_figures(notices: Iterable[Notice]) -> NoticeFigures:
             answers["declined"] += 1
             declined.append((notice.machine, notice.group))
     return NoticeFigures(answers=answers, declined=tuple(sorted(declined)))
+
+
+def ledger_figures(
+    ledger: PlanLedger, volatile: Iterable[tuple[MachinePlan, RowState]], now: float
+) -> ScheduleFigures:
+    """:func:`schedule_figures` of every scheduled machine, from the ledger's shares
+    (brought to ``now``: :meth:`PlanLedger.bring_to
+    <nodeagent.master._plan_ledger.PlanLedger.bring_to>`) and the rows of its volatile
+    machines (``volatile``), made as those of every machine would be."""
+    late: list[tuple[int, LateMachine]] = []
+    escalations: list[tuple[int, Escalating]] = []
+    expected = ledger.expected(now)
+    badput = {schedule: expected[at] for schedule, at in _BADPUT_AT.items()}
+    totals = ledger.totals(now)
+    promise = totals.closed_promise
+    closed: dict[str, int | Fraction] = {
+        "planned": totals.closed_planned,
+        "admit": totals.closed_admit,
+        "refuse": promise,
+        "shorten": promise,
+    }
+    for key in ledger.late:
+        share = ledger.shares[key]
+        plan, state = share.pair
+        assert plan.node is not None  # a listed row has a node
+        position = ledger.position[key]
+        if share.late:
+            machine = LateMachine(
+                machine=_label(plan), node=plan.node.name, late_by=ledger.late_by(key)
+            )
+            late.append((position, machine))
+        record = plan.drain_record
+        if share.escalates and not (record is not None and record.escalated):
+            escalating = Escalating(
+                machine=_label(plan),
+                node=plan.node.name,
+                escalation=str(state.applied),
+                window_start=plan.window_start,
+                cut_jobs=share.cut_jobs,
+                cut_badput=ledger.cut_badput(key),
+            )
+            escalations.append((position, escalating))
+    for plan, state in volatile:
+        position = ledger.position[plan.key]
+        one = schedule_figures([(plan, state)], now)
+        late += [(position, each) for each in one.late]
+        escalations += [(position, each) for each in one.escalations]
+        for schedule, value in one.expected_badput.items():
+            badput[schedule] += value
+        for name, seconds in one.closed.items():
+            closed[name] += seconds
+    return ScheduleFigures(
+        late=tuple(each for _, each in sorted(late, key=_first)),
+        escalations=tuple(each for _, each in sorted(escalations, key=_first)),
+        expected_badput=badput,
+        closed=closed,
+    )
+
+
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]

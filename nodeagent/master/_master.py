@@ -139,6 +139,7 @@ from nodeagent.master._plan import (
     row_figures,
     row_state,
 )
+from nodeagent.master._plan_ledger import AdChanges
 from nodeagent.master._plan_view import PlanInputs, PlanView
 from nodeagent.master._preview import (
     ScheduleChanged,
@@ -260,6 +261,8 @@ class Master:
     _pass_index: PassIndex | None = None
     #: The hostnames and ips of the nodes whose ad came since the last pass.
     _touched: set[tuple[str | None, str | None]] = field(default_factory=set)
+    #: The ad store watched for the plan view (:meth:`_ads_watched`), and what it said.
+    _watching: tuple[AdStore, set[tuple[str, str | None]]] | None = None
     #: The machines a pass looks at again at the next one (a record, a task, a backoff).
     _passed: set[str] = field(default_factory=set)
     #: Machines whose forecast a pass found not made and left to a later one (its budget).
@@ -942,7 +945,20 @@ class Master:
             counters=vars(self.counters),
             nodes=len(self.ads),
             notices=self._notices_by_machine(),
+            changes=AdChanges(
+                touched=self._ads_watched(),
+                lifetime=self.ads.lifetime,
+                reboot_grace=self.ads.reboot_grace,
+            ),
         )
+
+    def _ads_watched(self) -> set[tuple[str, str | None]]:
+        """What the ad store tells the plan view's ledger of the ads that arrived or went
+        (:meth:`~nodeagent.master._adstore.AdStore.watch`), watched from the first plan."""
+        watched = self._watching
+        if watched is None or watched[0] is not self.ads:
+            watched = self._watching = (self.ads, self.ads.watch())
+        return watched[1]
 
     def schedule_version(self) -> str:
         """The version of the schedule and modes held now

@@ -22,7 +22,6 @@ from nodeagent.master._fleet import (
     node_figures,
     notice_figures,
     operation_figures,
-    schedule_figures,
 )
 
 if TYPE_CHECKING:
@@ -100,7 +99,7 @@ class _MasterCollector(Collector):
     def _schedule(self, master: Master, now: float) -> Iterator[Metric]:
         """The scheduled machines by their plan rows (:func:`schedule_figures`)."""
         inputs = master.plan_inputs(now)
-        figures = schedule_figures(master.plan_view.rows(inputs, now, with_blockers=True), now)
+        figures = master.plan_view.schedule_figures(inputs, now)
         late = GaugeMetricFamily(
             "nodeagent_master_machines_late",
             "Scheduled machines whose node would not be empty before its window if every "
@@ -165,7 +164,7 @@ class _MasterCollector(Collector):
             labels=["admission"],
         )
         for admission, seconds in figures.closed.items():
-            closed.add_metric([admission], seconds)
+            closed.add_metric([admission], float(seconds))
         yield closed
 
     def _notices(self, master: Master) -> Iterator[Metric]:

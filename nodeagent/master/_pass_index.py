@@ -24,7 +24,7 @@ from typing import Any
 
 from nodeagent.master._plan import MachinePlan, ScheduledMachine
 
-__all__ = ["PassIndex", "next_due"]
+__all__ = ["HostIndex", "PassIndex", "next_due"]
 
 
 def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: float) -> float:
@@ -46,6 +46,31 @@ def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: fl
     return min((t for t in times if t is not None and t >= now), default=math.inf)
 
 
+class HostIndex:
+    """Which scheduled machines an ad's hostname and ip can change (:meth:`matching`)."""
+
+    def __init__(self, machines: Iterable[ScheduledMachine]) -> None:
+        self._by_host: dict[str, list[str]] = {}
+        self._by_ip: dict[str, list[str]] = {}
+        for machine in machines:
+            hostname, ip = machine.id.hostname, machine.id.ip
+            if hostname is not None:
+                self._by_host.setdefault(hostname.lower(), []).append(machine.key)
+            elif ip is not None:
+                self._by_ip.setdefault(ip, []).append(machine.key)
+
+    def matching(self, hostname: str | None, ip: str | None) -> list[str]:
+        """The machines whose nodes an ad of ``hostname`` at ``ip`` can be one of: those
+        scheduled by that hostname (any ip), and those scheduled by that ip alone
+        (:meth:`~nodeagent.master._adstore.AdStore.find`)."""
+        keys: list[str] = []
+        if hostname is not None:
+            keys += self._by_host.get(hostname.lower(), ())
+        if ip is not None:
+            keys += self._by_ip.get(ip, ())
+        return keys
+
+
 @dataclass(eq=False)
 class PassIndex:
     """A schedule's machines as the reconcile passes read them (see the module docstring).
@@ -65,8 +90,7 @@ class PassIndex:
     #: The plan each machine had at its last pass, by key.
     plans: dict[str, MachinePlan] = field(default_factory=dict)
     _order: dict[str, int] = field(init=False)
-    _by_host: dict[str, list[str]] = field(init=False)
-    _by_ip: dict[str, list[str]] = field(init=False)
+    _hosts: HostIndex = field(init=False)
     #: Each machine's next due instant, and the heap of (instant, key) with stale entries.
     _due_at: dict[str, float] = field(default_factory=dict)
     _heap: list[tuple[float, str]] = field(default_factory=list)
@@ -76,13 +100,7 @@ class PassIndex:
         self.by_key = {m.key: m for m in self.machines}
         self._order = {m.key: i for i, m in enumerate(self.machines)}
         self.names_unique = len({m.name for m in self.machines}) == len(self.machines)
-        self._by_host, self._by_ip = {}, {}
-        for machine in self.machines:
-            hostname, ip = machine.id.hostname, machine.id.ip
-            if hostname is not None:
-                self._by_host.setdefault(hostname.lower(), []).append(machine.key)
-            elif ip is not None:
-                self._by_ip.setdefault(ip, []).append(machine.key)
+        self._hosts = HostIndex(self.machines)
 
     def holds(self, world: tuple[Any, ...]) -> bool:
         """Whether it was made for ``world`` (the same objects, in order)."""
@@ -91,15 +109,8 @@ class PassIndex:
         )
 
     def matching(self, hostname: str | None, ip: str | None) -> list[str]:
-        """The machines whose nodes an ad of ``hostname`` at ``ip`` can be one of: those
-        scheduled by that hostname (any ip), and those scheduled by that ip alone
-        (:meth:`~nodeagent.master._adstore.AdStore.find`)."""
-        keys: list[str] = []
-        if hostname is not None:
-            keys += self._by_host.get(hostname.lower(), ())
-        if ip is not None:
-            keys += self._by_ip.get(ip, ())
-        return keys
+        """:meth:`HostIndex.matching`."""
+        return self._hosts.matching(hostname, ip)
 
     def keep(self, plan: MachinePlan, due: float) -> None:
         """Hold the machine's plan, due again at ``due`` (``inf``: only when changed)."""

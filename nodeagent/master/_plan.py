@@ -26,8 +26,9 @@ which bound a machine's drain start comes from, and what each costs in closed ca
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nodeagent.master._adstore import AdEntry
@@ -53,6 +54,7 @@ __all__ = [
     "row_dict",
     "row_figures",
     "row_state",
+    "whole",
 ]
 
 _NS = 1_000_000_000
@@ -617,6 +619,12 @@ def plan_row(
     return row_dict(plan, state, row_figures(plan, state, now))
 
 
+def whole(value: float) -> int | Fraction:
+    """``value`` exactly: an integer when it is one (the usual core-seconds), else a
+    fraction, so that sums of them are exact whatever their order."""
+    return int(value) if value.is_integer() else Fraction(value)
+
+
 class PlanTotals:
     """Cluster totals of a plan, added up row by row (:meth:`add`, then :meth:`to_json`):
     machines per mode, the promise verdict (``on_time``, ``late``), the escalations to come
@@ -628,6 +636,33 @@ class PlanTotals:
     closed capacity (``closed_core_hours``: as planned, and under each admission; see
     :class:`Closing`)."""
 
+    #: What a row adds to, in the order of :meth:`counts` (all but the modes). The closed
+    #: capacities are summed exactly (:func:`whole`), so that any order of adding the
+    #: rows, or taking one away again, comes to the same totals.
+    COUNTED = (
+        "machines",
+        "without_node",
+        "lost",
+        "on_time",
+        "empty",
+        "escalations",
+        "next_hour",
+        "cut_jobs",
+        "cut_core_seconds",
+        "escalation_badput",
+        "graceful_badput",
+        "quick_badput",
+        "out_of_service",
+        "hooks_running",
+        "hooks_failed",
+        "health_failing",
+        "badput",
+        "unclaimed",
+        "closed_planned",
+        "closed_admit",
+        "closed_promise",
+    )
+
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
         self.modes: dict[str, int] = {"UP": 0, "DRAINING": 0, "DOWN": 0}
@@ -636,7 +671,20 @@ class PlanTotals:
         self.escalations = self.next_hour = self.cut_jobs = 0
         self.out_of_service = self.hooks_running = self.hooks_failed = self.health_failing = 0
         self.cut_core_seconds = self.escalation_badput = 0
-        self.closed_planned = self.closed_admit = self.closed_promise = 0.0
+        self.closed_planned: int | Fraction = 0
+        self.closed_admit: int | Fraction = 0
+        self.closed_promise: int | Fraction = 0
+
+    def counts(self) -> tuple[int | Fraction, ...]:
+        """What was added up, in the order of :data:`COUNTED`."""
+        return tuple([getattr(self, name) for name in self.COUNTED])
+
+    def add_counts(self, counts: Sequence[int | Fraction], modes: Mapping[str, int]) -> None:
+        """Add :meth:`counts` and the modes of other totals."""
+        for name, value in zip(self.COUNTED, counts, strict=True):
+            setattr(self, name, getattr(self, name) + value)
+        for mode, count in modes.items():
+            self.modes[mode] = self.modes.get(mode, 0) + count
 
     def add(self, plan: MachinePlan, figures: RowFigures) -> None:
         if plan.node is None:
@@ -695,10 +743,11 @@ class PlanTotals:
         self.unclaimed += unclaimed
         closing = plan.closing
         if closing is not None and closing.cores:
-            self.closed_admit += closing.cores * closing.admit_seconds
-            self.closed_promise += closing.cores * closing.promise_seconds
-            planned = closing.promise_seconds if closing.by_promise else closing.admit_seconds
-            self.closed_planned += closing.cores * planned
+            admit = whole(closing.cores * closing.admit_seconds)
+            promise = whole(closing.cores * closing.promise_seconds)
+            self.closed_admit += admit
+            self.closed_promise += promise
+            self.closed_planned += promise if closing.by_promise else admit
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -722,10 +771,10 @@ class PlanTotals:
             "TotalMachineDrainingBadput": self.badput,
             "TotalMachineDrainingUnclaimedTime": self.unclaimed,
             "closed_core_hours": {
-                "planned": round(self.closed_planned / 3600, 3),
-                "admit": round(self.closed_admit / 3600, 3),
-                "refuse": round(self.closed_promise / 3600, 3),
-                "shorten": round(self.closed_promise / 3600, 3),
+                "planned": round(float(self.closed_planned) / 3600, 3),
+                "admit": round(float(self.closed_admit) / 3600, 3),
+                "refuse": round(float(self.closed_promise) / 3600, 3),
+                "shorten": round(float(self.closed_promise) / 3600, 3),
             },
             "modes": dict(self.modes),
         }

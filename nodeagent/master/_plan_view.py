@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import heapq
 import json
 import math
 import operator
@@ -38,6 +39,7 @@ import orjson
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._drains import STARTING, DrainRecord
+from nodeagent.master._fleet import ScheduleFigures, ledger_figures, schedule_figures
 from nodeagent.master._maintenance import MachineStatus, suggestions
 from nodeagent.master._notices import Notice
 from nodeagent.master._plan import (
@@ -52,6 +54,7 @@ from nodeagent.master._plan import (
     row_figures,
     row_state,
 )
+from nodeagent.master._plan_ledger import AdChanges, PlanLedger
 from nodeagent.master._row_json import RowJson
 from slots import Escalation
 
@@ -96,6 +99,11 @@ class PlanInputs:
     (:attr:`~nodeagent.master._plan.ScheduledMachine.name`), each machine's by group.
     ``is_rebooting``: whether an ad's node is rebooting at ``now``
     (:meth:`~nodeagent.master._adstore.AdStore.rebooting_at`; ``None``: none is).
+    ``changes``: what the view is told of the ads that arrived or went, for the totals it
+    keeps between replies (:mod:`._plan_ledger`; ``None``: a ``late`` reply and
+    :meth:`PlanView.schedule_figures` read every machine's row); with them, ``policy``
+    and ``window_since`` are compared by identity (the master replaces them, never
+    changes them in place), and ``drains`` and ``starting`` are read at every reply.
     """
 
     statuses: tuple[MachineStatus, ...]
@@ -109,6 +117,7 @@ class PlanInputs:
     nodes: int
     notices: Mapping[str, tuple[Notice, ...]] = field(default_factory=dict)
     is_rebooting: Callable[[AdEntry], bool] | None = None
+    changes: AdChanges | None = None
 
 
 #: Machines a chunk of the streamed plan is made of.
@@ -134,6 +143,8 @@ class PlanView:
         #: Each scheduled machine's plan and row state, and what they were made of, by key,
         #: with and without blockers (a summary and a scrape between two whole plans).
         self._plan_cache: dict[bool, dict[str, tuple[Any, ...]]] = {True: {}, False: {}}
+        #: The totals and late rows kept between replies (:meth:`ledger`).
+        self._ledger: PlanLedger | None = None
 
     @property
     def row_texts(self) -> Mapping[str, RowJson]:
@@ -152,7 +163,59 @@ class PlanView:
                 blockers: {k: v for k, v in cache.items() if k in keys}
                 for blockers, cache in self._plan_cache.items()
             }
+            self._ledger = None
         return self._scheduled[1]
+
+    def ledger(self, inputs: PlanInputs, now: float) -> PlanLedger | None:
+        """The totals and late rows kept between replies, brought to ``now``
+        (:class:`~nodeagent.master._plan_ledger.PlanLedger`: every machine's share the
+        first time, then those of the machines that changed or came due); ``None``
+        without ``inputs.changes``, and under the ``immediate`` drain policy (no row is
+        kept: the drain start is ``now``)."""
+        changes, policy = inputs.changes, inputs.policy
+        if changes is None or policy.drain_policy == "immediate":
+            self._ledger = None
+            return None
+        scheduled = self.scheduled(inputs.statuses)
+        world = (
+            scheduled,
+            policy,
+            inputs.window_since,
+            inputs.is_rebooting is None,
+            changes.lifetime,
+            changes.reboot_grace,
+        )
+        ledger = self._ledger
+        if ledger is None or not ledger.holds(world, now):
+            ledger = self._ledger = PlanLedger(world, scheduled)
+        escalation = Escalation(policy.escalation)
+        ledger.bring_to(
+            now,
+            changes=changes,
+            held={*inputs.drains, *inputs.starting},
+            notices=inputs.notices,
+            rows=lambda machines: self.rows(
+                inputs, now, with_blockers=False, escalation=escalation, only=machines
+            ),
+            after_window=lambda plan: _after_window(plan, now),
+        )
+        return ledger
+
+    def schedule_figures(self, inputs: PlanInputs, now: float) -> ScheduleFigures:
+        """The scheduled machines' figures at ``now`` (what the metrics count:
+        :func:`~nodeagent.master._fleet.schedule_figures`), from the ledger
+        (:meth:`ledger`) and the rows of its volatile machines, or from every row."""
+        ledger = self.ledger(inputs, now)
+        if ledger is None:
+            return schedule_figures(self.rows(inputs, now, with_blockers=True), now)
+        volatile = self.rows(
+            inputs,
+            now,
+            with_blockers=False,
+            escalation=Escalation(inputs.policy.escalation),
+            only=_in_order(ledger, ledger.volatile),
+        )
+        return ledger_figures(ledger, volatile, now)
 
     def plans(self, inputs: PlanInputs, now: float) -> list[MachinePlan]:
         """Every scheduled machine's plan (:func:`~nodeagent.master._plan.machine_plan`),
@@ -425,6 +488,21 @@ class PlanView:
     ) -> Iterator[bytes]:
         policy = inputs.policy
         yield orjson.dumps({"plan": {"now": now, "policy": _policy(policy)}}) + b"\n"
+        ledger = self.ledger(inputs, now) if late and made.index is None else None
+        if ledger is not None:
+            page, acc = self._late_page(
+                ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
+            )
+            for i in range(0, len(page), chunk):
+                yield b"".join(self._line(row, now) for row in page[i : i + chunk])
+            end = {
+                "matched": acc.matched,
+                "totals": _totals(acc.added, inputs),
+                "after_window": acc.ended,
+                "next": _next(page[-1] if page else None, acc.matched, limit),
+            }
+            yield _dumps({"end": end}) + b"\n"
+            return
         acc = _Acc(now, Escalation(policy.escalation))
         view = self
         machines = made.machines
@@ -542,6 +620,53 @@ class PlanView:
             acc.rows += out
         return out
 
+    def _late_page(
+        self,
+        ledger: PlanLedger,
+        inputs: PlanInputs,
+        now: float,
+        *,
+        with_blockers: bool,
+        limit: int | None,
+        start: tuple[float, int] | None,
+    ) -> tuple[list[_Row], _Acc]:
+        """A ``late`` reply of every scheduled machine from the ledger (brought to
+        ``now``): the totals, ``after_window`` and ``matched`` of the shares and of the
+        volatile machines' rows (made in full), and the rows after ``start`` in
+        window-start order, the first ``limit`` of them made (not written yet)."""
+        escalation = Escalation(inputs.policy.escalation)
+        acc = _Acc(now, escalation)
+        acc.added = added = ledger.totals(now)
+        position, shares = ledger.position, ledger.shares
+        ended = [(position[k], shares[k].after_window) for k in ledger.ended]
+        found = [((shares[k].pair[0].window_start, position[k]), k) for k in ledger.late]
+        volatile = _in_order(ledger, ledger.volatile)
+        for plan, state in self.rows(
+            inputs, now, with_blockers=False, escalation=escalation, only=volatile
+        ):
+            figures = row_figures(plan, state, now)
+            added.add(plan, figures)
+            at = position[plan.key]
+            out_of_service = _after_window(plan, now)
+            if out_of_service is not None:
+                ended.append((at, out_of_service))
+            if figures.on_time is False or figures.will_escalate:
+                found.append(((plan.window_start, at), plan.key))
+        if start is not None:
+            found = [each for each in found if each[0] > start]
+        acc.matched = len(found)
+        page = sorted(found) if limit is None else heapq.nsmallest(limit, found)
+        acc.ended = [entry for _, entry in sorted(ended, key=_order) if entry is not None]
+        machines = [ledger.machines[position[key]] for _, key in page]
+        pairs = self.rows(
+            inputs, now, with_blockers=with_blockers, escalation=escalation, only=machines
+        )
+        rows: list[_Row] = [
+            (order, plan, state, None, None)
+            for (order, _), (plan, state) in zip(page, pairs, strict=True)
+        ]
+        return rows, acc
+
     def _write(self, row: _Row, now: float, *, encoded: bool = True) -> Any:
         """The row's text (``encoded``; raises :class:`orjson.JSONEncodeError` for a value
         orjson cannot write) or dict."""
@@ -576,23 +701,30 @@ class PlanView:
         :class:`orjson.JSONEncodeError` (``encoded`` only) for a row orjson cannot write."""
         made = self._made(inputs, now, late=late, select=select)
         policy = inputs.policy
-        acc = _Acc(now, Escalation(policy.escalation))
-        rows = self._rows_of(
-            inputs,
-            now,
-            made.machines,
-            at=0,
-            made=made,
-            acc=acc,
-            with_blockers=with_blockers,
-            late=late,
-            encoded=encoded,
-        )
-        if late:
-            rows.sort(key=_order)
-        matched = len(rows)
-        if limit is not None:
-            del rows[limit:]
+        ledger = self.ledger(inputs, now) if late and made.index is None else None
+        if ledger is not None:
+            rows, acc = self._late_page(
+                ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
+            )
+            matched = acc.matched
+        else:
+            acc = _Acc(now, Escalation(policy.escalation))
+            rows = self._rows_of(
+                inputs,
+                now,
+                made.machines,
+                at=0,
+                made=made,
+                acc=acc,
+                with_blockers=with_blockers,
+                late=late,
+                encoded=encoded,
+            )
+            if late:
+                rows.sort(key=_order)
+            matched = len(rows)
+            if limit is not None:
+                del rows[limit:]
         reply = {
             "now": now,
             "policy": _policy(policy),
@@ -769,6 +901,12 @@ class _Acc:
         self.ended: list[dict[str, Any]] = []
         self.rows: list[_Row] = []
         self.matched = 0
+
+
+def _in_order(ledger: PlanLedger, keys: Collection[str]) -> list[ScheduledMachine]:
+    """The ledger's machines of ``keys``, in schedule order."""
+    position = ledger.position
+    return [ledger.machines[i] for i in sorted(position[k] for k in keys)]
 
 
 def _next(last: _Row | None, matched: int, limit: int | None) -> str | None:

@@ -187,6 +187,31 @@ def test_a_frame_reads_as_the_blocker_at_its_base_and_is_a_new_dict_each_time(
     assert frame.at_base == at_base[0]
 
 
+@pytest.mark.parametrize("later", [0, 1000, 5000])
+def test_the_lines_hold_from_their_base_to_their_last_second(later: int) -> None:
+    """``PieceLines`` read at ``now`` give the values :meth:`read` gives at every whole
+    second from ``now − d`` to ``last``, and a second after ``last`` is another piece."""
+    forecast = DrainForecast(busy())
+    window, escalation = T0 + 4000.0, Escalation.QUICK
+    lines = forecast.lines(T0 + later, window_start=window, escalation=escalation)
+    assert lines is not None
+    base = T0 + later - lines.d
+    assert lines.last >= T0 + later
+    last = int(min(lines.last, base + 100_000))
+    for whole in sorted({base, T0 + later, (base + last) // 2, last}):
+        values, verdicts = DrainForecast(busy()).read(
+            whole, window_start=window, escalation=escalation
+        )
+        d = whole - base
+        assert values == tuple(at + slope * d for at, slope in lines.estimates)
+        assert verdicts.promise_completion == lines.verdicts[0][0] + lines.verdicts[0][1] * d
+    if lines.last < base + 100_000:
+        after = forecast.lines(lines.last + 1, window_start=window, escalation=escalation)
+        assert after is not None
+        assert after.piece is not lines.piece
+        assert after.d == 0
+
+
 def test_a_deadline_that_is_not_a_whole_second_is_served_directly() -> None:
     ads = busy()
     ads[0] = {**ads[0], "DrainState": "draining", "DrainingDeadline": T0 + 700.5}

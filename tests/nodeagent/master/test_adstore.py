@@ -63,6 +63,23 @@ def test_find_answers_with_the_latest_entry_of_a_node() -> None:
     assert latest.received_at == NOW + 5
 
 
+def test_a_watcher_is_told_of_every_ad_that_arrives_or_goes() -> None:
+    store = AdStore(lifetime=60)
+    store.update(ad("n1", "n1.test", "10.0.0.1"), NOW)
+    watched = store.watch()
+    assert watched == set()
+    store.update(ad("n1", "N1.test", "10.0.0.9"), NOW + 1)  # its old name and its new
+    store.update(ad("n2", "n2.test", None), NOW + 1)
+    assert watched == {("n1.test", "10.0.0.1"), ("n1.test", "10.0.0.9"), ("n2.test", None)}
+    watched.clear()
+    store.forget("n2")
+    store.forget("n3")  # none: nothing to tell
+    other = store.watch()
+    store.update(ad("n1", "n1.test", "10.0.0.9"), NOW + 2)
+    assert watched == {("n2.test", None), ("n1.test", "10.0.0.9")}
+    assert other == {("n1.test", "10.0.0.9")}
+
+
 # ------------------------------------------------------------------ what an ad may hold
 
 

@@ -1,0 +1,380 @@
+"""The plan's totals and late rows kept between replies, remade for what changed.
+
+The summary a watching operator asks for every two seconds (``late=true``: the totals,
+the rows late by their promises or to be escalated, the machines out of service after
+their window) and the master's metrics count every scheduled machine. Made from every
+machine's row at each request, they cost what the pool is; :class:`PlanLedger` keeps each
+machine's **share** instead — what its row adds to the totals, whether it is late and
+where it goes — and remakes only the shares of the machines that changed or whose time
+came, as the reconcile passes do (:mod:`._pass_index`):
+
+* a machine one of whose nodes' ads arrived or went (the ad store's
+  :meth:`~nodeagent.master._adstore.AdStore.watch`), whose drain record is or was held,
+  that the master is starting to drain, or whose notices changed;
+* a machine whose share's time came: the instants its plan reads
+  (:func:`~nodeagent.master._pass_index.next_due`), the end of the forecast piece its
+  figures are read from (:attr:`slots.PieceLines.last`), and the second its promise
+  verdict flips;
+* every machine, when what every row is made of changed: the schedule or the modes, the
+  policy, when each machine entered its window, the ads' lifetime, a clock that went back.
+
+Within a forecast piece a row's expected values are lines, ``at + slope × d`` in the whole
+seconds ``d`` (:class:`slots.PieceLines`), so the ledger keeps their sums as one line and
+brings them to ``now`` with one multiplication. A row the fast way cannot read (a forecast
+that is not exact, a job cut at its window: its figures and escalation are read in full)
+is **volatile**: made at every request, as before. The totals are the same, to the byte,
+as those the rows give one by one (:class:`~nodeagent.master._plan.PlanTotals` sums
+exactly); a test holds the two ways equal under a churn of ads, drains and time.
+
+Pure (no trio, no I/O, ``now`` an argument); one caller at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from nodeagent.master._pass_index import HostIndex, next_due
+from nodeagent.master._plan import (
+    MachinePlan,
+    PlanTotals,
+    RowState,
+    ScheduledMachine,
+    row_figures,
+)
+from slots import late_by
+
+__all__ = ["AdChanges", "PlanLedger", "Share", "share_of"]
+
+#: The values summed as lines: the six ``ExpectedMachine*`` values, then the cut
+#: core-seconds and badput of an escalation to come.
+_LINES = 8
+_NO_CUT = ((0, 0), (0, 0))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdChanges:
+    """What the ledger is told of the ads: ``touched``, the (hostname, ip) of every ad
+    that arrived or went since the ledger last read it (the ledger empties it: the ad
+    store's :meth:`~nodeagent.master._adstore.AdStore.watch`), and the instants an ad
+    turns rebooting or lost (the store's ``lifetime`` and ``reboot_grace``)."""
+
+    touched: set[tuple[str, str | None]]
+    lifetime: float
+    reboot_grace: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Share:
+    """What one machine's row adds to the plan at any ``now`` before :attr:`until`.
+
+    ``pair``: the plan and row state it was made from (compared by identity). ``counts``
+    (:meth:`PlanTotals.counts`, the values of ``lines`` left out) and ``mode`` are added
+    as they are; ``lines`` are the six expected values and, for a row to be escalated,
+    the cut core-seconds and badput, as ``(at, slope)`` on the whole second (``value =
+    at + slope × floor(now)``). ``late``: whether the row is late by its promises, with
+    ``promise`` the line of its promise completion; ``escalates``: whether the master
+    will escalate it (``cut_jobs`` cut; a ``late=true`` reply lists a row that is
+    either); ``after_window``: the machine's entry of ``after_window`` while it is one.
+    """
+
+    pair: tuple[MachinePlan, RowState]
+    until: float
+    counts: tuple[int | Fraction, ...]
+    mode: str
+    lines: tuple[tuple[int, int], ...]
+    late: bool
+    promise: tuple[int, int]
+    escalates: bool
+    cut_jobs: int
+    after_window: dict[str, Any] | None
+
+    @property
+    def listed(self) -> bool:
+        """Whether a ``late=true`` reply lists the row."""
+        return self.late or self.escalates
+
+
+def share_of(
+    plan: MachinePlan,
+    state: RowState,
+    now: float,
+    *,
+    due: float,
+    after_window: dict[str, Any] | None,
+) -> Share | None:
+    """The machine's share at ``now``, holding until ``due`` at the latest (the next
+    instant its plan reads); ``None`` when its row is volatile (see the module docstring).
+    """
+    node = plan.node
+    totals = PlanTotals(now)
+    if node is None:
+        totals.add(plan, row_figures(plan, state, now))
+        return Share(
+            pair=(plan, state),
+            until=due,
+            counts=totals.counts(),
+            mode=plan.mode,
+            lines=((0, 0),) * _LINES,
+            late=False,
+            promise=(0, 0),
+            escalates=False,
+            cut_jobs=0,
+            after_window=after_window,
+        )
+    window_start = plan.machine.window_start
+    read = node.forecast.lines(now, window_start=window_start, escalation=state.applied)
+    if read is None:
+        return None
+    base = math.floor(now) - read.d
+    # As row_figures reads them: an empty node is on time and escalates nothing.
+    at, slope = read.verdicts[0]
+    active = read.active and not state.empty
+    late = late_by(at + slope * read.d, window_start=window_start, active=active) > 0
+    escalates = not state.empty and read.cut_jobs > 0
+    cut_jobs = read.cut_jobs if escalates else 0
+    totals.add_node(plan, on_time=not late, graceful_badput=0, quick_badput=0)
+    totals.cut_jobs = cut_jobs
+    until = min(due, read.last + 1)
+    if active and slope:
+        until = min(until, base + _flip(at, slope, window_start, late=late))
+    record = plan.drain_record
+    if escalates and not (record is not None and record.escalated):
+        totals.escalations = 1
+        totals.next_hour = int(window_start <= now + 3600)
+        if not totals.next_hour:
+            until = min(until, window_start - 3600)
+    return Share(
+        pair=(plan, state),
+        until=until,
+        counts=totals.counts(),
+        mode=plan.mode,
+        lines=tuple(
+            [
+                (a - s * base, s)
+                for a, s in (*read.estimates, *(read.verdicts[3:5] if escalates else _NO_CUT))
+            ]
+        ),
+        late=late,
+        promise=(at - slope * base, slope),
+        escalates=escalates,
+        cut_jobs=cut_jobs,
+        after_window=after_window,
+    )
+
+
+def _flip(at: int, slope: int, window_start: float, *, late: bool) -> float:
+    """The first ``d`` at which a promise completion ``at + slope × d`` (``slope`` not 0)
+    turns from on time to late (``at + slope × d > window_start``) or back; ``inf``
+    when it never does."""
+    if late == (slope > 0):  # moving away from the window's start
+        return math.inf
+    d = math.floor((window_start - at) / slope)
+    # the first d on the other side, by exact comparison (the division rounds)
+    if late:
+        while d > 0 and at + slope * (d - 1) <= window_start:
+            d -= 1
+        while at + slope * d > window_start:
+            d += 1
+    else:
+        while d > 0 and at + slope * (d - 1) > window_start:
+            d -= 1
+        while at + slope * d <= window_start:
+            d += 1
+    return max(d, 1)
+
+
+#: Where the totals' counts summed as lines are (:data:`PlanTotals.COUNTED`), and which
+#: line each is.
+_LINE_OF = {
+    name: PlanTotals.COUNTED.index(name)
+    for name in ("graceful_badput", "quick_badput", "cut_core_seconds", "escalation_badput")
+}
+_LINE_AT = {"graceful_badput": 1, "quick_badput": 3, "cut_core_seconds": 6, "escalation_badput": 7}
+
+
+class PlanLedger:
+    """Every scheduled machine's :class:`Share`, and their sums (see the module
+    docstring). Made for one schedule and one set of plan-wide inputs (``world``,
+    compared by identity: :meth:`holds`)."""
+
+    def __init__(self, world: tuple[Any, ...], machines: Sequence[ScheduledMachine]) -> None:
+        self.world = world
+        self.machines = machines
+        self.position = {m.key: i for i, m in enumerate(machines)}
+        self.hosts = HostIndex(machines)
+        self._by_name: dict[str, list[str]] = {}
+        for machine in machines:
+            self._by_name.setdefault(machine.name, []).append(machine.key)
+        self.shares: dict[str, Share] = {}
+        #: The machines read at every request (their rows are volatile).
+        self.volatile: set[str] = set()
+        #: The machines a ``late=true`` reply lists (late, or to be escalated), and those
+        #: out of service after their window, by key.
+        self.late: set[str] = set()
+        self.ended: set[str] = set()
+        self._heap: list[tuple[float, str]] = []
+        self._sum: list[int | Fraction] = [0] * len(PlanTotals.COUNTED)
+        self._modes: dict[str, int] = {}
+        self._lines = [[0, 0] for _ in range(_LINES)]
+        self._held: set[str] = set()
+        self._notices: Mapping[str, Any] | None = None
+        #: The last ``now`` brought to (a clock that goes back makes a new ledger).
+        self.now = -math.inf
+        #: Shares remade by the last :meth:`bring_to` (all of them in a new ledger).
+        self.remade = 0
+
+    def holds(self, world: tuple[Any, ...], now: float) -> bool:
+        """Whether it was made for ``world`` (the same objects, in order) and ``now`` is
+        not before the last request's."""
+        return (
+            now >= self.now
+            and len(world) == len(self.world)
+            and all(a is b for a, b in zip(world, self.world, strict=True))
+        )
+
+    def bring_to(
+        self,
+        now: float,
+        *,
+        changes: AdChanges,
+        held: Collection[str],
+        notices: Mapping[str, Any],
+        rows: Callable[[Sequence[ScheduledMachine]], list[tuple[MachinePlan, RowState]]],
+        after_window: Callable[[MachinePlan], dict[str, Any] | None],
+    ) -> None:
+        """Remake the shares of the machines that changed or came due (every one the
+        first time): ``held``, the machines with a drain record or being started;
+        ``notices``, the notices in force by machine name; ``rows``, their plan and row
+        state (:meth:`PlanView.rows <nodeagent.master._plan_view.PlanView.rows>` of those
+        machines); ``after_window``, a row's entry of ``after_window``, if any."""
+        first = self.now == -math.inf
+        self.now = now
+        keys: set[str]
+        if first:
+            changes.touched.clear()
+            keys = set(self.position)
+        else:
+            keys = set(self.volatile)
+            for hostname, ip in changes.touched:
+                keys.update(self.hosts.matching(hostname, ip))
+            changes.touched.clear()
+            heap = self._heap
+            while heap and heap[0][0] <= now:
+                at, key = heapq.heappop(heap)
+                share = self.shares.get(key)
+                if share is not None and share.until == at:
+                    keys.add(key)
+            keys.update(k for k in held if k in self.position)
+            keys |= self._held
+            if notices is not self._notices and self._notices is not None:
+                before = self._notices
+                for name in before.keys() | notices.keys():
+                    if before.get(name) != notices.get(name):
+                        keys.update(self._by_name.get(name, ()))
+        self._held = {k for k in held if k in self.position}
+        self._notices = notices
+        order = self.position
+        machines = [self.machines[i] for i in sorted(order[k] for k in keys)]
+        self.remade = 0
+        for plan, state in rows(machines):
+            self._remake(plan, state, now, changes, after_window)
+
+    def _remake(
+        self,
+        plan: MachinePlan,
+        state: RowState,
+        now: float,
+        changes: AdChanges,
+        after_window: Callable[[MachinePlan], dict[str, Any] | None],
+    ) -> None:
+        key = plan.key
+        old = self.shares.get(key)
+        if old is not None and old.pair[0] is plan and old.pair[1] is state and now < old.until:
+            return
+        self.remade += 1
+        if old is not None:
+            self._add(old, -1)
+        due = next_due(plan, now, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
+        share = share_of(
+            plan, state, now, due=due if due > now else now, after_window=after_window(plan)
+        )
+        if share is None:
+            self.shares.pop(key, None)
+            self.volatile.add(key)
+            self.late.discard(key)
+            self.ended.discard(key)
+            return
+        self.volatile.discard(key)
+        self.shares[key] = share
+        self._add(share, 1)
+        if share.listed:
+            self.late.add(key)
+        else:
+            self.late.discard(key)
+        if share.after_window is not None:
+            self.ended.add(key)
+        else:
+            self.ended.discard(key)
+        if not math.isinf(share.until):
+            heapq.heappush(self._heap, (share.until, key))
+            if len(self._heap) > 2 * len(self.shares) + 1024:  # stale entries: rebuilt
+                self._heap = [
+                    (s.until, k) for k, s in self.shares.items() if not math.isinf(s.until)
+                ]
+                heapq.heapify(self._heap)
+
+    def _add(self, share: Share, sign: int) -> None:
+        total = self._sum
+        for i, value in enumerate(share.counts):
+            if value:
+                total[i] += sign * value
+        self._modes[share.mode] = self._modes.get(share.mode, 0) + sign
+        for line, (at, slope) in zip(self._lines, share.lines, strict=True):
+            line[0] += sign * at
+            line[1] += sign * slope
+
+    def expected(self, now: float) -> tuple[int, ...]:
+        """The six expected values summed over the shares, at ``now``."""
+        return self._values(now)[:6]
+
+    def _values(self, now: float) -> tuple[int, ...]:
+        whole = math.floor(now)
+        return tuple([at + slope * whole for at, slope in self._lines])
+
+    def totals(self, now: float) -> PlanTotals:
+        """The totals of the shares at ``now`` (the volatile rows are the caller's to
+        add)."""
+        totals = PlanTotals(now)
+        values = self._values(now)
+        counts = list(self._sum)
+        for name, at in _LINE_OF.items():
+            counts[at] = values[_LINE_AT[name]]
+        totals.add_counts(counts, {m: n for m, n in self._modes.items() if n})
+        return totals
+
+    def late_by(self, key: str) -> float:
+        """How late a machine of the ledger is by its promises at :attr:`now` (seconds;
+        0.0 on time)."""
+        share = self.shares[key]
+        if not share.late:
+            return 0.0
+        at, slope = share.promise
+        return late_by(
+            at + slope * math.floor(self.now),
+            window_start=share.pair[0].window_start,
+            active=True,
+        )
+
+    def cut_badput(self, key: str) -> int:
+        """The badput of the cuts of a machine to be escalated, at :attr:`now`."""
+        at, slope = self.shares[key].lines[7]
+        return at + slope * math.floor(self.now)
+
+    def in_order(self, keys: Iterable[str]) -> list[str]:
+        """``keys`` in schedule order."""
+        return sorted(keys, key=self.position.__getitem__)

@@ -1,0 +1,337 @@
+"""The plan's ledger: totals and late rows kept between replies are those of every row.
+
+Each case is a story of changes — ads, drains, time, the policy, the schedule — and after
+each step a view keeping its ledger answers exactly as a view that reads every machine's
+row: the ``late`` reply (as data, as the body, as JSON lines, by pages) and the metrics'
+figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from nodeagent.master._fleet import schedule_figures
+from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._plan_ledger import AdChanges
+from nodeagent.master._plan_view import PlanInputs, PlanSelect, PlanView
+from slots import JobSpec, Machine, MachinePolicy, Resources
+from tests.nodeagent.master.test_plan_view import (
+    LIFETIME,
+    NOW,
+    World,
+    _ad,
+    _id,
+    _key,
+    _rec,
+    _schedule,
+)
+
+
+def _unpromised(n: int, now: float, *, jobs: int) -> dict[str, Any]:
+    """Node ``n<n>.test`` whose ``jobs`` jobs are promised nothing: each is gone a vacate
+    time after a drain starts, so its promise completion moves on with ``now`` and the
+    machine turns late as its window comes near."""
+    machine = Machine(
+        host=f"n{n}.test",
+        ip=f"10.0.0.{n}",
+        address=f"http://10.0.0.{n}:9621",
+        total=Resources(cpus=8),
+        policy=MachinePolicy(max_job_retirement_time=0, machine_max_vacate_time=600),
+        now=now - 900,
+    )
+    for j in range(jobs):
+        machine.claim(
+            now - 100 - j,
+            resources=Resources(cpus=2),
+            spec=JobSpec(job_id=f"{n}.{j}", owner="bob", max_job_retirement_time=0),
+        )
+    return machine.ad(now)
+
+
+class Ledgered:
+    """A world, a view that keeps its ledger, and the changes it is told of."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.touched = world.ads.watch()
+        self.view = PlanView()
+
+    def inputs(self) -> PlanInputs:
+        return dataclasses.replace(
+            self.world.inputs(),
+            is_rebooting=self.world.ads.rebooting_at(self.world.now),
+            changes=AdChanges(
+                touched=self.touched,
+                lifetime=self.world.ads.lifetime,
+                reboot_grace=self.world.ads.reboot_grace,
+            ),
+        )
+
+    def every_row(self) -> PlanInputs:
+        return dataclasses.replace(self.inputs(), changes=None)
+
+
+def _world() -> Ledgered:
+    """Six machines, windows 20 min to 2 h ahead: n0 late by its promises (2 h), n1
+    empty, n2 unpromised (late once its window is less than a vacate time ahead), n3
+    promised and its drain the master's, n4 with no node, n5 unpromised and far."""
+    world = World()
+    now = NOW
+    world.ads.update(_ad(0, now, jobs=2), now)
+    world.ads.update(_ad(1, now, jobs=0), now)
+    world.ads.update(_unpromised(2, now, jobs=2), now)
+    world.ads.update(_ad(3, now, jobs=1), now)
+    world.ads.update(_unpromised(5, now, jobs=3), now)
+    world.state.update_schedule(
+        _schedule({0: 2400.0, 1: 1200.0, 2: 1800.0, 3: 3000.0, 4: 3600.0, 5: 7200.0})
+    )
+    world.drains[_key(3)] = _rec(request_id="3", phase="committed")
+    return Ledgered(world)
+
+
+def _advance(seconds: float) -> Callable[[World], None]:
+    def step(world: World) -> None:
+        world.now += seconds
+
+    return step
+
+
+def _push(n: int, jobs: int, *, unpromised: bool = False) -> Callable[[World], None]:
+    def step(world: World) -> None:
+        make = _unpromised if unpromised else _ad
+        world.ads.update(make(n, world.now, jobs=jobs), world.now)
+
+    return step
+
+
+def _deadline(world: World) -> None:
+    """Node n0 draining with a deadline that is not a whole second: its forecast is not
+    exact, its row volatile."""
+    ad = _ad(0, world.now, jobs=2)
+    ad["slots"] = [
+        {**slot, "DrainState": "draining", "DrainingDeadline": world.now + 700.5}
+        for slot in ad["slots"]
+    ]
+    world.ads.update(ad, world.now)
+
+
+def _started(world: World) -> None:
+    """n0's drain started: its record replaces its being started."""
+    world.starting.discard(_key(0))
+    world.drains[_key(0)] = _rec(request_id="5")
+
+
+def _down(world: World) -> None:
+    world.state.down([_id(1)])
+
+
+def _drop_record(world: World) -> None:
+    world.drains.pop(_key(3), None)
+
+
+def _escalated(world: World) -> None:
+    world.drains[_key(3)] = dataclasses.replace(world.drains[_key(3)], escalated=True)
+
+
+def _reschedule(world: World) -> None:
+    world.state.update_schedule(
+        _schedule({0: 2400.0, 1: 1300.0, 2: 1800.0, 3: 3000.0, 4: 3600.0, 5: 7200.0})
+    )
+
+
+def _forget(world: World) -> None:
+    world.ads.forget("n1.test")
+
+
+def _policy(**values: Any) -> Callable[[World], None]:
+    def step(world: World) -> None:
+        world.policy = PlanPolicy(**values)
+
+    return step
+
+
+#: Stories: the steps, each answered the same both ways after it.
+STORIES: dict[str, list[Callable[[World], None]]] = {
+    "time passes a second at a time": [_advance(1)] * 5,
+    "an unpromised node turns late as its window nears": [_advance(300)] * 6,
+    "ads arrive, moved on and changed": [
+        _advance(10),
+        _push(0, 2),
+        _push(1, 3),
+        _advance(1),
+        _push(2, 1, unpromised=True),
+        _push(1, 0),
+    ],
+    "a node is lost, comes back, and goes": [
+        _advance(LIFETIME + 1),
+        _push(0, 1),
+        _advance(5),
+        _forget,
+        _advance(1),
+    ],
+    "drains start, escalate and end": [
+        lambda w: w.starting.add(_key(0)),
+        _advance(1),
+        _started,
+        _escalated,
+        _advance(1),
+        _drop_record,
+        lambda w: w.drains.clear(),
+    ],
+    "escalations cut jobs": [
+        _policy(escalation="fast"),
+        _advance(1),
+        _push(0, 3),
+        _advance(600),
+        _policy(escalation="none"),
+        _advance(1),
+        _policy(),
+    ],
+    # n5's jobs promised past its window (at 2 h): escalated at it, within the hour at 1 h
+    "an escalation comes within the hour": [
+        _policy(escalation="fast"),
+        _advance(200),
+        _push(5, 2),
+        _advance(2990),
+        _push(5, 2),
+        _advance(409),
+        _advance(1),
+    ],
+    "a forecast that is not exact: a volatile row": [
+        _deadline,
+        _advance(1),
+        _advance(700),
+        _push(0, 1),
+        _advance(1),
+    ],
+    "windows come, and end with machines still out of service": [
+        _advance(1500),
+        _advance(1200),
+        _advance(3600),
+        _down,
+        _advance(1),
+        _advance(7200),
+    ],
+    "the schedule and the windows' times change": [
+        _reschedule,
+        # replaced, as the master does (the view compares it by identity)
+        lambda w: setattr(w, "window_since", {**w.window_since, _key(0): w.now}),
+        _advance(1),
+        lambda w: setattr(w, "window_since", {}),
+    ],
+    "the clock goes back": [_advance(100), _advance(-50), _push(0, 1), _advance(-1)],
+}
+
+
+def _same(ledgered: Ledgered) -> None:
+    """The ledger's answers are those of every row, at the world's ``now``."""
+    now = ledgered.world.now
+    view, fresh = ledgered.view, PlanView()
+    for limit in (None, 1, 3):
+        for blockers in (False, True):
+            kept = view.reply(
+                ledgered.inputs(), now, late=True, limit=limit, with_blockers=blockers
+            )
+            read = fresh.reply(
+                ledgered.every_row(), now, late=True, limit=limit, with_blockers=blockers
+            )
+            assert kept == read
+    body = view.body(ledgered.inputs(), now, late=True, limit=20, with_blockers=False)
+    assert body == fresh.body(ledgered.every_row(), now, late=True, limit=20, with_blockers=False)
+    lines = b"".join(view.stream(ledgered.inputs(), now, late=True, limit=2, chunk=1))
+    assert lines == b"".join(fresh.stream(ledgered.every_row(), now, late=True, limit=2, chunk=1))
+    figures = view.schedule_figures(ledgered.inputs(), now)
+    assert figures == schedule_figures(
+        fresh.rows(ledgered.every_row(), now, with_blockers=True), now
+    )
+
+
+@pytest.mark.parametrize("story", list(STORIES.values()), ids=list(STORIES))
+def test_the_ledger_answers_as_every_row_does(story: list[Callable[[World], None]]) -> None:
+    ledgered = _world()
+    _same(ledgered)
+    for step in story:
+        step(ledgered.world)
+        _same(ledgered)
+
+
+def test_the_stories_meet_what_they_are_about() -> None:
+    """The stories reach what they test: late rows, escalations, a flip from on time to
+    late, a volatile row, a lost node, a machine after its window."""
+    seen: set[str] = set()
+    for name, story in STORIES.items():
+        ledgered = _world()
+        for step in [lambda w: None, *story]:
+            step(ledgered.world)
+            ledger = ledgered.view.ledger(ledgered.inputs(), ledgered.world.now)
+            assert ledger is not None
+            totals = ledgered.view.reply(ledgered.inputs(), ledgered.world.now, late=True)
+            if any(ledger.shares[k].late for k in ledger.late):
+                seen.add("late")
+            if any(ledger.shares[k].escalates for k in ledger.late):
+                seen.add("escalates")
+            if ledger.volatile:
+                seen.add(f"volatile: {name}")
+            if totals["totals"]["lost"]:
+                seen.add("lost")
+            if ledger.ended:
+                seen.add("after window")
+            if _key(2) in ledger.late:
+                seen.add("n2 late")
+    assert {"late", "escalates", "lost", "after window", "n2 late"} <= seen
+    assert "volatile: a forecast that is not exact: a volatile row" in seen
+
+
+def test_pages_of_the_ledger_follow_their_cursors() -> None:
+    ledgered = _world()
+    ledgered.world.now += 1500  # n0, n2, n3 late
+    inputs, now = ledgered.inputs(), ledgered.world.now
+    whole = ledgered.view.reply(inputs, now, late=True)
+    rows, after = [], ""
+    while True:
+        select = PlanSelect.parse(after=after)
+        page = ledgered.view.reply(inputs, now, late=True, limit=1, select=select)
+        rows += page["machines"]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    assert len(rows) >= 3
+    assert rows == whole["machines"]
+
+
+def test_only_the_machines_that_changed_are_remade() -> None:
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ledger = view.ledger(ledgered.inputs(), world.now)
+    assert ledger is not None
+    assert ledger.remade == 6
+    world.now += 1
+    assert view.ledger(ledgered.inputs(), world.now) is ledger
+    assert ledger.remade == 0
+    world.ads.update(_ad(1, world.now, jobs=1), world.now)
+    view.ledger(ledgered.inputs(), world.now)
+    assert ledger.remade == 1
+    world.drains[_key(0)] = _rec(request_id="7")
+    view.ledger(ledgered.inputs(), world.now)
+    assert ledger.remade == 1  # n0, its new record; n3 is looked at (a record) but kept
+    world.policy = PlanPolicy(drain_margin=60.0)
+    assert view.ledger(ledgered.inputs(), world.now) is not ledger
+
+
+def test_under_the_immediate_policy_or_unwatched_there_is_no_ledger() -> None:
+    ledgered = _world()
+    ledgered.world.policy = PlanPolicy(drain_policy="immediate")
+    assert ledgered.view.ledger(ledgered.inputs(), ledgered.world.now) is None
+    assert ledgered.view.ledger(_world().every_row(), NOW) is None
+
+
+def test_a_body_of_the_ledger_is_json_of_the_reply() -> None:
+    ledgered = _world()
+    ledgered.world.now += 1500
+    body = ledgered.view.body(ledgered.inputs(), ledgered.world.now, late=True)
+    assert json.loads(body) == ledgered.view.reply(ledgered.inputs(), ledgered.world.now, late=True)
