@@ -593,6 +593,7 @@ class AdStore:
         self.expired = 0
         self._lost: set[str] = set()
         self._watchers: list[set[tuple[str, str | None]]] = []
+        self._name_watchers: list[set[str]] = []
 
     def watch(self) -> set[tuple[str, str | None]]:
         """A set the store adds the (hostname, ip) of every ad that arrives or goes to
@@ -600,6 +601,13 @@ class AdStore:
         for other names stay what they were)."""
         watched: set[tuple[str, str | None]] = set()
         self._watchers.append(watched)
+        return watched
+
+    def watch_names(self) -> set[str]:
+        """A set the store adds the name of every node whose ad arrives or goes to, for
+        a watcher to read and empty."""
+        watched: set[str] = set()
+        self._name_watchers.append(watched)
         return watched
 
     def __len__(self) -> int:
@@ -671,6 +679,8 @@ class AdStore:
         self._forget_found(entry)
         self._lost.discard(name)
         self.received += 1
+        for names in self._name_watchers:
+            names.add(name)
         return entry
 
     def _unindex(self, entry: AdEntry) -> None:
@@ -697,6 +707,8 @@ class AdStore:
         if entry is None:
             return False
         self._unindex(entry)
+        for names in self._name_watchers:
+            names.add(name)
         return True
 
     def get(self, name: str, my_type: str = "Machine") -> AdEntry | None:

@@ -23,6 +23,8 @@ Pure (no trio, no I/O, ``now`` an argument), read at every scrape
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -43,6 +45,7 @@ __all__ = [
     "Escalating",
     "LateMachine",
     "NodeFigures",
+    "NodeLedger",
     "NoticeFigures",
     "OperationFigures",
     "ScheduleFigures",
@@ -168,11 +171,21 @@ class NodeFigures:
     health_failing: tuple[str, ...]
     lost: tuple[tuple[str, float], ...]  # (node, its ad's age)
     oldest_live_ad: float  # the age of the oldest live ad (0 without one)
+    rebooting: int = 0  # nodes neither live nor lost
 
 
-def _count(counts: dict[str, int], value: object) -> None:
+def _count(counts: dict[str, int], value: object, by: int = 1) -> None:
     if value is not None:
-        counts[str(value)] = counts.get(str(value), 0) + 1
+        counts[str(value)] = counts.get(str(value), 0) + by
+
+
+def _states(known: tuple[str, ...], counts: Mapping[str, int]) -> dict[str, int]:
+    """Every state of ``known`` (0 when no node is in it), then the others nodes
+    published, by name."""
+    out = dict.fromkeys(known, 0)
+    out.update((state, counts[state]) for state in known if state in counts)
+    out.update((state, n) for state, n in sorted(counts.items()) if state not in out and n)
+    return out
 
 
 def node_figures(
@@ -190,19 +203,21 @@ def node_figures(
     ``HealthState`` (nodes that publish one). ``hooks_failed``: live nodes whose drain in
     force has a failed completion hook that holds them closed; ``health_failing``: live
     nodes whose health check fails; ``lost``: every lost node with its ad's age."""
-    drain = dict.fromkeys(DRAIN_STATES, 0)
-    hook = dict.fromkeys(HOOK_STATES, 0)
-    health = dict.fromkeys(HEALTH_STATES, 0)
+    drain: dict[str, int] = {}
+    hook: dict[str, int] = {}
+    health: dict[str, int] = {}
     failed: list[tuple[str, str]] = []
     failing: list[str] = []
     lost: list[tuple[str, float]] = []
     oldest = 0.0
+    rebooting = 0
     for entry in entries:
         age = entry.age(now)
         if is_lost(entry):
             lost.append((entry.name, age))
             continue
         if is_rebooting is not None and is_rebooting(entry):
+            rebooting += 1
             continue
         oldest = max(oldest, age)
         machine = entry.machine
@@ -215,14 +230,127 @@ def node_figures(
         if service["health"] is not None and service["health"]["state"] == "failing":
             failing.append(entry.name)
     return NodeFigures(
-        drain_states=drain,
-        hook_states=hook,
-        health_states=health,
+        drain_states=_states(DRAIN_STATES, drain),
+        hook_states=_states(HOOK_STATES, hook),
+        health_states=_states(HEALTH_STATES, health),
         hooks_failed=tuple(sorted(failed)),
         health_failing=tuple(sorted(failing)),
         lost=tuple(sorted(lost)),
         oldest_live_ad=oldest,
+        rebooting=rebooting,
     )
+
+
+class NodeLedger:
+    """:func:`node_figures` kept between scrapes, for a store whose ads live
+    ``lifetime``: each live node's part of the counts (an ad is live while its age is at
+    most ``lifetime``; older, its node is lost or rebooting), taken again only for the
+    nodes whose ad arrived or went (:meth:`bring_to`) and for those whose ad grew too old
+    (a heap of the live ads by when they came), so that a scrape costs what changed and
+    the nodes not live, not the pool. One caller at a time."""
+
+    def __init__(self, lifetime: float) -> None:
+        self.lifetime = lifetime
+        #: The last ``now`` brought to (a clock that goes back needs a new ledger).
+        self.now = -math.inf
+        self._live: dict[str, AdEntry] = {}
+        self._gone: dict[str, AdEntry] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._drain: dict[str, int] = {}
+        self._hook: dict[str, int] = {}
+        self._health: dict[str, int] = {}
+        self._failed: dict[str, str] = {}
+        self._failing: set[str] = set()
+
+    def holds(self, lifetime: float, now: float) -> bool:
+        """Whether it counts ads of this ``lifetime`` and ``now`` is not before the last."""
+        return lifetime == self.lifetime and now >= self.now
+
+    def bring_to(
+        self, now: float, changed: Iterable[str], get: Callable[[str], AdEntry | None]
+    ) -> None:
+        """Take again the nodes ``changed`` (their ad as ``get`` gives it; ``None``:
+        none any more), and let go of the live ads that grew too old by ``now``."""
+        self.now = now
+        for name in changed:
+            self._drop(name)
+            entry = get(name)
+            if entry is not None:
+                self._place(entry, now)
+        heap, lifetime = self._heap, self.lifetime
+        while heap and now - heap[0][0] > lifetime:
+            came, name = heapq.heappop(heap)
+            entry = self._live.get(name)
+            if entry is not None and entry.received_at == came:
+                self._drop(name)
+                self._gone[name] = entry
+
+    def figures(
+        self,
+        now: float,
+        is_lost: Callable[[AdEntry], bool],
+        is_rebooting: Callable[[AdEntry], bool],
+    ) -> NodeFigures:
+        """:func:`node_figures` of every ad held, at the ``now`` brought to."""
+        lost = [(name, entry.age(now)) for name, entry in self._gone.items() if is_lost(entry)]
+        rebooting = sum(1 for entry in self._gone.values() if is_rebooting(entry))
+        heap = self._heap
+        while heap and self._live.get(heap[0][1], _NONE).received_at != heap[0][0]:
+            heapq.heappop(heap)  # an ad replaced or gone
+        oldest = max(0.0, now - heap[0][0]) if heap else 0.0
+        return NodeFigures(
+            drain_states=_states(DRAIN_STATES, self._drain),
+            hook_states=_states(HOOK_STATES, self._hook),
+            health_states=_states(HEALTH_STATES, self._health),
+            hooks_failed=tuple(sorted(self._failed.items())),
+            health_failing=tuple(sorted(self._failing)),
+            lost=tuple(sorted(lost)),
+            oldest_live_ad=oldest,
+            rebooting=rebooting,
+        )
+
+    def _place(self, entry: AdEntry, now: float) -> None:
+        name = entry.name
+        if now - entry.received_at > self.lifetime:
+            self._gone[name] = entry
+            return
+        self._live[name] = entry
+        heapq.heappush(self._heap, (entry.received_at, name))
+        self._tally(entry, 1)
+        if len(self._heap) > 2 * len(self._live) + 1024:  # stale entries: rebuilt
+            self._heap = [(e.received_at, n) for n, e in self._live.items()]
+            heapq.heapify(self._heap)
+
+    def _drop(self, name: str) -> None:
+        self._gone.pop(name, None)
+        entry = self._live.pop(name, None)
+        if entry is not None:
+            self._tally(entry, -1)
+
+    def _tally(self, entry: AdEntry, by: int) -> None:
+        machine = entry.machine
+        _count(self._drain, machine.get("DrainState", "none"), by)
+        _count(self._hook, machine.get("DrainHookState"), by)
+        _count(self._health, machine.get("HealthState"), by)
+        service = entry.service
+        name = entry.name
+        if service["hook_holds"] and service["hook"]["state"] == "failed":
+            if by > 0:
+                self._failed[name] = str(service["hook"]["name"])
+            else:
+                self._failed.pop(name, None)
+        if service["health"] is not None and service["health"]["state"] == "failing":
+            if by > 0:
+                self._failing.add(name)
+            else:
+                self._failing.discard(name)
+
+
+class _Absent:
+    received_at = math.nan
+
+
+_NONE: Any = _Absent()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,7 +11,7 @@ type are exported even when none is.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -19,12 +19,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nodeagent.master._fleet import (
-    node_figures,
+    NodeFigures,
+    NodeLedger,
     notice_figures,
     operation_figures,
 )
 
 if TYPE_CHECKING:
+    from nodeagent.master._adstore import AdStore
     from nodeagent.master._leader import LeaderView
     from nodeagent.master._master import Master
     from nodeagent.master._notify import Notifier
@@ -37,6 +39,8 @@ class _MasterCollector(Collector):
         self._master = master
         self.leader: LeaderView | None = None
         self.notifier: Notifier | None = None
+        #: The node figures kept between scrapes: for which store, and what it says.
+        self._node_ledger: tuple[AdStore, NodeLedger, set[str]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         master = self._master
@@ -51,10 +55,9 @@ class _MasterCollector(Collector):
             modes.add_metric([mode], count)
         yield modes
         nodes = GaugeMetricFamily("nodeagent_master_nodes", "Nodes with an ad", labels=["state"])
-        entries = master.ads.entries()
-        lost = sum(1 for e in entries if master.ads.lost(e, now))
-        rebooting = sum(1 for e in entries if master.ads.rebooting(e, now))
-        nodes.add_metric(["live"], len(entries) - lost - rebooting)
+        figures = self._node_figures(master, now)
+        lost, rebooting = len(figures.lost), figures.rebooting
+        nodes.add_metric(["live"], len(master.ads) - lost - rebooting)
         nodes.add_metric(["lost"], lost)
         nodes.add_metric(["rebooting"], rebooting)
         yield nodes
@@ -78,7 +81,7 @@ class _MasterCollector(Collector):
             counter.add_metric([], value)
             yield counter
         yield from self._schedule(master, now)
-        yield from self._nodes(master, now)
+        yield from self._nodes(master, figures)
         yield from self._operations(master)
         yield from self._notices(master)
         yield from self._events()
@@ -188,10 +191,27 @@ class _MasterCollector(Collector):
             declined.add_metric([machine, group], 1)
         yield declined
 
-    def _nodes(self, master: Master, now: float) -> Iterator[Metric]:
-        """The nodes by their ads (:func:`node_figures`)."""
+    def _node_figures(self, master: Master, now: float) -> NodeFigures:
+        """The nodes by their ads (:func:`~nodeagent.master._fleet.node_figures`), kept
+        between scrapes (:class:`~nodeagent.master._fleet.NodeLedger`, told of the ads
+        that arrived or went by the store's
+        :meth:`~nodeagent.master._adstore.AdStore.watch_names`)."""
         ads = master.ads
-        figures = node_figures(ads.entries(), ads.lost_at(now), now, ads.rebooting_at(now))
+        held = self._node_ledger
+        if held is None or held[0] is not ads or not held[1].holds(ads.lifetime, now):
+            ledger = NodeLedger(ads.lifetime)
+            held = self._node_ledger = (ads, ledger, ads.watch_names())
+            changed: Iterable[str] = [entry.name for entry in ads.entries()]
+        else:
+            changed = held[2]
+        ledger = held[1]
+        ledger.bring_to(now, changed, ads.get)
+        held[2].clear()
+        return ledger.figures(now, ads.lost_at(now), ads.rebooting_at(now))
+
+    def _nodes(self, master: Master, figures: NodeFigures) -> Iterator[Metric]:
+        """The nodes by their ads (:meth:`_node_figures`)."""
+        ads = master.ads
         for name, text, counts in (
             ("nodeagent_master_nodes_by_drain_state", "Live nodes by their ad's DrainState",
              figures.drain_states),

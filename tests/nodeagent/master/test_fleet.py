@@ -14,6 +14,7 @@ from nodeagent.master._fleet import (
     OPERATION_STATES,
     Escalating,
     LateMachine,
+    NodeLedger,
     node_figures,
     notice_figures,
     operation_figures,
@@ -341,3 +342,58 @@ def test_notices_are_counted_by_answer_and_the_declined_named() -> None:
     assert figures.answers == {"accepted": 1, "declined": 2, "unanswered": 1}
     assert figures.declined == (("n1", "a"), ("n2", "b"))
     assert notice_figures([]).answers == {"accepted": 0, "declined": 0, "unanswered": 0}
+
+
+@pytest.mark.parametrize("entries", [e for _, e, _ in NODES], ids=[n for n, _, _ in NODES])
+def test_the_node_ledger_counts_as_the_nodes_are_counted(entries: list[AdEntry]) -> None:
+    store = AdStore(lifetime=LIFETIME, reboot_grace=3600)
+    by_name = {entry.name: entry for entry in entries}
+    ledger = NodeLedger(LIFETIME)
+    ledger.bring_to(NOW, list(by_name), by_name.get)
+    figures = node_figures(entries, store.lost_at(NOW), NOW, store.rebooting_at(NOW))
+    assert ledger.figures(NOW, store.lost_at(NOW), store.rebooting_at(NOW)) == figures
+
+
+def _node_ad(name: str, **machine: Any) -> dict[str, Any]:
+    return {"machine": {"Name": name, "Machine": f"{name}.test", **machine}, "slots": []}
+
+
+#: A story of ads: (seconds after NOW, what arrives or goes).
+STORY: list[tuple[float, list[dict[str, Any] | str]]] = [
+    (0, [_node_ad("a", DrainState="none"), _node_ad("b", DrainState="draining")]),
+    (10, [_node_ad("c", HealthState="failing"), _node_ad("d", **_hook("failed"))]),
+    (30, [_node_ad("a", DrainState="draining", HealthState="passing")]),
+    (61, []),  # b lost; a's first ad replaced, not lost
+    (65, [_node_ad("b", DrainState="none"), _node_ad("e", ShuttingDown=True)]),
+    (71, [_node_ad("c", HealthState="passing"), "d"]),  # d forgotten
+    (140, []),  # e rebooting; a and b lost
+    (141, [_node_ad("f", DrainState="odd")]),
+    (4000, [_node_ad("f", DrainState="none")]),  # e lost after its grace
+    (4000.5, ["f", "a"]),
+]
+
+
+def test_the_node_ledger_follows_ads_that_arrive_go_and_grow_old() -> None:
+    store = AdStore(lifetime=LIFETIME, reboot_grace=3600)
+    changed = store.watch_names()
+    ledger = NodeLedger(LIFETIME)
+    seen = []
+    for later, happenings in STORY:
+        now = NOW + later
+        for happening in happenings:
+            if isinstance(happening, str):
+                store.forget(happening)
+            else:
+                store.update(happening, now)
+        ledger.bring_to(now, changed, store.get)
+        changed.clear()
+        lost, rebooting = store.lost_at(now), store.rebooting_at(now)
+        expected = node_figures(store.entries(), lost, now, rebooting)
+        assert ledger.figures(now, lost, rebooting) == expected, later
+        seen.append(expected)
+    # the story reaches what it is about
+    assert any(f.rebooting for f in seen)
+    assert any(f.hooks_failed for f in seen)
+    assert any(f.health_failing for f in seen)
+    assert any(f.drain_states.get("odd") for f in seen)
+    assert [name for name, _ in seen[-2].lost] == ["a", "b", "c", "e"]
