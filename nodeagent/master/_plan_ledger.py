@@ -72,19 +72,20 @@ class AdChanges:
 class Share:
     """What one machine's row adds to the plan at any ``now`` before :attr:`until`.
 
-    ``pair``: the plan and row state it was made from (compared by identity). ``counts``
-    (:meth:`PlanTotals.counts`, the values of ``lines`` left out) and ``mode`` are added
-    as they are; ``lines`` are the six expected values and, for a row to be escalated,
-    the cut core-seconds and badput, as ``(at, slope)`` on the whole second (``value =
-    at + slope × floor(now)``). ``late``: whether the row is late by its promises, with
-    ``promise`` the line of its promise completion; ``escalates``: whether the master
-    will escalate it (``cut_jobs`` cut; a ``late=true`` reply lists a row that is
-    either); ``after_window``: the machine's entry of ``after_window`` while it is one.
+    ``pair``: the plan and row state it was made from (compared by identity).
+    ``counts`` (:meth:`PlanTotals.counts`, the values of ``lines`` left out; the place
+    and value of each that is not 0) and ``mode`` are added as they are; ``lines`` are
+    the six expected values and, for a row to be escalated, the cut core-seconds and
+    badput, as ``(at, slope)`` on the whole second (``value = at + slope × floor(now)``).
+    ``late``: whether the row is late by its promises, with ``promise`` the line of its
+    promise completion; ``escalates``: whether the master will escalate it (``cut_jobs``
+    cut; a ``late=true`` reply lists a row that is either); ``after_window``: the
+    machine's entry of ``after_window`` while it is one.
     """
 
     pair: tuple[MachinePlan, RowState]
     until: float
-    counts: tuple[int | Fraction, ...]
+    counts: tuple[tuple[int, int | Fraction], ...]
     mode: str
     lines: tuple[tuple[int, int], ...]
     late: bool
@@ -117,7 +118,7 @@ def share_of(
         return Share(
             pair=(plan, state),
             until=due,
-            counts=totals.counts(),
+            counts=_nonzero(totals.counts()),
             mode=plan.mode,
             lines=((0, 0),) * _LINES,
             late=False,
@@ -151,7 +152,7 @@ def share_of(
     return Share(
         pair=(plan, state),
         until=until,
-        counts=totals.counts(),
+        counts=_nonzero(totals.counts()),
         mode=plan.mode,
         lines=tuple(
             [
@@ -165,6 +166,10 @@ def share_of(
         cut_jobs=cut_jobs,
         after_window=after_window,
     )
+
+
+def _nonzero(counts: tuple[int | Fraction, ...]) -> tuple[tuple[int, int | Fraction], ...]:
+    return tuple([(i, value) for i, value in enumerate(counts) if value])
 
 
 def _flip(at: int, slope: int, window_start: float, *, late: bool) -> float:
@@ -330,13 +335,13 @@ class PlanLedger:
 
     def _add(self, share: Share, sign: int) -> None:
         total = self._sum
-        for i, value in enumerate(share.counts):
-            if value:
-                total[i] += sign * value
+        for i, value in share.counts:
+            total[i] += sign * value
         self._modes[share.mode] = self._modes.get(share.mode, 0) + sign
         for line, (at, slope) in zip(self._lines, share.lines, strict=True):
-            line[0] += sign * at
-            line[1] += sign * slope
+            if at or slope:
+                line[0] += sign * at
+                line[1] += sign * slope
 
     def expected(self, now: float) -> tuple[int, ...]:
         """The six expected values summed over the shares, at ``now``."""
