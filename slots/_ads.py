@@ -9,6 +9,7 @@ carry whole seconds).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,13 @@ from slots._estimates import (
 )
 from slots._states import ACTIVE, Activity, State
 
-__all__ = ["EXPECTED_ATTRIBUTES", "ad_blockers", "check_estimate_inputs", "drain_estimates"]
+__all__ = [
+    "EXPECTED_ATTRIBUTES",
+    "ad_blockers",
+    "check_estimate_inputs",
+    "drain_estimates",
+    "finite_number",
+]
 
 _NAMES = {
     Schedule.GRACEFUL: "Graceful",
@@ -107,6 +114,16 @@ _NUMBERS = (
 _POLICIES = frozenset(str(policy) for policy in SuspendPolicy)
 
 
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is an int or a float whose value as a float is finite (an int
+    too large for a float is not: the arithmetic, in floats, cannot read it)."""
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is int:
+        return -sys.float_info.max <= value <= sys.float_info.max
+    return False
+
+
 def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
     """Raise :class:`~slots.InvalidRequest` unless :func:`drain_estimates` can read ``ads``.
 
@@ -119,7 +136,7 @@ def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
             value = ad.get(name)
             if value is None:
                 continue
-            if type(value) not in (int, float) or not math.isfinite(value):
+            if not finite_number(value):
                 raise InvalidRequest(
                     f"{ad.get('Name', 'an ad')}: {name} must be a finite number, not {value!r}"
                 )

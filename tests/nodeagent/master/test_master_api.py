@@ -260,6 +260,9 @@ async def test_constraints_projection_and_formats(tmp_path: Path) -> None:
         ("slot", {"State": ["Claimed"]}, "State must be a string"),
         ("slot", {"Cpus": None}, "Cpus must be absent rather than null"),
         ("machine", {"TotalMachineDrainingBadput": "x"}, "must be a finite number"),
+        # beyond a float's range: no 64-bit integer, read by Python's json (not a 500)
+        ("machine", {"TotalMachineDrainingBadput": 10**400}, "must be a finite number"),
+        ("slot", {"TotalJobRunTime": -(10**309)}, "must be a finite number"),
     ],
 )
 async def test_an_ad_with_values_the_master_cannot_read_is_422(
