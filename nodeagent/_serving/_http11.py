@@ -5,13 +5,14 @@ pool, most of them on a new connection each; per request this costs less than ha
 hypercorn's trio worker. Connections are accepted by the server's own loop, up to 64 in a
 row without a yield, and a plain TCP connection is closed at once when it ends
 (``trio.serve_listeners`` yielded after each accept and closed each connection twice, each
-time through a cancelled checkpoint: ≈ 120 µs more a connection). One request at a time per
-connection (no pipelining), keep-alive with an idle timeout, a read timeout, bounded headers
-and bodies, optional TLS (HTTP/1.1 only). The body is read as the app asks for it (so that
-the app can refuse a request from its headers before reading any); what the app leaves
-unread is read and dropped after its reply, up to
-:data:`~nodeagent._serving._gate.DISCARD_LIMIT` bytes, then the connection is closed.
-Lifespan events are not sent: the apps served here have none.
+time through a cancelled checkpoint: ≈ 120 µs more a connection); it reads and writes at
+once when its socket is ready (:class:`_TcpStream`). One request at a time per connection
+(no pipelining), keep-alive with an idle timeout, a read timeout, bounded headers and
+bodies, optional TLS (HTTP/1.1 only). The body is read as the app asks for it (so that the
+app can refuse a request from its headers before reading any); what the app leaves unread
+is read and dropped after its reply, up to :data:`~nodeagent._serving._gate.DISCARD_LIMIT`
+bytes, then the connection is closed. Lifespan events are not sent: the apps served here
+have none.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, e
 _ACCEPT_RETRY_S = 0.1
 #: Connections accepted in a row before the listener lets the other tasks run.
 _ACCEPT_BATCH = 64
+#: Reads and writes of a plain TCP connection done at once in a row (:class:`_TcpStream`)
+#: before one goes through trio and lets the other tasks run.
+_DIRECT_RUN = 8
 
 
 def _ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -125,6 +129,57 @@ async def serve_http(
         sock.setblocking(False)
         nursery.start_soon(server.accept, sock)
     return urls
+
+
+class _TcpStream(trio.abc.Stream):
+    """A plain TCP connection (``stream``, over the non-blocking socket ``sock``) that
+    reads and writes at once when the socket is ready.
+
+    trio's :class:`trio.SocketStream` yields to the scheduler after each read or write that
+    did not have to wait (a checkpoint), a round of the event loop for every request and
+    reply. Here a read or a write that can be done at once is done at once, up to
+    :data:`_DIRECT_RUN` in a row; then, or when the socket is not ready, the call goes
+    through ``stream`` (waiting, and a checkpoint), so a busy connection still lets the
+    others run. Errors are ``stream``'s: :class:`trio.BrokenResourceError`.
+    """
+
+    def __init__(self, stream: trio.SocketStream, sock: socket.socket) -> None:
+        self._stream = stream
+        self._sock = sock
+        self._direct = 0
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._direct < _DIRECT_RUN:
+            self._direct += 1
+            try:
+                return self._sock.recv(_READ_SIZE if max_bytes is None else max_bytes)
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise trio.BrokenResourceError(str(exc)) from exc
+        self._direct = 0
+        return bytes(await self._stream.receive_some(max_bytes))
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._direct < _DIRECT_RUN:
+            self._direct += 1
+            try:
+                sent = self._sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError(str(exc)) from exc
+            if sent == len(data):
+                return
+            data = memoryview(data)[sent:]
+        self._direct = 0
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 class _BadRequest(Exception):
@@ -222,8 +277,10 @@ class HttpServer:
             sock.close()
             return
         client, server = (peer[0], peer[1]), (local[0], local[1])
-        transport: trio.abc.Stream = stream
-        if self.context is not None:
+        transport: trio.abc.Stream
+        if self.context is None:
+            transport = _TcpStream(stream, sock)
+        else:
             transport = trio.SSLStream(
                 stream, self.context, server_side=True, https_compatible=True
             )
@@ -234,7 +291,7 @@ class HttpServer:
         except Exception:
             http_log.exception("connection from %s:%s failed", *client)
         finally:
-            if transport is stream:  # plain TCP: nothing left to say, close at once
+            if self.context is None:  # plain TCP: nothing left to say, close at once
                 stream.socket.close()
             else:
                 await trio.aclose_forcefully(transport)

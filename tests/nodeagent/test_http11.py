@@ -43,6 +43,24 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": reply})
 
 
+async def mirror(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers the request's body, reversed, with its length."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body[::-1]})
+
+
 @asynccontextmanager
 async def server(
     max_body: int = 1024 * 1024, tls: tuple[Path, Path] | None = None
@@ -137,3 +155,17 @@ async def test_requests_over_tls_with_keep_alive_and_new_connections(tmp_path: P
                 for i in (1, 2):
                     reply = await client.post(f"/t?n={i}", content=b"y" * (70_000 * i))
                     assert reply.json()["body"] == 70_000 * i
+
+
+async def test_bodies_larger_than_the_sockets_buffers_go_both_ways_whole() -> None:
+    """A body and a reply of megabytes: many reads in a row, and writes the socket takes in
+    parts, on one kept-alive connection."""
+    body = bytes(range(256)) * 32 * 1024  # 8 MiB
+    async with trio.open_nursery() as nursery:
+        (url,) = await serve_http(nursery, mirror, ["127.0.0.1:0"], max_body=len(body))
+        async with httpx.AsyncClient(base_url=url) as client:
+            for size in (len(body), 10, len(body) // 3):
+                reply = await client.post("/m", content=body[:size])
+                assert reply.status_code == 200
+                assert reply.content == body[:size][::-1]
+        nursery.cancel_scope.cancel()
