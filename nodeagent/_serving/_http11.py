@@ -139,8 +139,9 @@ class _TcpStream(trio.abc.Stream):
     did not have to wait (a checkpoint), a round of the event loop for every request and
     reply. Here a read or a write that can be done at once is done at once, up to
     :data:`_DIRECT_RUN` in a row; then, or when the socket is not ready, the call goes
-    through ``stream`` (waiting, and a checkpoint), so a busy connection still lets the
-    others run. Errors are ``stream``'s: :class:`trio.BrokenResourceError`.
+    through ``stream`` (waiting, and a checkpoint), so a long body still lets the other
+    connections run (and :meth:`HttpServer._serve` lets them run before each next request of
+    a kept-alive connection). Errors are ``stream``'s: :class:`trio.BrokenResourceError`.
     """
 
     def __init__(self, stream: trio.SocketStream, sock: socket.socket) -> None:
@@ -320,6 +321,9 @@ class HttpServer:
                 conn.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+            # The other connections' turn before this one's next request (its read may be
+            # done at once: a client quick to send again would be served over and over).
+            await trio.lowlevel.checkpoint()
 
     async def _event(self, conn: h11.Connection, stream: trio.abc.Stream, wait: float) -> Any:
         """The next h11 event; ``None`` when no data came within ``wait`` seconds."""
