@@ -467,6 +467,16 @@ def push_ad(
     except orjson.JSONDecodeError:
         try:  # the rest as the other endpoints read it (or refuse it, the same way)
             ad = json.loads(body, parse_constant=_no_constant)
+            # a lone surrogate (``\ud800``), which orjson refuses: its ad could not be
+            # written back as UTF-8, so every read of it would fail
+            json.dumps(ad, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return AdReply(
+                422,
+                _json_bytes(
+                    error_body("request.invalid", "not JSON: a text holds a lone UTF-16 surrogate")
+                ),
+            )
         except ValueError as exc:
             return AdReply(422, _json_bytes(error_body("request.invalid", f"not JSON: {exc}")))
         except RecursionError:
