@@ -28,7 +28,13 @@ from slots._estimates import (
 )
 from slots._states import ACTIVE, Activity, State
 
-__all__ = ["EXPECTED_ATTRIBUTES", "ad_blockers", "check_estimate_inputs", "drain_estimates"]
+__all__ = [
+    "EXPECTED_ATTRIBUTES",
+    "ad_blockers",
+    "check_estimate_inputs",
+    "drain_estimates",
+    "finite_number",
+]
 
 _NAMES = {
     Schedule.GRACEFUL: "Graceful",
@@ -107,6 +113,17 @@ _NUMBERS = (
 _POLICIES = frozenset(str(policy) for policy in SuspendPolicy)
 
 
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is an int or a float whose value as a float is finite (an int
+    too large for a float is not: the arithmetic, in floats, cannot read it)."""
+    if type(value) is not int and type(value) is not float:
+        return False  # bool too
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False
+
+
 def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
     """Raise :class:`~slots.InvalidRequest` unless :func:`drain_estimates` can read ``ads``.
 
@@ -119,7 +136,11 @@ def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
             value = ad.get(name)
             if value is None:
                 continue
-            if type(value) not in (int, float) or not math.isfinite(value):
+            try:  # as finite_number, inline: a call per value costs 5 µs an agent's ad
+                finite = type(value) in (int, float) and math.isfinite(value)
+            except OverflowError:  # an int beyond a float's range
+                finite = False
+            if not finite:
                 raise InvalidRequest(
                     f"{ad.get('Name', 'an ad')}: {name} must be a finite number, not {value!r}"
                 )

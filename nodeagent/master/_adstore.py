@@ -36,6 +36,7 @@ from slots import (
     InvalidRequest,
     check_estimate_inputs,
 )
+from slots._ads import finite_number
 from slots._classad import check_value
 
 __all__ = [
@@ -198,7 +199,7 @@ def check_node_ad(
     """
     for name in _STATISTICS:
         value = machine.get(name, 0)
-        if type(value) not in (int, float) or not math.isfinite(value):
+        if not finite_number(value):
             raise _refuse(machine, f"{name} must be a finite number, not {value!r}")
     ads = (machine, *slots)
     for ad in ads:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
+import pytest
 import trio
 from starlette.types import Receive, Scope, Send
 
@@ -39,10 +43,30 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": reply})
 
 
+async def mirror(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers the request's body, reversed, with its length."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body[::-1]})
+
+
 @asynccontextmanager
-async def server(max_body: int = 1024 * 1024) -> AsyncIterator[str]:
+async def server(
+    max_body: int = 1024 * 1024, tls: tuple[Path, Path] | None = None
+) -> AsyncIterator[str]:
     async with trio.open_nursery() as nursery:
-        (url,) = await serve_http(nursery, echo, ["127.0.0.1:0"], max_body=max_body)
+        (url,) = await serve_http(nursery, echo, ["127.0.0.1:0"], max_body=max_body, tls=tls)
         yield url
         nursery.cancel_scope.cancel()
 
@@ -78,3 +102,70 @@ async def test_malformed_requests_are_400() -> None:
                 while chunk := await stream.receive_some():
                     reply += chunk
         assert reply.startswith(b"HTTP/1.1 400 ")
+
+
+async def test_connections_at_once_past_an_accept_batch_are_all_served() -> None:
+    """More connections arrive at once than the listener accepts in a row (64) before it
+    lets the others run: each is answered, each on a connection of its own."""
+    answered: list[int] = []
+    async with server() as url:
+        host, port = url.removeprefix("http://").split(":")
+
+        async def one(i: int) -> None:
+            stream = await trio.open_tcp_stream(host, int(port))
+            async with stream:
+                await stream.send_all(
+                    b"POST /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (i, b"x" * i)
+                )
+                reply = b""
+                while chunk := await stream.receive_some():
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 200 ")
+            assert b'"body": %d,' % i in reply  # the echo's JSON, chunked
+            answered.append(i)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for i in range(150):
+                    nursery.start_soon(one, i)
+    assert sorted(answered) == list(range(150))
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"openssl cannot make a certificate here: {made.stderr.strip()}")
+    return cert, key
+
+
+async def test_requests_over_tls_with_keep_alive_and_new_connections(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    async with server(tls=(cert, key)) as url:
+        assert url.startswith("https://127.0.0.1:")
+        for _ in range(2):  # a new connection each time round, two requests on each
+            async with httpx.AsyncClient(base_url=url, verify=trusted) as client:
+                for i in (1, 2):
+                    reply = await client.post(f"/t?n={i}", content=b"y" * (70_000 * i))
+                    assert reply.json()["body"] == 70_000 * i
+
+
+async def test_bodies_larger_than_the_sockets_buffers_go_both_ways_whole() -> None:
+    """A body and a reply of megabytes: many reads in a row, and writes the socket takes in
+    parts, on one kept-alive connection."""
+    body = bytes(range(256)) * 32 * 1024  # 8 MiB
+    async with trio.open_nursery() as nursery:
+        (url,) = await serve_http(nursery, mirror, ["127.0.0.1:0"], max_body=len(body))
+        async with httpx.AsyncClient(base_url=url) as client:
+            for size in (len(body), 10, len(body) // 3):
+                reply = await client.post("/m", content=body[:size])
+                assert reply.status_code == 200
+                assert reply.content == body[:size][::-1]
+        nursery.cancel_scope.cancel()

@@ -19,6 +19,7 @@ from slots import (
     parse_long,
     render_long,
 )
+from slots._ads import finite_number
 
 from .world import World
 
@@ -206,3 +207,24 @@ def test_ad_blockers_agree_with_the_agents_own() -> None:
     ]
     later = ad_blockers(ad["slots"], T0 + 90)  # a stale ad brought forward
     assert later[0]["gone_by"] == own[0].gone_by  # running jobs: the same promise
+
+
+#: A value → whether the arithmetic reads it as a finite number.
+FINITE_NUMBERS = {
+    "an int": (7, True),
+    "a float": (-2.5, True),
+    "the largest float": (sys.float_info.max, True),
+    "an int as large as the largest float": (int(sys.float_info.max), True),
+    "an int past the largest float": (10**309, False),
+    "a negative int past it": (-(10**400), False),
+    "infinity": (float("inf"), False),
+    "not a number": (float("nan"), False),
+    "a bool": (True, False),
+    "a string": ("1", False),
+    "None": (None, False),
+}
+
+
+@pytest.mark.parametrize(("value", "finite"), FINITE_NUMBERS.values(), ids=FINITE_NUMBERS.keys())
+def test_finite_number(value: object, finite: bool) -> None:
+    assert finite_number(value) is finite

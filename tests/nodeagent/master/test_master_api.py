@@ -260,6 +260,9 @@ async def test_constraints_projection_and_formats(tmp_path: Path) -> None:
         ("slot", {"State": ["Claimed"]}, "State must be a string"),
         ("slot", {"Cpus": None}, "Cpus must be absent rather than null"),
         ("machine", {"TotalMachineDrainingBadput": "x"}, "must be a finite number"),
+        # beyond a float's range: no 64-bit integer, read by Python's json (not a 500)
+        ("machine", {"TotalMachineDrainingBadput": 10**400}, "must be a finite number"),
+        ("slot", {"TotalJobRunTime": -(10**309)}, "must be a finite number"),
     ],
 )
 async def test_an_ad_with_values_the_master_cannot_read_is_422(
@@ -285,6 +288,30 @@ async def test_a_deeply_nested_ad_body_is_422(tmp_path: Path, depth: int) -> Non
         reply = await a.push(None, raw=deep, node="n1")
         assert error_code(reply) == (422, "request.invalid")
         assert a.master.ads.get("n1") is None
+
+
+@pytest.mark.parametrize(
+    "escaped",
+    [
+        b'"DrainReason": "\\ud800"',  # a value
+        b'"DrainReason": ["a", {"\\udfff": 1}]',  # a key in a record
+        b'"\\udbff": "x"',  # an attribute's name
+    ],
+)
+async def test_an_ad_with_a_lone_surrogate_is_422_and_changes_nothing(
+    tmp_path: Path, escaped: bytes
+) -> None:
+    """Python's json reads a lone surrogate (orjson does not): taken, the ad could not be
+    written back as UTF-8, and every read of it would fail."""
+    async with api(tmp_path) as a:
+        ad = node_ad("n1")
+        ad["machine"]["DrainReason"] = "x"
+        body = json.dumps(ad).encode().replace(b'"DrainReason": "x"', escaped)
+        reply = await a.push(None, raw=body, node="n1")
+        assert error_code(reply) == (422, "request.invalid")
+        assert "lone UTF-16 surrogate" in reply.json()["error"]["message"]
+        assert a.master.ads.get("n1") is None
+        assert (await a.local.get("/v1/ads")).status_code == 200
 
 
 async def test_a_fresh_ad_from_an_unreachable_node_is_502(tmp_path: Path) -> None:
