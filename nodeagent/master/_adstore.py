@@ -19,6 +19,7 @@ are not evaluated here: the API evaluates them in killable worker processes
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import zlib
@@ -595,6 +596,10 @@ class AdStore:
         self._lost: set[str] = set()
         self._watchers: list[set[tuple[str, str | None]]] = []
         self._name_watchers: list[set[str]] = []
+        # When each ad held turns its node lost (received_at + its span), for sweep(),
+        # with stale entries; and the lifetime and grace they were reckoned with.
+        self._expiry: list[tuple[float, str, float]] = []
+        self._spans = (lifetime, reboot_grace)
 
     def watch(self) -> set[tuple[str, str | None]]:
         """A set the store adds the (hostname, ip) of every ad that arrives or goes to
@@ -679,6 +684,7 @@ class AdStore:
             self._by_ip.setdefault(entry.ip, set()).add(name)
         self._forget_found(entry)
         self._lost.discard(name)
+        self._expires(entry)
         self.received += 1
         for names in self._name_watchers:
             names.add(name)
@@ -747,12 +753,38 @@ class AdStore:
         """:meth:`rebooting` at ``now``, as one function (for many entries)."""
         return lambda entry: self.rebooting(entry, now)
 
+    def _expires(self, entry: AdEntry) -> None:
+        """Note when ``entry`` turns its node lost, for :meth:`sweep`."""
+        span = self.lifetime + (self.reboot_grace if entry.shutting_down else 0.0)
+        heapq.heappush(self._expiry, (entry.received_at + span, entry.name, entry.received_at))
+        if len(self._expiry) > 2 * len(self._entries) + 1024:  # stale entries: made again
+            self._expiry = []
+            for held in self._entries.values():
+                self._expires(held)
+
     def sweep(self, now: float) -> list[str]:
         """Mark newly lost nodes; returns their names (counted once each). A rebooting
-        node (:meth:`rebooting`) is not lost yet: it is once its grace has run out."""
-        newly = [
-            e.name for e in self._entries.values() if self.lost(e, now) and e.name not in self._lost
-        ]
+        node (:meth:`rebooting`) is not lost yet: it is once its grace has run out. Only
+        the ads whose time came are read (a heap of when each turns its node lost), not
+        every ad held."""
+        if self._spans != (self.lifetime, self.reboot_grace):  # changed by a reload
+            self._spans = (self.lifetime, self.reboot_grace)
+            self._expiry = []
+            for held in list(self._entries.values()):
+                self._expires(held)
+        newly = []
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            item = heapq.heappop(heap)
+            _, name, came = item
+            entry = self._entries.get(name)
+            if entry is None or entry.received_at != came:
+                continue  # replaced or forgotten
+            if not self.lost(entry, now):  # the instant was rounded: read again later
+                heapq.heappush(heap, item)
+                break
+            if name not in self._lost:
+                newly.append(name)
         self._lost.update(newly)
         self.expired += len(newly)
         return sorted(newly)

@@ -249,3 +249,41 @@ def test_the_sweep_counts_a_rebooting_node_lost_once_its_grace_has_run_out() -> 
     back = store.update(node_ad("n1"), NOW + 800)
     assert not back.shutting_down
     assert store.sweep(NOW + 861) == ["n1"]
+
+
+def test_the_sweep_reads_the_ads_whose_time_came_as_reading_every_ad_would() -> None:
+    """Ads replaced, forgotten, shutting down, a lifetime reloaded shorter: each sweep
+    marks the nodes that reading every ad finds newly lost."""
+    store = AdStore(lifetime=60, reboot_grace=600)
+    marked: set[str] = set()
+    story: list[tuple[float, Any]] = [
+        (0, [node_ad(f"n{i}") for i in range(5)] + [shutting_down_ad("s")]),
+        (30, [node_ad("n1")]),
+        (59, ["n2"]),
+        (61, []),
+        (89, []),
+        (91, [node_ad("n0")]),
+        (190, [node_ad("n3")]),
+        (200, "lifetime 20"),
+        (205, []),
+        (211, []),
+        (700, []),
+    ]
+    for later, what in story:
+        now = NOW + later
+        if what == "lifetime 20":
+            store.lifetime = 20
+            continue
+        for each in what:
+            if isinstance(each, str):
+                store.forget(each)
+                marked.discard(each)
+            else:
+                store.update(each, now)
+                marked.discard(each["machine"]["Name"])
+        expected = sorted(
+            e.name for e in store.entries() if store.lost(e, now) and e.name not in marked
+        )
+        assert store.sweep(now) == expected, later
+        marked.update(expected)
+    assert marked == {"n0", "n1", "n3", "n4", "s"}
