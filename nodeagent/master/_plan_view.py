@@ -166,6 +166,11 @@ class PlanView:
             self._ledger = None
         return self._scheduled[1]
 
+    @property
+    def kept(self) -> PlanLedger | None:
+        """The ledger as the last reply left it (``None``: none kept)."""
+        return self._ledger
+
     def ledger(self, inputs: PlanInputs, now: float) -> PlanLedger | None:
         """The totals and late rows kept between replies, brought to ``now``
         (:class:`~nodeagent.master._plan_ledger.PlanLedger`: every machine's share the
