@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -362,7 +363,7 @@ def _frame(**fields: Any) -> BlockerFrame:
     """Fields that are lines become values at the base; those that move are noted.
 
     ``fields`` are exactly :data:`_FRAME_KEYS` (a missing one is a :class:`KeyError`)."""
-    values = []
+    values: list[Any] = []
     moving = []
     for key in _FRAME_KEYS:
         field = fields[key]
@@ -370,6 +371,10 @@ def _frame(**fields: Any) -> BlockerFrame:
             if field.slope:
                 moving.append((key, int(field.at), field.slope))
             values.append(field.at)
+        elif type(field) is str:
+            # shared with the equal values of every other node's frames (an owner, a
+            # state, a job id of the same shape): a forecast is kept while its ad is
+            values.append(sys.intern(field))
         else:
             values.append(field)
     return BlockerFrame(tuple(values), tuple(moving))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ __all__ = [
     "may_hold_control",
     "moved_on",
     "project",
+    "shared_values",
 ]
 
 
@@ -279,6 +281,16 @@ def _ad_moved_on(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     if after.get("Activity") == "Vacating" and type(left) is int and type(had) is int:
         return left == max(0, had - d)
     return left == had
+
+
+def shared_values(machine: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a node's machine ad whose string values are interned: equal ones are one
+    object across every node's entry (an OS, a state, a policy expression), so that 100,000
+    entries do not each hold their own. Equal to ``dict(machine)``; a new dict each call,
+    so that one node's entry never shares its dict with another's."""
+    return {
+        key: sys.intern(value) if type(value) is str else value for key, value in machine.items()
+    }
 
 
 def moved_on(
@@ -663,7 +675,7 @@ class AdStore:
         moved = previous is not None and moved_on(previous, machine, slots)
         entry = AdEntry(
             name=name,
-            machine=dict(machine),
+            machine=shared_values(machine),
             slots=PackedSlots(slots),
             received_at=now,
             updates=1 if previous is None else previous.updates + 1,

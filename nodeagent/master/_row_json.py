@@ -103,7 +103,11 @@ class _Fast(NamedTuple):
     machine: ScheduledMachine
     nodes: Sequence[AdEntry]
     template: bytes
-    lines: tuple[tuple[int, int], ...]  # the %d values, in the order they are written
+    lines: tuple[tuple[int, int], ...]  # the first 9 %d values: lines 0–8
+    #: The other lines, the blockers' (key, value at the base, slope), in the order they
+    #: are written: the forecast's own tuples (:attr:`~slots.BlockerFrame.moving`),
+    #: shared, not copied, since a master keeps a template per machine.
+    moving: tuple[tuple[str, int, int], ...]
     active: bool
 
 
@@ -121,14 +125,15 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     """The fast template of a row without cuts, or ``None`` where the markers are not
     where they must be."""
     nodes = len(plan.nodes)
-    lines = [*read.estimates, *read.verdicts[:3]]
+    lines = (*read.estimates, *read.verdicts[:3])
+    moving: list[tuple[str, int, int]] = []
     blockers: list[dict[str, Any]] = []
     if state.with_blockers and not state.empty:
         for frame in read.blockers:
             blocker = dict(frame.at_base)
-            for key, at, slope in frame.moving:
-                blocker[key] = _fast_marker(f"L{len(lines)}")
-                lines.append((at, slope))
+            for line in frame.moving:
+                blocker[line[0]] = _fast_marker(f"L{len(lines) + len(moving)}")
+                moving.append(line)
             blockers.append(blocker)
     marked = RowFigures._make(
         [
@@ -172,7 +177,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         "L7",
         "L8",
         "Sdrain_start",
-        *(f"L{i}" for i in range(9, len(lines))),
+        *(f"L{i}" for i in range(9, len(lines) + len(moving))),
     ]
     if names != expected_names:
         return None
@@ -183,7 +188,8 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         machine=plan.machine,
         nodes=plan.nodes,
         template=b"".join(pieces),
-        lines=tuple(lines),
+        lines=lines,
+        moving=tuple(moving),
         active=read.active,
     )
 
@@ -341,7 +347,7 @@ class RowJson:
                 v[7],
                 v[8],
                 _NULL if start is None else dumps(start),
-                *v[9:],
+                *[at + slope * d for _, at, slope in fast.moving],
             )
         )
         return text, on_time, v[1], v[3]

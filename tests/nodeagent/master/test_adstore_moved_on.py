@@ -13,11 +13,12 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent.master._adstore import _MOVING, AdEntry, AdStore, moved_on
+from nodeagent.master._adstore import _MOVING, AdEntry, AdStore, moved_on, shared_values
 from slots import DrainForecast, Escalation, JobSpec, Machine, MachinePolicy, Resources, Schedule
 
 T = 1_800_000_000
@@ -237,3 +238,36 @@ def test_a_nodes_slot_ads_are_kept_packed_and_read_back_whole() -> None:
     assert entry.slots == ad["slots"]
     assert claims_of_slots(entry.slots, now=T) == claims_of_slots(ad["slots"], now=T)
     assert every_claim_grouped(entry.slots) == every_claim_grouped(ad["slots"])
+
+
+def node_named(host: str, ip: str, at: float = T) -> dict[str, Any]:
+    """:func:`machine`'s ad as node ``host``, parsed from its JSON as the API parses it
+    (every string its own object)."""
+    text = orjson.dumps(machine().ad(at)).replace(b"n1.test", host.encode())
+    ad: dict[str, Any] = orjson.loads(text.replace(b"10.0.0.1", ip.encode()))
+    return ad
+
+
+def test_equal_values_of_nodes_of_one_shape_are_shared_and_stay_independent() -> None:
+    store = AdStore(lifetime=300)
+    one, two = node_named("n1.test", "10.0.0.1"), node_named("n2.test", "10.0.0.2")
+    first, second = store.update(copy.deepcopy(one), T), store.update(copy.deepcopy(two), T)
+    assert first.machine == one["machine"]
+    assert second.machine == two["machine"]
+    assert first.machine is not second.machine
+    shared = [k for k, v in one["machine"].items() if isinstance(v, str) and v == two["machine"][k]]
+    assert "OpSys" in shared or len(shared) > 3
+    for key in shared:
+        assert first.machine[key] is second.machine[key], key
+    owners = [[b["owner"] for b in e.forecast.blockers(T)] for e in (first, second)]
+    assert owners[0] == owners[1] == ["alice"] * 4
+    assert all(a is b for a, b in zip(*owners, strict=True))
+    # A newer ad of one node changes nothing of the other's entry.
+    changed = copy.deepcopy(one)
+    changed["machine"][shared[0]] = "changed"
+    assert store.update(changed, T + 1).machine[shared[0]] == "changed"
+    assert store.get("n2.test") is second
+    assert second.machine == two["machine"]
+    # The shared values are the ad's: a copy per entry, equal to it.
+    assert shared_values(one["machine"]) == one["machine"]
+    assert shared_values(one["machine"]) is not shared_values(one["machine"])
