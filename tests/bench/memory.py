@@ -37,14 +37,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from nodeagent._peer import HttpAgentLink
 from nodeagent._store import DocumentStore
-from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import plan_body
 from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
 from tests.bench.ad_ingest import TEMPLATES, node_ad, node_ip, template_machines
-from tests.bench.plan_latency import StepClock, schedule
+from tests.bench.plan_latency import StepClock, in_process_master, schedule
 
 MIB = 1 << 20
 
@@ -88,12 +86,7 @@ def measure(machines: int, period: float, trace: bool, top: int) -> dict[str, An
         clock = StepClock(START)
         store = DocumentStore(Path(tmp) / "memory.db")
         try:
-            master = Master(
-                store=store,
-                link=HttpAgentLink(b"k" * 32),
-                clock=clock,
-                ads=AdStore(lifetime=3600),
-            )
+            master = in_process_master(store, clock)
             base = rss()
             if trace:
                 tracemalloc.start(1)

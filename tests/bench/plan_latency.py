@@ -107,6 +107,14 @@ class StepClock:
         return self.t
 
 
+def in_process_master(store: Documents, clock: StepClock) -> Master:
+    """A master in this process on ``store`` and ``clock``, whose calls to agents go
+    nowhere (a benchmark's nodes have no agent), ads living an hour."""
+    return Master(
+        store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=3600)
+    )
+
+
 def schedule(machines: int, now: float) -> dict[str, Any]:
     """``WINDOWS`` one-hour windows, 2 h to 2 h + 99 × 10 min ahead, machines dealt round."""
     return {
@@ -210,12 +218,7 @@ def in_process(
         )
     meter = None if etcd is None else EtcdMeter(etcd)
     try:
-        master = Master(
-            store=store,
-            link=HttpAgentLink(b"k" * 32),
-            clock=clock,
-            ads=AdStore(lifetime=3600),
-        )
+        master = in_process_master(store, clock)
         for ad in ads:
             master.ads.update(ad, now)
         master.state.update_schedule(MaintenanceSchedule.from_json(schedule(len(ads), now)))

@@ -34,17 +34,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from nodeagent._peer import HttpAgentLink
 from nodeagent._store import DocumentStore
-from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import plan_body
 from nodeagent.master._maintenance import MaintenanceSchedule
-from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._plan_view import PlanView
 from tests.bench._benchlib import percentile
 from tests.bench.ad_ingest import TEMPLATES, node_ad, node_ip, template_machines
-from tests.bench.plan_latency import StepClock, schedule
+from tests.bench.plan_latency import StepClock, in_process_master, schedule
 
 
 def figures(seconds: list[float]) -> dict[str, float]:
@@ -64,12 +61,7 @@ def run(machines: int, rounds: int, every: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         store = DocumentStore(Path(tmp) / "master.db")
         try:
-            master = Master(
-                store=store,
-                link=HttpAgentLink(b"k" * 32),
-                clock=clock,
-                ads=AdStore(lifetime=3600),
-            )
+            master = in_process_master(store, clock)
             for ad in ads(now, range(machines)):
                 master.ads.update(ad, now)
             master.state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, now)))
