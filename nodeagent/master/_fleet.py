@@ -295,8 +295,12 @@ class NodeLedger:
         lost = [(name, entry.age(now)) for name, entry in self._gone.items() if is_lost(entry)]
         rebooting = sum(1 for entry in self._gone.values() if is_rebooting(entry))
         heap = self._heap
-        while heap and self._live.get(heap[0][1], _NONE).received_at != heap[0][0]:
-            heapq.heappop(heap)  # an ad replaced or gone
+        while heap:  # an ad replaced or gone is let go of
+            came, name = heap[0]
+            live = self._live.get(name)
+            if live is not None and live.received_at == came:
+                break
+            heapq.heappop(heap)
         oldest = max(0.0, now - heap[0][0]) if heap else 0.0
         return NodeFigures(
             drain_states=_states(DRAIN_STATES, self._drain),
@@ -344,13 +348,6 @@ class NodeLedger:
                 self._failing.add(name)
             else:
                 self._failing.discard(name)
-
-
-class _Absent:
-    received_at = math.nan
-
-
-_NONE: Any = _Absent()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

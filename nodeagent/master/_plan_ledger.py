@@ -193,13 +193,17 @@ def _flip(at: int, slope: int, window_start: float, *, late: bool) -> float:
     return max(d, 1)
 
 
-#: Where the totals' counts summed as lines are (:data:`PlanTotals.COUNTED`), and which
-#: line each is.
-_LINE_OF = {
-    name: PlanTotals.COUNTED.index(name)
-    for name in ("graceful_badput", "quick_badput", "cut_core_seconds", "escalation_badput")
-}
-_LINE_AT = {"graceful_badput": 1, "quick_badput": 3, "cut_core_seconds": 6, "escalation_badput": 7}
+#: The totals' counts summed as lines: their place in :data:`PlanTotals.COUNTED`, and
+#: the line each is.
+_LINED = tuple(
+    (PlanTotals.COUNTED.index(name), line)
+    for name, line in (
+        ("graceful_badput", 1),
+        ("quick_badput", 3),
+        ("cut_core_seconds", 6),
+        ("escalation_badput", 7),
+    )
+)
 
 
 class PlanLedger:
@@ -357,8 +361,8 @@ class PlanLedger:
         totals = PlanTotals(now)
         values = self._values(now)
         counts = list(self._sum)
-        for name, at in _LINE_OF.items():
-            counts[at] = values[_LINE_AT[name]]
+        for at, line in _LINED:
+            counts[at] = values[line]
         totals.add_counts(counts, {m: n for m, n in self._modes.items() if n})
         return totals
 

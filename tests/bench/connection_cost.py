@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench._benchlib import terminate
 from tests.bench.ad_ingest import drive
+from tests.certificates import CertificateUnavailable, self_signed
 
 REPLY = b'{"machine_id":{"hostname":"node00001.bench","ip":"10.0.0.1"},"mode":"UP"}'
 
@@ -156,21 +157,6 @@ def tls_connect(
     return context.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
 
 
-def self_signed(directory: Path, kind: str) -> tuple[Path, Path] | None:
-    cert, key = directory / f"{kind}.pem", directory / f"{kind}.key"
-    new_key = (
-        ["-newkey", "rsa:2048"]
-        if kind == "rsa2048"
-        else ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
-    )
-    made = subprocess.run(
-        ["openssl", "req", "-x509", *new_key, "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    return (cert, key) if made.returncode == 0 else None
-
-
 def concurrent_cost(seconds: float, body: bytes) -> dict[str, Any]:
     """Requests as ``ad_ingest.py``'s client sends them, against the server alone."""
     figures: dict[str, Any] = {}
@@ -200,11 +186,11 @@ def requests_cost(count: int, data: bytes, tmp: Path) -> dict[str, Any]:
             server, count, data, lambda s: socket.create_connection(address)
         )
     for kind in ("rsa2048", "ecdsa_p256"):
-        made = self_signed(tmp, kind)
-        if made is None:
+        try:
+            cert, key = self_signed(tmp, kind=kind)
+        except (CertificateUnavailable, FileNotFoundError):
             figures[kind] = "openssl cannot make a certificate here"
             continue
-        cert, key = made
         context = ssl.create_default_context(cafile=str(cert))
         with Server(cert=cert, key=key) as server:
             address = ("127.0.0.1", server.port)

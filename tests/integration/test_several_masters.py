@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.certificates import self_signed_or_skip
 from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
 from tests.integration.test_defrag import DefragProcess
 from tests.nodeagent.cli.test_cli_redirect import Answer, Arrived, redirect_to, serving
@@ -281,26 +282,13 @@ def test_more_than_three_redirects_in_a_row_are_not_followed(
     assert _schedule(leader) == SCHEDULE  # the fourth redirect was not followed
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    made = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    if made.returncode != 0:
-        pytest.skip(f"openssl cannot make a certificate here: {made.stderr.strip()}")
-    return cert, key
-
-
 def test_a_redirect_from_tls_to_plain_http_is_not_followed_with_a_token(
     masters: tuple[MasterProcess, MasterProcess], tmp_path: Path
 ) -> None:
     import ssl
 
     leader, _ = masters
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_or_skip(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     token = tmp_path / "admin.token"

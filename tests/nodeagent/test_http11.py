@@ -4,26 +4,30 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 import trio
 from starlette.types import Receive, Scope, Send
 
 from nodeagent._serving._http11 import serve_http
+from tests.certificates import self_signed_or_skip
 
 
-async def echo(scope: Scope, receive: Receive, send: Send) -> None:
-    body = b""
+async def _body(receive: Receive) -> bytes:
+    """The request's whole body."""
+    body: bytes = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def echo(scope: Scope, receive: Receive, send: Send) -> None:
+    body = await _body(receive)
     reply = json.dumps(
         {
             "method": scope["method"],
@@ -45,12 +49,7 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
 
 async def mirror(scope: Scope, receive: Receive, send: Send) -> None:
     """Answers the request's body, reversed, with its length."""
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await _body(receive)
     await send(
         {
             "type": "http.response.start",
@@ -132,21 +131,8 @@ async def test_connections_at_once_past_an_accept_batch_are_all_served() -> None
     assert sorted(answered) == list(range(150))
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    made = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    if made.returncode != 0:
-        pytest.skip(f"openssl cannot make a certificate here: {made.stderr.strip()}")
-    return cert, key
-
-
 async def test_requests_over_tls_with_keep_alive_and_new_connections(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_or_skip(tmp_path)
     trusted = ssl.create_default_context(cafile=str(cert))
     async with server(tls=(cert, key)) as url:
         assert url.startswith("https://127.0.0.1:")
