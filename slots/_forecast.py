@@ -506,6 +506,27 @@ class DrainForecast:
             and (window_start is None or piece.window == self._window(window_start, escalation))
         )
 
+    @property
+    def exact(self) -> bool:
+        """Whether reads come from pieces (the drain deadline, if any, a whole second);
+        else every read is the direct function's."""
+        return self._exact
+
+    def made_until(
+        self, *, window_start: float | None = None, escalation: Escalation = Escalation.NONE
+    ) -> float:
+        """The last whole second the piece made (for this window, if any) holds: reads up
+        to it are cheap (:meth:`ready`), a read after it makes a new piece; ``-inf`` when
+        no such piece is made, ``inf`` when this forecast is not exact (it makes none)."""
+        if not self._exact:
+            return math.inf
+        piece = self._piece
+        if piece is None or (
+            window_start is not None and piece.window != self._window(window_start, escalation)
+        ):
+            return -math.inf
+        return piece.base + piece.horizon
+
     def prepare(
         self,
         now: float,

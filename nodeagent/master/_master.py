@@ -56,6 +56,8 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import math
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +131,7 @@ from nodeagent.master._notices import (
     notice_from_json,
     reconcile_notices,
 )
-from nodeagent.master._pass_index import PassIndex, next_due
+from nodeagent.master._pass_index import DueTimes, PassIndex, next_due
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
@@ -190,6 +192,20 @@ _RECONCILE_ATTRIBUTES = (
 def _reconcile_key(entry: AdEntry) -> tuple[Any, ...]:
     machine = entry.machine
     return tuple(machine.get(name) for name in _RECONCILE_ATTRIBUTES)
+
+
+#: A scheduled machine's claims by group with their verdicts, what they were read from
+#: (its key, window, planned escalation, its node's name and :func:`_ad_version`), and the
+#: last whole second they hold (that of the forecast's piece they were read from).
+_ClaimsRead = tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]], float]
+
+
+def _ad_version(entry: AdEntry) -> object:
+    """What a node's claims are read from: its ad's basis (the same for the ad moved on in
+    time, :func:`~nodeagent.master._adstore.moved_on`, whose claims' verdicts change only
+    where the forecast's piece ends), or, when its forecast is not exact (it reads the ads
+    at each ``now``), the ad itself."""
+    return entry.basis if entry.forecast.exact else entry.updates
 
 
 @dataclass
@@ -265,8 +281,12 @@ class Master:
     _watching: tuple[AdStore, set[tuple[str, str | None]]] | None = None
     #: The machines a pass looks at again at the next one (a record, a task, a backoff).
     _passed: set[str] = field(default_factory=set)
-    #: Machines whose forecast a pass found not made and left to a later one (its budget).
-    _unready: dict[str, None] = field(default_factory=dict)
+    #: Machines whose forecast a pass found not made and left to a later one (its budget),
+    #: oldest first.
+    _unready: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    #: The first second each scheduled machine's forecast made ahead no longer holds, by
+    #: key (:meth:`_prepare_forecasts` makes it again then).
+    _ahead: DueTimes = field(default_factory=DueTimes)
     #: Forecasts made ahead of the plans (by the passes, or a follower's
     #: :meth:`run_ahead`): a metric.
     forecasts_made_ahead: int = 0
@@ -276,9 +296,7 @@ class Master:
     _by_machine: tuple[Mapping[str, Notice], dict[str, tuple[Notice, ...]]] | None = None
     #: Each scheduled machine's claims by group with their verdicts (by plan key), and what
     #: they were read from (its node's ad, its window, the escalation planned there).
-    _notice_claims: dict[str, tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]]]] = field(
-        default_factory=dict
-    )
+    _notice_claims: dict[str, _ClaimsRead] = field(default_factory=dict)
     #: Whether ads pushed with a DAEMON token that names no node are taken (a migration
     #: to per-node tokens; ``[master] allow_pool_daemon_tokens``).
     allow_pool_daemon_tokens: bool = False
@@ -1068,7 +1086,8 @@ class Master:
                     nursery.start_soon(self._look_up, key)
         inputs = self.plan_inputs(now)  # once a pass: the schedule's machines are copied
         index, plans = self._plans_to_look_at(inputs, now)
-        self._reconcile_notices(plans, now, whole=not index.plans)
+        whole = not index.plans  # a new index: every machine looked at
+        self._reconcile_notices(plans, now, whole=whole)
         lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
         for plan in plans:
             index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
@@ -1076,7 +1095,7 @@ class Master:
         if accepted is not index.world[-1]:  # the notices accepted changed: every machine
             index.world = (*index.world[:-1], accepted)
             plans = [index.plans[m.key] for m in index.machines if m.key in index.plans]
-        self._prepare_forecasts(index, plans, inputs, now)
+        self._prepare_forecasts(index, plans, inputs, now, whole=whole)
         for plan in plans:
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
@@ -1110,9 +1129,10 @@ class Master:
         inputs = self.plan_inputs(now)
         index, plans = self._plans_to_look_at(inputs, now)
         lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
+        whole = not index.plans
         for plan in plans:
             index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
-        self._prepare_forecasts(index, plans, inputs, now)
+        self._prepare_forecasts(index, plans, inputs, now, whole=whole)
         self._passed = self._held_keys()
 
     async def run_ahead(
@@ -1191,37 +1211,59 @@ class Master:
         return index, plans
 
     def _prepare_forecasts(
-        self, index: PassIndex, plans: Sequence[MachinePlan], inputs: PlanInputs, now: float
+        self,
+        index: PassIndex,
+        plans: Sequence[MachinePlan],
+        inputs: PlanInputs,
+        now: float,
+        *,
+        whole: bool,
     ) -> None:
         """Make the forecasts (and row templates) a plan will read, at most
-        :attr:`forecasts_per_pass` of them: of the machines looked at, of those left by
-        earlier passes, and of a share of the others in turn (a forecast made holds for a
-        while, :meth:`~slots.DrainForecast.ready`; every machine is looked at within 60
-        passes), so that a plan finds them made (a forecast costs ≈ 0.2 ms to make, µs to
-        read)."""
+        :attr:`forecasts_per_pass` of them, so that a plan finds them made (a forecast
+        costs ≈ 0.7 ms to make, µs to read): of the machines looked at, of those earlier
+        passes left (their budget spent), and of those whose piece ended (a forecast made
+        holds until its piece's last second, :meth:`~slots.DrainForecast.made_until`;
+        each is kept by that second, :attr:`_ahead`). A pass thus reads what changed and
+        what came due, never the whole pool; ``whole``: every machine is looked at (a new
+        index), and what was kept of the others is dropped."""
         budget = self.forecasts_per_pass
+        unready, ahead = self._unready, self._ahead
+        if whole:
+            unready.clear()
+            ahead.clear()
         seen: set[str] = set()
-        turn = [index.plans[k] for k in index.next_slice(max(1, len(index.machines) // 60))]
-        left = [index.plans[k] for k in self._unready if k in index.plans]
-        self._unready = {}
-        for plan in (*left, *plans, *turn):
+        escalation = self.policy.escalation
+
+        def look_at(plan: MachinePlan) -> None:
+            nonlocal budget
             if plan.node is None or plan.key in seen:
-                continue
+                return
             seen.add(plan.key)
-            if not budget:  # looked at by a later pass
-                self._unready[plan.key] = None
-                continue
             # Made for the window and escalation the plan reads (plan_row).
-            window = plan.window_start
-            escalation = planned_escalation(plan, self.policy.escalation)
-            forecast = plan.node.forecast
-            if forecast.ready(now, window_start=window, escalation=escalation):
-                continue
-            forecast.prepare(now, window_start=window, escalation=escalation)
-            # and the template of the row the plan's reply writes
-            self.plan_view.prepare_row(plan, inputs, now)
-            budget -= 1
-            self.forecasts_made_ahead += 1
+            window, forecast = plan.window_start, plan.node.forecast
+            applied = planned_escalation(plan, escalation)
+            if not forecast.ready(now, window_start=window, escalation=applied):
+                if not budget:  # made by a later pass
+                    unready[plan.key] = None
+                    return
+                forecast.prepare(now, window_start=window, escalation=applied)
+                # and the template of the row the plan's reply writes
+                self.plan_view.prepare_row(plan, inputs, now)
+                budget -= 1
+                self.forecasts_made_ahead += 1
+            ahead.set(plan.key, forecast.made_until(window_start=window, escalation=applied) + 1)
+
+        for plan in plans:
+            unready.pop(plan.key, None)
+            look_at(plan)
+        while budget and unready:
+            key, _ = unready.popitem(last=False)
+            if key in index.plans:
+                look_at(index.plans[key])
+        for key in ahead.due(math.floor(now)):
+            if key in index.plans:
+                look_at(index.plans[key])
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's
@@ -1254,7 +1296,9 @@ class Master:
         """Issue and rescind notices as the schedule and the nodes' groups say
         (:func:`~nodeagent.master._notices.reconcile_notices`), only when a scheduled
         machine's window or its claims changed (its claims are read again when its window,
-        its escalation or its node's ad changed); what changed is saved with its events (a
+        its escalation or its node's ad changed — an ad its previous one moved on in time
+        is not a change — or when the piece of its forecast they were read from ended:
+        :data:`_ClaimsRead`); what changed is saved with its events (a
         store failure is logged and the notices are reconciled again at the next pass). A
         kept notice is saved again (no event) when its claims' jobs or verdicts changed
         (:func:`~nodeagent.master._notices.claims_changed`).
@@ -1270,7 +1314,7 @@ class Master:
         if whole:
             windows: dict[str, NoticeWindow] = {}
             claims: dict[str, dict[str, tuple[NoticeClaim, ...]]] = {}
-            read: dict[str, tuple[tuple[Any, ...], dict[str, tuple[NoticeClaim, ...]]]] = {}
+            read: dict[str, _ClaimsRead] = {}
             self._notice_deferred = set()
         else:
             windows, claims, read = self._notice_windows, self._notice_by_name, self._notice_claims
@@ -1284,7 +1328,7 @@ class Master:
                 plan.window_start,
                 plan.window_end,
                 applied,
-                None if plan.node is None else (plan.node.name, plan.node.updates),
+                None if plan.node is None else (plan.node.name, _ad_version(plan.node)),
             )
             name = _notice_machine(plan)
             end = plan.window_end
@@ -1299,19 +1343,20 @@ class Master:
                     changed = True
                 continue
             known = self._notice_claims.get(plan.key)  # the claims read before
-            if known is None or known[0] != inputs:
+            if known is None or known[0] != inputs or math.floor(now) > known[2]:
                 node, start = plan.node, plan.window_start
                 plain = claims_of_slots(node.slots, now=now)
                 forecast = node.forecast
                 ready = not plain or forecast.ready(now, window_start=start, escalation=applied)
                 if not plain:  # a node without a group's claim reads no forecast
-                    known = inputs, plain
+                    known = inputs, plain, math.inf
                 elif ready or budget > 0:
                     budget -= not ready
                     planned = forecast.blockers(now, window_start=start, escalation=applied)
-                    known = inputs, claims_of_slots(node.slots, now=now, planned=planned)
+                    until = forecast.made_until(window_start=start, escalation=applied)
+                    known = inputs, claims_of_slots(node.slots, now=now, planned=planned), until
                 else:  # read again by a later pass: () is never a pass's inputs
-                    known = ((), plain)
+                    known = ((), plain, math.inf)
                     self._notice_deferred.add(plan.key)
             read[plan.key] = known
             if claims.get(name) != known[1]:

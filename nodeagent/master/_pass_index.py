@@ -24,7 +24,7 @@ from typing import Any
 
 from nodeagent.master._plan import MachinePlan, ScheduledMachine
 
-__all__ = ["HostIndex", "PassIndex", "next_due"]
+__all__ = ["DueTimes", "HostIndex", "PassIndex", "next_due"]
 
 
 def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: float) -> float:
@@ -71,6 +71,51 @@ class HostIndex:
         return keys
 
 
+class DueTimes:
+    """One instant per key, and the keys whose instant has come (:meth:`due`): a heap with
+    the entries of instants set again left in it (skipped, and dropped when they outnumber
+    the live ones), so that setting and taking are O(log n)."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def get(self, key: str) -> float | None:
+        return self._at.get(key)
+
+    def set(self, key: str, at: float) -> None:
+        """Make ``at`` the key's instant (``inf``: none)."""
+        if self._at.get(key) == at:
+            return
+        if math.isinf(at):
+            self._at.pop(key, None)
+            return
+        self._at[key] = at
+        heapq.heappush(self._heap, (at, key))
+        if len(self._heap) > 2 * len(self._at) + 1024:  # stale entries: rebuilt
+            self._heap = [(t, k) for k, t in self._at.items()]
+            heapq.heapify(self._heap)
+
+    def due(self, now: float) -> list[str]:
+        """The keys whose instant is ``now`` or before, earliest first, each taken once
+        (:meth:`set` gives a key its next)."""
+        found: list[str] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, key = heapq.heappop(heap)
+            if self._at.get(key) == at:
+                del self._at[key]
+                found.append(key)
+        return found
+
+    def clear(self) -> None:
+        self._at.clear()
+        self._heap.clear()
+
+
 @dataclass(eq=False)
 class PassIndex:
     """A schedule's machines as the reconcile passes read them (see the module docstring).
@@ -91,10 +136,8 @@ class PassIndex:
     plans: dict[str, MachinePlan] = field(default_factory=dict)
     _order: dict[str, int] = field(init=False)
     _hosts: HostIndex = field(init=False)
-    #: Each machine's next due instant, and the heap of (instant, key) with stale entries.
-    _due_at: dict[str, float] = field(default_factory=dict)
-    _heap: list[tuple[float, str]] = field(default_factory=list)
-    _cursor: int = 0
+    #: Each machine's next due instant.
+    _due: DueTimes = field(default_factory=DueTimes)
 
     def __post_init__(self) -> None:
         self.by_key = {m.key: m for m in self.machines}
@@ -114,45 +157,16 @@ class PassIndex:
 
     def keep(self, plan: MachinePlan, due: float) -> None:
         """Hold the machine's plan, due again at ``due`` (``inf``: only when changed)."""
-        key = plan.key
-        self.plans[key] = plan
-        if self._due_at.get(key) == due:
-            return
-        if math.isinf(due):
-            self._due_at.pop(key, None)
-            return
-        self._due_at[key] = due
-        heapq.heappush(self._heap, (due, key))
-        if len(self._heap) > 2 * len(self._due_at) + 1024:  # stale entries: rebuilt
-            self._heap = [(t, k) for k, t in self._due_at.items()]
-            heapq.heapify(self._heap)
+        self.plans[plan.key] = plan
+        self._due.set(plan.key, due)
 
     def due(self, now: float) -> set[str]:
         """The machines whose due instant has come (each once: :meth:`keep` sets the next)."""
-        found: set[str] = set()
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            at, key = heapq.heappop(heap)
-            if self._due_at.get(key) == at:
-                del self._due_at[key]
-                found.add(key)
-        return found
+        return set(self._due.due(now))
 
     def unplanned(self) -> list[str]:
         """The machines without a plan held (all of them in a new index)."""
         return [m.key for m in self.machines if m.key not in self.plans]
-
-    def next_slice(self, count: int) -> list[str]:
-        """``count`` machines in turn (round the schedule), for the work a pass does for
-        every machine over many passes."""
-        machines = self.machines
-        if not machines:
-            return []
-        count = min(count, len(machines))
-        start = self._cursor % len(machines)
-        keys = [machines[(start + i) % len(machines)].key for i in range(count)]
-        self._cursor = start + count
-        return keys
 
     def in_order(self, keys: Iterable[str]) -> list[ScheduledMachine]:
         """The machines of ``keys`` that are scheduled, in schedule order."""

@@ -22,7 +22,7 @@ from nodeagent.master._adstore import AdStore, may_hold_control
 from nodeagent.master._api import Principals, push_ad
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
-from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._plan import PlanPolicy, planned_escalation
 from slots import (
     Action,
     BeforeWindow,
@@ -272,6 +272,49 @@ async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_numbe
         assert (made(), written()) == (5, 5)
     row = master.plan()["machines"][0]
     assert row["expected"]["graceful"]["completion"] == EPOCH + 600  # the vacate time
+
+
+async def test_a_pass_makes_again_the_forecasts_whose_piece_ended_and_no_other(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A forecast made ahead holds until its piece's last second: the passes before it make
+    none, the first pass after it makes again those that ended (no ad came in)."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    template = node_ad(EPOCH)
+    for i in range(5):
+        machine = {**template["machine"], "Name": f"n{i}.test", "Machine": f"n{i}.test"}
+        master.receive_ad(
+            {"machine": {**machine, "MachineIp": f"10.0.0.{i}"}, "slots": template["slots"]}
+        )
+    master.set_schedule(many_nodes_schedule(5, EPOCH + 7 * 86400), actor="ops")
+
+    def ends() -> list[float]:
+        plans = master.plans(master.clock.now())
+        return [
+            p.node.forecast.made_until(
+                window_start=p.window_start,
+                escalation=planned_escalation(p, master.policy.escalation),
+            )
+            for p in plans
+            if p.node is not None
+        ]
+
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        made = master.forecasts_made_ahead
+        assert made == 5
+        first = min(ends())
+        assert EPOCH < first < math.inf
+        autojump_clock.jump(first - master.clock.now())  # its last second: still made
+        master.reconcile(nursery)
+        assert master.forecasts_made_ahead == made
+        ended = sum(end == first for end in ends())
+        autojump_clock.jump(1)
+        master.reconcile(nursery)
+        assert master.forecasts_made_ahead == made + ended
+        assert min(ends()) > first
+        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(

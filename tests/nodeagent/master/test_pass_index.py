@@ -247,7 +247,6 @@ def test_an_index_keeps_one_due_instant_a_machine_and_names_the_machines_an_ad_m
     assert index.due(EPOCH + 30) == set()  # each once
     index.keep(plan, math.inf)
     assert index.due(math.inf) == set()
-    assert index.next_slice(3) == [machine.key]
     assert index.holds(())
     assert not index.holds((object(),))
 
@@ -278,7 +277,9 @@ async def test_a_follower_makes_the_forecasts_ahead_and_decides_nothing(
     assert len(master.drains) == NODES
 
 
-def grouped_ad(i: int, now: float) -> dict[str, Any]:
+def grouped_ad(
+    i: int, now: float, groups: tuple[str, ...] = ("www/prod/web", "batch/dev/etl")
+) -> dict[str, Any]:
     name, ip = host(i)
     machine = Machine(
         host=name,
@@ -288,7 +289,7 @@ def grouped_ad(i: int, now: float) -> dict[str, Any]:
         policy=MachinePolicy(max_job_retirement_time=3600),
         now=EPOCH - 3600,
     )
-    for group in ("www/prod/web", "batch/dev/etl"):
+    for group in groups:
         machine.claim(EPOCH - 3600, resources=Resources(cpus=1), spec=JobSpec(group=group))
     return machine.ad(now)
 
@@ -297,7 +298,9 @@ async def test_the_notices_read_again_only_the_claims_of_the_machines_that_chang
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     """Made anew (a new schedule, every machine looked at) or not, the notices' pass keeps
-    the claims it read of a machine whose window, escalation and ad are the same."""
+    the claims it read of a machine whose window, escalation and ad are the same — an ad
+    that is its previous one moved on in time is the same — until the piece of the
+    forecast they were read from ends."""
     clock = TrioClock(EPOCH)
     master = make_master(tmp_path, "notices", clock, Agents(clock))
     for i in range(NODES):
@@ -308,9 +311,22 @@ async def test_the_notices_read_again_only_the_claims_of_the_machines_that_chang
         read = dict(master._notice_claims)
         assert len(read) == NODES
         assert len(master.notices) == 2 * NODES
-        master.receive_ad(grouped_ad(0, EPOCH + 1))
+        changed = grouped_ad(0, EPOCH + 1, groups=("www/prod/web", "batch/dev/etl", "ml/x"))
+        master.receive_ad(changed)  # a claim more: read again
+        master.receive_ad(grouped_ad(1, EPOCH + 1))  # moved on in time: kept
+        assert master.ads.moved_on_ads == 1
         master._pass_index = None  # every machine looked at, the notices made whole
         master.reconcile(nursery)
+        kept = [k for k in read if master._notice_claims[k] is read[k]]
+        assert sorted(kept) == sorted(k for k in read if not k.startswith("n0.test|"))
+        # each kept read holds until its piece's last second; the pass after it reads again
+        n1 = next(k for k in read if k.startswith("n1.test|"))
+        until = master._notice_claims[n1][2]
+        assert EPOCH + 1 <= until < math.inf
+        autojump_clock.jump(until + 1 - clock.now())
+        master.receive_ad(grouped_ad(1, until + 1))
+        assert master.ads.moved_on_ads == 2
+        master.reconcile(nursery)
+        assert master._notice_claims[n1] is not read[n1]
+        assert master._notice_claims[n1][2] > until
         nursery.cancel_scope.cancel()
-    kept = [k for k in read if master._notice_claims[k] is read[k]]
-    assert sorted(kept) == sorted(k for k in read if not k.startswith("n0.test|"))
