@@ -58,7 +58,7 @@ import dataclasses
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,8 +222,11 @@ class Master:
     #: long after the previous pass started: ads of thousands of nodes arriving at once
     #: after a restart would otherwise run passes back to back and starve the ingest.
     wake_gap: float = 0.0
-    #: Forecasts a reconcile pass makes at most (≈ 0.2 ms each), for nodes whose ad changed.
+    #: Forecasts a reconcile pass makes at most (≈ 0.7 ms each, with the row template).
     forecasts_per_pass: int = 500
+    #: Forecasts the reconcile service makes before it serves the others again
+    #: (:meth:`_pass`): ≈ 20 ms.
+    forecasts_per_slice: int = 25
     state: MaintenanceState = field(default_factory=MaintenanceState)
     #: The master's drain records, by machine key (see :mod:`nodeagent.master._drains`).
     drains: dict[str, DrainRecord] = field(default_factory=dict)
@@ -285,7 +288,7 @@ class Master:
     #: oldest first.
     _unready: OrderedDict[str, None] = field(default_factory=OrderedDict)
     #: The first second each scheduled machine's forecast made ahead no longer holds, by
-    #: key (:meth:`_prepare_forecasts` makes it again then).
+    #: key (:meth:`_forecasts_ahead` makes it again then).
     _ahead: DueTimes = field(default_factory=DueTimes)
     #: Forecasts made ahead of the plans (by the passes, or a follower's
     #: :meth:`run_ahead`): a metric.
@@ -1045,13 +1048,23 @@ class Master:
         while True:
             self._wake = trio.Event()
             started = trio.current_time()
-            self.reconcile(nursery)
+            for _ in self._pass(nursery):  # the others served between two slices
+                await trio.lowlevel.checkpoint()
             with trio.move_on_after(self.reconcile_interval):
                 await self._wake.wait()
                 await trio.sleep_until(started + self.wake_gap)
 
     def reconcile(self, nursery: trio.Nursery) -> None:
-        """One pass: start, escalate, down and cancel drains as the schedule says."""
+        """One pass: start, escalate, down and cancel drains as the schedule says, then make
+        the forecasts a plan will read (:meth:`_forecasts_ahead`)."""
+        for _ in self._pass(nursery):
+            pass
+
+    def _pass(self, nursery: trio.Nursery) -> Iterator[None]:
+        """:meth:`reconcile` in slices: what it decides and starts before the first, then
+        the forecasts ahead, with a slice after each :attr:`forecasts_per_slice` of them,
+        so that a caller that serves the others between two slices (the reconcile
+        service) holds the event loop for tens of ms at most."""
         now = self.clock.now()
         for name in self.ads.sweep(now):
             entry = self.ads.get(name)
@@ -1064,7 +1077,7 @@ class Master:
             )
         # The just-in-time start comes from the drain bound (see nodeagent.master._plan), so a
         # pass reads no estimates but for the nodes it drains (and the forecasts it makes
-        # ahead, _prepare_forecasts).
+        # ahead, _forecasts_ahead).
         if self._to_fetch and not self._refreshing:
             nursery.start_soon(self._refresh_in_background)
         # A record left pending is settled from the node first (see _settle); a record
@@ -1095,7 +1108,6 @@ class Master:
         if accepted is not index.world[-1]:  # the notices accepted changed: every machine
             index.world = (*index.world[:-1], accepted)
             plans = [index.plans[m.key] for m in index.machines if m.key in index.plans]
-        self._prepare_forecasts(index, plans, inputs, now, whole=whole)
         for plan in plans:
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
@@ -1119,12 +1131,18 @@ class Master:
             self._busy.add(key)
             nursery.start_soon(self._release, key)
         self._passed = self._held_keys()
+        yield from self._forecasts_ahead(index, plans, inputs, now, whole=whole)
 
     def prepare_ahead(self) -> None:
         """What a follower does of a pass: the plans of the machines that changed or came
         due, and the forecasts and row templates a plan reads made ahead
-        (:meth:`_prepare_forecasts`), so that it answers plans as fast as the leader. It
+        (:meth:`_forecasts_ahead`), so that it answers plans as fast as the leader. It
         decides nothing and writes nothing (the leader's pass does)."""
+        for _ in self._ahead_pass():
+            pass
+
+    def _ahead_pass(self) -> Iterator[None]:
+        """:meth:`prepare_ahead` in slices (as :meth:`_pass`)."""
         now = self.clock.now()
         inputs = self.plan_inputs(now)
         index, plans = self._plans_to_look_at(inputs, now)
@@ -1132,8 +1150,8 @@ class Master:
         whole = not index.plans
         for plan in plans:
             index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
-        self._prepare_forecasts(index, plans, inputs, now, whole=whole)
         self._passed = self._held_keys()
+        yield from self._forecasts_ahead(index, plans, inputs, now, whole=whole)
 
     async def run_ahead(
         self,
@@ -1148,7 +1166,8 @@ class Master:
         task_status.started()
         while True:
             if not leading() and not self.events.recording:
-                self.prepare_ahead()
+                for _ in self._ahead_pass():
+                    await trio.lowlevel.checkpoint()
             await trio.sleep(self.reconcile_interval)
 
     def _held_keys(self) -> set[str]:
@@ -1168,7 +1187,7 @@ class Master:
         Else those that one of their nodes' ads may change (:attr:`_touched`), those due
         (:func:`~nodeagent.master._pass_index.next_due`), those with a record, a task or a
         backoff now or at the last pass, and those whose notices' verdicts a pass left to
-        a later one (a forecast left to a later pass is made by :meth:`_prepare_forecasts`).
+        a later one (a forecast left to a later pass is made by :meth:`_forecasts_ahead`).
         """
         machines = self.plan_view.scheduled(inputs.statuses)
         world = (
@@ -1210,7 +1229,7 @@ class Master:
         ]
         return index, plans
 
-    def _prepare_forecasts(
+    def _forecasts_ahead(
         self,
         index: PassIndex,
         plans: Sequence[MachinePlan],
@@ -1218,7 +1237,7 @@ class Master:
         now: float,
         *,
         whole: bool,
-    ) -> None:
+    ) -> Iterator[None]:
         """Make the forecasts (and row templates) a plan will read, at most
         :attr:`forecasts_per_pass` of them, so that a plan finds them made (a forecast
         costs ≈ 0.7 ms to make, µs to read): of the machines looked at, of those earlier
@@ -1226,8 +1245,15 @@ class Master:
         holds until its piece's last second, :meth:`~slots.DrainForecast.made_until`;
         each is kept by that second, :attr:`_ahead`). A pass thus reads what changed and
         what came due, never the whole pool; ``whole``: every machine is looked at (a new
-        index), and what was kept of the others is dropped."""
+        index), and what was kept of the others is dropped. Yields after every
+        :attr:`forecasts_per_slice` forecasts made (:meth:`_pass`).
+
+        Between two slices the others may run: an ad may replace a node's entry (a plan
+        held here then makes the forecast of the entry it read, which a moved-on entry
+        shares, or of none any plan reads again: harmless), and a reply may read the
+        forecasts (each is made whole or not at all)."""
         budget = self.forecasts_per_pass
+        per_slice = max(1, self.forecasts_per_slice)
         unready, ahead = self._unready, self._ahead
         if whole:
             unready.clear()
@@ -1235,35 +1261,47 @@ class Master:
         seen: set[str] = set()
         escalation = self.policy.escalation
 
-        def look_at(plan: MachinePlan) -> None:
+        def look_at(plan: MachinePlan) -> bool:
+            """Whether it made the plan's forecast."""
             nonlocal budget
             if plan.node is None or plan.key in seen:
-                return
+                return False
             seen.add(plan.key)
             # Made for the window and escalation the plan reads (plan_row).
             window, forecast = plan.window_start, plan.node.forecast
             applied = planned_escalation(plan, escalation)
+            made = False
             if not forecast.ready(now, window_start=window, escalation=applied):
                 if not budget:  # made by a later pass
                     unready[plan.key] = None
-                    return
+                    return False
                 forecast.prepare(now, window_start=window, escalation=applied)
                 # and the template of the row the plan's reply writes
                 self.plan_view.prepare_row(plan, inputs, now)
                 budget -= 1
                 self.forecasts_made_ahead += 1
+                made = True
             ahead.set(plan.key, forecast.made_until(window_start=window, escalation=applied) + 1)
+            return made
 
-        for plan in plans:
-            unready.pop(plan.key, None)
-            look_at(plan)
-        while budget and unready:
-            key, _ = unready.popitem(last=False)
-            if key in index.plans:
-                look_at(index.plans[key])
-        for key in ahead.due(math.floor(now)):
-            if key in index.plans:
-                look_at(index.plans[key])
+        def candidates() -> Iterator[MachinePlan]:
+            for plan in plans:
+                unready.pop(plan.key, None)
+                yield plan
+            while budget and unready:
+                key, _ = unready.popitem(last=False)
+                if key in index.plans:
+                    yield index.plans[key]
+            for key in ahead.due(math.floor(now)):
+                if key in index.plans:
+                    yield index.plans[key]
+
+        made = 0
+        for plan in candidates():
+            if look_at(plan):
+                made += 1
+                if made % per_slice == 0:
+                    yield
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's

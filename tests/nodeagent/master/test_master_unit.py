@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -239,12 +240,8 @@ def many_nodes_schedule(count: int, start: float) -> MaintenanceSchedule:
     )
 
 
-async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_number_at_a_time(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
-    master = make_master(tmp_path, DownLink())
-    master.forecasts_per_pass = 2
-    master.policy = PlanPolicy()  # just in time: no drain is due an hour ahead
+def five_nodes_scheduled(master: Master) -> None:
+    """Five nodes running the same jobs, scheduled a week ahead."""
     template = node_ad(EPOCH)
     for i in range(5):
         machine = {**template["machine"], "Name": f"n{i}.test", "Machine": f"n{i}.test"}
@@ -252,6 +249,15 @@ async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_numbe
             {"machine": {**machine, "MachineIp": f"10.0.0.{i}"}, "slots": template["slots"]}
         )
     master.set_schedule(many_nodes_schedule(5, EPOCH + 7 * 86400), actor="ops")
+
+
+async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_number_at_a_time(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master = make_master(tmp_path, DownLink())
+    master.forecasts_per_pass = 2
+    master.policy = PlanPolicy()  # just in time: no drain is due an hour ahead
+    five_nodes_scheduled(master)
     entries = master.ads.entries()
 
     def made() -> int:
@@ -281,13 +287,7 @@ async def test_a_pass_makes_again_the_forecasts_whose_piece_ended_and_no_other(
     none, the first pass after it makes again those that ended (no ad came in)."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
-    template = node_ad(EPOCH)
-    for i in range(5):
-        machine = {**template["machine"], "Name": f"n{i}.test", "Machine": f"n{i}.test"}
-        master.receive_ad(
-            {"machine": {**machine, "MachineIp": f"10.0.0.{i}"}, "slots": template["slots"]}
-        )
-    master.set_schedule(many_nodes_schedule(5, EPOCH + 7 * 86400), actor="ops")
+    five_nodes_scheduled(master)
 
     def ends() -> list[float]:
         plans = master.plans(master.clock.now())
@@ -314,6 +314,23 @@ async def test_a_pass_makes_again_the_forecasts_whose_piece_ended_and_no_other(
         master.reconcile(nursery)
         assert master.forecasts_made_ahead == made + ended
         assert min(ends()) > first
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A pass yields after every forecasts_per_slice forecasts made (the service serves the
+    others there); reconcile() makes them all."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    master.forecasts_per_slice = 2
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        made = [master.forecasts_made_ahead for _ in master._pass(nursery)]
+        assert (made, master.forecasts_made_ahead) == ([2, 4], 5)
+        master._pass_index = None  # every machine looked at again: nothing to make
+        assert list(master._pass(nursery)) == []
         nursery.cancel_scope.cancel()
 
 
@@ -1126,13 +1143,13 @@ async def test_passes_woken_early_keep_their_gap(
     master.wake_gap = 0.25
     master.reconcile_interval = 1.0
     starts: list[float] = []
-    reconcile = master.reconcile
+    one_pass = master._pass
 
-    def counted(nursery: trio.Nursery) -> None:
+    def counted(nursery: trio.Nursery) -> Iterator[None]:
         starts.append(trio.current_time())
-        reconcile(nursery)
+        return one_pass(nursery)
 
-    master.reconcile = counted  # type: ignore[method-assign]
+    master._pass = counted  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(master.run)
         t0 = trio.current_time()
