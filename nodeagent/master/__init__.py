@@ -4,6 +4,7 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 
 * :mod:`._adstore`: the nodes' ads, soft state refreshed by the agents' pushes (pure).
 * :mod:`._api`: the HTTP API: ads, the Mesos-compatible maintenance endpoints, the plan.
+* :mod:`._collector`: the garbage collector's full collections walk what is new (gc.freeze).
 * :mod:`._config`: the master's configuration.
 * :mod:`._coordinators`: asks the coordinators of job groups whether hosts may go.
 * :mod:`._daemon`: the process's lifecycle, on :mod:`nodeagent._lifecycle`.

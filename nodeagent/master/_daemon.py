@@ -49,6 +49,7 @@ from nodeagent._settings import ConfigChanges
 from nodeagent._store import Documents, DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path, with_event_stream
+from nodeagent.master._collector import SurvivorFreezer
 from nodeagent.master._config import MasterConfig, load_master_config
 from nodeagent.master._event_stream import EventHub
 from nodeagent.master._leader import LeaderView
@@ -367,4 +368,5 @@ def _allow_pool_daemon_tokens(master: Master, allow: bool) -> None:
 def run_master(config_path: Path | None) -> int:
     """Run the master in the foreground until stopped."""
     config = load_master_config(config_path)
-    return trio.run(MasterDaemon(config=config, config_path=config_path).serve)
+    with SurvivorFreezer():  # full collections walk what is new, not the whole pool
+        return trio.run(MasterDaemon(config=config, config_path=config_path).serve)
