@@ -791,6 +791,7 @@ def build_master_app(
             "MyCurrentTime": int(master.clock.now()),
             "NumberOfNodes": len(master.ads),
             "MasterForecastsMadeAhead": master.forecasts_made_ahead,
+            "MasterForecastsWaiting": master.forecasts_waiting,
         }
 
     # ------------------------------------------------------------------ ads

@@ -1170,6 +1170,12 @@ class Master:
                     await trio.lowlevel.checkpoint()
             await trio.sleep(self.reconcile_interval)
 
+    @property
+    def forecasts_waiting(self) -> int:
+        """The scheduled machines whose forecast a pass left to a later one (its budget
+        spent): a metric, 0 once the master is warm after a restart."""
+        return len(self._unready)
+
     def _held_keys(self) -> set[str]:
         """The machines a pass looks at whatever changed: those with a drain record, a
         task acting on them, a backoff (few: the machines being drained)."""

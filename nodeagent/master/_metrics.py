@@ -80,6 +80,13 @@ class _MasterCollector(Collector):
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)
             yield counter
+        waiting = GaugeMetricFamily(
+            "nodeagent_master_forecasts_waiting",
+            "Scheduled machines whose forecast the reconcile passes have yet to make "
+            "(after a restart, until every node's is made); a plan makes those it reads",
+        )
+        waiting.add_metric([], master.forecasts_waiting)
+        yield waiting
         yield from self._schedule(master, now)
         yield from self._nodes(master, figures)
         yield from self._operations(master)

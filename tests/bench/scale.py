@@ -21,7 +21,10 @@ behind its schedule says by how much (``pushers_behind_s``).
 
 Per size (``sqlite``):
 
-* **ingest**: after the first full round (every node pushed once), over a steady window of
+* **warm**: after the first full round (every node pushed once), the seconds until the
+  master has made every forecast its passes owe (``warm_s``: ``MasterForecastsWaiting`` 0),
+  as a master restarted on a full pool does in its first minutes.
+* **ingest**: then, over a steady window of
   ``--window`` seconds: the ads the master counted (``nodeagent_master_ads_received_total``
   of ``/metrics`` at both ends) and the pushers' own (answered 200) per second, against the
   needed N / interval; the master's and the pushers' CPU (psutil: a core is 100 %), so that
@@ -562,6 +565,24 @@ def wait_round(
     return round(time.monotonic() - started, 1)
 
 
+def wait_warm(masters: list[MasterProcess], timeout: float) -> float | None:
+    """Wait until every master has made the forecasts its passes owe
+    (``MasterForecastsWaiting`` of its ``GET /v1/ad`` is 0: a master just started on a
+    full pool makes them at ``forecasts_per_pass`` a pass); the seconds it took (None: not
+    in ``timeout``)."""
+    started = time.monotonic()
+    while True:
+        waiting = 0
+        for master in masters:
+            alive(master)
+            waiting += int(master.call("GET", "/v1/ad").json()["MasterForecastsWaiting"])
+        if waiting == 0:
+            return round(time.monotonic() - started, 1)
+        if time.monotonic() - started > timeout:
+            return None
+        time.sleep(1.0)
+
+
 def steady(
     masters: list[MasterProcess],
     pushers: Pushers,
@@ -717,6 +738,7 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
         reader = master.client(master.token("READ"))
         first = wait_round(pushers, machines, options.round_timeout, [master])
         result["first_round_s"] = first
+        result["warm_s"] = wait_warm([master], options.round_timeout)
         with reader:
             ok = guarded(
                 result,
@@ -818,6 +840,7 @@ def on_etcd(
             result["first_round_s"] = wait_round(
                 pushers, machines * count, options.round_timeout, masters.all
             )
+            result["warm_s"] = wait_warm(masters.all, options.round_timeout)
             readers = [m.client(m.token("READ")) for m in masters.all]
             guarded(
                 result,

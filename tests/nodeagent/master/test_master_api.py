@@ -374,6 +374,30 @@ async def test_a_pool_wide_daemon_token_is_refused_unless_allowed(tmp_path: Path
         assert "nodeagent_master_pool_token_ads_total 2.0" in metrics
 
 
+async def test_the_forecasts_waiting_show_in_the_master_ad_and_the_metrics(
+    tmp_path: Path,
+) -> None:
+    """A pass whose budget is spent leaves a forecast waiting; the master's ad and /metrics
+    say how many, and 0 once a pass made it."""
+
+    async def shown() -> tuple[int, bool]:
+        ad = (await a.local.get("/v1/ad")).json()
+        metrics = (await a.local.get("/metrics")).text
+        return ad["MasterForecastsWaiting"], "nodeagent_master_forecasts_waiting 1.0" in metrics
+
+    async with api(tmp_path) as a:
+        assert (await a.push(node_ad("n1"))).status_code == 200
+        assert (await a.local.post("/maintenance/schedule", json=SCHEDULE)).status_code == 200
+        a.master.forecasts_per_pass = 0
+        async with trio.open_nursery() as nursery:
+            a.master.reconcile(nursery)
+            assert await shown() == (1, True)
+            a.master.forecasts_per_pass = 1
+            a.master.reconcile(nursery)
+            assert await shown() == (0, False)
+            nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(
     "address",
     [
