@@ -58,7 +58,7 @@ import dataclasses
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1060,7 +1060,7 @@ class Master:
         for _ in self._pass(nursery):
             pass
 
-    def _pass(self, nursery: trio.Nursery) -> Iterator[None]:
+    def _pass(self, nursery: trio.Nursery) -> Generator[None, None, None]:
         """:meth:`reconcile` in slices: what it decides and starts before the first, then
         the forecasts ahead, with a slice after each :attr:`forecasts_per_slice` of them,
         so that a caller that serves the others between two slices (the reconcile
@@ -1141,7 +1141,7 @@ class Master:
         for _ in self._ahead_pass():
             pass
 
-    def _ahead_pass(self) -> Iterator[None]:
+    def _ahead_pass(self) -> Generator[None, None, None]:
         """:meth:`prepare_ahead` in slices (as :meth:`_pass`)."""
         now = self.clock.now()
         inputs = self.plan_inputs(now)
@@ -1243,7 +1243,7 @@ class Master:
         now: float,
         *,
         whole: bool,
-    ) -> Iterator[None]:
+    ) -> Generator[None, None, None]:
         """Make the forecasts (and row templates) a plan will read, at most
         :attr:`forecasts_per_pass` of them, so that a plan finds them made (a forecast
         costs ≈ 0.7 ms to make, µs to read): of the machines looked at, of those earlier
@@ -1290,24 +1290,25 @@ class Master:
             ahead.set(plan.key, forecast.made_until(window_start=window, escalation=applied) + 1)
             return made
 
-        def candidates() -> Iterator[MachinePlan]:
+        made, looked = 0, 0
+        try:
             for plan in plans:
+                looked += 1
                 unready.pop(plan.key, None)
-                yield plan
+                if look_at(plan):
+                    made += 1
+                    if made % per_slice == 0:
+                        yield
+            # those whose piece ended wait behind those left before (oldest first)
+            unready.update(dict.fromkeys(ahead.due(math.floor(now))))
             while budget and unready:
                 key, _ = unready.popitem(last=False)
-                if key in index.plans:
-                    yield index.plans[key]
-            for key in ahead.due(math.floor(now)):
-                if key in index.plans:
-                    yield index.plans[key]
-
-        made = 0
-        for plan in candidates():
-            if look_at(plan):
-                made += 1
-                if made % per_slice == 0:
-                    yield
+                if key in index.plans and look_at(index.plans[key]):
+                    made += 1
+                    if made % per_slice == 0:
+                        yield
+        finally:  # left between two slices (the service cancelled): the rest waits
+            unready.update(dict.fromkeys(p.key for p in plans[looked:] if p.node is not None))
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's

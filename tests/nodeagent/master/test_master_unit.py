@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -328,9 +328,19 @@ async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
     five_nodes_scheduled(master)
     async with trio.open_nursery() as nursery:
         made = [master.forecasts_made_ahead for _ in master._pass(nursery)]
-        assert (made, master.forecasts_made_ahead) == ([2, 4], 5)
+        assert (made, master.forecasts_made_ahead, master.forecasts_waiting) == ([2, 4], 5, 0)
         master._pass_index = None  # every machine looked at again: nothing to make
         assert list(master._pass(nursery)) == []
+        # a pass left after its first slice (the service cancelled): the rest waits
+        for entry in master.ads.entries():
+            entry.forecast._piece = None
+        master._pass_index = None
+        one_pass = master._pass(nursery)
+        next(one_pass)
+        one_pass.close()
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (7, 3)
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (10, 0)
         nursery.cancel_scope.cancel()
 
 
@@ -1145,7 +1155,7 @@ async def test_passes_woken_early_keep_their_gap(
     starts: list[float] = []
     one_pass = master._pass
 
-    def counted(nursery: trio.Nursery) -> Iterator[None]:
+    def counted(nursery: trio.Nursery) -> Generator[None, None, None]:
         starts.append(trio.current_time())
         return one_pass(nursery)
 
