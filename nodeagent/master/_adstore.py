@@ -37,6 +37,10 @@ from slots import (
     ACTIVE,
     DrainForecast,
     InvalidRequest,
+    JobSpec,
+    Machine,
+    MachinePolicy,
+    Resources,
     check_estimate_inputs,
 )
 from slots._ads import finite_number
@@ -391,17 +395,47 @@ def _decompress(data: bytes | memoryview) -> bytes:
     return zlib.decompress(data, wbits=-15)
 
 
+def _agent_slots() -> bytes:
+    """The static JSON of an agent's slot ads (a partitionable slot and one claim, from
+    :class:`slots.Machine`, the agent's model): the deflate dictionary of the static parts,
+    which then need not spell out the first slot's attribute names (≈ 1.0 → 0.5 kB for 8
+    claims). A constant of the process: packed slot ads are never kept outside it."""
+    node = Machine(
+        host="node",
+        total=Resources(cpus=2),
+        policy=MachinePolicy(),
+        now=0,
+        address="http://node:9621",
+        ip="10.0.0.1",
+    )
+    node.claim(0, resources=Resources(cpus=1), spec=JobSpec(job_id="1.0", owner="user"))
+    return _split(node.ad(60)["slots"])[0]
+
+
+_STATIC_DICTIONARY = _agent_slots()
+
+
+def _compress_static(data: bytes) -> bytes:
+    packer = zlib.compressobj(3, zlib.DEFLATED, -15, zdict=_STATIC_DICTIONARY)
+    return packer.compress(data) + packer.flush()
+
+
+def _decompress_static(data: bytes | memoryview) -> bytes:
+    unpacker = zlib.decompressobj(-15, zdict=_STATIC_DICTIONARY)
+    return unpacker.decompress(data) + unpacker.flush()
+
+
 class PackedSlots(Sequence[dict[str, Any]]):
     """A node's slot ads kept packed and read back whole on each iteration, as fresh dicts
     equal to the slot ads given, their keys in the same order.
 
     Kept in two parts: the *static* part, the slot ads' JSON with every value that moves
-    with the clock (:data:`_MOVING`) null, raw-deflated (≈ 1 kB for 8 claims against
-    ≈ 30 KiB as dicts) after a digest of it (the first 16 bytes of its SHA-256); and the
-    moving values, a list per slot (JSON, deflated: ≈ 0.1 kB). Made after the node's
-    previous ad's (``after``), slot ads whose static JSON is the previous one's share its
-    bytes (one object, not compressed again): a node's ads moved on in time
-    (:func:`moved_on`) differ only in their moving values.
+    with the clock (:data:`_MOVING`) null, raw-deflated with an agent's slot ads as the
+    dictionary (≈ 0.5 kB for 8 claims against ≈ 30 KiB as dicts), after a digest of it (the
+    first 16 bytes of its SHA-256); and the moving values, a list per slot (JSON, deflated:
+    ≈ 0.1 kB). Made after the node's previous ad's (``after``), slot ads whose static JSON
+    is the previous one's share its bytes (one object, not compressed again): a node's ads
+    moved on in time (:func:`moved_on`) differ only in their moving values.
 
     The master reads a node's slot ads rarely (its forecast once per piece, a query, the
     claims of a notice); what it reads often is derived once and kept with the entry
@@ -422,7 +456,7 @@ class PackedSlots(Sequence[dict[str, Any]]):
         if after is not None and after._static.startswith(digest):
             self._static = after._static
         else:
-            self._static = digest + _compress(static)
+            self._static = digest + _compress_static(static)
         self._moving = _compress(orjson.dumps(moving))
         self._count = len(slots)
 
@@ -439,7 +473,9 @@ class PackedSlots(Sequence[dict[str, Any]]):
 
     def unpacked(self) -> list[dict[str, Any]]:
         """The slot ads as a new list of new dicts."""
-        ads: list[dict[str, Any]] = orjson.loads(_decompress(memoryview(self._static)[_DIGEST:]))
+        ads: list[dict[str, Any]] = orjson.loads(
+            _decompress_static(memoryview(self._static)[_DIGEST:])
+        )
         for ad, values in zip(ads, self.moving_values(), strict=True):
             if values:
                 names = [name for name in _MOVING_ORDER if name in ad]
