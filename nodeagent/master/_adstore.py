@@ -335,9 +335,9 @@ def moved_on(
     same derived facts, so its entry keeps the previous entry's (:meth:`AdStore.update`).
 
     ``packed``: ``slots`` packed after the previous entry's (``PackedSlots(slots,
-    after=before.slots)``). When it shares their static part (their JSON but the moving
-    values is the same), the slot ads are not read back: their moving values alone are
-    compared, and every other value is equal. Otherwise (a value changed; or one equal
+    after=before.slots)``). When it shares their static part (their JSON is the same but
+    for the moving values), the slot ads are not read back: their moving values alone are
+    compared, every other value being equal. Otherwise (a value changed; or one equal
     but written otherwise in JSON, such as ``1`` and ``1.0``, or keys in another order) the
     previous slot ads are read back and compared value by value, so the answer is the
     same either way for every ad read from JSON, as the master's are. (A value JSON cannot
