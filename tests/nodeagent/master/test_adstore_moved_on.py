@@ -15,10 +15,17 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.master._adstore import _MOVING, AdEntry, AdStore, moved_on, shared_values
+from nodeagent.master._adstore import (
+    _MOVING,
+    AdEntry,
+    AdStore,
+    PackedSlots,
+    moved_on,
+    shared_values,
+)
 from slots import DrainForecast, Escalation, JobSpec, Machine, MachinePolicy, Resources, Schedule
 
 T = 1_800_000_000
@@ -219,7 +226,6 @@ def test_an_idle_node_a_minute_on_is_moved_on_and_its_completions_must_stay() ->
 
 
 def test_a_nodes_slot_ads_are_kept_packed_and_read_back_whole() -> None:
-    from nodeagent.master._adstore import PackedSlots
     from nodeagent.master._notices import claims_of_slots, every_claim_grouped
 
     ad = machine().ad(T)
@@ -271,3 +277,203 @@ def test_equal_values_of_nodes_of_one_shape_are_shared_and_stay_independent() ->
     # The shared values are the ad's: a copy per entry, equal to it.
     assert shared_values(one["machine"]) == one["machine"]
     assert shared_values(one["machine"]) is not shared_values(one["machine"])
+
+
+# ------------------------------------------ the packed slot ads: static part and moving values
+
+
+def _old_ad_moved_on(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """The rule as it was when every slot ad was read back to be compared (the oracle)."""
+    if before.keys() != after.keys():
+        return False
+    for name, value in after.items():
+        if name not in _MOVING and before[name] != value:
+            return False
+    was, now = before.get("MyCurrentTime"), after.get("MyCurrentTime")
+    if type(was) is not int or type(now) is not int or now < was:
+        return was is None and now is None and before == after
+    d = now - was
+    run, ran = after.get("TotalJobRunTime", 0), before.get("TotalJobRunTime", 0)
+    if type(run) is not int or type(ran) is not int:
+        return False
+    if run != (ran + d if after.get("Activity") in ("Busy", "Retiring") else ran):
+        return False
+    left, had = after.get("VacateTimeRemaining"), before.get("VacateTimeRemaining")
+    if after.get("Activity") == "Vacating" and type(left) is int and type(had) is int:
+        return left == max(0, had - d)
+    return left == had
+
+
+def old_moved_on(
+    machine_before: dict[str, Any],
+    slots_before: list[dict[str, Any]],
+    machine: dict[str, Any],
+    slots: list[dict[str, Any]],
+) -> bool:
+    """:func:`moved_on` as it was, on the previous ad's slot ads read back (the oracle)."""
+    if len(slots) != len(slots_before) or not _old_ad_moved_on(machine_before, machine):
+        return False
+    if not all(_old_ad_moved_on(a, b) for a, b in zip(slots_before, slots, strict=True)):
+        return False
+    active = {("Claimed", "Busy"), ("Claimed", "Retiring"), ("Claimed", "Suspended")}
+    active |= {("Preempting", "Vacating"), ("Preempting", "Killing")}
+    return any((s.get("State"), s.get("Activity")) in active for s in slots) or all(
+        machine_before.get(n) == machine.get(n)
+        for n in (
+            "ExpectedMachineGracefulDrainingCompletion",
+            "ExpectedMachineQuickDrainingCompletion",
+            "ExpectedMachineFastDrainingCompletion",
+        )
+    )
+
+
+def _reordered(ad: dict[str, Any]) -> None:
+    slot = dynamic(ad)
+    first = next(iter(slot))
+    slot[first] = slot.pop(first)  # the same keys and values, the first one moved last
+
+
+def _as_float(ad: dict[str, Any]) -> None:
+    dynamic(ad)["Cpus"] = float(dynamic(ad)["Cpus"])  # equal in Python, not in JSON
+
+
+def _as_true(ad: dict[str, Any]) -> None:
+    slot = dynamic(ad)
+    slot["SlotID"] = slot["SlotID"] == 1 or slot["SlotID"]  # 1 is True in Python
+
+
+def _static_changed(ad: dict[str, Any]) -> None:
+    dynamic(ad)["JobId"] = "9.9"
+
+
+def _moving_off_clock(ad: dict[str, Any]) -> None:
+    dynamic(ad)["TotalJobRunTime"] += 1
+
+
+def _moving_free(ad: dict[str, Any]) -> None:
+    dynamic(ad)["CpuUsage"] = 0.5  # the usage samples change without the clock
+
+
+def _moving_completion(ad: dict[str, Any]) -> None:
+    ad["machine"]["ExpectedMachineQuickDrainingCompletion"] += 7
+
+
+def _slot_added(ad: dict[str, Any]) -> None:
+    ad["slots"].append(copy.deepcopy(dynamic(ad)))
+
+
+def _slot_dropped(ad: dict[str, Any]) -> None:
+    ad["slots"].pop()
+
+
+def _clock_gone(ad: dict[str, Any]) -> None:
+    for each in ad["slots"]:
+        each["MyCurrentTime"] = None
+
+
+def _vacating(ad: dict[str, Any]) -> None:
+    slot = dynamic(ad)
+    slot["Activity"], slot["State"], slot["VacateTimeRemaining"] = "Vacating", "Preempting", 100
+
+
+EDITS: list[Callable[[dict[str, Any]], None]] = [
+    _reordered,
+    _as_float,
+    _as_true,
+    _static_changed,
+    _moving_off_clock,
+    _moving_free,
+    _moving_completion,
+    _slot_added,
+    _slot_dropped,
+    _clock_gone,
+    _vacating,
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    d=st.sampled_from([0, 1, 60, 3600, -60]),
+    before_edits=st.lists(st.sampled_from(EDITS), max_size=2),
+    after_edits=st.lists(st.sampled_from(EDITS), max_size=3),
+    vacated=st.integers(min_value=0, max_value=200),
+)
+def test_packed_slots_decide_moved_on_as_reading_every_slot_back_does(
+    d: int,
+    before_edits: list[Callable[[dict[str, Any]], None]],
+    after_edits: list[Callable[[dict[str, Any]], None]],
+    vacated: int,
+) -> None:
+    """Random pairs of a node's ads (equal, moved on, a static value changed, keys in
+    another order, a value equal in Python but not in JSON, a moving value off the clock, a
+    slot added or gone): the store decides as the rule did on the slot ads read back, keeps
+    the previous static part only when the static JSON is the same, and reads back the new
+    ad, its keys in order."""
+    node = machine()
+    first = orjson.loads(orjson.dumps(node.ad(T)))  # as the master gets an ad: from JSON
+    for edit in before_edits:
+        edit(first)
+    later = orjson.loads(orjson.dumps(node.ad(T + d)))
+    for edit in before_edits:
+        edit(later)
+    if _vacating in before_edits and d >= 0:
+        dynamic(later)["VacateTimeRemaining"] = max(0, 100 - min(d, vacated))
+    for edit in after_edits:
+        edit(later)
+    store = AdStore(lifetime=300)
+    before = store.update(copy.deepcopy(first), T)
+    kept = before.slots
+    assert isinstance(kept, PackedSlots)
+    expected = old_moved_on(before.machine, list(kept), later["machine"], later["slots"])
+    packed = PackedSlots(later["slots"], after=kept)
+    assert moved_on(before, later["machine"], later["slots"], packed=packed) is expected
+    assert moved_on(before, later["machine"], later["slots"]) is expected
+    event(f"moved on: {expected}, static shared: {packed.shares_static(kept)}")
+    static = [{k: None if k in _MOVING else v for k, v in s.items()} for s in later["slots"]]
+    was = [{k: None if k in _MOVING else v for k, v in s.items()} for s in first["slots"]]
+    assert packed.shares_static(kept) is (orjson.dumps(static) == orjson.dumps(was))
+    entry = store.update(copy.deepcopy(later), T + 60)
+    assert store.moved_on_ads == int(expected)
+    assert (entry.basis is before.basis) is expected
+    assert orjson.dumps(list(entry.slots)) == orjson.dumps(later["slots"])
+
+
+def test_a_moved_on_ads_entry_shares_the_static_part_and_keeps_its_own_moving_values() -> None:
+    store = AdStore(lifetime=300)
+    node = machine()
+    first = store.update(node.ad(T), T)
+    moved = store.update(node.ad(T + 60), T + 60)
+    assert isinstance(first.slots, PackedSlots)
+    assert isinstance(moved.slots, PackedSlots)
+    assert moved.slots.shares_static(first.slots)
+    assert list(first.slots) == node.ad(T)["slots"]
+    assert list(moved.slots) == node.ad(T + 60)["slots"]
+    assert moved.slots != first.slots
+    claimed(node)
+    changed = store.update(node.ad(T + 90), T + 90)
+    assert isinstance(changed.slots, PackedSlots)
+    assert not changed.slots.shares_static(moved.slots)
+    assert list(changed.slots) == node.ad(T + 90)["slots"]
+
+
+@pytest.mark.parametrize(
+    ("one", "two", "equal"),
+    [
+        ([{"A": 1, "MyCurrentTime": 5}], [{"A": 1, "MyCurrentTime": 5}], True),
+        ([{"A": 1, "MyCurrentTime": 5}], [{"A": 1, "MyCurrentTime": 6}], False),
+        ([{"A": 1, "MyCurrentTime": 5}], [{"A": 2, "MyCurrentTime": 5}], False),
+        ([{"A": 1, "MyCurrentTime": 5}], [{"MyCurrentTime": 5, "A": 1}], True),
+        ([{"A": 1, "MyCurrentTime": 5}], [{"A": 1.0, "MyCurrentTime": 5.0}], True),
+        ([{"A": 1}], [{"A": 1}, {"A": 1}], False),
+        ([{"A": None, "MyCurrentTime": 5}], [{"A": 5, "MyCurrentTime": None}], False),
+        ([], [], True),
+    ],
+)
+def test_packed_slot_ads_compare_as_their_contents_do(
+    one: list[dict[str, Any]], two: list[dict[str, Any]], equal: bool
+) -> None:
+    assert (one == two) is equal  # the table says what Python says
+    assert (PackedSlots(one) == PackedSlots(two)) is equal
+    assert (PackedSlots(one) == two) is equal
+    assert (PackedSlots(two, after=PackedSlots(one)) == PackedSlots(one)) is equal
+    assert orjson.dumps(list(PackedSlots(two, after=PackedSlots(one)))) == orjson.dumps(two)
