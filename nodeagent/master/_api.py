@@ -33,7 +33,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -104,6 +104,7 @@ __all__ = [
     "plan_body",
     "plan_lines",
     "push_ad",
+    "push_reply_bytes",
     "with_ad_fast_path",
     "with_event_stream",
 ]
@@ -273,6 +274,13 @@ def _json_bytes(value: Any) -> bytes:
     return json.dumps(
         value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
     ).encode("utf-8")
+
+
+def push_reply_bytes(reply: Mapping[str, Any]) -> bytes:
+    """A push's reply (:meth:`Master.receive_ad`: objects, strings without a lone
+    surrogate, 64-bit integers, ``None``) as :func:`_json_bytes` writes it, by orjson (a
+    tenth of the time, for every ad of the pool)."""
+    return orjson.dumps(reply)
 
 
 @contextlib.contextmanager
@@ -498,7 +506,7 @@ def push_ad(
         reply = master.receive_ad(ad, plain_text=not may_hold_control(body))
     except SlotsError as exc:
         return AdReply(exc.http_status, _json_bytes(error_body(exc.code, exc.message)))
-    return AdReply(200, _json_bytes(reply))
+    return AdReply(200, push_reply_bytes(reply))
 
 
 def with_ad_fast_path(

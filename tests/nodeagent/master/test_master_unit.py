@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent._auth import Scope, create_token, generate_key, load_key
 from nodeagent._clock import TrioClock
@@ -20,7 +22,7 @@ from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.agent._schemas import drain_json
 from nodeagent.master._adstore import AdStore, may_hold_control
-from nodeagent.master._api import Principals, push_ad
+from nodeagent.master._api import Principals, _json_bytes, push_ad, push_reply_bytes
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy, planned_escalation
@@ -225,6 +227,20 @@ async def test_a_pushed_ad_is_judged_the_same_whatever_its_json_escapes(
 )
 def test_what_json_may_hold_a_control_character(body: bytes, may: bool) -> None:
     assert may_hold_control(body) is may
+
+
+_TEXT = st.text(alphabet=st.characters(exclude_categories=["Cs"]))
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(
+        _TEXT, st.one_of(_TEXT, _INT64, st.none(), st.dictionaries(_TEXT, _INT64 | st.none()))
+    )
+)
+def test_a_push_reply_is_written_as_the_rest_of_the_api_writes_json(reply: dict[str, Any]) -> None:
+    assert push_reply_bytes(reply) == _json_bytes(reply)
 
 
 def many_nodes_schedule(count: int, start: float) -> MaintenanceSchedule:
