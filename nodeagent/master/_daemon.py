@@ -65,6 +65,9 @@ __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
 _WAKE_GAP = 0.25
+#: The share of each reconcile interval a pass may spend making forecasts ahead
+#: (:attr:`Master.forecasts_time_share`): the rest of the core is the ads' and the replies'.
+_FORECASTS_TIME_SHARE = 0.25
 #: The master's documents kept one etcd key per member (see nodeagent._ha._store).
 _COLLECTIONS = ("drains", "operations", "notices", "events")
 #: The master's documents kept one SQLite row per member (see nodeagent._store.Members).
@@ -190,6 +193,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             policy=plan_policy(config),
             reconcile_interval=config.reconcile_interval,
             wake_gap=min(_WAKE_GAP, config.reconcile_interval),
+            forecasts_time_share=_FORECASTS_TIME_SHARE,
             fetch_timeout=config.agent_timeout,
             events=EventHub(keep=config.events_kept),
         )

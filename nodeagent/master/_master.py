@@ -57,6 +57,7 @@ import copy
 import dataclasses
 import logging
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -227,6 +228,13 @@ class Master:
     #: Forecasts the reconcile service makes before it serves the others again
     #: (:meth:`_pass`): ≈ 20 ms.
     forecasts_per_slice: int = 25
+    #: The share of ``reconcile_interval`` a pass may spend making forecasts ahead, on
+    #: ``work_clock`` (``None``: :attr:`forecasts_per_pass` alone bounds them). After a
+    #: restart on a large pool the forecasts owed take minutes of a core; bounded so, they
+    #: wait rather than the ads (a node whose ads wait too long is lost).
+    forecasts_time_share: float | None = None
+    #: What :attr:`forecasts_time_share` is measured on (the time the making took).
+    work_clock: Callable[[], float] = time.perf_counter
     state: MaintenanceState = field(default_factory=MaintenanceState)
     #: The master's drain records, by machine key (see :mod:`nodeagent.master._drains`).
     drains: dict[str, DrainRecord] = field(default_factory=dict)
@@ -1260,6 +1268,9 @@ class Master:
         forecasts (each is made whole or not at all)."""
         budget = self.forecasts_per_pass
         per_slice = max(1, self.forecasts_per_slice)
+        share = self.forecasts_time_share
+        time_left = math.inf if share is None else share * self.reconcile_interval
+        work_clock = self.work_clock
         unready, ahead = self._unready, self._ahead
         if whole:
             unready.clear()
@@ -1269,7 +1280,7 @@ class Master:
 
         def look_at(plan: MachinePlan) -> bool:
             """Whether it made the plan's forecast."""
-            nonlocal budget
+            nonlocal budget, time_left
             if plan.node is None or plan.key in seen:
                 return False
             seen.add(plan.key)
@@ -1278,12 +1289,14 @@ class Master:
             applied = planned_escalation(plan, escalation)
             made = False
             if not forecast.ready(now, window_start=window, escalation=applied):
-                if not budget:  # made by a later pass
+                if not budget or time_left <= 0:  # made by a later pass
                     unready[plan.key] = None
                     return False
+                started = work_clock()
                 forecast.prepare(now, window_start=window, escalation=applied)
                 # and the template of the row the plan's reply writes
                 self.plan_view.prepare_row(plan, inputs, now)
+                time_left -= work_clock() - started
                 budget -= 1
                 self.forecasts_made_ahead += 1
                 made = True
@@ -1301,7 +1314,7 @@ class Master:
                         yield
             # those whose piece ended wait behind those left before (oldest first)
             unready.update(dict.fromkeys(ahead.due(math.floor(now))))
-            while budget and unready:
+            while budget and time_left > 0 and unready:
                 key, _ = unready.popitem(last=False)
                 if key in index.plans and look_at(index.plans[key]):
                     made += 1

@@ -333,6 +333,26 @@ async def test_a_pass_makes_again_the_forecasts_whose_piece_ended_and_no_other(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_most(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With forecasts_time_share, a pass stops making forecasts once their making took
+    that share of reconcile_interval (on work_clock); the rest wait for the next pass."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    ticks = itertools.count()
+    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
+    master.reconcile_interval = 1.0
+    master.forecasts_time_share = 0.12  # 0.12 s: the third forecast ends past it
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (3, 2)
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
+        nursery.cancel_scope.cancel()
+
+
 async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
