@@ -158,6 +158,10 @@
       const what = error ? `${error.code}: ${error.message}` : `HTTP ${reply.status}`;
       throw new Error(`${path.split("?")[0]}: ${what}`);
     }
+    if (body === null) {
+      // a reply begun and cut short: the master went away while it answered
+      throw new Error(`${path.split("?")[0]}: the reply ended early (the master went away?)`);
+    }
     return body;
   }
 
