@@ -499,11 +499,8 @@ class DrainForecast:
         if not self._exact:
             return True
         piece = self._piece
-        whole = math.floor(now)
-        return (
-            piece is not None
-            and piece.base <= whole <= piece.base + piece.horizon
-            and (window_start is None or piece.window == self._window(window_start, escalation))
+        return piece is not None and piece.base <= math.floor(now) <= self.made_until(
+            window_start=window_start, escalation=escalation
         )
 
     @property

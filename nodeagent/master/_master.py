@@ -59,7 +59,15 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1303,20 +1311,26 @@ class Master:
             ahead.set(plan.key, forecast.made_until(window_start=window, escalation=applied) + 1)
             return made
 
-        made, looked = 0, 0
-        try:
+        looked = 0
+
+        def candidates() -> Iterator[MachinePlan]:
+            """The machines looked at, then those waiting, oldest first (those whose piece
+            ended behind those left before), while the budget lasts."""
+            nonlocal looked
             for plan in plans:
                 looked += 1
                 unready.pop(plan.key, None)
-                if look_at(plan):
-                    made += 1
-                    if made % per_slice == 0:
-                        yield
-            # those whose piece ended wait behind those left before (oldest first)
+                yield plan
             unready.update(dict.fromkeys(ahead.due(math.floor(now))))
             while budget and time_left > 0 and unready:
                 key, _ = unready.popitem(last=False)
-                if key in index.plans and look_at(index.plans[key]):
+                if key in index.plans:
+                    yield index.plans[key]
+
+        made = 0
+        try:
+            for plan in candidates():
+                if look_at(plan):
                     made += 1
                     if made % per_slice == 0:
                         yield
