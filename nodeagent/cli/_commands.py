@@ -663,8 +663,9 @@ COMMANDS: tuple[Command, ...] = (
                 "kind": "many",
                 "show_default": False,
                 "metavar": "START",
-                "help": "Only the machines of the window starting at START (epoch seconds, "
-                "as the plan shows it; repeatable).",
+                "help": "Only the machines of the windows starting at START (epoch seconds: "
+                "a whole second selects the windows starting within it, a fraction the one "
+                "starting exactly then, as the plan shows it; repeatable).",
             },
             {
                 "names": ("--machine",),

@@ -607,14 +607,16 @@ class MasterClient:
     ) -> dict[str, Any]:
         """The maintenance plan (``GET /v1/maintenance/plan``): ``late``: only the rows
         late by their promises or to be escalated; ``limit``: at most that many rows;
-        ``blockers=False``: rows without their blockers. ``windows`` (their starts, epoch
-        seconds as the rows show them) and ``machines`` (hostnames or IPs): the plan of
-        those machines only, whose totals count them (without: every machine). ``after``:
-        the rows after the previous page's ``next`` (``""``: from the first row; with any
-        of these the reply carries ``next``, ``None`` after the last page). A bad window,
-        name or cursor is :class:`InvalidRequest` (422); a cursor that no longer fits the
-        schedule :class:`Refused` with status 409 (``plan.cursor_stale``: ask the first
-        page again)."""
+        ``blockers=False``: rows without their blockers. ``windows`` (their starts in epoch
+        seconds: a whole second selects the windows starting within it, a number with a
+        fraction the window starting exactly then, as the rows show it) and ``machines``
+        (hostnames or IPs): the plan of those machines only, whose totals count them
+        (without: every machine). ``after``: the rows after the previous page's ``next``
+        (``""``: from the first row; with any of these the reply carries ``next``,
+        ``None`` after the last page). A bad window, name or cursor is
+        :class:`InvalidRequest` (422); a cursor that no longer fits the schedule
+        :class:`Refused` with status 409 (``plan.cursor_stale``: ask the first page
+        again)."""
         query = _plan_query(late, limit, blockers, windows, machines, after)
         return await self._object("GET", f"/v1/maintenance/plan?{query}")
 

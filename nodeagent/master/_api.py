@@ -1080,9 +1080,11 @@ def build_master_app(
         ``late=true``: only the rows late by their promises or to be escalated;
         ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
         ``window=START`` and ``machine=HOST`` (repeatable): the plan of the machines of
-        those windows, of those hostnames or IPs (the totals count them; without: every
-        machine). ``after=CURSOR``: the rows after the previous page's ``next``.
-        ``format=jsonl``: JSON lines, sent as they are made (a head, a line a row, an end).
+        those windows (a whole second: the windows starting within it; with a fraction:
+        the window starting exactly then), of those hostnames or IPs (the totals count
+        them; without: every machine). ``after=CURSOR``: the rows after the previous
+        page's ``next``. ``format=jsonl``: JSON lines, sent as they are made (a head, a
+        line a row, an end).
         422 ``plan.bad_window``, ``plan.bad_machine``, ``plan.unknown_window``,
         ``plan.unknown_machine``, ``plan.bad_cursor``; 409
         ``plan.cursor_stale``."""

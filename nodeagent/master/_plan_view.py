@@ -759,17 +759,29 @@ class PlanQueryError(ValueError):
 class PlanSelect:
     """Which machines a plan is made of and where its rows start.
 
-    ``windows``: the windows' starts (epoch seconds, as the rows show them); ``names``:
-    hostnames or IPs, a machine selected when its hostname or IP is one of them (both
-    ``None``: every scheduled machine). ``cursor``: the machine (key, window start) of
-    the last row of the previous page (:func:`cursor_of`); ``given``: whether the
-    caller said anything of this (the reply then carries ``next``).
+    ``windows``: the windows' starts given (epoch seconds): a whole number of seconds
+    selects the windows starting within that second (``1795919377`` and
+    ``1795919377.0``: a window at ``1795919377.2958415``, and any other starting before
+    ``1795919378``), a number with a fraction the window starting exactly then (as the
+    rows show it). ``names``: hostnames or IPs, a machine selected when its hostname or
+    IP is one of them (both ``None``: every scheduled machine). ``cursor``: the machine
+    (key, window start) of the last row of the previous page (:func:`cursor_of`);
+    ``given``: whether the caller said anything of this (the reply then carries
+    ``next``). ``exact`` and ``seconds`` are made of ``windows`` (its numbers with a
+    fraction, its whole seconds), so that a row is selected in a set lookup or two.
     """
 
     windows: frozenset[float] | None = None
     names: frozenset[str] | None = None
     cursor: tuple[str, float] | None = None
     given: bool = False
+    exact: frozenset[float] = field(init=False, repr=False, compare=False)
+    seconds: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = self.windows or ()
+        object.__setattr__(self, "exact", frozenset(s for s in given if not s.is_integer()))
+        object.__setattr__(self, "seconds", frozenset(int(s) for s in given if s.is_integer()))
 
     @classmethod
     def parse(
@@ -800,25 +812,26 @@ class PlanSelect:
         )
 
     def check_known(self, machines: Sequence[ScheduledMachine]) -> None:
-        """Raise :class:`PlanQueryError` (422) for a ``window`` no scheduled machine's
-        window starts at (``plan.unknown_window``: the starts there are, or the unit a
-        number in milliseconds, microseconds or nanoseconds was meant in) or a ``machine``
-        that is no scheduled machine's hostname or IP (``plan.unknown_machine``, with the
-        hostnames a short name may have meant): a mistyped filter is said, not answered
-        with an empty plan."""
+        """Raise :class:`PlanQueryError` (422) for a ``window`` that selects no scheduled
+        machine's window (``plan.unknown_window``: the starts there are, or the unit a
+        number in milliseconds, microseconds or nanoseconds was meant in, with the start
+        as the filter takes it) or a ``machine`` that is no scheduled machine's hostname
+        or IP (``plan.unknown_machine``, with the hostnames a short name may have meant):
+        a mistyped filter is said, not answered with an empty plan."""
         if self.windows is not None:
             starts = {m.window_start for m in machines}
-            for start in sorted(self.windows - starts):
+            seconds = {math.floor(s) for s in starts}
+            unknown = (self.exact - starts) | {float(s) for s in self.seconds - seconds}
+            for start in sorted(unknown):
                 hint = ""
                 for unit, scale in (
                     ("milliseconds", 1e3),
                     ("microseconds", 1e6),
                     ("nanoseconds", 1e9),
                 ):
-                    if start / scale in starts:
-                        hint = (
-                            f": it reads as {unit}; the start in seconds is {_start(start / scale)}"
-                        )
+                    named = _meant(start / scale, starts, seconds)
+                    if named is not None:
+                        hint = f": it reads as {unit}; the start in seconds is {named}"
                         break
                 else:
                     shown = ", ".join(_start(s) for s in sorted(starts)[:5])
@@ -843,10 +856,23 @@ class PlanSelect:
 
     def takes(self, machine: ScheduledMachine) -> bool:
         """Whether ``machine`` is selected."""
-        if self.windows is not None and machine.window_start not in self.windows:
-            return False
+        if self.windows is not None:
+            start = machine.window_start
+            if start not in self.exact and math.floor(start) not in self.seconds:
+                return False
         names = self.names
         return names is None or machine.id.hostname in names or machine.id.ip in names
+
+
+def _meant(scaled: float, starts: Collection[float], seconds: Collection[int]) -> str | None:
+    """The window a number ``scaled`` down from another unit was meant to name, as the
+    filter takes it: the exact start when it is one with a fraction, else its whole
+    second when a window starts within it (``None``: neither): a start typed in
+    nanoseconds need not come back to the very float of the start, its second does."""
+    if not scaled.is_integer() and scaled in starts:
+        return repr(scaled)
+    whole = math.floor(scaled)
+    return str(whole) if whole in seconds else None
 
 
 def _start(seconds: float) -> str:

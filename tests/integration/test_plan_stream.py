@@ -23,7 +23,10 @@ NS = 1_000_000_000
 #: Machine n → its window's start, in two windows (n4 has no node).
 HOSTS = {f"n{n}.test": (0 if n % 2 else 1) for n in range(5)}
 NOW = time.time()
-STARTS = (round(NOW + 7200), round(NOW + 10800))
+#: The windows' starts in nanoseconds (the second one's at a fraction of a second) and
+#: in seconds, as the rows show them.
+STARTS_NS = (round(NOW + 7200) * NS, round(NOW + 10800) * NS + 295_841_500)
+STARTS = tuple(ns / NS for ns in STARTS_NS)
 #: The schedule's order: window by window.
 ORDER = ["n1.test", "n3.test", "n0.test", "n2.test", "n4.test"]
 
@@ -38,11 +41,11 @@ def _schedule() -> dict[str, Any]:
                     if w == which
                 ],
                 "unavailability": {
-                    "start": {"nanoseconds": start * NS},
+                    "start": {"nanoseconds": start},
                     "duration": {"nanoseconds": 3600 * NS},
                 },
             }
-            for which, start in enumerate(STARTS)
+            for which, start in enumerate(STARTS_NS)
         ]
     }
 
@@ -109,6 +112,8 @@ def test_a_window_or_a_machine_selects_the_rows_and_the_totals(
 ) -> None:
     cases = [
         ({"window": [str(STARTS[1])]}, ["n0.test", "n2.test", "n4.test"]),
+        ({"window": [str(int(STARTS[1]))]}, ["n0.test", "n2.test", "n4.test"]),  # its second
+        ({"window": [str(int(STARTS[0]))]}, ["n1.test", "n3.test"]),
         ({"window": [str(STARTS[0]), str(STARTS[1])]}, ORDER),
         ({"machine": ["n1.test", "127.0.0.3"]}, ["n1.test", "n2.test"]),
         ({"window": [str(STARTS[0])], "machine": ["n1.test", "n2.test"]}, ["n1.test"]),
@@ -153,6 +158,8 @@ def _cursor(key: str, start: float) -> str:
     ("params", "status", "code"),
     [
         ({"window": "soon"}, 422, "plan.bad_window"),
+        ({"window": str(int(STARTS[1]) + 1)}, 422, "plan.unknown_window"),
+        ({"window": str(int(STARTS[1]) + 0.5)}, 422, "plan.unknown_window"),
         ({"machine": ""}, 422, "plan.bad_machine"),
         ({"after": "not a cursor"}, 422, "plan.bad_cursor"),
         ({"after": _cursor("gone.test|", STARTS[0])}, 409, "plan.cursor_stale"),
@@ -169,6 +176,23 @@ def test_bad_filters_and_stale_cursors_are_refused_with_their_codes(
     assert reply.json()["error"]["code"] == code
 
 
+@pytest.mark.parametrize(
+    ("window", "said"),
+    [
+        (int(STARTS[1]) * NS, f"reads as nanoseconds; the start in seconds is {int(STARTS[1])}"),
+        (int(STARTS[1]) + 1, f"(the windows start at {int(STARTS[0])}, {STARTS[1]!r})"),
+    ],
+)
+def test_a_window_no_machine_is_scheduled_at_is_said_with_what_was_meant(
+    client: httpx.Client, window: int, said: str
+) -> None:
+    reply = client.get("/v1/maintenance/plan", params={"window": str(window)})
+    assert reply.status_code == 422
+    error = reply.json()["error"]
+    assert error["code"] == "plan.unknown_window"
+    assert said in error["message"]
+
+
 async def test_the_client_iterates_the_streamed_rows_and_pages(master: MasterProcess) -> None:
     async with MasterClient(socket=master.socket) as client:
         async with contextlib.aclosing(client.plan_lines(windows=[STARTS[1]])) as lines:
@@ -176,6 +200,8 @@ async def test_the_client_iterates_the_streamed_rows_and_pages(master: MasterPro
         assert list(got[0]) == ["plan"]
         assert _hosts([line["row"] for line in got[1:-1]]) == ["n0.test", "n2.test", "n4.test"]
         assert got[-1]["end"]["totals"]["machines"] == 3
+        page = await client.plan(windows=[int(STARTS[1])])  # the second the window starts in
+        assert _hosts(page["machines"]) == ["n0.test", "n2.test", "n4.test"]
         page = await client.plan(machines="n1.test,n0.test", limit=1, after="")
         assert _hosts(page["machines"]) == ["n1.test"]
         page = await client.plan(machines=["n1.test", "n0.test"], limit=1, after=page["next"])

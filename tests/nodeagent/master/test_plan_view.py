@@ -693,3 +693,87 @@ def test_a_filter_that_names_no_scheduled_machine_or_window_is_refused(
             make()
         assert (refused.value.code, refused.value.status) == (code, 422)
         assert said in str(refused.value)
+
+
+#: Windows starting at a fraction of a second, as a schedule in nanoseconds gives them:
+#: n0 and n1 within one second, n2 in another, n3 at a whole second.
+FRACTIONS = {0: 600.2958415, 1: 600.75, 2: 1200.5, 3: 1800.0}
+#: Each machine's window start, as the plan reads it from the schedule's nanoseconds.
+STARTED = {n: int((NOW + s) * 1e9) / 1_000_000_000 for n, s in FRACTIONS.items()}
+SECOND = int(NOW) + 600  # n0's and n1's
+
+
+@pytest.mark.parametrize(
+    ("windows", "rows"),
+    [
+        ((str(SECOND),), ["n0.test", "n1.test"]),  # two windows in one second
+        ((f"{SECOND}.0",), ["n0.test", "n1.test"]),
+        ((repr(STARTED[0]),), ["n0.test"]),  # exactly, as the rows show it
+        ((repr(STARTED[1]),), ["n1.test"]),
+        ((str(SECOND + 600),), ["n2.test"]),
+        ((str(SECOND + 1200),), ["n3.test"]),  # a whole start, by its second
+        ((repr(STARTED[2]), str(SECOND + 1200)), ["n2.test", "n3.test"]),
+        ((repr(STARTED[0]), str(SECOND)), ["n0.test", "n1.test"]),
+    ],
+)
+def test_a_whole_second_selects_the_windows_starting_within_it(
+    windows: tuple[str, ...], rows: list[str]
+) -> None:
+    """A window filter in whole seconds selects every window starting in that second; one
+    with a fraction the window starting exactly then; the reply and the stream agree."""
+    world = _world(FRACTIONS, {0: 1, 1: 0, 2: 1, 3: 0})
+    everything = PlanView().reply(world.inputs(), world.now)
+    assert {r["machine_id"]["hostname"]: r["window"]["start"] for r in everything["machines"]} == {
+        f"n{n}.test": start for n, start in STARTED.items()
+    }
+    select = PlanSelect.parse(windows=windows)
+    reply = PlanView().reply(world.inputs(), world.now, select=select)
+    assert _machines(reply) == rows
+    assert reply["totals"]["machines"] == len(rows)
+    streamed = _streamed(_lines(PlanView().stream(world.inputs(), world.now, select=select)))
+    assert streamed == orjson.loads(orjson.dumps(reply))
+
+
+LISTED = f"the windows start at {STARTED[0]!r}, {STARTED[1]!r}, {STARTED[2]!r}, {SECOND + 1200})"
+
+
+@pytest.mark.parametrize(
+    ("window", "said"),
+    [
+        (str(SECOND + 1), f"window={SECOND + 1}: no window starts then ({LISTED}"),
+        (f"{SECOND - 1}.0", f"window={SECOND - 1}: no window starts then ({LISTED}"),
+        (str(SECOND + 0.5), f"window={SECOND + 0.5!r}: no window starts then ({LISTED}"),
+        (
+            str(SECOND * 10**9),
+            f"it reads as nanoseconds; the start in seconds is {SECOND}",
+        ),
+        (
+            str(int(STARTED[0] * 1000)),  # its milliseconds, cut: its second
+            f"it reads as milliseconds; the start in seconds is {SECOND}",
+        ),
+        (
+            str(int(STARTED[2] * 1000)),  # exactly its milliseconds
+            f"it reads as milliseconds; the start in seconds is {STARTED[2]!r}",
+        ),
+        (
+            str(int((NOW + FRACTIONS[0]) * 1e9)),  # the schedule's nanoseconds
+            f"it reads as nanoseconds; the start in seconds is {STARTED[0]!r}",
+        ),
+        (
+            str((SECOND + 1200) * 10**6),
+            f"it reads as microseconds; the start in seconds is {SECOND + 1200}",
+        ),
+    ],
+)
+def test_a_window_filter_naming_no_window_is_refused_with_the_starts_or_its_unit(
+    window: str, said: str
+) -> None:
+    """A second no window starts within, or a fraction no window starts at, lists the
+    starts; a number in another unit names the start as the filter takes it (a whole
+    second, or the exact start when the number gives it)."""
+    world = _world(FRACTIONS, {0: 1, 1: 0, 2: 1, 3: 0})
+    select = PlanSelect.parse(windows=(window,))
+    with pytest.raises(PlanQueryError) as refused:
+        PlanView().reply(world.inputs(), world.now, select=select)
+    assert (refused.value.code, refused.value.status) == ("plan.unknown_window", 422)
+    assert said in str(refused.value)
