@@ -1355,11 +1355,17 @@ class Master:
         """The machines whose owners have all accepted their notices
         (:func:`~nodeagent.master._notices.accepted_machines`), read again only when the
         notices change (each change makes a new :attr:`notices`); none unless
-        ``[master] on_all_accepted = "drain_now"``."""
+        ``[master] on_all_accepted = "drain_now"``. The same set is the same object (a
+        pass's index is kept by the objects it was made for: a change of the notices that
+        leaves the machines accepted as they were does not make the next pass look at every
+        machine)."""
         if self.policy.on_all_accepted != "drain_now":
             return _NONE_ACCEPTED
         if self._accepted is None or self._accepted[0] is not self.notices:
-            self._accepted = (self.notices, accepted_machines(self.notices.values()))
+            accepted = accepted_machines(self.notices.values()) or _NONE_ACCEPTED
+            if self._accepted is not None and accepted == self._accepted[1]:
+                accepted = self._accepted[1]
+            self._accepted = (self.notices, accepted)
         return self._accepted[1]
 
     def _reconcile_notices(

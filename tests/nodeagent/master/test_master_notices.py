@@ -118,6 +118,38 @@ async def test_notices_issued_answered_and_kept_across_a_restart(
     assert third.notices == again.notices
 
 
+async def test_notices_that_change_without_changing_the_machines_accepted_keep_the_pass_index(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A pass looks at every machine only when what it depends on changed: notices issued,
+    answered or rescinded that leave the machines accepted by all their owners as they
+    were keep its index (the next pass looks at what changed); an accept that makes a
+    machine accepted by all is such a change."""
+    master = make_master(tmp_path / "master.db")
+    master.receive_ad(node_ad(EPOCH, ["a/p/x", "b/q/y"]))
+    master.set_schedule(schedule(EPOCH + 86_400), actor="ops")
+    await pass_(master)
+    index = master._pass_index
+    assert index is not None
+    master.receive_ad(node_ad(EPOCH + 1, ["a/p/x", "c/r/z"]))  # b rescinded, c issued
+    notices = master.notices
+    await pass_(master)
+    assert master.notices is not notices  # the notices changed
+    assert {n.group for n in master.notices.values()} == {"a/p/x", "c/r/z"}
+    assert master._pass_index is index  # and the pass kept its index
+    first, second = sorted(master.notices.values(), key=lambda n: n.group)
+    master.answer_notice(first.id, Verdict.ACCEPT, reason="", expected_completion=None, who="a")
+    await pass_(master)
+    assert master._pass_index is index  # one of two accepted: none accepted by all
+    accepted = master._accepted_machines()
+    assert accepted == frozenset()
+    master.answer_notice(second.id, Verdict.ACCEPT, reason="", expected_completion=None, who="c")
+    # accepted by all: a change of what the index was made for (the next pass looks at
+    # every machine, and starts its drain: on_all_accepted)
+    assert master._accepted_machines() == {first.machine}
+    assert master._accepted_machines() is not accepted
+
+
 async def test_an_answer_to_an_unknown_notice_changes_nothing(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
