@@ -13,6 +13,9 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._event_stream`: the events written and published, and ``GET /v1/events`` (trio).
 * :mod:`._events`: the events: one event, the log of the last ones, filters, wire (pure).
 * :mod:`._fleet`: what the fleet's metrics count: late machines, escalations, node states (pure).
+* :mod:`._ingest`: an ad push parsed, checked and packed for the store; the worker frames (pure).
+* :mod:`._ingest_worker`: the ingest worker process: prepares pushes on a core of its own.
+* :mod:`._ingest_workers`: the ingest workers kept running; a push sent to one (trio).
 * :mod:`._leader`: which master leads, and what a follower does with a write.
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.

@@ -49,12 +49,15 @@ from slots._classad import check_value
 __all__ = [
     "AdEntry",
     "AdStore",
+    "NodeAd",
     "PackedSlots",
+    "ad_parts",
     "check_my_address",
     "check_node_ad",
     "foreign_ad",
     "may_hold_control",
     "moved_on",
+    "prepare_node_ad",
     "project",
     "shared_values",
 ]
@@ -344,11 +347,28 @@ def moved_on(
     hold, such as a float NaN or a tuple, given by a caller in the process, compares as
     its JSON: it is packed so.)
     """
+    active = any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots)
+    return _moved_on(before, machine, slots, packed=packed, clocks=slots, active=active)
+
+
+def _moved_on(
+    before: AdEntry,
+    machine: Mapping[str, Any],
+    slots: Sequence[Mapping[str, Any]],
+    *,
+    packed: PackedSlots | None,
+    clocks: Sequence[Mapping[str, Any]],
+    active: bool,
+) -> bool:
+    """:func:`moved_on`, given for each slot its moving values and ``Activity``
+    (``clocks``: the slot ads themselves will do) and whether a job is active on the node
+    (``active``); ``slots`` are read only when ``packed`` does not share the previous
+    entry's static part."""
     if len(slots) != len(before.slots) or not _ad_moved_on(before.machine, machine):
         return False
     kept = before.slots
     if packed is not None and isinstance(kept, PackedSlots) and packed.shares_static(kept):
-        for slot, was in zip(slots, kept.moving_values(), strict=True):
+        for slot, was in zip(clocks, kept.moving_values(), strict=True):
             followed = _clock_followed(was, slot)
             if followed is None:
                 followed = all(slot[name] == value for name, value in was.items())
@@ -358,9 +378,7 @@ def moved_on(
         return False
     # The completions a drain started now would reach move with the clock while a job
     # runs; on an idle node they stay (the idle rule), and the forecast reads them.
-    return any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots) or all(
-        before.machine.get(name) == machine.get(name) for name in _COMPLETIONS
-    )
+    return active or all(before.machine.get(name) == machine.get(name) for name in _COMPLETIONS)
 
 
 #: The bytes of the digest of a :class:`PackedSlots`' static JSON, ahead of its
@@ -448,17 +466,54 @@ class PackedSlots(Sequence[dict[str, Any]]):
         self, slots: Sequence[Mapping[str, Any]], *, after: PackedSlots | None = None
     ) -> None:
         static, moving = _split(slots)
+        self._pack(static, moving, after)
+
+    def _pack(self, static: bytes, moving: list[dict[str, Any]], after: PackedSlots | None) -> None:
         digest = hashlib.sha256(static).digest()[:_DIGEST]
         if after is not None and after._static.startswith(digest):
             self._static = after._static
         else:
             self._static = digest + _compress(static, _STATIC_DICTIONARY)
         self._moving = _compress(orjson.dumps(moving), _MOVING_DICTIONARY)
-        self._count = len(slots)
+        self._count = len(moving)
+
+    @classmethod
+    def _of_split(
+        cls, static: bytes, moving: list[dict[str, Any]], after: PackedSlots | None
+    ) -> PackedSlots:
+        packed = cls.__new__(cls)
+        packed._pack(static, moving, after)
+        return packed
+
+    def parts(self) -> tuple[bytes, bytes, int]:
+        """What the slot ads are kept as: their static part (digest, then deflated), their
+        moving values (deflated), their count; :meth:`of_parts` makes them again (in
+        another process: an ingest worker's packed slot ads go to the master so)."""
+        return self._static, self._moving, self._count
+
+    @classmethod
+    def of_parts(cls, static: bytes, moving: bytes, count: int) -> PackedSlots:
+        """The slot ads kept as ``parts()`` said; raises :class:`ValueError` unless
+        ``static`` holds a digest and some bytes after it and ``count`` is not negative
+        (what they hold is read, and found whole or not, when they are unpacked)."""
+        if len(static) <= _DIGEST or not moving or count < 0:
+            raise ValueError("not the parts of packed slot ads")
+        packed = cls.__new__(cls)
+        packed._static, packed._moving, packed._count = static, moving, count
+        return packed
+
+    def share_static(self, previous: PackedSlots) -> None:
+        """Hold ``previous``'s static part (one object) when it is the same as this one's
+        (the same digest): what a node's ads moved on in time have in common is kept once
+        however it was made."""
+        kept = previous._static
+        if self._static is not kept and self._static[:_DIGEST] == kept[:_DIGEST]:
+            self._static = kept
 
     def shares_static(self, other: PackedSlots) -> bool:
-        """Whether these slot ads' static part is ``other``'s (made ``after`` it, with the
-        same static JSON): the two differ in their moving values at most."""
+        """Whether these slot ads' static part is ``other``'s (made ``after`` it, or shared
+        with it by :meth:`share_static`, with the same static JSON): the two differ in
+        their moving values at most."""
         return self._static is other._static
 
     def moving_values(self) -> list[dict[str, Any]]:
@@ -724,6 +779,68 @@ _KEPT_FACTS = tuple(
 )
 
 
+def ad_parts(ad: object) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """The machine ad, the slot ads and the ``MyType`` of a pushed ad (``{"machine":
+    {...}, "slots": [...]}``); raises :class:`InvalidRequest` unless it is shaped so, with
+    a ``Name`` and every slot ad an object."""
+    if not isinstance(ad, Mapping):
+        raise InvalidRequest("an ad is {'machine': {...}, 'slots': [...]}")
+    machine = ad.get("machine")
+    slots = ad.get("slots")
+    if not isinstance(machine, dict) or not isinstance(slots, list):
+        raise InvalidRequest("an ad is {'machine': {...}, 'slots': [...]}")
+    name = machine.get("Name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("the machine ad has no Name")
+    if not all(isinstance(s, dict) for s in slots):
+        raise InvalidRequest("every slot ad must be an object")
+    my_type = machine.get("MyType", "Machine")
+    if type(my_type) is not str:
+        raise InvalidRequest(f"{name}: MyType must be a string, not {my_type!r}")
+    return machine, slots, my_type
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAd:
+    """A node's ad checked and its slot ads packed (:func:`prepare_node_ad`), ready for
+    :meth:`AdStore.take`: what needs nothing of the store, made in an ingest worker
+    process or in the master's."""
+
+    #: The machine ad, checked (:func:`check_node_ad`).
+    machine: dict[str, Any]
+    slots: PackedSlots
+    #: Each slot ad's moving values (:data:`_MOVING`) and its ``Activity``: what
+    #: :func:`moved_on` reads of a new ad whose static part is the previous one's.
+    clocks: tuple[dict[str, Any], ...]
+    #: Whether a job is active on the node (a slot ``Claimed``/``Busy`` or ``Retiring``).
+    active: bool
+
+
+def prepare_node_ad(
+    machine: dict[str, Any],
+    slots: Sequence[Mapping[str, Any]],
+    *,
+    plain_text: bool = False,
+    after: PackedSlots | None = None,
+) -> NodeAd:
+    """A node's machine ad and slot ads (:func:`ad_parts`) checked (:func:`check_node_ad`,
+    which raises :class:`InvalidRequest`) and packed (:class:`PackedSlots`, ``after`` the
+    previous ad's when the caller has it). Pure: an ingest worker process runs it on the
+    bodies of the pushes, or the master itself."""
+    check_node_ad(machine, slots, plain_text=plain_text)
+    static, moving = _split(slots)
+    clocks = tuple(
+        values if "Activity" not in slot else {**values, "Activity": slot["Activity"]}
+        for slot, values in zip(slots, moving, strict=True)
+    )
+    return NodeAd(
+        machine=machine,
+        slots=PackedSlots._of_split(static, moving, after),
+        clocks=clocks,
+        active=any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
+    )
+
+
 class AdStore:
     """The ads of every node that ever reported, with expiry by ``lifetime``; a node whose
     last ad said it was shutting down is rebooting, not lost, for ``reboot_grace`` more."""
@@ -775,44 +892,56 @@ class AdStore:
         Raises :class:`InvalidRequest` when it is not shaped like an agent's ad, or when it
         holds what the master cannot read (:func:`check_node_ad`: a value nested too deep,
         a wrong type, numbers the drain estimates cannot be computed from); the store is
-        then unchanged.
+        then unchanged. A node's ad is :func:`prepare_node_ad`, then :meth:`take`.
         """
-        if not isinstance(ad, Mapping):
-            raise InvalidRequest("an ad is {'machine': {...}, 'slots': [...]}")
-        machine = ad.get("machine")
-        slots = ad.get("slots")
-        if not isinstance(machine, dict) or not isinstance(slots, list):
-            raise InvalidRequest("an ad is {'machine': {...}, 'slots': [...]}")
-        name = machine.get("Name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("the machine ad has no Name")
-        if not all(isinstance(s, dict) for s in slots):
-            raise InvalidRequest("every slot ad must be an object")
-        my_type = machine.get("MyType", "Machine")
-        if type(my_type) is not str:
-            raise InvalidRequest(f"{name}: MyType must be a string, not {my_type!r}")
+        machine, slots, my_type = ad_parts(ad)
         if my_type != "Machine":
-            for attribute, value in machine.items():
-                check_value(value, name=f"{name}: {attribute}")
-            for slot in slots:
-                for attribute, value in slot.items():
-                    check_value(value, name=f"{name}: {attribute}")
-            earlier = self._others.get((my_type, name))
-            other = AdEntry(
-                name=name,
-                machine=dict(machine),
-                slots=list(slots),
-                received_at=now,
-                updates=1 if earlier is None else earlier.updates + 1,
-            )
-            self._others[(my_type, name)] = other
-            self.received += 1
-            return other
-        check_node_ad(machine, slots, plain_text=plain_text)
-        previous = self._entries.get(name)
+            return self._take_other(machine, slots, my_type, now)
+        previous = self._entries.get(machine["Name"])
         kept = None if previous is None else previous.slots
-        packed = PackedSlots(slots, after=kept if isinstance(kept, PackedSlots) else None)
-        moved = previous is not None and moved_on(previous, machine, slots, packed=packed)
+        node = prepare_node_ad(
+            machine,
+            slots,
+            plain_text=plain_text,
+            after=kept if isinstance(kept, PackedSlots) else None,
+        )
+        return self.take(node, now)
+
+    def _take_other(
+        self, machine: dict[str, Any], slots: list[dict[str, Any]], my_type: str, now: float
+    ) -> AdEntry:
+        """Store the ad of another daemon (``MyType`` other than ``"Machine"``)."""
+        name = machine["Name"]
+        for attribute, value in machine.items():
+            check_value(value, name=f"{name}: {attribute}")
+        for slot in slots:
+            for attribute, value in slot.items():
+                check_value(value, name=f"{name}: {attribute}")
+        earlier = self._others.get((my_type, name))
+        other = AdEntry(
+            name=name,
+            machine=dict(machine),
+            slots=list(slots),
+            received_at=now,
+            updates=1 if earlier is None else earlier.updates + 1,
+        )
+        self._others[(my_type, name)] = other
+        self.received += 1
+        return other
+
+    def take(self, node: NodeAd, now: float) -> AdEntry:
+        """Store a node's ad checked and packed by :func:`prepare_node_ad` (here or in an
+        ingest worker process): it becomes the node's entry, which keeps what is derived
+        from the previous one when the ad is that one moved on in time (:func:`moved_on`)."""
+        machine = node.machine
+        name = machine["Name"]
+        previous = self._entries.get(name)
+        packed = node.slots
+        if previous is not None and isinstance(previous.slots, PackedSlots):
+            packed.share_static(previous.slots)
+        moved = previous is not None and _moved_on(
+            previous, machine, packed, packed=packed, clocks=node.clocks, active=node.active
+        )
         entry = AdEntry(
             name=name,
             machine=shared_values(machine),
@@ -874,6 +1003,13 @@ class AdStore:
         if my_type != "Machine":
             return self._others.get((my_type, name))
         return self._entries.get(name)
+
+    def packed_slots(self, name: str) -> PackedSlots | None:
+        """The packed slot ads of node ``name``'s entry, if it has one (a new ad of the
+        node is packed after them: :func:`prepare_node_ad`)."""
+        entry = self._entries.get(name)
+        slots = None if entry is None else entry.slots
+        return slots if isinstance(slots, PackedSlots) else None
 
     def entries(self) -> list[AdEntry]:
         return sorted(self._entries.values(), key=lambda e: e.name)

@@ -16,7 +16,9 @@ evaluated against; past the budget the query is refused (422 ``expression.too_co
 
 Ad pushes are the master's hot path: :func:`with_ad_fast_path` answers ``POST /v1/ads``
 in front of the FastAPI app, with the same function (:func:`push_ad`) as the app's own
-route, so that the behaviour is one and the cost per ad is that of the work itself.
+route, so that the behaviour is one and the cost per ad is that of the work itself. With
+ingest workers (``ingest_workers``) the body is parsed, checked and packed in one of them
+(:func:`push_ad_prepared_by`), the same reply either way.
 
 Every request is checked from its headers before its body is read: the fast path checks
 the DAEMON token first; the app sits behind the gate (:class:`nodeagent._serving._gate.Gate`:
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -54,7 +55,6 @@ from nodeagent._auth import (
     Principal,
     Scope,
     Unauthenticated,
-    WrongNode,
     principal_from_authorization,
     require,
 )
@@ -69,8 +69,10 @@ from nodeagent._serving._http import (
     request_peer,
 )
 from nodeagent._store import OutcomeUnknown, StoreError, unwritten
-from nodeagent.master._adstore import foreign_ad, may_hold_control, project
+from nodeagent.master._adstore import NodeAd, project
 from nodeagent.master._event_stream import events_endpoint
+from nodeagent.master._ingest import Prepared, Refused, json_bytes, prepare_push
+from nodeagent.master._ingest_workers import IngestWorkers
 from nodeagent.master._leader import LeaderView, NotLeader
 from nodeagent.master._maintenance import (
     MachineId,
@@ -104,6 +106,7 @@ __all__ = [
     "plan_body",
     "plan_lines",
     "push_ad",
+    "push_ad_prepared_by",
     "push_reply_bytes",
     "with_ad_fast_path",
     "with_event_stream",
@@ -269,11 +272,7 @@ def _mesos_json(value: Any) -> Response:
     return Response(render_json(value), media_type="application/json")
 
 
-def _json_bytes(value: Any) -> bytes:
-    """JSON exactly as :class:`fastapi.responses.JSONResponse` renders it."""
-    return json.dumps(
-        value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-    ).encode("utf-8")
+_json_bytes = json_bytes
 
 
 def push_reply_bytes(reply: Mapping[str, Any]) -> bytes:
@@ -436,17 +435,39 @@ class AdReply:
         return headers
 
 
-def _no_constant(name: str) -> Any:
-    """JSON's NaN and Infinity have no ClassAd form: an ad holding one is refused."""
-    raise ValueError(f"{name} is not a number an ad may hold")
-
-
 def _refused(exc: AuthError) -> AdReply:
     return AdReply(
         exc.http_status,
         _json_bytes(error_body(exc.code, str(exc))),
         www_authenticate=isinstance(exc, Unauthenticated),
     )
+
+
+def _pusher(
+    master: Master, principals: Principals, authorization: str | None, *, unix: bool
+) -> Principal | AdReply:
+    """Who pushes an ad: a DAEMON token's holder (one naming no node only while
+    ``Master.allow_pool_daemon_tokens``), or the refusal (401 or 403)."""
+    try:
+        who = principals(authorization, unix=unix)
+        require(who, Scope.DAEMON)
+        if who.node is None:
+            master.pool_token_used(who.subject)
+    except AuthError as exc:
+        return _refused(exc)
+    return who
+
+
+def _pushed(master: Master, prepared: Prepared) -> AdReply:
+    """The reply to a push made ready for the store (:func:`prepare_push`): stored, or
+    refused."""
+    if isinstance(prepared, Refused):
+        return AdReply(prepared.status, prepared.body)
+    try:
+        reply = master.receive_ad(prepared if isinstance(prepared, NodeAd) else prepared.ad)
+    except SlotsError as exc:
+        return AdReply(exc.http_status, _json_bytes(error_body(exc.code, exc.message)))
+    return AdReply(200, push_reply_bytes(reply))
 
 
 def push_ad(
@@ -461,58 +482,46 @@ def push_ad(
     Node restriction: a token that names a node pushes that node's ad only (else 403
     ``auth.wrong_node``, :func:`~nodeagent.master._adstore.foreign_ad`); a DAEMON token
     that names none is refused (403 ``auth.pool_daemon_token``) unless
-    ``Master.allow_pool_daemon_tokens``. A refused ad changes nothing.
+    ``Master.allow_pool_daemon_tokens``. A refused ad changes nothing. The body is made
+    ready for the store here (:func:`~nodeagent.master._ingest.prepare_push`);
+    :func:`push_ad_prepared_by` has it made by an ingest worker.
     """
-    try:
-        who = principals(authorization, unix=unix)
-        require(who, Scope.DAEMON)
-        if who.node is None:
-            master.pool_token_used(who.subject)
-    except AuthError as exc:
-        return _refused(exc)
-    try:
-        ad = orjson.loads(body)  # UTF-8, 64-bit integers, no NaN: every agent's ad
-    except orjson.JSONDecodeError:
-        try:  # the rest as the other endpoints read it (or refuse it, the same way)
-            ad = json.loads(body, parse_constant=_no_constant)
-            # a lone surrogate (``\ud800``), which orjson refuses: its ad could not be
-            # written back as UTF-8, so every read of it would fail
-            json.dumps(ad, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            return AdReply(
-                422,
-                _json_bytes(
-                    error_body("request.invalid", "not JSON: a text holds a lone UTF-16 surrogate")
-                ),
-            )
-        except ValueError as exc:
-            return AdReply(422, _json_bytes(error_body("request.invalid", f"not JSON: {exc}")))
-        except RecursionError:
-            return AdReply(422, _json_bytes(error_body("request.invalid", "JSON nested too deep")))
-    if not isinstance(ad, dict):
-        return AdReply(422, _json_bytes(error_body("request.invalid", "an ad is an object")))
-    if who.node is not None:
-        machine, slots = ad.get("machine"), ad.get("slots")
-        foreign = foreign_ad(
-            machine if isinstance(machine, dict) else {},
-            slots if isinstance(slots, list) else [],
-            who.node,
-        )
-        if foreign is not None:
-            return _refused(
-                WrongNode(f"a token of node {who.node!r} pushes its ad only: {foreign}")
-            )
-    try:
-        reply = master.receive_ad(ad, plain_text=not may_hold_control(body))
-    except SlotsError as exc:
-        return AdReply(exc.http_status, _json_bytes(error_body(exc.code, exc.message)))
-    return AdReply(200, push_reply_bytes(reply))
+    who = _pusher(master, principals, authorization, unix=unix)
+    if isinstance(who, AdReply):
+        return who
+    return _pushed(master, prepare_push(body, who.node, after=master.ads.packed_slots))
+
+
+async def push_ad_prepared_by(
+    workers: IngestWorkers,
+    master: Master,
+    principals: Principals,
+    authorization: str | None,
+    body: bytes,
+    *,
+    unix: bool,
+) -> AdReply:
+    """:func:`push_ad`, the body made ready by one of the ingest ``workers`` (or here,
+    when none answers): the same reply."""
+    who = _pusher(master, principals, authorization, unix=unix)
+    if isinstance(who, AdReply):
+        return who
+    prepared = await workers.prepare(body, who.node)
+    if prepared is None:
+        prepared = prepare_push(body, who.node, after=master.ads.packed_slots)
+    return _pushed(master, prepared)
 
 
 def with_ad_fast_path(
-    app: ASGIApp, master: Master, *, key: bytes | None, metrics: MasterMetrics
+    app: ASGIApp,
+    master: Master,
+    *,
+    key: bytes | None,
+    metrics: MasterMetrics,
+    workers: IngestWorkers | None = None,
 ) -> ASGIApp:
-    """``app`` with ``POST /v1/ads`` answered by :func:`push_ad` before it reaches ``app``.
+    """``app`` with ``POST /v1/ads`` answered by :func:`push_ad` before it reaches ``app``
+    (by :func:`push_ad_prepared_by` with ingest ``workers``).
 
     The DAEMON token is checked from the headers before the body is read (then again by
     :func:`push_ad`, from the verified tokens it remembers); the body is capped at
@@ -545,7 +554,12 @@ def with_ad_fast_path(
             return
         if body is None:  # the client went away
             return
-        reply = push_ad(master, principals, authorization, body, unix=unix)
+        if workers is None:
+            reply = push_ad(master, principals, authorization, body, unix=unix)
+        else:
+            reply = await push_ad_prepared_by(
+                workers, master, principals, authorization, body, unix=unix
+            )
         await send(
             {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
         )

@@ -179,6 +179,15 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
     sla_coordinator_timeout: Duration = _field(
         5.0, reload=True, description="Seconds a coordinator of a job group has to answer", gt=0
     )
+    ingest_workers: int = _field(
+        0,
+        reload=False,
+        description="Worker processes that parse, check and pack the agents' ad pushes on "
+        "cores of their own (0: the master does it; a pool of tens of thousands of nodes: "
+        "the cores the master can spare)",
+        ge=0,
+        le=64,
+    )
 
     @field_serializer("sla_file")
     def _sla_file_path(self, value: SlaFile | None) -> str | None:

@@ -16,8 +16,10 @@ The TCP listeners take every agent's ad pushes, thousands a second in a large po
 they are served by :mod:`nodeagent._serving._http11` (HTTP/1.1 with h11 on trio), whose cost per
 request is less than half of hypercorn's trio worker's. The API is the same ASGI app,
 with ad pushes answered in front of FastAPI
-(:func:`~nodeagent.master._api.with_ad_fast_path`). The Unix socket is served by
-hypercorn, like the agent's.
+(:func:`~nodeagent.master._api.with_ad_fast_path`), whose bodies ``ingest_workers`` worker
+processes prepare when set (:class:`~nodeagent.master._ingest_workers.IngestWorkers`, started
+with the services, leader or follower). The Unix socket is served by hypercorn, like the
+agent's.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from nodeagent.master._api import build_master_app, with_ad_fast_path, with_even
 from nodeagent.master._collector import SurvivorFreezer
 from nodeagent.master._config import MasterConfig, load_master_config
 from nodeagent.master._event_stream import EventHub
+from nodeagent.master._ingest_workers import IngestWorkers
 from nodeagent.master._leader import LeaderView
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
@@ -65,7 +68,7 @@ __all__ = ["MasterDaemon", "plan_policy", "run_master"]
 log = logging.getLogger("nodeagent.master")
 #: The least time from one reconcile pass to the next woken early (``Master.wake_gap``).
 _WAKE_GAP = 0.25
-#: The share of each reconcile interval a pass may spend making forecasts ahead
+#: The share of the master's time the passes may spend making forecasts ahead
 #: (:attr:`Master.forecasts_time_share`): the rest of the core is the ads' and the replies'.
 _FORECASTS_TIME_SHARE = 0.25
 #: The master's documents kept one etcd key per member (see nodeagent._ha._store).
@@ -128,6 +131,8 @@ class MasterDaemon(Program[MasterConfig, Documents]):
     _parts: _Parts | None = None
     _etcd: AsyncEtcd | None = None
     _etcd_tasks: EtcdTasks | None = None
+    #: The ingest worker processes (``ingest_workers``), once built.
+    ingest: IngestWorkers | None = None
 
     @property
     def socket(self) -> Path:
@@ -247,7 +252,11 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             leader=leader,
         )
         app = with_event_stream(app, master, key=opened.key, metrics=metrics)
-        return with_ad_fast_path(app, master, key=opened.key, metrics=metrics)
+        workers = self.ingest = (
+            IngestWorkers(config.ingest_workers) if config.ingest_workers else None
+        )
+        metrics.show_ingest(workers)
+        return with_ad_fast_path(app, master, key=opened.key, metrics=metrics, workers=workers)
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
         """The reconcile service and the engine of rolling maintenance operations: at
@@ -260,6 +269,8 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         tcp = [url for url in listening.urls if not url.startswith("http://unix")]
         parts.leader.url = config.advertise_url or (tcp[0] if tcp else listening.urls[0])
         store = parts.master.store
+        if self.ingest is not None:  # leader or follower, a master takes ads
+            await services.start(self.ingest.run)
         if not isinstance(store, EtcdStore):
             await services.start(parts.master.run)
             await services.start(parts.operations.run)

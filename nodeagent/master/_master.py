@@ -79,7 +79,7 @@ from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
 from nodeagent._store import Documents, Members, StoreError
 from nodeagent._when import in_words, iso_time
-from nodeagent.master._adstore import AdEntry, AdStore, foreign_ad
+from nodeagent.master._adstore import AdEntry, AdStore, NodeAd, foreign_ad
 from nodeagent.master._drains import (
     ABSENT,
     COMMITTED,
@@ -172,6 +172,17 @@ _NONE_ACCEPTED: frozenset[str] = frozenset()
 _MAX_BACKOFF = 60.0
 
 
+async def _in_slices(slices: Iterator[None]) -> None:
+    """Run ``slices`` (a pass's work, yielding between its slices), serving the others
+    between two slices for as long as the slice took: a pass never holds more than half of
+    the event loop, however many of its rounds the others' requests take (an ad prepared
+    by an ingest worker takes three)."""
+    began = trio.current_time()
+    for _ in slices:
+        await trio.sleep(trio.current_time() - began)
+        began = trio.current_time()
+
+
 @dataclass
 class MasterCounters:
     """What the master counts (exported as metrics; survives restarts)."""
@@ -236,10 +247,11 @@ class Master:
     #: Forecasts the reconcile service makes before it serves the others again
     #: (:meth:`_pass`): ≈ 20 ms.
     forecasts_per_slice: int = 25
-    #: The share of ``reconcile_interval`` a pass may spend making forecasts ahead, on
-    #: ``work_clock`` (``None``: :attr:`forecasts_per_pass` alone bounds them). After a
-    #: restart on a large pool the forecasts owed take minutes of a core; bounded so, they
-    #: wait rather than the ads (a node whose ads wait too long is lost).
+    #: The share of the master's time the passes may spend making forecasts ahead, on
+    #: ``work_clock`` (``None``: :attr:`forecasts_per_pass` alone bounds them): of each
+    #: ``reconcile_interval`` at most, shared by the passes run meanwhile. After a restart
+    #: on a large pool the forecasts owed take minutes of a core; bounded so, they wait
+    #: rather than the ads (a node whose ads wait too long is lost).
     forecasts_time_share: float | None = None
     #: What :attr:`forecasts_time_share` is measured on (the time the making took).
     work_clock: Callable[[], float] = time.perf_counter
@@ -303,6 +315,10 @@ class Master:
     #: Machines whose forecast a pass found not made and left to a later one (its budget),
     #: oldest first.
     _unready: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    #: The time the forecasts ahead may still take (:meth:`_forecast_time`), and when the
+    #: last pass took it (the master's clock).
+    _forecast_credit: float | None = None
+    _credit_at: float | None = None
     #: The first second each scheduled machine's forecast made ahead no longer holds, by
     #: key (:meth:`_forecasts_ahead` makes it again then).
     _ahead: DueTimes = field(default_factory=DueTimes)
@@ -765,8 +781,12 @@ class Master:
 
     # ------------------------------------------------------------------ ads
 
-    def receive_ad(self, ad: Mapping[str, Any], *, plain_text: bool = False) -> dict[str, Any]:
-        """Store a node's ad; the reply carries its machine's mode and window.
+    def receive_ad(
+        self, ad: Mapping[str, Any] | NodeAd, *, plain_text: bool = False
+    ) -> dict[str, Any]:
+        """Store a node's ad (as pushed, or checked and packed already by an ingest worker:
+        :class:`~nodeagent.master._adstore.NodeAd`); the reply carries its machine's mode
+        and window.
 
         The ad of a DRAINING or DOWN machine wakes the reconcile pass when it can change
         what the pass does: a node new or back from lost, or a change of its drain or of
@@ -775,7 +795,7 @@ class Master:
         ``plain_text``: see :func:`~nodeagent.master._adstore.check_node_ad`.
         """
         now = self.clock.now()
-        machine = ad.get("machine")
+        machine = ad.machine if isinstance(ad, NodeAd) else ad.get("machine")
         name = machine.get("Name") if isinstance(machine, dict) else None
         previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
@@ -798,22 +818,27 @@ class Master:
 
     def _take_ad(
         self,
-        ad: Mapping[str, Any],
+        ad: Mapping[str, Any] | NodeAd,
         now: float,
         *,
         plain_text: bool = False,
         previous: AdEntry | None = None,
     ) -> AdEntry:
-        """Store a node's ad (:meth:`AdStore.update`, which raises :class:`InvalidRequest`)
-        and stage the events its change from the last one says (while recording): its
-        drain, hook and health (:func:`~nodeagent.master._event_drafts.node_changes`), a
-        lost node back. ``previous``: the entry held before, when the caller has it."""
+        """Store a node's ad (:meth:`AdStore.update`, which raises :class:`InvalidRequest`,
+        or :meth:`AdStore.take` for one prepared already) and stage the events its change
+        from the last one says (while recording): its drain, hook and health
+        (:func:`~nodeagent.master._event_drafts.node_changes`), a lost node back.
+        ``previous``: the entry held before, when the caller has it."""
         if previous is None:
-            machine = ad.get("machine")
+            machine = ad.machine if isinstance(ad, NodeAd) else ad.get("machine")
             name = machine.get("Name") if isinstance(machine, dict) else None
             previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
-        entry = self.ads.update(ad, now, plain_text=plain_text)
+        entry = (
+            self.ads.take(ad, now)
+            if isinstance(ad, NodeAd)
+            else self.ads.update(ad, now, plain_text=plain_text)
+        )
         # the machines whose plan this ad may change are looked at by the next pass
         self._touched.add((entry.hostname, entry.ip))
         if previous is not None and (previous.hostname, previous.ip) != (entry.hostname, entry.ip):
@@ -1061,11 +1086,13 @@ class Master:
             self.events.stop_recording()
 
     async def _reconcile_forever(self, nursery: trio.Nursery) -> None:
+        """A pass each ``reconcile_interval``, or when woken (at least ``wake_gap`` after
+        the last one started), served in slices (:meth:`_pass`); after each slice the
+        others have the loop for as long as the slice took."""
         while True:
             self._wake = trio.Event()
             started = trio.current_time()
-            for _ in self._pass(nursery):  # the others served between two slices
-                await trio.lowlevel.checkpoint()
+            await _in_slices(self._pass(nursery))
             with trio.move_on_after(self.reconcile_interval):
                 await self._wake.wait()
                 await trio.sleep_until(started + self.wake_gap)
@@ -1182,8 +1209,7 @@ class Master:
         task_status.started()
         while True:
             if not leading() and not self.events.recording:
-                for _ in self._ahead_pass():
-                    await trio.lowlevel.checkpoint()
+                await _in_slices(self._ahead_pass())
             await trio.sleep(self.reconcile_interval)
 
     @property
@@ -1277,7 +1303,7 @@ class Master:
         budget = self.forecasts_per_pass
         per_slice = max(1, self.forecasts_per_slice)
         share = self.forecasts_time_share
-        time_left = math.inf if share is None else share * self.reconcile_interval
+        time_left = math.inf if share is None else self._forecast_time(share, now)
         work_clock = self.work_clock
         unready, ahead = self._unready, self._ahead
         if whole:
@@ -1336,6 +1362,22 @@ class Master:
                         yield
         finally:  # left between two slices (the service cancelled): the rest waits
             unready.update(dict.fromkeys(p.key for p in plans[looked:] if p.node is not None))
+            if share is not None:
+                self._forecast_credit = time_left  # overspent: the next passes make up
+
+    def _forecast_time(self, share: float, now: float) -> float:
+        """The time a pass starting at ``now`` may spend making forecasts ahead: what
+        :attr:`forecasts_time_share` of the time since the last pass gave, plus what that
+        pass left (or less what it overspent), at most the share of one
+        ``reconcile_interval``. Passes woken more often than the interval (a new node's ad
+        wakes one) thus share that time: the forecasts take the share of the master's
+        time, not of each pass."""
+        most = share * self.reconcile_interval
+        credit, since = self._forecast_credit, self._credit_at
+        self._credit_at = now
+        if credit is None or since is None:
+            return most
+        return min(most, credit + share * max(0.0, now - since))
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's

@@ -27,6 +27,7 @@ from nodeagent.master._fleet import (
 
 if TYPE_CHECKING:
     from nodeagent.master._adstore import AdStore
+    from nodeagent.master._ingest_workers import IngestWorkers
     from nodeagent.master._leader import LeaderView
     from nodeagent.master._master import Master
     from nodeagent.master._notify import Notifier
@@ -39,6 +40,7 @@ class _MasterCollector(Collector):
         self._master = master
         self.leader: LeaderView | None = None
         self.notifier: Notifier | None = None
+        self.ingest: IngestWorkers | None = None
         #: The node figures kept between scrapes: for which store, and what it says.
         self._node_ledger: tuple[AdStore, NodeLedger, set[str]] | None = None
 
@@ -87,6 +89,7 @@ class _MasterCollector(Collector):
         )
         waiting.add_metric([], master.forecasts_waiting)
         yield waiting
+        yield from self._ingest()
         yield from self._schedule(master, now)
         yield from self._nodes(master, figures)
         yield from self._operations(master)
@@ -295,6 +298,30 @@ class _MasterCollector(Collector):
         held.add_metric([], figures.held)
         yield held
 
+    def _ingest(self) -> Iterator[Metric]:
+        """The ingest worker processes (``ingest_workers``; all 0 without)."""
+        workers = self.ingest
+        running = GaugeMetricFamily(
+            "nodeagent_master_ingest_workers",
+            "Ingest worker processes taking the ad pushes now (ingest_workers)",
+        )
+        running.add_metric([], 0 if workers is None else workers.running)
+        yield running
+        for name, value, text in (
+            ("nodeagent_master_ingest_worker_exits",
+             0 if workers is None else workers.ended,
+             "Ingest workers that ended or were killed while the master ran (each started again)"),
+            ("nodeagent_master_ads_prepared_by_workers",
+             0 if workers is None else workers.prepared,
+             "Ad pushes parsed, checked and packed by an ingest worker"),
+            ("nodeagent_master_ingest_fallbacks",
+             0 if workers is None else workers.made_here,
+             "Ad pushes the master made ready itself because no ingest worker answered"),
+        ):  # fmt: skip
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], value)
+            yield counter
+
     def _events(self) -> Iterator[Metric]:
         hub = self._master.events
         for name, value, text in (
@@ -356,6 +383,10 @@ class MasterMetrics:
     def show_notifier(self, notifier: Notifier) -> None:
         """Export the webhooks' lag, failures and last deliveries."""
         self._collector.notifier = notifier
+
+    def show_ingest(self, workers: IngestWorkers | None) -> None:
+        """Export the ingest workers' figures (``nodeagent_master_ingest_*``)."""
+        self._collector.ingest = workers
 
     def observe_request(self, method: str, route: str, started: float) -> None:
         self._latency.labels(method, route).observe(time.perf_counter() - started)

@@ -25,7 +25,10 @@ none) and etcd's CPU.
 
 Prints one JSON document. Usage:
 ``python tests/bench/ad_ingest.py [--seconds 10] [--nodes 2000] [--connections 64]
-[--store sqlite|etcd] [--prefill]``.
+[--store sqlite|etcd] [--prefill] [--ingest-workers N]``.
+
+``--ingest-workers N``: the master prepares the pushes in ``N`` worker processes
+(``ingest_workers``); ``ingest_workers_cpu_percent`` is their CPU, apart from the master's.
 
 ``--prefill``: every node's ad is pushed once before the warm-up, and the benchmark waits
 until the reconcile passes have made the scheduled nodes' forecasts
@@ -99,6 +102,17 @@ def log_problems(master: MasterProcess) -> list[str]:
 def _cpu(process: psutil.Process) -> float:
     times = process.cpu_times()
     return float(times.user + times.system)
+
+
+def _workers_cpu(process: psutil.Process) -> float:
+    """The CPU of the master's ingest workers (its children running
+    ``nodeagent.master._ingest_worker``) alive now."""
+    total = 0.0
+    for child in process.children():
+        with contextlib.suppress(psutil.Error):
+            if "nodeagent.master._ingest_worker" in child.cmdline():
+                total += _cpu(child)
+    return total
 
 
 def _own_cpu() -> float:
@@ -353,7 +367,7 @@ def drive(
     start = time.perf_counter()
     warm_until = start + WARMUP
     end = warm_until + seconds
-    master_cpu0 = client_cpu0 = t0 = 0.0
+    master_cpu0 = client_cpu0 = workers_cpu0 = t0 = 0.0
     meter = None if etcd is None else EtcdMeter(etcd)
     try:
         for conn in conns:
@@ -367,6 +381,7 @@ def drive(
                     meter.start()
                     now = time.perf_counter()
                 t0, master_cpu0, client_cpu0 = now, _cpu(master), _own_cpu()
+                workers_cpu0 = _workers_cpu(master)
             if now >= end:
                 break
             for key, mask in selector.select(timeout=0.1):
@@ -387,6 +402,7 @@ def drive(
                 conn.send_next(selector)
         elapsed = time.perf_counter() - t0
         master_cpu = _cpu(master) - master_cpu0
+        workers_cpu = _workers_cpu(master) - workers_cpu0
         client_cpu = _own_cpu() - client_cpu0
         on_etcd = {} if meter is None else meter.since(elapsed)
     finally:
@@ -402,6 +418,7 @@ def drive(
         "ads_per_second": round(counted / elapsed, 1),
         "master_cpu_percent": round(100 * master_cpu / elapsed, 1),
         "ads_per_master_cpu_second": round(counted / master_cpu, 1) if master_cpu else None,
+        "ingest_workers_cpu_percent": round(100 * workers_cpu / elapsed, 1),
         "client_cpu_percent": round(100 * client_cpu / elapsed, 1),
         "latency_ms": {
             "p50": round(percentile(ms, 50), 2),
@@ -447,6 +464,7 @@ def run(
     store: str = "sqlite",
     *,
     prefilled: bool = False,
+    ingest_workers: int = 0,
 ) -> dict[str, Any]:
     if store == "etcd":
         require_etcd()
@@ -454,7 +472,11 @@ def run(
         tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as tmp,
         contextlib.ExitStack() as stack,
     ):
-        settings: dict[str, Any] = {"reconcile_interval": 1.0, "ad_lifetime": 300}
+        settings: dict[str, Any] = {
+            "reconcile_interval": 1.0,
+            "ad_lifetime": 300,
+            "ingest_workers": ingest_workers,
+        }
         etcd = None
         if store == "etcd":
             etcd = stack.enter_context(EtcdServer(Path(tmp) / "etcd"))
@@ -498,6 +520,7 @@ def run(
         return {
             "benchmark": "ad_ingest",
             "store": store,
+            "ingest_workers": ingest_workers,
             "nodes": nodes,
             "nodes_seen": nodes_seen,
             "prefilled_in_s": None if prefill_s is None else round(prefill_s, 1),
@@ -530,6 +553,7 @@ def main() -> int:
         action="store_true",
         help="push every node's ad once first: the measured ads are the nodes' ads again",
     )
+    parser.add_argument("--ingest-workers", type=int, default=0, help="the master's ingest_workers")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
@@ -540,6 +564,7 @@ def main() -> int:
             args.scheduled,
             args.store,
             prefilled=args.prefill,
+            ingest_workers=args.ingest_workers,
         )
         print(json.dumps(figures, indent=2))
     return 0

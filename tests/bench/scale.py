@@ -30,7 +30,8 @@ Per size (``sqlite``):
   needed N / interval; the master's and the pushers' CPU (psutil: a core is 100 %), so that
   a reader sees which side is short; the age of the oldest live ad at the window's end
   (``nodeagent_master_oldest_ad_age_seconds`` of the same scrape, the cheapest to read: the
-  scrape is timed too, ``scrape_ms``).
+  scrape is timed too, ``scrape_ms``). With ``--ingest-workers N`` (each master's
+  ``ingest_workers``), the workers' CPU and RSS apart from the master's.
 * **memory**: the master's RSS at the window's end and per machine; its peak (``VmHWM``)
   after the plans below.
 * **summary**: ``GET /v1/maintenance/plan?late=true&blockers=false&limit=20`` (what
@@ -58,7 +59,7 @@ Every process it starts is ended by its pid (masters, etcd, pushers); a master t
 on its own is reported (``master_exited``: its status and the last lines of its log), not
 hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
 10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
-[--no-restart] [--no-preview] [--no-etcd] [--masters 3]``.
+[--no-restart] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,24 @@ TOKEN_LIFETIME = 6 * 3600
 OK, REFUSED, NO_MODE, FAILED, BEHIND, LAST_OK, DONE, SKIPPED = range(8)
 STATS = 8
 SUMMARY = {"late": "true", "blockers": "false", "limit": "20"}
+
+
+def _workers(process: psutil.Process) -> list[psutil.Process]:
+    """The master's ingest workers (``ingest_workers``) alive now."""
+    found = []
+    for child in process.children():
+        with contextlib.suppress(psutil.Error):
+            if "nodeagent.master._ingest_worker" in child.cmdline():
+                found.append(child)
+    return found
+
+
+def _workers_cpu(process: psutil.Process) -> float:
+    total = 0.0
+    for worker in _workers(process):
+        with contextlib.suppress(psutil.Error):
+            total += _cpu(worker)
+    return total
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -597,6 +616,7 @@ def steady(
     before = [scrape(m) for m in masters]
     answered0, pcpu0 = pushers.answered(), pushers.cpu()
     mcpu0 = [_cpu(p) for p in processes]
+    wcpu0 = [_workers_cpu(p) for p in processes]
     t0 = time.perf_counter()
     times: list[list[float]] = [[] for _ in readers]
     problems: list[str] = []
@@ -627,6 +647,7 @@ def steady(
     answered = pushers.answered() - answered0
     pcpu = pushers.cpu() - pcpu0
     mcpu = [_cpu(p) - c for p, c in zip(processes, mcpu0, strict=True)]
+    wcpu = [_workers_cpu(p) - c for p, c in zip(processes, wcpu0, strict=True)]
     after = [scrape(m) for m in masters]
     per_master = []
     for k, master in enumerate(masters):
@@ -639,6 +660,10 @@ def steady(
             {
                 "ads_received_per_s": round(received / counted, 1),
                 "master_cpu_percent": round(100 * mcpu[k] / elapsed, 1),
+                "ingest_workers_cpu_percent": round(100 * wcpu[k] / elapsed, 1),
+                "ingest_workers_rss_mib": round(
+                    sum(w.memory_info().rss for w in _workers(processes[k])) / 2**20, 1
+                ),
                 "oldest_ad_age_s": after[k].get("oldest_ad_age_s"),
                 "scrape_ms": ms(after[k]["scrape_s"]),
                 "rss_mib": round(rss / 2**20, 1),
@@ -674,6 +699,7 @@ class Options:
     restart: bool
     restart_burst: bool
     round_timeout: float
+    ingest_workers: int = 0
 
 
 def address(master: MasterProcess) -> tuple[str, int]:
@@ -725,7 +751,9 @@ def progress(text: str) -> None:
 
 
 def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
-    master = MasterProcess(tmp / "master", settings={"ad_lifetime": 300})
+    master = MasterProcess(
+        tmp / "master", settings={"ad_lifetime": 300, "ingest_workers": options.ingest_workers}
+    )
     result: dict[str, Any] = {}
     pushers: Pushers | None = None
     try:
@@ -828,7 +856,9 @@ def on_etcd(
     result: dict[str, Any] = {"masters": count}
     args = () if max_request is None else (f"--max-request-bytes={max_request}",)
     with EtcdServer(tmp / "etcd", args=args) as etcd:
-        masters = Masters(tmp / "pool", etcd, count, ad_lifetime=300)
+        masters = Masters(
+            tmp / "pool", etcd, count, ad_lifetime=300, ingest_workers=options.ingest_workers
+        )
         pushers: Pushers | None = None
         readers: list[httpx.Client] = []
         try:
@@ -927,6 +957,9 @@ def main() -> int:
     parser.add_argument("--masters", type=int, default=3, help="masters on etcd")
     parser.add_argument("--etcd-max-request-bytes", type=int, default=None)
     parser.add_argument(
+        "--ingest-workers", type=int, default=0, help="each master's ingest_workers"
+    )
+    parser.add_argument(
         "--round-timeout", type=float, default=None, help="for a round (default 5 intervals)"
     )
     args = parser.parse_args()
@@ -942,6 +975,7 @@ def main() -> int:
         restart=not args.no_restart,
         restart_burst=args.restart_burst,
         round_timeout=args.round_timeout or 5 * args.interval,
+        ingest_workers=args.ingest_workers,
     )
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):

@@ -182,6 +182,7 @@ def test_bad_filters_and_stale_cursors_are_refused_with_their_codes(
         (int(STARTS[1]) * NS, f"reads as nanoseconds; the start in seconds is {int(STARTS[1])}"),
         (int(STARTS[1]) + 1, f"(the windows start at {int(STARTS[0])}, {STARTS[1]!r})"),
     ],
+    ids=["nanoseconds", "the second after"],  # the values are the clock's: not in the ids
 )
 def test_a_window_no_machine_is_scheduled_at_is_said_with_what_was_meant(
     client: httpx.Client, window: int, said: str

@@ -337,7 +337,9 @@ async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_mos
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     """With forecasts_time_share, a pass stops making forecasts once their making took
-    that share of reconcile_interval (on work_clock); the rest wait for the next pass."""
+    that share of reconcile_interval (on work_clock); the rest wait for the next pass. The
+    share is of the master's time: passes run sooner share it, and what a pass overspent
+    is made up by the next."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
     ticks = itertools.count()
@@ -346,11 +348,48 @@ async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_mos
     master.forecasts_time_share = 0.12  # 0.12 s: the third forecast ends past it
     five_nodes_scheduled(master)
     async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)  # 0.15 s spent of 0.12
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (3, 2)
+        master.reconcile(nursery)  # at once: nothing more to spend
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (3, 2)
+        await trio.sleep(0.25)  # 0.03 s more: the debt of 0.03 s paid, none to spend
         master.reconcile(nursery)
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (3, 2)
+        await trio.sleep(0.3)  # 0.036 s: one forecast, which overspends
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (4, 1)
+        await trio.sleep(10)  # never more than the share of one interval
         master.reconcile(nursery)
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_took(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two slices of a pass the service waits as long as the slice took: a request
+    that needs several rounds of the loop (an ad prepared by an ingest worker) is not
+    starved by a pass that has many slices to make."""
+    master = make_master(tmp_path, DownLink())
+    took = [0.04, 0.1, 0.02]
+    slices: list[float] = []
+
+    def three_slices(nursery: trio.Nursery) -> Generator[None, None, None]:
+        for seconds in took:
+            slices.append(trio.current_time())
+            autojump_clock.jump(seconds)  # the slice's work
+            yield
+        slices.append(trio.current_time())
+
+    monkeypatch.setattr(master, "_pass", three_slices)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(master.run)
+        with trio.fail_after(10):
+            while len(slices) < 4:  # noqa: ASYNC110 (the service's own steps are waited for)
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(slices)]
+    assert gaps == pytest.approx([2 * seconds for seconds in took])
 
 
 async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(

@@ -269,7 +269,9 @@ async def test_a_follower_makes_the_forecasts_ahead_and_decides_nothing(
             now, window_start=plan.window_start, escalation=planned_escalation(plan, "quick")
         )
     assert (agents.calls, master.drains) == ([], {})
-    # a leader's pass, on the same master, acts on every machine
+    # a leader's pass, on the same master, acts on every machine: its term starts anew
+    # (take_over, as the daemon's does), not from the follower's index
+    master.take_over()
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)
         await trio.testing.wait_all_tasks_blocked()
