@@ -138,9 +138,9 @@ def _slot_machine(ad: Mapping[str, Any]) -> str:
     return name.partition("@")[2] or name
 
 
-def foreign_ad(machine: Mapping[str, Any], slots: Sequence[object], node: str) -> str | None:
-    """Why the ad (``machine`` and ``slots``) is not the node ``node``'s own; ``None`` if
-    it is.
+def foreign_ad(ad: Mapping[str, Any], node: str) -> str | None:
+    """Why the ad (``{"machine": {...}, "slots": [...]}``, as pushed or served; a part of
+    another shape reads as empty) is not the node ``node``'s own; ``None`` if it is.
 
     A node's ad is its own when the machine ad's ``Name`` is ``node``, its ``Machine`` is
     absent or ``node``, and every slot ad belongs to ``node`` (its ``Machine``, else the
@@ -150,13 +150,16 @@ def foreign_ad(machine: Mapping[str, Any], slots: Sequence[object], node: str) -
     is not checked: a schedule that names a machine by its ip alone matches whichever node
     advertises that ip.
     """
+    machine, slots = ad.get("machine"), ad.get("slots")
+    if not isinstance(machine, dict):
+        machine = {}
     name = machine.get("Name")
     if name != node:
         return f"the ad's Name {_shown(name)} is not {node!r}"
     host = machine.get("Machine", node)
     if host != node:
         return f"the ad's Machine {_shown(host)} is not {node!r}"
-    for slot in slots:
+    for slot in slots if isinstance(slots, list) else ():
         if isinstance(slot, Mapping) and _slot_machine(slot) != node:
             return (
                 f"slot ad {_shown(slot.get('Name'))} is of machine "

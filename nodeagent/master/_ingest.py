@@ -141,12 +141,7 @@ def prepare_push(
     if not isinstance(ad, dict):
         return Refused.of(422, "request.invalid", "an ad is an object")
     if node is not None:
-        machine, slots = ad.get("machine"), ad.get("slots")
-        foreign = foreign_ad(
-            machine if isinstance(machine, dict) else {},
-            slots if isinstance(slots, list) else [],
-            node,
-        )
+        foreign = foreign_ad(ad, node)
         if foreign is not None:
             message = f"a token of node {node!r} pushes its ad only: {foreign}"
             return Refused.of(WrongNode.http_status, WrongNode.code, message)

@@ -897,12 +897,7 @@ class Master:
         or :class:`InvalidRequest` when it is not ``node``'s own (the answer of another
         node, or of something else at that address), which is then not stored."""
         ad = await AgentCalls.over(self.link, address, node=node, actor="master").ad()
-        machine, slots = ad.get("machine"), ad.get("slots")
-        foreign = foreign_ad(
-            machine if isinstance(machine, dict) else {},
-            slots if isinstance(slots, list) else [],
-            node,
-        )
+        foreign = foreign_ad(ad, node)
         if foreign is not None:
             raise InvalidRequest(f"the node {node} at {address} answered another's ad: {foreign}")
         return ad

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import event, given, settings
-from hypothesis import strategies as st
 
 from nodeagent.master._adstore import AdStore, NodeAd, PackedSlots
 from nodeagent.master._ingest import (
@@ -27,7 +26,7 @@ from nodeagent.master._ingest import (
     prepare_push,
 )
 from nodeagent.master._ingest_worker import serve
-from tests.nodeagent.master.test_adstore_moved_on import EDITS, T, _vacating, dynamic, machine
+from tests.nodeagent.master.test_adstore_moved_on import AD_PAIRS, T, machine
 
 
 def body_of(ad: object) -> bytes:
@@ -167,33 +166,15 @@ def test_the_worker_stops_at_a_frame_cut_short() -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(
-    d=st.sampled_from([0, 1, 60, 3600, -60]),
-    before_edits=st.lists(st.sampled_from(EDITS), max_size=2),
-    after_edits=st.lists(st.sampled_from(EDITS), max_size=3),
-    vacated=st.integers(min_value=0, max_value=200),
-)
+@given(pair=AD_PAIRS)
 def test_ads_taken_through_a_worker_make_the_entries_the_master_makes_itself(
-    d: int,
-    before_edits: list[Callable[[dict[str, Any]], None]],
-    after_edits: list[Callable[[dict[str, Any]], None]],
-    vacated: int,
+    pair: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
     """A node's two ads (equal, moved on, a static value changed, keys in another order, a
     value off the clock, a slot added or gone): taken whole by the store, or prepared and
     carried by a worker's frames, they give the same entries, the same moved-on verdict and
     the same shared static part."""
-    node = machine()
-    first = orjson.loads(orjson.dumps(node.ad(T)))
-    for edit in before_edits:
-        edit(first)
-    later = orjson.loads(orjson.dumps(node.ad(T + d)))
-    for edit in before_edits:
-        edit(later)
-    if _vacating in before_edits and d >= 0:
-        dynamic(later)["VacateTimeRemaining"] = max(0, 100 - min(d, vacated))
-    for edit in after_edits:
-        edit(later)
+    first, later = pair
     itself, worker = AdStore(lifetime=300), AdStore(lifetime=300)
     entries = []
     for at, ad in ((T, first), (T + 60, later)):
