@@ -39,6 +39,7 @@ from typing import Any, Self
 import orjson
 import trio
 
+from nodeagent._children import end_worker
 from nodeagent._expressions._worker import HEADER
 from slots import InvalidRequest, SlotsError
 from slots._classad import AdValue, check_expression
@@ -138,16 +139,7 @@ class _Worker:
     async def end(self, *, kill: bool) -> None:
         """Make the worker exit (at once with ``kill``, else at the end of its stdin)
         and reap it; cannot be cancelled."""
-        with trio.CancelScope(shield=True):
-            if kill:
-                self.process.kill()
-            with trio.move_on_after(EXIT_TIMEOUT):
-                await self._stdin.aclose()
-                await self.process.wait()
-            if self.process.returncode is None:
-                self.process.kill()
-                await self.process.wait()
-            await self._stdout.aclose()
+        await end_worker(self.process, kill=kill, exit_within=EXIT_TIMEOUT)
 
 
 class Evaluator:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from nodeagent._children import end_worker
 from nodeagent._when import in_words
 from nodeagent.master._ingest import FRAME, Prepared, decode_reply, encode_request
 
@@ -173,16 +174,7 @@ class _Worker:
         reap it; cannot be cancelled."""
         self.release()
         self._queued.clear()
-        with trio.CancelScope(shield=True):
-            if kill:
-                self.process.kill()
-            with trio.move_on_after(EXIT_TIMEOUT):
-                await self.stdin.aclose()
-                await self.process.wait()
-            if self.process.returncode is None:
-                self.process.kill()
-                await self.process.wait()
-            await self.stdout.aclose()
+        await end_worker(self.process, kill=kill, exit_within=EXIT_TIMEOUT)
 
 
 class IngestWorkers:
