@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +59,10 @@ class Figures:
     claims: int = 0
     claims_lost_in_a_kill: int = 0
     evictions: int = 0
+    #: Jobs whose first signal from the agent was its SIGKILL: the agent decided (and
+    #: wrote) their SIGTERM, was killed before it sent it, and came back past their vacate
+    #: time (their promise kept, their SIGTERM never sent).
+    killed_unwarned: int = 0
     early_evictions: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     request_id_changes: list[str] = field(default_factory=list)
@@ -89,6 +94,14 @@ def _spawn(agent: AgentProcess) -> None:
             stderr=subprocess.STDOUT,
             env={**os.environ, "NOTIFY_SOCKET": ""},
         )
+
+
+def _killed_unwarned(log: str) -> int:
+    """The claims whose first signal the agent's log shows is SIGKILL."""
+    first: dict[str, str] = {}
+    for claim, signal_name in re.findall(r"claim (\S+): (SIG[A-Z]+) to process group", log):
+        first.setdefault(claim, signal_name)
+    return sum(name == "SIGKILL" for name in first.values())
 
 
 def _answering(agent: AgentProcess) -> bool:
@@ -289,6 +302,7 @@ def kill_loop(
                 figures.early_evictions.append(
                     f"{record.name}: SIGTERM {promise - received:.3f} s before its promise"
                 )
+        figures.killed_unwarned += _killed_unwarned(agent.log_path.read_text())
         leftovers = [pid for pid in agent.job_pids if _alive(pid)]
         if leftovers:
             figures.orphans.append(f"still running once drained: {leftovers}")

@@ -565,15 +565,19 @@ async def _second_wave(
         async with unix_client(agent.config.socket) as c:
             for asked in promises:
                 reply = await c.post("/v1/claims", json=_claim(asked, WEB))
-                error = reply.json().get("error", {}) if reply.status_code >= 400 else {}
-                if error.get("code") == "machine.window_ahead":
+                refusal = f"a web job asking a {asked}s promise refused"
+                # A loaded machine may take long enough between the scheduler's sum and the
+                # claim that the promise no longer fits: asked again, each time shorter (a
+                # promise of 0 always fits, so this ends).
+                while _code(reply) == "machine.window_ahead":
                     # the node holds the window in whole seconds (UnavailabilityStart)
                     fits = max(0, math.floor(math.floor(window_start) - time.time()))
                     narrator.say(
-                        f"{name}: a web job asking a {asked}s promise refused (409 "
-                        f"machine.window_ahead); the scheduler asks for the {fits}s that fit"
+                        f"{name}: {refusal} (409 machine.window_ahead); the scheduler asks "
+                        f"for the {fits}s that fit"
                     )
                     reply = await c.post("/v1/claims", json=_claim(fits, WEB))
+                    refusal = f"the {fits}s asked refused too, as time went by"
                 if reply.status_code >= 400:
                     refused = reply.json().get("error", {})
                     narrator.say(f"{name}: new work refused ({refused.get('code')})")
@@ -582,6 +586,14 @@ async def _second_wave(
                 pids.add(job["pid"])
                 granted = job["retirement_granted"]
                 narrator.say(f"{name}: jobs started, retirement promises {granted}s (www-data)")
+
+
+def _code(reply: httpx.Response) -> str | None:
+    """The error code of a refused request (``None``: not refused)."""
+    if reply.status_code < 400:
+        return None
+    code = reply.json().get("error", {}).get("code")
+    return code if isinstance(code, str) else None
 
 
 async def _ad(agent: AgentDaemon) -> dict[str, Any]:

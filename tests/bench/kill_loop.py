@@ -8,7 +8,8 @@ starts), checking the request id and looking for orphans whenever it answered in
 between; then the drain must complete.
 
 Prints one JSON document: rounds, kills (and how many hit an agent still starting),
-checks, claims, claims lost in a kill (and made again), evictions, early evictions,
+checks, claims, claims lost in a kill (and made again), evictions (SIGTERM received), jobs
+killed unwarned (their SIGTERM written, not sent, before a kill), early evictions,
 orphans, request id changes, drains that did not complete, how late each SIGTERM came
 after its promise (the agent being down meanwhile), and the seed that replays the run.
 Exits 1 if any early eviction, orphan, changed request id or incomplete drain was seen.
@@ -81,6 +82,7 @@ def run(rounds: int, jobs: int, retirement: int, max_kills: int, seed: int) -> d
         "claims": total.claims,
         "claims_lost_in_a_kill": total.claims_lost_in_a_kill,
         "evictions": total.evictions,
+        "killed_unwarned": total.killed_unwarned,
         "early_evictions": len(total.early_evictions),
         "orphans": len(total.orphans),
         "request_id_changes": len(total.request_id_changes),

@@ -28,4 +28,7 @@ def test_a_drain_holds_under_a_kill_9_loop(tmp_path: Path) -> None:
     assert figures.sound, where
     assert figures.kills >= 2, where
     assert figures.claims == 4, where
-    assert figures.evictions == 4, where
+    # Every job got its SIGTERM, but one whose SIGTERM the agent wrote and did not send
+    # (killed between the two) and that it came back to only past its vacate time: then
+    # its hard kill, its promise kept (figures.sound).
+    assert figures.evictions + figures.killed_unwarned == 4, where
