@@ -763,9 +763,11 @@ def build_master_app(
     )
     async def prometheus(request: Request) -> Response:
         """Prometheus text: the machines, nodes, drains, plan verdicts, operations, events
-        and webhooks (docs/master-api.md#health lists them)."""
+        and webhooks (docs/master-api.md#health lists them); the forecasts the passes still
+        owe are made first, in slices (``Master.forecasts_for_read``)."""
         if metrics.require_auth:
             allowed(request, Scope.READ)
+        await master.forecasts_for_read()
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)
 
@@ -1090,7 +1092,8 @@ def build_master_app(
         after: str | None = None,
     ) -> Response:
         """The cluster maintenance plan: per machine and totals (first, the ads that
-        predate their machine's window are fetched: ``Master.refresh_figures``).
+        predate their machine's window are fetched: ``Master.refresh_figures``; then the
+        forecasts the passes still owe are made, in slices: ``Master.forecasts_for_read``).
         ``late=true``: only the rows late by their promises or to be escalated;
         ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
         ``window=START`` and ``machine=HOST`` (repeatable): the plan of the machines of
@@ -1108,6 +1111,7 @@ def build_master_app(
         except PlanQueryError as exc:
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         await master.refresh_figures()
+        await master.forecasts_for_read()
         chosen = select if select.given else None
         try:
             if format == "jsonl":

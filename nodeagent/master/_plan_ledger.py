@@ -18,6 +18,12 @@ came, as the reconcile passes do (:mod:`._pass_index`):
 * every machine, when what every row is made of changed: the schedule or the modes, the
   policy, when each machine entered its window, the ads' lifetime, a clock that went back.
 
+A caller that must not hold its event loop for a whole pool (a new ledger remakes every
+share) brings the ledger in steps (``limit``): the shares it did not remake wait, with
+those that change meanwhile, for the next call (:attr:`PlanLedger.complete` false until
+then); a call without ``limit`` remakes every one that waits, so the totals a reply reads
+are always whole.
+
 Within a forecast piece a row's expected values are lines, ``at + slope × d`` in the whole
 seconds ``d`` (:class:`slots.PieceLines`), so the ledger keeps their sums as one line and
 brings them to ``now`` with one multiplication. A row the fast way cannot read (a forecast
@@ -32,6 +38,7 @@ Pure (no trio, no I/O, ``now`` an argument); one caller at a time.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -236,6 +243,13 @@ class PlanLedger:
         self.now = -math.inf
         #: Shares remade by the last :meth:`bring_to` (all of them in a new ledger).
         self.remade = 0
+        #: The machines whose share a :meth:`bring_to` with a ``limit`` left to remake.
+        self._pending: set[str] = set()
+
+    @property
+    def complete(self) -> bool:
+        """Whether no share waits to be remade (a ``limit`` left none, or none was given)."""
+        return not self._pending and self.now != -math.inf
 
     def holds(self, world: tuple[Any, ...], now: float) -> bool:
         """Whether it was made for ``world`` (the same objects, in order) and ``now`` is
@@ -255,20 +269,24 @@ class PlanLedger:
         notices: Mapping[str, Any],
         rows: Callable[[Sequence[ScheduledMachine]], list[tuple[MachinePlan, RowState]]],
         after_window: Callable[[MachinePlan], dict[str, Any] | None],
+        limit: int | None = None,
     ) -> None:
         """Remake the shares of the machines that changed or came due (every one the
         first time): ``held``, the machines with a drain record or being started;
         ``notices``, the notices in force by machine name; ``rows``, their plan and row
         state (:meth:`PlanView.rows <nodeagent.master._plan_view.PlanView.rows>` of those
-        machines); ``after_window``, a row's entry of ``after_window``, if any."""
+        machines); ``after_window``, a row's entry of ``after_window``, if any. With
+        ``limit``, at most that many: the others wait for the next call
+        (:attr:`complete`)."""
         first = self.now == -math.inf
         self.now = now
-        keys: set[str]
+        keys = self._pending
+        self._pending = set()
         if first:
             changes.touched.clear()
-            keys = set(self.position)
+            keys.update(self.position)
         else:
-            keys = set(self.volatile)
+            keys.update(self.volatile)
             for hostname, ip in changes.touched:
                 keys.update(self.hosts.matching(hostname, ip))
             changes.touched.clear()
@@ -288,6 +306,10 @@ class PlanLedger:
         self._held = {k for k in held if k in self.position}
         self._notices = notices
         order = self.position
+        if limit is not None and len(keys) > limit:
+            now_keys = set(itertools.islice(keys, limit))
+            self._pending = keys - now_keys
+            keys = now_keys
         machines = [self.machines[i] for i in sorted(order[k] for k in keys)]
         self.remade = 0
         for plan, state in rows(machines):

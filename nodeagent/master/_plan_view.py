@@ -171,12 +171,14 @@ class PlanView:
         """The ledger as the last reply left it (``None``: none kept)."""
         return self._ledger
 
-    def ledger(self, inputs: PlanInputs, now: float) -> PlanLedger | None:
+    def ledger(
+        self, inputs: PlanInputs, now: float, *, limit: int | None = None
+    ) -> PlanLedger | None:
         """The totals and late rows kept between replies, brought to ``now``
         (:class:`~nodeagent.master._plan_ledger.PlanLedger`: every machine's share the
-        first time, then those of the machines that changed or came due); ``None``
-        without ``inputs.changes``, and under the ``immediate`` drain policy (no row is
-        kept: the drain start is ``now``)."""
+        first time, then those of the machines that changed or came due; with ``limit``,
+        at most that many shares remade); ``None`` without ``inputs.changes``, and under
+        the ``immediate`` drain policy (no row is kept: the drain start is ``now``)."""
         changes, policy = inputs.changes, inputs.policy
         if changes is None or policy.drain_policy == "immediate":
             self._ledger = None
@@ -203,8 +205,17 @@ class PlanView:
                 inputs, now, with_blockers=False, escalation=escalation, only=machines
             ),
             after_window=lambda plan: _after_window(plan, now),
+            limit=limit,
         )
         return ledger
+
+    def warm(self, inputs: PlanInputs, now: float, *, limit: int) -> bool:
+        """Bring the ledger (:meth:`ledger`) to ``now`` by at most ``limit`` shares, so
+        that a caller may do it in steps before a reply that reads it; whether it is
+        whole now (the reply then remakes only what changes meanwhile). True at once when
+        no ledger is kept."""
+        ledger = self.ledger(inputs, now, limit=limit)
+        return ledger is None or ledger.complete
 
     def schedule_figures(self, inputs: PlanInputs, now: float) -> ScheduleFigures:
         """The scheduled machines' figures at ``now`` (what the metrics count:

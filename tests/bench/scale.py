@@ -21,6 +21,10 @@ behind its schedule says by how much (``pushers_behind_s``).
 
 Per size (``sqlite``):
 
+* **cold read** (``--cold-read metrics`` or ``summary``): right after the first round, one
+  scrape of ``/metrics`` or one summary asked of a master that still owes forecasts: how
+  long it took, the ads a second the pushers had answered meanwhile and the longest time in
+  which none was (``cold_read``).
 * **warm**: after the first full round (every node pushed once), the seconds until the
   master has made every forecast its passes owe (``warm_s``: ``MasterForecastsWaiting`` 0),
   as a master restarted on a full pool does in its first minutes.
@@ -59,7 +63,8 @@ Every process it starts is ended by its pid (masters, etcd, pushers); a master t
 on its own is reported (``master_exited``: its status and the last lines of its log), not
 hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
 10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
-[--no-restart] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]``.
+[--no-restart] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]
+[--cold-read metrics|summary]``.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ import selectors
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -584,6 +590,51 @@ def wait_round(
     return round(time.monotonic() - started, 1)
 
 
+def cold_read(
+    master: MasterProcess, pushers: Pushers, reader: httpx.Client, what: str
+) -> dict[str, Any]:
+    """A scrape or a summary (``what``) asked of a master that still owes forecasts (right
+    after the first round): how long it took, the ads the pushers had answered a second
+    meanwhile, and the longest time meanwhile in which none was answered (sampled every 50
+    ms: a master that makes the forecasts in one go holds every push for as long)."""
+    waiting = int(master.call("GET", "/v1/ad").json()["MasterForecastsWaiting"])
+    answered = pushers.answered()
+    done = threading.Event()
+    longest = [0.0]
+
+    def watch() -> None:
+        last, since = pushers.answered(), time.perf_counter()
+        while not done.wait(0.05):
+            now, count = time.perf_counter(), pushers.answered()
+            if count != last:
+                last, since = count, now
+            longest[0] = max(longest[0], now - since)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.perf_counter()
+    try:
+        if what == "summary":
+            response = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=900)
+        else:
+            response = reader.get("/metrics", timeout=900)
+    finally:
+        seconds = time.perf_counter() - started
+        done.set()
+        watcher.join()
+    return {
+        "forecasts_waiting_before": waiting,
+        "status": response.status_code,
+        "read": what,
+        "read_s": round(seconds, 2),
+        "ads_per_s_meanwhile": round((pushers.answered() - answered) / seconds, 1),
+        "longest_without_an_ad_s": round(longest[0], 2),
+        "forecasts_waiting_after": int(
+            master.call("GET", "/v1/ad").json()["MasterForecastsWaiting"]
+        ),
+    }
+
+
 def wait_warm(masters: list[MasterProcess], timeout: float) -> float | None:
     """Wait until every master has made the forecasts its passes owe
     (``MasterForecastsWaiting`` of its ``GET /v1/ad`` is 0: a master just started on a
@@ -700,6 +751,7 @@ class Options:
     restart_burst: bool
     round_timeout: float
     ingest_workers: int = 0
+    cold_read: str | None = None
 
 
 def address(master: MasterProcess) -> tuple[str, int]:
@@ -766,6 +818,9 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
         reader = master.client(master.token("READ"))
         first = wait_round(pushers, machines, options.round_timeout, [master])
         result["first_round_s"] = first
+        if (what := options.cold_read) is not None:
+            with master.client(master.token("READ")) as cold:
+                guarded(result, "cold_read", lambda: cold_read(master, agents, cold, what))
         result["warm_s"] = wait_warm([master], options.round_timeout)
         with reader:
             ok = guarded(
@@ -960,6 +1015,12 @@ def main() -> int:
         "--ingest-workers", type=int, default=0, help="each master's ingest_workers"
     )
     parser.add_argument(
+        "--cold-read",
+        choices=["metrics", "summary"],
+        default=None,
+        help="scrape or ask a summary right after the first round, forecasts still owed",
+    )
+    parser.add_argument(
         "--round-timeout", type=float, default=None, help="for a round (default 5 intervals)"
     )
     args = parser.parse_args()
@@ -976,6 +1037,7 @@ def main() -> int:
         restart_burst=args.restart_burst,
         round_timeout=args.round_timeout or 5 * args.interval,
         ingest_workers=args.ingest_workers,
+        cold_read=args.cold_read,
     )
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):

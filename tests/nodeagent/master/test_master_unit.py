@@ -25,7 +25,8 @@ from nodeagent.master._adstore import AdStore, may_hold_control
 from nodeagent.master._api import Principals, _json_bytes, push_ad, push_reply_bytes
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
-from nodeagent.master._plan import PlanPolicy, planned_escalation
+from nodeagent.master._plan import MachinePlan, PlanPolicy, planned_escalation
+from nodeagent.master._plan_view import PlanInputs
 from slots import (
     Action,
     BeforeWindow,
@@ -390,6 +391,73 @@ async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_too
         nursery.cancel_scope.cancel()
     gaps = [later - earlier for earlier, later in itertools.pairwise(slices)]
     assert gaps == pytest.approx([2 * seconds for seconds in took])
+
+
+async def test_a_read_makes_the_forecasts_owed_in_slices_serving_the_others_between(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan or a scrape of a master that owes forecasts (its passes' budget spent) makes
+    them first, forecasts_per_slice at a time, the others served between two slices for as
+    long as each took; the reply then reads them made. A master that owes none makes
+    none."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    master.forecasts_per_pass = 1
+    master.forecasts_per_slice = 2
+    five_nodes_scheduled(master)
+    seen: list[int] = []
+    ahead_of = master._ahead_of
+
+    def slowly(
+        plan: MachinePlan, inputs: PlanInputs, now: float, *, make: bool = True
+    ) -> bool | None:
+        made = ahead_of(plan, inputs, now, make=make)
+        if made:
+            autojump_clock.jump(0.1)  # the forecast's work
+        return made
+
+    async def watch() -> None:
+        while True:
+            seen.append(master.forecasts_made_ahead)
+            await trio.sleep(0.05)
+
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (1, 4)
+        monkeypatch.setattr(master, "_ahead_of", slowly)
+        nursery.start_soon(watch)
+        await trio.sleep(0.01)
+        await master.forecasts_for_read()
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
+        assert 3 in seen  # the others ran between the slices
+        now = master.clock.now()
+        assert all(e.forecast.ready(now) for e in master.ads.entries())
+        await master.forecasts_for_read()
+        assert master.forecasts_made_ahead == 5
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_read_left_between_two_slices_leaves_the_rest_owed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A read cancelled between two slices (its client gone) keeps what it made; the rest
+    stays owed, for the passes or the next read."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    master.forecasts_per_pass = 0
+    master.forecasts_per_slice = 2
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert master.forecasts_waiting == 5
+        owed = master._owed_forecasts()
+        next(owed)
+        owed.close()
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (2, 3)
+        master._pass_index = None  # a new schedule: the read waits for the passes' index
+        assert list(master._owed_forecasts()) == []
+        assert master.forecasts_waiting == 3
+        nursery.cancel_scope.cancel()
 
 
 async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(

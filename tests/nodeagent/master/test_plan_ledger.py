@@ -260,6 +260,42 @@ def test_the_ledger_answers_as_every_row_does(story: list[Callable[[World], None
         _same(ledgered)
 
 
+@pytest.mark.parametrize("story", list(STORIES.values()), ids=list(STORIES))
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_ledger_brought_in_steps_answers_as_every_row_does(
+    story: list[Callable[[World], None]], steps: int
+) -> None:
+    """A read warms the ledger a few shares at a time before it answers (the master does,
+    between slices of its loop); whatever it left waiting, the reply remakes: the answers
+    are those of every row."""
+    ledgered = _world()
+    for step in [lambda w: None, *story]:
+        step(ledgered.world)
+        for _ in range(steps):
+            ledgered.view.warm(ledgered.inputs(), ledgered.world.now, limit=2)
+        _same(ledgered)
+
+
+def test_a_ledger_is_brought_in_steps_of_at_most_the_limit() -> None:
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    warmed = [view.warm(ledgered.inputs(), world.now, limit=4) for _ in range(2)]
+    ledger = view.kept
+    assert ledger is not None
+    assert (warmed, ledger.remade, ledger.complete) == ([False, True], 2, True)
+    world.now += 1
+    for i in range(3):  # three nodes' ads arrived: two looked at, then one, then none
+        world.ads.update(_ad(i, world.now, jobs=2), world.now)
+    assert not view.warm(ledgered.inputs(), world.now, limit=2)
+    assert not ledger.complete
+    assert ledger.remade <= 2
+    assert view.warm(ledgered.inputs(), world.now, limit=2)
+    assert ledger.remade <= 1
+    assert view.ledger(ledgered.inputs(), world.now) is ledger
+    assert ledger.remade == 0
+    _same(ledgered)
+
+
 def test_the_stories_meet_what_they_are_about() -> None:
     """The stories reach what they test: late rows, escalations, a flip from on time to
     late, a volatile row, a lost node, a machine after its window."""
