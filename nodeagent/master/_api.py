@@ -763,11 +763,11 @@ def build_master_app(
     )
     async def prometheus(request: Request) -> Response:
         """Prometheus text: the machines, nodes, drains, plan verdicts, operations, events
-        and webhooks (docs/master-api.md#health lists them); the forecasts the passes still
-        owe are made first, in slices (``Master.forecasts_for_read``)."""
+        and webhooks (docs/master-api.md#health lists them); the plan's totals are first
+        brought to now in slices (``Master.totals_for_read``)."""
         if metrics.require_auth:
             allowed(request, Scope.READ)
-        await master.forecasts_for_read()
+        await master.totals_for_read()
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)
 
@@ -1092,8 +1092,9 @@ def build_master_app(
         after: str | None = None,
     ) -> Response:
         """The cluster maintenance plan: per machine and totals (first, the ads that
-        predate their machine's window are fetched: ``Master.refresh_figures``; then the
-        forecasts the passes still owe are made, in slices: ``Master.forecasts_for_read``).
+        predate their machine's window are fetched: ``Master.refresh_figures``; for a
+        ``late=true`` reply of every machine, the totals kept between replies are then
+        brought to now in slices: ``Master.totals_for_read``).
         ``late=true``: only the rows late by their promises or to be escalated;
         ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
         ``window=START`` and ``machine=HOST`` (repeatable): the plan of the machines of
@@ -1111,8 +1112,9 @@ def build_master_app(
         except PlanQueryError as exc:
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         await master.refresh_figures()
-        await master.forecasts_for_read()
         chosen = select if select.given else None
+        if late and chosen is None:  # the reply that reads the totals kept (PlanView.body)
+            await master.totals_for_read()
         try:
             if format == "jsonl":
                 lines = plan_lines(

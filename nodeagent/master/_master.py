@@ -173,8 +173,8 @@ _MAX_BACKOFF = 60.0
 
 
 #: The shares of the plan's totals a read brings to now in one slice
-#: (:meth:`Master.forecasts_for_read`): ≈ 0.2 ms each at 30,000 machines.
-_LEDGER_SLICE = 100
+#: (:meth:`Master.totals_for_read`): ≈ 0.2 ms each whose forecast is made, ≈ 1 ms else.
+_LEDGER_SLICE = 50
 
 
 async def _in_slices(slices: Iterator[None]) -> None:
@@ -1283,52 +1283,25 @@ class Master:
             self._accepted_machines(),
         )
 
-    async def forecasts_for_read(self) -> None:
-        """Before a reply that reads every scheduled machine's row (a plan, a scrape): make
-        the forecasts the passes still owe (:attr:`forecasts_waiting`, and those whose
-        piece ended) in slices, serving the others between two for as long as each took
-        (:func:`_in_slices`), rather than in one go inside the reply. A master just
-        started on a full pool owes most of them: the reply waits, the ads do not. Only
-        those owed when it starts are made (the passes keep making the others). Then the
-        plan's totals kept between replies are brought to now the same way
-        (:meth:`~nodeagent.master._plan_view.PlanView.warm`, :data:`_LEDGER_SLICE` shares
-        a slice): every machine's the first time, else those that changed since the last
-        reply."""
-        await _in_slices(self._owed_forecasts())
+    async def totals_for_read(self) -> None:
+        """Before a reply that reads the plan's totals kept between replies (a summary, a
+        scrape): bring them to now in slices
+        (:meth:`~nodeagent.master._plan_view.PlanView.warm`, :data:`_LEDGER_SLICE` shares a
+        slice, each making the forecasts its machines' shares read), serving the others
+        between two for as long as each took (:func:`_in_slices`), rather than in one go
+        inside the reply: every machine's share the first time (a master just started on a
+        full pool), else those that changed or came due since the last reply. The reply
+        waits, the ads do not; at most a whole pool's worth of slices (ads that arrive
+        faster than the slices go leave the reply the rest)."""
         await _in_slices(self._ledger_slices())
 
     def _ledger_slices(self) -> Generator[None, None, None]:
-        """The plan's totals brought to now in slices (:meth:`forecasts_for_read`), at
-        most a whole pool's worth of them (ads that keep arriving leave the reply the rest,
-        what changed during the last slice)."""
+        """:meth:`totals_for_read` in slices."""
         for _ in range(len(self.state.machines()) // _LEDGER_SLICE + 2):
             now = self.clock.now()
             if self.plan_view.warm(self.plan_inputs(now), now, limit=_LEDGER_SLICE):
                 return
             yield
-
-    def _owed_forecasts(self) -> Generator[None, None, None]:
-        """:meth:`forecasts_for_read` in slices of :attr:`forecasts_per_slice` forecasts
-        made. Nothing while no pass index holds the schedule now (the reply makes what it
-        reads, as before the first pass)."""
-        index = self._pass_index
-        now = self.clock.now()
-        inputs = self.plan_inputs(now)
-        if index is None or not index.holds(self._pass_world(inputs)):
-            return
-        unready = self._unready
-        unready.update(dict.fromkeys(self._ahead.due(math.floor(now))))
-        per_slice = max(1, self.forecasts_per_slice)
-        made = 0
-        for key in list(unready):
-            plan = index.plans.get(key)
-            if key not in unready:  # made by a pass between two slices
-                continue
-            del unready[key]
-            if plan is not None and plan.node is not None and self._ahead_of(plan, inputs, now):
-                made += 1
-                if made % per_slice == 0:
-                    yield
 
     def _ahead_of(
         self, plan: MachinePlan, inputs: PlanInputs, now: float, *, make: bool = True

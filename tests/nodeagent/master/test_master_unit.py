@@ -21,11 +21,12 @@ from nodeagent._clock import TrioClock
 from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.agent._schemas import drain_json
+from nodeagent.master import _master as _master_module
 from nodeagent.master._adstore import AdStore, may_hold_control
 from nodeagent.master._api import Principals, _json_bytes, push_ad, push_reply_bytes
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
-from nodeagent.master._plan import MachinePlan, PlanPolicy, planned_escalation
+from nodeagent.master._plan import PlanPolicy, planned_escalation
 from nodeagent.master._plan_view import PlanInputs
 from slots import (
     Action,
@@ -393,71 +394,72 @@ async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_too
     assert gaps == pytest.approx([2 * seconds for seconds in took])
 
 
-async def test_a_read_makes_the_forecasts_owed_in_slices_serving_the_others_between(
+async def test_a_read_brings_the_totals_to_now_in_slices_serving_the_others_between(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A plan or a scrape of a master that owes forecasts (its passes' budget spent) makes
-    them first, forecasts_per_slice at a time, the others served between two slices for as
-    long as each took; the reply then reads them made. A master that owes none makes
-    none."""
+    """A summary or a scrape brings the plan's totals kept between replies to now a few
+    shares at a time (every machine's the first time), the others served between two
+    slices for as long as each took; the reply then finds them whole. Then only what
+    changed is remade."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
-    master.forecasts_per_pass = 1
-    master.forecasts_per_slice = 2
+    monkeypatch.setattr(_master_module, "_LEDGER_SLICE", 2)
     five_nodes_scheduled(master)
+    view = master.plan_view
+    warm = view.warm
     seen: list[int] = []
-    ahead_of = master._ahead_of
 
-    def slowly(
-        plan: MachinePlan, inputs: PlanInputs, now: float, *, make: bool = True
-    ) -> bool | None:
-        made = ahead_of(plan, inputs, now, make=make)
-        if made:
-            autojump_clock.jump(0.1)  # the forecast's work
-        return made
+    def slowly(inputs: PlanInputs, now: float, *, limit: int) -> bool:
+        done = warm(inputs, now, limit=limit)
+        autojump_clock.jump(0.1)  # the slice's work
+        return done
+
+    def remade() -> int:
+        return len(view.kept.shares) if view.kept is not None else 0
 
     async def watch() -> None:
         while True:
-            seen.append(master.forecasts_made_ahead)
+            seen.append(remade())
             await trio.sleep(0.05)
 
+    monkeypatch.setattr(view, "warm", slowly)
     async with trio.open_nursery() as nursery:
-        master.reconcile(nursery)
-        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (1, 4)
-        monkeypatch.setattr(master, "_ahead_of", slowly)
         nursery.start_soon(watch)
         await trio.sleep(0.01)
-        await master.forecasts_for_read()
-        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
-        assert 3 in seen  # the others ran between the slices
-        now = master.clock.now()
-        assert all(e.forecast.ready(now) for e in master.ads.entries())
-        await master.forecasts_for_read()
-        assert master.forecasts_made_ahead == 5
+        began = trio.current_time()
+        await master.totals_for_read()
+        # three slices (2 + 2 + 1 of the 5 shares), each followed by as long a pause
+        assert trio.current_time() - began == pytest.approx(0.5)
+        assert view.kept is not None
+        assert view.kept.complete
+        assert {2, 4} <= set(seen)  # the others ran between the slices
+        before = master.plan()["totals"]
+        began = trio.current_time()
+        await master.totals_for_read()  # nothing changed: one slice, no pause
+        assert trio.current_time() - began == pytest.approx(0.1)
+        assert view.kept.remade == 0
+        assert master.plan()["totals"] == before
         nursery.cancel_scope.cancel()
 
 
-async def test_a_read_left_between_two_slices_leaves_the_rest_owed(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+async def test_a_read_brings_the_totals_in_at_most_a_pool_s_worth_of_slices(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A read cancelled between two slices (its client gone) keeps what it made; the rest
-    stays owed, for the passes or the next read."""
+    """Ads that keep arriving faster than the slices go cannot hold a read forever: after
+    a whole pool's worth of slices the reply remakes what is left itself."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
-    master.forecasts_per_pass = 0
-    master.forecasts_per_slice = 2
+    monkeypatch.setattr(_master_module, "_LEDGER_SLICE", 2)
     five_nodes_scheduled(master)
-    async with trio.open_nursery() as nursery:
-        master.reconcile(nursery)
-        assert master.forecasts_waiting == 5
-        owed = master._owed_forecasts()
-        next(owed)
-        owed.close()
-        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (2, 3)
-        master._pass_index = None  # a new schedule: the read waits for the passes' index
-        assert list(master._owed_forecasts()) == []
-        assert master.forecasts_waiting == 3
-        nursery.cancel_scope.cancel()
+    calls: list[int] = []
+
+    def never_whole(inputs: PlanInputs, now: float, *, limit: int) -> bool:
+        calls.append(limit)
+        return False
+
+    monkeypatch.setattr(master.plan_view, "warm", never_whole)
+    await master.totals_for_read()
+    assert calls == [2] * (5 // 2 + 2)
 
 
 async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
