@@ -1083,7 +1083,14 @@ class Agent:
         promise = effective_retirement(
             self.machine.policy.max_job_retirement_time, info.spec.max_job_retirement_time
         )
-        cut = max(0.0, promise - info.run)
+        # The job keeps its promise when its vacate time (from this signal to its hard
+        # kill) ends by it: a graceful drain's SIGTERM comes one vacate time before.
+        vacate = (
+            0.0
+            if info.hard_kill_at is None or info.evicted_at is None
+            else max(0.0, info.hard_kill_at - info.evicted_at)
+        )
+        cut = max(0.0, promise - info.run - vacate)
         proc = self._procs.get(action.claim_id)
         pid = proc.identity.pid if proc is not None else None
         if request is None or request.state is not DrainState.DRAINING:
@@ -1098,8 +1105,10 @@ class Agent:
                 why = "a fast drain kills it now"
             elif request.schedule is Schedule.QUICK:
                 why = "a quick drain evicts it now"
-            elif cut > 0:
+            elif cut > 0 and request.deadline_at is not None:
                 why = f"the drain's deadline {iso_time(request.deadline_at)} is reached"
+            elif cut > 0:
+                why = "the drain evicts it before its promise"
             else:
                 why = "its retirement is over: its promise is kept"
         log.info(

@@ -577,4 +577,8 @@ def test_a_job_due_at_a_restart_gets_its_sigterm_when_another_is_gone(tmp_path: 
     pgid = second["job"]["pid"]
     log = a.log_path.read_text()
     assert f"claim {second['id']}: SIGTERM to process group {pgid}" in log, log
+    # its SIGTERM came at its promise's end less its vacate time: nothing is cut
+    evicted = rf"claim {second['id']}: evicting job \S+ \(pid {pgid}\): "
+    kept = "its retirement is over: its promise is kept; promise cut by 0 s"
+    assert re.search(evicted + kept, log), log
     assert term_times(record), "the job never received its SIGTERM"
