@@ -21,8 +21,8 @@ came, as the reconcile passes do (:mod:`._pass_index`):
 A caller that must not hold its event loop for a whole pool (a new ledger remakes every
 share) brings the ledger in steps (``limit``): the shares it did not remake wait, with
 those that change meanwhile, for the next call (:attr:`PlanLedger.complete` false until
-then); a call without ``limit`` remakes every one that waits, so the totals a reply reads
-are always whole.
+then); a call without ``limit`` remakes every one that waits, and those of the machines read
+at every call, so the totals a reply reads are always whole.
 
 Within a forecast piece a row's expected values are lines, ``at + slope × d`` in the whole
 seconds ``d`` (:class:`slots.PieceLines`), so the ledger keeps their sums as one line and
@@ -276,8 +276,10 @@ class PlanLedger:
         ``notices``, the notices in force by machine name; ``rows``, their plan and row
         state (:meth:`PlanView.rows <nodeagent.master._plan_view.PlanView.rows>` of those
         machines); ``after_window``, a row's entry of ``after_window``, if any. With
-        ``limit``, at most that many: the others wait for the next call
-        (:attr:`complete`)."""
+        ``limit``, at most that many of those that changed or came due: the others wait
+        for the next call (:attr:`complete`), and the machines read at every call (held,
+        volatile) are left to the next call without a limit, so that a caller bringing
+        the ledger in steps reaches the end however many of them there are."""
         first = self.now == -math.inf
         self.now = now
         keys = self._pending
@@ -286,7 +288,8 @@ class PlanLedger:
             changes.touched.clear()
             keys.update(self.position)
         else:
-            keys.update(self.volatile)
+            if limit is None:  # re-read at every call without a limit only
+                keys.update(self.volatile)
             for hostname, ip in changes.touched:
                 keys.update(self.hosts.matching(hostname, ip))
             changes.touched.clear()
@@ -296,14 +299,16 @@ class PlanLedger:
                 share = self.shares.get(key)
                 if share is not None and share.until == at:
                     keys.add(key)
-            keys.update(k for k in held if k in self.position)
-            keys |= self._held
+            if limit is None:
+                keys.update(k for k in held if k in self.position)
+                keys |= self._held
             if notices is not self._notices and self._notices is not None:
                 before = self._notices
                 for name in before.keys() | notices.keys():
                     if before.get(name) != notices.get(name):
                         keys.update(self._by_name.get(name, ()))
-        self._held = {k for k in held if k in self.position}
+        if limit is None:
+            self._held = {k for k in held if k in self.position}
         self._notices = notices
         order = self.position
         if limit is not None and len(keys) > limit:
