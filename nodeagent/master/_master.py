@@ -1237,8 +1237,15 @@ class Master:
         backoff now or at the last pass, and those whose notices' verdicts a pass left to
         a later one (a forecast left to a later pass is made by :meth:`_forecasts_ahead`).
         """
-        world = self._pass_world(inputs)
-        machines = world[0]
+        machines = self.plan_view.scheduled(inputs.statuses)
+        world = (
+            machines,
+            inputs.policy,
+            inputs.window_since,
+            self.ads.lifetime,
+            self.ads.reboot_grace,
+            self._accepted_machines(),
+        )
         index = self._pass_index
         if index is None or not index.holds(world) or not index.names_unique:
             index = self._pass_index = PassIndex(world=world, machines=machines)
@@ -1270,19 +1277,6 @@ class Master:
         ]
         return index, plans
 
-    def _pass_world(self, inputs: PlanInputs) -> tuple[Any, ...]:
-        """What a pass index is made for (:meth:`~nodeagent.master._pass_index.PassIndex.holds`):
-        the scheduled machines, the policy, the windows' times, the ads' lifetime and reboot
-        grace, and the machines accepted by all their owners."""
-        return (
-            self.plan_view.scheduled(inputs.statuses),
-            inputs.policy,
-            inputs.window_since,
-            self.ads.lifetime,
-            self.ads.reboot_grace,
-            self._accepted_machines(),
-        )
-
     async def totals_for_read(self) -> None:
         """Before a reply that reads the plan's totals kept between replies (a summary, a
         scrape): bring them to now in slices
@@ -1302,28 +1296,6 @@ class Master:
             if self.plan_view.warm(self.plan_inputs(now), now, limit=_LEDGER_SLICE):
                 return
             yield
-
-    def _ahead_of(
-        self, plan: MachinePlan, inputs: PlanInputs, now: float, *, make: bool = True
-    ) -> bool | None:
-        """Make the forecast a plan of ``plan``'s node will read (for the window and
-        escalation the plan reads: ``plan_row``) and its row's template, unless it is made,
-        and keep it by the second its piece ends (:attr:`_ahead`). True: made now; False:
-        made before; None: not made (``make`` false)."""
-        assert plan.node is not None
-        window, forecast = plan.window_start, plan.node.forecast
-        applied = planned_escalation(plan, self.policy.escalation)
-        made = False
-        if not forecast.ready(now, window_start=window, escalation=applied):
-            if not make:
-                return None
-            forecast.prepare(now, window_start=window, escalation=applied)
-            # and the template of the row the plan's reply writes
-            self.plan_view.prepare_row(plan, inputs, now)
-            self.forecasts_made_ahead += 1
-            made = True
-        self._ahead.set(plan.key, forecast.made_until(window_start=window, escalation=applied) + 1)
-        return made
 
     def _forecasts_ahead(
         self,
@@ -1358,6 +1330,7 @@ class Master:
             unready.clear()
             ahead.clear()
         seen: set[str] = set()
+        escalation = self.policy.escalation
 
         def look_at(plan: MachinePlan) -> bool:
             """Whether it made the plan's forecast."""
@@ -1365,14 +1338,23 @@ class Master:
             if plan.node is None or plan.key in seen:
                 return False
             seen.add(plan.key)
-            started = work_clock()
-            made = self._ahead_of(plan, inputs, now, make=bool(budget) and time_left > 0)
-            if made is None:  # made by a later pass
-                unready[plan.key] = None
-                return False
-            if made:
+            # Made for the window and escalation the plan reads (plan_row).
+            window, forecast = plan.window_start, plan.node.forecast
+            applied = planned_escalation(plan, escalation)
+            made = False
+            if not forecast.ready(now, window_start=window, escalation=applied):
+                if not budget or time_left <= 0:  # made by a later pass
+                    unready[plan.key] = None
+                    return False
+                started = work_clock()
+                forecast.prepare(now, window_start=window, escalation=applied)
+                # and the template of the row the plan's reply writes
+                self.plan_view.prepare_row(plan, inputs, now)
                 time_left -= work_clock() - started
                 budget -= 1
+                self.forecasts_made_ahead += 1
+                made = True
+            ahead.set(plan.key, forecast.made_until(window_start=window, escalation=applied) + 1)
             return made
 
         looked = 0
