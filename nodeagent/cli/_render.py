@@ -1296,6 +1296,15 @@ def _late_lines(
     return out
 
 
+def _behind_line(behind: int) -> str:
+    """What a summary says of the machines whose figures the master has yet to remake."""
+    count = f"{behind} machine{'' if behind == 1 else 's'}"
+    return (
+        f"{count} not read yet: the master is still taking in their latest ads, and these "
+        "totals count them as of an older ad, or not at all"
+    )
+
+
 def _verdict_totals_line(totals: Mapping[str, Any]) -> str:
     """The escalations to come and their cost, from the totals."""
 
@@ -1448,6 +1457,9 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     lines = _plan_heading(now, policy, tz)
     first, second = _totals_lines(totals)
     lines.append(Text(first.replace(" late,", " late by their promises,", 1)))
+    behind = int(_number(totals.get("behind")) or 0)
+    if behind:
+        lines.append(Text(_behind_line(behind), style="yellow"))
     lines.append(Text(_verdict_totals_line(totals)))
     lines.append(Text(second, style="dim"))
     lines.extend(Text(t, style="dim") for t in _workload_lines(totals))
@@ -1456,7 +1468,10 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     matched = int(_number(plan.get("matched")) or len(machines))
     declined = int(_number((totals.get("notices") or {}).get("declined")) or 0)
     if not machines:
-        lines.append(Text("no machine is late by its promises or to be escalated", "green"))
+        if behind:
+            lines.append(Text("no machine read is late by its promises or to be escalated"))
+        else:
+            lines.append(Text("no machine is late by its promises or to be escalated", "green"))
         if declined:
             lines.append(Text(_DECLINES_ELSEWHERE, style="dim"))
         return Group(*lines)

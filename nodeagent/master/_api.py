@@ -763,11 +763,12 @@ def build_master_app(
     )
     async def prometheus(request: Request) -> Response:
         """Prometheus text: the machines, nodes, drains, plan verdicts, operations, events
-        and webhooks (docs/master-api.md#health lists them); the plan's totals are first
-        brought to now in slices (``Master.totals_for_read``)."""
+        and webhooks (docs/master-api.md#health lists them); the plan's figures are those
+        kept between replies, at most ``_ANSWER_SHARES`` of them remade
+        (``Master.note_totals_read``)."""
         if metrics.require_auth:
             allowed(request, Scope.READ)
-        await master.totals_for_read()
+        master.note_totals_read()
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)
 
@@ -1093,8 +1094,8 @@ def build_master_app(
     ) -> Response:
         """The cluster maintenance plan: per machine and totals (first, the ads that
         predate their machine's window are fetched: ``Master.refresh_figures``; for a
-        ``late=true`` reply of every machine, the totals kept between replies are then
-        brought to now in slices: ``Master.totals_for_read``).
+        ``late=true`` reply of every machine, the totals are those kept between replies, at
+        most ``_ANSWER_SHARES`` of them remade: ``Master.note_totals_read``).
         ``late=true``: only the rows late by their promises or to be escalated;
         ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
         ``window=START`` and ``machine=HOST`` (repeatable): the plan of the machines of
@@ -1114,7 +1115,7 @@ def build_master_app(
         await master.refresh_figures()
         chosen = select if select.given else None
         if late and chosen is None:  # the reply that reads the totals kept (PlanView.body)
-            await master.totals_for_read()
+            master.note_totals_read()
         try:
             if format == "jsonl":
                 lines = plan_lines(

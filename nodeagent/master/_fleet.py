@@ -102,6 +102,9 @@ class ScheduleFigures:
     #: :func:`~nodeagent.master._plan.whole`): ``planned``, and under each admission
     #: (``admit``, ``refuse``, ``shorten``), as the plan's totals.
     closed: Mapping[str, int | Fraction]
+    #: Machines counted as of an older ad or instant, or not at all (the plan's totals'
+    #: ``behind``: a scrape remakes at most so many shares); 0 when whole.
+    behind: int = 0
 
 
 def _label(plan: MachinePlan) -> str:
@@ -465,6 +468,7 @@ def ledger_figures(
         escalations=tuple(each for _, each in sorted(escalations, key=_first)),
         expected_badput=badput,
         closed=closed,
+        behind=ledger.behind,
     )
 
 

@@ -172,9 +172,17 @@ _NONE_ACCEPTED: frozenset[str] = frozenset()
 _MAX_BACKOFF = 60.0
 
 
-#: The shares of the plan's totals a read brings to now in one slice
-#: (:meth:`Master.totals_for_read`): ≈ 0.2 ms each whose forecast is made, ≈ 1 ms else.
+#: The most shares of the plan's totals kept between replies a summary or a scrape remakes
+#: itself (≈ 0.2 ms each whose forecast is made, ≈ 1 ms else): it answers at once with the
+#: others as they were and says how many (``behind``); the passes bring the rest in
+#: (:meth:`Master.note_totals_read`).
+_ANSWER_SHARES = 1_000
+
+#: The shares the passes bring in at most, after a read, in a pass (:data:`_LEDGER_SLICE`
+#: a slice), and for how long after the last read they keep doing so (seconds).
+_WARM_PER_PASS = 1_000
 _LEDGER_SLICE = 50
+_KEEP_WARM_FOR = 300.0
 
 
 async def _in_slices(slices: Iterator[None]) -> None:
@@ -288,7 +296,9 @@ class Master:
     _to_fetch: dict[str, tuple[float, MachineId]] = field(default_factory=dict)
     _fetches: dict[str, trio.Event] = field(default_factory=dict)
     #: The plan's caches and replies (:mod:`nodeagent.master._plan_view`).
-    plan_view: PlanView = field(default_factory=PlanView)
+    plan_view: PlanView = field(default_factory=lambda: PlanView(answer_limit=_ANSWER_SHARES))
+    #: When a summary or a scrape last read the plan's totals (:meth:`note_totals_read`).
+    _totals_read_at: float = -math.inf
     _refreshing: bool = False
     #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
@@ -1175,6 +1185,7 @@ class Master:
             nursery.start_soon(self._release, key)
         self._passed = self._held_keys()
         yield from self._forecasts_ahead(index, plans, inputs, now, whole=whole)
+        yield from self._totals_ahead()
 
     def prepare_ahead(self) -> None:
         """What a follower does of a pass: the plans of the machines that changed or came
@@ -1195,6 +1206,7 @@ class Master:
             index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
         self._passed = self._held_keys()
         yield from self._forecasts_ahead(index, plans, inputs, now, whole=whole)
+        yield from self._totals_ahead()
 
     async def run_ahead(
         self,
@@ -1277,21 +1289,22 @@ class Master:
         ]
         return index, plans
 
-    async def totals_for_read(self) -> None:
-        """Before a reply that reads the plan's totals kept between replies (a summary, a
-        scrape): bring them to now in slices
-        (:meth:`~nodeagent.master._plan_view.PlanView.warm`, :data:`_LEDGER_SLICE` shares a
-        slice, each making the forecasts its machines' shares read), serving the others
-        between two for as long as each took (:func:`_in_slices`), rather than in one go
-        inside the reply: every machine's share the first time (a master just started on a
-        full pool), else those that changed or came due since the last reply. The reply
-        waits, the ads do not; at most a whole pool's worth of slices (ads that arrive
-        faster than the slices go leave the reply the rest)."""
-        await _in_slices(self._ledger_slices())
+    def note_totals_read(self) -> None:
+        """A summary or a scrape is reading the plan's totals kept between replies: it
+        remakes at most :data:`_ANSWER_SHARES` of the shares that changed or came due and
+        answers at once, saying how many it left (``behind``); for :data:`_KEEP_WARM_FOR`
+        after it, each pass brings in up to :data:`_WARM_PER_PASS` more
+        (:meth:`_totals_ahead`), so that the next read finds them made."""
+        self._totals_read_at = self.clock.now()
 
-    def _ledger_slices(self) -> Generator[None, None, None]:
-        """:meth:`totals_for_read` in slices."""
-        for _ in range(len(self.state.machines()) // _LEDGER_SLICE + 2):
+    def _totals_ahead(self) -> Generator[None, None, None]:
+        """A pass's part of the totals kept between replies: while a read came within
+        :data:`_KEEP_WARM_FOR`, bring them to now by :data:`_LEDGER_SLICE` shares a slice
+        (:meth:`~nodeagent.master._plan_view.PlanView.warm`), at most
+        :data:`_WARM_PER_PASS` of them."""
+        if self.clock.now() - self._totals_read_at > _KEEP_WARM_FOR:
+            return
+        for _ in range(_WARM_PER_PASS // _LEDGER_SLICE):
             now = self.clock.now()
             if self.plan_view.warm(self.plan_inputs(now), now, limit=_LEDGER_SLICE):
                 return

@@ -120,6 +120,13 @@ class _MasterCollector(Collector):
         )
         late.add_metric([], len(figures.late))
         yield late
+        behind = GaugeMetricFamily(
+            "nodeagent_master_plan_machines_behind",
+            "Scheduled machines this scrape counts as of an older ad or instant, or not at "
+            "all: their plan figures wait to be remade (0 when the figures are whole)",
+        )
+        behind.add_metric([], figures.behind)
+        yield behind
         late_by = GaugeMetricFamily(
             "nodeagent_master_machine_late_seconds",
             "How long after its window starts a late machine's node would be empty by its "

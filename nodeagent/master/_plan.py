@@ -674,6 +674,10 @@ class PlanTotals:
         self.closed_planned: int | Fraction = 0
         self.closed_admit: int | Fraction = 0
         self.closed_promise: int | Fraction = 0
+        #: Machines counted as of an older ad or instant, or not at all: the shares a
+        #: reply of the totals kept between replies left to remake
+        #: (:attr:`~nodeagent.master._plan_ledger.PlanLedger.behind`); 0 when whole.
+        self.behind = 0
 
     def counts(self) -> tuple[int | Fraction, ...]:
         """What was added up, in the order of :data:`COUNTED`."""
@@ -752,6 +756,7 @@ class PlanTotals:
     def to_json(self) -> dict[str, Any]:
         return {
             "machines": self.machines,
+            "behind": self.behind,
             "without_node": self.without_node,
             "lost": self.lost,
             "on_time": self.on_time,

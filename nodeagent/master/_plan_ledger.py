@@ -19,10 +19,12 @@ came, as the reconcile passes do (:mod:`._pass_index`):
   policy, when each machine entered its window, the ads' lifetime, a clock that went back.
 
 A caller that must not hold its event loop for a whole pool (a new ledger remakes every
-share) brings the ledger in steps (``limit``): the shares it did not remake wait, with
-those that change meanwhile, for the next call (:attr:`PlanLedger.complete` false until
-then); a call without ``limit`` remakes every one that waits, and those of the machines read
-at every call, so the totals a reply reads are always whole.
+share; ads that arrive faster than their shares are remade) brings the ledger in steps
+(``limit``): the shares it did not remake wait, with those that change meanwhile, for the
+next call (:attr:`PlanLedger.complete` false until then, :attr:`PlanLedger.behind` how
+many). A reply's call reads the machines read at every call too, and says how many
+machines its totals hold as of an older ad or instant (``behind``); a call without
+``limit`` remakes every one that waits, so that its totals are whole.
 
 Within a forecast piece a row's expected values are lines, ``at + slope × d`` in the whole
 seconds ``d`` (:class:`slots.PieceLines`), so the ledger keeps their sums as one line and
@@ -238,6 +240,9 @@ class PlanLedger:
         self._modes: dict[str, int] = {}
         self._lines = [[0, 0] for _ in range(_LINES)]
         self._held: set[str] = set()
+        #: The machines whose share came due as it was made (an instant its plan reads
+        #: has passed, the master yet to act on it): remade at every call that rereads.
+        self._overdue: set[str] = set()
         self._notices: Mapping[str, Any] | None = None
         #: The last ``now`` brought to (a clock that goes back makes a new ledger).
         self.now = -math.inf
@@ -250,6 +255,12 @@ class PlanLedger:
     def complete(self) -> bool:
         """Whether no share waits to be remade (a ``limit`` left none, or none was given)."""
         return not self._pending and self.now != -math.inf
+
+    @property
+    def behind(self) -> int:
+        """The machines whose share a :meth:`bring_to` with a ``limit`` left to remake:
+        the totals count them as of an older ad or instant, or (never made) not at all."""
+        return len(self._pending)
 
     def holds(self, world: tuple[Any, ...], now: float) -> bool:
         """Whether it was made for ``world`` (the same objects, in order) and ``now`` is
@@ -270,6 +281,7 @@ class PlanLedger:
         rows: Callable[[Sequence[ScheduledMachine]], list[tuple[MachinePlan, RowState]]],
         after_window: Callable[[MachinePlan], dict[str, Any] | None],
         limit: int | None = None,
+        reread: bool = True,
     ) -> None:
         """Remake the shares of the machines that changed or came due (every one the
         first time): ``held``, the machines with a drain record or being started;
@@ -277,9 +289,12 @@ class PlanLedger:
         state (:meth:`PlanView.rows <nodeagent.master._plan_view.PlanView.rows>` of those
         machines); ``after_window``, a row's entry of ``after_window``, if any. With
         ``limit``, at most that many of those that changed or came due: the others wait
-        for the next call (:attr:`complete`), and the machines read at every call (held,
-        volatile) are left to the next call without a limit, so that a caller bringing
-        the ledger in steps reaches the end however many of them there are."""
+        for the next call (:attr:`complete`, :attr:`behind`). ``reread`` (always without
+        ``limit``): also the machines read at every call (held, volatile, overdue), whatever
+        ``limit`` says, as a reply must; a caller bringing the ledger in steps between
+        replies leaves them to the reply's call (``reread=False``), so that it reaches the
+        end however many of them there are."""
+        reread = reread or limit is None
         first = self.now == -math.inf
         self.now = now
         keys = self._pending
@@ -288,8 +303,6 @@ class PlanLedger:
             changes.touched.clear()
             keys.update(self.position)
         else:
-            if limit is None:  # re-read at every call without a limit only
-                keys.update(self.volatile)
             for hostname, ip in changes.touched:
                 keys.update(self.hosts.matching(hostname, ip))
             changes.touched.clear()
@@ -299,22 +312,25 @@ class PlanLedger:
                 share = self.shares.get(key)
                 if share is not None and share.until == at:
                     keys.add(key)
-            if limit is None:
-                keys.update(k for k in held if k in self.position)
-                keys |= self._held
             if notices is not self._notices and self._notices is not None:
                 before = self._notices
                 for name in before.keys() | notices.keys():
                     if before.get(name) != notices.get(name):
                         keys.update(self._by_name.get(name, ()))
-        if limit is None:
-            self._held = {k for k in held if k in self.position}
         self._notices = notices
         order = self.position
         if limit is not None and len(keys) > limit:
             now_keys = set(itertools.islice(keys, limit))
             self._pending = keys - now_keys
             keys = now_keys
+        if reread:
+            now_held = {k for k in held if k in order}
+            keys |= self.volatile
+            keys |= self._overdue
+            keys |= now_held
+            keys |= self._held
+            self._held = now_held
+            self._pending -= keys
         machines = [self.machines[i] for i in sorted(order[k] for k in keys)]
         self.remade = 0
         for plan, state in rows(machines):
@@ -341,6 +357,7 @@ class PlanLedger:
         )
         if share is None:
             self.shares.pop(key, None)
+            self._overdue.discard(key)
             self.volatile.add(key)
             self.late.discard(key)
             self.ended.discard(key)
@@ -356,7 +373,11 @@ class PlanLedger:
             self.ended.add(key)
         else:
             self.ended.discard(key)
-        if not math.isinf(share.until):
+        if share.until <= now:
+            self._overdue.add(key)
+        else:
+            self._overdue.discard(key)
+        if share.until > now and not math.isinf(share.until):
             heapq.heappush(self._heap, (share.until, key))
             if len(self._heap) > 2 * len(self.shares) + 1024:  # stale entries: rebuilt
                 self._heap = [

@@ -134,7 +134,7 @@ class PlanView:
     meanwhile finishes with caches of its own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, answer_limit: int | None = None) -> None:
         #: The schedule's statuses and the scheduled machines made of them.
         self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]]
         self._scheduled = ((), ())
@@ -145,6 +145,10 @@ class PlanView:
         self._plan_cache: dict[bool, dict[str, tuple[Any, ...]]] = {True: {}, False: {}}
         #: The totals and late rows kept between replies (:meth:`ledger`).
         self._ledger: PlanLedger | None = None
+        #: The most shares a reply of the totals kept remakes (those of the machines that
+        #: changed or came due; ``None``: all of them): the others are counted as they
+        #: were, and the reply says how many (``behind``).
+        self.answer_limit = answer_limit
 
     @property
     def row_texts(self) -> Mapping[str, RowJson]:
@@ -172,13 +176,19 @@ class PlanView:
         return self._ledger
 
     def ledger(
-        self, inputs: PlanInputs, now: float, *, limit: int | None = None
+        self,
+        inputs: PlanInputs,
+        now: float,
+        *,
+        limit: int | None = None,
+        reread: bool = True,
     ) -> PlanLedger | None:
         """The totals and late rows kept between replies, brought to ``now``
         (:class:`~nodeagent.master._plan_ledger.PlanLedger`: every machine's share the
         first time, then those of the machines that changed or came due; with ``limit``,
-        at most that many shares remade); ``None`` without ``inputs.changes``, and under
-        the ``immediate`` drain policy (no row is kept: the drain start is ``now``)."""
+        at most that many of those remade, and with ``reread=False`` none of the machines
+        read at every call); ``None`` without ``inputs.changes``, and under the
+        ``immediate`` drain policy (no row is kept: the drain start is ``now``)."""
         changes, policy = inputs.changes, inputs.policy
         if changes is None or policy.drain_policy == "immediate":
             self._ledger = None
@@ -206,6 +216,7 @@ class PlanView:
             ),
             after_window=lambda plan: _after_window(plan, now),
             limit=limit,
+            reread=reread,
         )
         return ledger
 
@@ -214,14 +225,15 @@ class PlanView:
         that a caller may do it in steps before a reply that reads it; whether it is
         whole now (the reply then remakes only what changes meanwhile). True at once when
         no ledger is kept."""
-        ledger = self.ledger(inputs, now, limit=limit)
+        ledger = self.ledger(inputs, now, limit=limit, reread=False)
         return ledger is None or ledger.complete
 
     def schedule_figures(self, inputs: PlanInputs, now: float) -> ScheduleFigures:
         """The scheduled machines' figures at ``now`` (what the metrics count:
         :func:`~nodeagent.master._fleet.schedule_figures`), from the ledger
-        (:meth:`ledger`) and the rows of its volatile machines, or from every row."""
-        ledger = self.ledger(inputs, now)
+        (:meth:`ledger`, at most :attr:`answer_limit` shares remade: ``behind`` says how
+        many it left) and the rows of its volatile machines, or from every row."""
+        ledger = self.ledger(inputs, now, limit=self.answer_limit)
         if ledger is None:
             return schedule_figures(self.rows(inputs, now, with_blockers=True), now)
         volatile = self.rows(
@@ -504,7 +516,11 @@ class PlanView:
     ) -> Iterator[bytes]:
         policy = inputs.policy
         yield orjson.dumps({"plan": {"now": now, "policy": _policy(policy)}}) + b"\n"
-        ledger = self.ledger(inputs, now) if late and made.index is None else None
+        ledger = (
+            self.ledger(inputs, now, limit=self.answer_limit)
+            if late and made.index is None
+            else None
+        )
         if ledger is not None:
             page, acc = self._late_page(
                 ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
@@ -653,6 +669,7 @@ class PlanView:
         escalation = Escalation(inputs.policy.escalation)
         acc = _Acc(now, escalation)
         acc.added = added = ledger.totals(now)
+        added.behind = ledger.behind
         position, shares = ledger.position, ledger.shares
         ended = [(position[k], shares[k].after_window) for k in ledger.ended]
         found = [((shares[k].pair[0].window_start, position[k]), k) for k in ledger.late]
@@ -717,7 +734,11 @@ class PlanView:
         :class:`orjson.JSONEncodeError` (``encoded`` only) for a row orjson cannot write."""
         made = self._made(inputs, now, late=late, select=select)
         policy = inputs.policy
-        ledger = self.ledger(inputs, now) if late and made.index is None else None
+        ledger = (
+            self.ledger(inputs, now, limit=self.answer_limit)
+            if late and made.index is None
+            else None
+        )
         if ledger is not None:
             rows, acc = self._late_page(
                 ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start

@@ -310,6 +310,7 @@ def test_a_late_machine_and_its_escalation_are_exported_as_the_plan_says(
     assert late > 400  # about 480 s: a promise of 10 minutes, a window in 2
     assert late == pytest.approx(row["late_by"], abs=5)  # read at another instant
     assert samples[("nodeagent_master_machines_late", ())] == 1
+    assert samples[("nodeagent_master_plan_machines_behind", ())] == 0  # a small pool: whole
     assert samples[("nodeagent_master_escalations_planned", ())] == 1
     labels = (("escalation", "quick"), ("machine", "late.test"), ("node", "late.test"))
     assert samples[("nodeagent_master_escalation_cut_jobs", labels)] == 1

@@ -585,6 +585,22 @@ def test_the_summary_counts_and_lists_the_late_machines_with_their_cost() -> Non
     assert nothing[-1] == "no machine is late by its promises or to be escalated"
 
 
+def test_the_summary_says_how_many_machines_the_master_has_not_read_yet() -> None:
+    """Totals that count some machines as of an older ad, or not at all, say so under the
+    counts; an empty list is then not called a clean bill."""
+    totals = {"machines": 9_000, "behind": 1_000, "modes": {"DRAINING": 9_000}, "on_time": 9_000}
+    out = _summary_text(plan(**totals) | {"matched": 0})
+    assert out[3] == (
+        "1000 machines not read yet: the master is still taking in their latest ads, and "
+        "these totals count them as of an older ad, or not at all"
+    )
+    assert out[-1] == "no machine read is late by its promises or to be escalated"
+    one = _summary_text(plan(**{**totals, "behind": 1}) | {"matched": 0})
+    assert one[3].startswith("1 machine not read yet:")
+    whole = _summary_text(plan(**{**totals, "behind": 0}) | {"matched": 0})
+    assert not any("not read yet" in line for line in whole)
+
+
 def _summary_text(body: dict[str, Any]) -> list[str]:
     import io
 

@@ -29,6 +29,7 @@ from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
+from nodeagent.master._plan import PlanPolicy
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
 #: The hooks the simulated nodes hold (their ads list them: DrainHookNames).
@@ -395,6 +396,33 @@ async def test_the_forecasts_waiting_show_in_the_master_ad_and_the_metrics(
             a.master.forecasts_per_pass = 1
             a.master.reconcile(nursery)
             assert await shown() == (0, False)
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_summary_and_the_metrics_say_how_many_machines_they_left_behind(
+    tmp_path: Path,
+) -> None:
+    """A master whose replies may remake no share (answer limit 0): the summary and a
+    scrape answer at once, counting the scheduled machine as not read; the pass after
+    the read brings it in, and both then say 0."""
+
+    async def shown() -> tuple[int, int, bool]:
+        summary = await a.local.get("/v1/maintenance/plan", params={"late": "true"})
+        totals = summary.json()["totals"]
+        metrics = (await a.local.get("/metrics")).text
+        behind = "nodeagent_master_plan_machines_behind 1.0" in metrics
+        return totals["behind"], totals["machines"], behind
+
+    async with api(tmp_path) as a:
+        a.master.policy = PlanPolicy()
+        a.master.plan_view.answer_limit = 0
+        assert (await a.push(node_ad("n1"))).status_code == 200
+        assert (await a.local.post("/maintenance/schedule", json=SCHEDULE)).status_code == 200
+        a.master._to_fetch.clear()  # the ad is the node's latest: nothing to fetch
+        assert await shown() == (1, 0, True)
+        async with trio.open_nursery() as nursery:
+            a.master.reconcile(nursery)
+            assert await shown() == (0, 1, False)
             nursery.cancel_scope.cancel()
 
 

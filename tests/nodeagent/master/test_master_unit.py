@@ -394,72 +394,59 @@ async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_too
     assert gaps == pytest.approx([2 * seconds for seconds in took])
 
 
-async def test_a_read_brings_the_totals_to_now_in_slices_serving_the_others_between(
+async def test_a_summary_answers_at_once_and_the_passes_after_it_bring_the_rest(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A summary or a scrape brings the plan's totals kept between replies to now a few
-    shares at a time (every machine's the first time), the others served between two
-    slices for as long as each took; the reply then finds them whole. Then only what
-    changed is remade."""
+    """A summary remakes at most its answer limit of the plan's shares and says how many
+    it left (``behind``); after a read, each pass brings in at most ``_WARM_PER_PASS``
+    more, a slice at a time, until the next summary finds them whole and says so."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
-    monkeypatch.setattr(_master_module, "_LEDGER_SLICE", 2)
+    monkeypatch.setattr(_master_module, "_LEDGER_SLICE", 1)
+    monkeypatch.setattr(_master_module, "_WARM_PER_PASS", 2)
     five_nodes_scheduled(master)
     view = master.plan_view
-    warm = view.warm
-    seen: list[int] = []
-
-    def slowly(inputs: PlanInputs, now: float, *, limit: int) -> bool:
-        done = warm(inputs, now, limit=limit)
-        autojump_clock.jump(0.1)  # the slice's work
-        return done
-
-    def remade() -> int:
-        return len(view.kept.shares) if view.kept is not None else 0
-
-    async def watch() -> None:
-        while True:
-            seen.append(remade())
-            await trio.sleep(0.05)
-
-    monkeypatch.setattr(view, "warm", slowly)
+    view.answer_limit = 2
+    master.note_totals_read()
+    totals = master.plan(late=True, limit=0)["totals"]
+    assert (totals["machines"], totals["behind"]) == (2, 3)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
-        await trio.sleep(0.01)
-        began = trio.current_time()
-        await master.totals_for_read()
-        # three slices (2 + 2 + 1 of the 5 shares), each followed by as long a pause
-        assert trio.current_time() - began == pytest.approx(0.5)
+        slices = list(master._pass(nursery))
         assert view.kept is not None
+        assert view.kept.behind == 1
+        assert len(slices) >= 2  # one share a slice: a slice for each of the two
+        master.reconcile(nursery)
         assert view.kept.complete
-        assert {2, 4} <= set(seen)  # the others ran between the slices
-        before = master.plan()["totals"]
-        began = trio.current_time()
-        await master.totals_for_read()  # nothing changed: one slice, no pause
-        assert trio.current_time() - began == pytest.approx(0.1)
-        assert view.kept.remade == 0
-        assert master.plan()["totals"] == before
-        nursery.cancel_scope.cancel()
+    totals = master.plan(late=True, limit=0)["totals"]
+    view.answer_limit = None
+    assert totals == master.plan(late=True, limit=0)["totals"]
+    assert (totals["machines"], totals["behind"]) == (5, 0)
 
 
-async def test_a_read_brings_the_totals_in_at_most_a_pool_s_worth_of_slices(
+async def test_the_passes_bring_the_totals_in_only_after_a_read(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ads that keep arriving faster than the slices go cannot hold a read forever: after
-    a whole pool's worth of slices the reply remakes what is left itself."""
+    """No read of the totals, or none for _KEEP_WARM_FOR: the passes leave them alone."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
-    monkeypatch.setattr(_master_module, "_LEDGER_SLICE", 2)
     five_nodes_scheduled(master)
-    calls: list[int] = []
+    warmed: list[int] = []
+    warm = master.plan_view.warm
 
-    def never_whole(inputs: PlanInputs, now: float, *, limit: int) -> bool:
-        calls.append(limit)
-        return False
+    def counted(inputs: PlanInputs, now: float, *, limit: int) -> bool:
+        warmed.append(limit)
+        return warm(inputs, now, limit=limit)
 
-    monkeypatch.setattr(master.plan_view, "warm", never_whole)
-    await master.totals_for_read()
-    assert calls == [2] * (5 // 2 + 2)
+    monkeypatch.setattr(master.plan_view, "warm", counted)
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert warmed == []
+        master.note_totals_read()
+        master.reconcile(nursery)
+        assert warmed == [_master_module._LEDGER_SLICE]  # one slice made them whole
+        await trio.sleep(_master_module._KEEP_WARM_FOR + 1)
+        master.reconcile(nursery)
+        assert len(warmed) == 1
 
 
 async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(

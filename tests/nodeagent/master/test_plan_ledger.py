@@ -309,6 +309,62 @@ def test_machines_read_at_every_call_do_not_hold_a_ledger_brought_in_steps() -> 
     _same(ledgered)
 
 
+@pytest.mark.parametrize("story", list(STORIES.values()), ids=list(STORIES))
+def test_a_reply_remakes_at_most_its_limit_and_says_how_many_it_left(
+    story: list[Callable[[World], None]],
+) -> None:
+    """With an answer limit, a reply remakes at most that many of the shares that changed
+    or came due and counts the others as they were (``behind``); the replies that follow
+    bring the rest in, and once none is behind the answers are those of every row."""
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    view.answer_limit = 2
+    for step in [lambda w: None, *story]:
+        step(world)
+        behind = []
+        for _ in range(len(world.state.machines()) + 1):
+            behind.append(view.reply(ledgered.inputs(), world.now, late=True)["totals"]["behind"])
+            if behind[-1] == 0:
+                break
+        assert behind[-1] == 0
+        assert behind == sorted(behind, reverse=True)
+        _same(ledgered)
+
+
+def test_a_first_reply_with_a_limit_counts_the_machines_it_has_not_read() -> None:
+    """A new ledger and an answer limit of 2: the totals count the machines read (2, and
+    the one with the master's drain record, read at every reply) and say how many are
+    not; the metrics' figures say the same."""
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    view.answer_limit = 2
+    totals = view.reply(ledgered.inputs(), world.now, late=True)["totals"]
+    assert totals["machines"] + totals["behind"] == 6
+    assert totals["machines"] in (2, 3)
+    ledger = view.kept
+    assert ledger is not None
+    assert _key(3) in ledger.shares  # its drain record: read whatever the limit
+    assert not ledger.complete
+    figures = view.schedule_figures(ledgered.inputs(), world.now)
+    assert figures.behind == max(0, totals["behind"] - 2)
+
+
+def test_machines_read_at_every_call_are_read_by_a_reply_whatever_its_limit() -> None:
+    """Every machine with a drain record: a reply limited to one share reads them all,
+    and none is behind."""
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    view.answer_limit = 1
+    for i in range(6):
+        world.drains[_key(i)] = _rec(request_id=str(i))
+    totals = view.reply(ledgered.inputs(), world.now, late=True)["totals"]
+    assert (totals["machines"], totals["behind"]) == (6, 0)
+    world.now += 1
+    world.ads.update(_ad(1, world.now, jobs=2), world.now)
+    assert view.reply(ledgered.inputs(), world.now, late=True)["totals"]["behind"] == 0
+    _same(ledgered)
+
+
 def test_the_stories_meet_what_they_are_about() -> None:
     """The stories reach what they test: late rows, escalations, a flip from on time to
     late, a volatile row, a lost node, a machine after its window."""
