@@ -259,8 +259,9 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         return with_ad_fast_path(app, master, key=opened.key, metrics=metrics, workers=workers)
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
-        """The reconcile service and the engine of rolling maintenance operations: at
-        once with SQLite; with etcd, while this master leads (:meth:`_lead`), following
+        """The plan's totals kept for the summaries and scrapes (every master), the
+        reconcile service and the engine of rolling maintenance operations: at once with
+        SQLite; with etcd, while this master leads (:meth:`_lead`), following
         the leader's writes meanwhile."""
         parts = self._parts
         if parts is None:
@@ -271,6 +272,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         store = parts.master.store
         if self.ingest is not None:  # leader or follower, a master takes ads
             await services.start(self.ingest.run)
+        await services.start(parts.master.keep_totals)  # and answers summaries and scrapes
         if not isinstance(store, EtcdStore):
             await services.start(parts.master.run)
             await services.start(parts.operations.run)

@@ -174,13 +174,12 @@ _MAX_BACKOFF = 60.0
 
 #: The most shares of the plan's totals kept between replies a summary or a scrape remakes
 #: itself (≈ 0.2 ms each whose forecast is made, ≈ 1 ms else): it answers at once with the
-#: others as they were and says how many (``behind``); the passes bring the rest in
-#: (:meth:`Master.note_totals_read`).
-_ANSWER_SHARES = 1_000
+#: others as they were and says how many (``behind``); :meth:`Master.keep_totals` brings
+#: the rest in.
+_ANSWER_SHARES = 250
 
-#: The shares the passes bring in at most, after a read, in a pass (:data:`_LEDGER_SLICE`
-#: a slice), and for how long after the last read they keep doing so (seconds).
-_WARM_PER_PASS = 1_000
+#: The shares :meth:`Master.keep_totals` brings in a slice, and for how long after the
+#: last read it keeps them current (seconds).
 _LEDGER_SLICE = 50
 _KEEP_WARM_FOR = 300.0
 
@@ -299,6 +298,8 @@ class Master:
     plan_view: PlanView = field(default_factory=lambda: PlanView(answer_limit=_ANSWER_SHARES))
     #: When a summary or a scrape last read the plan's totals (:meth:`note_totals_read`).
     _totals_read_at: float = -math.inf
+    #: Set by a read of the totals (:meth:`keep_totals` waits for it).
+    _totals_read: trio.Event = field(default_factory=trio.Event)
     _refreshing: bool = False
     #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
@@ -1185,7 +1186,6 @@ class Master:
             nursery.start_soon(self._release, key)
         self._passed = self._held_keys()
         yield from self._forecasts_ahead(index, plans, inputs, now, whole=whole)
-        yield from self._totals_ahead()
 
     def prepare_ahead(self) -> None:
         """What a follower does of a pass: the plans of the machines that changed or came
@@ -1206,7 +1206,6 @@ class Master:
             index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
         self._passed = self._held_keys()
         yield from self._forecasts_ahead(index, plans, inputs, now, whole=whole)
-        yield from self._totals_ahead()
 
     async def run_ahead(
         self,
@@ -1292,19 +1291,32 @@ class Master:
     def note_totals_read(self) -> None:
         """A summary or a scrape is reading the plan's totals kept between replies: it
         remakes at most :data:`_ANSWER_SHARES` of the shares that changed or came due and
-        answers at once, saying how many it left (``behind``); for :data:`_KEEP_WARM_FOR`
-        after it, each pass brings in up to :data:`_WARM_PER_PASS` more
-        (:meth:`_totals_ahead`), so that the next read finds them made."""
+        answers at once, saying how many it left (``behind``); :meth:`keep_totals` brings
+        in the others, and keeps them current for :data:`_KEEP_WARM_FOR` after the read."""
         self._totals_read_at = self.clock.now()
+        self._totals_read.set()
 
-    def _totals_ahead(self) -> Generator[None, None, None]:
-        """A pass's part of the totals kept between replies: while a read came within
-        :data:`_KEEP_WARM_FOR`, bring them to now by :data:`_LEDGER_SLICE` shares a slice
-        (:meth:`~nodeagent.master._plan_view.PlanView.warm`), at most
-        :data:`_WARM_PER_PASS` of them."""
-        if self.clock.now() - self._totals_read_at > _KEEP_WARM_FOR:
-            return
-        for _ in range(_WARM_PER_PASS // _LEDGER_SLICE):
+    async def keep_totals(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The plan's totals kept between replies, brought to now on every master (leader
+        or follower) after a summary or a scrape read them: :data:`_LEDGER_SLICE` shares a
+        slice (:meth:`~nodeagent.master._plan_view.PlanView.warm`, each making the
+        forecasts its shares read), serving the others between two slices for as long as
+        each took (:func:`_in_slices`), until none waits; then again every
+        ``reconcile_interval``, for :data:`_KEEP_WARM_FOR` after the last read. Apart from
+        the passes, whose decisions never wait for it; idle while nobody reads."""
+        task_status.started()
+        while True:
+            await self._totals_read.wait()
+            self._totals_read = trio.Event()
+            while self.clock.now() - self._totals_read_at <= _KEEP_WARM_FOR:
+                await _in_slices(self._totals_slices())
+                await trio.sleep(self.reconcile_interval)
+
+    def _totals_slices(self) -> Generator[None, None, None]:
+        """:meth:`keep_totals`'s slices, until the totals are whole."""
+        while True:
             now = self.clock.now()
             if self.plan_view.warm(self.plan_inputs(now), now, limit=_LEDGER_SLICE):
                 return

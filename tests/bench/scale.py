@@ -40,7 +40,8 @@ Per size (``sqlite``):
   after the plans below.
 * **summary**: ``GET /v1/maintenance/plan?late=true&blockers=false&limit=20`` (what
   ``nodeagent master plan`` draws) every ``--summary-every`` s during the window, over TCP
-  with a READ token: p50/p99.
+  with a READ token: p50/p99, and the machines each left ``behind`` (``summary_behind``:
+  the most, the last, and how many replies were whole).
 * **whole plan**, while the agents push: ``format=jsonl`` when the master answers it (200,
   ``application/x-ndjson``): the first row is the first ``{"row"`` line, the last row the
   ``{"end"`` line; else the JSON document: its first bytes, its last byte. Then one
@@ -626,6 +627,7 @@ def cold_read(
         "forecasts_waiting_before": waiting,
         "status": response.status_code,
         "read": what,
+        "behind": _behind(response, what),
         "read_s": round(seconds, 2),
         "ads_per_s_meanwhile": round((pushers.answered() - answered) / seconds, 1),
         "longest_without_an_ad_s": round(longest[0], 2),
@@ -633,6 +635,18 @@ def cold_read(
             master.call("GET", "/v1/ad").json()["MasterForecastsWaiting"]
         ),
     }
+
+
+def _behind(response: httpx.Response, what: str) -> int | None:
+    """The machines a summary's totals or a scrape left behind (``None``: not said)."""
+    if response.status_code != 200:
+        return None
+    if what == "summary":
+        return int(response.json()["totals"]["behind"])
+    for line in response.text.splitlines():
+        if line.startswith("nodeagent_master_plan_machines_behind "):
+            return int(float(line.split()[-1]))
+    return None
 
 
 def wait_warm(masters: list[MasterProcess], timeout: float) -> float | None:
@@ -670,6 +684,7 @@ def steady(
     wcpu0 = [_workers_cpu(p) for p in processes]
     t0 = time.perf_counter()
     times: list[list[float]] = [[] for _ in readers]
+    behind: list[list[int]] = [[] for _ in readers]
     problems: list[str] = []
     turn = 0
     next_at = t0
@@ -691,7 +706,9 @@ def steady(
             problems.append(f"master {k}: {response.status_code} {response.text[:200]}")
             continue
         try:
-            check_summary(response.json(), machines)
+            plan = response.json()
+            behind[k].append(int(plan["totals"]["behind"]))
+            check_summary(plan, machines)
         except RuntimeError as e:
             problems.append(f"master {k}: {e}")
     elapsed = time.perf_counter() - t0
@@ -720,6 +737,13 @@ def steady(
                 "rss_mib": round(rss / 2**20, 1),
                 "rss_kib_per_machine": round(rss / 1024 / machines, 1),
                 "summary_ms": latencies(times[k]),
+                # machines each summary counted as of an older ad, or not at all
+                "summary_behind": {
+                    "max": max(behind[k], default=None),
+                    "last": behind[k][-1] if behind[k] else None,
+                    "whole_replies": sum(1 for b in behind[k] if b == 0),
+                    "replies": len(behind[k]),
+                },
             }
         )
     return {

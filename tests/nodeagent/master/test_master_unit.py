@@ -394,59 +394,89 @@ async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_too
     assert gaps == pytest.approx([2 * seconds for seconds in took])
 
 
-async def test_a_summary_answers_at_once_and_the_passes_after_it_bring_the_rest(
+async def test_a_summary_answers_at_once_and_the_totals_are_brought_in_after_it(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A summary remakes at most its answer limit of the plan's shares and says how many
-    it left (``behind``); after a read, each pass brings in at most ``_WARM_PER_PASS``
-    more, a slice at a time, until the next summary finds them whole and says so."""
+    it left (``behind``); after the read, keep_totals brings the others in a slice at a
+    time, serving the others between two slices for as long as each took, and the next
+    summary finds them whole and says so."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
     monkeypatch.setattr(_master_module, "_LEDGER_SLICE", 1)
-    monkeypatch.setattr(_master_module, "_WARM_PER_PASS", 2)
     five_nodes_scheduled(master)
     view = master.plan_view
     view.answer_limit = 2
-    master.note_totals_read()
-    totals = master.plan(late=True, limit=0)["totals"]
-    assert (totals["machines"], totals["behind"]) == (2, 3)
+    warm = view.warm
+    slices: list[float] = []
+    seen: list[int] = []
+
+    def slowly(inputs: PlanInputs, now: float, *, limit: int) -> bool:
+        slices.append(trio.current_time())
+        done = warm(inputs, now, limit=limit)
+        autojump_clock.jump(0.1)  # the slice's work
+        return done
+
+    async def watch() -> None:
+        while True:
+            seen.append(view.kept.behind if view.kept is not None else -1)
+            await trio.sleep(0.05)
+
+    monkeypatch.setattr(view, "warm", slowly)
     async with trio.open_nursery() as nursery:
-        slices = list(master._pass(nursery))
-        assert view.kept is not None
-        assert view.kept.behind == 1
-        assert len(slices) >= 2  # one share a slice: a slice for each of the two
-        master.reconcile(nursery)
-        assert view.kept.complete
-    totals = master.plan(late=True, limit=0)["totals"]
-    view.answer_limit = None
-    assert totals == master.plan(late=True, limit=0)["totals"]
-    assert (totals["machines"], totals["behind"]) == (5, 0)
+        await nursery.start(master.keep_totals)
+        nursery.start_soon(watch)
+        await trio.sleep(1)
+        assert slices == []  # nobody read: idle
+        master.note_totals_read()
+        totals = master.plan(late=True, limit=0)["totals"]
+        assert (totals["machines"], totals["behind"]) == (2, 3)
+        with trio.fail_after(60):
+            while view.kept is None or not view.kept.complete:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        # a share a slice, each followed by as long a pause (the last found none left)
+        assert len(slices) == 3
+        gaps = [later - earlier for earlier, later in itertools.pairwise(slices)]
+        assert gaps == pytest.approx([0.2, 0.2])
+        assert {1, 2} <= set(seen)  # the others ran between the slices
+        totals = master.plan(late=True, limit=0)["totals"]
+        view.answer_limit = None
+        assert totals == master.plan(late=True, limit=0)["totals"]
+        assert (totals["machines"], totals["behind"]) == (5, 0)
+        nursery.cancel_scope.cancel()
 
 
-async def test_the_passes_bring_the_totals_in_only_after_a_read(
+async def test_the_totals_are_kept_for_a_while_after_the_last_read_only(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No read of the totals, or none for _KEEP_WARM_FOR: the passes leave them alone."""
+    """After a read the totals are brought to now every reconcile_interval; from
+    _KEEP_WARM_FOR after the last read on, no more, until the next read."""
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
     five_nodes_scheduled(master)
-    warmed: list[int] = []
+    warmed: list[float] = []
     warm = master.plan_view.warm
 
     def counted(inputs: PlanInputs, now: float, *, limit: int) -> bool:
-        warmed.append(limit)
+        warmed.append(trio.current_time())
         return warm(inputs, now, limit=limit)
 
     monkeypatch.setattr(master.plan_view, "warm", counted)
+    keep = _master_module._KEEP_WARM_FOR
     async with trio.open_nursery() as nursery:
-        master.reconcile(nursery)
-        assert warmed == []
+        await nursery.start(master.keep_totals)
+        began = trio.current_time()
         master.note_totals_read()
-        master.reconcile(nursery)
-        assert warmed == [_master_module._LEDGER_SLICE]  # one slice made them whole
-        await trio.sleep(_master_module._KEEP_WARM_FOR + 1)
-        master.reconcile(nursery)
-        assert len(warmed) == 1
+        await trio.sleep(keep + 10 * master.reconcile_interval)
+        assert warmed[-1] - began == pytest.approx(keep, abs=master.reconcile_interval)
+        assert len(warmed) >= keep / master.reconcile_interval  # once an interval
+        count = len(warmed)
+        await trio.sleep(keep)
+        assert len(warmed) == count  # nobody read: idle
+        master.note_totals_read()
+        await trio.sleep(master.reconcile_interval / 2)
+        assert len(warmed) == count + 1
+        nursery.cancel_scope.cancel()
 
 
 async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
