@@ -591,8 +591,8 @@ class MaintenanceState:
         return ids
 
     def machines(self) -> tuple[MachineStatus, ...]:
-        """Every scheduled machine, in schedule order."""
-        return tuple(self._machines.values())
+        """Every scheduled machine, in schedule order (the same tuple until a change)."""
+        return self._statuses
 
     def status(self) -> ClusterStatus:
         """The draining and the down machines, in schedule order."""
@@ -655,6 +655,7 @@ class MaintenanceState:
             elif ip:
                 by_ip.setdefault(ip, status)
         self._schedule, self._machines = schedule, machines
+        self._statuses = tuple(machines.values())
         self._by_both, self._by_host, self._by_ip = by_both, by_host, by_ip
 
 

@@ -158,7 +158,7 @@ class PlanView:
     def scheduled(self, statuses: tuple[MachineStatus, ...]) -> tuple[ScheduledMachine, ...]:
         """The machines with a window, in schedule order; made again when ``statuses``
         change, which lets go of the cached rows of the machines no longer scheduled."""
-        if statuses != self._scheduled[0]:
+        if statuses is not self._scheduled[0] and statuses != self._scheduled[0]:
             machines = (ScheduledMachine.of(status) for status in statuses)
             self._scheduled = (statuses, tuple(m for m in machines if m is not None))
             keys = {machine.key for machine in self._scheduled[1]}
