@@ -120,8 +120,10 @@ class PlanInputs:
     changes: AdChanges | None = None
 
 
-#: Machines a chunk of the streamed plan is made of.
+#: Machines a chunk of the streamed plan is made of; the first chunk, of at most
+#: :data:`FIRST_CHUNK`, so that the first rows leave at once.
 CHUNK = 256
+FIRST_CHUNK = 16
 
 
 class PlanView:
@@ -452,11 +454,12 @@ class PlanView:
         chunk: int = CHUNK,
     ) -> Iterator[bytes]:
         """:meth:`reply` as JSON lines (``format=jsonl``), made ``chunk`` machines at a
-        time: the first line ``{"plan": {"now", "policy"}}``, a line ``{"row": …}`` a row,
-        the last ``{"end": {"matched", "totals", "after_window", "next"}}``; a row orjson
-        cannot write is written by :mod:`json`. Each item is the text of one chunk (empty
-        while ``late`` rows are being made: they are sent in window-start order once all
-        are made), so that the caller serves others between two chunks.
+        time (the first chunk at most :data:`FIRST_CHUNK`): the first line ``{"plan":
+        {"now", "policy"}}``, a line ``{"row": …}`` a row, the last ``{"end": {"matched",
+        "totals", "after_window", "next"}}``; a row orjson cannot write is written by
+        :mod:`json`. Each item is the text of one chunk (empty while ``late`` rows are
+        being made: they are sent in window-start order once all are made), so that the
+        caller serves others between two chunks.
 
         Between two chunks a reconcile pass or another reply may use the view: each row
         is taken from the caches only while what it is made of holds (as in :meth:`rows`),
@@ -540,11 +543,12 @@ class PlanView:
         machines = made.machines
         sent = 0
         last: _Row | None = None
-        for at in range(0, len(machines), chunk):
+        starts = [0, *range(min(chunk, FIRST_CHUNK), len(machines), chunk)] if machines else []
+        for at, end in zip(starts, [*starts[1:], len(machines)], strict=True):
             if view is self and not self._holds(made.statuses):
                 view = PlanView()  # the schedule moved on: caches of the stream's own
                 view.scheduled(made.statuses)
-            part = machines[at : at + chunk]
+            part = machines[at:end]
             rows = view._rows_of(
                 inputs, now, part, at=at, made=made, acc=acc, with_blockers=with_blockers, late=late
             )

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from nodeagent.master import _plan_view
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._drains import STARTING, DrainRecord
 from nodeagent.master._maintenance import (
@@ -485,6 +486,20 @@ def test_the_stream_sends_its_head_before_it_makes_a_row() -> None:
         orjson.loads(line)["row"]["machine_id"]["hostname"] for line in next(chunks).splitlines()
     ] == ["n0.test", "n1.test"]
     assert made == ["n0.test", "n1.test"]
+
+
+def test_the_stream_s_first_chunk_is_small_so_that_its_first_rows_leave_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twenty machines, chunks of 8 and a first chunk of at most 3: 3, 8, 8, 1 rows."""
+    monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 3)
+    world = World()
+    for n in range(20):
+        world.ads.update(_ad(n, world.now, jobs=1), world.now)
+    world.state.update_schedule(_schedule({n: 3600.0 + n for n in range(20)}))
+    items = list(PlanView().stream(world.inputs(), world.now, chunk=8))
+    assert [len(item.splitlines()) for item in items] == [1, 3, 8, 8, 1, 1]
+    assert b"".join(items) == b"".join(PlanView().stream(world.inputs(), world.now, chunk=20))
 
 
 ANY_POLICY = PlanView().reply(_reply_world().inputs(), NOW)["policy"]
