@@ -212,12 +212,15 @@ def status(
     if data.get("draining_machines") or data.get("down_machines"):
         # which of them are still out of service after their window, and how back
         from nodeagent.cli._draw import Group  # noqa: PLC0415
-        from nodeagent.cli._render import after_window_lines  # noqa: PLC0415
+        from nodeagent.cli._render import after_window_lines, behind_line  # noqa: PLC0415
 
         plan = request(target, "GET", _plan_path(all_rows=False, limit=0)).data or {}
         ended = after_window_lines(plan)
         if ended:
             out.print(Group(*ended))
+        behind = (plan.get("totals") or {}).get("behind")
+        if isinstance(behind, int) and behind > 0:  # the list may miss some of them
+            out.print(behind_line(behind))
     query = urlencode({"constraint": HELD_CONSTRAINT, "projection": ",".join(HELD_PROJECTION)})
     held = (request(target, "GET", f"/v1/ads?{query}").data or {}).get("ads") or []
     if held:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DrainProgress",
     "ads_table",
+    "behind_line",
     "down_preview_view",
     "format_core_hours",
     "format_duration",
@@ -1296,12 +1297,12 @@ def _late_lines(
     return out
 
 
-def _behind_line(behind: int) -> str:
+def behind_line(behind: int) -> str:
     """What a summary says of the machines whose figures the master has yet to remake."""
     count = f"{behind} machine{'' if behind == 1 else 's'}"
     return (
-        f"{count} not read yet: the master is still taking in their latest ads, and these "
-        "totals count them as of an older ad, or not at all"
+        f"{count} not read yet: the master is still taking in their latest ads, and counts "
+        "them as of an older ad, or not at all"
     )
 
 
@@ -1459,7 +1460,7 @@ def plan_summary_view(plan: Mapping[str, Any], *, tz: tzinfo | None = None) -> G
     lines.append(Text(first.replace(" late,", " late by their promises,", 1)))
     behind = int(_number(totals.get("behind")) or 0)
     if behind:
-        lines.append(Text(_behind_line(behind), style="yellow"))
+        lines.append(Text(behind_line(behind), style="yellow"))
     lines.append(Text(_verdict_totals_line(totals)))
     lines.append(Text(second, style="dim"))
     lines.extend(Text(t, style="dim") for t in _workload_lines(totals))

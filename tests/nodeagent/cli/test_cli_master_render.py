@@ -592,7 +592,7 @@ def test_the_summary_says_how_many_machines_the_master_has_not_read_yet() -> Non
     out = _summary_text(plan(**totals) | {"matched": 0})
     assert out[3] == (
         "1000 machines not read yet: the master is still taking in their latest ads, and "
-        "these totals count them as of an older ad, or not at all"
+        "counts them as of an older ad, or not at all"
     )
     assert out[-1] == "no machine read is late by its promises or to be escalated"
     one = _summary_text(plan(**{**totals, "behind": 1}) | {"matched": 0})

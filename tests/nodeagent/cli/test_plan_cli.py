@@ -68,3 +68,38 @@ def test_the_streamed_lines_print_a_heading_a_line_a_row_and_the_totals() -> Non
     assert lines[4].startswith("n2.test ")
     assert lines[4].endswith("no node")
     assert lines[5].startswith("2 machines: ")
+
+
+def test_master_status_says_when_the_machines_after_their_window_may_be_more(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plan's totals that ``master status`` reads say 40 machines are not read yet:
+    the list of machines still out of service after their window may miss some, and the
+    command says so (off a terminal, as text)."""
+    from nodeagent.cli import _master
+    from nodeagent.cli._http import Reply
+
+    status = {"draining_machines": [{"id": {"hostname": "n1.test", "ip": "10.0.0.1"}}]}
+    replies: dict[str, dict[str, Any]] = {
+        "/v1/maintenance/plan?late=true&blockers=false&limit=0": {
+            "totals": {"behind": 40},
+            "after_window": [],
+        },
+        "/v1/leader": {"store": "sqlite"},
+    }
+
+    def request(target: Any, method: str, path: str, **_: Any) -> Reply:
+        data = replies.get(path, {})
+        return Reply(status=200, text="", data=data)
+
+    monkeypatch.setattr(_master, "_mesos", lambda *a, **k: Reply(status=200, text="", data=status))
+    monkeypatch.setattr(_master, "request", request)
+    _master.status(json_output=False, host=None, token=None, socket_path="/nonexistent")
+    out = capsys.readouterr().out
+    assert (
+        "40 machines not read yet: the master is still taking in their latest ads, and "
+        "counts them as of an older ad, or not at all" in " ".join(out.split())
+    )
+    replies["/v1/maintenance/plan?late=true&blockers=false&limit=0"]["totals"] = {"behind": 0}
+    _master.status(json_output=False, host=None, token=None, socket_path="/nonexistent")
+    assert "not read yet" not in capsys.readouterr().out
