@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import heapq
+import itertools
 import json
 import math
 import operator
@@ -543,8 +544,8 @@ class PlanView:
         machines = made.machines
         sent = 0
         last: _Row | None = None
-        starts = [0, *range(min(chunk, FIRST_CHUNK), len(machines), chunk)] if machines else []
-        for at, end in zip(starts, [*starts[1:], len(machines)], strict=True):
+        starts = [*range(min(chunk, FIRST_CHUNK), len(machines), chunk), len(machines)]
+        for at, end in itertools.pairwise([0, *starts] if machines else []):
             if view is self and not self._holds(made.statuses):
                 view = PlanView()  # the schedule moved on: caches of the stream's own
                 view.scheduled(made.statuses)

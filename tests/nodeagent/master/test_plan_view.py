@@ -488,17 +488,22 @@ def test_the_stream_sends_its_head_before_it_makes_a_row() -> None:
     assert made == ["n0.test", "n1.test"]
 
 
+@pytest.mark.parametrize(
+    ("machines", "rows"),
+    [(20, [3, 8, 8, 1]), (3, [3]), (4, [3, 1]), (11, [3, 8]), (1, [1]), (0, [])],
+)
 def test_the_stream_s_first_chunk_is_small_so_that_its_first_rows_leave_at_once(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, machines: int, rows: list[int]
 ) -> None:
-    """Twenty machines, chunks of 8 and a first chunk of at most 3: 3, 8, 8, 1 rows."""
+    """Chunks of 8 and a first chunk of at most 3: the rows of each chunk, between the
+    head and the end; the same lines as in one chunk."""
     monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 3)
     world = World()
-    for n in range(20):
+    for n in range(machines):
         world.ads.update(_ad(n, world.now, jobs=1), world.now)
-    world.state.update_schedule(_schedule({n: 3600.0 + n for n in range(20)}))
+    world.state.update_schedule(_schedule({n: 3600.0 + n for n in range(machines)}))
     items = list(PlanView().stream(world.inputs(), world.now, chunk=8))
-    assert [len(item.splitlines()) for item in items] == [1, 3, 8, 8, 1, 1]
+    assert [len(item.splitlines()) for item in items] == [1, *rows, 1]
     assert b"".join(items) == b"".join(PlanView().stream(world.inputs(), world.now, chunk=20))
 
 
