@@ -33,6 +33,7 @@ import json
 import math
 import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +153,8 @@ class PlanView:
         #: changed or came due; ``None``: all of them): the others are counted as they
         #: were, and the reply says how many (``behind``).
         self.answer_limit = answer_limit
+        #: Where each scheduled machine is, for a filtered or paged reply (:meth:`_catalog`).
+        self._catalog_of: _Catalog | None = None
 
     @property
     def row_texts(self) -> Mapping[str, RowJson]:
@@ -172,6 +175,13 @@ class PlanView:
             }
             self._ledger = None
         return self._scheduled[1]
+
+    def _catalog(self, scheduled: tuple[ScheduledMachine, ...]) -> _Catalog:
+        """Where each of ``scheduled`` is (:class:`_Catalog`), made once per schedule."""
+        catalog = self._catalog_of
+        if catalog is None or catalog.machines is not scheduled:
+            catalog = self._catalog_of = _Catalog(scheduled)
+        return catalog
 
     @property
     def kept(self) -> PlanLedger | None:
@@ -483,22 +493,23 @@ class PlanView:
         is not scheduled (:meth:`PlanSelect.check_known`)."""
         scheduled = self.scheduled(inputs.statuses)
         machines: Sequence[ScheduledMachine] = scheduled
+        index: dict[int, int] | None = None
         if select is not None and (select.windows is not None or select.names is not None):
-            select.check_known(scheduled)
-            machines = [m for m in scheduled if select.takes(m)]
+            chosen = self._catalog(scheduled).select(select)
+            machines = [scheduled[i] for i in chosen]
+            index = {id(scheduled[i]): i for i in chosen}
         start: tuple[float, int] | None = None
         if select is not None and select.cursor is not None:
             key, window_start = select.cursor
-            found = [i for i, m in enumerate(scheduled) if m.key == key]
-            if not found or scheduled[found[0]].window_start != window_start:
+            found = self._catalog(scheduled).position.get(key)
+            if found is None or scheduled[found].window_start != window_start:
                 raise PlanQueryError(
                     "plan.cursor_stale",
                     "the cursor's machine is no longer scheduled at that window: "
                     "ask the first page again",
                     status=409,
                 )
-            start = (window_start if late else 0.0, found[0])
-        index = {id(m): i for i, m in enumerate(scheduled)} if machines is not scheduled else None
+            start = (window_start if late else 0.0, found)
         return _Selected(
             statuses=inputs.statuses,
             machines=machines,
@@ -855,9 +866,17 @@ class PlanSelect:
         as the filter takes it) or a ``machine`` that is no scheduled machine's hostname
         or IP (``plan.unknown_machine``, with the hostnames a short name may have meant):
         a mistyped filter is said, not answered with an empty plan."""
+        starts = {m.window_start for m in machines}
+        names = {m.id.hostname for m in machines} | {m.id.ip for m in machines}
+        known = {name for name in names if name is not None}
+        self.check_in(starts, {math.floor(s) for s in starts}, known)
+
+    def check_in(
+        self, starts: AbstractSet[float], seconds: AbstractSet[int], known: AbstractSet[str]
+    ) -> None:
+        """:meth:`check_known` of machines whose windows start at ``starts`` (within
+        ``seconds``) and whose hostnames and IPs are ``known``."""
         if self.windows is not None:
-            starts = {m.window_start for m in machines}
-            seconds = {math.floor(s) for s in starts}
             unknown = (self.exact - starts) | {float(s) for s in self.seconds - seconds}
             for start in sorted(unknown):
                 hint = ""
@@ -882,10 +901,8 @@ class PlanSelect:
                     "plan.unknown_window", f"window={_start(start)}: no window starts then{hint}"
                 )
         if self.names is not None:
-            known = {m.id.hostname for m in machines} | {m.id.ip for m in machines}
             for name in sorted(self.names - known):
-                hosts = [h for h in known if h is not None]
-                meant = suggestions(name, hosts)
+                meant = suggestions(name, list(known))
                 hint = f" (did you mean {' or '.join(meant)}?)" if meant else ""
                 raise PlanQueryError(
                     "plan.unknown_machine", f"machine={name}: no scheduled machine{hint}"
@@ -935,6 +952,43 @@ def _parse_cursor(text: str) -> tuple[str, float]:
     raise PlanQueryError(
         "plan.bad_cursor", f"after={text!r}: not a cursor of this plan (a reply's next)"
     )
+
+
+class _Catalog:
+    """Where each scheduled machine is (its place in ``machines``), by the second its
+    window starts in, by its hostname and IP, and by its key: a reply of some windows or
+    machines, or a page after a cursor, reads only those it selects, not every one."""
+
+    def __init__(self, machines: tuple[ScheduledMachine, ...]) -> None:
+        self.machines = machines
+        self.by_second: dict[int, list[int]] = {}
+        self.by_name: dict[str, list[int]] = {}
+        self.position: dict[str, int] = {}
+        starts: set[float] = set()
+        for i, machine in enumerate(machines):
+            start = machine.window_start
+            starts.add(start)
+            self.by_second.setdefault(math.floor(start), []).append(i)
+            hostname, ip = machine.id.hostname, machine.id.ip
+            for name in (hostname, ip) if hostname != ip else (hostname,):
+                if name is not None:
+                    self.by_name.setdefault(name, []).append(i)
+            self.position.setdefault(machine.key, i)
+        self.starts = frozenset(starts)
+
+    def select(self, select: PlanSelect) -> list[int]:
+        """The places of the machines ``select`` takes, in schedule order. Raises
+        :class:`PlanQueryError` as :meth:`PlanSelect.check_known` does."""
+        select.check_in(self.starts, self.by_second.keys(), self.by_name.keys())
+        found: set[int] | None = None
+        if select.windows is not None:
+            seconds = select.seconds | {math.floor(start) for start in select.exact}
+            found = {i for second in seconds for i in self.by_second.get(second, ())}
+        if select.names is not None:
+            named = {i for name in select.names for i in self.by_name.get(name, ())}
+            found = named if found is None else found & named
+        machines = self.machines
+        return [i for i in sorted(found or ()) if select.takes(machines[i])]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

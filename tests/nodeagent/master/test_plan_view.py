@@ -507,6 +507,41 @@ def test_the_stream_s_first_chunk_is_small_so_that_its_first_rows_leave_at_once(
     assert b"".join(items) == b"".join(PlanView().stream(world.inputs(), world.now, chunk=20))
 
 
+@pytest.mark.parametrize(
+    ("windows", "machines", "looked_at"),
+    [
+        ((str(NOW + 1800.0),), (), ["n2.test", "n3.test"]),
+        ((), ("10.0.0.5", "n1.test"), ["n1.test", "n5.test"]),
+        ((str(int(NOW + 1800)),), ("n3.test",), ["n3.test"]),
+    ],
+)
+def test_a_filtered_reply_looks_only_at_the_machines_it_selects(
+    monkeypatch: pytest.MonkeyPatch,
+    windows: tuple[str, ...],
+    machines: tuple[str, ...],
+    looked_at: list[str],
+) -> None:
+    """The view finds the machines of a window or a name in its catalog of the schedule:
+    a filter is checked against those alone, not against every scheduled machine, and a
+    second reply of the same schedule uses the same catalog."""
+    world = _reply_world()
+    seen: list[str] = []
+    takes = PlanSelect.takes
+
+    def spied(self: PlanSelect, machine: Any) -> bool:
+        seen.append(str(machine.id.hostname))
+        return takes(self, machine)
+
+    monkeypatch.setattr(PlanSelect, "takes", spied)
+    view = PlanView()
+    select = PlanSelect.parse(windows=windows, machines=machines)
+    for _ in range(2):
+        rows = view.reply(world.inputs(), world.now, select=select)["machines"]
+        assert [row["machine_id"]["hostname"] for row in rows] == looked_at
+        assert sorted(seen) == sorted(looked_at)
+        seen.clear()
+
+
 ANY_POLICY = PlanView().reply(_reply_world().inputs(), NOW)["policy"]
 
 
