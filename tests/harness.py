@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -29,6 +29,7 @@ __all__ = [
     "costly_expression",
     "job_script",
     "running",
+    "start_together",
     "wait_for",
 ]
 
@@ -117,9 +118,13 @@ class DaemonProcess:
         self.env: dict[str, str] = {}
 
     def start(self) -> Self:
-        info = self.root / "run" / self.info_name
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (:meth:`wait_ready` does)."""
         with contextlib.suppress(FileNotFoundError):
-            info.unlink()
+            (self.root / "run" / self.info_name).unlink()
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nodeagent", *self.command, "--config", str(self.config_path)],
@@ -128,6 +133,10 @@ class DaemonProcess:
             env={**os.environ, "NOTIFY_SOCKET": "", **self.env},
         )
         log.close()
+
+    def wait_ready(self) -> Self:
+        """Wait until the launched daemon has written its runtime file (it serves)."""
+        info = self.root / "run" / self.info_name
 
         def ready() -> dict[str, Any] | None:
             assert self.proc is not None
@@ -205,6 +214,9 @@ class DaemonProcess:
             node=node,
             audience=audience,
         )
+
+
+_D = TypeVar("_D", bound=DaemonProcess)
 
 
 class AgentProcess(DaemonProcess):
@@ -290,14 +302,29 @@ class AgentProcess(DaemonProcess):
         return alive
 
 
+def start_together(stack: contextlib.ExitStack, daemons: list[_D]) -> list[_D]:
+    """Start ``daemons`` at once and wait until each is ready; ``stack`` ends each of them
+    (by pid, as its context manager does). Their start-ups overlap instead of following
+    one another."""
+    for daemon in daemons:
+        stack.push(daemon.__exit__)
+        daemon.launch()
+    for daemon in daemons:
+        daemon.wait_ready()
+    return daemons
+
+
 @contextlib.contextmanager
 def agents(root: Path, count: int, **kwargs: Any) -> Iterator[list[AgentProcess]]:
     """``count`` agents named node1.test … nodeN.test, started and cleaned up together."""
     with contextlib.ExitStack() as stack:
-        yield [
-            stack.enter_context(AgentProcess(root / f"node{i}", hostname=f"node{i}.test", **kwargs))
-            for i in range(1, count + 1)
-        ]
+        yield start_together(
+            stack,
+            [
+                AgentProcess(root / f"node{i}", hostname=f"node{i}.test", **kwargs)
+                for i in range(1, count + 1)
+            ],
+        )
 
 
 class MasterProcess(DaemonProcess):
