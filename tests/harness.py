@@ -289,6 +289,23 @@ class AgentProcess(DaemonProcess):
             claims = c.get("/v1/claims", timeout=2).json()["claims"]
         self.job_pids.update(c["job"]["pid"] for c in claims if c["job"]["pid"])
 
+    def make_idle(self) -> None:
+        """Back to idle, for an agent tests share: no drain (nor the record of the last
+        one), no claim, every job it ran ended; their pids are forgotten once gone, so that
+        :meth:`jobs_alive` speaks of the next test's jobs only (pids are reused)."""
+        with self.client() as c:
+            c.delete("/v1/drain").raise_for_status()
+            for claim in c.get("/v1/claims").json()["claims"]:
+                if claim["job"]["pid"]:
+                    self.job_pids.add(claim["job"]["pid"])
+                if claim["state"] != "Preempting":
+                    c.delete(f"/v1/claims/{claim['id']}")
+            wait_for(lambda: c.get("/v1/claims").json()["claims"] == [])
+            c.delete("/v1/drain").raise_for_status()
+            assert c.get("/v1/drain").json()["state"] == "none"
+        wait_for(lambda: self.jobs_alive() == [])
+        self.job_pids.clear()
+
     def jobs_alive(self) -> list[int]:
         """Job pids still running (a zombie waiting for its reaper counts as gone)."""
         alive = []

@@ -29,32 +29,14 @@ def shared_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProc
         yield a
 
 
-def make_idle(a: AgentProcess) -> None:
-    """Back to an idle agent: no drain (nor the record of the last one), no claim, every
-    job it ran ended (their pids are forgotten once gone, so that a later test's
-    ``jobs_alive`` speaks of its own jobs only)."""
-    with a.client() as c:
-        c.delete("/v1/drain").raise_for_status()
-        for claim in c.get("/v1/claims").json()["claims"]:
-            if claim["job"]["pid"]:
-                a.job_pids.add(claim["job"]["pid"])
-            if claim["state"] != "Preempting":
-                c.delete(f"/v1/claims/{claim['id']}")
-        wait_for(lambda: c.get("/v1/claims").json()["claims"] == [])
-        c.delete("/v1/drain").raise_for_status()
-        assert c.get("/v1/drain").json()["state"] == "none"
-    wait_for(lambda: a.jobs_alive() == [])
-    a.job_pids.clear()
-
-
 @pytest.fixture
 def agent(shared_agent: AgentProcess) -> Iterator[AgentProcess]:
     """The module's agent, idle when the test begins and made idle again after it: the
     tests that neither restart it nor change its configuration or files share it rather
     than each start one of their own."""
-    make_idle(shared_agent)
+    shared_agent.make_idle()
     yield shared_agent
-    make_idle(shared_agent)
+    shared_agent.make_idle()
 
 
 @pytest.fixture
