@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 __all__ = [
+    "TLS_CONTEXT",
     "AgentProcess",
     "DaemonProcess",
     "MasterProcess",
@@ -32,6 +33,12 @@ __all__ = [
     "start_together",
     "wait_for",
 ]
+
+#: The TLS context every client the tests make shares: the default one, its CA bundle loaded
+#: once. httpx builds one per client otherwise, which costs tens of milliseconds of CPU, and
+#: the polls of :func:`wait_for` make a client per request (a poll would spend more CPU
+#: building contexts than the daemon spends answering).
+TLS_CONTEXT = httpx.create_ssl_context()
 
 #: A job that records the instant it receives SIGTERM, then exits after ``delay``.
 _JOB = r"""
@@ -177,12 +184,16 @@ class DaemonProcess:
         """An HTTP client: over the Unix socket, or over TCP with ``token``."""
         if token is None:
             return httpx.Client(
-                transport=httpx.HTTPTransport(uds=str(self.socket)),
+                transport=httpx.HTTPTransport(uds=str(self.socket), verify=TLS_CONTEXT),
                 base_url="http://daemon",
                 timeout=30,
+                verify=TLS_CONTEXT,
             )
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+            verify=TLS_CONTEXT,
         )
 
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
