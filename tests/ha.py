@@ -45,8 +45,12 @@ class Masters:
             self.all.append(master)
 
     def start(self) -> None:
+        """Start every master at once, then wait until each is ready (:meth:`close` ends
+        them, whether or not they got there)."""
         for master in self.all:
-            master.start()
+            master.launch()
+        for master in self.all:
+            master.wait_ready()
 
     def running(self) -> list[MasterProcess]:
         return [m for m in self.all if m.proc is not None and m.proc.poll() is None]
