@@ -380,6 +380,18 @@ class MasterProcess(DaemonProcess):
             self.key_file.parent.mkdir(parents=True, exist_ok=True)
             generate_key(self.key_file)
 
+    def make_empty(self) -> None:
+        """Back to empty, for a master tests share: no machine down, nothing scheduled, no
+        SLA policy set through the API (checked)."""
+        down = self.call("GET", "/maintenance/status").json().get("down_machines", [])
+        if down:
+            self.call("POST", "/machine/up", json=down).raise_for_status()
+        self.call("POST", "/maintenance/schedule", json={}).raise_for_status()
+        for policy in self.call("GET", "/v1/sla/policies").json()["policies"]:
+            self.call("DELETE", f"/v1/sla/policies/{policy['group']}").raise_for_status()
+        assert self.call("GET", "/maintenance/status").json() == {}
+        assert self.call("GET", "/v1/sla/policies").json()["policies"] == []
+
     def agent_settings(
         self, root: Path, *, node: str, update_interval: float = 1.0
     ) -> dict[str, Any]:

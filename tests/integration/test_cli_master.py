@@ -85,17 +85,9 @@ def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterPr
 def master(shared_master: MasterProcess) -> MasterProcess:
     """The module's master, empty when the test begins: nothing scheduled, no machine
     down, no SLA policy (no agent ever reports to it; the tests with one have their own)."""
-    m = shared_master
-    down = m.call("GET", "/maintenance/status").json().get("down_machines", [])
-    if down:
-        m.call("POST", "/machine/up", json=down).raise_for_status()
-    m.call("POST", "/maintenance/schedule", json={}).raise_for_status()
-    for policy in m.call("GET", "/v1/sla/policies").json()["policies"]:
-        m.call("DELETE", f"/v1/sla/policies/{policy['group']}").raise_for_status()
-    assert m.call("GET", "/maintenance/status").json() == {}
-    assert m.call("GET", "/v1/sla/policies").json()["policies"] == []
-    assert m.call("GET", "/v1/ads").json()["ads"] == []
-    return m
+    shared_master.make_empty()
+    assert shared_master.call("GET", "/v1/ads").json()["ads"] == []
+    return shared_master
 
 
 @pytest.fixture

@@ -50,11 +50,7 @@ def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterPr
 def empty_master(shared_master: MasterProcess) -> MasterProcess:
     """The module's master with nothing scheduled and no machine down, for the tests of
     the Mesos rules that neither restart it nor talk to agents."""
-    down = shared_master.call("GET", "/maintenance/status").json().get("down_machines", [])
-    if down:
-        shared_master.call("POST", "/machine/up", json=down).raise_for_status()
-    shared_master.call("POST", "/maintenance/schedule", json={}).raise_for_status()
-    assert shared_master.call("GET", "/maintenance/status").json() == {}
+    shared_master.make_empty()
     return shared_master
 
 
