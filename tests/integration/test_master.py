@@ -390,7 +390,8 @@ def test_a_master_down_across_the_window_escalates_the_node_at_its_first_pass(
             (received,) = [float(x) for x in wait_for(record.read_text).split()]
             # soft-killed by the quick drain of the first pass, within its vacate time
             assert drain["committed_at"] - 0.01 <= received < drain["committed_at"] + 1
-            assert received < restarted + 5 < promise_end - 40
+            # far from the promise, however slow the restart and its first pass were
+            assert received < restarted + 10 < promise_end - 40
             wait_for(lambda: agent.jobs_alive() == [])
             totals = master.call("GET", "/v1/maintenance/plan").json()["totals"]
             assert (totals["drains_started"], totals["drains_escalated"]) == (1, 1)
