@@ -25,7 +25,7 @@ import pytest
 
 from tests.harness import TLS_CONTEXT
 
-__all__ = ["EtcdServer", "etcd_server", "free_port"]
+__all__ = ["EtcdServer", "etcd_server", "free_port", "shared_etcd"]
 
 
 def free_port() -> int:
@@ -114,4 +114,13 @@ def etcd_server(tmp_path: Path) -> Iterator[EtcdServer]:
     """A running etcd member, ended after the test."""
     have_etcd()
     with EtcdServer(tmp_path / "etcd") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A running etcd member for the tests of a module that neither stop it nor change
+    its users or its data outside a key prefix of their own; ended after the module."""
+    have_etcd()
+    with EtcdServer(tmp_path_factory.mktemp("etcd")) as server:
         yield server

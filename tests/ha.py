@@ -32,11 +32,14 @@ class Masters:
         base = {
             "store": "etcd",
             "etcd_endpoints": [etcd.url],
-            "etcd_prefix": f"/pool-{root.name}/",
+            # the test's own (its directory's name is unique in the run): tests may share
+            # one etcd
+            "etcd_prefix": f"/pool-{root.parent.name}-{root.name}/",
             "leader_ttl": 2,
             "etcd_timeout": 1,
             **settings,
         }
+        self.prefix: str = base["etcd_prefix"]
         self.all: list[MasterProcess] = []
         for i in range(count):
             master = MasterProcess(root / f"master{i}", settings=base)

@@ -45,7 +45,7 @@ def masters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Masters]:
 
 
 def _range(masters: Masters, **fields: Any) -> dict[str, Any]:
-    key = f"/pool-{masters.root.name}/master/docs/maintenance".encode()
+    key = f"{masters.prefix}master/docs/maintenance".encode()
     body = {"key": base64.b64encode(key).decode(), **fields}
     reply: dict[str, Any] = httpx.post(
         f"{masters.etcd.url}/v3/kv/range", json=body, verify=TLS_CONTEXT
