@@ -23,7 +23,9 @@ from typing import Self
 import httpx
 import pytest
 
-__all__ = ["EtcdServer", "etcd_server", "free_port"]
+from tests.harness import TLS_CONTEXT
+
+__all__ = ["EtcdServer", "etcd_server", "free_port", "shared_etcd"]
 
 
 def free_port() -> int:
@@ -69,15 +71,17 @@ class EtcdServer:
         )
         log.close()
         deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"etcd exited early:\n{self.log_path.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.post(f"{self.url}/v3/kv/range", json={"key": "AA=="}).status_code == 200:
-                    return self
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"etcd did not answer:\n{self.log_path.read_text()}")
-            time.sleep(0.05)
+        with httpx.Client(verify=TLS_CONTEXT) as client:  # one client for every poll
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"etcd exited early:\n{self.log_path.read_text()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    reply = client.post(f"{self.url}/v3/kv/range", json={"key": "AA=="})
+                    if reply.status_code == 200:
+                        return self
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"etcd did not answer:\n{self.log_path.read_text()}")
+                time.sleep(0.05)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
         """End the member (its data stays)."""
@@ -110,4 +114,13 @@ def etcd_server(tmp_path: Path) -> Iterator[EtcdServer]:
     """A running etcd member, ended after the test."""
     have_etcd()
     with EtcdServer(tmp_path / "etcd") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A running etcd member for the tests of a module that neither stop it nor change
+    its users or its data outside a key prefix of their own; ended after the module."""
+    have_etcd()
+    with EtcdServer(tmp_path_factory.mktemp("etcd")) as server:
         yield server

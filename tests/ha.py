@@ -32,11 +32,14 @@ class Masters:
         base = {
             "store": "etcd",
             "etcd_endpoints": [etcd.url],
-            "etcd_prefix": f"/pool-{root.name}/",
+            # the test's own (its directory's name is unique in the run): tests may share
+            # one etcd
+            "etcd_prefix": f"/pool-{root.parent.name}-{root.name}/",
             "leader_ttl": 2,
             "etcd_timeout": 1,
             **settings,
         }
+        self.prefix: str = base["etcd_prefix"]
         self.all: list[MasterProcess] = []
         for i in range(count):
             master = MasterProcess(root / f"master{i}", settings=base)
@@ -45,8 +48,12 @@ class Masters:
             self.all.append(master)
 
     def start(self) -> None:
+        """Start every master at once, then wait until each is ready (:meth:`close` ends
+        them, whether or not they got there)."""
         for master in self.all:
-            master.start()
+            master.launch()
+        for master in self.all:
+            master.wait_ready()
 
     def running(self) -> list[MasterProcess]:
         return [m for m in self.all if m.proc is not None and m.proc.poll() is None]

@@ -17,11 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
 __all__ = [
+    "TLS_CONTEXT",
     "AgentProcess",
     "DaemonProcess",
     "MasterProcess",
@@ -29,8 +30,15 @@ __all__ = [
     "costly_expression",
     "job_script",
     "running",
+    "start_together",
     "wait_for",
 ]
+
+#: The TLS context every client the tests make shares: the default one, its CA bundle loaded
+#: once. httpx builds one per client otherwise, which costs tens of milliseconds of CPU, and
+#: the polls of :func:`wait_for` make a client per request (a poll would spend more CPU
+#: building contexts than the daemon spends answering).
+TLS_CONTEXT = httpx.create_ssl_context()
 
 #: A job that records the instant it receives SIGTERM, then exits after ``delay``.
 _JOB = r"""
@@ -117,9 +125,13 @@ class DaemonProcess:
         self.env: dict[str, str] = {}
 
     def start(self) -> Self:
-        info = self.root / "run" / self.info_name
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (:meth:`wait_ready` does)."""
         with contextlib.suppress(FileNotFoundError):
-            info.unlink()
+            (self.root / "run" / self.info_name).unlink()
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nodeagent", *self.command, "--config", str(self.config_path)],
@@ -128,6 +140,10 @@ class DaemonProcess:
             env={**os.environ, "NOTIFY_SOCKET": "", **self.env},
         )
         log.close()
+
+    def wait_ready(self) -> Self:
+        """Wait until the launched daemon has written its runtime file (it serves)."""
+        info = self.root / "run" / self.info_name
 
         def ready() -> dict[str, Any] | None:
             assert self.proc is not None
@@ -168,12 +184,16 @@ class DaemonProcess:
         """An HTTP client: over the Unix socket, or over TCP with ``token``."""
         if token is None:
             return httpx.Client(
-                transport=httpx.HTTPTransport(uds=str(self.socket)),
+                transport=httpx.HTTPTransport(uds=str(self.socket), verify=TLS_CONTEXT),
                 base_url="http://daemon",
                 timeout=30,
+                verify=TLS_CONTEXT,
             )
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+            verify=TLS_CONTEXT,
         )
 
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -205,6 +225,9 @@ class DaemonProcess:
             node=node,
             audience=audience,
         )
+
+
+_D = TypeVar("_D", bound=DaemonProcess)
 
 
 class AgentProcess(DaemonProcess):
@@ -277,6 +300,23 @@ class AgentProcess(DaemonProcess):
             claims = c.get("/v1/claims", timeout=2).json()["claims"]
         self.job_pids.update(c["job"]["pid"] for c in claims if c["job"]["pid"])
 
+    def make_idle(self) -> None:
+        """Back to idle, for an agent tests share: no drain (nor the record of the last
+        one), no claim, every job it ran ended; their pids are forgotten once gone, so that
+        :meth:`jobs_alive` speaks of the next test's jobs only (pids are reused)."""
+        with self.client() as c:
+            c.delete("/v1/drain").raise_for_status()
+            for claim in c.get("/v1/claims").json()["claims"]:
+                if claim["job"]["pid"]:
+                    self.job_pids.add(claim["job"]["pid"])
+                if claim["state"] != "Preempting":
+                    c.delete(f"/v1/claims/{claim['id']}")
+            wait_for(lambda: c.get("/v1/claims").json()["claims"] == [])
+            c.delete("/v1/drain").raise_for_status()
+            assert c.get("/v1/drain").json()["state"] == "none"
+        wait_for(lambda: self.jobs_alive() == [])
+        self.job_pids.clear()
+
     def jobs_alive(self) -> list[int]:
         """Job pids still running (a zombie waiting for its reaper counts as gone)."""
         alive = []
@@ -290,14 +330,29 @@ class AgentProcess(DaemonProcess):
         return alive
 
 
+def start_together(stack: contextlib.ExitStack, daemons: list[_D]) -> list[_D]:
+    """Start ``daemons`` at once and wait until each is ready; ``stack`` ends each of them
+    (by pid, as its context manager does). Their start-ups overlap instead of following
+    one another."""
+    for daemon in daemons:
+        stack.push(daemon.__exit__)
+        daemon.launch()
+    for daemon in daemons:
+        daemon.wait_ready()
+    return daemons
+
+
 @contextlib.contextmanager
 def agents(root: Path, count: int, **kwargs: Any) -> Iterator[list[AgentProcess]]:
     """``count`` agents named node1.test … nodeN.test, started and cleaned up together."""
     with contextlib.ExitStack() as stack:
-        yield [
-            stack.enter_context(AgentProcess(root / f"node{i}", hostname=f"node{i}.test", **kwargs))
-            for i in range(1, count + 1)
-        ]
+        yield start_together(
+            stack,
+            [
+                AgentProcess(root / f"node{i}", hostname=f"node{i}.test", **kwargs)
+                for i in range(1, count + 1)
+            ],
+        )
 
 
 class MasterProcess(DaemonProcess):
@@ -324,6 +379,18 @@ class MasterProcess(DaemonProcess):
 
             self.key_file.parent.mkdir(parents=True, exist_ok=True)
             generate_key(self.key_file)
+
+    def make_empty(self) -> None:
+        """Back to empty, for a master tests share: no machine down, nothing scheduled, no
+        SLA policy set through the API (checked)."""
+        down = self.call("GET", "/maintenance/status").json().get("down_machines", [])
+        if down:
+            self.call("POST", "/machine/up", json=down).raise_for_status()
+        self.call("POST", "/maintenance/schedule", json={}).raise_for_status()
+        for policy in self.call("GET", "/v1/sla/policies").json()["policies"]:
+            self.call("DELETE", f"/v1/sla/policies/{policy['group']}").raise_for_status()
+        assert self.call("GET", "/maintenance/status").json() == {}
+        assert self.call("GET", "/v1/sla/policies").json()["policies"] == []
 
     def agent_settings(
         self, root: Path, *, node: str, update_interval: float = 1.0

@@ -74,8 +74,24 @@ B = {"hostname": "b.test", "ip": "10.0.0.2"}
 FAR = 2_000_000_000.0  # 2033
 
 
+@pytest.fixture(scope="module")
+def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
+    root = tmp_path_factory.mktemp("shared") / "master"
+    with MasterProcess(root, settings={"reconcile_interval": 0.2}) as m:
+        yield m
+
+
 @pytest.fixture
-def master(tmp_path: Path) -> Iterator[MasterProcess]:
+def master(shared_master: MasterProcess) -> MasterProcess:
+    """The module's master, empty when the test begins: nothing scheduled, no machine
+    down, no SLA policy (no agent ever reports to it; the tests with one have their own)."""
+    shared_master.make_empty()
+    assert shared_master.call("GET", "/v1/ads").json()["ads"] == []
+    return shared_master
+
+
+@pytest.fixture
+def own_master(tmp_path: Path) -> Iterator[MasterProcess]:
     with MasterProcess(tmp_path / "master", settings={"reconcile_interval": 0.2}) as m:
         yield m
 
@@ -303,7 +319,7 @@ def test_down_and_up_complete_bare_hostnames_from_the_schedule(master: MasterPro
 
 
 @pytest.fixture
-def agent(master: MasterProcess, tmp_path: Path) -> Iterator[AgentProcess]:
+def agent(own_master: MasterProcess, tmp_path: Path) -> Iterator[AgentProcess]:
     root = tmp_path / "node1"
     # admitting any promise: drained its retirement time (10 minutes) before a window
     policy = {
@@ -311,23 +327,25 @@ def agent(master: MasterProcess, tmp_path: Path) -> Iterator[AgentProcess]:
         "machine_max_vacate_time": 1,
         "before_window": "admit",
     }
-    settings = master.agent_settings(root, node="node1.test", update_interval=0.5)
+    settings = own_master.agent_settings(root, node="node1.test", update_interval=0.5)
     with AgentProcess(root, hostname="node1.test", policy=policy, master=settings) as a:
-        wait_for(lambda: master.call("GET", "/v1/ads").json()["ads"])
+        wait_for(lambda: own_master.call("GET", "/v1/ads").json()["ads"])
         yield a
 
 
 def test_the_plan_as_a_timeline_and_as_json(
-    master: MasterProcess, agent: AgentProcess, tmp_path: Path
+    own_master: MasterProcess, agent: AgentProcess, tmp_path: Path
 ) -> None:
     argv, _ = job_script(tmp_path, "job")
     agent.claim(argv, cpus=2, max_job_retirement_time=600)
     node1 = {"hostname": "node1.test", "ip": "127.0.0.1"}
     ghost = {"hostname": "ghost.test", "ip": "10.0.0.9"}
-    master.call("POST", "/maintenance/schedule", json=window([node1, ghost], time.time() + 3600))
-    wait_for(lambda: master.call("GET", "/v1/maintenance/plan").json()["machines"][0]["node"])
+    own_master.call(
+        "POST", "/maintenance/schedule", json=window([node1, ghost], time.time() + 3600)
+    )
+    wait_for(lambda: own_master.call("GET", "/v1/maintenance/plan").json()["machines"][0]["node"])
 
-    out = ok(cli(master, "plan", "--all", env={"COLUMNS": "100"}))
+    out = ok(cli(own_master, "plan", "--all", env={"COLUMNS": "100"}))
     lines = out.splitlines()
     assert all(len(line) <= 100 for line in lines), out
     assert lines[0].startswith("Maintenance plan · now ")
@@ -339,14 +357,14 @@ def test_the_plan_as_a_timeline_and_as_json(
     assert row.endswith("on time")
     assert next(line for line in lines if line.startswith("ghost.test ")).endswith("no node")
     assert "2 machines: 2 DRAINING, 0 DOWN · 1 on time, 0 late, 0 empty" in out
-    only = ok(cli(master, "plan", "--all", "--machine", "ghost.test", env={"COLUMNS": "100"}))
+    only = ok(cli(own_master, "plan", "--all", "--machine", "ghost.test", env={"COLUMNS": "100"}))
     assert [line.split()[0] for line in only.splitlines()[3:4]] == ["ghost.test"]
     assert "1 machine: 1 DRAINING, 0 DOWN" in only  # the totals count the machines selected
     assert "node1.test" not in only
 
     # --json is the API's document (only the clock moved).
-    document = json.loads(ok(cli(master, "plan", "--all", "--json")))
-    reference = master.call("GET", "/v1/maintenance/plan").json()
+    document = json.loads(ok(cli(own_master, "plan", "--all", "--json")))
+    reference = own_master.call("GET", "/v1/maintenance/plan").json()
     for volatile in (document, reference):
         volatile.pop("now")
         for m in volatile["machines"]:
@@ -389,40 +407,40 @@ def test_plan_watch_refreshes_until_ctrl_c(master: MasterProcess) -> None:
     assert proc.stdout is not None
     documents = [json.loads(proc.stdout.readline()) for _ in range(3)]
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=TIMEOUT) == 0
-    proc.stdout.close()
-    assert proc.stderr is not None
-    proc.stderr.close()
+    # Both pipes are read to their end: a watch that printed more while the test was slow
+    # to interrupt it must not block on a full pipe as it exits.
+    proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0
     assert [d["machines"][0]["machine_id"] for d in documents] == [A, A, A]
     assert documents[0]["now"] < documents[2]["now"]
 
 
-def test_ads(master: MasterProcess, agent: AgentProcess) -> None:
-    table = ok(cli(master, "ads"))
+def test_ads(own_master: MasterProcess, agent: AgentProcess) -> None:
+    table = ok(cli(own_master, "ads"))
     header, row, summary = table.splitlines()
     assert header.split() == ["Name", "Mode", "Drain", "Start", "Cpus", "Heard"]
     assert row.split()[:5] == ["node1.test", "UP", "none", "true", "8"]
     assert summary == "1 ad"
     query = ("--constraint", "TotalCpus >= 8", "--projection", "Name,TotalCpus")
-    printed = ok(cli(master, "ads", *query, "--json"))
+    printed = ok(cli(own_master, "ads", *query, "--json"))
     params = {"constraint": "TotalCpus >= 8", "projection": "Name,TotalCpus"}
-    assert printed == master.call("GET", "/v1/ads", params=params).text + "\n"
+    assert printed == own_master.call("GET", "/v1/ads", params=params).text + "\n"
     assert json.loads(printed) == {"ads": [{"Name": "node1.test", "TotalCpus": 8}]}
-    assert ok(cli(master, "ads", *query)).splitlines()[:2] == [
+    assert ok(cli(own_master, "ads", *query)).splitlines()[:2] == [
         "Name        TotalCpus",
         "node1.test  8        ",
     ]
-    assert ok(cli(master, "ads", "--constraint", "TotalCpus > 8")).splitlines() == [
+    assert ok(cli(own_master, "ads", "--constraint", "TotalCpus > 8")).splitlines() == [
         "Name  Mode  Drain  Start  Cpus  Heard",
         "0 ads",
     ]
-    slots = ok(cli(master, "ads", "--slots"))
+    slots = ok(cli(own_master, "ads", "--slots"))
     assert "slot1@node1.test" in slots
-    long = ok(cli(master, "ads", "-l"))
+    long = ok(cli(own_master, "ads", "-l"))
     assert 'Machine = "node1.test"' in long
     assert "Lost = false" in long
-    assert cli(master, "ads", "-l", "--json").returncode == 2
-    invalid = cli(master, "ads", "--constraint", "Cpus >")
+    assert cli(own_master, "ads", "-l", "--json").returncode == 2
+    invalid = cli(own_master, "ads", "--constraint", "Cpus >")
     assert invalid.returncode == 1
     assert invalid.stderr.startswith("request.invalid: ")
 

@@ -23,10 +23,18 @@ from tests.harness import AgentProcess, job_script, wait_for
 POLICY = {"max_job_retirement_time": 2, "machine_max_vacate_time": 1}
 
 
-@pytest.fixture
-def agent(tmp_path: Path) -> Iterator[AgentProcess]:
-    with AgentProcess(tmp_path / "a", policy=POLICY) as process:
+@pytest.fixture(scope="module")
+def shared_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
+    with AgentProcess(tmp_path_factory.mktemp("shared") / "a", policy=POLICY) as process:
         yield process
+
+
+@pytest.fixture
+def agent(shared_agent: AgentProcess) -> Iterator[AgentProcess]:
+    """The module's agent, idle when the test begins and made idle again after it."""
+    shared_agent.make_idle()
+    yield shared_agent
+    shared_agent.make_idle()
 
 
 async def eventually(predicate: Callable[[], Awaitable[bool]], *, within: float = 20) -> None:

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.etcd import EtcdServer, etcd_server
-from tests.harness import MasterProcess, wait_for
+from tests.harness import TLS_CONTEXT, MasterProcess, wait_for
 from tests.integration.test_defrag import DefragProcess, agents_for, claim, drain_of, pslots
 
 __all__ = ["etcd_server"]
@@ -58,7 +58,11 @@ def defrag_daemon(root: Path, master: MasterProcess, etcd: EtcdServer) -> Defrag
 def in_etcd(etcd: EtcdServer, document: str) -> Any:
     """A document of the daemons named ``live`` as etcd holds it (``None``: not there)."""
     key = base64.b64encode(f"/nodeagent/defrag/live/docs/{document}".encode()).decode()
-    kvs = httpx.post(f"{etcd.url}/v3/kv/range", json={"key": key}).json().get("kvs")
+    kvs = (
+        httpx.post(f"{etcd.url}/v3/kv/range", json={"key": key}, verify=TLS_CONTEXT)
+        .json()
+        .get("kvs")
+    )
     return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
 
 

@@ -24,6 +24,7 @@ from nodeagent._ha._leadership import Election, Fence, LeadershipLost, NotLeadin
 from nodeagent._ha._store import EtcdStore
 from nodeagent._store import Members, OutcomeUnknown, StoreError
 from tests.etcd import EtcdServer, etcd_server, free_port
+from tests.harness import TLS_CONTEXT
 
 __all__ = ["etcd_server"]
 
@@ -41,6 +42,7 @@ def keys(server: EtcdServer) -> dict[str, str]:
     reply = httpx.post(
         f"{server.url}/v3/kv/range",
         json={"key": base64.b64encode(b"\0").decode(), "range_end": "AA=="},
+        verify=TLS_CONTEXT,
     ).json()
     return {
         base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(

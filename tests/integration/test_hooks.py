@@ -478,11 +478,22 @@ def test_machine_up_from_a_real_master_leaves_an_unhealthy_node_closed_until_hea
 # ------------------------------------------------------------------- refusals
 
 
+def _hooked_agent(tmp: Path) -> AgentProcess:
+    hook = script(tmp / "true.sh", "exit 0\n")
+    extra = config(tmp, hooks={"reboot": {"command": [str(hook)]}})
+    return AgentProcess(tmp / "agent", extra=extra)
+
+
 @pytest.fixture
 def hooked_agent(tmp_path: Path) -> Iterator[AgentProcess]:
-    hook = script(tmp_path / "true.sh", "exit 0\n")
-    extra = config(tmp_path, hooks={"reboot": {"command": [str(hook)]}})
-    with AgentProcess(tmp_path / "agent", extra=extra) as agent:
+    with _hooked_agent(tmp_path) as agent:
+        yield agent
+
+
+@pytest.fixture(scope="module")
+def refusing_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
+    """A hooked agent the refusals share: none of them changes it (each checks so)."""
+    with _hooked_agent(tmp_path_factory.mktemp("refusals")) as agent:
         yield agent
 
 
@@ -513,13 +524,13 @@ def test_a_drain_naming_an_unknown_hook_is_refused_and_changes_nothing(
     ],
 )
 def test_a_hook_command_cannot_be_set_over_the_api(
-    hooked_agent: AgentProcess, body: dict[str, Any]
+    refusing_agent: AgentProcess, body: dict[str, Any]
 ) -> None:
-    response = hooked_agent.call("POST", "/v1/drain", json={**body, "commit": True})
+    response = refusing_agent.call("POST", "/v1/drain", json={**body, "commit": True})
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "request.invalid"
-    assert hooked_agent.call("GET", "/v1/drain").json()["state"] == "none"
-    assert not (hooked_agent.root / "run" / "hooks").exists()
+    assert refusing_agent.call("GET", "/v1/drain").json() == {"state": "none", "last": None}
+    assert not (refusing_agent.root / "run" / "hooks").exists()
 
 
 # ------------------------------------------------------------------- reload

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
+from tests.harness import AgentProcess, MasterProcess, job_script, start_together, wait_for
 
 NS = 1_000_000_000
 
@@ -37,6 +37,21 @@ def window(hosts: list[str], start: float, duration: float = 3600, ip: str = "12
 def master(tmp_path: Path) -> Iterator[MasterProcess]:
     with MasterProcess(tmp_path / "master", settings={"reconcile_interval": 0.2}) as m:
         yield m
+
+
+@pytest.fixture(scope="module")
+def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
+    root = tmp_path_factory.mktemp("shared") / "master"
+    with MasterProcess(root, settings={"reconcile_interval": 0.2}) as m:
+        yield m
+
+
+@pytest.fixture
+def empty_master(shared_master: MasterProcess) -> MasterProcess:
+    """The module's master with nothing scheduled and no machine down, for the tests of
+    the Mesos rules that neither restart it nor talk to agents."""
+    shared_master.make_empty()
+    return shared_master
 
 
 # ----------------------------------------------------------------------- Mesos rules over HTTP
@@ -63,64 +78,66 @@ MACHINE = {"hostname": "node1.test", "ip": "127.0.0.1"}
     ],
 )  # fmt: skip
 def test_invalid_schedules_are_400_plain_text_and_change_nothing(
-    master: MasterProcess, body: str, message: str
+    empty_master: MasterProcess, body: str, message: str
 ) -> None:
-    master.call("POST", "/maintenance/schedule", content=json.dumps(window(["keep"], 2e9)))
-    before = master.call("GET", "/maintenance/schedule").json()
-    response = master.call("POST", "/maintenance/schedule", content=body)
+    empty_master.call("POST", "/maintenance/schedule", content=json.dumps(window(["keep"], 2e9)))
+    before = empty_master.call("GET", "/maintenance/schedule").json()
+    response = empty_master.call("POST", "/maintenance/schedule", content=body)
     assert (response.status_code, response.text) == (400, message)
     assert response.headers["content-type"].startswith("text/plain")
-    assert master.call("GET", "/maintenance/schedule").json() == before
+    assert empty_master.call("GET", "/maintenance/schedule").json() == before
 
 
-def test_replace_down_up_and_their_rules(master: MasterProcess) -> None:
+def test_replace_down_up_and_their_rules(empty_master: MasterProcess) -> None:
     a, b = {"hostname": "a.test", "ip": "10.0.0.1"}, {"hostname": "b.test", "ip": "10.0.0.2"}
     schedule = {
         "windows": [
             {"machine_ids": [a, b], "unavailability": {"start": {"nanoseconds": 2 * 10**18}}}
         ]
     }
-    assert master.call("POST", "/maintenance/schedule", json=schedule).status_code == 200
-    status = master.call("GET", "/maintenance/status").json()
+    assert empty_master.call("POST", "/maintenance/schedule", json=schedule).status_code == 200
+    status = empty_master.call("GET", "/maintenance/status").json()
     assert status == {"draining_machines": [{"id": a}, {"id": b}]}
     # up only from DOWN, all or nothing
-    refused = master.call("POST", "/machine/up", json=[a])
+    refused = empty_master.call("POST", "/machine/up", json=[a])
     assert refused.status_code == 400
     assert "is not in DOWN mode and cannot be brought up" in refused.text
     # down only from DRAINING; a list with one bad machine changes nothing
     unknown = {"hostname": "z.test", "ip": "10.0.0.9"}
-    assert master.call("POST", "/machine/down", json=[a, unknown]).status_code == 400
-    assert master.call("GET", "/maintenance/status").json() == status
+    assert empty_master.call("POST", "/machine/down", json=[a, unknown]).status_code == 400
+    assert empty_master.call("GET", "/maintenance/status").json() == status
     assert (
-        master.call(
+        empty_master.call(
             "POST", "/machine/down", json=[{"hostname": "A.TEST", "ip": "10.0.0.1"}]
         ).status_code
         == 200
     )
-    status = master.call("GET", "/maintenance/status").json()
+    status = empty_master.call("GET", "/maintenance/status").json()
     assert status == {"draining_machines": [{"id": b}], "down_machines": [a]}
-    again = master.call("POST", "/machine/down", json=[a])
+    again = empty_master.call("POST", "/machine/down", json=[a])
     assert "is not in DRAINING mode and cannot be brought down" in again.text
     # a DOWN machine cannot be dropped from the schedule
     only_b = {"windows": [{"machine_ids": [b], "unavailability": {"start": {"nanoseconds": 1}}}]}
-    dropped = master.call("POST", "/maintenance/schedule", json=only_b)
+    dropped = empty_master.call("POST", "/maintenance/schedule", json=only_b)
     assert dropped.status_code == 400
     assert "is deactivated and cannot be removed from the schedule" in dropped.text
     # up: back UP and out of the schedule
-    assert master.call("POST", "/machine/up", json=[a]).status_code == 200
-    assert master.call("GET", "/maintenance/status").json() == {"draining_machines": [{"id": b}]}
-    windows = master.call("GET", "/maintenance/schedule").json()["windows"]
+    assert empty_master.call("POST", "/machine/up", json=[a]).status_code == 200
+    assert empty_master.call("GET", "/maintenance/status").json() == {
+        "draining_machines": [{"id": b}]
+    }
+    windows = empty_master.call("GET", "/maintenance/schedule").json()["windows"]
     assert windows[0]["machine_ids"] == [b]
     # replace: dropped machines go back UP (forgotten)
-    assert master.call("POST", "/maintenance/schedule", json={}).status_code == 200
-    assert master.call("GET", "/maintenance/status").json() == {}
+    assert empty_master.call("POST", "/maintenance/schedule", json={}).status_code == 200
+    assert empty_master.call("GET", "/maintenance/status").json() == {}
     # wrong method
-    wrong = master.call("PUT", "/maintenance/schedule")
+    wrong = empty_master.call("PUT", "/maintenance/schedule")
     assert (wrong.status_code, wrong.text) == (
         405,
         "Expecting one of { 'GET', 'POST' }, but received 'PUT'",
     )
-    assert master.call("GET", "/machine/down").status_code == 405
+    assert empty_master.call("GET", "/machine/down").status_code == 405
 
 
 def test_schedule_and_modes_survive_a_restart(master: MasterProcess) -> None:
@@ -133,20 +150,26 @@ def test_schedule_and_modes_survive_a_restart(master: MasterProcess) -> None:
     assert master.call("GET", "/maintenance/schedule").json() == window(["a.test", "b.test"], 2e9)
 
 
-def test_auth_scopes(master: MasterProcess) -> None:
-    read, admin, daemon = (master.token(s) for s in ("READ", "ADMINISTRATOR", "DAEMON"))
-    with httpx.Client(base_url=master.url) as anon:
+def master_audit(master: MasterProcess) -> list[dict[str, Any]]:
+    path = master.root / "state" / "audit.log"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_auth_scopes(empty_master: MasterProcess) -> None:
+    before = len(master_audit(empty_master))  # what the tests before this one had written
+    read, admin, daemon = (empty_master.token(s) for s in ("READ", "ADMINISTRATOR", "DAEMON"))
+    with httpx.Client(base_url=empty_master.url) as anon:
         assert anon.get("/maintenance/status").status_code == 401
-    with master.client(read) as c:
+    with empty_master.client(read) as c:
         assert c.get("/maintenance/status").status_code == 200
         assert c.get("/v1/maintenance/plan").status_code == 200
         assert c.post("/maintenance/schedule", json={}).status_code == 403
         assert c.post("/v1/ads", json={"machine": {}, "slots": []}).status_code == 403
-    with master.client(daemon) as c:
+    with empty_master.client(daemon) as c:
         assert c.post("/maintenance/schedule", json={}).status_code == 403
-    with master.client(admin) as c:
+    with empty_master.client(admin) as c:
         assert c.post("/maintenance/schedule", json={}).status_code == 200
-    audit = [json.loads(x) for x in (master.root / "state" / "audit.log").read_text().splitlines()]
+    audit = master_audit(empty_master)[before:]
     assert [(r["subject"], r["action"], r["result"]) for r in audit] == [
         ("tester", "maintenance.schedule", "auth.forbidden"),  # READ
         ("tester", "maintenance.schedule", "auth.forbidden"),  # DAEMON
@@ -163,17 +186,18 @@ def agents_for(
 ) -> Iterator[list[AgentProcess]]:
     """Agents reporting to ``master`` every 0.5 s, with its pool key."""
     with ExitStack() as stack:
-        yield [
-            stack.enter_context(
+        yield start_together(
+            stack,
+            [
                 AgentProcess(
                     root / name,
                     hostname=name,
                     policy=policy,
                     master=master.agent_settings(root / name, node=name, update_interval=0.5),
                 )
-            )
-            for name in names
-        ]
+                for name in names
+            ],
+        )
 
 
 def plan_for(master: MasterProcess, host: str) -> dict[str, Any]:
@@ -366,7 +390,8 @@ def test_a_master_down_across_the_window_escalates_the_node_at_its_first_pass(
             (received,) = [float(x) for x in wait_for(record.read_text).split()]
             # soft-killed by the quick drain of the first pass, within its vacate time
             assert drain["committed_at"] - 0.01 <= received < drain["committed_at"] + 1
-            assert received < restarted + 5 < promise_end - 40
+            # far from the promise, however slow the restart and its first pass were
+            assert received < restarted + 10 < promise_end - 40
             wait_for(lambda: agent.jobs_alive() == [])
             totals = master.call("GET", "/v1/maintenance/plan").json()["totals"]
             assert (totals["drains_started"], totals["drains_escalated"]) == (1, 1)
@@ -399,17 +424,18 @@ def test_a_pass_before_the_agents_next_push_never_starts_a_second_drain(
     policy = {"max_job_retirement_time": 60, "machine_max_vacate_time": 1}
     names = ["lag1.test", "lag2.test"]
     with MasterProcess(tmp_path / "master", settings=settings) as master, ExitStack() as stack:
-        agents = [
-            stack.enter_context(
+        agents = start_together(
+            stack,
+            [
                 AgentProcess(
                     tmp_path / name,
                     hostname=name,
                     policy=policy,
                     master=lagging(master, tmp_path / name),
                 )
-            )
-            for name in names
-        ]
+                for name in names
+            ],
+        )
         wait_for(lambda: len(master.call("GET", "/v1/ads").json()["ads"]) == 2)
         records = []
         for agent in agents:

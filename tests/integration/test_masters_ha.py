@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.etcd import EtcdServer, etcd_server
+from tests.etcd import EtcdServer, etcd_server, shared_etcd
 from tests.ha import Masters, masters_on
 from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
 from tests.integration.test_master import audited, drain_of, window
 
-__all__ = ["etcd_server"]
+__all__ = ["etcd_server", "shared_etcd"]
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +45,10 @@ def new_leader_after(masters: Masters, old: MasterProcess) -> tuple[MasterProces
 
 
 def test_the_leader_killed_before_the_drains_are_due(
-    tmp_path: Path, etcd_server: EtcdServer
+    tmp_path: Path, shared_etcd: EtcdServer
 ) -> None:
     names = ["on1.test", "on2.test", "late.test"]
-    with masters_on(tmp_path / "masters", etcd_server, **JIT) as masters, ExitStack() as stack:
+    with masters_on(tmp_path / "masters", shared_etcd, **JIT) as masters, ExitStack() as stack:
         agents: dict[str, AgentProcess] = {}
         records = {}
         for name in names:
@@ -101,12 +101,12 @@ def test_the_leader_killed_before_the_drains_are_due(
 
 
 def test_the_leader_killed_between_a_commit_and_its_next_pass(
-    tmp_path: Path, etcd_server: EtcdServer
+    tmp_path: Path, shared_etcd: EtcdServer
 ) -> None:
     """Passes 30 s apart, pushes a minute apart: the new leader knows the drain from the
     record its predecessor wrote before the commit, adopts it and escalates it."""
     settings: dict[str, Any] = {**JIT, "reconcile_interval": 30}
-    with masters_on(tmp_path / "masters", etcd_server, **settings) as masters:
+    with masters_on(tmp_path / "masters", shared_etcd, **settings) as masters:
         link = {
             **masters.agent_settings(tmp_path / "kill.test", node="kill.test", update_interval=60),
             "ad_debounce": 10,
@@ -180,8 +180,8 @@ def test_etcd_stopped_under_a_running_leader(tmp_path: Path, etcd_server: EtcdSe
             assert len(audited(agent, "drain.start")) == 1
 
 
-def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: EtcdServer) -> None:
-    with masters_on(tmp_path / "masters", etcd_server, **JIT) as masters:
+def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, shared_etcd: EtcdServer) -> None:
+    with masters_on(tmp_path / "masters", shared_etcd, **JIT) as masters:
         leader = masters.leader()
         follower = masters.followers()[0]
         token = tmp_path / "admin.token"
@@ -261,14 +261,14 @@ def test_writes_to_a_follower_reach_the_leader(tmp_path: Path, etcd_server: Etcd
 
 
 def test_a_rolling_operation_survives_a_change_of_leader(
-    tmp_path: Path, etcd_server: EtcdServer
+    tmp_path: Path, shared_etcd: EtcdServer
 ) -> None:
     """Killed while the first batch's hooks run: the new leader goes on from the step its
     predecessor wrote; each node is drained once, each hook runs once."""
     from tests.integration.test_operations import RACKS, Site, assert_each_once
 
     racks = {k: RACKS[k] for k in ("n1", "n2", "n3", "n4")}
-    masters = Masters(tmp_path / "masters", etcd_server, reconcile_interval=0.2)
+    masters = Masters(tmp_path / "masters", shared_etcd, reconcile_interval=0.2)
 
     class HaSite(Site):
         def _master(self) -> MasterProcess:
@@ -318,10 +318,10 @@ def test_a_master_that_cannot_reach_etcd_at_start_exits_9(tmp_path: Path) -> Non
     assert "check the endpoints" in line
 
 
-def test_a_leader_stopped_gives_its_lease_back(tmp_path: Path, etcd_server: EtcdServer) -> None:
+def test_a_leader_stopped_gives_its_lease_back(tmp_path: Path, shared_etcd: EtcdServer) -> None:
     """SIGTERM: the leader exits 0 having given its lease back, so the other leads at
     once rather than when the lease (5 s here) would have run out."""
-    with masters_on(tmp_path / "masters", etcd_server, count=2, leader_ttl=5) as masters:
+    with masters_on(tmp_path / "masters", shared_etcd, count=2, leader_ttl=5) as masters:
         leader = masters.leader()
         other = next(m for m in masters.all if m is not leader)
         wait_for(lambda: masters.leader_doc(other).get("leader") == leader.url)
@@ -336,11 +336,11 @@ def test_a_leader_stopped_gives_its_lease_back(tmp_path: Path, etcd_server: Etcd
 
 
 def test_the_pool_s_term_grows_with_each_new_leader(
-    tmp_path: Path, etcd_server: EtcdServer
+    tmp_path: Path, shared_etcd: EtcdServer
 ) -> None:
     """Three leaders in turn: each says a term greater than its predecessor's (the pool's,
     not a count of its own process), every master says the same, and the log says it."""
-    with masters_on(tmp_path / "masters", etcd_server, leader_ttl=2) as masters:
+    with masters_on(tmp_path / "masters", shared_etcd, leader_ttl=2) as masters:
         terms = []
         leader = masters.leader()
         for turn in range(3):
@@ -365,7 +365,7 @@ def _made_ahead(master: MasterProcess) -> int:
 
 
 def test_a_follower_makes_the_forecasts_its_plans_read_ahead(
-    tmp_path: Path, etcd_server: EtcdServer
+    tmp_path: Path, shared_etcd: EtcdServer
 ) -> None:
     """A follower serves plans from its own copy of the ads: it makes their forecasts and
     row templates ahead, as the leader's passes do, so that a plan asked of it finds them
@@ -386,7 +386,7 @@ def test_a_follower_makes_the_forecasts_its_plans_read_ahead(
         )
         machine.claim(now, resources=Resources(cpus=1), spec=JobSpec())
         ads.append(machine.ad(now))
-    with masters_on(tmp_path / "masters", etcd_server, count=2, **JIT) as masters:
+    with masters_on(tmp_path / "masters", shared_etcd, count=2, **JIT) as masters:
         leader = masters.leader()
         follower = masters.followers()[0]
         for master in masters.all:

@@ -25,7 +25,7 @@ import pytest
 
 from tests.etcd import EtcdServer, have_etcd
 from tests.ha import Masters, masters_on
-from tests.harness import MasterProcess, wait_for
+from tests.harness import TLS_CONTEXT, MasterProcess, wait_for
 from tests.integration.test_master import window
 
 pytestmark = pytest.mark.integration
@@ -45,9 +45,11 @@ def masters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Masters]:
 
 
 def _range(masters: Masters, **fields: Any) -> dict[str, Any]:
-    key = f"/pool-{masters.root.name}/master/docs/maintenance".encode()
+    key = f"{masters.prefix}master/docs/maintenance".encode()
     body = {"key": base64.b64encode(key).decode(), **fields}
-    reply: dict[str, Any] = httpx.post(f"{masters.etcd.url}/v3/kv/range", json=body).json()
+    reply: dict[str, Any] = httpx.post(
+        f"{masters.etcd.url}/v3/kv/range", json=body, verify=TLS_CONTEXT
+    ).json()
     return reply
 
 

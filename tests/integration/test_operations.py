@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from slots import Machine, MachinePolicy, Resources
-from tests.harness import AgentProcess, MasterProcess, wait_for
+from tests.harness import AgentProcess, MasterProcess, start_together, wait_for
 
 RACKS = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2", "n5": "r3", "n6": "r3"}
 
@@ -96,6 +96,7 @@ class Site:
             flag.unlink(missing_ok=True)
 
     def start_agents(self, stack: contextlib.ExitStack) -> None:
+        """Start every node's agent at once (the harness ends them by pid)."""
         for name, rack in self.racks.items():
             self.healthy(name)
             extra = (
@@ -105,8 +106,10 @@ class Site:
                 f'timeout = "5s"\ninterval = 0.3\npasses = 1\n{self.agent_extra}'
             )
             settings = self.master.agent_settings(self.tmp / name, node=name, update_interval=0.5)
-            agent = AgentProcess(self.tmp / name, hostname=name, master=settings, extra=extra)
-            self.agents[name] = stack.enter_context(agent)
+            self.agents[name] = AgentProcess(
+                self.tmp / name, hostname=name, master=settings, extra=extra
+            )
+        start_together(stack, list(self.agents.values()))
 
     def lines(self, kind: str) -> list[list[str]]:
         if not self.record.exists():

@@ -100,6 +100,21 @@ def masters(tmp_path: Path) -> Iterator[tuple[MasterProcess, MasterProcess]]:
         yield first, second
 
 
+@pytest.fixture(scope="module")
+def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
+    root = tmp_path_factory.mktemp("shared") / "master"
+    with MasterProcess(root, settings={"reconcile_interval": 0.2}) as m:
+        yield m
+
+
+@pytest.fixture
+def leader(shared_master: MasterProcess) -> MasterProcess:
+    """The master the command line's redirects lead to (the followers are stand-ins):
+    the module's, emptied before each test."""
+    shared_master.make_empty()
+    return shared_master
+
+
 def agent_settings(
     masters: tuple[MasterProcess, ...], root: Path, node: str = "node1.test"
 ) -> dict[str, Any]:
@@ -197,9 +212,8 @@ def _schedule(master: MasterProcess) -> Any:
 
 
 def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
-    masters: tuple[MasterProcess, MasterProcess], tmp_path: Path
+    leader: MasterProcess, tmp_path: Path
 ) -> None:
-    leader, _ = masters
     token = tmp_path / "admin.token"
     token.write_text(leader.token("ADMINISTRATOR", subject="operator"))
     file = tmp_path / "window.json"
@@ -233,10 +247,9 @@ def test_the_command_line_pointed_at_a_follower_writes_through_the_leader(
 
 
 def test_from_the_unix_socket_the_command_line_follows_no_redirect(
-    masters: tuple[MasterProcess, MasterProcess], tmp_path: Path
+    leader: MasterProcess, tmp_path: Path
 ) -> None:
     """The socket names no TCP master: the leader is reached with --host, listing it."""
-    leader, _ = masters
     socket_path = tmp_path / "follower.sock"
     token = tmp_path / "admin.token"
     token.write_text(leader.token("ADMINISTRATOR"))
@@ -258,9 +271,8 @@ def test_from_the_unix_socket_the_command_line_follows_no_redirect(
 
 
 def test_more_than_three_redirects_in_a_row_are_not_followed(
-    masters: tuple[MasterProcess, MasterProcess], tmp_path: Path
+    leader: MasterProcess, tmp_path: Path
 ) -> None:
-    leader, _ = masters
     token = tmp_path / "admin.token"
     token.write_text(leader.token("ADMINISTRATOR"))
     with (
@@ -283,11 +295,10 @@ def test_more_than_three_redirects_in_a_row_are_not_followed(
 
 
 def test_a_redirect_from_tls_to_plain_http_is_not_followed_with_a_token(
-    masters: tuple[MasterProcess, MasterProcess], tmp_path: Path
+    leader: MasterProcess, tmp_path: Path
 ) -> None:
     import ssl
 
-    leader, _ = masters
     cert, key = self_signed_or_skip(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
