@@ -74,13 +74,6 @@ B = {"hostname": "b.test", "ip": "10.0.0.2"}
 FAR = 2_000_000_000.0  # 2033
 
 
-@pytest.fixture(scope="module")
-def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
-    root = tmp_path_factory.mktemp("shared") / "master"
-    with MasterProcess(root, settings={"reconcile_interval": 0.2}) as m:
-        yield m
-
-
 @pytest.fixture
 def master(shared_master: MasterProcess) -> MasterProcess:
     """The module's master, empty when the test begins: nothing scheduled, no machine

@@ -39,13 +39,6 @@ def master(tmp_path: Path) -> Iterator[MasterProcess]:
         yield m
 
 
-@pytest.fixture(scope="module")
-def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
-    root = tmp_path_factory.mktemp("shared") / "master"
-    with MasterProcess(root, settings={"reconcile_interval": 0.2}) as m:
-        yield m
-
-
 @pytest.fixture
 def empty_master(shared_master: MasterProcess) -> MasterProcess:
     """The module's master with nothing scheduled and no machine down, for the tests of

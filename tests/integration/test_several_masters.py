@@ -100,13 +100,6 @@ def masters(tmp_path: Path) -> Iterator[tuple[MasterProcess, MasterProcess]]:
         yield first, second
 
 
-@pytest.fixture(scope="module")
-def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
-    root = tmp_path_factory.mktemp("shared") / "master"
-    with MasterProcess(root, settings={"reconcile_interval": 0.2}) as m:
-        yield m
-
-
 @pytest.fixture
 def leader(shared_master: MasterProcess) -> MasterProcess:
     """The master the command line's redirects lead to (the followers are stand-ins):
