@@ -859,23 +859,17 @@ class PlanSelect:
             given=bool(windows or machines or after is not None),
         )
 
-    def check_known(self, machines: Sequence[ScheduledMachine]) -> None:
+    def check_known(
+        self, starts: AbstractSet[float], seconds: AbstractSet[int], known: AbstractSet[str]
+    ) -> None:
         """Raise :class:`PlanQueryError` (422) for a ``window`` that selects no scheduled
         machine's window (``plan.unknown_window``: the starts there are, or the unit a
         number in milliseconds, microseconds or nanoseconds was meant in, with the start
         as the filter takes it) or a ``machine`` that is no scheduled machine's hostname
         or IP (``plan.unknown_machine``, with the hostnames a short name may have meant):
-        a mistyped filter is said, not answered with an empty plan."""
-        starts = {m.window_start for m in machines}
-        names = {m.id.hostname for m in machines} | {m.id.ip for m in machines}
-        known = {name for name in names if name is not None}
-        self.check_in(starts, {math.floor(s) for s in starts}, known)
-
-    def check_in(
-        self, starts: AbstractSet[float], seconds: AbstractSet[int], known: AbstractSet[str]
-    ) -> None:
-        """:meth:`check_known` of machines whose windows start at ``starts`` (within
-        ``seconds``) and whose hostnames and IPs are ``known``."""
+        a mistyped filter is said, not answered with an empty plan. The scheduled
+        windows start at ``starts`` (within ``seconds``); ``known`` are the machines'
+        hostnames and IPs."""
         if self.windows is not None:
             unknown = (self.exact - starts) | {float(s) for s in self.seconds - seconds}
             for start in sorted(unknown):
@@ -979,7 +973,7 @@ class _Catalog:
     def select(self, select: PlanSelect) -> list[int]:
         """The places of the machines ``select`` takes, in schedule order. Raises
         :class:`PlanQueryError` as :meth:`PlanSelect.check_known` does."""
-        select.check_in(self.starts, self.by_second.keys(), self.by_name.keys())
+        select.check_known(self.starts, self.by_second.keys(), self.by_name.keys())
         found: set[int] | None = None
         if select.windows is not None:
             seconds = select.seconds | {math.floor(start) for start in select.exact}
