@@ -266,7 +266,9 @@ def test_webhook_down_then_up_gets_every_event_in_order_across_a_sigkill(tmp_pat
     receiver = None
     try:
         with master:
-            first = kept(master)[-1]["id"]  # leader.elected: written before the webhook
+            # leader.elected: written before the webhook (within the flush delay of the start)
+            wait_for(lambda: kept(master) != [])
+            first = kept(master)[-1]["id"]
             for n in range(3):
                 hosts = [f"a{n}.test"]
                 assert (
