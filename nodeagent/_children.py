@@ -11,9 +11,8 @@ __all__ = ["end_worker"]
 async def end_worker(process: trio.Process, *, kill: bool, exit_within: float) -> None:
     """Make a worker that exits at the end of its stdin exit (at once with ``kill``) and
     reap it: its stdin closed, then ``exit_within`` seconds to exit before it is killed, then
-    its stdout closed. Cannot be cancelled."""
+    its stdout closed (when it has a pipe). Cannot be cancelled."""
     assert process.stdin is not None
-    assert process.stdout is not None
     with trio.CancelScope(shield=True):
         if kill:
             process.kill()
@@ -23,4 +22,5 @@ async def end_worker(process: trio.Process, *, kill: bool, exit_within: float) -
         if process.returncode is None:
             process.kill()
             await process.wait()
-        await process.stdout.aclose()
+        if process.stdout is not None:
+            await process.stdout.aclose()

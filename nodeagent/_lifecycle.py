@@ -72,7 +72,7 @@ from nodeagent import _sdnotify
 from nodeagent._audit import AuditLog
 from nodeagent._auth import KeyFileError, generate_key, load_key
 from nodeagent._serving._http import trusted
-from nodeagent._serving._http11 import READ_TIMEOUT, serve_http
+from nodeagent._serving._http11 import READ_TIMEOUT, ListenerShare, serve_http
 from nodeagent._serving._hypercorn import (
     SHUTDOWN_GRACE,
     free_stale_socket,
@@ -209,7 +209,9 @@ class DaemonSpec:
     requests. ``finish_requests``: at shutdown, requests in flight get
     :data:`~nodeagent._serving._hypercorn.SHUTDOWN_GRACE` to be answered; otherwise they are cut at
     once (right for a daemon that saves its state before every reply). ``read_timeout``:
-    every listener closes a connection whose request stalls this many seconds.
+    every listener closes a connection whose request stalls this many seconds. ``share``:
+    the h11 server's TCP listeners are shared with worker processes
+    (:class:`~nodeagent._serving._http11.ListenerShare`).
     """
 
     name: str
@@ -226,6 +228,7 @@ class DaemonSpec:
     tcp_server: Literal["hypercorn", "h11"] = "hypercorn"
     finish_requests: bool = False
     read_timeout: float = READ_TIMEOUT
+    share: ListenerShare | None = None
 
 
 def tls_files(cert: Path | None, key: Path | None) -> tuple[Path, Path] | None:
@@ -525,7 +528,9 @@ async def _serve(
                 )
                 binds = list(spec.listen)
                 if spec.tcp_server == "h11":
-                    tcp = await serve_http(servers, app, binds, tls=spec.tls, read_timeout=wait)
+                    tcp = await serve_http(
+                        servers, app, binds, tls=spec.tls, read_timeout=wait, share=spec.share
+                    )
                 else:
                     tcp = await serve(
                         servers, app, binds, shutdown=stop.wait, tls=spec.tls, read_timeout=wait

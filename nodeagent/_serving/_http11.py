@@ -13,6 +13,15 @@ app can refuse a request from its headers before reading any); what the app leav
 is read and dropped after its reply, up to :data:`~nodeagent._serving._gate.DISCARD_LIMIT`
 bytes, then the connection is closed. Lifespan events are not sent: the apps served here
 have none.
+
+Listeners shared with worker processes (:class:`ListenerShare`): the workers accept on the
+same TCP sockets and answer the requests they are made for; a connection whose request is
+another's they relay, bytes as they come, to this server's relay socket (a Unix socket of
+the daemon's own, mode 0600). A relayed connection begins with one line, ``NODEAGENT-RELAY
+<scheme> <client host> <client port> <server host> <server port>``, then the request as the
+client sent it (its head written again from what was parsed); it is served as a TCP
+request of that client (the same checks, no trust of the Unix socket). While a worker
+accepts, the server itself does not; while none does, it accepts every connection.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import os
 import socket
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -36,7 +46,7 @@ from starlette.types import ASGIApp, Message
 from nodeagent import _settings
 from nodeagent._serving._gate import DISCARD_LIMIT
 
-__all__ = ["HttpServer", "serve_http"]
+__all__ = ["RELAY_PREAMBLE", "HttpServer", "ListenerShare", "serve_http"]
 
 http_log = logging.getLogger("nodeagent.http")
 
@@ -56,6 +66,9 @@ _READ_SIZE = 64 * 1024
 #: listener waits a little and tries again (as ``trio.serve_listeners`` does).
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_S = 0.1
+#: The first line of a relayed connection: the scheme, client and server it came with.
+RELAY_PREAMBLE = b"NODEAGENT-RELAY"
+_PREAMBLE_MAX = 512
 #: Connections accepted in a row before the listener lets the other tasks run.
 _ACCEPT_BATCH = 64
 #: Reads and writes of a plain TCP connection done at once in a row (:class:`_TcpStream`)
@@ -89,6 +102,60 @@ def _listening_socket(bind: str) -> socket.socket:
     return sock
 
 
+def _relay_socket(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale one replaced), mode 0600."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, 0o600)
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class ListenerShare:
+    """The TCP listeners of a server, shared with worker processes that accept on them too.
+
+    :func:`serve_http` fills in ``sockets`` and ``tls``, and listens at ``relay`` for the
+    connections the workers relay (module docstring). A worker process counts as taking
+    connections inside :meth:`taking`; the server accepts only while none does.
+    """
+
+    def __init__(self, relay: Path) -> None:
+        self.relay = relay
+        self.sockets: list[socket.socket] = []
+        self.tls: tuple[Path, Path] | None = None
+        self._takers = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @property
+    def takers(self) -> int:
+        """The worker processes taking connections now."""
+        return self._takers
+
+    @contextlib.contextmanager
+    def taking(self) -> Iterator[None]:
+        """A worker takes connections for the duration."""
+        self._takers += 1
+        if self._takers == 1:
+            self._idle = trio.Event()
+        try:
+            yield
+        finally:
+            self._takers -= 1
+            if not self._takers:
+                self._idle.set()
+
+    async def none_taking(self) -> None:
+        """Return once no worker takes connections."""
+        await self._idle.wait()
+
+
 def _url(scheme: str, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return (
@@ -106,12 +173,15 @@ async def serve_http(
     tls: tuple[Path, Path] | None = None,
     max_body: int = MAX_BODY,
     read_timeout: float = READ_TIMEOUT,
+    share: ListenerShare | None = None,
 ) -> list[str]:
     """Start serving ``app`` on the TCP ``binds`` in ``nursery``; returns the bound URLs.
 
     ``tls`` is (certificate, key); a larger body than ``max_body`` bytes is refused (413);
-    a request that stalls ``read_timeout`` seconds closes its connection. Serving ends
-    when ``nursery`` is cancelled.
+    a request that stalls ``read_timeout`` seconds closes its connection. ``share``: the
+    listeners are shared with worker processes (:class:`ListenerShare`), and the
+    connections they relay are served from its relay socket. Serving ends when ``nursery``
+    is cancelled.
     """
     context = None if tls is None else _ssl_context(*tls)
     scheme = "http" if context is None else "https"
@@ -125,9 +195,19 @@ async def serve_http(
         raise
     urls = [_url(scheme, sock) for sock in sockets]
     server = HttpServer(app, context=context, max_body=max_body, read_timeout=read_timeout)
+    if share is not None:
+        try:
+            relay = _relay_socket(share.relay)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        share.sockets, share.tls = sockets, tls
+        relay.setblocking(False)
+        nursery.start_soon(server.accept_relayed, relay)
     for sock in sockets:
         sock.setblocking(False)
-        nursery.start_soon(server.accept, sock)
+        nursery.start_soon(server.accept, sock, share)
     return urls
 
 
@@ -209,6 +289,8 @@ class _Date:
 class HttpServer:
     """HTTP/1.1 with keep-alive for an ASGI app (``http`` scope only, no lifespan).
 
+    ``relay_to``, in a worker process of a :class:`ListenerShare`: a connection whose
+    request ``relayed`` says is not this app's is relayed there for the rest of its life.
     One request at a time per connection. The app reads the request body through
     ``receive`` as it goes (each read within ``read_timeout``; a stalled or vanished
     client, or a body past ``max_body``, is ``http.disconnect`` and closes the
@@ -226,7 +308,11 @@ class HttpServer:
         context: ssl.SSLContext | None = None,
         max_body: int = MAX_BODY,
         read_timeout: float = READ_TIMEOUT,
+        relay_to: Path | None = None,
+        relayed: Callable[[h11.Request], bool] | None = None,
     ) -> None:
+        self.relay_to = relay_to
+        self.relayed = relayed
         self.max_body = max_body
         self.read_timeout = read_timeout
         self.app = app
@@ -234,17 +320,35 @@ class HttpServer:
         self.scheme = "http" if context is None else "https"
         self._date = _Date()
 
-    async def accept(self, listening: socket.socket) -> None:
+    async def accept(self, listening: socket.socket, share: ListenerShare | None = None) -> None:
         """Accept connections on the non-blocking ``listening`` socket, each served by
-        :meth:`handle` in a task of its own, until cancelled (the socket is then closed).
+        :meth:`handle` in a task of its own, until cancelled (the socket is then closed);
+        while a worker of ``share`` takes them, it waits.
 
         Out of descriptors or memory (EMFILE, ENFILE, ENOMEM, ENOBUFS), it logs the error
         and tries again after 0.1 s; any other error of accept(2) ends it (raised).
         """
+        await self._accept(listening, share, self.handle)
+
+    async def accept_relayed(self, listening: socket.socket) -> None:
+        """:meth:`accept` for the relay socket: each connection served by
+        :meth:`handle_relayed`."""
+        await self._accept(listening, None, self.handle_relayed)
+
+    async def _accept(
+        self,
+        listening: socket.socket,
+        share: ListenerShare | None,
+        handle: Callable[[socket.socket, Any], Awaitable[None]],
+    ) -> None:
         with listening:
             async with trio.open_nursery() as connections:
                 accepted = 0
                 while True:
+                    if share is not None and share.takers:
+                        accepted = 0
+                        await share.none_taking()
+                        continue
                     try:
                         sock, peer = listening.accept()
                     except BlockingIOError:
@@ -262,7 +366,7 @@ class HttpServer:
                         )
                         await trio.sleep(_ACCEPT_RETRY_S)
                         continue
-                    connections.start_soon(self.handle, sock, peer)
+                    connections.start_soon(handle, sock, peer)
                     accepted += 1
                     if accepted >= _ACCEPT_BATCH:
                         accepted = 0
@@ -286,7 +390,7 @@ class HttpServer:
                 stream, self.context, server_side=True, https_compatible=True
             )
         try:
-            await self._serve(transport, client, server)
+            await self._serve(transport, client, server, self.scheme)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (or failed the TLS handshake)
         except Exception:
@@ -297,10 +401,48 @@ class HttpServer:
             else:
                 await trio.aclose_forcefully(transport)
 
+    async def handle_relayed(self, sock: socket.socket, _peer: Any) -> None:
+        """Serve one connection a worker relayed (``sock``, on the relay socket): its first
+        line says whose it is (module docstring); never raises."""
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        transport = _TcpStream(stream, sock)
+        try:
+            with trio.move_on_after(self.read_timeout):
+                head = b""
+                while b"\r\n" not in head and len(head) <= _PREAMBLE_MAX:
+                    data = await transport.receive_some(_READ_SIZE)
+                    if not data:
+                        return
+                    head += data
+            line, ended, rest = head.partition(b"\r\n")
+            words = line.decode("ascii", "replace").split(" ")
+            if not ended or len(words) != 6 or words[0] != RELAY_PREAMBLE.decode("ascii"):
+                http_log.warning("a relayed connection without its first line: closed")
+                return
+            scheme, client_host, client_port, server_host, server_port = words[1:]
+            client, server = (client_host, int(client_port)), (server_host, int(server_port))
+            await self._serve(transport, client, server, scheme, initial=rest)
+        except ValueError:
+            http_log.warning("a relayed connection with a bad first line: closed")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except Exception:
+            http_log.exception("a relayed connection failed")
+        finally:
+            stream.socket.close()
+
     async def _serve(
-        self, stream: trio.abc.Stream, client: tuple[str, int], server: tuple[str, int]
+        self,
+        stream: trio.abc.Stream,
+        client: tuple[str, int],
+        server: tuple[str, int],
+        scheme: str,
+        *,
+        initial: bytes = b"",
     ) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADERS)
+        if initial:
+            conn.receive_data(initial)
         while True:
             try:
                 request = await self._head(conn, stream)
@@ -313,7 +455,12 @@ class HttpServer:
                 return
             if request is None:
                 return
-            if not await self._respond(conn, stream, request, client=client, server=server):
+            if self.relay_to is not None and self.relayed is not None and self.relayed(request):
+                await self._relay(conn, stream, request, client, server)
+                return
+            if not await self._respond(
+                conn, stream, request, client=client, server=server, scheme=scheme
+            ):
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
@@ -324,6 +471,61 @@ class HttpServer:
             # The other connections' turn before this one's next request (its read may be
             # done at once: a client quick to send again would be served over and over).
             await trio.lowlevel.checkpoint()
+
+    async def _relay(
+        self,
+        conn: h11.Connection,
+        stream: trio.abc.Stream,
+        request: h11.Request,
+        client: tuple[str, int],
+        server: tuple[str, int],
+    ) -> None:
+        """Relay the connection, from ``request`` on, to ``relay_to`` until either side
+        ends it (503 when nothing listens there)."""
+        relay_to = self.relay_to
+        assert relay_to is not None
+        try:
+            peer = await trio.open_unix_socket(str(relay_to))
+        except OSError as exc:
+            http_log.warning("cannot relay a request to %s: %s", relay_to, exc)
+            await self._refuse(conn, stream, 503)
+            return
+        version = request.http_version
+        head = [
+            b"%s %s %s %d %s %d\r\n"
+            % (
+                RELAY_PREAMBLE,
+                self.scheme.encode("ascii"),
+                client[0].encode("ascii"),
+                client[1],
+                server[0].encode("ascii"),
+                server[1],
+            ),
+            b"%s %s HTTP/%s\r\n" % (request.method, request.target, version),
+            *(b"%s: %s\r\n" % item for item in request.headers.raw_items()),
+            b"\r\n",
+            conn.trailing_data[0],
+        ]
+        async with peer:
+            try:
+                await peer.send_all(b"".join(head))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            async with trio.open_nursery() as nursery:
+
+                async def up() -> None:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        while data := await stream.receive_some(_READ_SIZE):
+                            await peer.send_all(data)
+                        await peer.send_eof()
+                        return
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(up)
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    while data := await peer.receive_some(_READ_SIZE):
+                        await stream.send_all(data)
+                nursery.cancel_scope.cancel()
 
     async def _event(self, conn: h11.Connection, stream: trio.abc.Stream, wait: float) -> Any:
         """The next h11 event; ``None`` when no data came within ``wait`` seconds."""
@@ -383,6 +585,7 @@ class HttpServer:
         *,
         client: tuple[str, int],
         server: tuple[str, int],
+        scheme: str,
     ) -> bool:
         """Run the app for one request; returns whether the connection may be reused."""
         raw_path, _, query = request.target.partition(b"?")
@@ -396,7 +599,7 @@ class HttpServer:
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": request.http_version.decode("ascii"),
             "method": request.method.decode("ascii"),
-            "scheme": self.scheme,
+            "scheme": scheme,
             "path": path,
             "raw_path": raw_path,
             "query_string": query,

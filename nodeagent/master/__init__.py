@@ -2,6 +2,8 @@
 
 Its modules, one line each (the pure ones are free of trio and sockets):
 
+* :mod:`._ad_pushes`: an ad push taken from its head (the token checked, the body read) and
+  the verified tokens remembered; the same in the master and its ingest workers.
 * :mod:`._adstore`: the nodes' ads, soft state refreshed by the agents' pushes (pure).
 * :mod:`._api`: the HTTP API: ads, the Mesos-compatible maintenance endpoints, the plan.
 * :mod:`._collector`: the garbage collector's full collections walk what is new (gc.freeze).
@@ -14,8 +16,10 @@ Its modules, one line each (the pure ones are free of trio and sockets):
 * :mod:`._events`: the events: one event, the log of the last ones, filters, wire (pure).
 * :mod:`._fleet`: what the fleet's metrics count: late machines, escalations, node states (pure).
 * :mod:`._ingest`: an ad push parsed, checked and packed for the store; the worker frames (pure).
-* :mod:`._ingest_worker`: the ingest worker process: prepares pushes on a core of its own.
-* :mod:`._ingest_workers`: the ingest workers kept running; a push sent to one (trio).
+* :mod:`._ingest_worker`: the ingest worker process: takes the pushes that reach it on the
+  master's TCP listeners (HTTP, token, body made ready) and relays every other request.
+* :mod:`._ingest_workers`: the ingest workers kept running; their pushes stored and answered
+  (trio).
 * :mod:`._leader`: which master leads, and what a follower does with a write.
 * :mod:`._maintenance`: the Mesos maintenance schedule and machine modes (pure).
 * :mod:`._master`: the master on trio: the drains it drives from the plan.

@@ -17,8 +17,9 @@ evaluated against; past the budget the query is refused (422 ``expression.too_co
 Ad pushes are the master's hot path: :func:`with_ad_fast_path` answers ``POST /v1/ads``
 in front of the FastAPI app, with the same function (:func:`push_ad`) as the app's own
 route, so that the behaviour is one and the cost per ad is that of the work itself. With
-ingest workers (``ingest_workers``) the body is parsed, checked and packed in one of them
-(:func:`push_ad_prepared_by`), the same reply either way.
+ingest workers (``ingest_workers``) the pushes that reach the workers are taken there (the
+HTTP, the token, the body made ready) and the master stores them and answers
+(:func:`push_answer`), the same reply either way.
 
 Every request is checked from its headers before its body is read: the fast path checks
 the DAEMON token first; the app sits behind the gate (:class:`nodeagent._serving._gate.Gate`:
@@ -35,7 +36,6 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -55,24 +55,29 @@ from nodeagent._auth import (
     Principal,
     Scope,
     Unauthenticated,
-    principal_from_authorization,
     require,
 )
 from nodeagent._expressions._evaluator import Evaluator
 from nodeagent._peer import AgentCallFailed
-from nodeagent._serving._gate import Audited, Gate, Rule, has_body, refuse
+from nodeagent._serving._gate import Audited, Gate, Rule
 from nodeagent._serving._http import (
-    BodyTooLarge,
     auth_error_response,
     error_body,
-    read_body,
     request_peer,
 )
 from nodeagent._store import OutcomeUnknown, StoreError, unwritten
+from nodeagent.master._ad_pushes import AD_BODY_LIMIT, Principals, TakenPush, take_push
 from nodeagent.master._adstore import NodeAd, project
 from nodeagent.master._event_stream import events_endpoint
-from nodeagent.master._ingest import Prepared, Refused, json_bytes, prepare_push
-from nodeagent.master._ingest_workers import IngestWorkers
+from nodeagent.master._ingest import (
+    AdReply,
+    Prepared,
+    Push,
+    Refused,
+    WorkerRefusal,
+    json_bytes,
+    prepare_push,
+)
 from nodeagent.master._leader import LeaderView, NotLeader
 from nodeagent.master._maintenance import (
     MachineId,
@@ -106,7 +111,7 @@ __all__ = [
     "plan_body",
     "plan_lines",
     "push_ad",
-    "push_ad_prepared_by",
+    "push_answer",
     "push_reply_bytes",
     "with_ad_fast_path",
     "with_event_stream",
@@ -119,8 +124,6 @@ _UNIX = "nodeagent.unix"
 #: The largest body of an endpoint without a cap of its own (1 MiB): an SLA policy, a
 #: query's needs are a few hundred bytes.
 BODY_LIMIT = 1 << 20
-#: The largest ad push (4 MiB): an agent's ad is ~13 kB, a node with 128 claims ~200 KiB.
-AD_BODY_LIMIT = 4 << 20
 #: The largest schedule, machine list or operation (16 MiB): a schedule of 10,000
 #: machines is ~1.4 MB of JSON, a list of 10,000 machines or hosts less.
 LARGE_BODY_LIMIT = 16 << 20
@@ -368,73 +371,6 @@ def plan_lines(
     return lines()
 
 
-class Principals:
-    """Who makes a request: ADMINISTRATOR on the Unix socket, else the bearer token's holder.
-
-    Verified tokens are remembered by the exact ``Authorization`` value (every agent
-    sends the same token with each push, and checking a signature costs as much as
-    storing the ad). What a token says cannot change, so a remembered one is only checked
-    again against the clock: it is used while it has not expired and the clock has not
-    gone back past the moment it was verified (so its ``iat`` check still holds); otherwise
-    it is verified again, which refuses it with the usual message. A token is remembered
-    only once verified, so those remembered are valid tokens in use (≈ 0.7 KB each); at
-    ``limit`` they are all forgotten at once. The key is the one the master started with:
-    a new key is a restart, which forgets them all.
-    """
-
-    #: A token for each node of a pool of 100,000 and their renewals. Each node pushes once
-    #: a minute: with fewer tokens than nodes remembered, a pool that goes through its
-    #: nodes in turn would find none of them remembered (≈ 40 µs an ad to verify).
-    LIMIT = 262_144
-
-    def __init__(self, master: Master, key: bytes | None, *, limit: int = LIMIT) -> None:
-        self._master = master
-        self._key = key
-        self._limit = limit
-        self._verified: dict[str, tuple[Principal, float]] = {}
-        #: Tokens verified, not answered from those remembered.
-        self.verifications = 0
-
-    def __call__(self, authorization: str | None, *, unix: bool) -> Principal:
-        if unix:
-            return Principal(subject="local", scope=Scope.ADMINISTRATOR, via="unix")
-        if self._key is None:
-            raise Unauthenticated("this listener accepts no tokens (no pool key)")
-        now = self._master.clock.now()
-        if authorization is not None:
-            known = self._verified.get(authorization)
-            if known is not None:
-                who, verified_at = known
-                if verified_at <= now and who.expires_at is not None and now < who.expires_at:
-                    return who
-                del self._verified[authorization]
-        self.verifications += 1
-        who = principal_from_authorization(authorization, self._key, now)
-        if authorization is not None:
-            if len(self._verified) >= self._limit:
-                self._verified.clear()
-            self._verified[authorization] = (who, now)
-        return who
-
-
-@dataclass(frozen=True, slots=True)
-class AdReply:
-    """The answer to an ad push: a status and a JSON body (``application/json``)."""
-
-    status: int
-    body: bytes
-    www_authenticate: bool = False
-
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        headers = [
-            (b"content-length", str(len(self.body)).encode("ascii")),
-            (b"content-type", b"application/json"),
-        ]
-        if self.www_authenticate:
-            headers.append((b"www-authenticate", b"Bearer"))
-        return headers
-
-
 def _refused(exc: AuthError) -> AdReply:
     return AdReply(
         exc.http_status,
@@ -484,7 +420,7 @@ def push_ad(
     that names none is refused (403 ``auth.pool_daemon_token``) unless
     ``Master.allow_pool_daemon_tokens``. A refused ad changes nothing. The body is made
     ready for the store here (:func:`~nodeagent.master._ingest.prepare_push`);
-    :func:`push_ad_prepared_by` has it made by an ingest worker.
+    :func:`push_answer` answers the pushes an ingest worker made ready.
     """
     who = _pusher(master, principals, authorization, unix=unix)
     if isinstance(who, AdReply):
@@ -492,78 +428,66 @@ def push_ad(
     return _pushed(master, prepare_push(body, who.node, after=master.ads.packed_slots))
 
 
-async def push_ad_prepared_by(
-    workers: IngestWorkers,
-    master: Master,
-    principals: Principals,
-    authorization: str | None,
-    body: bytes,
-    *,
-    unix: bool,
-) -> AdReply:
-    """:func:`push_ad`, the body made ready by one of the ingest ``workers`` (or here,
-    when none answers): the same reply."""
-    who = _pusher(master, principals, authorization, unix=unix)
-    if isinstance(who, AdReply):
-        return who
-    prepared = await workers.prepare(body, who.node)
-    if prepared is None:
-        prepared = prepare_push(body, who.node, after=master.ads.packed_slots)
-    return _pushed(master, prepared)
+def push_answer(
+    master: Master, key: bytes | None, metrics: MasterMetrics
+) -> Callable[[Push | WorkerRefusal], AdReply | None]:
+    """How the master answers the pushes its ingest workers took
+    (:class:`~nodeagent.master._ingest_workers.IngestWorkers`): each token checked again
+    (from those remembered, as :func:`push_ad` does), the push stored, the reply
+    returned, the request's latency observed (the worker's seconds and the master's); a
+    refusal the worker made from a push's head is only observed (``None``)."""
+    principals = Principals(master.clock.now, key)
+
+    def answer(push: Push | WorkerRefusal) -> AdReply | None:
+        if isinstance(push, WorkerRefusal):
+            metrics.observe_request_seconds("POST", "/v1/ads", push.seconds)
+            return None
+        started = time.perf_counter()
+        who = _pusher(master, principals, push.authorization, unix=False)
+        if isinstance(who, AdReply):
+            reply = who
+        elif push.prepared is None:
+            made = prepare_push(push.body, who.node, after=master.ads.packed_slots)
+            reply = _pushed(master, made)
+        else:
+            reply = _pushed(master, push.prepared)
+        seconds = push.seconds + time.perf_counter() - started
+        metrics.observe_request_seconds("POST", "/v1/ads", seconds)
+        return reply
+
+    return answer
 
 
 def with_ad_fast_path(
-    app: ASGIApp,
-    master: Master,
-    *,
-    key: bytes | None,
-    metrics: MasterMetrics,
-    workers: IngestWorkers | None = None,
+    app: ASGIApp, master: Master, *, key: bytes | None, metrics: MasterMetrics
 ) -> ASGIApp:
-    """``app`` with ``POST /v1/ads`` answered by :func:`push_ad` before it reaches ``app``
-    (by :func:`push_ad_prepared_by` with ingest ``workers``).
+    """``app`` with ``POST /v1/ads`` answered by :func:`push_ad` before it reaches ``app``.
 
-    The DAEMON token is checked from the headers before the body is read (then again by
-    :func:`push_ad`, from the verified tokens it remembers); the body is capped at
-    :data:`AD_BODY_LIMIT` (413 ``request.too_large``). Everything else goes to ``app``.
-    The request latency is observed as the app's middleware would (route ``/v1/ads``).
+    The DAEMON token is checked from the headers before the body is read
+    (:func:`~nodeagent.master._ad_pushes.take_push`; then again by :func:`push_ad`, from
+    the verified tokens it remembers); the body is capped at
+    :data:`~nodeagent.master._ad_pushes.AD_BODY_LIMIT` (413 ``request.too_large``).
+    Everything else goes to ``app``. The request latency is observed as the app's
+    middleware would (route ``/v1/ads``).
     """
-    principals = Principals(master, key)
+    principals = Principals(master.clock.now, key)
 
     async def fast_path(scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/v1/ads" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
         started = time.perf_counter()
-        authorization = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
-        unix = bool(scope.get(_UNIX))
-        try:  # from the headers, before a byte of the body is read
-            require(principals(authorization, unix=unix), Scope.DAEMON)
-            body = await read_body(scope, receive, AD_BODY_LIMIT)
-        except (AuthError, BodyTooLarge) as exc:
-            headers = [("WWW-Authenticate", "Bearer")] if isinstance(exc, Unauthenticated) else []
-            payload = _json_bytes(error_body(exc.code, str(exc)))
-            await refuse(
-                receive, send, exc.http_status, payload, headers=headers, unread=has_body(scope)
-            )
-            metrics.observe_request("POST", "/v1/ads", started)
+        taken = await take_push(scope, receive, send, principals)
+        if taken is None:  # the client went away
             return
-        if body is None:  # the client went away
-            return
-        if workers is None:
-            reply = push_ad(master, principals, authorization, body, unix=unix)
-        else:
-            reply = await push_ad_prepared_by(
-                workers, master, principals, authorization, body, unix=unix
+        if isinstance(taken, TakenPush):
+            reply = push_ad(
+                master, principals, taken.authorization, taken.body, unix=bool(scope.get(_UNIX))
             )
-        await send(
-            {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
-        )
-        await send({"type": "http.response.body", "body": reply.body})
+            await send(
+                {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
+            )
+            await send({"type": "http.response.body", "body": reply.body})
         metrics.observe_request("POST", "/v1/ads", started)
 
     return fast_path
@@ -575,7 +499,7 @@ def with_event_stream(
     """``app`` with ``GET /v1/events`` served before it reaches ``app``
     (:func:`~nodeagent.master._event_stream.events_endpoint`: READ, from the headers).
     The time to the start of the stream is observed as the app's middleware would."""
-    principals = Principals(master, key)
+    principals = Principals(master.clock.now, key)
     endpoint = events_endpoint(master.events, lambda auth, unix: principals(auth, unix=unix))
 
     async def events(scope: ASGIScope, receive: Receive, send: Send) -> None:
@@ -638,7 +562,7 @@ def build_master_app(
         redoc_url=None,
     )
 
-    principals = Principals(master, key)
+    principals = Principals(master.clock.now, key)
     leadership = LeaderView() if leader is None else leader
 
     def principal(request: Request) -> Principal:

@@ -47,14 +47,20 @@ from nodeagent._lifecycle import (
     tls_files,
 )
 from nodeagent._peer import AgentLink, HttpAgentLink
+from nodeagent._serving._http11 import ListenerShare
 from nodeagent._settings import ConfigChanges
 from nodeagent._store import Documents, DocumentStore, StoreError
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import build_master_app, with_ad_fast_path, with_event_stream
+from nodeagent.master._api import (
+    build_master_app,
+    push_answer,
+    with_ad_fast_path,
+    with_event_stream,
+)
 from nodeagent.master._collector import SurvivorFreezer
 from nodeagent.master._config import MasterConfig, load_master_config
 from nodeagent.master._event_stream import EventHub
-from nodeagent.master._ingest_workers import IngestWorkers
+from nodeagent.master._ingest_workers import IngestWorkers, relay_path
 from nodeagent.master._leader import LeaderView
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
@@ -133,6 +139,12 @@ class MasterDaemon(Program[MasterConfig, Documents]):
     _etcd_tasks: EtcdTasks | None = None
     #: The ingest worker processes (``ingest_workers``), once built.
     ingest: IngestWorkers | None = None
+    #: The TCP listeners shared with them (``ingest_workers``), once built.
+    share: ListenerShare | None = None
+
+    def __post_init__(self) -> None:
+        if self.config.ingest_workers:
+            self.share = ListenerShare(relay_path(self.config.runtime_dir))
 
     @property
     def socket(self) -> Path:
@@ -163,6 +175,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             tls=tls_files(config.tls_cert, config.tls_key),
             read_timeout=config.read_timeout,
             tcp_server="h11",
+            share=self.share,
         )
 
     def load_config(self) -> MasterConfig:
@@ -252,11 +265,17 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             leader=leader,
         )
         app = with_event_stream(app, master, key=opened.key, metrics=metrics)
-        workers = self.ingest = (
-            IngestWorkers(config.ingest_workers) if config.ingest_workers else None
-        )
-        metrics.show_ingest(workers)
-        return with_ad_fast_path(app, master, key=opened.key, metrics=metrics, workers=workers)
+        if config.ingest_workers:
+            assert self.share is not None
+            self.ingest = IngestWorkers(
+                config.ingest_workers,
+                share=self.share,
+                answer=push_answer(master, opened.key, metrics),
+                key=opened.key,
+                read_timeout=config.read_timeout,
+            )
+        metrics.show_ingest(self.ingest)
+        return with_ad_fast_path(app, master, key=opened.key, metrics=metrics)
 
     async def serving(self, services: trio.Nursery, listening: Listening) -> None:
         """The plan's totals kept for the summaries and scrapes (every master), the

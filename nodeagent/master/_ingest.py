@@ -10,16 +10,25 @@ all of it, in the master's process or in an ingest worker's
 made (:meth:`~nodeagent.master._adstore.AdStore.take`) and answers. Either way a push is
 answered byte for byte the same. Pure: no I/O, no clock, no trio.
 
-The frames: a 4-byte big-endian length, then the frame. A request is the request's number
-(4 bytes), the token's node (2 bytes of length, then UTF-8; empty for a token that names
-none) and the body as pushed. A reply is the request's number and a kind (1 byte):
+The frames between the master and a worker (:mod:`nodeagent.master._ingest_worker`, which
+takes the pushes' connections): a 4-byte big-endian length, then the frame, its first byte
+its kind. The worker writes:
 
-* ``NODE``: a node's ad ready for the store: three lengths (4 bytes each), then the JSON of
-  ``{"machine": {...}, "clocks": [...], "active": bool}`` and the packed slot ads' two
-  parts (:meth:`~nodeagent.master._adstore.PackedSlots.parts`);
-* ``REFUSED``: the status (2 bytes), then the reply's JSON body;
-* ``HERE``: made in the master instead (the ad of another daemon, stored as pushed; or
-  one the worker failed on, which the master then refuses or takes as it would alone).
+* ``READY`` once, when it accepts; ``ALIVE`` every second while its loop runs;
+* ``PUSH``: a push for the master to store and answer: the request's number (4 bytes), the
+  seconds it has taken so far (8 bytes, a double), the ``Authorization`` header (2 bytes of
+  length, then latin-1), then what :func:`encode_prepared` makes of the push made ready;
+* ``PUSH_BODY``: the same with the body as pushed, for the master to make ready itself (the
+  ad of another daemon, or one the worker failed on);
+* ``REFUSED``: a push the worker refused from its head (a token, a body too large): its
+  status (2 bytes) and seconds (8 bytes), for the master's request metrics.
+
+The master answers each push with ``ANSWER``: the request's number, the status (2 bytes),
+whether to add ``WWW-Authenticate: Bearer`` (1 byte), and the JSON body (:class:`AdReply`).
+A prepared push: a kind (1 byte), then for ``NODE`` a node's ad ready for the store (three
+lengths of 4 bytes, then the JSON of ``{"machine": {...}, "clocks": [...], "active": bool}``
+and the packed slot ads' two parts, :meth:`~nodeagent.master._adstore.PackedSlots.parts`),
+for ``REFUSED`` the status (2 bytes) and the reply's JSON body.
 """
 
 from __future__ import annotations
@@ -44,25 +53,37 @@ from nodeagent.master._adstore import (
 from slots import SlotsError
 
 __all__ = [
+    "ALIVE",
     "FRAME",
+    "READY",
+    "AdReply",
     "OtherAd",
     "Prepared",
+    "Push",
     "Refused",
-    "decode_reply",
-    "decode_request",
-    "encode_reply",
-    "encode_request",
+    "WorkerRefusal",
+    "decode_answer",
+    "decode_prepared",
+    "decode_worker_frame",
+    "encode_answer",
+    "encode_prepared",
+    "encode_push",
+    "encode_refusal",
     "json_bytes",
     "prepare_push",
+    "split_frames",
 ]
 
 #: A frame's header: its length, 4 bytes big-endian.
 FRAME = struct.Struct(">I")
-_REQUEST = struct.Struct(">IH")
-_REPLY = struct.Struct(">IB")
 _NODE = struct.Struct(">III")
 _STATUS = struct.Struct(">H")
-_NODE_KIND, _REFUSED_KIND, _HERE_KIND = 1, 2, 3
+_NODE_KIND, _REFUSED_KIND = 1, 2
+_PUSH = struct.Struct(">BIdH")
+_REFUSAL = struct.Struct(">BHd")
+_ANSWER = struct.Struct(">BIHB")
+_READY_KIND, _ALIVE_KIND, _PUSH_KIND, _PUSH_BODY_KIND, _WORKER_REFUSED_KIND = 1, 2, 3, 4, 5
+_ANSWER_KIND = 6
 
 
 def json_bytes(value: Any) -> bytes:
@@ -159,66 +180,47 @@ def prepare_push(
         return Refused.of(exc.http_status, exc.code, exc.message)
 
 
-def encode_request(number: int, node: str | None, body: bytes) -> bytes:
-    """The frame asking a worker to prepare ``body`` pushed with ``node``'s token."""
-    name = (node or "").encode("utf-8")
-    size = _REQUEST.size + len(name) + len(body)
-    return b"".join((FRAME.pack(size), _REQUEST.pack(number, len(name)), name, body))
-
-
-def decode_request(frame: bytes) -> tuple[int, str | None, bytes]:
-    """A request frame's number, node and body (the frame without its header)."""
-    number, length = _REQUEST.unpack_from(frame)
-    start = _REQUEST.size
-    name = frame[start : start + length].decode("utf-8")
-    return number, name or None, frame[start + length :]
-
-
-def encode_reply(number: int, prepared: Prepared | None) -> bytes:
-    """The frame answering request ``number``: ``prepared``, or ``None`` (and an ad of
-    another daemon) for one the master makes itself."""
-    if isinstance(prepared, NodeAd):
-        static, moving, _ = prepared.slots.parts()
-        document = orjson.dumps(
-            {"machine": prepared.machine, "clocks": prepared.clocks, "active": prepared.active}
-        )
-        parts: tuple[bytes, ...] = (
-            _REPLY.pack(number, _NODE_KIND),
+def encode_prepared(prepared: NodeAd | Refused) -> bytes:
+    """A push made ready, as a ``PUSH`` frame carries it (module docstring)."""
+    if isinstance(prepared, Refused):
+        return b"".join((bytes((_REFUSED_KIND,)), _STATUS.pack(prepared.status), prepared.body))
+    static, moving, _ = prepared.slots.parts()
+    document = orjson.dumps(
+        {"machine": prepared.machine, "clocks": prepared.clocks, "active": prepared.active}
+    )
+    return b"".join(
+        (
+            bytes((_NODE_KIND,)),
             _NODE.pack(len(document), len(static), len(moving)),
             document,
             static,
             moving,
         )
-    elif isinstance(prepared, Refused):
-        parts = (_REPLY.pack(number, _REFUSED_KIND), _STATUS.pack(prepared.status), prepared.body)
-    else:
-        parts = (_REPLY.pack(number, _HERE_KIND),)
-    return FRAME.pack(sum(map(len, parts))) + b"".join(parts)
+    )
 
 
-def decode_reply(frame: bytes | memoryview) -> tuple[int, Prepared | None]:
-    """A reply frame's request number and what it carries (``None``: make it here).
-    Raises :class:`ValueError` for a frame no worker writes."""
-    view = memoryview(frame)
-    number, kind = _REPLY.unpack_from(view)
-    rest = view[_REPLY.size :]
+def decode_prepared(data: bytes | memoryview) -> NodeAd | Refused:
+    """What :func:`encode_prepared` made; raises :class:`ValueError` for what it does not
+    make."""
+    view = memoryview(data)
+    if not view:
+        raise ValueError("a push with nothing made ready")
+    kind, rest = view[0], view[1:]
     if kind == _REFUSED_KIND:
         (status,) = _STATUS.unpack_from(rest)
-        return number, Refused(status, bytes(rest[_STATUS.size :]))
-    if kind == _HERE_KIND:
-        return number, None
+        return Refused(status, bytes(rest[_STATUS.size :]))
     if kind != _NODE_KIND:
-        raise ValueError(f"a reply of an unknown kind {kind}")
+        raise ValueError(f"a push made ready of an unknown kind {kind}")
     sizes = _NODE.unpack_from(rest)
     start = _NODE.size
     document_end = start + sizes[0]
     static_end = document_end + sizes[1]
     if static_end + sizes[2] != len(rest):
-        raise ValueError("a reply whose parts are not its length")
+        raise ValueError("a push made ready whose parts are not its length")
     try:
         document = orjson.loads(rest[start:document_end])
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"a node's ad in a reply that is not JSON: {exc}") from None
+        raise ValueError(f"a node's ad made ready that is not JSON: {exc}") from None
     if not isinstance(document, dict):
         document = {}
     machine, clocks, active = (document.get(k) for k in ("machine", "clocks", "active"))
@@ -228,8 +230,130 @@ def decode_reply(frame: bytes | memoryview) -> tuple[int, Prepared | None]:
         or not all(isinstance(c, dict) for c in clocks)
         or type(active) is not bool
     ):
-        raise ValueError("a node's ad in a reply not shaped as one")
+        raise ValueError("a node's ad made ready not shaped as one")
     slots = PackedSlots.of_parts(
         bytes(rest[document_end:static_end]), bytes(rest[static_end:]), len(clocks)
     )
-    return number, NodeAd(machine=machine, slots=slots, clocks=tuple(clocks), active=active)
+    return NodeAd(machine=machine, slots=slots, clocks=tuple(clocks), active=active)
+
+
+@dataclass(frozen=True, slots=True)
+class AdReply:
+    """The answer to an ad push: a status and a JSON body (``application/json``)."""
+
+    status: int
+    body: bytes
+    www_authenticate: bool = False
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [
+            (b"content-length", str(len(self.body)).encode("ascii")),
+            (b"content-type", b"application/json"),
+        ]
+        if self.www_authenticate:
+            headers.append((b"www-authenticate", b"Bearer"))
+        return headers
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """A push a worker took, for the master to store and answer: made ready
+    (``prepared``), or its ``body`` to make ready in the master."""
+
+    number: int
+    seconds: float
+    authorization: str | None
+    prepared: NodeAd | Refused | None = None
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRefusal:
+    """A push a worker refused from its head (status), after ``seconds``."""
+
+    status: int
+    seconds: float
+
+
+def _frame(*parts: bytes) -> bytes:
+    return FRAME.pack(sum(map(len, parts))) + b"".join(parts)
+
+
+#: The frames a worker writes once when it accepts, and every second while it runs.
+READY = _frame(bytes((_READY_KIND,)))
+ALIVE = _frame(bytes((_ALIVE_KIND,)))
+
+
+def encode_push(
+    number: int,
+    seconds: float,
+    authorization: str | None,
+    *,
+    prepared: NodeAd | Refused | None = None,
+    body: bytes = b"",
+) -> bytes:
+    """A ``PUSH`` frame (``prepared``), or a ``PUSH_BODY`` frame (``body``)."""
+    token = (authorization or "").encode("latin-1")
+    kind = _PUSH_BODY_KIND if prepared is None else _PUSH_KIND
+    payload = body if prepared is None else encode_prepared(prepared)
+    return _frame(_PUSH.pack(kind, number, seconds, len(token)), token, payload)
+
+
+def encode_refusal(status: int, seconds: float) -> bytes:
+    """A worker's ``REFUSED`` frame."""
+    return _frame(_REFUSAL.pack(_WORKER_REFUSED_KIND, status, seconds))
+
+
+def decode_worker_frame(frame: bytes | memoryview) -> Push | WorkerRefusal | bool:
+    """A worker's frame (without its header): a push, a refusal, ``True`` for ``READY``,
+    ``False`` for ``ALIVE``; raises :class:`ValueError` for a frame no worker writes."""
+    view = memoryview(frame)
+    if not view:
+        raise ValueError("an empty frame")
+    kind = view[0]
+    if kind in (_READY_KIND, _ALIVE_KIND) and len(view) == 1:
+        return kind == _READY_KIND
+    if kind == _WORKER_REFUSED_KIND and len(view) == _REFUSAL.size:
+        _, status, seconds = _REFUSAL.unpack_from(view)
+        return WorkerRefusal(status, seconds)
+    if kind not in (_PUSH_KIND, _PUSH_BODY_KIND) or len(view) < _PUSH.size:
+        raise ValueError(f"a frame of an unknown kind {kind}")
+    _, number, seconds, length = _PUSH.unpack_from(view)
+    start = _PUSH.size + length
+    if len(view) < start:
+        raise ValueError("a push whose token is cut short")
+    token = bytes(view[_PUSH.size : start]).decode("latin-1") or None
+    if kind == _PUSH_BODY_KIND:
+        return Push(number, seconds, token, body=bytes(view[start:]))
+    return Push(number, seconds, token, prepared=decode_prepared(view[start:]))
+
+
+def encode_answer(number: int, reply: AdReply) -> bytes:
+    """The master's ``ANSWER`` to push ``number``."""
+    head = _ANSWER.pack(_ANSWER_KIND, number, reply.status, reply.www_authenticate)
+    return _frame(head, reply.body)
+
+
+def decode_answer(frame: bytes | memoryview) -> tuple[int, AdReply]:
+    """An ``ANSWER`` frame's push number and reply; raises :class:`ValueError` for another."""
+    view = memoryview(frame)
+    if len(view) < _ANSWER.size or view[0] != _ANSWER_KIND:
+        raise ValueError("not an answer")
+    _, number, status, www = _ANSWER.unpack_from(view)
+    return number, AdReply(status, bytes(view[_ANSWER.size :]), www_authenticate=bool(www))
+
+
+def split_frames(buffer: bytearray) -> list[memoryview]:
+    """The whole frames at the start of ``buffer`` (without their headers), removed from
+    it; what follows them stays."""
+    frames: list[bytes] = []
+    at = 0
+    while len(buffer) - at >= FRAME.size:
+        (size,) = FRAME.unpack_from(buffer, at)
+        end = at + FRAME.size + size
+        if end > len(buffer):
+            break
+        frames.append(bytes(buffer[at + FRAME.size : end]))
+        at = end
+    del buffer[:at]
+    return [memoryview(frame) for frame in frames]

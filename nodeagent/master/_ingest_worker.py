@@ -1,64 +1,275 @@
-"""An ingest worker process: prepares the master's ad pushes (parse, checks, packing) on a
-core of its own.
+"""An ingest worker process: takes the ad pushes that reach it on the master's TCP listeners.
 
 ``python -m nodeagent.master._ingest_worker``, started by
-:class:`~nodeagent.master._ingest_workers.IngestWorkers`. It reads request frames on stdin
-and writes a reply frame for each on stdout, in order (:mod:`nodeagent.master._ingest`);
-its first frame says it is ready (a reply to request 0 that says ``HERE``). It holds no
-state of the master's and no credential: the master has checked the token from the
-request's headers, and stores and answers what comes back.
+:class:`~nodeagent.master._ingest_workers.IngestWorkers` with the master's TCP listening
+sockets, one end of a socket pair to the master (the link), and its settings as one JSON
+line on stdin (:class:`WorkerSettings`). It accepts connections on the listeners with the
+master's HTTP server (:mod:`nodeagent._serving._http11`), as the master does while no
+worker runs:
 
-It exits at the end of stdin, which is also what the master's death gives it. SIGINT is
-ignored (a terminal's ^C reaches the whole process group; the master ends its workers).
-Anything else that writes to stdout is sent to stderr, so that frames stay whole. A push
-it fails on (a bug, not a refused ad: those are replies) is answered ``HERE``, so that the
-master makes it itself, and logged.
+* a ``POST /v1/ads`` is checked from its head (the DAEMON token, verified with the pool
+  key against this host's clock; 401/403/413 answered here), its body read and made ready
+  for the store (:func:`~nodeagent.master._ingest.prepare_push`), and sent to the master on
+  the link, which checks the token again, stores the ad and answers; the worker writes the
+  answer;
+* any other request is relayed to the master with the rest of its connection (the relay
+  socket), which serves it as it serves its own TCP connections.
+
+It keeps nothing of the master's state. It writes ``READY`` on the link once it accepts and
+``ALIVE`` every second while its loop runs; it exits at the end of stdin (the master's stop
+or death) or of the link. SIGINT is ignored (a terminal's ^C is for the master, which ends
+its workers).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
+import socket
 import sys
-from typing import IO
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from nodeagent.master._ingest import FRAME, decode_request, encode_reply, prepare_push
+import h11
+import trio
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
-__all__ = ["main", "serve"]
+from nodeagent._serving._http11 import HttpServer, _ssl_context
+from nodeagent.master._ad_pushes import Principals, TakenPush, take_push
+from nodeagent.master._adstore import NodeAd
+from nodeagent.master._ingest import (
+    ALIVE,
+    READY,
+    AdReply,
+    Refused,
+    decode_answer,
+    encode_push,
+    encode_refusal,
+    prepare_push,
+    split_frames,
+)
+
+__all__ = ["WorkerSettings", "main", "serve"]
 
 log = logging.getLogger("nodeagent.master.ingest")
 
+#: Seconds between two ``ALIVE`` frames.
+ALIVE_EVERY = 1.0
+_READ_SIZE = 1 << 18
 
-def _read(stream: IO[bytes], size: int) -> bytes | None:
-    data = stream.read(size)
-    return data if len(data) == size else None
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """What a worker is started with: the listening sockets' and the link's descriptors,
+    the master's relay socket, the pool key (hex; ``None``: no token is accepted), the TLS
+    certificate and key, the read timeout."""
+
+    listeners: tuple[int, ...]
+    link: int
+    relay: str
+    key: str | None
+    tls: tuple[str, str] | None
+    read_timeout: float
+
+    def line(self) -> bytes:
+        """The settings as the JSON line the master writes."""
+        fields = {
+            "listeners": list(self.listeners),
+            "link": self.link,
+            "relay": self.relay,
+            "key": self.key,
+            "tls": None if self.tls is None else list(self.tls),
+            "read_timeout": self.read_timeout,
+        }
+        return json.dumps(fields).encode("utf-8") + b"\n"
+
+    @classmethod
+    def of_line(cls, line: bytes) -> WorkerSettings:
+        fields = json.loads(line)
+        tls = fields["tls"]
+        return cls(
+            listeners=tuple(int(fd) for fd in fields["listeners"]),
+            link=int(fields["link"]),
+            relay=str(fields["relay"]),
+            key=fields["key"],
+            tls=None if tls is None else (str(tls[0]), str(tls[1])),
+            read_timeout=float(fields["read_timeout"]),
+        )
 
 
-def serve(frames_in: IO[bytes], frames_out: IO[bytes]) -> None:
-    """Answer every request of ``frames_in`` on ``frames_out`` until its end."""
-    frames_out.write(encode_reply(0, None))
-    frames_out.flush()
-    while (header := _read(frames_in, FRAME.size)) is not None:
-        frame = _read(frames_in, FRAME.unpack(header)[0])
-        if frame is None:
-            return
-        number, node, body = decode_request(frame)
+class _LinkLost(Exception):
+    """The master's end of the link closed."""
+
+
+class _Link:
+    """The worker's end of the link: frames written in order by one task, answers handed to
+    the pushes waiting for them."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._out = bytearray()
+        self._ready_to_write = trio.Event()
+        self._waiting: dict[int, tuple[trio.Event, list[AdReply]]] = {}
+        self._number = 0
+        self.lost = False
+
+    def tell(self, frame: bytes) -> None:
+        """Write ``frame`` (in order, soon)."""
+        self._out += frame
+        self._ready_to_write.set()
+
+    async def push(
+        self, taken: TakenPush, seconds: float, prepared: NodeAd | Refused | None
+    ) -> AdReply:
+        """The master's answer to a push (``prepared``, else its body to make ready)."""
+        if self.lost:
+            raise _LinkLost
+        self._number = number = self._number % 0xFFFFFFFF + 1
+        done = trio.Event()
+        answer: list[AdReply] = []
+        self._waiting[number] = (done, answer)
+        if prepared is None:
+            self.tell(encode_push(number, seconds, taken.authorization, body=taken.body))
+        else:
+            self.tell(encode_push(number, seconds, taken.authorization, prepared=prepared))
         try:
-            reply = encode_reply(number, prepare_push(body, node))
+            await done.wait()
+        finally:
+            self._waiting.pop(number, None)
+        if not answer:
+            raise _LinkLost
+        return answer[0]
+
+    async def write(self) -> None:
+        """Write what :meth:`tell` was given, until the link breaks."""
+        while True:
+            await self._ready_to_write.wait()
+            self._ready_to_write = trio.Event()
+            data, self._out = bytes(self._out), bytearray()
+            await self._stream.send_all(data)
+
+    async def read(self) -> None:
+        """Hand the master's answers to their pushes until the link ends."""
+        buffer = bytearray()
+        try:
+            while data := await self._stream.receive_some(_READ_SIZE):
+                buffer += data
+                for frame in split_frames(buffer):
+                    number, reply = decode_answer(frame)
+                    waiting = self._waiting.get(number)
+                    if waiting is not None:
+                        waiting[1].append(reply)
+                        waiting[0].set()
+        finally:
+            self.lost = True
+            for done, _ in self._waiting.values():
+                done.set()
+
+    async def beat(self) -> None:
+        while True:
+            self.tell(ALIVE)
+            await trio.sleep(ALIVE_EVERY)
+
+
+def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
+    """The ASGI app for the requests a worker answers itself: ``POST /v1/ads``."""
+
+    async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        taken = await take_push(scope, receive, send, principals)
+        if taken is None:  # the client went away
+            return
+        if not isinstance(taken, TakenPush):
+            link.tell(encode_refusal(taken, time.perf_counter() - started))
+            return
+        prepared: NodeAd | Refused | None
+        try:
+            made = prepare_push(taken.body, taken.who.node)
+            prepared = made if isinstance(made, NodeAd | Refused) else None
         except Exception:  # the master makes it itself, and says what it makes of it
             log.exception("an ad push could not be prepared here")
-            reply = encode_reply(number, None)
-        frames_out.write(reply)
-        frames_out.flush()
+            prepared = None
+        reply = await link.push(taken, time.perf_counter() - started, prepared)
+        await send(
+            {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
+        )
+        await send({"type": "http.response.body", "body": reply.body})
+
+    return app
+
+
+def _relayed(request: h11.Request) -> bool:
+    """Whether a request is the master's to answer (all but an ad push)."""
+    return request.method != b"POST" or request.target.partition(b"?")[0] != b"/v1/ads"
+
+
+async def _until_end(fd: int) -> None:
+    """Return at the end of ``fd`` (stdin: the master stopped or died)."""
+    stream = trio.lowlevel.FdStream(os.dup(fd))
+    async with stream:
+        while await stream.receive_some(4096):
+            pass
+
+
+async def serve(settings: WorkerSettings) -> None:
+    """Take the pushes of ``settings``' listeners until stdin or the link ends."""
+    link_socket = socket.socket(fileno=settings.link)
+    link = _Link(trio.SocketStream(trio.socket.from_stdlib_socket(link_socket)))
+    principals = Principals(
+        time.time, None if settings.key is None else bytes.fromhex(settings.key)
+    )
+    context = (
+        None if settings.tls is None else _ssl_context(Path(settings.tls[0]), Path(settings.tls[1]))
+    )
+    server = HttpServer(
+        _ad_app(principals, link),
+        context=context,
+        read_timeout=settings.read_timeout,
+        relay_to=Path(settings.relay),
+        relayed=_relayed,
+    )
+    async with trio.open_nursery() as nursery:
+
+        async def ending(part: Callable[[], Awaitable[None]]) -> None:
+            """Run ``part``; its end (the link's or stdin's) ends the worker."""
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await part()
+            nursery.cancel_scope.cancel()
+
+        for fd in settings.listeners:
+            listening = socket.socket(fileno=fd)
+            listening.setblocking(False)
+            nursery.start_soon(server.accept, listening)
+        nursery.start_soon(ending, link.write)
+        link.tell(READY)
+        nursery.start_soon(link.beat)
+        nursery.start_soon(ending, link.read)
+        nursery.start_soon(ending, lambda: _until_end(0))
+
+
+def _read_line(fd: int) -> bytes:
+    line = b""
+    while not line.endswith(b"\n"):
+        data = os.read(fd, 1)
+        if not data:
+            break
+        line += data
+    return line
 
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the master
     logging.basicConfig(level=logging.WARNING, format="%(name)s[%(process)d]: %(message)s")
-    frames_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    serve(sys.stdin.buffer, frames_out)
+    line = _read_line(0)
+    if not line:
+        return 0
+    trio.run(serve, WorkerSettings.of_line(line))
     return 0
 
 

@@ -318,12 +318,12 @@ class _MasterCollector(Collector):
             ("nodeagent_master_ingest_worker_exits",
              0 if workers is None else workers.ended,
              "Ingest workers that ended or were killed while the master ran (each started again)"),
+            ("nodeagent_master_ads_taken_by_workers",
+             0 if workers is None else workers.taken,
+             "Ad pushes an ingest worker took (its HTTP), stored and answered by the master"),
             ("nodeagent_master_ads_prepared_by_workers",
              0 if workers is None else workers.prepared,
              "Ad pushes parsed, checked and packed by an ingest worker"),
-            ("nodeagent_master_ingest_fallbacks",
-             0 if workers is None else workers.made_here,
-             "Ad pushes the master made ready itself because no ingest worker answered"),
         ):  # fmt: skip
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)
@@ -397,6 +397,10 @@ class MasterMetrics:
 
     def observe_request(self, method: str, route: str, started: float) -> None:
         self._latency.labels(method, route).observe(time.perf_counter() - started)
+
+    def observe_request_seconds(self, method: str, route: str, seconds: float) -> None:
+        """A request that took ``seconds`` (one an ingest worker and the master shared)."""
+        self._latency.labels(method, route).observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,12 +1,17 @@
-"""A master whose ad pushes are prepared by ingest worker processes (``ingest_workers``):
-real agents' ads come through them, refusals are the master's own, a killed worker is
-started again without a push lost, and the workers end with the master, even a killed one.
+"""A master whose ad pushes are taken by ingest worker processes (``ingest_workers``):
+real agents' ads come through them, refusals are the master's own, every other request is
+relayed to the master as the TCP client's (over TLS too), a killed worker is started again
+while the master takes the pushes itself, and the workers end with the master, even a
+killed one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import ssl
+import stat
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -16,11 +21,13 @@ import httpx
 import psutil
 import pytest
 
+from tests.certificates import self_signed_or_skip
 from tests.harness import AgentProcess, MasterProcess, wait_for
 
 pytestmark = pytest.mark.integration
 
 NAMES = ("a.test", "b.test")
+_json = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +91,9 @@ def test_the_agents_ads_come_through_the_ingest_worker(
     pool: tuple[MasterProcess, dict[str, AgentProcess]],
 ) -> None:
     master, agents = pool
-    wait_for(lambda: metric(master, "nodeagent_master_ads_prepared_by_workers_total") >= 4)
+    wait_for(lambda: metric(master, "nodeagent_master_ads_taken_by_workers_total") >= 4)
     assert metric(master, "nodeagent_master_ingest_workers") == 1
+    assert metric(master, "nodeagent_master_ads_prepared_by_workers_total") >= 4
     for name, agent in agents.items():
         served = master.call("GET", f"/v1/ads/{name}").json()
         assert served["machine"]["MyAddress"] == agent.url
@@ -96,11 +104,12 @@ def test_a_push_through_a_worker_is_refused_as_the_master_refuses_it(
     pool: tuple[MasterProcess, dict[str, AgentProcess]],
 ) -> None:
     master, agents = pool
+    wait_for(lambda: metric(master, "nodeagent_master_ingest_workers") == 1)
     token = master.token("DAEMON", subject="agent@a.test", node="a.test")
     b_ad = agents["b.test"].call("GET", "/v1/ad").json()
     b_before = master.call("GET", "/v1/ads/b.test").json()["machine"]
     b_before.pop("LastHeardFrom")
-    fallbacks = metric(master, "nodeagent_master_ingest_fallbacks_total")
+    taken = metric(master, "nodeagent_master_ads_taken_by_workers_total")
     prepared = metric(master, "nodeagent_master_ads_prepared_by_workers_total")
     with master.client(token) as a_node:
         foreign = a_node.post("/v1/ads", json=b_ad)
@@ -111,6 +120,8 @@ def test_a_push_through_a_worker_is_refused_as_the_master_refuses_it(
         own["machine"]["OpSys"] = "LINUX\x1b[2J"
         control = a_node.post("/v1/ads", json=own)
         assert (control.status_code, control.json()["error"]["code"]) == (422, "request.invalid")
+        huge = a_node.post("/v1/ads", content=b" " * (4 << 20 | 1), headers=_json)
+        assert (huge.status_code, huge.json()["error"]["code"]) == (413, "request.too_large")
     anonymous = httpx.post(f"{master.url}/v1/ads", content=b"{}", headers=_json)
     assert anonymous.status_code == 401
     assert anonymous.headers["www-authenticate"] == "Bearer"
@@ -118,18 +129,51 @@ def test_a_push_through_a_worker_is_refused_as_the_master_refuses_it(
     b_after.pop("LastHeardFrom")
     assert b_after["MyAddress"] == b_before["MyAddress"] == agents["b.test"].url
     assert b_after["Name"] == "b.test"
-    # each refused by the worker (the anonymous one before its body was read)
-    assert metric(master, "nodeagent_master_ingest_fallbacks_total") == fallbacks
+    # the three with a body made ready were answered by the master; the 413 and the
+    # anonymous push were refused by the worker from their heads
+    assert metric(master, "nodeagent_master_ads_taken_by_workers_total") >= taken + 3
     assert metric(master, "nodeagent_master_ads_prepared_by_workers_total") >= prepared + 3
+    pushes = master.call("GET", "/metrics").text
+    assert 'nodeagent_master_http_request_seconds_count{method="POST",route="/v1/ads"}' in pushes
 
 
-_json = {"content-type": "application/json"}
+def test_other_requests_are_relayed_to_the_master_as_the_tcp_clients(
+    pool: tuple[MasterProcess, dict[str, AgentProcess]],
+) -> None:
+    master, agents = pool
+    wait_for(lambda: metric(master, "nodeagent_master_ingest_workers") == 1)
+    relay = master.root / "run" / "master-relay.sock"
+    assert stat.S_IMODE(relay.stat().st_mode) == 0o600
+    daemon = master.token("DAEMON", subject="agent@a.test", node="a.test")
+    with master.client(daemon) as a_node:
+        # one kept connection: a push the worker takes, then requests it relays
+        own = agents["a.test"].call("GET", "/v1/ad").json()
+        assert a_node.post("/v1/ads", json=own).status_code == 200
+        refused = a_node.post("/maintenance/schedule", json={})  # the master's refusal
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "auth.forbidden")
+        assert a_node.get("/v1/ads/b.test").json()["machine"]["Name"] == "b.test"
+        assert a_node.get("/healthz").status_code == 200
+    # a write over TCP is audited with the TCP client's address, not the Unix socket's
+    admin = master.token("ADMINISTRATOR", subject="relayed-admin")
+    with master.client(admin) as client:
+        listed = client.get("/v1/ads")
+        assert listed.status_code == 200
+        assert {ad["Name"] for ad in listed.json()["ads"]} == set(NAMES)
+        streamed = client.get("/v1/maintenance/plan", params={"format": "jsonl"})
+        assert streamed.status_code == 200
+        written = client.post("/machine/up", json=[{"hostname": "nowhere.test"}])
+        assert written.status_code == 400  # Mesos: not DOWN; refused by the master
+    audit = master.root / "state" / "audit.log"
+    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    mine = [entry for entry in entries if entry.get("subject") == "relayed-admin"]
+    assert mine, entries[-3:]
+    assert all(entry["peer"].startswith("127.0.0.1:") for entry in mine)
 
 
 def test_a_killed_ingest_worker_is_started_again_and_no_push_is_lost(
     pool: tuple[MasterProcess, dict[str, AgentProcess]],
 ) -> None:
-    master, _ = pool
+    master, agents = pool
     (worker,) = wait_for(lambda: workers_of(master) or None)
     os.kill(worker, signal.SIGKILL)
     since = heard(master, "a.test")
@@ -139,8 +183,14 @@ def test_a_killed_ingest_worker_is_started_again_and_no_push_is_lost(
     (again,) = wait_for(lambda: [p for p in workers_of(master) if p != worker] or None)
     assert not alive(worker)
     wait_for(lambda: metric(master, "nodeagent_master_ingest_workers") == 1)
-    taken = metric(master, "nodeagent_master_ads_prepared_by_workers_total")
-    wait_for(lambda: metric(master, "nodeagent_master_ads_prepared_by_workers_total") > taken)
+    # a new connection goes to the worker again (those the master took while no worker
+    # ran stay with it while they are kept alive)
+    taken = metric(master, "nodeagent_master_ads_taken_by_workers_total")
+    token = master.token("DAEMON", subject="agent@a.test", node="a.test")
+    own = agents["a.test"].call("GET", "/v1/ad").json()
+    with master.client(token) as a_node:
+        assert a_node.post("/v1/ads", json=own).status_code == 200
+    assert metric(master, "nodeagent_master_ads_taken_by_workers_total") == taken + 1
     assert again in workers_of(master)
 
 
@@ -156,3 +206,28 @@ def test_the_ingest_workers_end_with_the_master(tmp_path: Path, end: str) -> Non
         else:
             assert master.stop() == 0
         wait_for(lambda: not any(alive(pid) for pid in workers))
+
+
+def test_over_tls_the_workers_take_the_pushes_and_relay_the_rest(tmp_path: Path) -> None:
+    cert, key = self_signed_or_skip(tmp_path)
+    settings = {"ingest_workers": 1, "tls_cert": str(cert), "tls_key": str(key)}
+    with MasterProcess(tmp_path / "master", settings=settings) as master:
+        assert master.url.startswith("https://")
+        wait_for(lambda: metric(master, "nodeagent_master_ingest_workers") == 1)
+        agent = AgentProcess(
+            tmp_path / "n.test",
+            hostname="n.test",
+            master=master.agent_settings(tmp_path / "n.test", node="n.test"),
+        )
+        agent.env["SSL_CERT_FILE"] = str(cert)
+        with agent:
+            wait_for(lambda: "n.test" in held(master))
+        wait_for(lambda: metric(master, "nodeagent_master_ads_taken_by_workers_total") >= 1)
+        admin = master.token("READ")
+        reply = httpx.get(
+            f"{master.url}/v1/ads/n.test",
+            headers={"Authorization": f"Bearer {admin}"},
+            verify=ssl.create_default_context(cafile=str(cert)),
+        )
+        assert reply.status_code == 200
+        assert reply.json()["machine"]["Name"] == "n.test"

@@ -1,10 +1,10 @@
 """A push made ready for the store, here or through an ingest worker's frames, is taken as
-the master takes the ad itself: the same entry, the same refusals."""
+the master takes the ad itself: the same entry, the same refusals; the frames between a
+worker and the master carry what they say."""
 
 from __future__ import annotations
 
 import copy
-import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,17 +15,23 @@ from hypothesis import event, given, settings
 
 from nodeagent.master._adstore import AdStore, NodeAd, PackedSlots
 from nodeagent.master._ingest import (
+    ALIVE,
     FRAME,
+    READY,
+    AdReply,
     OtherAd,
     Prepared,
+    Push,
     Refused,
-    decode_reply,
-    decode_request,
-    encode_reply,
-    encode_request,
+    WorkerRefusal,
+    decode_answer,
+    decode_worker_frame,
+    encode_answer,
+    encode_push,
+    encode_refusal,
     prepare_push,
+    split_frames,
 )
-from nodeagent.master._ingest_worker import serve
 from tests.nodeagent.master.test_adstore_moved_on import AD_PAIRS, T, machine
 
 
@@ -39,13 +45,20 @@ def node_ad() -> dict[str, Any]:
 
 
 def through_frames(prepared: Prepared) -> Prepared | None:
-    """``prepared`` as a worker's reply frame gives it to the master."""
-    frame = encode_reply(7, prepared)
+    """``prepared`` as a worker's push frame gives it to the master (``None``: the body
+    sent, for the master to make ready: the ad of another daemon)."""
+    if isinstance(prepared, OtherAd):
+        frame = encode_push(7, 0.25, "Bearer t", body=body_of(prepared.ad))
+    else:
+        frame = encode_push(7, 0.25, "Bearer t", prepared=prepared)
     (size,) = FRAME.unpack_from(frame)
     assert size == len(frame) - FRAME.size
-    number, back = decode_reply(frame[FRAME.size :])
-    assert number == 7
-    return back
+    push = decode_worker_frame(frame[FRAME.size :])
+    assert isinstance(push, Push)
+    assert (push.number, push.seconds, push.authorization) == (7, 0.25, "Bearer t")
+    if push.prepared is None:
+        assert push.body == body_of(prepared.ad)  # type: ignore[union-attr]
+    return push.prepared
 
 
 def error(prepared: Prepared | None) -> tuple[int, str]:
@@ -114,7 +127,7 @@ def test_a_nodes_ad_comes_back_whole_through_the_frames() -> None:
     assert all("Activity" in c and "MyCurrentTime" in c for c in back.clocks)
 
 
-def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:
+def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:  # its body sent
     ad = {"machine": {"Name": "defrag@x", "MyType": "Defrag"}, "slots": []}
     prepared = prepare_push(body_of(ad), None)
     assert prepared == OtherAd(ad)
@@ -124,45 +137,56 @@ def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:
 @pytest.mark.parametrize(
     "frame",
     [
-        b"\x00\x00\x00\x07\x09",  # an unknown kind
-        b"\x00\x00\x00\x07\x01" + b"\x00\x00\x00\x02" * 3 + b"{}",  # parts not its length
-        b"\x00\x00\x00\x07\x01\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x00\x01[]xy",  # no dict
+        b"",  # empty
+        b"\x09",  # an unknown kind
+        b"\x01\x00",  # READY with more
+        b"\x03\x00\x00\x00\x01",  # a push cut short
+        b"\x03\x00\x00\x00\x01" + b"\x00" * 8 + b"\x00\x09ab",  # its token cut short
+        b"\x03\x00\x00\x00\x01" + b"\x00" * 8 + b"\x00\x00\x09",  # made ready: unknown
+        b"\x03\x00\x00\x00\x01"
+        + b"\x00" * 8
+        + b"\x00\x00\x01"
+        + b"\x00\x00\x00\x02" * 3
+        + b"{}",  # parts not its length
+        b"\x03\x00\x00\x00\x01"
+        + b"\x00" * 8
+        + b"\x00\x00\x01"
+        + b"\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x00\x01[]xy",  # not an object
     ],
 )
-def test_a_reply_no_worker_writes_is_refused(frame: bytes) -> None:
+def test_a_frame_no_worker_writes_is_refused(frame: bytes) -> None:
     with pytest.raises(ValueError, match=r"."):
-        decode_reply(frame)
+        decode_worker_frame(frame)
 
 
-def test_a_request_frame_carries_its_number_node_and_body() -> None:
-    for node in ("n1.test", None, "nœud.test"):
-        frame = encode_request(42, node, b"{}")
-        assert decode_request(frame[FRAME.size :]) == (42, node, b"{}")
+def test_a_push_frame_carries_its_number_seconds_token_and_body() -> None:
+    for authorization in ("Bearer abc", None, "Bearer é"):
+        frame = encode_push(42, 1.5, authorization, body=b"{}")
+        push = decode_worker_frame(frame[FRAME.size :])
+        assert push == Push(42, 1.5, authorization, body=b"{}")
 
 
-def test_the_worker_answers_each_request_in_order_then_ends_at_its_input_end() -> None:
-    ad = node_ad()
-    requests = encode_request(1, "n1.test", body_of(ad)) + encode_request(2, None, b"[]")
-    out = io.BytesIO()
-    serve(io.BytesIO(requests), out)
-    data = out.getvalue()
-    replies = []
-    while data:
-        (size,) = FRAME.unpack_from(data)
-        replies.append(decode_reply(data[FRAME.size : FRAME.size + size]))
-        data = data[FRAME.size + size :]
-    assert [number for number, _ in replies] == [0, 1, 2]  # ready, then each in order
-    assert replies[0][1] is None
-    first = replies[1][1]
-    assert isinstance(first, NodeAd)
-    assert list(first.slots) == ad["slots"]
-    assert error(replies[2][1]) == (422, "request.invalid")
+def test_the_other_frames_say_what_they_say() -> None:
+    assert decode_worker_frame(READY[FRAME.size :]) is True
+    assert decode_worker_frame(ALIVE[FRAME.size :]) is False
+    refusal = encode_refusal(413, 0.125)
+    assert decode_worker_frame(refusal[FRAME.size :]) == WorkerRefusal(413, 0.125)
+    for reply in (AdReply(200, b'{"mode":"UP"}'), AdReply(401, b"{}", www_authenticate=True)):
+        assert decode_answer(encode_answer(9, reply)[FRAME.size :]) == (9, reply)
+    with pytest.raises(ValueError, match="not an answer"):
+        decode_answer(READY[FRAME.size :])
 
 
-def test_the_worker_stops_at_a_frame_cut_short() -> None:
-    out = io.BytesIO()
-    serve(io.BytesIO(encode_request(1, None, b"{}")[:-1]), out)
-    assert decode_reply(out.getvalue()[FRAME.size :]) == (0, None)
+def test_frames_are_split_whole_and_what_is_cut_short_stays() -> None:
+    frames = encode_push(1, 0.0, None, body=b"{}") + READY + ALIVE
+    buffer = bytearray(frames + ALIVE[:3])
+    whole = split_frames(buffer)
+    assert [decode_worker_frame(f) for f in whole][1:] == [True, False]
+    assert buffer == ALIVE[:3]
+    assert split_frames(buffer) == []
+    buffer += ALIVE[3:]
+    assert [decode_worker_frame(f) for f in split_frames(buffer)] == [False]
+    assert buffer == b""
 
 
 @settings(max_examples=120, deadline=None)

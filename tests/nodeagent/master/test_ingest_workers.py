@@ -1,20 +1,33 @@
-"""The ingest worker processes: real workers prepare pushes as the master would; one that
-ends, never answers or cannot start leaves the pushes to the master, and is started again."""
+"""The ingest worker processes on a real loopback listener: real workers take many pushes at
+once, made ready as the master would, and hand them to it; they relay every other request
+to the relay socket as the client's; one that is killed, says nothing or cannot start
+leaves the listener to the master (nobody takes connections meanwhile but it), and is
+started again."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
 
+import httpx
 import orjson
 import psutil
+import pytest
 import trio
+from starlette.types import Receive, Scope, Send
 
+from nodeagent._auth import Scope as TokenScope
+from nodeagent._auth import create_token, generate_key
+from nodeagent._serving._http11 import HttpServer, ListenerShare
 from nodeagent.master._adstore import NodeAd
-from nodeagent.master._ingest import prepare_push
+from nodeagent.master._ingest import AdReply, Push, WorkerRefusal, prepare_push
 from nodeagent.master._ingest_workers import IngestWorkers
 from tests.nodeagent.master.test_adstore_moved_on import T, machine
 
@@ -33,6 +46,54 @@ async def until(condition: object, what: str) -> None:
     assert condition(), what
 
 
+@pytest.fixture
+def key(tmp_path: Path) -> bytes:
+    return generate_key(tmp_path / "pool.key")
+
+
+def token(key: bytes, node: str) -> str:
+    return create_token(
+        key, subject=f"agent@{node}", scope=TokenScope.DAEMON, lifetime_s=3600,
+        now=time.time(), node=node,
+    )  # fmt: skip
+
+
+@contextmanager
+def listener(tmp_path: Path) -> Iterator[ListenerShare]:
+    """A loopback TCP listener shared as :func:`serve_http` shares it (the relay socket's
+    path in ``tmp_path``)."""
+    share = ListenerShare(tmp_path / "relay.sock")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    share.sockets = [sock]
+    with sock:
+        yield share
+
+
+def url(share: ListenerShare) -> str:
+    host, port = share.sockets[0].getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+class Master:
+    """The master's side: every push it is handed, answered 200 with its node's name."""
+
+    def __init__(self) -> None:
+        self.pushes: list[Push] = []
+        self.refusals: list[WorkerRefusal] = []
+
+    def __call__(self, push: Push | WorkerRefusal) -> AdReply | None:
+        if isinstance(push, WorkerRefusal):
+            self.refusals.append(push)
+            return None
+        self.pushes.append(push)
+        made = push.prepared
+        name = made.machine["Name"] if isinstance(made, NodeAd) else "?"
+        return AdReply(200, orjson.dumps({"stored": name}))
+
+
 @asynccontextmanager
 async def running(workers: IngestWorkers) -> AsyncIterator[IngestWorkers]:
     async with trio.open_nursery() as nursery:
@@ -43,81 +104,152 @@ async def running(workers: IngestWorkers) -> AsyncIterator[IngestWorkers]:
             nursery.cancel_scope.cancel()
 
 
-#: A worker that says it is ready, then ``rest`` (Python source run after it).
+def workers_for(
+    share: ListenerShare, master: Master, key: bytes, count: int = 1, **options: Any
+) -> IngestWorkers:
+    return IngestWorkers(count, share=share, answer=master, key=key, read_timeout=10, **options)
+
+
+#: A worker that says it is ready on its link, then runs ``rest`` (Python source).
 def fake(rest: str) -> Sequence[str]:
-    ready = "sys.stdout.buffer.write(b'\\x00\\x00\\x00\\x05\\x00\\x00\\x00\\x00\\x03')"
-    return [sys.executable, "-c", f"import sys, time\n{ready}\nsys.stdout.flush()\n{rest}"]
+    ready = (
+        "import json, os, sys, time\n"
+        "settings = json.loads(sys.stdin.buffer.readline())\n"
+        "os.write(settings['link'], b'\\x00\\x00\\x00\\x01\\x01')\n"
+    )
+    return [sys.executable, "-c", ready + rest]
 
 
-async def test_workers_prepare_many_pushes_at_once_as_the_master_would() -> None:
-    async with running(IngestWorkers(2)) as workers:
-        await until(lambda: workers.running == 2, "two workers running")
-        pids = workers.pids()
-        results: dict[str, object] = {}
+async def test_workers_take_many_pushes_at_once_and_hand_them_to_the_master(
+    tmp_path: Path, key: bytes
+) -> None:
+    master = Master()
+    with listener(tmp_path) as share:
+        async with running(workers_for(share, master, key, count=2)) as workers:
+            await until(lambda: share.takers == 2, "two workers taking connections")
+            pids = workers.pids()
+            replies: dict[str, httpx.Response] = {}
+            tokens = {f"n{n}.test": token(key, f"n{n}.test") for n in range(40)}
 
-        async def push(name: str) -> None:
-            results[name] = await workers.prepare(body(name), name)
+            async def push(client: httpx.AsyncClient, name: str) -> None:
+                headers = {"Authorization": f"Bearer {tokens[name]}"}
+                replies[name] = await client.post("/v1/ads", content=body(name), headers=headers)
 
-        async with trio.open_nursery() as nursery:
-            for n in range(40):
-                nursery.start_soon(push, f"n{n}.test")
-        for name, prepared in results.items():
-            here = prepare_push(body(name), name)
-            assert isinstance(prepared, NodeAd), name
-            assert isinstance(here, NodeAd)
-            assert prepared.machine == here.machine
-            assert list(prepared.slots) == list(here.slots)
-            assert (prepared.clocks, prepared.active) == (here.clocks, here.active)
-        refused = await workers.prepare(body("n1.test"), "n2.test")  # another node's token
-        assert refused == prepare_push(body("n1.test"), "n2.test")
-        assert (workers.prepared, workers.made_here, workers.ended) == (41, 0, 0)
+            async with httpx.AsyncClient(base_url=url(share)) as client:
+                async with trio.open_nursery() as nursery:
+                    for n in range(40):
+                        nursery.start_soon(push, client, f"n{n}.test")
+                anonymous = await client.post("/v1/ads", content=body())
+                foreign = await client.post(
+                    "/v1/ads", content=body("n1.test"),
+                    headers={"Authorization": f"Bearer {token(key, 'n2.test')}"},
+                )  # fmt: skip
+            assert {r.json()["stored"] for r in replies.values()} == set(replies)
+            for pushed in master.pushes[:40]:
+                assert isinstance(pushed.prepared, NodeAd)
+                name = pushed.prepared.machine["Name"]
+                here = prepare_push(body(name), name)
+                assert isinstance(here, NodeAd)
+                assert pushed.prepared.machine == here.machine
+                assert list(pushed.prepared.slots) == list(here.slots)
+                assert pushed.authorization == f"Bearer {tokens[name]}"
+                assert pushed.seconds >= 0
+            # refused from its head by the worker: only told to the master
+            assert anonymous.status_code == 401
+            assert anonymous.headers["www-authenticate"] == "Bearer"
+            assert [r.status for r in master.refusals] == [401]
+            # another node's ad: made ready as a refusal, which the master answers
+            assert master.pushes[-1].prepared == prepare_push(body("n1.test"), "n2.test")
+            assert foreign.json() == {"stored": "?"}
+            assert (workers.taken, workers.prepared, workers.ended) == (41, 41, 0)
     for pid in pids:  # ended with the pool
         assert not _alive(pid)
 
 
-async def test_a_killed_worker_leaves_its_pushes_to_the_master_and_is_started_again() -> None:
-    async with running(IngestWorkers(1)) as workers:
-        await until(lambda: workers.running == 1, "a worker running")
-        (first,) = workers.pids()
-        os.kill(first, signal.SIGKILL)
-        # until its end is seen the push may be sent to it: then it is made here
-        prepared = await workers.prepare(body(), "n1.test")
-        assert prepared is None or isinstance(prepared, NodeAd)
-        await until(lambda: workers.ended == 1, "the end seen")
-        await until(lambda: workers.running == 1, "a worker running again")
-        assert workers.pids() != [first]
-        assert isinstance(await workers.prepare(body(), "n1.test"), NodeAd)
-        assert workers.started == 2
+async def test_a_worker_relays_the_other_requests_to_the_relay_socket(
+    tmp_path: Path, key: bytes
+) -> None:
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope)
+        message = await receive()
+        text = f"{scope['method']} {scope['path']} {message.get('body', b'').decode()}"
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b" (streamed)"})
+
+    master = Master()
+    with listener(tmp_path) as share:
+        address = share.sockets[0].getsockname()[:2]
+        relay = socket.socket(socket.AF_UNIX)
+        relay.bind(str(share.relay))
+        relay.listen()
+        relay.setblocking(False)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(HttpServer(app).accept_relayed, relay)
+            async with running(workers_for(share, master, key)):
+                await until(lambda: share.takers == 1, "a worker taking connections")
+                async with httpx.AsyncClient(base_url=url(share)) as client:
+                    first = await client.post("/v1/ads?x=1", content=b"not an ad")
+                    got = await client.get("/v1/ads/n1.test")
+                    put = await client.put("/v1/ads", content=b"hello")
+            nursery.cancel_scope.cancel()
+    assert first.status_code == 401  # an ad push all the same: the worker's
+    assert (got.status_code, got.text) == (200, "GET /v1/ads/n1.test  (streamed)")
+    assert put.text == "PUT /v1/ads hello (streamed)"
+    assert [s["client"][0] for s in seen] == ["127.0.0.1", "127.0.0.1"]
+    assert seen[0]["server"] == address
+    assert seen[0]["scheme"] == "http"
+    assert "nodeagent.unix" not in seen[0]  # served as TCP, not as the Unix socket
 
 
-async def test_a_worker_that_ends_with_a_push_in_flight_leaves_it_to_the_master() -> None:
-    # reads the first request, then exits without answering it
-    workers = IngestWorkers(1, command=fake("sys.stdin.buffer.read(4)\nsys.exit(0)"))
-    async with running(workers):
-        await until(lambda: workers.running == 1, "a worker running")
-        assert await workers.prepare(body(), "n1.test") is None
-        assert workers.made_here == 1
-        await until(lambda: workers.ended == 1, "its end seen")
+async def test_a_killed_worker_leaves_the_listener_to_the_master_and_is_started_again(
+    tmp_path: Path, key: bytes
+) -> None:
+    master = Master()
+    with listener(tmp_path) as share:
+        async with running(workers_for(share, master, key)) as workers:
+            await until(lambda: share.takers == 1, "a worker taking connections")
+            (first,) = workers.pids()
+            os.kill(first, signal.SIGKILL)
+            await until(lambda: workers.ended == 1, "the end seen")
+            assert share.takers == 0  # the master takes the connections meanwhile
+            await until(lambda: share.takers == 1, "a worker taking connections again")
+            assert workers.pids() != [first]
+            assert workers.started == 2
+            async with httpx.AsyncClient(base_url=url(share)) as client:
+                headers = {"Authorization": f"Bearer {token(key, 'n1.test')}"}
+                reply = await client.post("/v1/ads", content=body(), headers=headers)
+            assert reply.json() == {"stored": "n1.test"}
 
 
-async def test_a_worker_that_never_answers_is_killed_and_the_push_made_by_the_master() -> None:
-    workers = IngestWorkers(1, command=fake("time.sleep(3600)"), answer_timeout=0.2)
-    async with running(workers):
-        await until(lambda: workers.running == 1, "a worker running")
-        (stuck,) = workers.pids()
-        assert await workers.prepare(body(), "n1.test") is None
-        assert workers.made_here == 1
-        await until(lambda: not _alive(stuck), "the stuck worker killed")
-        await until(lambda: workers.started == 2, "another started")
+async def test_a_worker_that_says_nothing_is_killed_and_started_again(
+    tmp_path: Path, key: bytes
+) -> None:
+    master = Master()
+    pids = tmp_path / "pids"
+    rest = f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\ntime.sleep(3600)"
+    with listener(tmp_path) as share:
+        workers = workers_for(share, master, key, command=fake(rest), silence_timeout=0.3)
+        async with running(workers):
+            await until(lambda: pids.exists() and pids.read_text().count("\n") >= 2, "two")
+            stuck = int(pids.read_text().split()[0])
+            await until(lambda: not _alive(stuck), "the stuck worker killed")
+            assert workers.ended >= 1
+            assert workers.started >= 2
 
 
-async def test_a_worker_that_cannot_start_leaves_every_push_to_the_master() -> None:
-    workers = IngestWorkers(1, command=[sys.executable, "-c", "import sys; sys.exit(3)"])
-    async with running(workers):
-        await until(lambda: workers.ended >= 1, "the failed start seen")
-        assert workers.running == 0
-        assert await workers.prepare(body(), "n1.test") is None
-        assert workers.made_here == 1
+async def test_a_worker_that_cannot_start_leaves_the_listener_to_the_master(
+    tmp_path: Path, key: bytes
+) -> None:
+    master = Master()
+    with listener(tmp_path) as share:
+        command = [sys.executable, "-c", "import sys; sys.exit(3)"]
+        workers = workers_for(share, master, key, command=command)
+        async with running(workers):
+            await until(lambda: workers.ended >= 1, "the failed start seen")
+            assert (workers.running, share.takers) == (0, 0)
 
 
 def _alive(pid: int) -> bool:

@@ -22,8 +22,9 @@ from nodeagent._peer import AgentCallFailed
 from nodeagent._store import DocumentStore, StoreError
 from nodeagent.agent._schemas import drain_json
 from nodeagent.master import _master as _master_module
+from nodeagent.master._ad_pushes import Principals
 from nodeagent.master._adstore import AdStore, may_hold_control
-from nodeagent.master._api import Principals, _json_bytes, push_ad, push_reply_bytes
+from nodeagent.master._api import _json_bytes, push_ad, push_reply_bytes
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy, planned_escalation
@@ -139,7 +140,7 @@ async def test_an_ad_with_a_non_finite_number_is_refused(
     key = b"k" * 32
     token = daemon_token(key, now=master.clock.now())
     body = b'{"machine": {"Name": "n1.test", "CpuUsage": NaN}, "slots": []}'
-    reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
+    reply = push_ad(master, Principals(master.clock.now, key), f"Bearer {token}", body, unix=False)
     assert reply.status == 422
     assert master.ads.query(master.clock.now()) == []
 
@@ -204,7 +205,7 @@ async def test_a_pushed_ad_is_judged_the_same_whatever_its_json_escapes(
     part, name, value = where
     (ad["machine"] if part == "machine" else ad["slots"][-1])[name] = value
     body = json.dumps(ad, ensure_ascii=ascii_only).encode()
-    reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
+    reply = push_ad(master, Principals(master.clock.now, key), f"Bearer {token}", body, unix=False)
     if refused:
         assert reply.status == 422
         assert b"holds a control character" in reply.body
@@ -534,7 +535,7 @@ async def test_an_ad_the_estimates_cannot_read_is_refused_and_changes_nothing(
     token = daemon_token(key, now=master.clock.now())
     # 1e400 reads as infinity: JSON's own Infinity is refused earlier, as not JSON
     body = json.dumps(bad).replace("Infinity", "1e400").encode()
-    reply = push_ad(master, Principals(master, key), f"Bearer {token}", body, unix=False)
+    reply = push_ad(master, Principals(master.clock.now, key), f"Bearer {token}", body, unix=False)
     assert reply.status == 422
     assert json.loads(reply.body)["error"]["code"] == "request.invalid"
     assert attribute in json.loads(reply.body)["error"]["message"]

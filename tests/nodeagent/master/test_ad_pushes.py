@@ -1,4 +1,4 @@
-"""The master's verified tokens (:class:`~nodeagent.master._api.Principals`): a remembered
+"""The master's verified tokens (:class:`~nodeagent.master._ad_pushes.Principals`): a remembered
 token is answered without its signature checked again, but never past its expiry, nor when
 the clock went back past its verification, and a pool's every node keeps its token
 remembered."""
@@ -12,8 +12,8 @@ import pytest
 
 from nodeagent._auth import Principal, Scope, Unauthenticated, create_token
 from nodeagent._store import DocumentStore
+from nodeagent.master._ad_pushes import Principals
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import Principals
 from nodeagent.master._master import Master
 
 EPOCH = 1_800_000_000.0
@@ -126,7 +126,7 @@ def test_remembered_tokens(tmp_path: Path, case: Case) -> None:
         ads=AdStore(lifetime=300),
     )
     try:
-        principals = Principals(master, KEY, limit=case.limit)
+        principals = Principals(master.clock.now, KEY, limit=case.limit)
         answers = []
         for ask in case.asks:
             clock.t = EPOCH + ask.at
