@@ -23,8 +23,9 @@ its kind. The worker writes:
 * ``REFUSED``: a push the worker refused from its head (a token, a body too large): its
   status (2 bytes) and seconds (8 bytes), for the master's request metrics.
 
-The master answers each push with ``ANSWER``: the request's number, the status (2 bytes),
-whether to add ``WWW-Authenticate: Bearer`` (1 byte), and the JSON body (:class:`AdReply`).
+The master answers each push with ``ANSWER``: the request's number, the status (2 bytes;
+0 for :data:`FAILED`), whether to add ``WWW-Authenticate: Bearer`` (1 byte), and the JSON
+body (:class:`AdReply`).
 A prepared push: a kind (1 byte), then for ``NODE`` a node's ad ready for the store (three
 lengths of 4 bytes, then the JSON of ``{"machine": {...}, "clocks": [...], "active": bool}``
 and the packed slot ads' two parts, :meth:`~nodeagent.master._adstore.PackedSlots.parts`),
@@ -54,6 +55,7 @@ from slots import SlotsError
 
 __all__ = [
     "ALIVE",
+    "FAILED",
     "FRAME",
     "READY",
     "AdReply",
@@ -273,6 +275,11 @@ class WorkerRefusal:
 
     status: int
     seconds: float
+
+
+#: The answer to a push the master failed on (a bug, logged): the worker closes its
+#: connection without a reply (the master's own server answers 500 and closes it).
+FAILED = AdReply(0, b"")
 
 
 def _frame(*parts: bytes) -> bytes:

@@ -103,10 +103,6 @@ class WorkerSettings:
         )
 
 
-class _LinkLost(Exception):
-    """The master's end of the link closed."""
-
-
 class _Link:
     """The worker's end of the link: frames written in order by one task, answers handed to
     the pushes waiting for them."""
@@ -129,7 +125,7 @@ class _Link:
     ) -> AdReply:
         """The master's answer to a push (``prepared``, else its body to make ready)."""
         if self.lost:
-            raise _LinkLost
+            raise trio.ClosedResourceError("the master's link closed")
         self._number = number = self._number % 0xFFFFFFFF + 1
         done = trio.Event()
         answer: list[AdReply] = []
@@ -142,8 +138,8 @@ class _Link:
             await done.wait()
         finally:
             self._waiting.pop(number, None)
-        if not answer:
-            raise _LinkLost
+        if not answer or answer[0].status == 0:  # the link closed; the master failed on it
+            raise trio.ClosedResourceError("no answer from the master: the connection is closed")
         return answer[0]
 
     async def write(self) -> None:

@@ -35,6 +35,7 @@ from nodeagent._children import end_worker
 from nodeagent._serving._http11 import ListenerShare
 from nodeagent._when import in_words
 from nodeagent.master._ingest import (
+    FAILED,
     AdReply,
     Push,
     WorkerRefusal,
@@ -215,7 +216,11 @@ class IngestWorkers:
                 push = decode_worker_frame(frame)
                 if isinstance(push, bool):
                     continue  # ALIVE
-                reply = self.answer(push)
+                try:
+                    reply = self.answer(push)
+                except Exception:  # a bug: the push's connection is closed unanswered
+                    log.exception("an ad push an ingest worker took could not be stored")
+                    reply = FAILED
                 if isinstance(push, Push) and reply is not None:
                     self.taken += 1
                     self.prepared += push.prepared is not None

@@ -91,6 +91,8 @@ class Master:
         self.pushes.append(push)
         made = push.prepared
         name = made.machine["Name"] if isinstance(made, NodeAd) else "?"
+        if name == "bug.test":
+            raise RuntimeError("a bug in the master")
         return AdReply(200, orjson.dumps({"stored": name}))
 
 
@@ -202,6 +204,24 @@ async def test_a_worker_relays_the_other_requests_to_the_relay_socket(
     assert seen[0]["server"] == address
     assert seen[0]["scheme"] == "http"
     assert "nodeagent.unix" not in seen[0]  # served as TCP, not as the Unix socket
+
+
+async def test_a_push_the_master_fails_on_closes_its_connection_and_the_worker_goes_on(
+    tmp_path: Path, key: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    master = Master()
+    with listener(tmp_path) as share:
+        async with running(workers_for(share, master, key)) as workers:
+            await until(lambda: share.takers == 1, "a worker taking connections")
+            async with httpx.AsyncClient(base_url=url(share)) as client:
+                bug = {"Authorization": f"Bearer {token(key, 'bug.test')}"}
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await client.post("/v1/ads", content=body("bug.test"), headers=bug)
+                fine = {"Authorization": f"Bearer {token(key, 'n1.test')}"}
+                reply = await client.post("/v1/ads", content=body(), headers=fine)
+            assert reply.json() == {"stored": "n1.test"}
+            assert (workers.ended, workers.started) == (0, 1)
+    assert "could not be stored" in caplog.text
 
 
 async def test_a_killed_worker_leaves_the_listener_to_the_master_and_is_started_again(
