@@ -1469,7 +1469,10 @@ class Master:
         (:func:`~nodeagent.master._notices.claims_changed`).
 
         ``plans``: every scheduled machine's (``whole``), or those of the machines a pass
-        looks at, the others' windows and claims kept from the passes before.
+        looks at, the others' windows and claims kept from the passes before; then only the
+        machines whose window or claims changed are reconciled (``machines`` of
+        :func:`~nodeagent.master._notices.reconcile_notices`), unless the last reconcile
+        was not saved.
 
         Reading a node's verdicts makes its forecast for the window (≈ 0.3 ms) unless a plan
         made it already: a pass makes at most :attr:`forecasts_per_pass` of them, and gives
@@ -1484,7 +1487,7 @@ class Master:
         else:
             windows, claims, read = self._notice_windows, self._notice_by_name, self._notice_claims
             self._notice_deferred.difference_update(plan.key for plan in plans)
-        changed = False
+        touched: set[str] = set()  # the machines whose window or claims changed
         budget = self.forecasts_per_pass
         for plan in plans:
             applied = planned_escalation(plan, self.policy.escalation)
@@ -1501,11 +1504,12 @@ class Master:
                 start=plan.window_start, duration=None if end is None else end - plan.window_start
             )
             if windows.get(name) != window:
-                windows[name], changed = window, True
+                windows[name] = window
+                touched.add(name)
             if plan.node is None:
                 read.pop(plan.key, None)
                 if claims.pop(name, None) is not None:
-                    changed = True
+                    touched.add(name)
                 continue
             known = self._notice_claims.get(plan.key)  # the claims read before
             if known is None or known[0] != inputs or math.floor(now) > known[2]:
@@ -1525,13 +1529,18 @@ class Master:
                     self._notice_deferred.add(plan.key)
             read[plan.key] = known
             if claims.get(name) != known[1]:
-                claims[name], changed = known[1], True
+                claims[name] = known[1]
+                touched.add(name)
+        changed = bool(touched)
         if whole:  # every entry was new: what changed is what differs from before
             changed = windows != self._notice_windows or claims != self._notice_by_name
             self._notice_windows, self._notice_by_name, self._notice_claims = windows, claims, read
         if not changed and not self._notices_stale:
             return
-        done = reconcile_notices(self.notices, windows, claims, now=now)
+        # A machine's notices follow from its own window and claims only: when the notices
+        # held were reconciled with every other machine's, the touched ones are enough.
+        only = None if whole or self._notices_stale else touched
+        done = reconcile_notices(self.notices, windows, claims, now=now, machines=only)
         self._notices_stale = True  # until what it changed is saved
         if done.changed or done.refreshed:
             changes: dict[str, Notice | None] = {n.id: n for n in done.refreshed}

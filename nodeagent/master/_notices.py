@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -383,6 +383,7 @@ def reconcile_notices(
     claims: Mapping[str, Mapping[str, tuple[NoticeClaim, ...]]],
     *,
     now: float,
+    machines: Collection[str] | None = None,
 ) -> NoticesPass:
     """The notices to issue, to rescind and to save again (``refreshed``: kept, their
     claims changed by :func:`claims_changed`), from the notices ``held`` (in force, by id),
@@ -391,7 +392,23 @@ def reconcile_notices(
     A machine missing from ``claims`` (its ad not known) keeps its groups' claims as its
     notices held say: only a known ad with no claim of the group rescinds (a moved window
     still rescinds and reissues).
+
+    ``machines``: only these machines' notices are reconciled, the others' kept as ``held``
+    has them, which is what the whole reconcile decides for a machine whose window and
+    claims have not changed since ``held`` was reconciled (a machine's notices depend on
+    nothing but its own window, claims and notices held). A pass whose ads changed a few
+    machines then costs those machines, not the pool.
     """
+    if machines is not None:
+        wanted = set(machines)
+        part = reconcile_notices(
+            {i: n for i, n in held.items() if n.machine in wanted},
+            {m: w for m in wanted if (w := windows.get(m)) is not None},
+            {m: c for m in wanted if (c := claims.get(m)) is not None},
+            now=now,
+        )
+        others = {i: n for i, n in held.items() if n.machine not in wanted}
+        return replace(part, held=others | dict(part.held))
     known: dict[str, dict[str, tuple[NoticeClaim, ...]]] = {
         machine: dict(groups) for machine, groups in claims.items()
     }

@@ -8,6 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent.master._notices import (
     Answer,
@@ -444,3 +446,42 @@ def test_mesos_statuses() -> None:
         },
     ]
     assert mesos_statuses([answered], ("n3", "10.0.0.3")) == []
+
+
+_MACHINES = ("n1", "n2", "n3", "n4")
+_WINDOWS = st.dictionaries(st.sampled_from(_MACHINES), st.sampled_from((W, MOVED)))
+_CLAIMS = st.dictionaries(
+    st.sampled_from(_MACHINES),
+    st.dictionaries(st.sampled_from(("a", "b", "c")), st.sampled_from((A, B, ()))),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.tuples(_WINDOWS, _CLAIMS),
+    after=st.tuples(_WINDOWS, _CLAIMS),
+    extra=st.sets(st.sampled_from(_MACHINES)),
+)
+def test_reconciling_the_machines_that_changed_decides_what_reconciling_all_does(
+    before: tuple[dict[str, NoticeWindow], dict[str, dict[str, Any]]],
+    after: tuple[dict[str, NoticeWindow], dict[str, dict[str, Any]]],
+    extra: set[str],
+) -> None:
+    """Notices reconciled once with the pool as it was; then some machines' windows and
+    claims change: reconciling those machines (and any others, ``extra``) decides exactly
+    what reconciling every machine does."""
+    first = reconcile_notices({}, before[0], before[1], now=NOW)
+    windows, claims = after
+    changed = {
+        m
+        for m in _MACHINES
+        if before[0].get(m) != windows.get(m) or before[1].get(m) != claims.get(m)
+    }
+    whole = reconcile_notices(first.held, windows, claims, now=NOW + 1)
+    part = reconcile_notices(first.held, windows, claims, now=NOW + 1, machines=changed | extra)
+    assert (part.issued, part.rescinded, part.refreshed) == (
+        whole.issued,
+        whole.rescinded,
+        whole.refreshed,
+    )
+    assert part.held == whole.held
