@@ -505,6 +505,8 @@ def _address_failure(binds: list[str], exc: OSError) -> AddressUnavailable:
         errno.EADDRNOTAVAIL: "no such address on this host: change listen",
         errno.EACCES: "a port below 1024 needs root or CAP_NET_BIND_SERVICE: change listen",
     }.get(exc.errno or 0, "change listen")
+    if exc.errno is None and "AF_UNIX path too long" in str(exc):
+        advice = "a Unix socket's path holds at most 107 bytes: give a shorter runtime_dir"
     return AddressUnavailable(f"cannot listen on {where}: {exc.strerror or exc}: {advice}")
 
 
@@ -527,13 +529,25 @@ async def _serve(
                     servers, trusted(app), binds, shutdown=stop.wait, unix=True, read_timeout=wait
                 )
                 binds = list(spec.listen)
+                if spec.share is not None:  # the relay socket is bound with them
+                    binds.append(f"unix:{spec.share.relay}")
                 if spec.tcp_server == "h11":
                     tcp = await serve_http(
-                        servers, app, binds, tls=spec.tls, read_timeout=wait, share=spec.share
+                        servers,
+                        app,
+                        list(spec.listen),
+                        tls=spec.tls,
+                        read_timeout=wait,
+                        share=spec.share,
                     )
                 else:
                     tcp = await serve(
-                        servers, app, binds, shutdown=stop.wait, tls=spec.tls, read_timeout=wait
+                        servers,
+                        app,
+                        list(spec.listen),
+                        shutdown=stop.wait,
+                        tls=spec.tls,
+                        read_timeout=wait,
                     )
             except OSError as exc:
                 raise _address_failure(binds, exc) from exc

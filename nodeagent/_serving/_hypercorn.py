@@ -76,14 +76,19 @@ async def serve(
         config.umask = 0o117
     elif tls is not None:
         config.certfile, config.keyfile = str(tls[0]), str(tls[1])
-    urls: list[str] = await nursery.start(
-        functools.partial(
-            hypercorn.trio.serve,
-            cast("ASGIFramework", app),
-            config,
-            shutdown_trigger=shutdown,
+    umask = os.umask(0o077)
+    os.umask(umask)
+    try:
+        urls: list[str] = await nursery.start(
+            functools.partial(
+                hypercorn.trio.serve,
+                cast("ASGIFramework", app),
+                config,
+                shutdown_trigger=shutdown,
+            )
         )
-    )
+    finally:  # hypercorn leaves its umask set when a Unix socket cannot be bound
+        os.umask(umask)
     return urls
 
 

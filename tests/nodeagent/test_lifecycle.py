@@ -40,6 +40,7 @@ from nodeagent._lifecycle import (
     reload_daemon,
     serve_daemon,
 )
+from nodeagent._serving._http11 import ListenerShare
 from nodeagent._serving._hypercorn import SHUTDOWN_GRACE
 from nodeagent._settings import (
     ConfigChanges,
@@ -115,6 +116,7 @@ class Toy(Program[ToyConfig, ToyStore]):
     in_flight: trio.Event = field(default_factory=trio.Event)
     finish_forever: bool = False
     fail_build: bool = False
+    share: ListenerShare | None = None
 
     def spec(self) -> DaemonSpec:
         c = self.config
@@ -132,6 +134,7 @@ class Toy(Program[ToyConfig, ToyStore]):
             tls=None,
             tcp_server=self.tcp_server,
             finish_requests=self.finish_requests,
+            share=self.share,
         )
 
     def load_config(self) -> ToyConfig:

@@ -37,6 +37,7 @@ from nodeagent._lifecycle import (
     serve_daemon,
     start_failure,
 )
+from nodeagent._serving._http11 import ListenerShare
 from nodeagent._settings import ConfigError
 from nodeagent._store import DocumentStore, StoreError, open_database
 from tests.nodeagent.test_lifecycle import Toy, serving, toy
@@ -95,6 +96,33 @@ async def test_a_port_in_use_is_address_unavailable_and_leaves_nothing(
     assert not spec.runtime_file.exists()
     assert daemon.store is not None
     assert daemon.store.closed
+
+
+@pytest.mark.parametrize("where", ["runtime_dir", "relay"])
+async def test_a_unix_socket_path_too_long_says_to_shorten_runtime_dir(
+    tmp_path: Path, where: str
+) -> None:
+    long = "d" * 110
+    if where == "runtime_dir":  # the daemon's own socket
+        (tmp_path / long).mkdir()
+        daemon = toy(tmp_path / long)
+        named = f"unix:{tmp_path / long / 'run' / 'toy.sock'}"
+    else:  # the relay socket of listeners shared with workers
+        daemon = toy(tmp_path, listen=["127.0.0.1:0"])
+        daemon.tcp_server = "h11"
+        daemon.share = ListenerShare(tmp_path / long / "relay.sock")
+        (tmp_path / long).mkdir()
+        named = f"127.0.0.1:0, unix:{tmp_path / long / 'relay.sock'}"
+    with pytest.raises(AddressUnavailable) as caught:
+        await serve_daemon(daemon, stop=trio.Event(), handle_signals=False)
+    # hypercorn leaves the socket it could not bind to the collector: collect it here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert str(caught.value) == (
+        f"cannot listen on {named}: AF_UNIX path too long: a Unix socket's path holds at "
+        "most 107 bytes: give a shorter runtime_dir"
+    )
 
 
 async def test_a_second_daemon_on_the_same_state_is_refused_before_it_opens_anything(
