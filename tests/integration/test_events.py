@@ -281,9 +281,14 @@ def test_webhook_down_then_up_gets_every_event_in_order_across_a_sigkill(tmp_pat
             failures = f'nodeagent_master_webhook_failures_total{{url="{url}"}}'
             wait_for(lambda: metric(master, failures) >= 2, timeout=30)
             assert metric(master, f'nodeagent_master_webhook_lag_events{{url="{url}"}}') >= 3
+            elected = [e["id"] for e in kept(master) if e["type"] == "leader.elected"]
             master.stop(signal.SIGKILL)  # its cursor says nothing was taken
             master.start()
             receiver = Receiver(port, secret)
+            # the new term's leader.elected is written within the flush delay of the start
+            wait_for(
+                lambda: [e["id"] for e in kept(master) if e["type"] == "leader.elected"] != elected
+            )
             last = kept(master)[-1]["id"]
             wait_for(lambda: receiver.posts and receiver.posts[-1][0]["id"] == last, timeout=60)
             assert (
@@ -326,7 +331,8 @@ def test_a_sigkilled_master_resumes_its_stream_without_a_hole_or_a_repeat(tmp_pa
         before = kept(master)
         master.stop(signal.SIGKILL)
         master.start()
-        after = kept(master, since=str(before[-1]["id"]))
+        # leader.elected is written within the flush delay of the start: wait for it
+        after = wait_for(lambda: kept(master, since=str(before[-1]["id"])) or None)
         assert after[0]["id"] == before[-1]["id"] + 1
         assert after[0]["type"] == "leader.elected"
         whole = kept(master, since="0")
