@@ -3,7 +3,7 @@
 :class:`Principals` says who makes a request (the verified tokens remembered);
 :func:`take_push` checks a push's token from its headers before a byte of its body is read,
 then reads the body under :data:`AD_BODY_LIMIT` (413 ``request.too_large`` beyond), and
-answers the refusals itself.
+answers the refusals itself; :func:`send_reply` answers the others.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from nodeagent._auth import (
 )
 from nodeagent._serving._gate import has_body, refuse
 from nodeagent._serving._http import _UNIX, BodyTooLarge, error_body, read_body
-from nodeagent.master._ingest import json_bytes
+from nodeagent.master._ingest import AdReply, json_bytes
 
-__all__ = ["AD_BODY_LIMIT", "Principals", "TakenPush", "take_push"]
+__all__ = ["AD_BODY_LIMIT", "Principals", "TakenPush", "send_reply", "take_push"]
 
 #: The largest ad push (4 MiB): an agent's ad is ~13 kB, a node with 128 claims ~200 KiB.
 AD_BODY_LIMIT = 4 << 20
@@ -115,3 +115,9 @@ async def take_push(
     if body is None:
         return None
     return TakenPush(authorization, who, body)
+
+
+async def send_reply(send: Send, reply: AdReply) -> None:
+    """Answer a push with ``reply``."""
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers()})
+    await send({"type": "http.response.body", "body": reply.body})

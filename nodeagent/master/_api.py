@@ -66,7 +66,13 @@ from nodeagent._serving._http import (
     request_peer,
 )
 from nodeagent._store import OutcomeUnknown, StoreError, unwritten
-from nodeagent.master._ad_pushes import AD_BODY_LIMIT, Principals, TakenPush, take_push
+from nodeagent.master._ad_pushes import (
+    AD_BODY_LIMIT,
+    Principals,
+    TakenPush,
+    send_reply,
+    take_push,
+)
 from nodeagent.master._adstore import NodeAd, project
 from nodeagent.master._event_stream import events_endpoint
 from nodeagent.master._ingest import (
@@ -443,14 +449,11 @@ def push_answer(
             metrics.observe_request_seconds("POST", "/v1/ads", push.seconds)
             return None
         started = time.perf_counter()
-        who = _pusher(master, principals, push.authorization, unix=False)
-        if isinstance(who, AdReply):
-            reply = who
-        elif push.prepared is None:
-            made = prepare_push(push.body, who.node, after=master.ads.packed_slots)
-            reply = _pushed(master, made)
+        if push.prepared is None:  # its body, for the master to make ready
+            reply = push_ad(master, principals, push.authorization, push.body, unix=False)
         else:
-            reply = _pushed(master, push.prepared)
+            who = _pusher(master, principals, push.authorization, unix=False)
+            reply = who if isinstance(who, AdReply) else _pushed(master, push.prepared)
         seconds = push.seconds + time.perf_counter() - started
         metrics.observe_request_seconds("POST", "/v1/ads", seconds)
         return reply
@@ -484,10 +487,7 @@ def with_ad_fast_path(
             reply = push_ad(
                 master, principals, taken.authorization, taken.body, unix=bool(scope.get(_UNIX))
             )
-            await send(
-                {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
-            )
-            await send({"type": "http.response.body", "body": reply.body})
+            await send_reply(send, reply)
         metrics.observe_request("POST", "/v1/ads", started)
 
     return fast_path

@@ -299,7 +299,7 @@ def encode_push(
     prepared: NodeAd | Refused | None = None,
     body: bytes = b"",
 ) -> bytes:
-    """A ``PUSH`` frame (``prepared``), or a ``PUSH_BODY`` frame (``body``)."""
+    """A ``PUSH`` frame (``prepared``), else a ``PUSH_BODY`` frame (``body``)."""
     token = (authorization or "").encode("latin-1")
     kind = _PUSH_BODY_KIND if prepared is None else _PUSH_KIND
     payload = body if prepared is None else encode_prepared(prepared)

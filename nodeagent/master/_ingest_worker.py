@@ -41,7 +41,7 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from nodeagent._serving._http11 import HttpServer, _ssl_context
-from nodeagent.master._ad_pushes import Principals, TakenPush, take_push
+from nodeagent.master._ad_pushes import Principals, TakenPush, send_reply, take_push
 from nodeagent.master._adstore import NodeAd
 from nodeagent.master._ingest import (
     ALIVE,
@@ -130,10 +130,9 @@ class _Link:
         done = trio.Event()
         answer: list[AdReply] = []
         self._waiting[number] = (done, answer)
-        if prepared is None:
-            self.tell(encode_push(number, seconds, taken.authorization, body=taken.body))
-        else:
-            self.tell(encode_push(number, seconds, taken.authorization, prepared=prepared))
+        self.tell(
+            encode_push(number, seconds, taken.authorization, prepared=prepared, body=taken.body)
+        )
         try:
             await done.wait()
         finally:
@@ -192,10 +191,7 @@ def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
             log.exception("an ad push could not be prepared here")
             prepared = None
         reply = await link.push(taken, time.perf_counter() - started, prepared)
-        await send(
-            {"type": "http.response.start", "status": reply.status, "headers": reply.headers()}
-        )
-        await send({"type": "http.response.body", "body": reply.body})
+        await send_reply(send, reply)
 
     return app
 
