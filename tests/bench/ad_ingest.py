@@ -327,6 +327,12 @@ def push_each(
                 status, closes = done
                 statuses[status] = statuses.get(status, 0) + 1
                 if conn.next == len(conn.prepared):
+                    # done: closed, so that the server's closing it when idle is not
+                    # taken for a request to send again
+                    assert conn.sock is not None
+                    selector.unregister(conn.sock)
+                    conn.sock.close()
+                    conn.sock = None
                     busy -= 1
                     continue
                 if closes:
