@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, overload
+from typing import Any, Generic, TypeVar, overload
 
 import orjson
 
@@ -844,6 +844,51 @@ def prepare_node_ad(
     )
 
 
+_V = TypeVar("_V", str, tuple[str | None, str | None])
+
+
+class _Index(Generic[_V]):
+    """A key's values (names, say), the value itself while a key has one, as most keys
+    do (a host name, an ip): a set of one costs 216 bytes, and the store keeps three such
+    indexes of 100,000 keys. A key whose last value goes is dropped."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: dict[str, _V | set[_V]] = {}
+
+    def add(self, key: str, value: _V) -> None:
+        held = self._values.get(key)
+        if held is None:
+            self._values[key] = value
+        elif type(held) is set:
+            held.add(value)
+        elif held != value:
+            self._values[key] = {held, value}  # type: ignore[arg-type]
+
+    def discard(self, key: str, value: _V) -> None:
+        held = self._values.get(key)
+        if type(held) is set:
+            held.discard(value)
+            if len(held) == 1:
+                self._values[key] = next(iter(held))
+        elif held is not None and held == value:
+            del self._values[key]
+
+    def get(self, key: str) -> tuple[_V, ...]:
+        held = self._values.get(key)
+        if held is None:
+            return ()
+        if type(held) is set:
+            return tuple(held)
+        return (held,)  # type: ignore[return-value]
+
+    def pop(self, key: str) -> tuple[_V, ...]:
+        values = self.get(key)
+        self._values.pop(key, None)
+        return values
+
+
 class AdStore:
     """The ads of every node that ever reported, with expiry by ``lifetime``; a node whose
     last ad said it was shutting down is rebooting, not lost, for ``reboot_grace`` more."""
@@ -853,12 +898,12 @@ class AdStore:
         self.reboot_grace = reboot_grace
         self._entries: dict[str, AdEntry] = {}
         self._others: dict[tuple[str, str], AdEntry] = {}
-        self._by_host: dict[str, set[str]] = {}
-        self._by_ip: dict[str, set[str]] = {}
+        self._by_host: _Index[str] = _Index()
+        self._by_ip: _Index[str] = _Index()
         # find()'s answers (a reconcile pass asks for every scheduled machine each
         # second), and the keys of those answers that each hostname or ip is part of.
         self._found: dict[tuple[str | None, str | None], list[AdEntry]] = {}
-        self._found_by: dict[str, set[tuple[str | None, str | None]]] = {}
+        self._found_by: _Index[tuple[str | None, str | None]] = _Index()
         self.received = 0
         #: Ads that were their node's previous one moved on in time (:func:`moved_on`).
         self.moved_on_ads = 0
@@ -963,9 +1008,9 @@ class AdStore:
         if previous is not None:
             self._unindex(previous)
         self._entries[name] = entry
-        self._by_host.setdefault(entry.hostname.lower(), set()).add(name)
+        self._by_host.add(entry.hostname.lower(), name)
         if entry.ip is not None:
-            self._by_ip.setdefault(entry.ip, set()).add(name)
+            self._by_ip.add(entry.ip, name)
         self._forget_found(entry)
         self._lost.discard(name)
         self._expires(entry)
@@ -975,9 +1020,9 @@ class AdStore:
         return entry
 
     def _unindex(self, entry: AdEntry) -> None:
-        self._by_host.get(entry.hostname.lower(), set()).discard(entry.name)
+        self._by_host.discard(entry.hostname.lower(), entry.name)
         if entry.ip is not None:
-            self._by_ip.get(entry.ip, set()).discard(entry.name)
+            self._by_ip.discard(entry.ip, entry.name)
         self._forget_found(entry)
 
     def _forget_found(self, entry: AdEntry) -> None:
@@ -985,10 +1030,10 @@ class AdStore:
         tell the watchers)."""
         for watched in self._watchers:
             watched.add((entry.hostname.lower(), entry.ip))
-        for key in self._found_by.pop(entry.hostname.lower(), ()):
+        for key in self._found_by.pop(entry.hostname.lower()):
             self._found.pop(key, None)
         if entry.ip is not None:
-            for key in self._found_by.pop(entry.ip, ()):
+            for key in self._found_by.pop(entry.ip):
                 self._found.pop(key, None)
 
     def forget(self, name: str) -> bool:
@@ -1128,10 +1173,10 @@ class AdStore:
         if found is not None:
             return found
         if host is not None:
-            names = self._by_host.get(host, set())
+            names = self._by_host.get(host)
         else:
             assert ip is not None
-            names = self._by_ip.get(ip, set())
+            names = self._by_ip.get(ip)
         found = [
             entry
             for entry in (self._entries[n] for n in sorted(names))
@@ -1139,5 +1184,5 @@ class AdStore:
         ]
         self._found[key] = found
         # An ad for this hostname (or, without one, this ip) changes the answer.
-        self._found_by.setdefault(host if host is not None else ip or "", set()).add(key)
+        self._found_by.add(host if host is not None else ip or "", key)
         return found

@@ -77,24 +77,37 @@ class PlanPolicy:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScheduledMachine:
-    """A machine of the schedule as the plan reads it; made once per schedule change.
-
-    ``machine_id`` and ``window`` are the JSON the plan's rows show (shared by the rows
-    of successive plans, so read-only).
-    """
+    """A machine of the schedule as the plan reads it; made once per schedule change."""
 
     key: str
     id: MachineId
     mode: str
     window_start: float
-    machine_id: dict[str, str]
-    window: dict[str, float | None]
+    #: The window's length in seconds; ``None``: it has no end.
+    window_seconds: float | None = None
+
+    @property
+    def machine_id(self) -> dict[str, str]:
+        """The machine's id as the plan's rows show it (a new dict each time: a master
+        keeps 100,000 of these, and the rows are written from templates)."""
+        return self.id.to_json()
+
+    @property
+    def window(self) -> dict[str, float | None]:
+        """The window as the plan's rows show it (a new dict each time)."""
+        seconds = self.window_seconds
+        return {"start": self.window_start, "duration": seconds, "end": self.window_end}
+
+    @property
+    def window_end(self) -> float | None:
+        seconds = self.window_seconds
+        return None if seconds is None else self.window_start + seconds
 
     @property
     def name(self) -> str:
         """The machine's name as its notices give it: its hostname as scheduled, else its
         IP, else its key."""
-        return self.machine_id.get("hostname") or self.machine_id.get("ip") or self.key
+        return self.id.hostname or self.id.ip or self.key
 
     @classmethod
     def of(cls, status: MachineStatus) -> ScheduledMachine | None:
@@ -102,22 +115,13 @@ class ScheduledMachine:
         if status.window is None:
             return None
         unavailability = status.window.unavailability
-        start = unavailability.start_ns / _NS
         duration = unavailability.duration_ns
-        seconds = None if duration is None else duration / _NS
-        machine_id = status.id.to_json()
-        window = {
-            "start": start,
-            "duration": seconds,
-            "end": None if seconds is None else start + seconds,
-        }
         return cls(
             key=machine_key(status.id),
             id=status.id,
             mode=str(status.mode),
-            window_start=start,
-            machine_id=machine_id,
-            window=window,
+            window_start=unavailability.start_ns / _NS,
+            window_seconds=None if duration is None else duration / _NS,
         )
 
 
@@ -244,7 +248,7 @@ class MachinePlan:
     @property
     def window_end(self) -> float | None:
         """When the window ends (``None``: a window without a duration never does)."""
-        return self.machine.window["end"]
+        return self.machine.window_end
 
     @property
     def node_name(self) -> str | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -101,7 +102,9 @@ class _Fast(NamedTuple):
     piece: object
     state: RowState
     machine: ScheduledMachine
-    nodes: Sequence[AdEntry]
+    #: The :attr:`~nodeagent.master._adstore.AdEntry.basis` of each of the row's nodes
+    #: (not the entries: a template kept would keep a node's replaced entries alive).
+    bases: tuple[object, ...]
     template: bytes
     lines: tuple[tuple[int, int], ...]  # the first 9 %d values: lines 0–8
     #: The other lines, the blockers' (key, value at the base, slope), in the order they
@@ -111,13 +114,12 @@ class _Fast(NamedTuple):
     active: bool
 
 
-def _same_nodes(a: Sequence[AdEntry], b: Sequence[AdEntry]) -> bool:
-    """Whether a row written for nodes ``a`` holds for nodes ``b``: the same list (the
-    ad store hands out the same one until a node's ad changes), or entries of the same
-    ads, each the one before moved on in time (the same :attr:`AdEntry.basis`: what a
-    row shows of them is the same, but their ages, which are filled in)."""
-    return a is b or (
-        len(a) == len(b) and all(x is y or x.basis is y.basis for x, y in zip(a, b, strict=True))
+def _same_bases(bases: tuple[object, ...], nodes: Sequence[AdEntry]) -> bool:
+    """Whether a row written for nodes of ``bases`` holds for ``nodes``: the entries of the
+    same ads, each the one before moved on in time (the same :attr:`AdEntry.basis`: what
+    a row shows of them is the same, but their ages, which are filled in)."""
+    return len(bases) == len(nodes) and all(
+        basis is node.basis for basis, node in zip(bases, nodes, strict=True)
     )
 
 
@@ -156,7 +158,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     )
     text = orjson.dumps(row_dict(plan, state, marked))
     # When the figures are from is filled in too: the template serves the node's next
-    # ads while they only move on in time (_same_nodes).
+    # ads while they only move on in time (_same_bases).
     assert plan.node is not None
     figures_at = b'"figures_at":' + orjson.dumps(plan.node.received_at) + b","
     if text.count(figures_at) != 1:
@@ -186,7 +188,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         piece=read.piece,
         state=state,
         machine=plan.machine,
-        nodes=plan.nodes,
+        bases=tuple(node.basis for node in plan.nodes),
         template=b"".join(pieces),
         lines=lines,
         moving=tuple(moving),
@@ -206,7 +208,8 @@ class RowJson:
 
     def __init__(self) -> None:
         self._machine: ScheduledMachine | None = None
-        self._nodes: Sequence[AdEntry] = ()
+        # weakly: a template kept would keep a node's replaced entries alive
+        self._nodes: tuple[weakref.ref[AdEntry], ...] = ()
         self._templates: dict[RowState, bytes | None] = {}
         self._fast: _Fast | None = None
 
@@ -222,14 +225,12 @@ class RowJson:
         nodes = plan.nodes
         # The same entries (not only the same ads moved on: these templates hold when the
         # figures are from, _template)
-        if plan.machine is not self._machine or (
-            nodes is not self._nodes
-            and (
-                len(nodes) != len(self._nodes)
-                or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
-            )
+        if (
+            plan.machine is not self._machine
+            or len(nodes) != len(self._nodes)
+            or any(ref() is not node for ref, node in zip(self._nodes, nodes, strict=True))
         ):
-            self._machine, self._nodes = plan.machine, nodes
+            self._machine, self._nodes = plan.machine, tuple(weakref.ref(n) for n in nodes)
             self._templates = {}
             self._fast = None
         templates = self._templates
@@ -307,7 +308,7 @@ class RowJson:
             or fast.piece is not piece
             or (fast.state is not state and fast.state != state)
             or fast.machine is not plan.machine
-            or not _same_nodes(fast.nodes, plan.nodes)
+            or not _same_bases(fast.bases, plan.nodes)
         ):
             read = forecast.lines(now, window_start=window_start, escalation=state.applied)
             if read is None or read.cut_jobs:

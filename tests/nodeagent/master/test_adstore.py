@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.master._adstore import AdStore, project
+from nodeagent.master._adstore import AdStore, _Index, project
 from slots import InvalidRequest, JobSpec, Machine, MachinePolicy, Resources
 from slots._classad import MAX_NESTING
 
@@ -287,3 +287,36 @@ def test_the_sweep_reads_the_ads_whose_time_came_as_reading_every_ad_would() -> 
         assert store.sweep(now) == expected, later
         marked.update(expected)
     assert marked == {"n0", "n1", "n3", "n4", "s"}
+
+
+@pytest.mark.parametrize(
+    ("steps", "held", "expected"),
+    [
+        ([("add", "h", "a")], "a", {"h": ("a",)}),
+        ([("add", "h", "a"), ("add", "h", "a")], "a", {"h": ("a",)}),
+        ([("add", "h", "a"), ("add", "h", "b")], {"a", "b"}, {"h": ("a", "b")}),
+        ([("add", "h", "a"), ("add", "h", "b"), ("discard", "h", "a")], "b", {"h": ("b",)}),
+        ([("add", "h", "a"), ("discard", "h", "a")], None, {"h": ()}),
+        ([("add", "h", "a"), ("discard", "h", "b")], "a", {"h": ("a",)}),
+        ([("discard", "h", "a")], None, {"h": ()}),
+        ([("add", "h", "a"), ("add", "g", "a"), ("pop", "h", "")], None, {"h": (), "g": ("a",)}),
+        (
+            [("add", "h", "a"), ("add", "h", "b"), ("add", "h", "c"), ("discard", "h", "b")],
+            {"a", "c"},
+            {"h": ("a", "c")},
+        ),
+    ],
+)
+def test_an_index_holds_a_lone_value_bare_and_drops_an_empty_key(
+    steps: list[tuple[str, str, str]], held: object, expected: dict[str, tuple[str, ...]]
+) -> None:
+    """The ad store's indexes (host → names, ip → names): a key with one value holds it
+    bare (no set of one per node), a key whose last value goes is dropped."""
+    index: _Index[str] = _Index()
+    for op, key, value in steps:
+        if op == "pop":
+            index.pop(key)
+        else:
+            getattr(index, op)(key, value)
+    assert index._values.get("h") == held
+    assert {key: tuple(sorted(index.get(key))) for key in expected} == expected

@@ -95,12 +95,7 @@ def plan_of(
         id=MachineId(hostname="n.test", ip="10.0.0.1"),
         mode=mode,
         window_start=window,
-        machine_id={"hostname": "n.test", "ip": "10.0.0.1"},
-        window={
-            "start": window,
-            "duration": duration,
-            "end": None if duration is None else window + duration,
-        },
+        window_seconds=duration,
     )
     return machine_plan(
         scheduled, [entry], is_lost=lambda _: False, now=now, policy=policy, drain_record=None

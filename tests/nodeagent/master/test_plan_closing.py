@@ -128,8 +128,6 @@ def scheduled(window: float = W) -> ScheduledMachine:
         id=MachineId(hostname="n.test", ip="10.0.0.1"),
         mode="DRAINING",
         window_start=window,
-        machine_id={"hostname": "n.test", "ip": "10.0.0.1"},
-        window={"start": window, "duration": None, "end": None},
     )
 
 

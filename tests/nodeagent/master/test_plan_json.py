@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +182,8 @@ def test_ads_that_only_moved_on_keep_their_rows_templates_and_the_reply_is_the_p
 ) -> None:
     """Every node pushes its ad again a minute later, only moved on in time: the rows'
     templates are kept (no forecast or template made again) and the reply is still
-    exactly the plan, ad ages included; an ad that changed gets a new template."""
+    exactly the plan, ad ages included; an ad that changed gets a new template. The
+    templates kept do not keep the replaced entries alive."""
     clock = StepClock(1_800_000_000.0)
     store = DocumentStore(tmp_path / "master.db")
     master = Master(
@@ -210,6 +213,7 @@ def test_ads_that_only_moved_on_keep_their_rows_templates_and_the_reply_is_the_p
         before = {key: text._fast for key, text in texts.items()}
         forecasts = [master.ads.get(f"n{n}.test").forecast for n in range(4)]  # type: ignore[union-attr]
         assert all(before.values())
+        replaced = [weakref.ref(master.ads.get(f"n{n}.test")) for n in range(4)]
         clock.t += 60
         for node in nodes:
             master.receive_ad(node.ad(clock.now()))
@@ -228,5 +232,8 @@ def test_ads_that_only_moved_on_keep_their_rows_templates_and_the_reply_is_the_p
             True,
         ]
         assert master.ads.moved_on_ads == 4  # n0's first push again moved on, then changed
+        del entries
+        gc.collect()
+        assert [ref() for ref in replaced] == [None] * 4
     finally:
         store.close()
