@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import re
 import weakref
+import zlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -88,6 +89,45 @@ def _template(plan: MachinePlan, state: RowState) -> bytes | None:
 _FAST_MARKER = re.compile(rb'"\\u0000([LS][a-z_0-9]+)\\u0000"')
 
 
+class _TemplatePacker:
+    """The fast templates kept deflated: a master keeps one per scheduled machine, ≈ 3.4
+    kB for a row with 8 blockers as text, ≈ 0.3 kB deflated with a row as the dictionary
+    (rows differ mostly in their names and numbers). The dictionary is the first template
+    of :data:`DICTIONARY_BYTES` or more that the process makes; a template keeps the one it
+    was deflated with. Deflating one costs ≈ 20 µs when it is made, inflating ≈ 5 µs for
+    each row written from it."""
+
+    __slots__ = ("dictionary",)
+
+    #: The size from which a template is taken as the dictionary.
+    DICTIONARY_BYTES = 1024
+
+    def __init__(self) -> None:
+        self.dictionary = b""
+
+    def pack(self, template: bytes) -> tuple[bytes, bytes]:
+        """``template`` deflated, and the dictionary to inflate it with."""
+        if not self.dictionary and len(template) >= self.DICTIONARY_BYTES:
+            self.dictionary = template
+        dictionary = self.dictionary
+        if dictionary:
+            packer = zlib.compressobj(1, zlib.DEFLATED, -15, zdict=dictionary)
+        else:
+            packer = zlib.compressobj(1, zlib.DEFLATED, -15)
+        return packer.compress(template) + packer.flush(), dictionary
+
+    @staticmethod
+    def unpack(packed: bytes, dictionary: bytes) -> bytes:
+        if dictionary:
+            unpacker = zlib.decompressobj(-15, zdict=dictionary)
+        else:
+            unpacker = zlib.decompressobj(-15)
+        return unpacker.decompress(packed) + unpacker.flush()
+
+
+_PACKER = _TemplatePacker()
+
+
 def _fast_marker(name: str) -> str:
     return f"\x00{name}\x00"
 
@@ -105,7 +145,9 @@ class _Fast(NamedTuple):
     #: The :attr:`~nodeagent.master._adstore.AdEntry.basis` of each of the row's nodes
     #: (not the entries: a template kept would keep a node's replaced entries alive).
     bases: tuple[object, ...]
+    #: The template, deflated with ``dictionary`` (:data:`_PACKER`).
     template: bytes
+    dictionary: bytes
     lines: tuple[tuple[int, int], ...]  # the first 9 %d values: lines 0–8
     #: The other lines, the blockers' (key, value at the base, slope), in the order they
     #: are written: the forecast's own tuples (:attr:`~slots.BlockerFrame.moving`),
@@ -184,12 +226,14 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     if names != expected_names:
         return None
     pieces[1::2] = [b"%d" if name[0] == "L" else b"%s" for name in names]
+    template, dictionary = _PACKER.pack(b"".join(pieces))
     return _Fast(
         piece=read.piece,
         state=state,
         machine=plan.machine,
         bases=tuple(node.basis for node in plan.nodes),
-        template=b"".join(pieces),
+        template=template,
+        dictionary=dictionary,
         lines=lines,
         moving=tuple(moving),
         active=read.active,
@@ -330,7 +374,7 @@ class RowJson:
         age = dumps(round(node.age(now), 3))
         nodes = plan.nodes
         text = (
-            fast.template
+            _PACKER.unpack(fast.template, fast.dictionary)
             % (
                 *(
                     (age,)  # the usual machine: one node, the row's

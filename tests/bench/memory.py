@@ -2,9 +2,10 @@
 
 For each size (``--machines``, 10,000 and 30,000 when not given): a master holding one ad
 of 8 running claims per node (as ``plan_latency.py``), the schedule of
-:func:`plan_latency.schedule`, :meth:`Master.plan` called so that every forecast is made
-(as the reconcile passes do), then the summary (``plan_body(late=True, limit=20)``
-without blockers), a whole plan body and a streamed plan; then a minute of pushes: every
+:func:`plan_latency.schedule`, the whole plan streamed as a server writes it, so that
+every forecast is made (as the reconcile passes do), then the summary
+(``plan_body(late=True, limit=20)`` without blockers), a whole plan body and a streamed
+plan; then a minute of pushes: every
 node's next ad (its claims moved on in time by ``--period`` seconds), and the same reads
 again (the steady state). Each size runs in its own process, so that one's memory does not
 hide the next's.
@@ -12,10 +13,14 @@ hide the next's.
 Reports, per size: ``rss_mib`` after the ads, after the reads and at steady state, and
 ``per_machine_kib`` (the RSS above the process's before the ads, per machine). With
 ``--trace`` (slow), tracemalloc's live bytes at steady state per machine, grouped by
-``file:line`` (the largest ``--top``) and by owner (the file).
+``file:line`` (the largest ``--top``) and by owner (the file). With ``--plan-as-data``
+the first read is :meth:`Master.plan` instead (the figures of docs/performance.md up to
+"Row templates kept deflated" were measured so): the whole plan as data, every row's
+dicts at once, which no server makes, and which leaves the allocator's pools holding
+≈ 8 KiB a machine that the objects kept do not use.
 
 Prints one JSON document. Usage: ``python tests/bench/memory.py [--machines 10000,30000]
-[--period 60] [--trace] [--top 25]``.
+[--period 60] [--trace] [--top 25] [--plan-as-data]``.
 """
 
 from __future__ import annotations
@@ -55,23 +60,35 @@ def rss() -> int:
 START = 1_800_000_000.0
 
 
-def reads(master: Master, clock: StepClock) -> None:
-    """What a running master is asked: the plan (every forecast made), the summary, a
-    whole plan body, a streamed plan."""
-    clock.t += 1.0
-    master.plan()
-    clock.t += 1.0
-    plan_body(master, with_blockers=False, late=True, limit=20)
-    clock.t += 1.0
-    plan_body(master)
-    clock.t += 1.0
+def stream(master: Master) -> None:
+    """The whole plan streamed, as a server writes it (``GET /v1/maintenance/plan``)."""
     now = master.clock.now()
     inputs = master.plan_inputs(now)
     for _ in master.plan_view.stream(inputs, now, with_blockers=True, select=None):
         pass
 
 
-def measure(machines: int, period: float, trace: bool, top: int) -> dict[str, Any]:
+def reads(master: Master, clock: StepClock, *, as_data: bool = False) -> None:
+    """What a running master is asked: the whole plan streamed (every forecast made, as
+    the reconcile passes do), the summary, a whole plan body, a streamed plan. With
+    ``as_data``, the first read is :meth:`Master.plan` instead, the whole plan as data,
+    which no server makes (every row's dicts at once)."""
+    clock.t += 1.0
+    if as_data:
+        master.plan()
+    else:
+        stream(master)
+    clock.t += 1.0
+    plan_body(master, with_blockers=False, late=True, limit=20)
+    clock.t += 1.0
+    plan_body(master)
+    clock.t += 1.0
+    stream(master)
+
+
+def measure(
+    machines: int, period: float, trace: bool, top: int, as_data: bool = False
+) -> dict[str, Any]:
     machines_of = template_machines(START)  # the same claims, moved on in time
     first = [machine.ad(START) for machine in machines_of]
     later = [machine.ad(START + period) for machine in machines_of]
@@ -96,13 +113,13 @@ def measure(machines: int, period: float, trace: bool, top: int) -> dict[str, An
                 master.ads.update(ad, START)
             master.state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, START)))
             after_ads = rss()
-            reads(master, clock)
+            reads(master, clock, as_data=as_data)
             after_reads = rss()
             # a minute of pushes: every node's next ad, then the same reads
             clock.t = START + period
             for ad in node_ads(later):
                 master.ads.update(ad, clock.t)
-            reads(master, clock)
+            reads(master, clock, as_data=as_data)
             steady = rss()
             result: dict[str, Any] = {
                 "seconds": round(time.perf_counter() - started, 1),
@@ -147,9 +164,9 @@ def measure(machines: int, period: float, trace: bool, top: int) -> dict[str, An
             store.close()
 
 
-def _child(machines: int, period: float, trace: bool, top: int, out: Any) -> None:
+def _child(machines: int, period: float, trace: bool, top: int, as_data: bool, out: Any) -> None:
     try:
-        out.send(measure(machines, period, trace, top))
+        out.send(measure(machines, period, trace, top, as_data))
     except BaseException as e:  # reported, not raised: the parent prints one document
         out.send({"error": repr(e)})
 
@@ -160,13 +177,15 @@ def main() -> int:
     parser.add_argument("--period", type=float, default=60.0)
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--plan-as-data", action="store_true")
     args = parser.parse_args()
     context = multiprocessing.get_context("fork")
     result: dict[str, Any] = {}
     for machines in (int(n) for n in args.machines.split(",")):
         receive, send = context.Pipe(duplex=False)
         child = context.Process(
-            target=_child, args=(machines, args.period, args.trace, args.top, send)
+            target=_child,
+            args=(machines, args.period, args.trace, args.top, args.plan_as_data, send),
         )
         child.start()
         result[str(machines)] = receive.recv()
