@@ -522,7 +522,6 @@ def test_bad_durations(idle_agent: AgentProcess, args: tuple[str, ...], message:
 
 def test_an_unreachable_agent(tmp_path: Path) -> None:
     with AgentProcess(tmp_path / "agent", policy=FAST_POLICY) as agent:
-        url = agent.url
         assert cli(agent, "status").returncode == 0
         assert agent.stop() == 0
         for args in (("status",), ("status", "--json"), ("drain", "--yes"), ("cancel",)):
@@ -530,8 +529,14 @@ def test_an_unreachable_agent(tmp_path: Path) -> None:
             assert result.returncode == 3, args
             assert result.stderr.startswith("agent.unreachable: cannot reach the agent at unix:")
             assert result.stdout == ""
-        tcp = cli(agent, "ad", "--host", url)
+        # A port bound and not listening refuses: the stopped agent's own port may be
+        # another process's by now (on a busy machine it was, and it reset the connection).
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+            tcp = cli(agent, "ad", "--host", url)
         assert tcp.returncode == 3
+        assert tcp.stderr.startswith(f"agent.unreachable: cannot reach the agent at {url}: ")
         assert "connection refused" in tcp.stderr
 
 
