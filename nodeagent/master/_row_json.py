@@ -94,7 +94,7 @@ class _TemplatePacker:
     kB for a row with 8 blockers as text, ≈ 0.3 kB deflated with a row as the dictionary
     (rows differ mostly in their names and numbers). The dictionary is the first template
     of :data:`DICTIONARY_BYTES` or more that the process makes; a template keeps the one it
-    was deflated with. Deflating one costs ≈ 20 µs when it is made, inflating ≈ 5 µs for
+    was deflated with. Deflating one costs ≈ 20 µs when it is made, inflating ≈ 5–10 µs for
     each row written from it."""
 
     __slots__ = ("dictionary",)
