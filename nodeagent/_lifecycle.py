@@ -528,26 +528,17 @@ async def _serve(
                 unix = await serve(
                     servers, trusted(app), binds, shutdown=stop.wait, unix=True, read_timeout=wait
                 )
-                binds = list(spec.listen)
-                if spec.share is not None:  # the relay socket is bound with them
-                    binds.append(f"unix:{spec.share.relay}")
+                listen = list(spec.listen)
+                # the relay socket is bound with the TCP listeners
+                relay = [] if spec.share is None else [f"unix:{spec.share.relay}"]
+                binds = listen + relay
                 if spec.tcp_server == "h11":
                     tcp = await serve_http(
-                        servers,
-                        app,
-                        list(spec.listen),
-                        tls=spec.tls,
-                        read_timeout=wait,
-                        share=spec.share,
+                        servers, app, listen, tls=spec.tls, read_timeout=wait, share=spec.share
                     )
                 else:
                     tcp = await serve(
-                        servers,
-                        app,
-                        list(spec.listen),
-                        shutdown=stop.wait,
-                        tls=spec.tls,
-                        read_timeout=wait,
+                        servers, app, listen, shutdown=stop.wait, tls=spec.tls, read_timeout=wait
                     )
             except OSError as exc:
                 raise _address_failure(binds, exc) from exc

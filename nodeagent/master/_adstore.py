@@ -54,7 +54,9 @@ __all__ = [
     "ad_parts",
     "check_my_address",
     "check_node_ad",
+    "deflate",
     "foreign_ad",
+    "inflate",
     "may_hold_control",
     "moved_on",
     "prepare_node_ad",
@@ -408,13 +410,14 @@ def _split(slots: Sequence[Mapping[str, Any]]) -> tuple[bytes, list[dict[str, An
     return orjson.dumps(static), moving
 
 
-def _compress(data: bytes, dictionary: bytes) -> bytes:
-    """``data`` raw-deflated (no header nor checksum) with ``dictionary``."""
-    packer = zlib.compressobj(3, zlib.DEFLATED, -15, zdict=dictionary)
+def deflate(data: bytes, dictionary: bytes, *, level: int = 3) -> bytes:
+    """``data`` raw-deflated (no header nor checksum) with ``dictionary`` (may be empty)."""
+    packer = zlib.compressobj(level, zlib.DEFLATED, -15, zdict=dictionary)
     return packer.compress(data) + packer.flush()
 
 
-def _decompress(data: bytes | memoryview, dictionary: bytes) -> bytes:
+def inflate(data: bytes | memoryview, dictionary: bytes) -> bytes:
+    """What :func:`deflate` made with ``dictionary``."""
     unpacker = zlib.decompressobj(-15, zdict=dictionary)
     return unpacker.decompress(data) + unpacker.flush()
 
@@ -476,8 +479,8 @@ class PackedSlots(Sequence[dict[str, Any]]):
         if after is not None and after._static.startswith(digest):
             self._static = after._static
         else:
-            self._static = digest + _compress(static, _STATIC_DICTIONARY)
-        self._moving = _compress(orjson.dumps(moving), _MOVING_DICTIONARY)
+            self._static = digest + deflate(static, _STATIC_DICTIONARY)
+        self._moving = deflate(orjson.dumps(moving), _MOVING_DICTIONARY)
         self._count = len(moving)
 
     @classmethod
@@ -521,13 +524,13 @@ class PackedSlots(Sequence[dict[str, Any]]):
 
     def moving_values(self) -> list[dict[str, Any]]:
         """The slot ads' values of :data:`_MOVING`: a new dict per slot, of those it has."""
-        values: list[dict[str, Any]] = orjson.loads(_decompress(self._moving, _MOVING_DICTIONARY))
+        values: list[dict[str, Any]] = orjson.loads(inflate(self._moving, _MOVING_DICTIONARY))
         return values
 
     def unpacked(self) -> list[dict[str, Any]]:
         """The slot ads as a new list of new dicts."""
         ads: list[dict[str, Any]] = orjson.loads(
-            _decompress(memoryview(self._static)[_DIGEST:], _STATIC_DICTIONARY)
+            inflate(memoryview(self._static)[_DIGEST:], _STATIC_DICTIONARY)
         )
         for ad, values in zip(ads, self.moving_values(), strict=True):
             ad.update(values)  # each key is there, null: it keeps its place

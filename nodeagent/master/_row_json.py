@@ -30,13 +30,12 @@ from __future__ import annotations
 import functools
 import re
 import weakref
-import zlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
-from nodeagent.master._adstore import AdEntry
+from nodeagent.master._adstore import AdEntry, deflate, inflate
 from nodeagent.master._plan import MachinePlan, RowFigures, RowState, ScheduledMachine, row_dict
 from slots import PieceLines, late_by
 
@@ -109,20 +108,11 @@ class _TemplatePacker:
         """``template`` deflated, and the dictionary to inflate it with."""
         if not self.dictionary and len(template) >= self.DICTIONARY_BYTES:
             self.dictionary = template
-        dictionary = self.dictionary
-        if dictionary:
-            packer = zlib.compressobj(1, zlib.DEFLATED, -15, zdict=dictionary)
-        else:
-            packer = zlib.compressobj(1, zlib.DEFLATED, -15)
-        return packer.compress(template) + packer.flush(), dictionary
+        return deflate(template, self.dictionary, level=1), self.dictionary
 
     @staticmethod
     def unpack(packed: bytes, dictionary: bytes) -> bytes:
-        if dictionary:
-            unpacker = zlib.decompressobj(-15, zdict=dictionary)
-        else:
-            unpacker = zlib.decompressobj(-15)
-        return unpacker.decompress(packed) + unpacker.flush()
+        return inflate(packed, dictionary)
 
 
 _PACKER = _TemplatePacker()
