@@ -18,6 +18,8 @@ import pytest
 
 from tests.etcd import EtcdServer, etcd_server
 from tests.ha import masters_on
+from tests.harness import wait_for
+from tests.integration.test_events_ha import kept
 from tests.integration.test_master import window
 
 __all__ = ["etcd_server"]
@@ -88,10 +90,12 @@ def test_the_guide_s_backup_and_restore_steps_bring_the_pool_back(
     sh(restore, cwd=tmp_path, endpoint=url)
     assert pool_keys(tmp_path, url) == before
     with masters_on(tmp_path / "again", etcd_server, count=1, etcd_prefix="/nodeagent/") as again:
-        machines = again.leader().call("GET", "/maintenance/schedule").json()
+        leader = again.leader()
+        machines = leader.call("GET", "/maintenance/schedule").json()
         assert [m["hostname"] for m in machines["windows"][0]["machine_ids"]] == MACHINES
-    # The master that led on the restored keys wrote its own events after the ones kept
-    # (leader.elected): the snapshot below holds them too.
+        # The master that leads on the restored keys writes its own event after the ones
+        # kept (leader.elected, within the flush delay): the snapshot below holds it too.
+        wait_for(lambda: [e["type"] for e in kept(leader)].count("leader.elected") == 2)
     now = pool_keys(tmp_path, url)
     assert set(now) > set(before)
     assert {k: v for k, v in now.items() if k in before and "last-write" not in k} == {
