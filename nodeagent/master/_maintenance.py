@@ -34,7 +34,7 @@ import math
 import re
 import string
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast
 
 __all__ = [
@@ -213,6 +213,13 @@ def _no_constant(name: str) -> Any:
     raise _NotJson(name)
 
 
+def _ascii_lower(text: str | None) -> str | None:
+    """``text`` with its ASCII letters in lower case (and no other changed)."""
+    if text is None:
+        return None
+    return text.lower() if text.isascii() else text.translate(_LOWER)
+
+
 def _bad_json(message: str) -> MaintenanceError:
     return MaintenanceError(message, code="maintenance.bad_json")
 
@@ -225,10 +232,16 @@ class MachineId:
 
     hostname: str | None = None
     ip: str | None = None
+    #: What it is compared by (:attr:`key`), made once: a schedule's checks and indexes
+    #: hash every machine id several times.
+    _key: tuple[str | None, str | None] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_key", (_ascii_lower(self.hostname), self.ip))
 
     @property
     def key(self) -> tuple[str | None, str | None]:
-        return (None if self.hostname is None else self.hostname.translate(_LOWER), self.ip)
+        return self._key
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MachineId) and self.key == other.key
@@ -610,7 +623,7 @@ class MaintenanceState:
         matches any ip, an ip-only entry any hostname. If several match, an entry with
         both fields wins over a hostname-only one, which wins over an ip-only one.
         """
-        host = hostname.translate(_LOWER) if hostname else None
+        host = _ascii_lower(hostname) if hostname else None
         if host and ip and (host, ip) in self._by_both:
             return self._by_both[(host, ip)]
         if host and host in self._by_host:
