@@ -696,17 +696,24 @@ class DrainForecast:
         """A piece holding ``whole``, for whatever window the current one has."""
         piece = self._piece
         if piece is None or not piece.base <= whole <= piece.base + piece.horizon:
-            piece = self._piece = self._compute(whole, None if piece is None else piece.window)
+            window = None if piece is None else piece.window
+            if piece is not None and whole < piece.base:
+                return self._compute(whole, window)  # see _piece_for
+            piece = self._piece = self._compute(whole, window)
         return piece
 
     def _piece_for(self, whole: int, window: _Window) -> _Piece:
-        """The piece holding ``whole`` for ``window``."""
+        """The piece holding ``whole`` for ``window``. A read before the base of the piece
+        held for that window (a long read that keeps its ``now``, while others read on)
+        gets a piece of its own: the one held serves the reads that move on with time."""
         piece = self._piece
         if (
             piece is None
             or piece.window != window
             or not piece.base <= whole <= piece.base + piece.horizon
         ):
+            if piece is not None and piece.window == window and whole < piece.base:
+                return self._compute(whole, window)
             piece = self._piece = self._compute(whole, window)
         return piece
 

@@ -18,6 +18,7 @@ from slots import (
     ad_blockers,
     check_estimate_inputs,
     drain_estimates,
+    drain_verdicts,
 )
 
 from .test_properties import TOTAL, _step, ops, policies
@@ -253,6 +254,30 @@ def test_a_forecast_is_ready_where_its_piece_holds() -> None:
     assert not forecast.ready(T0 + 201)
     assert not forecast.ready(T0 - 1)
     assert forecast.estimates(T0 + 100) == drain_estimates(busy(), T0 + 100)
+
+
+@pytest.mark.parametrize(
+    ("window", "escalation"),
+    [(None, Escalation.NONE), (T0 + 7200, Escalation.QUICK)],
+    ids=["no window", "a window"],
+)
+def test_a_read_before_the_piece_held_leaves_it_to_the_reads_that_move_on(
+    window: int | None, escalation: Escalation
+) -> None:
+    """A long read keeps its ``now`` (a preview, a streamed plan) while the passes read at
+    the time: the older read gets a piece of its own, exact, and the piece held stays."""
+    forecast = DrainForecast(busy())
+    forecast.prepare(T0 + 300, window_start=window, escalation=escalation)  # at the time
+    held = forecast.made_until(window_start=window, escalation=escalation)
+    assert held >= T0 + 300
+    assert forecast.estimates(T0 + 100) == drain_estimates(busy(), T0 + 100)
+    if window is not None:
+        assert forecast.verdicts(
+            T0 + 100, window_start=window, escalation=escalation
+        ) == drain_verdicts(busy(), T0 + 100, window_start=window, escalation=escalation)
+    assert forecast.made_until(window_start=window, escalation=escalation) == held
+    assert forecast.ready(T0 + 300, window_start=window, escalation=escalation)
+    assert not forecast.ready(T0 + 100, window_start=window, escalation=escalation)
 
 
 @pytest.mark.parametrize(
