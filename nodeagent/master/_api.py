@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -100,6 +101,7 @@ from nodeagent.master._notices import mesos_statuses
 from nodeagent.master._notices_api import add_notice_routes
 from nodeagent.master._operations_api import add_operation_routes
 from nodeagent.master._plan_view import PlanQueryError, PlanSelect
+from nodeagent.master._preview import SchedulePreview
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_api import add_sla_routes
 from nodeagent.master._sla_policies import SlaBook
@@ -377,6 +379,46 @@ def plan_lines(
     return lines()
 
 
+#: The rows of a schedule's preview made in one slice of the event loop (≈ 0.2 ms each).
+PREVIEW_SLICE = 100
+
+
+def preview_document(
+    preview: SchedulePreview, previewing: trio.Lock, clock: Callable[[], float] | None = None
+) -> AsyncIterator[bytes]:
+    """``POST /v1/maintenance/schedule/preview``'s body: the document
+    :meth:`Master.preview_schedule` returns, written as its rows are made
+    (:class:`~nodeagent.master._preview.SchedulePreview`; with ``clock``, each at the
+    time it gives), :data:`PREVIEW_SLICE` rows a slice with the collector held off;
+    between two slices the others have the loop for as long as the slice took, as
+    between a pass's. One preview is made at a time (``previewing``): the next waits, so
+    that previews never take more than half of the loop, however many are asked. A
+    failure after the first bytes ends the connection without the document's end (the
+    server logs it)."""
+
+    async def document() -> AsyncIterator[bytes]:
+        head = _json_bytes(preview.head)
+        yield head[:-1] + b',"machines":['
+        async with previewing:
+            rows = preview.rows(clock)
+            separator = b""
+            while True:
+                began = trio.current_time()
+                with _collector_paused():
+                    made = [_json_bytes(row) for row in itertools.islice(rows, PREVIEW_SLICE)]
+                took = trio.current_time() - began
+                if not made:
+                    break
+                yield separator + b",".join(made)
+                separator = b","
+                await trio.sleep(took)
+            with _collector_paused():
+                tail = _json_bytes(preview.tail())
+        yield b"]," + tail[1:]
+
+    return document()
+
+
 def _refused(exc: AuthError) -> AdReply:
     return AdReply(
         exc.http_status,
@@ -564,6 +606,7 @@ def build_master_app(
 
     principals = Principals(master.clock.now, key)
     leadership = LeaderView() if leader is None else leader
+    previewing = trio.Lock()  # one schedule preview made at a time (preview_document)
 
     def principal(request: Request) -> Principal:
         return principals(request.headers.get("authorization"), unix=bool(request.scope.get(_UNIX)))
@@ -899,10 +942,13 @@ def build_master_app(
         try:
             schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
             with _collector_paused():
-                preview = master.preview_schedule(schedule)
+                preview = master.schedule_preview(schedule)
         except MaintenanceError as exc:
             return PlainTextResponse(exc.message, status_code=400)
-        return Response(_json_bytes(preview), media_type="application/json")
+        return StreamingResponse(
+            preview_document(preview, previewing, master.clock.now),
+            media_type="application/json",
+        )
 
     @app.post(
         "/machine/down",

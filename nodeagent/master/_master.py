@@ -154,8 +154,8 @@ from nodeagent.master._plan_ledger import AdChanges
 from nodeagent.master._plan_view import PlanInputs, PlanView
 from nodeagent.master._preview import (
     ScheduleChanged,
+    SchedulePreview,
     preview_down,
-    preview_schedule,
     schedule_version,
 )
 from slots import InvalidRequest
@@ -1042,14 +1042,21 @@ class Master:
         """What :meth:`set_schedule` with ``schedule`` would do now, changing nothing
         (:func:`~nodeagent.master._preview.preview_schedule`). Raises
         :class:`MaintenanceError` as :meth:`set_schedule` would."""
+        return self.schedule_preview(schedule).document()
+
+    def schedule_preview(self, schedule: MaintenanceSchedule) -> SchedulePreview:
+        """:meth:`preview_schedule` to be made a row at a time
+        (:class:`~nodeagent.master._preview.SchedulePreview`): the schedule checked and
+        the state copied now. Raises :class:`MaintenanceError` as :meth:`set_schedule`
+        would."""
         now = self.clock.now()
-        return preview_schedule(
+        return SchedulePreview(
             self.state,
             schedule,
             self.plan_inputs(now),
             now,
             hostnames=(entry.hostname for entry in self.ads.entries()),
-            notices=self.notices.values(),
+            notices=list(self.notices.values()),
         )
 
     def preview_down(self, machine_ids: tuple[MachineId, ...]) -> dict[str, Any]:

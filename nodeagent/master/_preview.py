@@ -46,7 +46,7 @@ import copy
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from nodeagent._when import iso_time
@@ -76,6 +76,7 @@ __all__ = [
     "EARLIEST_PLAUSIBLE",
     "PLAUSIBLE_YEARS",
     "ScheduleChanged",
+    "SchedulePreview",
     "preview_down",
     "preview_schedule",
     "schedule_version",
@@ -188,58 +189,149 @@ def preview_schedule(
     notices: Iterable[Notice] = (),
 ) -> dict[str, Any]:
     """What replacing ``state``'s schedule by ``schedule`` would do at ``now`` (see the
-    module docstring); ``inputs`` are the master's plan inputs at ``now``, ``hostnames``
-    those of the nodes it holds ads of (for a ``schedule.unknown_machine`` warning's
-    "did you mean"), ``notices`` those in force (for the declines a change would meet).
-    Raises :class:`~nodeagent.master._maintenance.MaintenanceError` as
-    the schedule endpoint would; ``state`` is never changed."""
-    after = copy.copy(state)  # its mutators install new containers: the copy is apart
-    changed = after.update_schedule(schedule)
-    before = {status.id: status for status in state.machines()}
-    statuses = after.machines()
-    proposed = dataclasses.replace(inputs, statuses=statuses)
-    declined = _declined_by_machine(notices)
-    rows = [
-        _machine_row(status, before.get(status.id), proposed, now, declined)
-        for status in statuses
-        if status.window is not None
-    ]
-    dropped = [
-        _dropped_row(status.id, before[status.id], proposed)
-        for status in changed
-        if status.mode is Mode.UP
-    ]
-    warnings = schedule_warnings(schedule, now)
-    warnings.extend(_open_warnings(rows, inputs, now))
-    unknown = [row for row in rows if not row["nodes"]]
-    names = list(hostnames) if unknown else []
-    for row in unknown:
-        host = row["machine_id"].get("hostname")
-        meant = suggestions(host, names) if host and len(unknown) <= 100 else []
-        hint = f" (did you mean {' or '.join(meant)}?)" if meant else ""
-        warnings.append(
-            _warning(
-                "schedule.unknown_machine",
-                f"no node's ad matches {_name(row['machine_id'])}{hint}: nothing drains "
-                "there until an agent with that hostname/ip reports to this master",
-                machine_id=row["machine_id"],
-                suggestions=meant,
-            )
+    module docstring), as one document: :class:`SchedulePreview`'s parts. Raises
+    :class:`~nodeagent.master._maintenance.MaintenanceError` as the schedule endpoint
+    would; ``state`` is never changed."""
+    return SchedulePreview(
+        state, schedule, inputs, now, hostnames=hostnames, notices=notices
+    ).document()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Seen:
+    """What the totals and the warnings read of a machine's row (the row itself is
+    written and let go)."""
+
+    machine_id: dict[str, Any]
+    change: str
+    known: bool  # an ad the master holds matches the machine
+    start: float
+    window_open: bool
+    window_ended: bool
+    drain_now: bool
+    evicted: int
+    #: jobs, core-seconds and badput the escalation would cut (not yet escalated)
+    cut: tuple[int, int, int]
+    declines: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> _Seen:
+        planned = row.get("as_planned")
+        cut = (0, 0, 0)
+        if planned and planned["will_escalate"] and not planned["escalated"]:
+            cut = (planned["cut_jobs"], planned["cut_core_seconds"], planned["cut_badput"])
+        return cls(
+            machine_id=row["machine_id"],
+            change=row["change"],
+            known=bool(row["nodes"]),
+            start=row["window"]["start"],
+            window_open=row["window_open"],
+            window_ended=row["window_ended"],
+            drain_now=row["drain_now"] is not None,
+            evicted=len(row["evicted_now"]),
+            cut=cut,
+            declines=tuple(row["declines"]),
         )
-    warnings.extend(_declined_warnings(rows))
-    return {
-        "now": now,
-        "schedule_version": schedule_version(state),
-        "policy": {
-            "drain_policy": inputs.policy.drain_policy,
-            "drain_margin": inputs.policy.drain_margin,
-            "escalation": inputs.policy.escalation,
-        },
-        "machines": rows,
-        "dropped": dropped,
-        "totals": _totals(rows, dropped),
-        "warnings": warnings,
-    }
+
+
+class SchedulePreview:
+    """:func:`preview_schedule` made a row at a time, so that a server can write each row
+    as it is made and serve others between two (a preview of 100,000 machines takes
+    minutes): :attr:`head` (``now``, ``schedule_version``, ``policy``), then
+    :meth:`rows`, then :meth:`tail` (``dropped``, ``totals``, ``warnings``), the
+    document's keys in that order.
+
+    The schedule is checked and the state copied when it is made (raising
+    :class:`~nodeagent.master._maintenance.MaintenanceError` as the schedule endpoint
+    would); every row is made at ``now`` (or as :meth:`rows` is told), from the ads
+    ``inputs`` (the master's plan inputs at ``now``) finds when it is made.
+    ``hostnames`` are those of the nodes the master holds ads of (read by :meth:`tail`,
+    for a ``schedule.unknown_machine`` warning's "did you mean"), ``notices`` those in
+    force (for the declines a change would meet). Of a row, only what the totals and
+    warnings read is kept (:class:`_Seen`)."""
+
+    def __init__(
+        self,
+        state: MaintenanceState,
+        schedule: MaintenanceSchedule,
+        inputs: PlanInputs,
+        now: float,
+        *,
+        hostnames: Iterable[str] = (),
+        notices: Iterable[Notice] = (),
+    ) -> None:
+        after = copy.copy(state)  # its mutators install new containers: the copy is apart
+        self._changed = after.update_schedule(schedule)
+        self._schedule = schedule
+        self._before = {status.id: status for status in state.machines()}
+        self._statuses = after.machines()
+        self._inputs = inputs
+        self._proposed = dataclasses.replace(inputs, statuses=self._statuses)
+        self._declined = _declined_by_machine(notices)
+        self._hostnames = hostnames
+        self._seen: list[_Seen] = []
+        self._made = False
+        self.now = now
+        self.head: dict[str, Any] = {
+            "now": now,
+            "schedule_version": schedule_version(state),
+            "policy": {
+                "drain_policy": inputs.policy.drain_policy,
+                "drain_margin": inputs.policy.drain_margin,
+                "escalation": inputs.policy.escalation,
+            },
+        }
+
+    def rows(self, clock: Callable[[], float] | None = None) -> Iterator[dict[str, Any]]:
+        """Each machine of the proposed schedule's row, in the schedule's order: at
+        ``now``, or with ``clock``, at the time it gives when the row is made (a server
+        making rows for minutes reads each node's forecast at the time, as the reconcile
+        passes do, rather than at an instant they have left behind)."""
+        for status in self._statuses:
+            if status.window is None:
+                continue
+            at = self.now if clock is None else clock()
+            row = _machine_row(
+                status, self._before.get(status.id), self._proposed, at, self._declined
+            )
+            self._seen.append(_Seen.of(row))
+            yield row
+        self._made = True
+
+    def document(self) -> dict[str, Any]:
+        """The whole preview at once (its rows at ``now``)."""
+        return {**self.head, "machines": list(self.rows()), **self.tail()}
+
+    def tail(self) -> dict[str, Any]:
+        """The machines dropped, the totals and the warnings, once :meth:`rows` is done
+        (``RuntimeError`` before: they count its rows)."""
+        if not self._made:
+            raise RuntimeError("the preview's rows are not all made")
+        seen, inputs, now = self._seen, self._inputs, self.now
+        dropped = [
+            _dropped_row(status.id, self._before[status.id], self._proposed)
+            for status in self._changed
+            if status.mode is Mode.UP
+        ]
+        warnings = schedule_warnings(self._schedule, now)
+        warnings.extend(_open_warnings(seen, inputs))
+        unknown = [row for row in seen if not row.known]
+        names = list(self._hostnames) if unknown else []
+        for row in unknown:
+            host = row.machine_id.get("hostname")
+            meant = suggestions(host, names) if host and len(unknown) <= 100 else []
+            hint = f" (did you mean {' or '.join(meant)}?)" if meant else ""
+            warnings.append(
+                _warning(
+                    "schedule.unknown_machine",
+                    f"no node's ad matches {_name(row.machine_id)}{hint}: nothing drains "
+                    "there until an agent with that hostname/ip reports to this master",
+                    machine_id=row.machine_id,
+                    suggestions=meant,
+                )
+            )
+        warnings.extend(_declined_warnings(seen))
+        return {"dropped": dropped, "totals": _totals(seen, dropped), "warnings": warnings}
 
 
 def _declined_by_machine(notices: Iterable[Notice]) -> dict[str, list[Notice]]:
@@ -281,9 +373,9 @@ def _declines(
     return rows
 
 
-def _declined_warnings(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _declined_warnings(rows: Iterable[_Seen]) -> list[dict[str, Any]]:
     """One ``schedule.declined`` warning for the declines the change would meet."""
-    met = [(row, d) for row in rows for d in row["declines"]]
+    met = [(row, d) for row in rows for d in row.declines]
     if not met:
         return []
     shown = "; ".join(
@@ -395,24 +487,22 @@ def _dropped_row(machine_id: MachineId, old: MachineStatus, inputs: PlanInputs) 
     }
 
 
-def _open_warnings(
-    rows: Iterable[dict[str, Any]], inputs: PlanInputs, now: float
-) -> list[dict[str, Any]]:
+def _open_warnings(rows: Iterable[_Seen], inputs: PlanInputs) -> list[dict[str, Any]]:
     """One ``schedule.window_open`` warning per window start already past that machines
     enter (added, or their window moved): their drains start at once."""
-    by_start: dict[float, list[dict[str, Any]]] = {}
+    by_start: dict[float, list[_Seen]] = {}
     for row in rows:
-        if row["window_open"] and row["change"] != "kept":
-            by_start.setdefault(row["window"]["start"], []).append(row)
+        if row.window_open and row.change != "kept":
+            by_start.setdefault(row.start, []).append(row)
     warnings = []
     escalation = inputs.policy.escalation
     for start, entering in sorted(by_start.items()):
-        evicted = sum(len(row["evicted_now"]) for row in entering)
+        evicted = sum(row.evicted for row in entering)
         count = len(entering)
-        machines = ", ".join(_name(row["machine_id"]) for row in entering[:5])
+        machines = ", ".join(_name(row.machine_id) for row in entering[:5])
         if count > 5:
             machines += f" and {count - 5} more"
-        ended = entering[0]["window_ended"]
+        ended = entering[0].window_ended
         opened = "ended" if ended else "is open"
         effect = (
             f"their drains start at once with the {escalation} escalation: "
@@ -426,7 +516,7 @@ def _open_warnings(
                 f"the window starting {iso_time(start)} {opened} already "
                 f"({count} machine{'' if count == 1 else 's'}: {machines}); {effect}",
                 start=start,
-                machines=[row["machine_id"] for row in entering],
+                machines=[row.machine_id for row in entering],
                 evicted_now=evicted,
             )
         )
@@ -440,29 +530,22 @@ def _name(machine_id: dict[str, str]) -> str:
     return host or ip or "?"
 
 
-def _totals(rows: list[dict[str, Any]], dropped: list[dict[str, Any]]) -> dict[str, Any]:
+def _totals(rows: list[_Seen], dropped: list[dict[str, Any]]) -> dict[str, Any]:
     """The change in numbers: machines per change, drains starting now, the jobs the
     escalations would cut (now or at their windows) and their cost."""
-    cut_jobs = cut_core_seconds = cut_badput = 0
-    for row in rows:
-        planned = row.get("as_planned")
-        if planned and planned["will_escalate"] and not planned["escalated"]:
-            cut_jobs += planned["cut_jobs"]
-            cut_core_seconds += planned["cut_core_seconds"]
-            cut_badput += planned["cut_badput"]
     return {
         "machines": len(rows),
-        "added": sum(row["change"] == "added" for row in rows),
-        "moved": sum(row["change"] == "moved" for row in rows),
+        "added": sum(row.change == "added" for row in rows),
+        "moved": sum(row.change == "moved" for row in rows),
         "dropped": len(dropped),
-        "unknown_machines": sum(not row["nodes"] for row in rows),
-        "windows_open": sum(row["window_open"] for row in rows),
-        "drains_now": sum(row["drain_now"] is not None for row in rows),
-        "evicted_now": sum(len(row["evicted_now"]) for row in rows),
-        "cut_jobs": cut_jobs,
-        "cut_core_seconds": cut_core_seconds,
-        "cut_badput": cut_badput,
-        "declines": sum(len(row["declines"]) for row in rows),
+        "unknown_machines": sum(not row.known for row in rows),
+        "windows_open": sum(row.window_open for row in rows),
+        "drains_now": sum(row.drain_now for row in rows),
+        "evicted_now": sum(row.evicted for row in rows),
+        "cut_jobs": sum(row.cut[0] for row in rows),
+        "cut_core_seconds": sum(row.cut[1] for row in rows),
+        "cut_badput": sum(row.cut[2] for row in rows),
+        "declines": sum(len(row.declines) for row in rows),
     }
 
 

@@ -82,7 +82,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
@@ -541,36 +541,74 @@ def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
     return figures
 
 
-def preview(client: httpx.Client, document: dict[str, Any]) -> dict[str, Any]:
-    """``POST /v1/maintenance/schedule/preview``, read to the end: latency, size, moved."""
+def preview(client: httpx.Client, pushers: Pushers, document: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/maintenance/schedule/preview``, read to the end: latency (first bytes
+    of the rows, last byte), size, moved; and the pushes answered meanwhile
+    (:func:`meanwhile`)."""
     body = json.dumps(document).encode()
-    started = time.perf_counter()
-    size, head, tail, status = 0, b"", b"", 0
-    with client.stream(
-        "POST",
-        "/v1/maintenance/schedule/preview",
-        content=body,
-        headers={"Content-Type": "application/json"},
-        timeout=600,
-    ) as response:
-        status = response.status_code
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if len(head) < 65536:
-                head += chunk[: 65536 - len(head)]
-            tail = (tail + chunk)[-(1 << 20) :]
-    elapsed = time.perf_counter() - started
+    size, head, tail, status, first = 0, b"", b"", 0, None
+    with meanwhile(pushers) as pushes:
+        started = time.perf_counter()
+        with client.stream(
+            "POST",
+            "/v1/maintenance/schedule/preview",
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=600,
+        ) as response:
+            status = response.status_code
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if first is None and b'"machines":[{' in head + chunk:
+                    first = time.perf_counter() - started
+                if len(head) < 65536:
+                    head += chunk[: 65536 - len(head)]
+                tail = (tail + chunk)[-(1 << 20) :]
+        elapsed = time.perf_counter() - started
     if status != 200:
         raise RuntimeError(f"preview: {status} {tail[:300]!r}")
     moved = re.search(rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', tail) or re.search(
         rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', head
     )
     return {
+        "first_row_ms": None if first is None else ms(first),
         "ms": ms(elapsed),
         "request_bytes": len(body),
         "reply_bytes": size,
         "moved": None if moved is None else int(moved[1]),
+        **pushes,
     }
+
+
+@contextlib.contextmanager
+def meanwhile(pushers: Pushers) -> Iterator[dict[str, Any]]:
+    """While the block runs: the ads the pushers had answered a second, and the longest
+    time in which none was answered (sampled every 50 ms: a master that does the block's
+    work in one go holds every push for as long); in the dict yielded, once it ends."""
+    answered = pushers.answered()
+    done = threading.Event()
+    longest = [0.0]
+
+    def watch() -> None:
+        last, since = pushers.answered(), time.perf_counter()
+        while not done.wait(0.05):
+            now, count = time.perf_counter(), pushers.answered()
+            if count != last:
+                last, since = count, now
+            longest[0] = max(longest[0], now - since)
+
+    figures: dict[str, Any] = {}
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.perf_counter()
+    try:
+        yield figures
+    finally:
+        seconds = time.perf_counter() - started
+        done.set()
+        watcher.join()
+        figures["ads_per_s_meanwhile"] = round((pushers.answered() - answered) / seconds, 1)
+        figures["longest_without_an_ad_s"] = round(longest[0], 2)
 
 
 def wait_round(
@@ -599,38 +637,20 @@ def cold_read(
     meanwhile, and the longest time meanwhile in which none was answered (sampled every 50
     ms: a master that makes the forecasts in one go holds every push for as long)."""
     waiting = int(master.call("GET", "/v1/ad").json()["MasterForecastsWaiting"])
-    answered = pushers.answered()
-    done = threading.Event()
-    longest = [0.0]
-
-    def watch() -> None:
-        last, since = pushers.answered(), time.perf_counter()
-        while not done.wait(0.05):
-            now, count = time.perf_counter(), pushers.answered()
-            if count != last:
-                last, since = count, now
-            longest[0] = max(longest[0], now - since)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    started = time.perf_counter()
-    try:
+    with meanwhile(pushers) as pushes:
+        started = time.perf_counter()
         if what == "summary":
             response = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=900)
         else:
             response = reader.get("/metrics", timeout=900)
-    finally:
         seconds = time.perf_counter() - started
-        done.set()
-        watcher.join()
     return {
         "forecasts_waiting_before": waiting,
         "status": response.status_code,
         "read": what,
         "behind": _behind(response, what),
         "read_s": round(seconds, 2),
-        "ads_per_s_meanwhile": round((pushers.answered() - answered) / seconds, 1),
-        "longest_without_an_ad_s": round(longest[0], 2),
+        **pushes,
         "forecasts_waiting_after": int(
             master.call("GET", "/v1/ad").json()["MasterForecastsWaiting"]
         ),
@@ -865,7 +885,7 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
                 ok = guarded(result, "one_window", one_window)
             if ok and options.preview_machines:
                 document = moved_schedule(machines, now, options.preview_machines)
-                ok = guarded(result, "preview", lambda: preview(reader, document))
+                ok = guarded(result, "preview", lambda: preview(reader, agents, document))
         alive(master)
         mem = memory(master.proc.pid)
         result["memory"] = {

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import trio
 
 from nodeagent.master._adstore import AdStore
+from nodeagent.master._api import PREVIEW_SLICE, preview_document
+from nodeagent.master._ingest import json_bytes
 from nodeagent.master._maintenance import (
     MachineId,
     MaintenanceError,
@@ -21,6 +26,7 @@ from nodeagent.master._notices import Answer, Notice, NoticeWindow, Verdict
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._plan_view import PlanInputs
 from nodeagent.master._preview import (
+    SchedulePreview,
     preview_down,
     preview_schedule,
     schedule_warnings,
@@ -434,3 +440,101 @@ def test_the_down_preview_of_a_short_name_says_mesos_s_message_and_did_you_mean(
         preview_down(state, (OTHER,), inputs(pool(), PlanPolicy(), EPOCH), EPOCH)
     assert "did you mean" not in raised.value.message
     assert state.snapshot() == snapshot
+
+
+# ---------------------------------------------------------------------------- the body
+
+
+def large_change() -> tuple[MaintenanceState, MaintenanceSchedule, PlanInputs]:
+    """A schedule of 250 machines (three slices of the body's rows) no ad matches, kept
+    from the state, with n.test entering an open window, typo.test added and ghost.test
+    dropped: every part of the document has something in it."""
+    many = tuple(MachineId(hostname=f"m{i:03d}.test") for i in range(250))
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 600, 60, *many), at(EPOCH + 900, 60, OTHER)))
+    proposed = schedule(
+        at(EPOCH + 600, 60, *many), at(EPOCH - 1, 3600, N, MachineId(hostname="typo.test"))
+    )
+    return state, proposed, inputs(pool(), PlanPolicy(), EPOCH)
+
+
+async def test_the_body_is_the_preview_written_a_slice_of_rows_at_a_time() -> None:
+    state, proposed, made_from = large_change()
+    whole = json_bytes(preview_schedule(state, proposed, made_from, EPOCH))
+    chunks = [
+        chunk
+        async for chunk in preview_document(
+            SchedulePreview(state, proposed, made_from, EPOCH), trio.Lock()
+        )
+    ]
+    assert b"".join(chunks) == whole
+    document = json.loads(whole)
+    assert document["totals"]["machines"] == 252
+    assert [w["code"] for w in document["warnings"]][:1] == ["schedule.window_open"]
+    assert document["dropped"][0]["machine_id"]["hostname"] == "ghost.test"
+    # the head, a chunk per PREVIEW_SLICE rows, the tail
+    assert len(chunks) == 2 + -(-252 // PREVIEW_SLICE)
+
+
+async def test_between_two_slices_of_rows_the_others_run() -> None:
+    state, proposed, made_from = large_change()
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+
+    seen = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        preview = SchedulePreview(state, proposed, made_from, EPOCH)
+        async for _ in preview_document(preview, trio.Lock()):
+            seen.append(turns)
+        nursery.cancel_scope.cancel()
+    rows = seen[1:-1]  # the chunks of rows, each after a slice
+    assert len(rows) == 3
+    assert all(a < b for a, b in itertools.pairwise(rows))  # the other ran between two
+
+
+async def test_one_preview_is_made_at_a_time() -> None:
+    state, proposed, made_from = large_change()
+    previewing = trio.Lock()
+    order: list[tuple[str, bytes]] = []
+
+    async def read(name: str) -> None:
+        preview = SchedulePreview(state, proposed, made_from, EPOCH)
+        async for chunk in preview_document(preview, previewing):
+            order.append((name, chunk[:2]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read, "first")
+        nursery.start_soon(read, "second")
+    # Each head goes out at once; the rows of the one that waited come after the whole
+    # document of the one that made its rows first.
+    assert sorted(order[:2]) == [("first", b'{"'), ("second", b'{"')]
+    made_first = order[2][0]
+    then = "second" if made_first == "first" else "first"
+    assert [name for name, _ in order[2:]] == [made_first] * 4 + [then] * 4
+    assert order[5] == (made_first, b"],")
+
+
+def test_with_a_clock_each_row_is_made_at_the_time_it_gives() -> None:
+    machines = tuple(MachineId(hostname=f"t{i}.test") for i in range(3))
+    proposed = schedule(at(EPOCH + 1.5, 60, *machines))
+    preview = SchedulePreview(
+        MaintenanceState(), proposed, inputs(pool(), PlanPolicy(), EPOCH), EPOCH
+    )
+    times = iter([EPOCH, EPOCH + 1, EPOCH + 2])
+    rows = list(preview.rows(lambda: next(times)))
+    assert [row["window_open"] for row in rows] == [False, False, True]
+    assert preview.head["now"] == EPOCH  # when it was asked
+    assert preview.tail()["totals"]["windows_open"] == 1
+
+
+def test_the_tail_counts_the_rows_once_they_are_all_made() -> None:
+    state, proposed, made_from = large_change()
+    preview = SchedulePreview(state, proposed, made_from, EPOCH)
+    with pytest.raises(RuntimeError):
+        preview.tail()
