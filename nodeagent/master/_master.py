@@ -1040,7 +1040,7 @@ class Master:
 
     def preview_schedule(self, schedule: MaintenanceSchedule) -> dict[str, Any]:
         """What :meth:`set_schedule` with ``schedule`` would do now, changing nothing
-        (:func:`~nodeagent.master._preview.preview_schedule`). Raises
+        (:meth:`~nodeagent.master._preview.SchedulePreview.document`). Raises
         :class:`MaintenanceError` as :meth:`set_schedule` would."""
         return self.schedule_preview(schedule).document()
 

@@ -1,6 +1,6 @@
 """What a proposed schedule would do, pure: the plan it would give on the ads held now.
 
-``POST /v1/maintenance/schedule/preview`` answers with :func:`preview_schedule`: the same
+``POST /v1/maintenance/schedule/preview`` answers with :class:`SchedulePreview`: the same
 decisions a reconcile pass makes (:func:`~nodeagent.master._drains.decide` over
 :func:`~nodeagent.master._plan.machine_plan`), and the same rows the plan shows
 (:func:`~nodeagent.master._plan.row_dict`), computed for the proposed schedule without
@@ -78,7 +78,6 @@ __all__ = [
     "ScheduleChanged",
     "SchedulePreview",
     "preview_down",
-    "preview_schedule",
     "schedule_version",
     "schedule_warnings",
     "scheduled_meant",
@@ -179,24 +178,6 @@ def schedule_warnings(schedule: MaintenanceSchedule, now: float) -> list[dict[st
     return warnings
 
 
-def preview_schedule(
-    state: MaintenanceState,
-    schedule: MaintenanceSchedule,
-    inputs: PlanInputs,
-    now: float,
-    *,
-    hostnames: Iterable[str] = (),
-    notices: Iterable[Notice] = (),
-) -> dict[str, Any]:
-    """What replacing ``state``'s schedule by ``schedule`` would do at ``now`` (see the
-    module docstring), as one document: :class:`SchedulePreview`'s parts. Raises
-    :class:`~nodeagent.master._maintenance.MaintenanceError` as the schedule endpoint
-    would; ``state`` is never changed."""
-    return SchedulePreview(
-        state, schedule, inputs, now, hostnames=hostnames, notices=notices
-    ).document()
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Seen:
     """What the totals and the warnings read of a machine's row (the row itself is
@@ -235,8 +216,9 @@ class _Seen:
 
 
 class SchedulePreview:
-    """:func:`preview_schedule` made a row at a time, so that a server can write each row
-    as it is made and serve others between two (a preview of 100,000 machines takes
+    """What replacing ``state``'s schedule by ``schedule`` would do at ``now`` (see the
+    module docstring), made a row at a time, so that a server can write each row as it
+    is made and serve others between two (a preview of 100,000 machines takes
     minutes): :attr:`head` (``now``, ``schedule_version``, ``policy``), then
     :meth:`rows`, then :meth:`tail` (``dropped``, ``totals``, ``warnings``), the
     document's keys in that order.

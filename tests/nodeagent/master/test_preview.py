@@ -28,7 +28,6 @@ from nodeagent.master._plan_view import PlanInputs
 from nodeagent.master._preview import (
     SchedulePreview,
     preview_down,
-    preview_schedule,
     schedule_warnings,
     scheduled_meant,
     suggestions,
@@ -39,6 +38,11 @@ from tests.nodeagent.master.test_drains import EPOCH
 NS = 1_000_000_000
 N = MachineId(hostname="n.test", ip="10.0.0.1")
 OTHER = MachineId(hostname="ghost.test", ip="10.0.0.9")
+
+
+def whole_preview(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The preview as one document (:meth:`SchedulePreview.document`)."""
+    return SchedulePreview(*args, **kwargs).document()
 
 
 def schedule(*windows: tuple[int, int | None, tuple[MachineId, ...]]) -> MaintenanceSchedule:
@@ -183,7 +187,7 @@ ROWS = [
 def test_what_a_new_machine_s_drain_does_at_once(row: Row) -> None:
     state = MaintenanceState()
     snapshot = state.snapshot()
-    preview = preview_schedule(
+    preview = whole_preview(
         state,
         schedule(row.window),
         inputs(pool(admission=row.admission), row.policy, EPOCH),
@@ -205,7 +209,7 @@ def test_what_a_new_machine_s_drain_does_at_once(row: Row) -> None:
 
 
 def test_an_open_window_says_what_it_evicts_and_cuts() -> None:
-    preview = preview_schedule(
+    preview = whole_preview(
         MaintenanceState(), schedule(at(EPOCH - 1)), inputs(pool(), PlanPolicy(), EPOCH), EPOCH
     )
     (warning,) = preview["warnings"]
@@ -230,7 +234,7 @@ def test_unknown_kept_and_dropped_machines() -> None:
     # The same open window for n.test (kept: no warning of it), ghost.test dropped, and
     # a new machine no ad matches.
     new = MachineId(hostname="typo.test")
-    preview = preview_schedule(
+    preview = whole_preview(
         state,
         schedule(kept_window, at(EPOCH + 600, 60, new)),
         inputs(pool(), PlanPolicy(), EPOCH),
@@ -260,7 +264,7 @@ def test_a_down_machine_cannot_be_dropped_as_mesos_says() -> None:
     state.down([N])
     snapshot = state.snapshot()
     with pytest.raises(MaintenanceError) as raised:
-        preview_schedule(state, schedule(), inputs(pool(), PlanPolicy(), EPOCH), EPOCH)
+        whole_preview(state, schedule(), inputs(pool(), PlanPolicy(), EPOCH), EPOCH)
     assert raised.value.code == "maintenance.machine_down"
     assert state.snapshot() == snapshot
 
@@ -268,7 +272,7 @@ def test_a_down_machine_cannot_be_dropped_as_mesos_says() -> None:
 def test_a_moved_window_is_named_and_warned_when_it_opens() -> None:
     state = MaintenanceState()
     state.update_schedule(schedule(at(EPOCH + 86400)))
-    preview = preview_schedule(
+    preview = whole_preview(
         state, schedule(at(EPOCH - 5)), inputs(pool(), PlanPolicy(), EPOCH), EPOCH
     )
     (machine,) = preview["machines"]
@@ -331,7 +335,7 @@ def test_the_declines_a_change_would_meet(
 ) -> None:
     state = MaintenanceState()
     state.update_schedule(schedule(at(EPOCH + 86400)))
-    preview = preview_schedule(
+    preview = whole_preview(
         state, schedule(proposed), inputs(pool(), PlanPolicy(), EPOCH), EPOCH, notices=notices
     )
     (machine,) = preview["machines"]
@@ -358,7 +362,7 @@ def test_the_declines_a_change_would_meet(
 def test_a_machine_the_change_adds_meets_no_decline() -> None:
     """Notices exist only for scheduled machines: one a change adds has none yet (a notice
     of its name left from before is not in force)."""
-    preview = preview_schedule(
+    preview = whole_preview(
         MaintenanceState(),
         schedule(at(EPOCH + 86400)),
         inputs(pool(), PlanPolicy(), EPOCH),
@@ -371,7 +375,7 @@ def test_a_machine_the_change_adds_meets_no_decline() -> None:
 
 def test_an_unknown_short_name_gets_a_did_you_mean() -> None:
     proposed = schedule(at(EPOCH + 600, 60, MachineId(hostname="N")))
-    preview = preview_schedule(
+    preview = whole_preview(
         MaintenanceState(),
         proposed,
         inputs(pool(), PlanPolicy(), EPOCH),
@@ -460,7 +464,7 @@ def large_change() -> tuple[MaintenanceState, MaintenanceSchedule, PlanInputs]:
 
 async def test_the_body_is_the_preview_written_a_slice_of_rows_at_a_time() -> None:
     state, proposed, made_from = large_change()
-    whole = json_bytes(preview_schedule(state, proposed, made_from, EPOCH))
+    whole = json_bytes(whole_preview(state, proposed, made_from, EPOCH))
     chunks = [
         chunk
         async for chunk in preview_document(

@@ -7,7 +7,7 @@ import pytest
 
 from nodeagent.master._maintenance import MaintenanceState
 from nodeagent.master._plan import PlanPolicy
-from nodeagent.master._preview import preview_schedule, schedule_version
+from nodeagent.master._preview import SchedulePreview, schedule_version
 from tests.nodeagent.master.test_drains import EPOCH
 from tests.nodeagent.master.test_preview import OTHER, N, at, inputs, pool, schedule
 
@@ -53,8 +53,8 @@ def test_schedule_version(first: tuple[str, ...], second: tuple[str, ...], same:
 
 def test_the_preview_names_the_version_it_was_made_from() -> None:
     state = _state("later")
-    preview = preview_schedule(
+    preview = SchedulePreview(
         state, schedule(at(EPOCH + 60)), inputs(pool(), PlanPolicy(), EPOCH), EPOCH
-    )
+    ).head
     assert preview["schedule_version"] == schedule_version(state)
     assert preview["schedule_version"] != schedule_version(_state("sooner"))
