@@ -36,7 +36,14 @@ import gc
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+)
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -385,35 +392,37 @@ PREVIEW_SLICE = 100
 
 def preview_document(
     preview: SchedulePreview, previewing: trio.Lock, clock: Callable[[], float] | None = None
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """``POST /v1/maintenance/schedule/preview``'s body: the document
     :meth:`Master.preview_schedule` returns, written as its rows are made
     (:class:`~nodeagent.master._preview.SchedulePreview`; with ``clock``, each at the
     time it gives), :data:`PREVIEW_SLICE` rows a slice with the collector held off;
     between two slices the others have the loop for as long as the slice took, as
-    between a pass's. One preview is made at a time (``previewing``): the next waits, so
-    that previews never take more than half of the loop, however many are asked. A
-    failure after the first bytes ends the connection without the document's end (the
-    server logs it)."""
+    between a pass's. The previews take turns for their slices (``previewing``, held for a
+    slice and the turn after it, not while a slice is sent), so that previews never take
+    more than half of the loop, however many are asked, and a reader that stalls holds up
+    no other. A failure after the first bytes ends the connection without the document's
+    end (the server logs it)."""
 
-    async def document() -> AsyncIterator[bytes]:
+    async def document() -> AsyncGenerator[bytes, None]:
         head = _json_bytes(preview.head)
         yield head[:-1] + b',"machines":['
-        async with previewing:
-            rows = preview.rows(clock)
-            separator = b""
-            while True:
+        rows = preview.rows(clock)
+        separator = b""
+        while True:
+            # A slice and the others' turn after it, under the lock; the send is not (a
+            # reader that stalls holds up no other preview).
+            async with previewing:
                 began = trio.current_time()
                 with _collector_paused():
                     made = [_json_bytes(row) for row in itertools.islice(rows, PREVIEW_SLICE)]
-                took = trio.current_time() - began
-                if not made:
-                    break
-                yield separator + b",".join(made)
-                separator = b","
-                await trio.sleep(took)
-            with _collector_paused():
-                tail = _json_bytes(preview.tail())
+                    if not made:
+                        tail = _json_bytes(preview.tail())
+                await trio.sleep(trio.current_time() - began)
+            if not made:
+                break
+            yield separator + b",".join(made)
+            separator = b","
         yield b"]," + tail[1:]
 
     return document()
@@ -606,7 +615,7 @@ def build_master_app(
 
     principals = Principals(master.clock.now, key)
     leadership = LeaderView() if leader is None else leader
-    previewing = trio.Lock()  # one schedule preview made at a time (preview_document)
+    previewing = trio.Lock()  # the schedule previews' slices, one at a time (preview_document)
 
     def principal(request: Request) -> Principal:
         return principals(request.headers.get("authorization"), unix=bool(request.scope.get(_UNIX)))
