@@ -74,6 +74,7 @@ from nodeagent._serving._http import (
     request_peer,
 )
 from nodeagent._store import OutcomeUnknown, StoreError, unwritten
+from nodeagent._when import in_words
 from nodeagent.master._ad_pushes import (
     AD_BODY_LIMIT,
     Principals,
@@ -82,7 +83,7 @@ from nodeagent.master._ad_pushes import (
     take_push,
 )
 from nodeagent.master._adstore import NodeAd, project
-from nodeagent.master._event_stream import events_endpoint
+from nodeagent.master._event_stream import SEND_TIMEOUT, events_endpoint
 from nodeagent.master._ingest import (
     AdReply,
     Prepared,
@@ -384,6 +385,32 @@ def plan_lines(
             await trio.lowlevel.checkpoint()
 
     return lines()
+
+
+class BoundedStreamingResponse(StreamingResponse):
+    """A body sent as it is made (a streamed plan, a schedule's preview), to a reader that
+    takes each chunk within :data:`~nodeagent.master._event_stream.SEND_TIMEOUT`: one that
+    takes nothing for that long has the response ended without the body's end (the
+    connection closed), and the body's generator closed, so that what it holds is let go."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        chunks = self.body_iterator
+        try:
+            async for chunk in chunks:
+                with trio.move_on_after(SEND_TIMEOUT) as stalled:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if stalled.cancelled_caught:
+                    log.info(
+                        "a reader took nothing for %s: its reply ended", in_words(SEND_TIMEOUT)
+                    )
+                    return
+        finally:
+            if isinstance(chunks, AsyncGenerator):
+                await chunks.aclose()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 #: The rows of a schedule's preview made in one slice of the event loop (≈ 0.2 ms each).
@@ -954,7 +981,7 @@ def build_master_app(
                 preview = master.schedule_preview(schedule)
         except MaintenanceError as exc:
             return PlainTextResponse(exc.message, status_code=400)
-        return StreamingResponse(
+        return BoundedStreamingResponse(
             preview_document(preview, previewing, master.clock.now),
             media_type="application/json",
         )
@@ -1100,7 +1127,7 @@ def build_master_app(
                 lines = plan_lines(
                     master, with_blockers=blockers, late=late, limit=limit, select=chosen
                 )
-                return StreamingResponse(lines, media_type="application/x-ndjson")
+                return BoundedStreamingResponse(lines, media_type="application/x-ndjson")
             body = plan_body(master, with_blockers=blockers, late=late, limit=limit, select=chosen)
         except PlanQueryError as exc:
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)

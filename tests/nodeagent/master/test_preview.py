@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from starlette.types import Message
 
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import PREVIEW_SLICE, preview_document
+from nodeagent.master._api import PREVIEW_SLICE, BoundedStreamingResponse, preview_document
+from nodeagent.master._event_stream import SEND_TIMEOUT
 from nodeagent.master._ingest import json_bytes
 from nodeagent.master._maintenance import (
     MachineId,
@@ -542,3 +545,41 @@ def test_the_tail_counts_the_rows_once_they_are_all_made() -> None:
     preview = SchedulePreview(state, proposed, made_from, EPOCH)
     with pytest.raises(RuntimeError):
         preview.tail()
+
+
+async def test_a_reader_that_takes_nothing_ends_the_reply_and_lets_the_preview_go(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    state, proposed, made_from = large_change()
+    previewing = trio.Lock()
+    body = preview_document(SchedulePreview(state, proposed, made_from, EPOCH), previewing)
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if len(sent) == 3:  # the head went, the first rows never do: the reader stalled
+            await trio.sleep_forever()
+
+    started = trio.current_time()
+    with trio.fail_after(2 * SEND_TIMEOUT):  # virtual time: a reply that never ends fails
+        await BoundedStreamingResponse(body, media_type="application/json").stream_response(send)
+    assert trio.current_time() - started == SEND_TIMEOUT
+    assert [m["type"] for m in sent] == ["http.response.start"] + ["http.response.body"] * 2
+    assert all(m["more_body"] for m in sent[1:])  # the body never said it was whole
+    with pytest.raises(StopAsyncIteration):  # closed: what the preview held is let go
+        await body.__anext__()
+    assert not previewing.locked()
+
+
+async def test_a_reader_that_takes_every_chunk_gets_the_whole_body() -> None:
+    state, proposed, made_from = large_change()
+    body = preview_document(SchedulePreview(state, proposed, made_from, EPOCH), trio.Lock())
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await BoundedStreamingResponse(body, media_type="application/json").stream_response(send)
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    text = b"".join(m.get("body", b"") for m in sent[1:])
+    assert text == json_bytes(whole_preview(state, proposed, made_from, EPOCH))
