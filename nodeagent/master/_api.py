@@ -125,7 +125,7 @@ __all__ = [
     "Principals",
     "build_master_app",
     "plan_body",
-    "plan_lines",
+    "plan_chunks",
     "push_ad",
     "push_answer",
     "push_reply_bytes",
@@ -327,7 +327,8 @@ def plan_body(
     limit: int | None = None,
     select: PlanSelect | None = None,
 ) -> bytes:
-    """``GET /v1/maintenance/plan``'s body: the master's plan view writes it now
+    """``GET /v1/maintenance/plan``'s body made in one go, for a caller in the master's
+    process (the API sends :func:`plan_chunks`'s): the master's plan view writes it now
     (:meth:`~nodeagent.master._plan_view.PlanView.body`), with the collector held off.
     Raises :class:`~nodeagent.master._plan_view.PlanQueryError` for a stale cursor."""
     now = master.clock.now()
@@ -344,22 +345,26 @@ def plan_body(
         )
 
 
-def plan_lines(
+def plan_chunks(
     master: Master,
     *,
+    jsonl: bool = False,
     with_blockers: bool = True,
     late: bool = False,
     limit: int | None = None,
     select: PlanSelect | None = None,
 ) -> AsyncIterator[bytes]:
-    """``GET /v1/maintenance/plan?format=jsonl``'s body
-    (:meth:`~nodeagent.master._plan_view.PlanView.stream`): its chunks made one at a time
-    with the collector held off, ``now`` that of the first, the event loop served between
-    two. An error after the first line ends the body with a line ``{"error": {"code":
-    "plan.failed", "message"}}`` (and is logged). Raises
+    """``GET /v1/maintenance/plan``'s body made a chunk at a time, with the collector held
+    off, ``now`` that of the first, the event loop served between two: one JSON document
+    (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
+    (:meth:`~nodeagent.master._plan_view.PlanView.stream`). An error after the first
+    chunk ends JSON lines with a line ``{"error": {"code": "plan.failed", "message"}}``
+    (and is logged), and the document's connection without the document's end (the server
+    logs it): a document that parses is whole. Raises
     :class:`~nodeagent.master._plan_view.PlanQueryError` at once for a stale cursor."""
     now = master.clock.now()
-    chunks = master.plan_view.stream(
+    make = master.plan_view.stream if jsonl else master.plan_view.document
+    chunks = make(
         master.plan_inputs(now),
         now,
         with_blockers=with_blockers,
@@ -368,12 +373,14 @@ def plan_lines(
         select=select,
     )
 
-    async def lines() -> AsyncIterator[bytes]:
+    async def body() -> AsyncIterator[bytes]:
         while True:
             try:
                 with _collector_paused():
                     chunk = next(chunks, None)
             except Exception as exc:
+                if not jsonl:
+                    raise
                 log.exception("the streamed plan failed")
                 failed = {"code": "plan.failed", "message": f"the plan failed: {exc!r}"}
                 yield orjson.dumps({"error": failed}) + b"\n"
@@ -384,7 +391,7 @@ def plan_lines(
                 yield chunk
             await trio.lowlevel.checkpoint()
 
-    return lines()
+    return body()
 
 
 class BoundedStreamingResponse(StreamingResponse):
@@ -1078,7 +1085,7 @@ def build_master_app(
         responses={
             200: {
                 "description": "The plan: one JSON document, or with format=jsonl JSON "
-                "lines (a head, a line a row, an end), sent as the rows are made",
+                "lines (a head, a line a row, an end); either sent as the rows are made",
                 "content": {
                     "application/json": {"schema": {"type": "object"}},
                     "application/x-ndjson": {"schema": {"type": "string"}},
@@ -1108,8 +1115,8 @@ def build_master_app(
         those windows (a whole second: the windows starting within it; with a fraction:
         the window starting exactly then), of those hostnames or IPs (the totals count
         them; without: every machine). ``after=CURSOR``: the rows after the previous
-        page's ``next``. ``format=jsonl``: JSON lines, sent as they are made (a head, a
-        line a row, an end).
+        page's ``next``. The document is sent as its rows are made; ``format=jsonl``:
+        JSON lines, sent as they are made (a head, a line a row, an end).
         422 ``plan.bad_window``, ``plan.bad_machine``, ``plan.unknown_window``,
         ``plan.unknown_machine``, ``plan.bad_cursor``; 409
         ``plan.cursor_stale``."""
@@ -1120,18 +1127,21 @@ def build_master_app(
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         await master.refresh_figures()
         chosen = select if select.given else None
-        if late and chosen is None:  # the reply that reads the totals kept (PlanView.body)
+        if late and chosen is None:  # the reply that reads the totals kept (PlanView._late_page)
             master.note_totals_read()
         try:
-            if format == "jsonl":
-                lines = plan_lines(
-                    master, with_blockers=blockers, late=late, limit=limit, select=chosen
-                )
-                return BoundedStreamingResponse(lines, media_type="application/x-ndjson")
-            body = plan_body(master, with_blockers=blockers, late=late, limit=limit, select=chosen)
+            chunks = plan_chunks(
+                master,
+                jsonl=format == "jsonl",
+                with_blockers=blockers,
+                late=late,
+                limit=limit,
+                select=chosen,
+            )
         except PlanQueryError as exc:
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
-        return Response(body, media_type="application/json")
+        media_type = "application/x-ndjson" if format == "jsonl" else "application/json"
+        return BoundedStreamingResponse(chunks, media_type=media_type)
 
     if sla is None:
         sla = SlaBook(store=master.store)

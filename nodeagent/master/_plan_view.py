@@ -8,15 +8,15 @@ next — the scheduled machines of the schedule, each machine's plan and row sta
 (:mod:`._plan`) while what they are made of holds, each row's JSON text
 (:mod:`._row_json`) — and assembles the reply: the totals over every machine (or the
 machines a :class:`PlanSelect` selects), the ``late`` rows in window-start order, the rows
-after a cursor, ``limit`` and ``matched``, as data (:meth:`PlanView.reply`), as the body
-the API sends (:meth:`PlanView.body`) or as JSON lines made a chunk at a time
-(:meth:`PlanView.stream`).
+after a cursor, ``limit`` and ``matched``, as data (:meth:`PlanView.reply`), or as the
+text the API sends, made a chunk at a time: one JSON document (:meth:`PlanView.document`,
+:meth:`PlanView.body` in one go) or JSON lines (:meth:`PlanView.stream`).
 
-**The encoding.** The body's rows are written from their templates and joined with the
-rest as orjson writes it (:class:`~fastapi.responses.JSONResponse`'s JSON, several times
-faster: the plan of 10,000 machines is ≈ 34 MB). orjson refuses integers beyond 64 bits,
-which an agent's ad could carry: such a plan is made again as data, at the same ``now``,
-and written by :mod:`json` as the response class would.
+**The encoding.** The rows are written from their templates and joined with the rest as
+orjson writes it (:class:`~fastapi.responses.JSONResponse`'s JSON, several times faster:
+the plan of 10,000 machines is ≈ 34 MB). orjson refuses integers beyond 64 bits, which an
+agent's ad could carry: such a row (or the totals holding one) is written by :mod:`json`
+as the response class would.
 
 **A drain record** is read here only by :func:`_record_of` and :func:`_escalated` (which
 record a machine has, and whether it says the node was told of its escalation); the plan
@@ -35,7 +35,7 @@ import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -406,15 +406,47 @@ class PlanView:
         Raises :class:`PlanQueryError` (409 ``plan.cursor_stale``) for a cursor whose
         machine is no longer scheduled, or no longer at the window it had.
         """
-        return self._reply(
-            inputs,
-            now,
-            with_blockers=with_blockers,
-            late=late,
-            limit=limit,
-            select=select,
-            encoded=False,
+        made = self._made(inputs, now, late=late, select=select)
+        policy = inputs.policy
+        ledger = (
+            self.ledger(inputs, now, limit=self.answer_limit)
+            if late and made.index is None
+            else None
         )
+        if ledger is not None:
+            rows, acc = self._late_page(
+                ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
+            )
+            matched = acc.matched
+        else:
+            acc = _Acc(now, Escalation(policy.escalation))
+            rows = self._rows_of(
+                inputs,
+                now,
+                made.machines,
+                at=0,
+                made=made,
+                acc=acc,
+                with_blockers=with_blockers,
+                late=late,
+                encoded=False,
+            )
+            if late:
+                rows.sort(key=_order)
+            matched = len(rows)
+            if limit is not None:
+                del rows[limit:]
+        reply = {
+            "now": now,
+            "policy": _policy(policy),
+            "machines": [self._write(row, now, encoded=False) for row in rows],
+            "matched": matched,
+            "totals": _totals(acc.added, inputs),
+            "after_window": acc.ended,
+        }
+        if made.paged:
+            reply["next"] = _next(rows[-1] if rows else None, matched, limit)
+        return reply
 
     def body(
         self,
@@ -426,32 +458,42 @@ class PlanView:
         limit: int | None = None,
         select: PlanSelect | None = None,
     ) -> bytes:
-        """:meth:`reply` as the JSON text the API sends (see the module docstring): the
-        rows written from their templates, or, for a plan orjson refuses, the reply at the
-        same ``now`` written by :mod:`json`. Raises :class:`PlanQueryError` as
-        :meth:`reply` does."""
-        try:
-            plan = self._reply(
-                inputs,
-                now,
-                with_blockers=with_blockers,
-                late=late,
-                limit=limit,
-                select=select,
-                encoded=True,
+        """:meth:`reply` as the JSON text the API sends: :meth:`document`'s chunks, made in
+        one go. Raises :class:`PlanQueryError` as :meth:`reply` does."""
+        return b"".join(
+            self.document(
+                inputs, now, with_blockers=with_blockers, late=late, limit=limit, select=select
             )
-            return _encoded_body(plan)
-        except orjson.JSONEncodeError:  # rows are encoded as the plan is made
-            plan = self._reply(
-                inputs,
-                now,
-                with_blockers=with_blockers,
-                late=late,
-                limit=limit,
-                select=select,
-                encoded=False,
-            )
-            return _json_body(plan)
+        )
+
+    def document(
+        self,
+        inputs: PlanInputs,
+        now: float,
+        *,
+        with_blockers: bool = True,
+        late: bool = False,
+        limit: int | None = None,
+        select: PlanSelect | None = None,
+        chunk: int = CHUNK,
+    ) -> Iterator[bytes]:
+        """:meth:`reply` as one JSON document (``GET /v1/maintenance/plan``), made as
+        :meth:`stream` makes its lines, a chunk at a time: ``now`` and ``policy`` first,
+        then ``machines``, a chunk's rows at a time, then ``matched``, ``totals``,
+        ``after_window`` and, with a ``select`` that says anything, ``next``. Joined, the
+        chunks are the document (see the module docstring for its encoding). Raises
+        :class:`PlanQueryError` (as :meth:`reply`) before the first item."""
+        made = self._made(inputs, now, late=late, select=select)
+        return self._chunks(
+            _Document(paged=made.paged),
+            inputs,
+            now,
+            made,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            chunk=chunk,
+        )
 
     def stream(
         self,
@@ -481,8 +523,15 @@ class PlanView:
         Raises :class:`PlanQueryError` (as :meth:`reply`) before the first item.
         """
         made = self._made(inputs, now, late=late, select=select)
-        return self._lines(
-            inputs, now, made, with_blockers=with_blockers, late=late, limit=limit, chunk=chunk
+        return self._chunks(
+            _JsonLines(),
+            inputs,
+            now,
+            made,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            chunk=chunk,
         )
 
     def _made(
@@ -518,8 +567,9 @@ class PlanView:
             paged=select is not None and select.given,
         )
 
-    def _lines(
+    def _chunks(
         self,
+        framing: _Framing,
         inputs: PlanInputs,
         now: float,
         made: _Selected,
@@ -529,8 +579,9 @@ class PlanView:
         limit: int | None,
         chunk: int,
     ) -> Iterator[bytes]:
+        """The chunks of :meth:`stream` or :meth:`document`, as ``framing`` writes them."""
         policy = inputs.policy
-        yield orjson.dumps({"plan": {"now": now, "policy": _policy(policy)}}) + b"\n"
+        yield framing.head({"now": now, "policy": _policy(policy)})
         ledger = (
             self.ledger(inputs, now, limit=self.answer_limit)
             if late and made.index is None
@@ -541,14 +592,14 @@ class PlanView:
                 ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
             )
             for i in range(0, len(page), chunk):
-                yield b"".join(self._line(row, now) for row in page[i : i + chunk])
+                yield framing.rows([self._text(row, now) for row in page[i : i + chunk]])
             end = {
                 "matched": acc.matched,
                 "totals": _totals(acc.added, inputs),
                 "after_window": acc.ended,
                 "next": _next(page[-1] if page else None, acc.matched, limit),
             }
-            yield _dumps({"end": end}) + b"\n"
+            yield framing.end(end)
             return
         acc = _Acc(now, Escalation(policy.escalation))
         view = self
@@ -571,17 +622,17 @@ class PlanView:
             for row in rows:
                 if limit is not None and sent >= limit:
                     break
-                out.append(view._line(row, now))
+                out.append(view._text(row, now))
                 sent += 1
                 last = row
-            yield b"".join(out)
+            yield framing.rows(out)
         rows = acc.rows
         if late:
             rows.sort(key=_order)
             del rows[len(rows) if limit is None else limit :]
             for i in range(0, len(rows), chunk):
                 page = rows[i : i + chunk]
-                yield b"".join(view._line(row, now) for row in page)
+                yield framing.rows([view._text(row, now) for row in page])
                 last = page[-1]
         matched = acc.matched
         end = {
@@ -590,16 +641,16 @@ class PlanView:
             "after_window": acc.ended,
             "next": _next(last, matched, limit),
         }
-        yield _dumps({"end": end}) + b"\n"
+        yield framing.end(end)
 
-    def _line(self, row: _Row, now: float) -> bytes:
-        """The row's line: written from its templates, or by :mod:`json` for a row orjson
-        refuses."""
+    def _text(self, row: _Row, now: float) -> bytes:
+        """The row's JSON text: written from its templates, or by :mod:`json` for a row
+        orjson refuses."""
         try:
             text: bytes = self._write(row, now)
         except orjson.JSONEncodeError:
             text = _json_body(self._write(row, now, encoded=False))
-        return b'{"row":' + text + b"}\n"
+        return text
 
     def _holds(self, statuses: tuple[MachineStatus, ...]) -> bool:
         """Whether the view's caches are still those of the schedule ``statuses``."""
@@ -733,64 +784,6 @@ class PlanView:
                 return fast[0]
             figures = row_figures(each, state, now)
         return text.text(each, state, figures)
-
-    def _reply(
-        self,
-        inputs: PlanInputs,
-        now: float,
-        *,
-        with_blockers: bool,
-        late: bool,
-        limit: int | None,
-        select: PlanSelect | None,
-        encoded: bool,
-    ) -> dict[str, Any]:
-        """:meth:`reply`; with ``encoded``, ``machines`` is the list of the rows' JSON
-        texts (:class:`~nodeagent.master._row_json.RowJson`). Raises
-        :class:`orjson.JSONEncodeError` (``encoded`` only) for a row orjson cannot write."""
-        made = self._made(inputs, now, late=late, select=select)
-        policy = inputs.policy
-        ledger = (
-            self.ledger(inputs, now, limit=self.answer_limit)
-            if late and made.index is None
-            else None
-        )
-        if ledger is not None:
-            rows, acc = self._late_page(
-                ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
-            )
-            matched = acc.matched
-        else:
-            acc = _Acc(now, Escalation(policy.escalation))
-            rows = self._rows_of(
-                inputs,
-                now,
-                made.machines,
-                at=0,
-                made=made,
-                acc=acc,
-                with_blockers=with_blockers,
-                late=late,
-                encoded=encoded,
-            )
-            if late:
-                rows.sort(key=_order)
-            matched = len(rows)
-            if limit is not None:
-                del rows[limit:]
-        reply = {
-            "now": now,
-            "policy": _policy(policy),
-            "matched": matched,
-            "machines": [
-                self._write(row, now, encoded=encoded) if row[4] is None else row[4] for row in rows
-            ],
-            "totals": _totals(acc.added, inputs),
-            "after_window": acc.ended,
-        }
-        if made.paged:
-            reply["next"] = _next(rows[-1] if rows else None, matched, limit)
-        return reply
 
 
 class PlanQueryError(ValueError):
@@ -1058,6 +1051,56 @@ def _dumps(value: Any) -> bytes:
         return _json_body(value)
 
 
+class _Framing(Protocol):
+    """How a plan's chunks are written (:meth:`PlanView._chunks`): its head (``now``,
+    ``policy``), its rows' texts a chunk at a time, its end (``matched``, ``totals``,
+    ``after_window``, ``next``)."""
+
+    def head(self, head: dict[str, Any]) -> bytes: ...
+
+    def rows(self, texts: list[bytes]) -> bytes: ...
+
+    def end(self, end: dict[str, Any]) -> bytes: ...
+
+
+class _JsonLines:
+    """``format=jsonl``: a line ``{"plan": head}``, a line ``{"row": …}`` a row, a line
+    ``{"end": end}``."""
+
+    def head(self, head: dict[str, Any]) -> bytes:
+        return _dumps({"plan": head}) + b"\n"
+
+    def rows(self, texts: list[bytes]) -> bytes:
+        return b"".join([b'{"row":' + text + b"}\n" for text in texts])
+
+    def end(self, end: dict[str, Any]) -> bytes:
+        return _dumps({"end": end}) + b"\n"
+
+
+class _Document:
+    """One JSON object: the head's keys, ``machines`` (the rows), the end's keys (``next``
+    only for a ``paged`` reply), each row's text copied once."""
+
+    def __init__(self, *, paged: bool) -> None:
+        self._paged = paged
+        self._separator = b""
+
+    def head(self, head: dict[str, Any]) -> bytes:
+        return _dumps(head)[:-1] + b',"machines":['
+
+    def rows(self, texts: list[bytes]) -> bytes:
+        if not texts:
+            return b""
+        text = self._separator + b",".join(texts)
+        self._separator = b","
+        return text
+
+    def end(self, end: dict[str, Any]) -> bytes:
+        if not self._paged:
+            end = {key: value for key, value in end.items() if key != "next"}
+        return b"]," + _dumps(end)[1:]
+
+
 def _after_window(plan: MachinePlan, now: float) -> dict[str, Any] | None:
     """A machine still out of service after its window (DRAINING or DOWN, its window
     ended at or before ``now``): its id, mode, window, node and the node's health check
@@ -1072,25 +1115,6 @@ def _after_window(plan: MachinePlan, now: float) -> dict[str, Any] | None:
         "node": plan.node_name,
         "health": None if plan.node is None else plan.node.machine.get("HealthState"),
     }
-
-
-def _encoded_body(plan: dict[str, Any]) -> bytes:
-    """The plan whose rows are JSON texts as one JSON document, in the order the keys
-    were given, copying each row's text once."""
-    rows: Sequence[bytes] = plan["machines"]
-    head = {name: value for name, value in plan.items() if name != "machines"}
-    keys = list(plan)
-    at = keys.index("machines")
-    before = orjson.dumps({name: head[name] for name in keys[:at]})
-    after = orjson.dumps({name: head[name] for name in keys[at + 1 :]})
-    parts: list[bytes] = [before[:-1] + (b',"machines":[' if at else b'"machines":[')]
-    for row in rows:
-        parts.append(row)
-        parts.append(b",")
-    if rows:
-        parts.pop()
-    parts.append(b"]," + after[1:] if len(after) > 2 else b"]}")
-    return b"".join(parts)
 
 
 def _json_body(plan: dict[str, Any]) -> bytes:

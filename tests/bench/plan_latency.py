@@ -299,15 +299,21 @@ def in_process(
 
 
 def streamed(master: Master, clock: StepClock, runs: int, machines: int) -> dict[str, Any]:
-    """The plan streamed (``format=jsonl``) as the server makes it, a chunk at a time with
-    the collector held off per chunk: ``stream_first_row_ms`` until the first chunk holding
-    a row is made, ``stream_last_row_ms`` until the last; ``window_stream_ms`` the whole
-    stream of one window's plan (``window=``), whose rows alone are made."""
-    first_times: list[float] = []
-    last_times: list[float] = []
+    """The plan streamed as the server makes it, a chunk at a time with the collector held
+    off per chunk: as JSON lines (``format=jsonl``), ``stream_first_row_ms`` until the
+    first chunk holding a row is made, ``stream_last_row_ms`` until the last,
+    ``stream_longest_chunk_ms`` the longest a chunk took (what the loop is held for at
+    most); the same of the document the API sends by default (``document_*``, its rows
+    counted as the lines' are); ``window_stream_ms`` the whole stream of one window's plan
+    (``window=``), whose rows alone are made."""
+    times: dict[str, list[float]] = {
+        f"{kind}_{figure}_ms": []
+        for kind in ("stream", "document")
+        for figure in ("first_row", "last_row", "longest_chunk")
+    }
     window_times: list[float] = []
     for _ in range(runs):
-        for select, into in ((None, None), ("window", window_times)):
+        for kind, select in (("stream", None), ("document", None), ("stream", "window")):
             clock.t += 1.0
             started = time.perf_counter()
             now = master.clock.now()
@@ -316,29 +322,35 @@ def streamed(master: Master, clock: StepClock, runs: int, machines: int) -> dict
             if select is not None:
                 start = master.plan_view.scheduled(inputs.statuses)[0].window_start
                 chosen = PlanSelect.parse(windows=[repr(start)])
-            chunks = master.plan_view.stream(inputs, now, with_blockers=True, select=chosen)
+            make = master.plan_view.stream if kind == "stream" else master.plan_view.document
+            chunks = make(inputs, now, with_blockers=True, select=chosen)
             first = None
             rows = 0
+            longest = 0.0
             while True:
                 gc.disable()
+                began = time.perf_counter()
                 chunk = next(chunks, None)
+                longest = max(longest, time.perf_counter() - began)
                 gc.enable()
                 if chunk is None:
                     break
-                if first is None and b'{"row":' in chunk:
+                # a row's text begins with its machine id (a line: `{"row":` before it)
+                made = chunk.count(b'{"machine_id":')
+                if first is None and made:
                     first = time.perf_counter() - started
-                rows += chunk.count(b'{"row":')
+                rows += made
             ended = time.perf_counter() - started
-            if into is None:
+            if select is None:
                 assert rows == machines, rows
-                first_times.append(first or ended)
-                last_times.append(ended)
+                times[f"{kind}_first_row_ms"].append(first or ended)
+                times[f"{kind}_last_row_ms"].append(ended)
+                times[f"{kind}_longest_chunk_ms"].append(longest)
             else:
                 assert 0 < rows < machines, rows
-                into.append(ended)
+                window_times.append(ended)
     return {
-        "stream_first_row_ms": summary(first_times),
-        "stream_last_row_ms": summary(last_times),
+        **{name: summary(seconds) for name, seconds in times.items()},
         "window_stream_ms": summary(window_times),
     }
 

@@ -1,6 +1,6 @@
 """The plan streamed as JSON lines by a real master, over TCP and its Unix socket: sent
-chunked, a head, a line a row and an end; filtered by window and machine, paged with
-cursors; bad filters and stale cursors refused with their codes."""
+chunked (the document too), a head, a line a row and an end; filtered by window and
+machine, paged with cursors; bad filters and stale cursors refused with their codes."""
 
 from __future__ import annotations
 
@@ -94,7 +94,10 @@ def _hosts(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def test_the_streamed_plan_is_the_plan_in_lines(client: httpx.Client) -> None:
-    whole = client.get("/v1/maintenance/plan").json()
+    reply = client.get("/v1/maintenance/plan")
+    assert reply.headers["content-type"] == "application/json"
+    assert reply.headers["transfer-encoding"] == "chunked"  # the document is streamed too
+    whole = reply.json()
     lines = _stream(client)
     assert list(lines[0]) == ["plan"]
     assert lines[0]["plan"]["policy"] == whole["policy"]

@@ -9,8 +9,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nodeagent._serving._http11 import serve_http
 from tests.certificates import self_signed_or_skip
@@ -60,12 +61,19 @@ async def mirror(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body[::-1]})
 
 
+async def cut_short(scope: Scope, receive: Receive, send: Send) -> None:
+    """Starts a body, then fails: a bug after the first bytes."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b'{"begun":', "more_body": True})
+    raise RuntimeError("a bug after the first bytes")
+
+
 @asynccontextmanager
 async def server(
-    max_body: int = 1024 * 1024, tls: tuple[Path, Path] | None = None
+    max_body: int = 1024 * 1024, tls: tuple[Path, Path] | None = None, app: ASGIApp = echo
 ) -> AsyncIterator[str]:
     async with trio.open_nursery() as nursery:
-        (url,) = await serve_http(nursery, echo, ["127.0.0.1:0"], max_body=max_body, tls=tls)
+        (url,) = await serve_http(nursery, app, ["127.0.0.1:0"], max_body=max_body, tls=tls)
         yield url
         nursery.cancel_scope.cancel()
 
@@ -88,6 +96,24 @@ async def test_a_body_too_large_is_413() -> None:
     async with server(max_body=100) as url, httpx.AsyncClient(base_url=url) as client:
         assert (await client.post("/", content=b"x" * 101)).status_code == 413
         assert (await client.post("/", content=b"x" * 100)).status_code == 200
+
+
+async def test_a_body_that_fails_after_its_first_bytes_ends_its_connection_without_its_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client never takes a body cut short for a whole one: the chunked body has no last
+    chunk, and the connection closes."""
+    async with (
+        server(app=cut_short) as url,
+        httpx.AsyncClient(base_url=url) as client,
+        client.stream("GET", "/") as reply,
+    ):
+        assert reply.status_code == 200
+        chunks = reply.aiter_raw()
+        assert await chunks.__anext__() == b'{"begun":'
+        with pytest.raises(httpx.RemoteProtocolError):
+            await chunks.__anext__()
+    assert "a bug after the first bytes" in caplog.text
 
 
 async def test_malformed_requests_are_400() -> None:

@@ -9,16 +9,19 @@ from typing import Any
 
 import orjson
 import pytest
+import trio
 
 from nodeagent._peer import HttpAgentLink
 from nodeagent._store import DocumentStore
 from nodeagent.master import _adstore as adstore
+from nodeagent.master import _plan_view
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import plan_body
+from nodeagent.master._api import plan_body, plan_chunks
 from nodeagent.master._drains import DrainPhase, DrainRecord
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy
+from nodeagent.master._plan_view import PlanView
 from nodeagent.master._row_json import _TemplatePacker
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
@@ -268,3 +271,82 @@ def test_fast_templates_are_kept_deflated_with_the_first_large_one_as_the_dictio
     assert packer.unpack(packed_first, dictionary) == first
     assert packer.unpack(packed_small, none) == small
     assert len(packed_second) * 8 < len(second)
+
+
+def _pool(tmp_path: Path, machines: int) -> tuple[Master, DocumentStore]:
+    """A master of ``machines`` nodes, each scheduled, on a clock that stands still."""
+    clock = StepClock(1_800_000_000.0)
+    store = DocumentStore(tmp_path / "master.db")
+    master = Master(
+        store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=600)
+    )
+    for n in range(machines):
+        master.receive_ad(_node_ad(n, clock.now(), jobs=n % 3))
+    ids = [MachineId(hostname=f"n{n}.test", ip=f"10.0.0.{n}") for n in range(machines)]
+    master.set_schedule(_schedule(clock.now(), ids), actor="ops")
+    return master, store
+
+
+async def test_the_api_s_document_is_the_body_sent_a_chunk_at_a_time_with_the_others_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 2)
+    master, store = _pool(tmp_path, 8)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+
+    try:
+        chunks: list[bytes] = []
+        seen: list[int] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            async for chunk in plan_chunks(master):
+                chunks.append(chunk)
+                seen.append(turns)
+            nursery.cancel_scope.cancel()
+        assert b"".join(chunks) == plan_body(master)
+        assert len(chunks) == 4  # the head, the first 2 rows, the other 6, the end
+        assert chunks[0].startswith(b'{"now":')
+        assert chunks[0].endswith(b'"machines":[')
+        # Made in one go, no other task would run until its end; a chunk at a time, the
+        # other runs once in each of trio's batches between the head's and the end's.
+        assert seen[-1] - seen[0] >= len(chunks) - 2
+        lines = b"".join([chunk async for chunk in plan_chunks(master, jsonl=True)])
+        head, *rows, end = [orjson.loads(line) for line in lines.splitlines()]
+        document = orjson.loads(b"".join(chunks))
+        assert list(document) == ["now", "policy", "machines", "matched", "totals", "after_window"]
+        assert document == {
+            **head["plan"],
+            "machines": [row["row"] for row in rows],
+            **{key: value for key, value in end["end"].items() if key != "next"},
+        }
+    finally:
+        store.close()
+
+
+async def test_a_plan_that_fails_after_its_first_bytes_is_never_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The document's body raises (the server ends its connection without the end); the
+    lines end with an error line."""
+    master, store = _pool(tmp_path, 3)
+
+    def fail(self: PlanView, row: Any, now: float) -> bytes:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(PlanView, "_text", fail)
+    try:
+        document = plan_chunks(master)
+        assert (await document.__anext__()).startswith(b'{"now":')
+        with pytest.raises(RuntimeError, match="a bug"):
+            await document.__anext__()
+        lines = [chunk async for chunk in plan_chunks(master, jsonl=True)]
+        assert list(orjson.loads(lines[0])) == ["plan"]
+        assert orjson.loads(lines[-1])["error"]["code"] == "plan.failed"
+    finally:
+        store.close()

@@ -301,7 +301,7 @@ def test_the_totals_show_the_counters_the_nodes_and_the_policy() -> None:
     totals = reply["totals"]
     assert (totals["drains_started"], totals["nodes"], totals["machines"]) == (7, 5, 6)
     assert totals["modes"] == {"UP": 0, "DRAINING": 5, "DOWN": 1}
-    assert list(reply) == ["now", "policy", "matched", "machines", "totals", "after_window"]
+    assert list(reply) == ["now", "policy", "machines", "matched", "totals", "after_window"]
 
 
 def test_the_body_is_the_reply_byte_for_byte_as_its_state_changes() -> None:
