@@ -345,6 +345,11 @@ def plan_body(
         )
 
 
+#: Seconds of the event loop a plan's reply takes at most before the others have it: its
+#: chunks made within one such slice are sent as one (a summary's all at once).
+PLAN_SLICE = 0.01
+
+
 def plan_chunks(
     master: Master,
     *,
@@ -354,14 +359,17 @@ def plan_chunks(
     limit: int | None = None,
     select: PlanSelect | None = None,
 ) -> AsyncIterator[bytes]:
-    """``GET /v1/maintenance/plan``'s body made a chunk at a time, with the collector held
+    """``GET /v1/maintenance/plan``'s body made a slice at a time, with the collector held
     off, ``now`` that of the first, the event loop served between two: one JSON document
     (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
-    (:meth:`~nodeagent.master._plan_view.PlanView.stream`). An error after the first
-    chunk ends JSON lines with a line ``{"error": {"code": "plan.failed", "message"}}``
-    (and is logged), and the document's connection without the document's end (the server
-    logs it): a document that parses is whole. Raises
-    :class:`~nodeagent.master._plan_view.PlanQueryError` at once for a stale cursor."""
+    (:meth:`~nodeagent.master._plan_view.PlanView.stream`). A slice makes chunks until
+    :data:`PLAN_SLICE` has passed, and sends them as one: a small reply (a summary) goes in
+    one piece, with no turn of the loop between its head and its end. An error after the
+    first bytes ends JSON lines with a line ``{"error": {"code": "plan.failed",
+    "message"}}`` (and is logged), and the document's connection without the document's
+    end (the server logs it; before the first bytes, the server answers 500): a document
+    that parses is whole. Raises :class:`~nodeagent.master._plan_view.PlanQueryError` at
+    once for a stale cursor."""
     now = master.clock.now()
     make = master.plan_view.stream if jsonl else master.plan_view.document
     chunks = make(
@@ -374,22 +382,31 @@ def plan_chunks(
     )
 
     async def body() -> AsyncIterator[bytes]:
-        while True:
+        ended = False
+        while not ended:
+            made: list[bytes] = []
+            began = time.perf_counter()
             try:
                 with _collector_paused():
-                    chunk = next(chunks, None)
+                    while True:
+                        chunk = next(chunks, None)
+                        if chunk is None:
+                            ended = True
+                            break
+                        made.append(chunk)
+                        if time.perf_counter() - began >= PLAN_SLICE:
+                            break
             except Exception as exc:
                 if not jsonl:
                     raise
                 log.exception("the streamed plan failed")
                 failed = {"code": "plan.failed", "message": f"the plan failed: {exc!r}"}
-                yield orjson.dumps({"error": failed}) + b"\n"
+                yield b"".join([*made, orjson.dumps({"error": failed}), b"\n"])
                 return
-            if chunk is None:
-                return
-            if chunk:
-                yield chunk
-            await trio.lowlevel.checkpoint()
+            if any(made):
+                yield b"".join(made)
+            if not ended:
+                await trio.lowlevel.checkpoint()
 
     return body()
 

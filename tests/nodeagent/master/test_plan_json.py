@@ -10,11 +10,12 @@ from typing import Any
 import orjson
 import pytest
 import trio
+import trio.testing
 
 from nodeagent._peer import HttpAgentLink
 from nodeagent._store import DocumentStore
 from nodeagent.master import _adstore as adstore
-from nodeagent.master import _plan_view
+from nodeagent.master import _api, _plan_view
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import plan_body, plan_chunks
 from nodeagent.master._drains import DrainPhase, DrainRecord
@@ -291,6 +292,7 @@ async def test_the_api_s_document_is_the_body_sent_a_chunk_at_a_time_with_the_ot
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 2)
+    monkeypatch.setattr(_api, "PLAN_SLICE", 0.0)  # a chunk a slice
     master, store = _pool(tmp_path, 8)
     turns = 0
 
@@ -334,6 +336,7 @@ async def test_a_plan_that_fails_after_its_first_bytes_is_never_whole(
 ) -> None:
     """The document's body raises (the server ends its connection without the end); the
     lines end with an error line."""
+    monkeypatch.setattr(_api, "PLAN_SLICE", 0.0)  # the head sent before the first row
     master, store = _pool(tmp_path, 3)
 
     def fail(self: PlanView, row: Any, now: float) -> bytes:
@@ -348,5 +351,23 @@ async def test_a_plan_that_fails_after_its_first_bytes_is_never_whole(
         lines = [chunk async for chunk in plan_chunks(master, jsonl=True)]
         assert list(orjson.loads(lines[0])) == ["plan"]
         assert orjson.loads(lines[-1])["error"]["code"] == "plan.failed"
+    finally:
+        store.close()
+
+
+async def test_a_small_plan_goes_in_one_piece_with_no_turn_of_the_loop(tmp_path: Path) -> None:
+    """Within a slice (PLAN_SLICE) the chunks are sent as one: a summary, or a plan of a
+    few machines, costs its reader no wait for the others between its head and its end."""
+    master, store = _pool(tmp_path, 8)
+    try:
+        for jsonl in (False, True):
+            for late in (False, True):
+                body = plan_chunks(master, jsonl=jsonl, late=late, with_blockers=False)
+                with trio.testing.assert_no_checkpoints():
+                    whole = await body.__anext__()
+                    with pytest.raises(StopAsyncIteration):
+                        await body.__anext__()
+                if not jsonl:
+                    assert whole == plan_body(master, late=late, with_blockers=False)
     finally:
         store.close()
