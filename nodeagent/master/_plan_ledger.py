@@ -40,7 +40,6 @@ Pure (no trio, no I/O, ``now`` an argument); one caller at a time.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -320,8 +319,11 @@ class PlanLedger:
         self._notices = notices
         order = self.position
         if limit is not None and len(keys) > limit:
-            now_keys = set(itertools.islice(keys, limit))
-            self._pending = keys - now_keys
+            # the rest wait: taken out of the set in place (set.pop goes on where it left
+            # off), so that a step costs its limit, not the tens of thousands a pool can
+            # have waiting
+            now_keys = {keys.pop() for _ in range(limit)}
+            self._pending = keys
             keys = now_keys
         if reread:
             now_held = {k for k in held if k in order}

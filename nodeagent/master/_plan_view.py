@@ -579,18 +579,48 @@ class PlanView:
         limit: int | None,
         chunk: int,
     ) -> Iterator[bytes]:
-        """The chunks of :meth:`stream` or :meth:`document`, as ``framing`` writes them."""
+        """The chunks of :meth:`stream` or :meth:`document`, as ``framing`` writes them.
+
+        A ``late`` reply of every machine reads the ledger, which is brought to ``now``
+        here, before the first chunk is asked for: meanwhile the ledger may be brought
+        further (:meth:`warm`), and a ledger read at an instant before its own is made
+        anew (every machine's share)."""
+        kept = None
+        if late and made.index is None:
+            ledger = self.ledger(inputs, now, limit=self.answer_limit)
+            if ledger is not None:
+                kept = self._late_page(
+                    ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
+                )
+        return self._chunks_made(
+            framing,
+            inputs,
+            now,
+            made,
+            kept,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            chunk=chunk,
+        )
+
+    def _chunks_made(
+        self,
+        framing: _Framing,
+        inputs: PlanInputs,
+        now: float,
+        made: _Selected,
+        kept: tuple[list[_Row], _Acc] | None,
+        *,
+        with_blockers: bool,
+        late: bool,
+        limit: int | None,
+        chunk: int,
+    ) -> Iterator[bytes]:
         policy = inputs.policy
         yield framing.head({"now": now, "policy": _policy(policy)})
-        ledger = (
-            self.ledger(inputs, now, limit=self.answer_limit)
-            if late and made.index is None
-            else None
-        )
-        if ledger is not None:
-            page, acc = self._late_page(
-                ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
-            )
+        if kept is not None:
+            page, acc = kept
             for i in range(0, len(page), chunk):
                 yield framing.rows([self._text(row, now) for row in page[i : i + chunk]])
             end = {

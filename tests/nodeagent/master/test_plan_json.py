@@ -371,3 +371,31 @@ async def test_a_small_plan_goes_in_one_piece_with_no_turn_of_the_loop(tmp_path:
                     assert whole == plan_body(master, late=late, with_blockers=False)
     finally:
         store.close()
+
+
+async def test_a_summary_reads_the_kept_totals_when_asked_not_when_its_bytes_are_made(
+    tmp_path: Path,
+) -> None:
+    """Between the request and its first bytes the totals may be brought further
+    (``Master.keep_totals``); a summary that read them then, at its older instant, would
+    make them anew, every machine's share."""
+    master, store = _pool(tmp_path, 8)
+    master.plan_view.answer_limit = 2  # a reply remakes 2 shares at most
+    try:
+        now = master.clock.now()
+        while not master.plan_view.warm(master.plan_inputs(now), now, limit=100):
+            pass
+        kept = master.plan_view.kept
+        summary = plan_chunks(master, late=True, with_blockers=False)
+        clock = master.clock
+        assert isinstance(clock, StepClock)
+        clock.t += 1.0
+        later = clock.now()
+        assert master.plan_view.warm(master.plan_inputs(later), later, limit=100)
+        body = orjson.loads(b"".join([chunk async for chunk in summary]))
+        assert master.plan_view.kept is kept
+        assert body["now"] == now
+        assert body["totals"]["behind"] == 0
+        assert body["totals"]["machines"] == 8
+    finally:
+        store.close()
