@@ -363,7 +363,9 @@ def _slot_added(ad: dict[str, Any]) -> None:
 
 
 def _slot_dropped(ad: dict[str, Any]) -> None:
-    ad["slots"].pop()
+    # the last slot (a dynamic one), while another is left for the edits that follow
+    if sum(s["SlotType"] == "Dynamic" for s in ad["slots"]) > 1:
+        ad["slots"].pop()
 
 
 def _clock_gone(ad: dict[str, Any]) -> None:
