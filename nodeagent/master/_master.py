@@ -173,10 +173,11 @@ _MAX_BACKOFF = 60.0
 
 
 #: The most shares of the plan's totals kept between replies a summary or a scrape remakes
-#: itself (≈ 0.2 ms each whose forecast is made, ≈ 1 ms else): it answers at once with the
-#: others as they were and says how many (``behind``); :meth:`Master.keep_totals` brings
-#: the rest in.
+#: itself (≈ 0.2 ms each whose forecast is made, ≈ 1 ms else), and for how long at most
+#: (seconds of work): it answers at once with the others as they were and says how many
+#: (``behind``); :meth:`Master.keep_totals` brings the rest in.
 _ANSWER_SHARES = 250
+_ANSWER_SECONDS = 0.05
 
 #: The shares :meth:`Master.keep_totals` brings in a slice, and for how long after the
 #: last read it keeps them current (seconds).
@@ -295,7 +296,11 @@ class Master:
     _to_fetch: dict[str, tuple[float, MachineId]] = field(default_factory=dict)
     _fetches: dict[str, trio.Event] = field(default_factory=dict)
     #: The plan's caches and replies (:mod:`nodeagent.master._plan_view`).
-    plan_view: PlanView = field(default_factory=lambda: PlanView(answer_limit=_ANSWER_SHARES))
+    plan_view: PlanView = field(
+        default_factory=lambda: PlanView(
+            answer_limit=_ANSWER_SHARES, answer_seconds=_ANSWER_SECONDS
+        )
+    )
     #: When a summary or a scrape last read the plan's totals (:meth:`note_totals_read`).
     _totals_read_at: float = -math.inf
     #: Set by a read of the totals (:meth:`keep_totals` waits for it).
@@ -1297,9 +1302,10 @@ class Master:
 
     def note_totals_read(self) -> None:
         """A summary or a scrape is reading the plan's totals kept between replies: it
-        remakes at most :data:`_ANSWER_SHARES` of the shares that changed or came due and
-        answers at once, saying how many it left (``behind``); :meth:`keep_totals` brings
-        in the others, and keeps them current for :data:`_KEEP_WARM_FOR` after the read."""
+        remakes at most :data:`_ANSWER_SHARES` of the shares that changed or came due, for
+        at most :data:`_ANSWER_SECONDS`, and answers at once, saying how many it left
+        (``behind``); :meth:`keep_totals` brings in the others, and keeps them current for
+        :data:`_KEEP_WARM_FOR` after the read."""
         self._totals_read_at = self.clock.now()
         self._totals_read.set()
 

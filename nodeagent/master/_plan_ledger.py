@@ -62,6 +62,8 @@ __all__ = ["AdChanges", "PlanLedger", "Share", "share_of"]
 #: core-seconds and badput of an escalation to come.
 _LINES = 8
 _NO_CUT = ((0, 0), (0, 0))
+#: The shares remade between two questions to a step's ``enough`` (:meth:`PlanLedger.bring_to`).
+_ENOUGH_EVERY = 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -281,6 +283,7 @@ class PlanLedger:
         after_window: Callable[[MachinePlan], dict[str, Any] | None],
         limit: int | None = None,
         reread: bool = True,
+        enough: Callable[[], bool] | None = None,
     ) -> None:
         """Remake the shares of the machines that changed or came due (every one the
         first time): ``held``, the machines with a drain record or being started;
@@ -292,7 +295,10 @@ class PlanLedger:
         ``limit``): also the machines read at every call (held, volatile, overdue), whatever
         ``limit`` says, as a reply must; a caller bringing the ledger in steps between
         replies leaves them to the reply's call (``reread=False``), so that it reaches the
-        end however many of them there are."""
+        end however many of them there are. ``enough``: asked after each few shares of
+        those ``limit`` takes, whether to leave the rest to the next call (a reply that
+        bounds its time rather than its count; those read at every call are remade
+        first, whatever it says)."""
         reread = reread or limit is None
         first = self.now == -math.inf
         self.now = now
@@ -325,18 +331,23 @@ class PlanLedger:
             now_keys = {keys.pop() for _ in range(limit)}
             self._pending = keys
             keys = now_keys
+        every: set[str] = set()
         if reread:
             now_held = {k for k in held if k in order}
-            keys |= self.volatile
-            keys |= self._overdue
-            keys |= now_held
-            keys |= self._held
+            every = self.volatile | self._overdue | now_held | self._held
             self._held = now_held
-            self._pending -= keys
-        machines = [self.machines[i] for i in sorted(order[k] for k in keys)]
+            self._pending -= every
+            keys -= every
         self.remade = 0
-        for plan, state in rows(machines):
+        for plan, state in rows([self.machines[i] for i in sorted(order[k] for k in every)]):
             self._remake(plan, state, now, changes, after_window)
+        machines = [self.machines[i] for i in sorted(order[k] for k in keys)]
+        for at in range(0, len(machines), _ENOUGH_EVERY):
+            if enough is not None and at and enough():
+                self._pending.update(m.key for m in machines[at:])
+                break
+            for plan, state in rows(machines[at : at + _ENOUGH_EVERY]):
+                self._remake(plan, state, now, changes, after_window)
 
     def _remake(
         self,

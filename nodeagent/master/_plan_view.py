@@ -32,6 +32,7 @@ import itertools
 import json
 import math
 import operator
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -138,7 +139,13 @@ class PlanView:
     meanwhile finishes with caches of its own.
     """
 
-    def __init__(self, *, answer_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        answer_limit: int | None = None,
+        answer_seconds: float | None = None,
+        work_clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         #: The schedule's statuses and the scheduled machines made of them.
         self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]]
         self._scheduled = ((), ())
@@ -153,6 +160,11 @@ class PlanView:
         #: changed or came due; ``None``: all of them): the others are counted as they
         #: were, and the reply says how many (``behind``).
         self.answer_limit = answer_limit
+        #: And the longest it spends remaking them, by ``work_clock`` (``None``: no bound
+        #: but the count): a share whose forecast must be made costs ≈ 1 ms on a loaded
+        #: master, one whose forecast is made a tenth of that.
+        self.answer_seconds = answer_seconds
+        self.work_clock = work_clock
         #: Where each scheduled machine is, for a filtered or paged reply (:meth:`_catalog`).
         self._catalog_of: _Catalog | None = None
 
@@ -195,13 +207,15 @@ class PlanView:
         *,
         limit: int | None = None,
         reread: bool = True,
+        enough: Callable[[], bool] | None = None,
     ) -> PlanLedger | None:
         """The totals and late rows kept between replies, brought to ``now``
         (:class:`~nodeagent.master._plan_ledger.PlanLedger`: every machine's share the
         first time, then those of the machines that changed or came due; with ``limit``,
-        at most that many of those remade, and with ``reread=False`` none of the machines
-        read at every call); ``None`` without ``inputs.changes``, and under the
-        ``immediate`` drain policy (no row is kept: the drain start is ``now``)."""
+        at most that many of those remade, or fewer once ``enough`` says so, and with
+        ``reread=False`` none of the machines read at every call); ``None`` without
+        ``inputs.changes``, and under the ``immediate`` drain policy (no row is kept: the
+        drain start is ``now``)."""
         changes, policy = inputs.changes, inputs.policy
         if changes is None or policy.drain_policy == "immediate":
             self._ledger = None
@@ -230,8 +244,18 @@ class PlanView:
             after_window=lambda plan: _after_window(plan, now),
             limit=limit,
             reread=reread,
+            enough=enough,
         )
         return ledger
+
+    def _answer_ledger(self, inputs: PlanInputs, now: float) -> PlanLedger | None:
+        """:meth:`ledger` as a reply reads it: at most :attr:`answer_limit` shares remade,
+        for at most :attr:`answer_seconds`."""
+        enough = None
+        if self.answer_seconds is not None:
+            clock, until = self.work_clock, self.work_clock() + self.answer_seconds
+            enough = lambda: clock() >= until  # noqa: E731
+        return self.ledger(inputs, now, limit=self.answer_limit, enough=enough)
 
     def warm(self, inputs: PlanInputs, now: float, *, limit: int) -> bool:
         """Bring the ledger (:meth:`ledger`) to ``now`` by at most ``limit`` shares, so
@@ -246,7 +270,7 @@ class PlanView:
         :func:`~nodeagent.master._fleet.schedule_figures`), from the ledger
         (:meth:`ledger`, at most :attr:`answer_limit` shares remade: ``behind`` says how
         many it left) and the rows of its volatile machines, or from every row."""
-        ledger = self.ledger(inputs, now, limit=self.answer_limit)
+        ledger = self._answer_ledger(inputs, now)
         if ledger is None:
             return schedule_figures(self.rows(inputs, now, with_blockers=True), now)
         volatile = self.rows(
@@ -408,11 +432,7 @@ class PlanView:
         """
         made = self._made(inputs, now, late=late, select=select)
         policy = inputs.policy
-        ledger = (
-            self.ledger(inputs, now, limit=self.answer_limit)
-            if late and made.index is None
-            else None
-        )
+        ledger = self._answer_ledger(inputs, now) if late and made.index is None else None
         if ledger is not None:
             rows, acc = self._late_page(
                 ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
@@ -587,7 +607,7 @@ class PlanView:
         anew (every machine's share)."""
         kept = None
         if late and made.index is None:
-            ledger = self.ledger(inputs, now, limit=self.answer_limit)
+            ledger = self._answer_ledger(inputs, now)
             if ledger is not None:
                 kept = self._late_page(
                     ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start

@@ -9,12 +9,14 @@ figures.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from nodeagent.master import _plan_ledger
 from nodeagent.master._fleet import schedule_figures
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._plan_ledger import AdChanges
@@ -319,6 +321,37 @@ def test_a_reply_remakes_at_most_its_limit_and_says_how_many_it_left(
     ledgered = _world()
     view, world = ledgered.view, ledgered.world
     view.answer_limit = 2
+    for step in [lambda w: None, *story]:
+        step(world)
+        behind = []
+        for _ in range(len(world.state.machines()) + 1):
+            behind.append(view.reply(ledgered.inputs(), world.now, late=True)["totals"]["behind"])
+            if behind[-1] == 0:
+                break
+        assert behind[-1] == 0
+        assert behind == sorted(behind, reverse=True)
+        _same(ledgered)
+
+
+@pytest.mark.parametrize("story", list(STORIES.values()), ids=list(STORIES))
+def test_a_reply_remakes_what_its_time_allows_and_says_how_many_it_left(
+    story: list[Callable[[World], None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a time budget (a work clock a second later at each reading, 2.5 s, the budget
+    asked after every share), a reply remakes three of the shares that changed or came
+    due, besides those read at every reply; the others are counted as they were
+    (``behind``) and the replies that follow bring them in."""
+    monkeypatch.setattr(_plan_ledger, "_ENOUGH_EVERY", 1)
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ticks = itertools.count()
+    view.work_clock = lambda: float(next(ticks))
+    view.answer_seconds = 2.5
+    first = view.reply(ledgered.inputs(), world.now, late=True)["totals"]
+    assert (first["machines"], first["behind"]) in ((3, 3), (4, 2))  # + the drain record's
+    ledger = view.kept
+    assert ledger is not None
+    assert _key(3) in ledger.shares  # its drain record: read whatever the budget
     for step in [lambda w: None, *story]:
         step(world)
         behind = []
