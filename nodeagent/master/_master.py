@@ -260,6 +260,11 @@ class Master:
     #: Forecasts the reconcile service makes before it serves the others again
     #: (:meth:`_pass`): ≈ 20 ms.
     forecasts_per_slice: int = 25
+    #: And the longest a slice of the passes' forecasts, or of the totals kept
+    #: (:meth:`keep_totals`), works on ``work_clock`` before the others are served (at
+    #: 100,000 machines a forecast takes ≈ 1 ms on the loaded master, and every task's
+    #: turn waits for the slices taken in the same round of the loop).
+    slice_seconds: float = 0.01
     #: The share of the master's time the passes may spend making forecasts ahead, on
     #: ``work_clock`` (``None``: :attr:`forecasts_per_pass` alone bounds them): of each
     #: ``reconcile_interval`` at most, shared by the passes run meanwhile. After a restart
@@ -1128,9 +1133,10 @@ class Master:
 
     def _pass(self, nursery: trio.Nursery) -> Generator[None, None, None]:
         """:meth:`reconcile` in slices: what it decides and starts before the first, then
-        the forecasts ahead, with a slice after each :attr:`forecasts_per_slice` of them,
-        so that a caller that serves the others between two slices (the reconcile
-        service) holds the event loop for tens of ms at most."""
+        the forecasts ahead, with a slice after each :attr:`forecasts_per_slice` of them or
+        :attr:`slice_seconds` of their work, so that a caller that serves the others
+        between two slices (the reconcile service) holds the event loop for about that
+        long at most."""
         now = self.clock.now()
         for name in self.ads.sweep(now):
             entry = self.ads.get(name)
@@ -1314,7 +1320,8 @@ class Master:
     ) -> None:
         """The plan's totals kept between replies, brought to now on every master (leader
         or follower) after a summary or a scrape read them: :data:`_LEDGER_SLICE` shares a
-        slice (:meth:`~nodeagent.master._plan_view.PlanView.warm`, each making the
+        slice at most, for :attr:`slice_seconds` of work at most
+        (:meth:`~nodeagent.master._plan_view.PlanView.warm`, each making the
         forecasts its shares read), serving the others between two slices for as long as
         each took (:func:`_in_slices`), until none waits; then again every
         ``reconcile_interval``, for :data:`_KEEP_WARM_FOR` after the last read. Apart from
@@ -1331,7 +1338,8 @@ class Master:
         """:meth:`keep_totals`'s slices, until the totals are whole."""
         while True:
             now = self.clock.now()
-            if self.plan_view.warm(self.plan_inputs(now), now, limit=_LEDGER_SLICE):
+            inputs = self.plan_inputs(now)
+            if self.plan_view.warm(inputs, now, limit=_LEDGER_SLICE, seconds=self.slice_seconds):
                 return
             yield
 
@@ -1352,7 +1360,8 @@ class Master:
         each is kept by that second, :attr:`_ahead`). A pass thus reads what changed and
         what came due, never the whole pool; ``whole``: every machine is looked at (a new
         index), and what was kept of the others is dropped. Yields after every
-        :attr:`forecasts_per_slice` forecasts made (:meth:`_pass`).
+        :attr:`forecasts_per_slice` forecasts made, or sooner once a slice's forecasts took
+        :attr:`slice_seconds` of ``work_clock`` (:meth:`_pass`).
 
         Between two slices the others may run: an ad may replace a node's entry (a plan
         held here then makes the forecast of the entry it read, which a moved-on entry
@@ -1411,13 +1420,15 @@ class Master:
                 if key in index.plans:
                     yield index.plans[key]
 
-        made = 0
+        in_slice = 0
+        began = work_clock()
         try:
             for plan in candidates():
                 if look_at(plan):
-                    made += 1
-                    if made % per_slice == 0:
+                    in_slice += 1
+                    if in_slice >= per_slice or work_clock() - began >= self.slice_seconds:
                         yield
+                        in_slice, began = 0, work_clock()
         finally:  # left between two slices (the service cancelled): the rest waits
             unready.update(dict.fromkeys(p.key for p in plans[looked:] if p.node is not None))
             if share is not None:

@@ -251,18 +251,25 @@ class PlanView:
     def _answer_ledger(self, inputs: PlanInputs, now: float) -> PlanLedger | None:
         """:meth:`ledger` as a reply reads it: at most :attr:`answer_limit` shares remade,
         for at most :attr:`answer_seconds`."""
-        enough = None
-        if self.answer_seconds is not None:
-            clock, until = self.work_clock, self.work_clock() + self.answer_seconds
-            enough = lambda: clock() >= until  # noqa: E731
+        enough = self._within(self.answer_seconds)
         return self.ledger(inputs, now, limit=self.answer_limit, enough=enough)
 
-    def warm(self, inputs: PlanInputs, now: float, *, limit: int) -> bool:
-        """Bring the ledger (:meth:`ledger`) to ``now`` by at most ``limit`` shares, so
-        that a caller may do it in steps before a reply that reads it; whether it is
-        whole now (the reply then remakes only what changes meanwhile). True at once when
-        no ledger is kept."""
-        ledger = self.ledger(inputs, now, limit=limit, reread=False)
+    def _within(self, seconds: float | None) -> Callable[[], bool] | None:
+        """Whether ``seconds`` of :attr:`work_clock` have passed since this call, as
+        :meth:`ledger` asks it (``None``: no bound)."""
+        if seconds is None:
+            return None
+        clock, until = self.work_clock, self.work_clock() + seconds
+        return lambda: clock() >= until
+
+    def warm(
+        self, inputs: PlanInputs, now: float, *, limit: int, seconds: float | None = None
+    ) -> bool:
+        """Bring the ledger (:meth:`ledger`) to ``now`` by at most ``limit`` shares (made
+        within about ``seconds`` of :attr:`work_clock`, if given), so that a caller may do
+        it in steps before a reply that reads it; whether it is whole now (the reply then
+        remakes only what changes meanwhile). True at once when no ledger is kept."""
+        ledger = self.ledger(inputs, now, limit=limit, reread=False, enough=self._within(seconds))
         return ledger is None or ledger.complete
 
     def schedule_figures(self, inputs: PlanInputs, now: float) -> ScheduleFigures:

@@ -412,9 +412,9 @@ async def test_a_summary_answers_at_once_and_the_totals_are_brought_in_after_it(
     slices: list[float] = []
     seen: list[int] = []
 
-    def slowly(inputs: PlanInputs, now: float, *, limit: int) -> bool:
+    def slowly(inputs: PlanInputs, now: float, *, limit: int, seconds: float | None) -> bool:
         slices.append(trio.current_time())
-        done = warm(inputs, now, limit=limit)
+        done = warm(inputs, now, limit=limit, seconds=seconds)
         autojump_clock.jump(0.1)  # the slice's work
         return done
 
@@ -458,9 +458,9 @@ async def test_the_totals_are_kept_for_a_while_after_the_last_read_only(
     warmed: list[float] = []
     warm = master.plan_view.warm
 
-    def counted(inputs: PlanInputs, now: float, *, limit: int) -> bool:
+    def counted(inputs: PlanInputs, now: float, *, limit: int, seconds: float | None) -> bool:
         warmed.append(trio.current_time())
-        return warm(inputs, now, limit=limit)
+        return warm(inputs, now, limit=limit, seconds=seconds)
 
     monkeypatch.setattr(master.plan_view, "warm", counted)
     keep = _master_module._KEEP_WARM_FOR
@@ -488,6 +488,7 @@ async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
     master = make_master(tmp_path, DownLink())
     master.policy = PlanPolicy()
     master.forecasts_per_slice = 2
+    master.slice_seconds = math.inf  # the count alone
     five_nodes_scheduled(master)
     async with trio.open_nursery() as nursery:
         made = [master.forecasts_made_ahead for _ in master._pass(nursery)]
@@ -504,6 +505,23 @@ async def test_the_reconcile_service_makes_the_forecasts_ahead_in_slices(
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (7, 3)
         master.reconcile(nursery)
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (10, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slice_of_forecasts_ends_once_its_time_is_spent(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Each reading of work_clock 0.01 s later (a forecast: three readings), a slice of
+    0.035 s: the pass yields after every second forecast, whatever forecasts_per_slice."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    ticks = itertools.count()
+    master.work_clock = lambda: next(ticks) * 0.01
+    master.slice_seconds = 0.035
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        made = [master.forecasts_made_ahead for _ in master._pass(nursery)]
+        assert (made, master.forecasts_made_ahead, master.forecasts_waiting) == ([2, 4], 5, 0)
         nursery.cancel_scope.cancel()
 
 

@@ -364,6 +364,22 @@ def test_a_reply_remakes_what_its_time_allows_and_says_how_many_it_left(
         _same(ledgered)
 
 
+def test_warming_in_steps_of_time_reaches_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps of a work clock's 2.5 s (a second a reading, asked after every share): three
+    shares a step, until the ledger is whole; then a reply finds nothing behind."""
+    monkeypatch.setattr(_plan_ledger, "_ENOUGH_EVERY", 1)
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ticks = itertools.count()
+    view.work_clock = lambda: float(next(ticks))
+    steps = 1
+    while not view.warm(ledgered.inputs(), world.now, limit=100, seconds=2.5):
+        steps += 1
+    assert steps == 2  # six machines, three a step
+    assert view.reply(ledgered.inputs(), world.now, late=True)["totals"]["behind"] == 0
+    _same(ledgered)
+
+
 def test_a_first_reply_with_a_limit_counts_the_machines_it_has_not_read() -> None:
     """A new ledger and an answer limit of 2: the totals count the machines read (2, and
     the one with the master's drain record, read at every reply) and say how many are
