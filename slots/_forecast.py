@@ -99,16 +99,26 @@ class _Trace:
         if closing > 0:
             self.horizon = min(self.horizon, gap // closing)
 
+    # max and min are most of a piece's arithmetic: _until written out, no tuples made.
+
     def max(self, a: _Line, b: _Line) -> _Line:
-        if (a.at, a.slope) < (b.at, b.slope):
+        if a.at < b.at or (a.at == b.at and a.slope < b.slope):
             a, b = b, a
-        self._until(a.at - b.at, b.slope - a.slope)
+        closing = b.slope - a.slope
+        if closing > 0:
+            lasts = (a.at - b.at) // closing
+            if lasts < self.horizon:  # noqa: PLR1730 (a call to min costs more here)
+                self.horizon = lasts
         return a
 
     def min(self, a: _Line, b: _Line) -> _Line:
-        if (a.at, -a.slope) > (b.at, -b.slope):
+        if a.at > b.at or (a.at == b.at and a.slope < b.slope):
             a, b = b, a
-        self._until(b.at - a.at, a.slope - b.slope)
+        closing = a.slope - b.slope
+        if closing > 0:
+            lasts = (b.at - a.at) // closing
+            if lasts < self.horizon:  # noqa: PLR1730 (a call to min costs more here)
+                self.horizon = lasts
         return a
 
     def lt(self, a: _Line, b: _Line) -> bool:
