@@ -122,6 +122,7 @@ __all__ = [
     "BODY_LIMITS",
     "LARGE_BODY_LIMIT",
     "AdReply",
+    "PlanReply",
     "Principals",
     "build_master_app",
     "plan_body",
@@ -350,6 +351,78 @@ def plan_body(
 PLAN_SLICE = 0.01
 
 
+class PlanReply:
+    """``GET /v1/maintenance/plan``'s body made a slice at a time, with the collector held
+    off, ``now`` that of the request: one JSON document
+    (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
+    (:meth:`~nodeagent.master._plan_view.PlanView.stream`). A slice (:meth:`take`) makes
+    chunks until :data:`PLAN_SLICE` has passed; the endpoint makes the first at once, and
+    a reply that ends within it (a summary) is answered whole, as one body; the rest are
+    sent as they are made (:meth:`rest`), the event loop served between two. An error
+    ends JSON lines with a line ``{"error": {"code": "plan.failed", "message"}}`` (and is
+    logged), and the document's connection without the document's end (the server logs
+    it; in the first slice, the reply is a 500): a document that parses is whole.
+    Raises :class:`~nodeagent.master._plan_view.PlanQueryError` at once for a stale
+    cursor."""
+
+    def __init__(
+        self,
+        master: Master,
+        *,
+        jsonl: bool = False,
+        with_blockers: bool = True,
+        late: bool = False,
+        limit: int | None = None,
+        select: PlanSelect | None = None,
+    ) -> None:
+        now = master.clock.now()
+        make = master.plan_view.stream if jsonl else master.plan_view.document
+        self._chunks = make(
+            master.plan_inputs(now),
+            now,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            select=select,
+        )
+        self._jsonl = jsonl
+        #: Whether the last chunk is made.
+        self.ended = False
+
+    def take(self) -> bytes:
+        """The next slice's bytes (:attr:`ended` once the last is made)."""
+        made: list[bytes] = []
+        began = time.perf_counter()
+        try:
+            with _collector_paused():
+                while True:
+                    chunk = next(self._chunks, None)
+                    if chunk is None:
+                        self.ended = True
+                        break
+                    made.append(chunk)
+                    if time.perf_counter() - began >= PLAN_SLICE:
+                        break
+        except Exception as exc:
+            if not self._jsonl:
+                raise
+            log.exception("the streamed plan failed")
+            self.ended = True
+            failed = {"code": "plan.failed", "message": f"the plan failed: {exc!r}"}
+            made += [orjson.dumps({"error": failed}), b"\n"]
+        return b"".join(made)
+
+    async def rest(self, first: bytes = b"") -> AsyncIterator[bytes]:
+        """``first`` (a slice already taken), then the other slices, the event loop
+        served before each."""
+        if first:
+            yield first
+        while not self.ended:
+            await trio.lowlevel.checkpoint()
+            if made := self.take():
+                yield made
+
+
 def plan_chunks(
     master: Master,
     *,
@@ -359,54 +432,15 @@ def plan_chunks(
     limit: int | None = None,
     select: PlanSelect | None = None,
 ) -> AsyncIterator[bytes]:
-    """``GET /v1/maintenance/plan``'s body made a slice at a time, with the collector held
-    off, ``now`` that of the first, the event loop served between two: one JSON document
-    (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
-    (:meth:`~nodeagent.master._plan_view.PlanView.stream`). A slice makes chunks until
-    :data:`PLAN_SLICE` has passed, and sends them as one: a small reply (a summary) goes in
-    one piece, with no turn of the loop between its head and its end. An error after the
-    first bytes ends JSON lines with a line ``{"error": {"code": "plan.failed",
-    "message"}}`` (and is logged), and the document's connection without the document's
-    end (the server logs it; before the first bytes, the server answers 500): a document
-    that parses is whole. Raises :class:`~nodeagent.master._plan_view.PlanQueryError` at
-    once for a stale cursor."""
-    now = master.clock.now()
-    make = master.plan_view.stream if jsonl else master.plan_view.document
-    chunks = make(
-        master.plan_inputs(now),
-        now,
-        with_blockers=with_blockers,
-        late=late,
-        limit=limit,
-        select=select,
+    """:class:`PlanReply`'s slices, the first made when it is first asked for."""
+    reply = PlanReply(
+        master, jsonl=jsonl, with_blockers=with_blockers, late=late, limit=limit, select=select
     )
 
     async def body() -> AsyncIterator[bytes]:
-        ended = False
-        while not ended:
-            made: list[bytes] = []
-            began = time.perf_counter()
-            try:
-                with _collector_paused():
-                    while True:
-                        chunk = next(chunks, None)
-                        if chunk is None:
-                            ended = True
-                            break
-                        made.append(chunk)
-                        if time.perf_counter() - began >= PLAN_SLICE:
-                            break
-            except Exception as exc:
-                if not jsonl:
-                    raise
-                log.exception("the streamed plan failed")
-                failed = {"code": "plan.failed", "message": f"the plan failed: {exc!r}"}
-                yield b"".join([*made, orjson.dumps({"error": failed}), b"\n"])
-                return
-            if any(made):
-                yield b"".join(made)
-            if not ended:
-                await trio.lowlevel.checkpoint()
+        first = reply.take()
+        async for made in reply.rest(first):
+            yield made
 
     return body()
 
@@ -477,6 +511,32 @@ def preview_document(
         yield b"]," + tail[1:]
 
     return document()
+
+
+class RequestTiming:
+    """Each HTTP request's time to its response's head, by method and route (``unmatched``
+    for a path no route takes), given to ``observe`` (the master's request histogram): a
+    pure ASGI middleware. Starlette's ``@app.middleware("http")`` runs the app in a task
+    of its own and hands every chunk of the body over through a stream, each step a turn
+    of the event loop, which on a loaded master is a wait of tens of ms."""
+
+    def __init__(self, app: ASGIApp, *, observe: Callable[[str, str, float], None]) -> None:
+        self.app = app
+        self.observe = observe
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                route = getattr(scope.get("route"), "path", "unmatched")
+                self.observe(scope["method"], route, started)
+            await send(message)
+
+        await self.app(scope, receive, timed)
 
 
 def _refused(exc: AuthError) -> AdReply:
@@ -768,15 +828,7 @@ def build_master_app(
             status_code=exc.status_code,
         )
 
-    @app.middleware("http")
-    async def _timing(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        metrics.observe_request(request.method, getattr(route, "path", "unmatched"), started)
-        return response
+    app.add_middleware(RequestTiming, observe=metrics.observe_request)
 
     # ------------------------------------------------------------------ health
 
@@ -1147,7 +1199,7 @@ def build_master_app(
         if late and chosen is None:  # the reply that reads the totals kept (PlanView._late_page)
             master.note_totals_read()
         try:
-            chunks = plan_chunks(
+            reply = PlanReply(
                 master,
                 jsonl=format == "jsonl",
                 with_blockers=blockers,
@@ -1158,7 +1210,10 @@ def build_master_app(
         except PlanQueryError as exc:
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         media_type = "application/x-ndjson" if format == "jsonl" else "application/json"
-        return BoundedStreamingResponse(chunks, media_type=media_type)
+        first = reply.take()
+        if reply.ended:  # made within one slice (a summary): one body, no task of its own
+            return Response(first, media_type=media_type)
+        return BoundedStreamingResponse(reply.rest(first), media_type=media_type)
 
     if sla is None:
         sla = SlaBook(store=master.store)

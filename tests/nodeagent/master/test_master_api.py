@@ -641,3 +641,28 @@ async def test_a_mesos_change_the_store_cannot_write_is_503_audited_and_changes_
             ("alice", "machine.down", "ok"),
             ("alice", "machine.up", "store.error"),
         ]
+
+
+async def test_each_request_is_timed_by_its_route_with_no_task_of_its_own(tmp_path: Path) -> None:
+    """The request histogram counts each request under its route; the app runs in the
+    request's own task (no middleware's task between them), and a summary, made within
+    one slice, is answered as one body (no streaming response's task either)."""
+    async with api(tmp_path) as a:
+        tasks: list[str] = []
+
+        class Seen(trio.abc.Instrument):
+            def task_spawned(self, task: trio.lowlevel.Task) -> None:
+                tasks.append(task.name)
+
+        instrument = Seen()
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            summary = await a.local.get("/v1/maintenance/plan", params={"late": "true"})
+            assert summary.is_success
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+        assert tasks == []
+        assert summary.headers["content-length"] == str(len(summary.content))
+        metrics = (await a.local.get("/metrics")).text
+        labels = '{method="GET",route="/v1/maintenance/plan"}'
+        assert f"nodeagent_master_http_request_seconds_count{labels} 1.0" in metrics
