@@ -144,6 +144,21 @@ def format_local_time(when: float, now: float, tz: tzinfo | None = None) -> str:
     return f"{text} {zone}" if zone else text
 
 
+def column_time(when: float, now: float, tz: tzinfo | None = None) -> str:
+    """A time in a column of 16: ``14:05:09 CET`` on ``now``'s date, ``11-30 14:05:09`` on
+    another date of its year, ``2027-01-05 14:05`` in another year (the zone is the
+    heading's)."""
+    moment = datetime.fromtimestamp(when, tz).astimezone(tz)
+    today = datetime.fromtimestamp(now, tz).astimezone(tz)
+    if moment.date() == today.date():
+        text = moment.strftime("%H:%M:%S")
+        zone = moment.strftime("%Z")
+        return f"{text} {zone}" if zone and len(text) + 1 + len(zone) <= 16 else text
+    if moment.year == today.year:
+        return moment.strftime("%m-%d %H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
 def format_core_hours(core_seconds: float) -> str:
     """Badput: ``1.25 core-hours (4500 core-seconds)``."""
     return f"{core_seconds / 3600:.2f} core-hours ({round(core_seconds)} core-seconds)"
@@ -1626,8 +1641,8 @@ def plan_row_line(row: Mapping[str, Any], now: float, *, tz: tzinfo | None = Non
     drain = str((row.get("drain") or {}).get("state") or "-")
     start = _number((row.get("window") or {}).get("start"))
     drain_start = _number(row.get("planned_drain_start"))
-    when = "-" if start is None else format_local_time(start, now, tz)
-    drains_at = "-" if drain_start is None else format_local_time(drain_start, now, tz)
+    when = "-" if start is None else column_time(start, now, tz)
+    drains_at = "-" if drain_start is None else column_time(drain_start, now, tz)
     line = Text(f"{name[:32]:<32}  {row.get('mode', '-')!s:<8}  {drain[:10]:<10}  ")
     line.append(f"{when:<16}  {drains_at:<16}  ")
     line.append(status, style=style)

@@ -329,8 +329,9 @@ def plan_body(
     select: PlanSelect | None = None,
 ) -> bytes:
     """``GET /v1/maintenance/plan``'s body made in one go, for a caller in the master's
-    process (the API sends :func:`plan_chunks`'s): the master's plan view writes it now
-    (:meth:`~nodeagent.master._plan_view.PlanView.body`), with the collector held off.
+    process (the API sends it as :class:`PlanReply` makes it): the master's plan view
+    writes it now (:meth:`~nodeagent.master._plan_view.PlanView.body`), with the
+    collector held off.
     Raises :class:`~nodeagent.master._plan_view.PlanQueryError` for a stale cursor."""
     now = master.clock.now()
     with _collector_paused():

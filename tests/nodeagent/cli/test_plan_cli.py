@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -68,6 +69,28 @@ def test_the_streamed_lines_print_a_heading_a_line_a_row_and_the_totals() -> Non
     assert lines[4].startswith("n2.test ")
     assert lines[4].endswith("no node")
     assert lines[5].startswith("2 machines: ")
+
+
+@pytest.mark.parametrize(
+    ("start", "shown"),
+    [
+        (NOW + 60, "08:01:00 UTC"),  # NOW is 08:00:00 UTC
+        (NOW + 86_400, "01-16 08:00:00"),  # another date: the date, no zone
+        (NOW + 400 * 86_400, "2028-02-19 08:00"),  # another year
+    ],
+)
+def test_a_streamed_row_keeps_its_columns_whatever_the_date_of_its_times(
+    start: float, shown: str
+) -> None:
+    """A window on another date (one that crosses midnight) or in another year still fits
+    the row's time columns: the row stays within 100 columns and ends with its status."""
+    row = {**ROW, "window": {"start": start, "end": start + 3600}, "planned_drain_start": start}
+    render = plan_stream_lines(tz=UTC)
+    render({"plan": {"now": NOW, "policy": {}}})
+    (line,) = render({"row": row})
+    assert len(line.plain) <= 100
+    assert line.plain.count(shown) == 2  # the window's start and the drain's
+    assert line.plain.endswith("late 10m")
 
 
 def test_master_status_says_when_the_machines_after_their_window_may_be_more(
