@@ -461,10 +461,17 @@ class PackedSlots(Sequence[dict[str, Any]]):
     claims of a notice); what it reads often is derived once and kept with the entry
     (:class:`AdEntry`). Packing costs ≈ 35 µs an ad (≈ 45 µs when the static part is
     compressed), reading back ≈ 30 µs.
+
+    An ingest worker, which has no previous ad to pack after, leaves the static part
+    *unsettled* (``deflated=False``): its JSON as it is, after its digest. The master then
+    settles it against the node's previous ad (:meth:`share_static`), and compresses it
+    only when it differs, as it does for an ad that changed: a node's ads moved on in time
+    are compressed nowhere.
     """
 
-    __slots__ = ("_count", "_moving", "_static")
-    _static: bytes  # the digest of the static JSON, then that JSON deflated
+    __slots__ = ("_count", "_moving", "_raw", "_static")
+    _static: bytes  # the digest of the static JSON, then that JSON deflated (unless _raw)
+    _raw: bytes | None  # unsettled: the static JSON itself, _static its digest alone
     _moving: bytes  # the moving values' JSON, deflated
     _count: int
 
@@ -474,47 +481,81 @@ class PackedSlots(Sequence[dict[str, Any]]):
         static, moving = _split(slots)
         self._pack(static, moving, after)
 
-    def _pack(self, static: bytes, moving: list[dict[str, Any]], after: PackedSlots | None) -> None:
+    def _pack(
+        self,
+        static: bytes,
+        moving: list[dict[str, Any]],
+        after: PackedSlots | None,
+        *,
+        deflated: bool = True,
+    ) -> None:
         digest = hashlib.sha256(static).digest()[:_DIGEST]
-        if after is not None and after._static.startswith(digest):
+        self._raw = None
+        if after is not None and after._raw is None and after._static.startswith(digest):
             self._static = after._static
-        else:
+        elif deflated:
             self._static = digest + deflate(static, _STATIC_DICTIONARY)
+        else:
+            self._static, self._raw = digest, static
         self._moving = deflate(orjson.dumps(moving), _MOVING_DICTIONARY)
         self._count = len(moving)
 
     @classmethod
     def _of_split(
-        cls, static: bytes, moving: list[dict[str, Any]], after: PackedSlots | None
+        cls,
+        static: bytes,
+        moving: list[dict[str, Any]],
+        after: PackedSlots | None,
+        *,
+        deflated: bool = True,
     ) -> PackedSlots:
         packed = cls.__new__(cls)
-        packed._pack(static, moving, after)
+        packed._pack(static, moving, after, deflated=deflated)
         return packed
 
-    def parts(self) -> tuple[bytes, bytes, int]:
-        """What the slot ads are kept as: their static part (digest, then deflated), their
-        moving values (deflated), their count; :meth:`of_parts` makes them again (in
-        another process: an ingest worker's packed slot ads go to the master so)."""
-        return self._static, self._moving, self._count
+    def parts(self) -> tuple[bytes, bytes, int, bool]:
+        """What the slot ads are kept as: their static part (digest, then deflated; or,
+        unsettled, then its JSON), their moving values (deflated), their count, whether the
+        static part is deflated; :meth:`of_parts` makes them again (in another process: an
+        ingest worker's packed slot ads go to the master so)."""
+        if self._raw is not None:
+            return self._static + self._raw, self._moving, self._count, False
+        return self._static, self._moving, self._count, True
 
     @classmethod
-    def of_parts(cls, static: bytes, moving: bytes, count: int) -> PackedSlots:
+    def of_parts(
+        cls, static: bytes, moving: bytes, count: int, *, deflated: bool = True
+    ) -> PackedSlots:
         """The slot ads kept as ``parts()`` said; raises :class:`ValueError` unless
         ``static`` holds a digest and some bytes after it and ``count`` is not negative
         (what they hold is read, and found whole or not, when they are unpacked)."""
         if len(static) <= _DIGEST or not moving or count < 0:
             raise ValueError("not the parts of packed slot ads")
         packed = cls.__new__(cls)
-        packed._static, packed._moving, packed._count = static, moving, count
+        packed._moving, packed._count = moving, count
+        if deflated:
+            packed._static, packed._raw = static, None
+        else:
+            packed._static, packed._raw = static[:_DIGEST], static[_DIGEST:]
         return packed
 
-    def share_static(self, previous: PackedSlots) -> None:
+    def share_static(self, previous: PackedSlots | None) -> None:
         """Hold ``previous``'s static part (one object) when it is the same as this one's
         (the same digest): what a node's ads moved on in time have in common is kept once
-        however it was made."""
-        kept = previous._static
-        if self._static is not kept and self._static[:_DIGEST] == kept[:_DIGEST]:
-            self._static = kept
+        however it was made. An unsettled static part is settled: ``previous``'s, else
+        compressed here."""
+        if previous is not None and previous._raw is None:
+            kept = previous._static
+            if self._static is not kept and self._static[:_DIGEST] == kept[:_DIGEST]:
+                self._static, self._raw = kept, None
+                return
+        self._settle()
+
+    def _settle(self) -> None:
+        """Compress the static part if it is not yet."""
+        if self._raw is not None:
+            self._static += deflate(self._raw, _STATIC_DICTIONARY)
+            self._raw = None
 
     def shares_static(self, other: PackedSlots) -> bool:
         """Whether these slot ads' static part is ``other``'s (made ``after`` it, or shared
@@ -529,6 +570,7 @@ class PackedSlots(Sequence[dict[str, Any]]):
 
     def unpacked(self) -> list[dict[str, Any]]:
         """The slot ads as a new list of new dicts."""
+        self._settle()
         ads: list[dict[str, Any]] = orjson.loads(
             inflate(memoryview(self._static)[_DIGEST:], _STATIC_DICTIONARY)
         )
@@ -553,6 +595,8 @@ class PackedSlots(Sequence[dict[str, Any]]):
         """Equal to a sequence of equal slot ads (packed or not), as their contents
         compare."""
         if isinstance(other, PackedSlots):
+            self._settle()
+            other._settle()
             if self._static == other._static and self._moving == other._moving:
                 return True
             return self._count == other._count and self.unpacked() == other.unpacked()
@@ -828,11 +872,13 @@ def prepare_node_ad(
     *,
     plain_text: bool = False,
     after: PackedSlots | None = None,
+    deflated: bool = True,
 ) -> NodeAd:
     """A node's machine ad and slot ads (:func:`ad_parts`) checked (:func:`check_node_ad`,
     which raises :class:`InvalidRequest`) and packed (:class:`PackedSlots`, ``after`` the
-    previous ad's when the caller has it). Pure: an ingest worker process runs it on the
-    bodies of the pushes, or the master itself."""
+    previous ad's when the caller has it; their static part left unsettled unless
+    ``deflated``). Pure: an ingest worker process runs it on the bodies of the pushes, or
+    the master itself."""
     check_node_ad(machine, slots, plain_text=plain_text)
     static, moving = _split(slots)
     clocks = tuple(
@@ -841,7 +887,7 @@ def prepare_node_ad(
     )
     return NodeAd(
         machine=machine,
-        slots=PackedSlots._of_split(static, moving, after),
+        slots=PackedSlots._of_split(static, moving, after, deflated=deflated),
         clocks=clocks,
         active=any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
     )
@@ -988,8 +1034,11 @@ class AdStore:
         name = machine["Name"]
         previous = self._entries.get(name)
         packed = node.slots
-        if previous is not None and isinstance(previous.slots, PackedSlots):
-            packed.share_static(previous.slots)
+        packed.share_static(
+            previous.slots
+            if previous is not None and isinstance(previous.slots, PackedSlots)
+            else None
+        )
         moved = previous is not None and _moved_on(
             previous, machine, packed, packed=packed, clocks=node.clocks, active=node.active
         )

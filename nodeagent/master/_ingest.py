@@ -29,7 +29,10 @@ body (:class:`AdReply`).
 A prepared push: a kind (1 byte), then for ``NODE`` a node's ad ready for the store (three
 lengths of 4 bytes, then the JSON of ``{"machine": {...}, "clocks": [...], "active": bool}``
 and the packed slot ads' two parts, :meth:`~nodeagent.master._adstore.PackedSlots.parts`),
-for ``REFUSED`` the status (2 bytes) and the reply's JSON body.
+for ``REFUSED`` the status (2 bytes) and the reply's JSON body; ``NODE_UNSETTLED`` is
+``NODE`` with the static part of the slot ads unsettled (its digest, then its JSON), as
+a worker makes them: the master compresses it only if the node's previous ad's is not the
+same.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ __all__ = [
 FRAME = struct.Struct(">I")
 _NODE = struct.Struct(">III")
 _STATUS = struct.Struct(">H")
-_NODE_KIND, _REFUSED_KIND = 1, 2
+_NODE_KIND, _REFUSED_KIND, _NODE_UNSETTLED_KIND = 1, 2, 3
 _PUSH = struct.Struct(">BIdH")
 _REFUSAL = struct.Struct(">BHd")
 _ANSWER = struct.Struct(">BIHB")
@@ -149,6 +152,7 @@ def prepare_push(
     node: str | None,
     *,
     after: Callable[[str], PackedSlots | None] | None = None,
+    deflated: bool = True,
 ) -> Prepared:
     """The body of ``POST /v1/ads`` made ready for the store, or refused as the master
     refuses it: 422 ``request.invalid`` for a body that is not a JSON object (or nests too
@@ -156,7 +160,9 @@ def prepare_push(
     ad is another's (:func:`~nodeagent.master._adstore.foreign_ad`); the model's status for
     an ad it refuses (:func:`~nodeagent.master._adstore.prepare_node_ad`). ``after``: the
     node's previous packed slot ads, by its name, when the caller holds them (their
-    compressed part is then not made again when it is the same)."""
+    compressed part is then not made again when it is the same). ``deflated=False`` (an
+    ingest worker, which holds none): their static part is left for the master to settle
+    against the previous ad's (:meth:`~nodeagent.master._adstore.PackedSlots.share_static`)."""
     try:
         ad = _parse(body)
     except ValueError as exc:
@@ -177,6 +183,7 @@ def prepare_push(
             slots,
             plain_text=not may_hold_control(body),
             after=None if after is None else after(machine["Name"]),
+            deflated=deflated,
         )
     except SlotsError as exc:
         return Refused.of(exc.http_status, exc.code, exc.message)
@@ -186,13 +193,13 @@ def encode_prepared(prepared: NodeAd | Refused) -> bytes:
     """A push made ready, as a ``PUSH`` frame carries it (module docstring)."""
     if isinstance(prepared, Refused):
         return b"".join((bytes((_REFUSED_KIND,)), _STATUS.pack(prepared.status), prepared.body))
-    static, moving, _ = prepared.slots.parts()
+    static, moving, _, deflated = prepared.slots.parts()
     document = orjson.dumps(
         {"machine": prepared.machine, "clocks": prepared.clocks, "active": prepared.active}
     )
     return b"".join(
         (
-            bytes((_NODE_KIND,)),
+            bytes((_NODE_KIND if deflated else _NODE_UNSETTLED_KIND,)),
             _NODE.pack(len(document), len(static), len(moving)),
             document,
             static,
@@ -211,7 +218,7 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | Refused:
     if kind == _REFUSED_KIND:
         (status,) = _STATUS.unpack_from(rest)
         return Refused(status, bytes(rest[_STATUS.size :]))
-    if kind != _NODE_KIND:
+    if kind not in (_NODE_KIND, _NODE_UNSETTLED_KIND):
         raise ValueError(f"a push made ready of an unknown kind {kind}")
     sizes = _NODE.unpack_from(rest)
     start = _NODE.size
@@ -234,7 +241,10 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | Refused:
     ):
         raise ValueError("a node's ad made ready not shaped as one")
     slots = PackedSlots.of_parts(
-        bytes(rest[document_end:static_end]), bytes(rest[static_end:]), len(clocks)
+        bytes(rest[document_end:static_end]),
+        bytes(rest[static_end:]),
+        len(clocks),
+        deflated=kind == _NODE_KIND,
     )
     return NodeAd(machine=machine, slots=slots, clocks=tuple(clocks), active=active)
 

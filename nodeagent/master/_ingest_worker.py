@@ -185,7 +185,7 @@ def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
             return
         prepared: NodeAd | Refused | None
         try:
-            made = prepare_push(taken.body, taken.who.node)
+            made = prepare_push(taken.body, taken.who.node, deflated=False)
             prepared = made if isinstance(made, NodeAd | Refused) else None
         except Exception:  # the master makes it itself, and says what it makes of it
             log.exception("an ad push could not be prepared here")

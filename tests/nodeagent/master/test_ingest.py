@@ -127,6 +127,50 @@ def test_a_nodes_ad_comes_back_whole_through_the_frames() -> None:
     assert all("Activity" in c and "MyCurrentTime" in c for c in back.clocks)
 
 
+@pytest.mark.parametrize("deflated", [True, False], ids=["packed here", "as a worker packs"])
+def test_a_nodes_ad_comes_back_whole_through_the_frames_either_way(deflated: bool) -> None:
+    ad = node_ad()
+    prepared = prepare_push(body_of(ad), "n1.test", deflated=deflated)
+    assert isinstance(prepared, NodeAd)
+    back = through_frames(prepared)
+    assert isinstance(back, NodeAd)
+    assert list(back.slots) == ad["slots"]
+    assert back.slots == prepared.slots
+
+
+def test_a_workers_ads_moved_on_are_compressed_once_and_kept_compressed() -> None:
+    """A worker leaves the static part of the slot ads unsettled (its JSON, not
+    compressed): the master compresses a node's first ad's, shares it with the ads moved
+    on after it, and compresses it again only for an ad whose static part changed."""
+    store = AdStore(lifetime=300)
+    first = node_ad()
+    later = copy.deepcopy(first)
+    for ad in (later["machine"], *later["slots"]):
+        ad["MyCurrentTime"] += 60
+        if ad.get("Activity") == "Busy":
+            ad["TotalJobRunTime"] += 60
+    changed = copy.deepcopy(later)
+    changed["slots"][0]["Rank"] = 7.0
+    entries = []
+    for at, ad in ((T, first), (T + 60, later), (T + 120, changed)):
+        prepared = through_frames(prepare_push(body_of(ad), "n1.test", deflated=False))
+        assert isinstance(prepared, NodeAd)
+        unsettled, _, _, deflated = prepared.slots.parts()
+        assert not deflated
+        static = orjson.loads(unsettled[16:])  # after the digest: the JSON itself
+        assert [list(s) for s in static] == [list(s) for s in ad["slots"]]
+        assert {s["MyCurrentTime"] for s in static} == {None}  # moving values apart
+        entry = store.take(prepared, at)
+        kept, _, _, deflated = entry.slots.parts()  # type: ignore[attr-defined]
+        assert deflated
+        assert len(kept) < len(unsettled) / 4  # compressed as kept, never as pushed
+        assert list(entry.slots) == ad["slots"]
+        entries.append(entry.slots)
+    assert store.moved_on_ads == 1
+    assert entries[1].shares_static(entries[0])  # type: ignore[attr-defined]
+    assert not entries[2].shares_static(entries[1])  # type: ignore[attr-defined]
+
+
 def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:  # its body sent
     ad = {"machine": {"Name": "defrag@x", "MyType": "Defrag"}, "slots": []}
     prepared = prepare_push(body_of(ad), None)
@@ -203,7 +247,7 @@ def test_ads_taken_through_a_worker_make_the_entries_the_master_makes_itself(
     entries = []
     for at, ad in ((T, first), (T + 60, later)):
         own = itself.update(copy.deepcopy(ad), at)
-        prepared = through_frames(prepare_push(body_of(ad), "n1.test"))
+        prepared = through_frames(prepare_push(body_of(ad), "n1.test", deflated=False))
         assert isinstance(prepared, NodeAd)
         taken = worker.take(prepared, at)
         assert taken.machine == own.machine
