@@ -120,8 +120,27 @@ class EventHub:
         self._new.set()
         self._new = trio.Event()
 
-    def stop_recording(self) -> None:
-        """This master no longer leads: what it staged is the next leader's to see."""
+    def stop_recording(self, flush: Callable[[], None] | None = None) -> None:
+        """This master no longer leads: what it staged is the next leader's to see.
+
+        ``flush`` (the master's write of the staged events, as :meth:`flush_when_staged`
+        is given): it is tried first, until nothing is staged, so that a master that stops
+        while it leads does not lose what it saw in its last :data:`FLUSH_DELAY`. A write
+        that fails (a store that cannot be written, a term already over: fenced out)
+        leaves them to the next leader, and is logged."""
+        while flush is not None and self.staged:
+            waiting = len(self.staged)
+            try:
+                flush()
+            except StoreError as exc:
+                log.warning(
+                    "%d staged events not written as this master stops leading: %s",
+                    len(self.staged),
+                    exc,
+                )
+                break
+            if len(self.staged) >= waiting:
+                break
         self.recording = False
         self.staged.clear()
         self._staged = trio.Event()

@@ -1100,7 +1100,8 @@ class Master:
         The link's connections to the agents are kept while this runs and closed when it
         ends (:func:`~nodeagent._peer.kept_alive`). While it runs the master records
         events (it leads): the first says so (``leader.elected``), and what it sees is
-        written within :data:`~nodeagent.master._event_stream.FLUSH_DELAY`.
+        written within :data:`~nodeagent.master._event_stream.FLUSH_DELAY`, and when it
+        ends (what is staged then is written before it stops recording).
         """
         url, term = self.identity()
         self.events.recording = True
@@ -1111,7 +1112,7 @@ class Master:
                 nursery.start_soon(self.events.flush_when_staged, self.write_staged_events)
                 await self._reconcile_forever(nursery)
         finally:
-            self.events.stop_recording()
+            self.events.stop_recording(self.write_staged_events)
 
     async def _reconcile_forever(self, nursery: trio.Nursery) -> None:
         """A pass each ``reconcile_interval``, or when woken (at least ``wake_gap`` after

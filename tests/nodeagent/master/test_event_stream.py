@@ -76,6 +76,31 @@ async def test_staged_events_are_written_whoever_writes_first(
         nursery.cancel_scope.cancel()
 
 
+async def test_what_is_staged_when_a_master_stops_leading_is_written_first() -> None:
+    hub = EventHub()
+    hub.recording = True
+    writes = Writes(hub)
+    hub.stage(*[draft() for _ in range(MAX_PER_WRITE + 2)], draft("node.lost"))
+    hub.stop_recording(writes)  # more than one write takes
+    assert [len(w) for w in writes.written] == [MAX_PER_WRITE, 3]
+    assert writes.written[-1][-1] == "node.lost"
+    assert (hub.recording, hub.staged) == (False, [])
+
+
+async def test_a_stop_whose_write_fails_leaves_the_staged_events_to_the_next_leader(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    hub = EventHub()
+    hub.recording = True
+    writes = Writes(hub)
+    writes.failing = True  # a full disk, or a term already fenced out
+    hub.stage(draft("node.lost"))
+    hub.stop_recording(writes)
+    assert writes.written == []
+    assert (hub.recording, hub.staged, hub.log.last_id) == (False, [], 0)
+    assert "1 staged events not written as this master stops leading: disk full" in caplog.text
+
+
 async def test_nothing_is_staged_while_not_recording() -> None:
     hub = EventHub()
     hub.stage(draft())

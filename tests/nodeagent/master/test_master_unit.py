@@ -1284,6 +1284,30 @@ async def test_a_change_the_store_cannot_write_changes_nothing(
     assert on_disk(store.path)["maintenance"] == master.state.snapshot()
 
 
+async def test_a_master_that_stops_writes_the_events_it_saw_last(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A node lost in the last pass before a stop is on disk, although the stop came
+    within the flush's delay (the events staged are written before the master stops
+    recording)."""
+    master = make_master(tmp_path, DownLink())
+    master.ads = AdStore(lifetime=5)
+    master.receive_ad(node_ad(EPOCH))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(master.run)
+        with trio.fail_after(60):  # virtual time: the master's own steps, polled
+            while master.events.log.last_id < 1:  # noqa: ASYNC110 (leader.elected, written)
+                await trio.sleep(0.01)
+            while not master.events.staged:  # noqa: ASYNC110 (node.lost, after the lifetime)
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()  # the stop, within the flush's delay
+    assert master.events.staged == []
+    again = make_master(tmp_path, DownLink())
+    again.load()
+    _, kept = again.events.log.after(0)
+    assert [e.type for e in kept] == ["leader.elected", "node.lost"]
+
+
 async def test_while_the_master_starts_a_drain_the_plan_reads_it_as_its_own(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
