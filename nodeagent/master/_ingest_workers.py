@@ -26,6 +26,7 @@ import logging
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -59,7 +60,13 @@ EXIT_TIMEOUT = 5.0
 #: Seconds before a worker that ended is started again: the first, then doubled while it
 #: keeps ending within a minute of its start, up to the last.
 RESTART_DELAYS = (1.0, 30.0)
+#: Seconds of the loop the master spends on a worker's pushes in one turn, at most (then
+#: the others run): it takes every frame already there meanwhile, not only one read's.
+ANSWER_SLICE = 0.01
 _READ_SIZE = 1 << 18
+#: The link's socket buffers asked for (the kernel may give less: ``net.core.wmem_max``):
+#: room for the pushes a worker makes ready while the master's loop serves the others.
+_LINK_BUFFER = 4 << 20
 
 Answer = Callable[[Push | WorkerRefusal], AdReply | None]
 
@@ -76,7 +83,9 @@ class IngestWorkers:
 
     ``command``: how a worker is started (the default runs
     :mod:`nodeagent.master._ingest_worker` with this interpreter); ``silence_timeout``:
-    seconds a worker may say nothing before it is killed.
+    seconds a worker may say nothing before it is killed; ``answer_slice``: seconds of
+    ``work_clock`` the master answers one worker's pushes in a turn of its loop, at most
+    (:meth:`_answer`).
     """
 
     def __init__(
@@ -89,6 +98,8 @@ class IngestWorkers:
         read_timeout: float,
         command: Sequence[str] | None = None,
         silence_timeout: float = SILENCE_TIMEOUT,
+        answer_slice: float = ANSWER_SLICE,
+        work_clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if count < 1:
             raise ValueError("ingest workers: at least one")
@@ -98,6 +109,8 @@ class IngestWorkers:
         self.key = key
         self.read_timeout = read_timeout
         self.silence_timeout = silence_timeout
+        self.answer_slice = answer_slice
+        self.work_clock = work_clock
         self.command = (
             list(command)
             if command is not None
@@ -157,6 +170,8 @@ class IngestWorkers:
         """Start one worker, then answer its pushes until it ends (raises) or the master
         stops (cancelled: the worker is ended)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _LINK_BUFFER)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _LINK_BUFFER)
         try:
             settings = self._settings(theirs.fileno())
             process = await trio.lowlevel.open_process(
@@ -183,7 +198,7 @@ class IngestWorkers:
             with self.share.taking():
                 self._running.append(process)
                 try:
-                    await self._answer(link, process, buffer, frames[1:])
+                    await self._answer(link, ours, process, buffer, frames[1:])
                 finally:
                     self._running.remove(process)
         except ValueError as exc:
@@ -203,33 +218,64 @@ class IngestWorkers:
     async def _answer(
         self,
         link: trio.SocketStream,
+        sock: socket.socket,
         process: trio.Process,
         buffer: bytearray,
         frames: list[memoryview],
     ) -> None:
         """Answer the worker's pushes, those read with its first frame then the rest,
         until it ends (raises); a silence past the timeout raises
-        :class:`trio.TooSlowError`."""
+        :class:`trio.TooSlowError`.
+
+        A turn of the loop answers the frames read, then those already waiting on the link
+        (read from ``sock``, the link's socket, without waiting), for :attr:`answer_slice`
+        at most; then the answers go out and the others run. So the pushes answered in a
+        turn are bounded by the time they take, not by what one read holds: a push made
+        ready is ≈ 15–25 kB, and a read of the link's buffer holds a dozen."""
         while True:
             answers: list[bytes] = []
-            for frame in frames:
-                push = decode_worker_frame(frame)
-                if isinstance(push, bool):
-                    continue  # ALIVE
-                try:
-                    reply = self.answer(push)
-                except Exception:  # a bug: the push's connection is closed unanswered
-                    log.exception("an ad push an ingest worker took could not be stored")
-                    reply = FAILED
-                if isinstance(push, Push) and reply is not None:
-                    self.taken += 1
-                    self.prepared += push.prepared is not None
-                    answers.append(encode_answer(push.number, reply))
+            began = self.work_clock()
+            while True:
+                self._take(frames, answers)
+                if self.work_clock() - began >= self.answer_slice:
+                    break
+                waiting = self._read_now(sock, process)
+                if waiting is None:
+                    break
+                buffer += waiting
+                frames = split_frames(buffer)
             if answers:
                 await link.send_all(b"".join(answers))
             with trio.fail_after(self.silence_timeout):
                 buffer += await self._receive(link, process)
             frames = split_frames(buffer)
+
+    def _take(self, frames: list[memoryview], answers: list[bytes]) -> None:
+        """Store the pushes of ``frames`` and add their answers to ``answers``."""
+        for frame in frames:
+            push = decode_worker_frame(frame)
+            if isinstance(push, bool):
+                continue  # ALIVE
+            try:
+                reply = self.answer(push)
+            except Exception:  # a bug: the push's connection is closed unanswered
+                log.exception("an ad push an ingest worker took could not be stored")
+                reply = FAILED
+            if isinstance(push, Push) and reply is not None:
+                self.taken += 1
+                self.prepared += push.prepared is not None
+                answers.append(encode_answer(push.number, reply))
+
+    @staticmethod
+    def _read_now(sock: socket.socket, process: trio.Process) -> bytes | None:
+        """What the link holds now (``None``: nothing yet), read without waiting."""
+        try:
+            data = sock.recv(_READ_SIZE)
+        except BlockingIOError:
+            return None
+        if not data:
+            raise _Ended(f"ingest worker {process.pid} ended")
+        return data
 
 
 def relay_path(runtime_dir: Path) -> Path:

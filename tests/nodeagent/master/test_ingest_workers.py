@@ -27,7 +27,15 @@ from nodeagent._auth import Scope as TokenScope
 from nodeagent._auth import create_token, generate_key
 from nodeagent._serving._http11 import HttpServer, ListenerShare
 from nodeagent.master._adstore import NodeAd
-from nodeagent.master._ingest import AdReply, Push, WorkerRefusal, prepare_push
+from nodeagent.master._ingest import (
+    AdReply,
+    Push,
+    WorkerRefusal,
+    decode_answer,
+    encode_push,
+    prepare_push,
+    split_frames,
+)
 from nodeagent.master._ingest_workers import IngestWorkers
 from tests.nodeagent.master.test_adstore_moved_on import T, machine
 
@@ -278,3 +286,75 @@ def _alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+class _TurnEnded(Exception):
+    """The master's loop would now serve the others (the test ends there)."""
+
+
+class _Link:
+    """The master's end of a link as :meth:`IngestWorkers._answer` uses it: what it sends
+    is kept; its next read (the end of the turn) ends the test."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def send_all(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    async def receive_some(self, _max_bytes: int) -> bytes:
+        raise _TurnEnded
+
+
+class _Process:
+    pid = 0
+
+
+@pytest.mark.parametrize(
+    ("answer_slice", "answered_in_the_turn"),
+    [(1e9, 40), (0.5, 1)],
+    ids=["every frame waiting", "its slice spent after the first"],
+)
+async def test_a_turn_answers_the_pushes_waiting_on_the_link_until_its_slice_is_spent(
+    tmp_path: Path, answer_slice: float, answered_in_the_turn: int
+) -> None:
+    """40 pushes of 20 kB wait on the link (more than one read of it holds): one turn of
+    the master's loop answers them all and sends their answers at once, unless its slice
+    of work (here a tick of the work clock per look at it) is spent first."""
+    frames = [encode_push(n, 0.0, None, body=b"x" * 20_000) for n in range(1, 41)]
+    ours, theirs = socket.socketpair()
+    for end in (ours, theirs):
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    ticks = iter(range(1_000_000))
+    answered: list[int] = []
+
+    def answer(push: Push | WorkerRefusal) -> AdReply:
+        assert isinstance(push, Push)
+        answered.append(push.number)
+        return AdReply(200, b"{}")
+
+    link = _Link()
+    with listener(tmp_path) as share, ours, theirs:
+        theirs.sendall(b"".join(frames[1:]))
+        ours.setblocking(False)
+        workers = IngestWorkers(
+            1,
+            share=share,
+            answer=answer,
+            key=None,
+            read_timeout=5.0,
+            answer_slice=answer_slice,
+            work_clock=lambda: float(next(ticks)),
+        )
+        with pytest.raises(_TurnEnded):
+            await workers._answer(
+                link,  # type: ignore[arg-type]
+                ours,
+                _Process(),  # type: ignore[arg-type]
+                bytearray(),
+                split_frames(bytearray(frames[0])),
+            )
+    assert len(link.sent) == 1  # the turn's answers, sent at once
+    numbers = [decode_answer(f)[0] for f in split_frames(bytearray(link.sent[0]))]
+    assert numbers == answered == list(range(1, answered_in_the_turn + 1))
