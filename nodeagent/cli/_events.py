@@ -37,7 +37,7 @@ from nodeagent.cli._record import replace
 
 TYPE_CHECKING = False  # not typing's: the plain commands import neither typing nor rich
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 __all__ = ["BACKOFF_MAX_S", "DEFAULT_LAST", "IDLE_S", "event_line", "events"]
@@ -55,6 +55,8 @@ BACKOFF_MAX_S = 5.0
 this."""
 
 _TYPE_WIDTH = 23  # operation.batch_skipped
+#: The stream's header with the master's last event id when it answered.
+LAST_EVENT_HEADER = "x-nodeagent-last-event-id"
 
 
 def _printable(text: str) -> str:
@@ -209,6 +211,7 @@ def events(
         if not follow:
             path = _path(follow=False, since=since, last=_last(since, last), **wanted)
             with stream(target, path, idle=IDLE_S) as streamed:
+                _warn_if_ahead(since, streamed.headers, follow=False)
                 for line in streamed.lines():
                     follower.take(line, target)
             return
@@ -219,6 +222,21 @@ def events(
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+
+
+def _warn_if_ahead(since: int | None, headers: Mapping[str, str], *, follow: bool) -> None:
+    """Say on stderr when ``--since`` is past the master's last event (its header): a
+    time typed for an id, say, which would print nothing, or wait for an event that may
+    never come."""
+    last = headers.get(LAST_EVENT_HEADER, "")
+    if since is None or not last.isdigit() or since <= int(last):
+        return
+    what = f"waiting for event {since + 1}" if follow else "nothing to print"
+    sys.stderr.write(
+        f"warning: --since {since} is past the master's last event, {last}: {what} "
+        "(--since takes an event id as printed, not a time; --last N shows the last N)\n"
+    )
+    sys.stderr.flush()
 
 
 def _last(since: int | None, last: int | None) -> int | None:
@@ -248,7 +266,9 @@ def _follow(
             path = _path(follow=True, since=None, last=last, **wanted)
         try:
             with stream(where, path, idle=IDLE_S) as streamed:
-                floor = streamed.headers.get("x-nodeagent-last-event-id", "")
+                floor = streamed.headers.get(LAST_EVENT_HEADER, "")
+                if not connected and lost_at is None:
+                    _warn_if_ahead(follower.resume, streamed.headers, follow=True)
                 if follower.resume is None and floor.isdigit():
                     # a fresh stream starts after this id: asked again from there
                     follower.resume = int(floor)

@@ -211,7 +211,7 @@ class StreamRequest:
         since = _count("Last-Event-ID", last_event_id) if last_event_id else None
         if since is None:
             since = _count("since", one("since"))
-        last = _count("last", one("last"))
+        last = _count("last", one("last"), ids=False)
         fmt = one("format") or "sse"
         if fmt not in ("sse", "jsonl"):
             raise InvalidRequest(f"format {fmt!r} is not sse or jsonl")
@@ -229,11 +229,16 @@ class StreamRequest:
         )
 
 
-def _count(name: str, text: str | None) -> int | None:
+def _count(name: str, text: str | None, *, ids: bool = True) -> int | None:
+    """An event id (``ids``) or a number of events, of 18 digits at most."""
     if text is None or text == "":
         return None
-    if not text.isdecimal() or len(text) > 18:
-        raise InvalidRequest(f"{name} {text!r} is not an event id (an integer ≥ 0)")
+    what = "an event id" if ids else "a number of events"
+    if not text.isdecimal():
+        raise InvalidRequest(f"{name} {text!r} is not {what} (an integer ≥ 0)")
+    if len(text) > 18:
+        aside = ", counted from 1 (a time is not an event id)" if ids else ""
+        raise InvalidRequest(f"{name} {text!r} is not {what}: 18 digits at most{aside}")
     return int(text)
 
 

@@ -149,6 +149,45 @@ def test_a_bad_filter_exits_with_the_masters_message(
     assert refused.stderr.startswith(says), refused.stderr
 
 
+def test_a_time_given_for_an_event_id_is_said_so(master: MasterProcess) -> None:
+    """``--since`` with a time (seconds or nanoseconds) rather than an id: nothing to
+    print, and stderr says why; past 18 digits the master refuses it; following, the
+    warning comes first and the stream waits, until Ctrl-C."""
+    last = kept(master)[-1]["id"]
+    seconds = cli(master, "events", "--since", "1795995891")
+    assert (seconds.returncode, seconds.stdout) == (0, "")
+    assert seconds.stderr == (
+        f"warning: --since 1795995891 is past the master's last event, {last}: nothing to "
+        "print (--since takes an event id as printed, not a time; --last N shows the last N)\n"
+    )
+    nanoseconds = cli(master, "events", "--since", "1795995891000000000")
+    assert (nanoseconds.returncode, nanoseconds.stdout) == (1, "")
+    assert nanoseconds.stderr.startswith(
+        "request.invalid: since '1795995891000000000' is not an event id: 18 digits at most, "
+        "counted from 1 (a time is not an event id)"
+    ), nanoseconds.stderr
+    assert cli(master, "events", "--since", str(last)).stderr == ""  # up to date: no warning
+    argv = [sys.executable, "-m", "nodeagent", "master", "events", "-f", "--since", "1795995891"]
+    env = _env({"NODEAGENT_MASTER_SOCKET": str(master.socket)})
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            warned = Lines(proc.stderr).next()
+            assert warned.startswith(
+                f"warning: --since 1795995891 is past the master's last event, {last}: "
+                "waiting for event 1795995892 (--since takes an event id"
+            ), warned
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=TIMEOUT) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.stdout is not None
+        assert proc.stdout.read() == ""
+
+
 def test_a_master_unreachable_or_a_token_refused(master: MasterProcess, tmp_path: Path) -> None:
     for args in ((), ("-f",)):
         gone = cli(None, "events", *args, "--socket", str(tmp_path / "none.sock"))

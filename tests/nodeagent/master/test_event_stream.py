@@ -182,6 +182,14 @@ def test_stream_requests(query: str, last_event_id: str | None, expected: Stream
     ("query", "last_event_id", "message"),
     [
         ("since=x", None, "since 'x' is not an event id"),
+        (
+            "since=1795995891000000000",
+            None,
+            r"since '1795995891000000000' is not an event id: 18 digits at most, counted from 1 "
+            r"\(a time is not an event id\)",
+        ),
+        ("last=ten", None, r"last 'ten' is not a number of events \(an integer ≥ 0\)"),
+        ("last=1795995891000000000", None, "is not a number of events: 18 digits at most$"),
         ("since=1&since=2", None, "since is given 2 times"),
         ("", "-3", "Last-Event-ID '-3'"),
         ("follow=maybe", None, "follow 'maybe'"),
