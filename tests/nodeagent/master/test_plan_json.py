@@ -355,9 +355,13 @@ async def test_a_plan_that_fails_after_its_first_bytes_is_never_whole(
         store.close()
 
 
-async def test_a_small_plan_goes_in_one_piece_with_no_turn_of_the_loop(tmp_path: Path) -> None:
+async def test_a_small_plan_goes_in_one_piece_with_no_turn_of_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Within a slice (PLAN_SLICE) the chunks are sent as one: a summary, or a plan of a
-    few machines, costs its reader no wait for the others between its head and its end."""
+    few machines, costs its reader no wait for the others between its head and its end.
+    (The slice is made long here: on a loaded machine 8 rows may take more than 10 ms.)"""
+    monkeypatch.setattr(_api, "PLAN_SLICE", 60.0)
     master, store = _pool(tmp_path, 8)
     try:
         for jsonl in (False, True):
