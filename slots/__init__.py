@@ -70,7 +70,7 @@ from slots._estimates import (
     sticky_completion,
     vacate_time,
 )
-from slots._forecast import BlockerFrame, DrainForecast, PieceLines
+from slots._forecast import BlockerFrame, DrainForecast, PieceLines, moving_entries
 from slots._groups import GROUP_NAME, check_group_name
 from slots._health import (
     HEALTH_MOVES,
@@ -213,6 +213,7 @@ __all__ = [
     "is_true",
     "kept_output",
     "late_by",
+    "moving_entries",
     "outcome_message",
     "parse_long",
     "plan_drain",

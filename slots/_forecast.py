@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -351,17 +351,20 @@ _FRAME_KEYS = (
 
 
 class BlockerFrame(NamedTuple):
-    """A blocker as it reads at a piece's base, and its moving entries: key, value at the
-    base (an integer), slope (integer units per second).
+    """A blocker as it reads at a piece's base, and its moving entries: for each, its
+    key, its value at the base (an integer) and its slope (integer units per second), one
+    after the other in one flat tuple (``key, at, slope, key, at, slope, …``:
+    :func:`moving_entries` reads them).
 
     Pieces are tuples of scalars, which the cyclic garbage collector stops tracking: a
     master holds one per node, and need not walk them. The values at the base are kept as
     a tuple in the order of :data:`_FRAME_KEYS` (a quarter of a dict's memory);
-    :attr:`at_base` makes the dict anew on each read.
+    :attr:`at_base` makes the dict anew on each read. The moving entries are flat, not a
+    tuple each: ≈ 1.2 kB less for a node of 8 claims.
     """
 
     values: tuple[Any, ...]
-    moving: tuple[tuple[str, int, int], ...]
+    moving: tuple[Any, ...]
 
     @property
     def at_base(self) -> dict[str, Any]:
@@ -369,17 +372,22 @@ class BlockerFrame(NamedTuple):
         return dict(zip(_FRAME_KEYS, self.values, strict=True))
 
 
+def moving_entries(moving: tuple[Any, ...]) -> Iterator[tuple[str, int, int]]:
+    """The ``(key, at, slope)`` entries of a frame's flat :attr:`BlockerFrame.moving`."""
+    return zip(moving[::3], moving[1::3], moving[2::3], strict=True)
+
+
 def _frame(**fields: Any) -> BlockerFrame:
     """Fields that are lines become values at the base; those that move are noted.
 
     ``fields`` are exactly :data:`_FRAME_KEYS` (a missing one is a :class:`KeyError`)."""
     values: list[Any] = []
-    moving = []
+    moving: list[Any] = []
     for key in _FRAME_KEYS:
         field = fields[key]
         if isinstance(field, _Line):
             if field.slope:
-                moving.append((key, int(field.at), field.slope))
+                moving += (key, int(field.at), field.slope)
             values.append(field.at)
         elif type(field) is str:
             # shared with the equal values of every other node's frames (an owner, a
@@ -666,8 +674,9 @@ class DrainForecast:
         result = []
         for frame in frames:
             values = frame.at_base
-            for key, at, slope in frame.moving:
-                values[key] = at + slope * d
+            moving = frame.moving
+            for i in range(0, len(moving), 3):
+                values[moving[i]] = moving[i + 1] + moving[i + 2] * d
             result.append(values)
         return result
 
@@ -680,7 +689,7 @@ class DrainForecast:
     ) -> tuple[tuple[BlockerFrame, ...], int] | None:
         """What :meth:`blockers` reads at ``now``: the frames and ``d``, the whole seconds
         since their base (a blocker is its frame's ``at_base`` with each ``moving`` entry
-        ``(key, at, slope)`` set to ``at + slope × d``); ``None`` when this forecast is not
+        ``key, at, slope`` set to ``at + slope × d``); ``None`` when this forecast is not
         exact (a drain deadline that is not a whole second)."""
         if not self._exact:
             return None

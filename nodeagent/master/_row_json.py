@@ -37,7 +37,7 @@ import orjson
 
 from nodeagent.master._adstore import AdEntry, deflate, inflate
 from nodeagent.master._plan import MachinePlan, RowFigures, RowState, ScheduledMachine, row_dict
-from slots import PieceLines, late_by
+from slots import BlockerFrame, PieceLines, late_by, moving_entries
 
 __all__ = ["RowJson"]
 
@@ -139,10 +139,10 @@ class _Fast(NamedTuple):
     template: bytes
     dictionary: bytes
     lines: tuple[tuple[int, int], ...]  # the first 9 %d values: lines 0–8
-    #: The other lines, the blockers' (key, value at the base, slope), in the order they
-    #: are written: the forecast's own tuples (:attr:`~slots.BlockerFrame.moving`),
-    #: shared, not copied, since a master keeps a template per machine.
-    moving: tuple[tuple[str, int, int], ...]
+    #: The other lines are the blockers' moving entries, in the order they are written:
+    #: those of these frames (:attr:`~slots.BlockerFrame.moving`), the forecast's own
+    #: tuple, shared, not copied, since a master keeps a template per machine.
+    frames: tuple[BlockerFrame, ...]
     active: bool
 
 
@@ -160,15 +160,15 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     where they must be."""
     nodes = len(plan.nodes)
     lines = (*read.estimates, *read.verdicts[:3])
-    moving: list[tuple[str, int, int]] = []
+    moving = 0
     blockers: list[dict[str, Any]] = []
-    if state.with_blockers and not state.empty:
-        for frame in read.blockers:
-            blocker = dict(frame.at_base)
-            for line in frame.moving:
-                blocker[line[0]] = _fast_marker(f"L{len(lines) + len(moving)}")
-                moving.append(line)
-            blockers.append(blocker)
+    frames = read.blockers if state.with_blockers and not state.empty else ()
+    for frame in frames:
+        blocker = dict(frame.at_base)
+        for key, _, _ in moving_entries(frame.moving):
+            blocker[key] = _fast_marker(f"L{len(lines) + moving}")
+            moving += 1
+        blockers.append(blocker)
     marked = RowFigures._make(
         [
             tuple(_fast_marker(f"Sage{i}") for i in range(nodes)),
@@ -211,7 +211,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         "L7",
         "L8",
         "Sdrain_start",
-        *(f"L{i}" for i in range(9, len(lines) + len(moving))),
+        *(f"L{i}" for i in range(9, len(lines) + moving)),
     ]
     if names != expected_names:
         return None
@@ -225,7 +225,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         template=template,
         dictionary=dictionary,
         lines=lines,
-        moving=tuple(moving),
+        frames=frames,
         active=read.active,
     )
 
@@ -382,7 +382,11 @@ class RowJson:
                 v[7],
                 v[8],
                 _NULL if start is None else dumps(start),
-                *[at + slope * d for _, at, slope in fast.moving],
+                *[
+                    m[i + 1] + m[i + 2] * d
+                    for m in [frame.moving for frame in fast.frames]
+                    for i in range(0, len(m), 3)
+                ],
             )
         )
         return text, on_time, v[1], v[3]
