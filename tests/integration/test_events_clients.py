@@ -53,6 +53,31 @@ def restart(master: MasterProcess) -> None:
     master.start()
 
 
+@contextlib.contextmanager
+def running(
+    master: MasterProcess, *args: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """``nodeagent master ARGS`` running against ``master``'s socket, its output through
+    pipes (no terminal); killed at the end if it is still running."""
+    argv = [sys.executable, "-m", "nodeagent", "master", *args]
+    env = _env({"NODEAGENT_MASTER_SOCKET": str(master.socket), **(env or {})})
+    with subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env,
+    ) as proc:  # fmt: skip
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def interrupted(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C: the command ends with status 0."""
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=TIMEOUT) == 0
+
+
 def fields(line: str) -> tuple[str, int, str, str]:
     """A human line: its time, id, type and text."""
     when, event_id, kind, text = line.rstrip("\n").split(maxsplit=3)
@@ -167,23 +192,14 @@ def test_a_time_given_for_an_event_id_is_said_so(master: MasterProcess) -> None:
         "counted from 1 (a time is not an event id)"
     ), nanoseconds.stderr
     assert cli(master, "events", "--since", str(last)).stderr == ""  # up to date: no warning
-    argv = [sys.executable, "-m", "nodeagent", "master", "events", "-f", "--since", "1795995891"]
-    env = _env({"NODEAGENT_MASTER_SOCKET": str(master.socket)})
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    ) as proc:
-        try:
-            assert proc.stderr is not None
-            warned = Lines(proc.stderr).next()
-            assert warned.startswith(
-                f"warning: --since 1795995891 is past the master's last event, {last}: "
-                "waiting for event 1795995892 (--since takes an event id"
-            ), warned
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=TIMEOUT) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with running(master, "events", "-f", "--since", "1795995891") as proc:
+        assert proc.stderr is not None
+        warned = Lines(proc.stderr).next()
+        assert warned.startswith(
+            f"warning: --since 1795995891 is past the master's last event, {last}: "
+            "waiting for event 1795995892 (--since takes an event id"
+        ), warned
+        interrupted(proc)
         assert proc.stdout is not None
         assert proc.stdout.read() == ""
 
@@ -209,28 +225,19 @@ def test_a_master_unreachable_or_a_token_refused(master: MasterProcess, tmp_path
 def test_follow_prints_each_event_as_it_comes_across_a_restart(master: MasterProcess) -> None:
     """Without a terminal (a pipe), each line as it comes; a master killed and started
     again is reconnected, without an id twice or one missed; Ctrl-C ends it with 0."""
-    argv = [sys.executable, "-m", "nodeagent", "master", "events", "--follow", "--last", "1"]
-    env = _env({"NODEAGENT_MASTER_SOCKET": str(master.socket)})
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            lines = Lines(proc.stdout)
-            printed = [lines.next()]  # the last kept event: the stream is open
-            first = fields(printed[0])[1]
-            assert first == kept(master)[-1]["id"]
-            schedule(master, A)
-            printed += lines.until("schedule.changed", first)
-            restart(master)
-            printed += lines.until("leader.elected", first)  # the restarted master's first
-            schedule(master, B)
-            printed += lines.until("schedule.changed", fields(printed[-1])[1])
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=TIMEOUT) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with running(master, "events", "--follow", "--last", "1") as proc:
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        printed = [lines.next()]  # the last kept event: the stream is open
+        first = fields(printed[0])[1]
+        assert first == kept(master)[-1]["id"]
+        schedule(master, A)
+        printed += lines.until("schedule.changed", first)
+        restart(master)
+        printed += lines.until("leader.elected", first)  # the restarted master's first
+        schedule(master, B)
+        printed += lines.until("schedule.changed", fields(printed[-1])[1])
+        interrupted(proc)
         assert proc.stderr is not None
         errors = proc.stderr.read()
     ids = [fields(line)[1] for line in printed]

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +18,8 @@ import pytest
 from nodeagent._auth import Scope, create_token, load_key
 from nodeagent.client import MasterClient, NoticeChange
 from tests.harness import AgentProcess, MasterProcess, job_script, wait_for
-from tests.integration.test_cli_master import TIMEOUT, _env, cli
-from tests.integration.test_events_clients import Lines, restart
+from tests.integration.test_cli_master import cli
+from tests.integration.test_events_clients import Lines, interrupted, restart, running
 from tests.integration.test_master import window
 from tests.integration.test_notices import SETTINGS, notices
 
@@ -175,44 +172,29 @@ def test_following_from_the_command_line_across_a_kill(master: MasterProcess) ->
     """Without a terminal: listed, then answered, (kill, start) answered again, the window
     moved (rescinded, issued), answered, rescinded; each event once, none missed; Ctrl-C
     ends it with 0."""
-    argv = [sys.executable, "-m", "nodeagent", "master", "notices", "--follow", "--json",
-            "--group", WEB]  # fmt: skip
-    env = _env({"NODEAGENT_MASTER_SOCKET": str(master.socket), **NO_TERMINAL})
     start = time.time() + 86_400
     with (
         scheduled(master, start) as issued,
-        subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        ) as proc,  # fmt: skip
+        running(master, "notices", "--follow", "--json", "--group", WEB, env=NO_TERMINAL) as proc,
     ):
-        try:
-            assert proc.stdout is not None
-            lines = Lines(proc.stdout)
-            first = json.loads(lines.next())  # the listing: the stream is open
-            a = issued[WEB]["id"]
-            assert (first["kind"], first["notice"]["id"]) == ("listed", a)
-            answer(master, a, "accept", "drains itself")
-            printed = [json.loads(lines.next())]
-            restart(master)
-            answer(master, a, "decline", "changed our minds")  # while it reconnects
-            printed.append(json.loads(lines.next()))
-            moved = schedule(master, start + 3600)
-            b = moved[WEB]["id"]
-            printed += [json.loads(lines.next()), json.loads(lines.next())]
-            answer(master, b, "accept", "fine")
-            printed.append(json.loads(lines.next()))
-            master.call("POST", "/maintenance/schedule", json={})
-            printed.append(json.loads(lines.next()))
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=TIMEOUT) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        first = json.loads(lines.next())  # the listing: the stream is open
+        a = issued[WEB]["id"]
+        assert (first["kind"], first["notice"]["id"]) == ("listed", a)
+        answer(master, a, "accept", "drains itself")
+        printed = [json.loads(lines.next())]
+        restart(master)
+        answer(master, a, "decline", "changed our minds")  # while it reconnects
+        printed.append(json.loads(lines.next()))
+        moved = schedule(master, start + 3600)
+        b = moved[WEB]["id"]
+        printed += [json.loads(lines.next()), json.loads(lines.next())]
+        answer(master, b, "accept", "fine")
+        printed.append(json.loads(lines.next()))
+        master.call("POST", "/maintenance/schedule", json={})
+        printed.append(json.loads(lines.next()))
+        interrupted(proc)
         assert proc.stderr is not None
         errors = proc.stderr.read()
     shown = [(c["kind"], c["notice"]["id"]) for c in printed]
