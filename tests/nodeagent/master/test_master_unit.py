@@ -1302,9 +1302,13 @@ async def test_a_master_that_stops_writes_the_events_it_saw_last(
                 await trio.sleep(0.001)
         nursery.cancel_scope.cancel()  # the stop, within the flush's delay
     assert master.events.staged == []
+    master.store.close()
     again = make_master(tmp_path, DownLink())
-    again.load()
-    _, kept = again.events.log.after(0)
+    try:
+        again.load()
+        _, kept = again.events.log.after(0)
+    finally:
+        again.store.close()
     assert [e.type for e in kept] == ["leader.elected", "node.lost"]
 
 
