@@ -21,7 +21,9 @@ the daemon's own, mode 0600). A relayed connection begins with one line, ``NODEA
 <scheme> <client host> <client port> <server host> <server port>``, then the request as the
 client sent it (its head written again from what was parsed); it is served as a TCP
 request of that client (the same checks, no trust of the Unix socket). While a worker
-accepts, the server itself does not; while none does, it accepts every connection.
+accepts, the server itself does not; while none does, it accepts every connection. A
+worker answers its own requests on plain TCP without h11 while they are of the one kind it
+is made for (:mod:`nodeagent._serving._quick`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from starlette.types import ASGIApp, Message
 
 from nodeagent import _settings
 from nodeagent._serving._gate import DISCARD_LIMIT
+from nodeagent._serving._quick import QuickRoute, serve_quick
 
 __all__ = ["RELAY_PREAMBLE", "HttpServer", "ListenerShare", "serve_http"]
 
@@ -291,12 +294,15 @@ class HttpServer:
 
     ``relay_to``, in a worker process of a :class:`ListenerShare`: a connection whose
     request ``relayed`` says is not this app's is relayed there for the rest of its life.
-    One request at a time per connection. The app reads the request body through
-    ``receive`` as it goes (each read within ``read_timeout``; a stalled or vanished
-    client, or a body past ``max_body``, is ``http.disconnect`` and closes the
-    connection); then ``http.disconnect`` once the response is complete. What the app left
-    unread is dropped after its reply, up to :data:`~nodeagent._serving._gate.DISCARD_LIMIT` bytes
-    (the connection is kept if the body ends by then, else closed). A response without
+    ``quick``: a plain TCP connection's requests are served by that route without h11
+    while it takes them (:func:`~nodeagent._serving._quick.serve_quick`), by h11 and the
+    app from the first it does not take on. One request at a time per connection. The
+    app reads the request body through ``receive`` as it goes (each read within
+    ``read_timeout``; a stalled or vanished client, or a body past ``max_body``, is
+    ``http.disconnect`` and closes the connection); then ``http.disconnect`` once the
+    response is complete. What the app left unread is dropped after its reply, up to
+    :data:`~nodeagent._serving._gate.DISCARD_LIMIT` bytes (the connection is kept if the
+    body ends by then, else closed). A response without
     ``content-length`` is sent chunked. An exception in the app is logged and answered 500
     if no response had begun.
     """
@@ -310,9 +316,11 @@ class HttpServer:
         read_timeout: float = READ_TIMEOUT,
         relay_to: Path | None = None,
         relayed: Callable[[h11.Request], bool] | None = None,
+        quick: QuickRoute | None = None,
     ) -> None:
         self.relay_to = relay_to
         self.relayed = relayed
+        self.quick = quick
         self.max_body = max_body
         self.read_timeout = read_timeout
         self.app = app
@@ -390,7 +398,18 @@ class HttpServer:
                 stream, self.context, server_side=True, https_compatible=True
             )
         try:
-            await self._serve(transport, client, server, self.scheme)
+            initial: bytes | None = b""
+            if self.quick is not None and self.context is None:
+                initial = await serve_quick(
+                    transport,
+                    self.quick,
+                    date=self._date,
+                    idle_timeout=KEEP_ALIVE_TIMEOUT,
+                    read_timeout=self.read_timeout,
+                    max_head=MAX_HEADERS,
+                )
+            if initial is not None:
+                await self._serve(transport, client, server, self.scheme, initial=initial)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (or failed the TLS handshake)
         except Exception:

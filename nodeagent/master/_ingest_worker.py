@@ -8,7 +8,8 @@ master's HTTP server (:mod:`nodeagent._serving._http11`), as the master does whi
 worker runs:
 
 * a ``POST /v1/ads`` is checked from its head (the DAEMON token, verified with the pool
-  key against this host's clock; 401/403/413 answered here), its body read and made ready
+  key against this host's clock; 401/403/413 answered here; on plain TCP, a push that
+  passes is read and answered without h11: :class:`_PushRoute`), its body read and made ready
   for the store (:func:`~nodeagent.master._ingest.prepare_push`), and sent to the master on
   the link, which checks the token again, stores the ad and answers; the worker writes the
   answer;
@@ -40,8 +41,16 @@ import trio
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
+from nodeagent._auth import AuthError, Scope, require
 from nodeagent._serving._http11 import HttpServer, _ssl_context
-from nodeagent.master._ad_pushes import Principals, TakenPush, send_reply, take_push
+from nodeagent._serving._quick import QuickAnswer, QuickReply
+from nodeagent.master._ad_pushes import (
+    AD_BODY_LIMIT,
+    Principals,
+    TakenPush,
+    send_reply,
+    take_push,
+)
 from nodeagent.master._adstore import NodeAd
 from nodeagent.master._ingest import (
     ALIVE,
@@ -172,8 +181,21 @@ class _Link:
             await trio.sleep(ALIVE_EVERY)
 
 
+async def _answer(link: _Link, taken: TakenPush, started: float) -> AdReply:
+    """The master's answer to ``taken``, made ready here, received at ``started``."""
+    prepared: NodeAd | Refused | None
+    try:
+        made = prepare_push(taken.body, taken.who.node, deflated=False)
+        prepared = made if isinstance(made, NodeAd | Refused) else None
+    except Exception:  # the master makes it itself, and says what it makes of it
+        log.exception("an ad push could not be prepared here")
+        prepared = None
+    return await link.push(taken, time.perf_counter() - started, prepared)
+
+
 def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
-    """The ASGI app for the requests a worker answers itself: ``POST /v1/ads``."""
+    """The ASGI app for the requests a worker answers itself: ``POST /v1/ads`` that
+    :class:`_PushRoute` left to h11 (over TLS, or refused from the head)."""
 
     async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -183,17 +205,44 @@ def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
         if not isinstance(taken, TakenPush):
             link.tell(encode_refusal(taken, time.perf_counter() - started))
             return
-        prepared: NodeAd | Refused | None
-        try:
-            made = prepare_push(taken.body, taken.who.node, deflated=False)
-            prepared = made if isinstance(made, NodeAd | Refused) else None
-        except Exception:  # the master makes it itself, and says what it makes of it
-            log.exception("an ad push could not be prepared here")
-            prepared = None
-        reply = await link.push(taken, time.perf_counter() - started, prepared)
-        await send_reply(send, reply)
+        await send_reply(send, await _answer(link, taken, started))
 
     return app
+
+
+class _PushRoute:
+    """``POST /v1/ads`` on plain TCP without h11
+    (:class:`~nodeagent._serving._quick.QuickRoute`): a push whose token holds DAEMON and
+    whose body is within :data:`~nodeagent.master._ad_pushes.AD_BODY_LIMIT`. Any other
+    request, a refusal included, is left to h11 and :func:`_ad_app` (or the relay)."""
+
+    def __init__(self, principals: Principals, link: _Link) -> None:
+        self._principals = principals
+        self._link = link
+
+    def take(
+        self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int
+    ) -> QuickAnswer | None:
+        if method != b"POST" or target.partition(b"?")[0] != b"/v1/ads":
+            return None
+        if length > AD_BODY_LIMIT:
+            return None
+        authorization = next(
+            (value.decode("latin-1") for name, value in headers if name == b"authorization"),
+            None,
+        )
+        try:
+            who = self._principals(authorization, unix=False)
+            require(who, Scope.DAEMON)
+        except AuthError:
+            return None
+        started = time.perf_counter()
+
+        async def answer(body: bytes) -> QuickReply:
+            reply = await _answer(self._link, TakenPush(authorization, who, body), started)
+            return reply.status, reply.headers(), reply.body
+
+        return answer
 
 
 def _relayed(request: h11.Request) -> bool:
@@ -225,6 +274,7 @@ async def serve(settings: WorkerSettings) -> None:
         read_timeout=settings.read_timeout,
         relay_to=Path(settings.relay),
         relayed=_relayed,
+        quick=_PushRoute(principals, link),
     )
     async with trio.open_nursery() as nursery:
 

@@ -75,7 +75,7 @@ def test_a_node_admitting_by_promise_stays_open_until_its_vacate_time_before_the
     daemons: dict[str, Any],
 ) -> None:
     master, node, admits = daemons["master"], daemons[OPEN], daemons[ADMIT]
-    start = int(time.time()) + 35
+    start = int(time.time()) + 25
     schedule(master, [OPEN, ADMIT], start)
     wait_for(lambda: machine_ad(node).get("UnavailabilityStart") == start)
 
