@@ -958,19 +958,29 @@ class AdStore:
         self.moved_on_ads = 0
         self.expired = 0
         self._lost: set[str] = set()
-        self._watchers: list[set[tuple[str, str | None]]] = []
+        #: Each watcher's set, and the set it is told of ads moved on quietly in (``None``:
+        #: the same).
+        self._watchers: list[
+            tuple[set[tuple[str, str | None]], set[tuple[str, str | None]] | None]
+        ] = []
         self._name_watchers: list[set[str]] = []
         # When each ad held turns its node lost (received_at + its span), for sweep(),
         # with stale entries; and the lifetime and grace they were reckoned with.
         self._expiry: list[tuple[float, str, float]] = []
         self._spans = (lifetime, reboot_grace)
 
-    def watch(self) -> set[tuple[str, str | None]]:
+    def watch(
+        self, *, quietly: set[tuple[str, str | None]] | None = None
+    ) -> set[tuple[str, str | None]]:
         """A set the store adds the (hostname, ip) of every ad that arrives or goes to
         (the hostname lower-case), for a watcher to read and empty (:meth:`find`'s answers
-        for other names stay what they were)."""
+        for other names stay what they were). With ``quietly``, an ad that is its node's
+        previous one moved on in time within its lifetime (:meth:`moved_quietly`) is added
+        there instead: for a watcher whose reading of an ad changes only with its age, at
+        instants it keeps itself, and that only swaps the ads it holds for the newer
+        (:func:`~nodeagent.master._plan.moved_on_plan`)."""
         watched: set[tuple[str, str | None]] = set()
-        self._watchers.append(watched)
+        self._watchers.append((watched, quietly))
         return watched
 
     def watch_names(self) -> set[str]:
@@ -1057,13 +1067,14 @@ class AdStore:
                 if fact in previous.__dict__:
                     entry.__dict__[fact] = previous.__dict__[fact]
             self.moved_on_ads += 1
+        quiet = previous is not None and self.moved_quietly(previous, entry, now)
         if previous is not None:
-            self._unindex(previous)
+            self._unindex(previous, moved=quiet)
         self._entries[name] = entry
         self._by_host.add(entry.hostname.lower(), name)
         if entry.ip is not None:
             self._by_ip.add(entry.ip, name)
-        self._forget_found(entry)
+        self._forget_found(entry, moved=quiet)
         self._lost.discard(name)
         self._expires(entry)
         self.received += 1
@@ -1071,17 +1082,21 @@ class AdStore:
             names.add(name)
         return entry
 
-    def _unindex(self, entry: AdEntry) -> None:
+    def _unindex(self, entry: AdEntry, *, moved: bool = False) -> None:
         self._by_host.discard(entry.hostname.lower(), entry.name)
         if entry.ip is not None:
             self._by_ip.discard(entry.ip, entry.name)
-        self._forget_found(entry)
+        self._forget_found(entry, moved=moved)
 
-    def _forget_found(self, entry: AdEntry) -> None:
+    def _forget_found(self, entry: AdEntry, *, moved: bool = False) -> None:
         """Drop the remembered :meth:`find` answers that ``entry`` is or was part of (and
-        tell the watchers)."""
-        for watched in self._watchers:
-            watched.add((entry.hostname.lower(), entry.ip))
+        tell the watchers; of an ad moved on in time quietly (:meth:`moved_quietly`), those
+        that want to know)."""
+        for watched, quietly in self._watchers:
+            if moved and quietly is not None:
+                quietly.add((entry.hostname.lower(), entry.ip))
+            else:
+                watched.add((entry.hostname.lower(), entry.ip))
         for key in self._found_by.pop(entry.hostname.lower()):
             self._found.pop(key, None)
         if entry.ip is not None:
@@ -1113,6 +1128,14 @@ class AdStore:
 
     def entries(self) -> list[AdEntry]:
         return sorted(self._entries.values(), key=lambda e: e.name)
+
+    def moved_quietly(self, previous: AdEntry, entry: AdEntry, now: float) -> bool:
+        """Whether ``entry``, the node's ad taken at ``now``, is ``previous`` moved on in
+        time (:func:`moved_on`: they share what is derived from them) while ``previous``
+        was within its lifetime (the node neither lost nor rebooting): what was read of
+        ``previous`` holds of ``entry`` until the instant ``previous`` would have turned
+        the node rebooting or lost, when a reader that keeps it reads it again."""
+        return entry.basis is previous.basis and now - previous.received_at < self.lifetime
 
     def lost(self, entry: AdEntry, now: float) -> bool:
         """Whether the node is lost at ``now``: no ad for ``lifetime``, or for ``lifetime``

@@ -334,8 +334,13 @@ class Master:
     _pass_index: PassIndex | None = None
     #: The hostnames and ips of the nodes whose ad came since the last pass.
     _touched: set[tuple[str | None, str | None]] = field(default_factory=set)
+    #: The (hostname, ip) of the ads taken that only moved on in time
+    #: (:meth:`~nodeagent.master._adstore.AdStore.moved_quietly`) since the last pass.
+    _moved_quietly: set[tuple[str, str | None]] = field(default_factory=set)
     #: The ad store watched for the plan view (:meth:`_ads_watched`), and what it said.
-    _watching: tuple[AdStore, set[tuple[str, str | None]]] | None = None
+    _watching: tuple[AdStore, set[tuple[str, str | None]], set[tuple[str, str | None]]] | None = (
+        None
+    )
     #: The machines a pass looks at again at the next one (a record, a task, a backoff).
     _passed: set[str] = field(default_factory=set)
     #: Machines whose forecast a pass found not made and left to a later one (its budget),
@@ -865,10 +870,19 @@ class Master:
             if isinstance(ad, NodeAd)
             else self.ads.update(ad, now, plain_text=plain_text)
         )
-        # the machines whose plan this ad may change are looked at by the next pass
-        self._touched.add((entry.hostname, entry.ip))
-        if previous is not None and (previous.hostname, previous.ip) != (entry.hostname, entry.ip):
-            self._touched.add((previous.hostname, previous.ip))
+        # the machines whose plan this ad may change are looked at by the next pass; an
+        # ad moved on in time quietly changes none (the next pass swaps it into the plans
+        # it holds): a pass looks at them anyway when the ad before it would have turned
+        # its node rebooting or lost (next_due)
+        if previous is not None and self.ads.moved_quietly(previous, entry, now):
+            self._moved_quietly.add((entry.hostname, entry.ip))
+        else:
+            self._touched.add((entry.hostname, entry.ip))
+            if previous is not None and (previous.hostname, previous.ip) != (
+                entry.hostname,
+                entry.ip,
+            ):
+                self._touched.add((previous.hostname, previous.ip))
         if not self.events.recording or previous is None or entry.my_type != "Machine":
             return entry
         if was_lost:
@@ -1029,19 +1043,29 @@ class Master:
             nodes=len(self.ads),
             notices=self._notices_by_machine(),
             changes=AdChanges(
-                touched=self._ads_watched(),
+                touched=(watched := self._ads_watched())[0],
+                moved=watched[1],
+                latest=self.ads.get,
                 lifetime=self.ads.lifetime,
                 reboot_grace=self.ads.reboot_grace,
             ),
         )
 
-    def _ads_watched(self) -> set[tuple[str, str | None]]:
+    def _ads_watched(
+        self,
+    ) -> tuple[set[tuple[str, str | None]], set[tuple[str, str | None]]]:
         """What the ad store tells the plan view's ledger of the ads that arrived or went
-        (:meth:`~nodeagent.master._adstore.AdStore.watch`), watched from the first plan."""
+        (:meth:`~nodeagent.master._adstore.AdStore.watch`), watched from the first plan,
+        and apart, of those that only moved on in time: a share reads its node's ad only
+        through what the ad store keeps of the one before (the forecast, the facts of its
+        static part) and the instants the ad turns rebooting or lost, at which it is
+        remade anyway (:func:`~nodeagent.master._pass_index.next_due`), so its ads are
+        only swapped for the newer."""
         watched = self._watching
         if watched is None or watched[0] is not self.ads:
-            watched = self._watching = (self.ads, self.ads.watch())
-        return watched[1]
+            moved: set[tuple[str, str | None]] = set()
+            watched = self._watching = (self.ads, self.ads.watch(quietly=moved), moved)
+        return watched[1], watched[2]
 
     def schedule_version(self) -> str:
         """The version of the schedule and modes held now
@@ -1280,6 +1304,7 @@ class Master:
         if index is None or not index.holds(world) or not index.names_unique:
             index = self._pass_index = PassIndex(world=world, machines=machines)
             self._touched.clear()
+            self._moved_quietly.clear()
             keys: Collection[str] = index.by_key
         else:
             woken = index.due(now)
@@ -1289,6 +1314,11 @@ class Master:
             for hostname, ip in self._touched:
                 woken.update(index.matching(hostname, ip))
             self._touched.clear()
+            for hostname, ip in self._moved_quietly:
+                woken.update(
+                    k for k in index.matching(hostname, ip) if not index.moved_on(k, self.ads.get)
+                )
+            self._moved_quietly.clear()
             keys = woken
         is_lost, find, policy = inputs.is_lost, inputs.find, inputs.policy
         drains, starting, since = inputs.drains, inputs.starting, inputs.window_since

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.master._plan import MachinePlan, ScheduledMachine
+from nodeagent.master._adstore import AdEntry
+from nodeagent.master._plan import MachinePlan, ScheduledMachine, moved_on_plan
 
 __all__ = ["DueTimes", "HostIndex", "PassIndex", "next_due"]
 
@@ -159,6 +160,20 @@ class PassIndex:
         """Hold the machine's plan, due again at ``due`` (``inf``: only when changed)."""
         self.plans[plan.key] = plan
         self._due.set(plan.key, due)
+
+    def moved_on(self, key: str, latest: Callable[[str], AdEntry | None]) -> bool:
+        """Swap the ads of the machine's plan held for their nodes' latest, each the one
+        before moved on in time (:func:`~nodeagent.master._plan.moved_on_plan`: its due
+        instant holds); whether it could (else the machine is to be looked at; one
+        without a plan held will be)."""
+        plan = self.plans.get(key)
+        if plan is None:
+            return True
+        moved = moved_on_plan(plan, latest)
+        if moved is None:
+            return False
+        self.plans[key] = moved
+        return True
 
     def due(self, now: float) -> set[str]:
         """The machines whose due instant has come (each once: :meth:`keep` sets the next)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -263,6 +263,30 @@ def machine_key(machine_id: MachineId) -> str:
     """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased)."""
     host = "" if machine_id.hostname is None else machine_id.hostname.lower()
     return f"{host}|{machine_id.ip or ''}"
+
+
+def moved_on_plan(plan: MachinePlan, latest: Callable[[str], AdEntry | None]) -> MachinePlan | None:
+    """``plan`` with each of its nodes' ads replaced by the node's ``latest`` (the ad
+    store's :meth:`~nodeagent.master._adstore.AdStore.get`), when each latest is that ad
+    moved on in time (the same :attr:`~nodeagent.master._adstore.AdEntry.basis`): a plan
+    reads nothing else of them but their age, at instants its reader keeps
+    (:func:`~nodeagent.master._pass_index.next_due`). ``plan`` itself when no ad is
+    newer; ``None`` when one is not the one before moved on (the plan is to be made
+    anew)."""
+    nodes: list[AdEntry] = []
+    chosen: AdEntry | None = None
+    for held in plan.nodes:
+        now_held = latest(held.name)
+        if now_held is None or now_held.basis is not held.basis:
+            return None
+        nodes.append(now_held)
+        if held is plan.node:
+            chosen = now_held
+    if all(a is b for a, b in zip(nodes, plan.nodes, strict=True)):
+        return plan
+    if plan.node is not None and chosen is None:
+        return None
+    return replace(plan, nodes=nodes, node=chosen)
 
 
 def machine_plan(

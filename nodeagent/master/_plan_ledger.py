@@ -42,16 +42,18 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from nodeagent.master._adstore import AdEntry
 from nodeagent.master._pass_index import HostIndex, next_due
 from nodeagent.master._plan import (
     MachinePlan,
     PlanTotals,
     RowState,
     ScheduledMachine,
+    moved_on_plan,
     row_figures,
 )
 from slots import late_by
@@ -71,11 +73,17 @@ class AdChanges:
     """What the ledger is told of the ads: ``touched``, the (hostname, ip) of every ad
     that arrived or went since the ledger last read it (the ledger empties it: the ad
     store's :meth:`~nodeagent.master._adstore.AdStore.watch`), and the instants an ad
-    turns rebooting or lost (the store's ``lifetime`` and ``reboot_grace``)."""
+    turns rebooting or lost (the store's ``lifetime`` and ``reboot_grace``). ``moved``
+    (emptied too), those of the ads that only moved on in time (the store's ``quietly``):
+    a share made of the ad before holds, its plan's ads swapped for the newer ones
+    (``latest``, the store's :meth:`~nodeagent.master._adstore.AdStore.get`:
+    :func:`~nodeagent.master._plan.moved_on_plan`), so that no ad replaced is kept."""
 
     touched: set[tuple[str, str | None]]
     lifetime: float
     reboot_grace: float
+    moved: set[tuple[str, str | None]] = field(default_factory=set)
+    latest: Callable[[str], AdEntry | None] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -306,11 +314,17 @@ class PlanLedger:
         self._pending = set()
         if first:
             changes.touched.clear()
+            changes.moved.clear()
             keys.update(self.position)
         else:
             for hostname, ip in changes.touched:
                 keys.update(self.hosts.matching(hostname, ip))
             changes.touched.clear()
+            for hostname, ip in changes.moved:
+                for key in self.hosts.matching(hostname, ip):
+                    if not self._moved_on(key, changes.latest):
+                        keys.add(key)
+            changes.moved.clear()
             heap = self._heap
             while heap and heap[0][0] <= now:
                 at, key = heapq.heappop(heap)
@@ -348,6 +362,20 @@ class PlanLedger:
                 break
             for plan, state in rows(machines[at : at + _ENOUGH_EVERY]):
                 self._remake(plan, state, now, changes, after_window)
+
+    def _moved_on(self, key: str, latest: Callable[[str], AdEntry | None] | None) -> bool:
+        """Swap the ads of ``key``'s share for their nodes' latest, each the one before
+        moved on in time; whether it could (else the share is to be remade; a machine
+        without a share is read anew anyway)."""
+        share = self.shares.get(key)
+        if share is None:
+            return True
+        plan = None if latest is None else moved_on_plan(share.pair[0], latest)
+        if plan is None:
+            return False
+        if plan is not share.pair[0]:
+            self.shares[key] = replace(share, pair=(plan, share.pair[1]))
+        return True
 
     def _remake(
         self,

@@ -29,6 +29,7 @@ from tests.nodeagent.master.test_plan_view import (
     _ad,
     _id,
     _key,
+    _machine,
     _rec,
     _schedule,
 )
@@ -38,6 +39,11 @@ def _unpromised(n: int, now: float, *, jobs: int) -> dict[str, Any]:
     """Node ``n<n>.test`` whose ``jobs`` jobs are promised nothing: each is gone a vacate
     time after a drain starts, so its promise completion moves on with ``now`` and the
     machine turns late as its window comes near."""
+    return _unpromised_machine(n, now, jobs=jobs).ad(now)
+
+
+def _unpromised_machine(n: int, now: float, *, jobs: int) -> Machine:
+    """The node of :func:`_unpromised`."""
     machine = Machine(
         host=f"n{n}.test",
         ip=f"10.0.0.{n}",
@@ -52,7 +58,7 @@ def _unpromised(n: int, now: float, *, jobs: int) -> dict[str, Any]:
             resources=Resources(cpus=2),
             spec=JobSpec(job_id=f"{n}.{j}", owner="bob", max_job_retirement_time=0),
         )
-    return machine.ad(now)
+    return machine
 
 
 class Ledgered:
@@ -60,7 +66,8 @@ class Ledgered:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.touched = world.ads.watch()
+        self.moved: set[tuple[str, str | None]] = set()
+        self.touched = world.ads.watch(quietly=self.moved)  # as the master watches them
         self.view = PlanView()
 
     def inputs(self) -> PlanInputs:
@@ -69,6 +76,8 @@ class Ledgered:
             is_rebooting=self.world.ads.rebooting_at(self.world.now),
             changes=AdChanges(
                 touched=self.touched,
+                moved=self.moved,
+                latest=self.world.ads.get,
                 lifetime=self.world.ads.lifetime,
                 reboot_grace=self.world.ads.reboot_grace,
             ),
@@ -107,6 +116,17 @@ def _push(n: int, jobs: int, *, unpromised: bool = False) -> Callable[[World], N
     def step(world: World) -> None:
         make = _unpromised if unpromised else _ad
         world.ads.update(make(n, world.now, jobs=jobs), world.now)
+
+    return step
+
+
+def _moved_on(n: int, jobs: int, *, unpromised: bool = False) -> Callable[[World], None]:
+    """Node ``n``'s first ad (made at ``NOW``) at the world's ``now``: the same claims moved
+    on in time, of which the ledger is not told."""
+
+    def step(world: World) -> None:
+        make = _unpromised_machine if unpromised else _machine
+        world.ads.update(make(n, NOW, jobs=jobs).ad(world.now), world.now)
 
     return step
 
@@ -168,6 +188,20 @@ STORIES: dict[str, list[Callable[[World], None]]] = {
         _advance(1),
         _push(2, 1, unpromised=True),
         _push(1, 0),
+    ],
+    # each ad its node's first moved on: n0 and n2 not lost past the first one's lifetime
+    "ads moved on in time, past the first ones' lifetime": [
+        _advance(30),
+        _moved_on(0, 2),
+        _moved_on(2, 2, unpromised=True),
+        _advance(LIFETIME - 40),
+        _moved_on(0, 2),
+        _moved_on(2, 2, unpromised=True),
+        _advance(20),
+        _advance(LIFETIME - 20),
+        _advance(30),
+        _moved_on(0, 2),  # lost, then back with its first ad moved on: told
+        _advance(1),
     ],
     "a node is lost, comes back, and goes": [
         _advance(LIFETIME + 1),
@@ -475,6 +509,28 @@ def test_only_the_machines_that_changed_are_remade() -> None:
     assert ledger.remade == 1  # n0, its new record; n3 is looked at (a record) but kept
     world.policy = PlanPolicy(drain_margin=60.0)
     assert view.ledger(ledgered.inputs(), world.now) is not ledger
+
+
+def test_an_ad_moved_on_in_time_is_swapped_into_its_share_until_the_first_would_be_lost() -> None:
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ledger = view.ledger(ledgered.inputs(), world.now)
+    assert ledger is not None
+    world.now += 60
+    moved = world.ads.moved_on_ads
+    _moved_on(0, 2)(world)
+    assert world.ads.moved_on_ads == moved + 1
+    assert view.ledger(ledgered.inputs(), world.now) is ledger
+    assert ledger.remade == 0
+    # its share holds, the ad swapped for the newer: none replaced is kept
+    assert ledger.shares[_key(0)].pair[0].node is world.ads.get("n0.test")
+    world.now = NOW + LIFETIME + 1  # n0's first ad would be lost: its share is remade
+    assert view.ledger(ledgered.inputs(), world.now) is ledger
+    assert ledger.remade >= 1
+    assert ledger.shares[_key(0)].pair[0].node is world.ads.get("n0.test")
+    _push(0, 1)(world)  # another claim: told, remade at once
+    view.ledger(ledgered.inputs(), world.now)
+    assert ledger.remade == 1
 
 
 def test_under_the_immediate_policy_or_unwatched_there_is_no_ledger() -> None:

@@ -33,6 +33,11 @@ LIFETIME = 600.0
 
 def _ad(n: int, now: float, *, jobs: int) -> dict[str, Any]:
     """Node ``n<n>.test``: 8 cpus, ``jobs`` jobs started 100 s ago, each promised 2 hours."""
+    return _machine(n, now, jobs=jobs).ad(now)
+
+
+def _machine(n: int, now: float, *, jobs: int) -> Machine:
+    """The node of :func:`_ad` (its ad at any later instant: the same claims moved on)."""
     machine = Machine(
         host=f"n{n}.test",
         ip=f"10.0.0.{n}",
@@ -47,7 +52,7 @@ def _ad(n: int, now: float, *, jobs: int) -> dict[str, Any]:
             resources=Resources(cpus=1),
             spec=JobSpec(job_id=f"{n}.{j}", owner="alice"),
         )
-    return machine.ad(now)
+    return machine
 
 
 def _id(n: int) -> MachineId:
