@@ -135,28 +135,32 @@ async def serve_quick(
         parser = httptools.HttpRequestParser(request)
         received = bytearray()
         answer: QuickAnswer | None = None
-        while not request.complete:
-            if not request.head_done and len(received) > max_head:
-                return bytes(received)  # h11 refuses it (431)
-            wait = read_timeout if request.head_done else idle_timeout
-            with trio.move_on_after(wait) as waited:
+        # one scope a request, its deadline moved at each read (a scope a read costs more)
+        with trio.CancelScope() as waited:
+            while not request.complete:
+                if not request.head_done and len(received) > max_head:
+                    return bytes(received)  # h11 refuses it (431)
+                wait = read_timeout if request.head_done else idle_timeout
+                waited.deadline = trio.current_time() + wait
                 data = await stream.receive_some()
-            if waited.cancelled_caught:  # stalled: closed, as h11's path closes it
-                return None
-            if not data:  # a head cut short is h11's to answer (400); a body, no one's
-                return bytes(received) if received and not request.head_done else None
-            received += data
-            try:
-                parser.feed_data(data)
-            except httptools.HttpParserError:
-                return bytes(received)  # h11 says what is wrong with it
-            if request.head_done and answer is None:
-                length = _length(request.headers)
-                if length is None or parser.get_http_version() != "1.1":
-                    return bytes(received)
-                answer = route.take(parser.get_method(), request.target, request.headers, length)
-                if answer is None:
-                    return bytes(received)
+                if not data:  # a head cut short is h11's to answer (400); a body, no one's
+                    return bytes(received) if received and not request.head_done else None
+                received += data
+                try:
+                    parser.feed_data(data)
+                except httptools.HttpParserError:
+                    return bytes(received)  # h11 says what is wrong with it
+                if request.head_done and answer is None:
+                    length = _length(request.headers)
+                    if length is None or parser.get_http_version() != "1.1":
+                        return bytes(received)
+                    answer = route.take(
+                        parser.get_method(), request.target, request.headers, length
+                    )
+                    if answer is None:
+                        return bytes(received)
+        if waited.cancelled_caught:  # stalled: closed, as h11's path closes it
+            return None
         if request.began > 1 or answer is None:  # a next request already came
             return bytes(received)
         close = _closes(request.headers)
