@@ -8,7 +8,7 @@ answers the refusals itself; :func:`send_reply` answers the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from starlette.types import Receive, Send
@@ -26,7 +26,15 @@ from nodeagent._serving._gate import has_body, refuse
 from nodeagent._serving._http import _UNIX, BodyTooLarge, error_body, read_body
 from nodeagent.master._ingest import AdReply, json_bytes
 
-__all__ = ["AD_BODY_LIMIT", "Principals", "TakenPush", "send_reply", "take_push"]
+__all__ = [
+    "AD_BODY_LIMIT",
+    "Principals",
+    "TakenPush",
+    "is_push",
+    "pusher",
+    "send_reply",
+    "take_push",
+]
 
 #: The largest ad push (4 MiB): an agent's ad is ~13 kB, a node with 128 claims ~200 KiB.
 AD_BODY_LIMIT = 4 << 20
@@ -90,20 +98,27 @@ class TakenPush:
     body: bytes
 
 
+def pusher(
+    headers: Iterable[tuple[bytes, bytes]], principals: Principals, *, unix: bool
+) -> tuple[str | None, Principal]:
+    """A push's ``Authorization`` (from ``headers``, lower-case names) and whom it names,
+    who must hold DAEMON; raises :class:`~nodeagent._auth.AuthError` otherwise."""
+    authorization = next(
+        (value.decode("latin-1") for name, value in headers if name == b"authorization"), None
+    )
+    who = principals(authorization, unix=unix)
+    require(who, Scope.DAEMON)
+    return authorization, who
+
+
 async def take_push(
     scope: ASGIScope, receive: Receive, send: Send, principals: Principals
 ) -> TakenPush | int | None:
     """The push of ``POST /v1/ads``: its token checked from the headers (DAEMON), then its
     body read. A refusal (401 with ``WWW-Authenticate: Bearer``, 403, 413) is answered
     here and its status returned; ``None`` when the client went away."""
-    authorization = None
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            authorization = value.decode("latin-1")
-            break
     try:  # from the headers, before a byte of the body is read
-        who = principals(authorization, unix=bool(scope.get(_UNIX)))
-        require(who, Scope.DAEMON)
+        authorization, who = pusher(scope["headers"], principals, unix=bool(scope.get(_UNIX)))
         body = await read_body(scope, receive, AD_BODY_LIMIT)
     except (AuthError, BodyTooLarge) as exc:
         headers = [("WWW-Authenticate", "Bearer")] if isinstance(exc, Unauthenticated) else []
@@ -115,6 +130,11 @@ async def take_push(
     if body is None:
         return None
     return TakenPush(authorization, who, body)
+
+
+def is_push(method: bytes, target: bytes) -> bool:
+    """Whether a request line is an ad push's (``POST /v1/ads``, any query)."""
+    return method == b"POST" and target.partition(b"?")[0] == b"/v1/ads"
 
 
 async def send_reply(send: Send, reply: AdReply) -> None:

@@ -41,13 +41,15 @@ import trio
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from nodeagent._auth import AuthError, Scope, require
+from nodeagent._auth import AuthError
 from nodeagent._serving._http11 import HttpServer, _ssl_context
 from nodeagent._serving._quick import QuickAnswer, QuickReply
 from nodeagent.master._ad_pushes import (
     AD_BODY_LIMIT,
     Principals,
     TakenPush,
+    is_push,
+    pusher,
     send_reply,
     take_push,
 )
@@ -223,17 +225,10 @@ class _PushRoute:
     def take(
         self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int
     ) -> QuickAnswer | None:
-        if method != b"POST" or target.partition(b"?")[0] != b"/v1/ads":
+        if not is_push(method, target) or length > AD_BODY_LIMIT:
             return None
-        if length > AD_BODY_LIMIT:
-            return None
-        authorization = next(
-            (value.decode("latin-1") for name, value in headers if name == b"authorization"),
-            None,
-        )
         try:
-            who = self._principals(authorization, unix=False)
-            require(who, Scope.DAEMON)
+            authorization, who = pusher(headers, self._principals, unix=False)
         except AuthError:
             return None
         started = time.perf_counter()
@@ -247,7 +242,7 @@ class _PushRoute:
 
 def _relayed(request: h11.Request) -> bool:
     """Whether a request is the master's to answer (all but an ad push)."""
-    return request.method != b"POST" or request.target.partition(b"?")[0] != b"/v1/ads"
+    return not is_push(request.method, request.target)
 
 
 async def _until_end(fd: int) -> None:
