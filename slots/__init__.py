@@ -70,7 +70,13 @@ from slots._estimates import (
     sticky_completion,
     vacate_time,
 )
-from slots._forecast import BlockerFrame, DrainForecast, PieceLines, moving_entries
+from slots._forecast import (
+    BlockerFrame,
+    BlockerFrames,
+    DrainForecast,
+    PieceLines,
+    moving_entries,
+)
 from slots._groups import GROUP_NAME, check_group_name
 from slots._health import (
     HEALTH_MOVES,
@@ -138,6 +144,7 @@ __all__ = [
     "BeforeWindow",
     "Blocker",
     "BlockerFrame",
+    "BlockerFrames",
     "CheckFailed",
     "ClaimInfo",
     "ClaimNotActive",

@@ -31,11 +31,11 @@ second are served by those functions directly.
 from __future__ import annotations
 
 import itertools
+import marshal
 import math
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from slots._ads import (
     EXPECTED_ATTRIBUTES,
@@ -50,7 +50,7 @@ from slots._ads import (
 from slots._estimates import MAX_PUBLISHED, Escalation, Phase, Schedule, SuspendPolicy, clamp
 from slots._verdicts import Verdicts, drain_verdicts, judged, promise_completion
 
-__all__ = ["BlockerFrame", "DrainForecast", "PieceLines"]
+__all__ = ["BlockerFrame", "BlockerFrames", "DrainForecast", "PieceLines"]
 
 _NAMES = {Schedule.GRACEFUL: "Graceful", Schedule.QUICK: "Quick", Schedule.FAST: "Fast"}
 
@@ -354,13 +354,8 @@ class BlockerFrame(NamedTuple):
     """A blocker as it reads at a piece's base, and its moving entries: for each, its
     key, its value at the base (an integer) and its slope (integer units per second), one
     after the other in one flat tuple (``key, at, slope, key, at, slope, …``:
-    :func:`moving_entries` reads them).
-
-    Pieces are tuples of scalars, which the cyclic garbage collector stops tracking: a
-    master holds one per node, and need not walk them. The values at the base are kept as
-    a tuple in the order of :data:`_FRAME_KEYS` (a quarter of a dict's memory);
-    :attr:`at_base` makes the dict anew on each read. The moving entries are flat, not a
-    tuple each: ≈ 1.2 kB less for a node of 8 claims.
+    :func:`moving_entries` reads them). The values at the base are in the order of
+    :data:`_FRAME_KEYS`; :attr:`at_base` makes the dict anew on each read.
     """
 
     values: tuple[Any, ...]
@@ -370,6 +365,57 @@ class BlockerFrame(NamedTuple):
     def at_base(self) -> dict[str, Any]:
         """The blocker at the base: a new dict, the caller's to change."""
         return dict(zip(_FRAME_KEYS, self.values, strict=True))
+
+
+class BlockerFrames(Sequence[BlockerFrame]):
+    """A piece's blocker frames, kept packed (:mod:`marshal`: the frames' values and
+    moving entries, one after the other) and read back whole on each iteration.
+
+    A master keeps a piece per node, and its frames are most of a piece: as tuples, each
+    frame held its two tuples and an integer object for each time and duration (≈ 3.5 kB
+    for a node of 8 claims, its strings shared); packed they take ≈ 1.2 kB, and reading
+    them back (≈ 2–3 µs for 8 claims) is paid by the plans that write blockers, not by the
+    ledger nor the passes, which read none. Values :mod:`marshal` does not write (a
+    library caller's own objects) are kept as they are.
+    """
+
+    __slots__ = ("_packed",)
+
+    def __init__(self, frames: Iterable[BlockerFrame]) -> None:
+        flat = tuple(part for frame in frames for part in frame)
+        self._packed: bytes | tuple[tuple[Any, ...], ...]
+        try:
+            self._packed = marshal.dumps(flat)
+        except ValueError:  # an object marshal does not write
+            self._packed = flat
+
+    def flat(self) -> tuple[tuple[Any, ...], ...]:
+        """Each frame's :attr:`~BlockerFrame.values` then its :attr:`~BlockerFrame.moving`,
+        one after the other: what iterating makes frames of, without making them."""
+        packed = self._packed
+        flat: tuple[tuple[Any, ...], ...] = (
+            marshal.loads(packed) if type(packed) is bytes else packed  # type: ignore[assignment]
+        )
+        return flat
+
+    def __iter__(self) -> Iterator[BlockerFrame]:
+        flat = self.flat()
+        return map(BlockerFrame, flat[::2], flat[1::2])
+
+    def __len__(self) -> int:
+        return len(self.flat()) // 2
+
+    @overload
+    def __getitem__(self, index: int) -> BlockerFrame: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[BlockerFrame]: ...
+    def __getitem__(self, index: int | slice) -> BlockerFrame | Sequence[BlockerFrame]:
+        return list(self)[index]
+
+    def movings(self) -> tuple[tuple[Any, ...], ...]:
+        """Each frame's :attr:`BlockerFrame.moving`, in order: what a row written from a
+        template fills in."""
+        return self.flat()[1::2]
 
 
 def moving_entries(moving: tuple[Any, ...]) -> Iterator[tuple[str, int, int]]:
@@ -385,14 +431,10 @@ def _frame(**fields: Any) -> BlockerFrame:
     moving: list[Any] = []
     for key in _FRAME_KEYS:
         field = fields[key]
-        if isinstance(field, _Line):
+        if type(field) is _Line:
             if field.slope:
                 moving += (key, int(field.at), field.slope)
             values.append(field.at)
-        elif type(field) is str:
-            # shared with the equal values of every other node's frames (an owner, a
-            # state, a job id of the same shape): a forecast is kept while its ad is
-            values.append(sys.intern(field))
         else:
             values.append(field)
     return BlockerFrame(tuple(values), tuple(moving))
@@ -430,7 +472,7 @@ class PieceLines(NamedTuple):
     verdicts: tuple[tuple[int, int], ...]
     active: bool
     cut_jobs: int
-    blockers: tuple[BlockerFrame, ...]
+    blockers: BlockerFrames
 
 
 class _Piece(NamedTuple):
@@ -443,12 +485,12 @@ class _Piece(NamedTuple):
     base: int
     horizon: int | float
     estimates: tuple[tuple[int, int], ...]  # published value and slope, as EXPECTED_ATTRIBUTES
-    blockers: tuple[BlockerFrame, ...]  # the drain in force, latest gone_by first
+    blockers: BlockerFrames  # the drain in force, latest gone_by first
     window: _Window
     active: bool
     verdicts: tuple[tuple[int, int], ...]
     cut_jobs: int
-    planned_blockers: tuple[BlockerFrame, ...]  # as planned for `window`, latest gone_by first
+    planned_blockers: BlockerFrames  # as planned for `window`, latest gone_by first
 
 
 def _sticky(trace: _Trace, previous: Any) -> _Line:
@@ -672,9 +714,11 @@ class DrainForecast:
         # A copy of each frame's dict with its moving values brought to `d`: this loop is
         # what a plan of thousands of nodes repeats.
         result = []
-        for frame in frames:
-            values = frame.at_base
-            moving = frame.moving
+        flat = frames.flat()
+        keys = _FRAME_KEYS
+        for k in range(0, len(flat), 2):
+            values = dict(zip(keys, flat[k], strict=True))
+            moving = flat[k + 1]
             for i in range(0, len(moving), 3):
                 values[moving[i]] = moving[i + 1] + moving[i + 2] * d
             result.append(values)
@@ -686,7 +730,7 @@ class DrainForecast:
         *,
         window_start: float | None = None,
         escalation: Escalation = Escalation.NONE,
-    ) -> tuple[tuple[BlockerFrame, ...], int] | None:
+    ) -> tuple[BlockerFrames, int] | None:
         """What :meth:`blockers` reads at ``now``: the frames and ``d``, the whole seconds
         since their base (a blocker is its frame's ``at_base`` with each ``moving`` entry
         ``key, at, slope`` set to ``at + slope × d``); ``None`` when this forecast is not
@@ -867,7 +911,7 @@ class DrainForecast:
         plans: list[_Eviction],
         promised: list[_Eviction],
         cuts: list[tuple[_Line, _Line] | None],
-    ) -> tuple[BlockerFrame, ...]:
+    ) -> BlockerFrames:
         """The blockers' rows of ``plans``, latest ``gone_by`` first (as ad_blockers)."""
         order = sorted(range(len(jobs)), key=lambda i: (-plans[i].hard_kill_at.at, i))
         for ahead, behind in itertools.pairwise(order):
@@ -900,7 +944,7 @@ class DrainForecast:
                     accepted_while_draining=spec.accepted_while_draining,
                 )
             )
-        return tuple(frames)
+        return BlockerFrames(frames)
 
 
 def _window_of(window_start: float, escalation: Escalation) -> _Window:

@@ -27,6 +27,7 @@ formatting. Other rows (a cut, no node, a forecast that is not exact) go the way
 
 from __future__ import annotations
 
+import array
 import functools
 import re
 import weakref
@@ -37,7 +38,7 @@ import orjson
 
 from nodeagent.master._adstore import AdEntry, deflate, inflate
 from nodeagent.master._plan import MachinePlan, RowFigures, RowState, ScheduledMachine, row_dict
-from slots import BlockerFrame, PieceLines, late_by, moving_entries
+from slots import PieceLines, late_by, moving_entries
 
 __all__ = ["RowJson"]
 
@@ -140,10 +141,19 @@ class _Fast(NamedTuple):
     dictionary: bytes
     lines: tuple[tuple[int, int], ...]  # the first 9 %d values: lines 0–8
     #: The other lines are the blockers' moving entries, in the order they are written:
-    #: those of these frames (:attr:`~slots.BlockerFrame.moving`), the forecast's own
-    #: tuple, shared, not copied, since a master keeps a template per machine.
-    frames: tuple[BlockerFrame, ...]
+    #: their values at the piece's base and slopes, one after the other (an array of
+    #: 64-bit integers when they fit: a master keeps a template per machine).
+    moving: Sequence[int]
     active: bool
+
+
+def _packed_ints(values: list[int]) -> Sequence[int]:
+    """``values`` as an array of 64-bit integers (8 bytes each, against an object each
+    in a tuple), or as a tuple when one does not fit."""
+    try:
+        return array.array("q", values)
+    except OverflowError:
+        return tuple(values)
 
 
 def _same_bases(bases: tuple[object, ...], nodes: Sequence[AdEntry]) -> bool:
@@ -160,14 +170,14 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     where they must be."""
     nodes = len(plan.nodes)
     lines = (*read.estimates, *read.verdicts[:3])
-    moving = 0
+    moving: list[int] = []
     blockers: list[dict[str, Any]] = []
     frames = read.blockers if state.with_blockers and not state.empty else ()
     for frame in frames:
         blocker = dict(frame.at_base)
-        for key, _, _ in moving_entries(frame.moving):
-            blocker[key] = _fast_marker(f"L{len(lines) + moving}")
-            moving += 1
+        for key, at, slope in moving_entries(frame.moving):
+            blocker[key] = _fast_marker(f"L{len(lines) + len(moving) // 2}")
+            moving += (at, slope)
         blockers.append(blocker)
     marked = RowFigures._make(
         [
@@ -211,7 +221,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         "L7",
         "L8",
         "Sdrain_start",
-        *(f"L{i}" for i in range(9, len(lines) + moving)),
+        *(f"L{i}" for i in range(9, len(lines) + len(moving) // 2)),
     ]
     if names != expected_names:
         return None
@@ -225,7 +235,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         template=template,
         dictionary=dictionary,
         lines=lines,
-        frames=frames,
+        moving=_packed_ints(moving),
         active=read.active,
     )
 
@@ -359,6 +369,7 @@ class RowJson:
         if not write or (on_time and unless_on_time):
             return b"", on_time, v[1], v[3]
         dumps = orjson.dumps
+        m = fast.moving
         start = plan.drain_start
         ot, lb = (_TRUE if on_time else _FALSE), dumps(late)
         age = dumps(round(node.age(now), 3))
@@ -382,11 +393,7 @@ class RowJson:
                 v[7],
                 v[8],
                 _NULL if start is None else dumps(start),
-                *[
-                    m[i + 1] + m[i + 2] * d
-                    for m in [frame.moving for frame in fast.frames]
-                    for i in range(0, len(m), 3)
-                ],
+                *[at + slope * d for at, slope in zip(m[::2], m[1::2], strict=True)],
             )
         )
         return text, on_time, v[1], v[3]

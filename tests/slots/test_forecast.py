@@ -188,6 +188,40 @@ def test_a_frame_reads_as_the_blocker_at_its_base_and_is_a_new_dict_each_time(
     assert frame.at_base == at_base[0]
 
 
+class _Opaque:
+    """A value a library caller may put in an ad that marshal does not write."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Opaque)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        # what JSON brings: any of its values where a name is expected
+        {"Name": ["slot", 1], "JobId": 7.5, "ClaimId": None, "RemoteOwner": {"a": [True]}},
+        {"Name": "slot1_1@h", "JobId": -0.0, "ClaimId": "", "RemoteOwner": "é\u2028"},
+        # a library caller's own object: the frames are kept as they are
+        {"Name": _Opaque(), "JobId": "1.0", "ClaimId": "c", "RemoteOwner": "alice"},
+    ],
+)
+def test_frames_read_back_every_value_as_it_was(names: dict[str, Any]) -> None:
+    """A piece's frames are kept packed; what they read back is the blocker as
+    :func:`ad_blockers` gives it, whatever its values (a run beyond 64 bits included)."""
+    ads = busy()
+    ads[1].update(names)
+    ads[2]["TotalJobRunTime"] = 10**30
+    forecast = DrainForecast(ads)
+    for later in (0, 700, 4000):
+        assert forecast.blockers(T0 + later) == ad_blockers(ads, T0 + later)
+        lines = forecast.lines(T0 + later, window_start=T0 + 9000, escalation=Escalation.QUICK)
+        assert lines is not None
+        assert len(lines.blockers) == len(ad_blockers(ads, T0))
+        assert list(lines.blockers.movings()) == [frame.moving for frame in lines.blockers]
+
+
 @pytest.mark.parametrize("later", [0, 1000, 5000])
 def test_the_lines_hold_from_their_base_to_their_last_second(later: int) -> None:
     """``PieceLines`` read at ``now`` give the values :meth:`read` gives at every whole

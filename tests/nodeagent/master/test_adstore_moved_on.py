@@ -266,8 +266,8 @@ def test_equal_values_of_nodes_of_one_shape_are_shared_and_stay_independent() ->
     for key in shared:
         assert first.machine[key] is second.machine[key], key
     owners = [[b["owner"] for b in e.forecast.blockers(T)] for e in (first, second)]
+    # (a forecast keeps its blockers packed: no string of theirs is kept to be shared)
     assert owners[0] == owners[1] == ["alice"] * 4
-    assert all(a is b for a, b in zip(*owners, strict=True))
     # A newer ad of one node changes nothing of the other's entry.
     changed = copy.deepcopy(one)
     changed["machine"][shared[0]] = "changed"

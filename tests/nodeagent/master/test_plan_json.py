@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import array
 import gc
+import json
 import weakref
 from pathlib import Path
 from typing import Any
@@ -178,6 +180,41 @@ def test_a_node_that_publishes_a_marker_gets_its_row_written_the_slow_way(
         assert row_text._templates
         assert all(t is None for t in row_text._templates.values())
         assert row_text._fast is None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("run", [1234, 2**63 + 5, 1e22])
+def test_a_row_s_moving_blockers_are_kept_as_integers_of_any_size(
+    tmp_path: Path, run: float
+) -> None:
+    """A fast template keeps its blockers' moving values as 64-bit integers when they fit,
+    as a tuple when one does not (a job's run time is any finite number: JSON brings an
+    integer up to 2⁶⁴ − 1, a float beyond); either way the reply is the plan, second after
+    second."""
+    clock = StepClock(1_800_000_000.0)
+    store = DocumentStore(tmp_path / "master.db")
+    master = Master(
+        store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=600)
+    )
+    ad = _node_ad(1, clock.now(), jobs=3)
+    busy = [s for s in ad["slots"] if s.get("Activity") == "Busy"]
+    busy[0]["TotalJobRunTime"] = run
+    master.receive_ad(ad)
+    master.set_schedule(_schedule(clock.now(), [MachineId(hostname="n1.test")]), actor="ops")
+    try:
+        for _ in range(3):
+            for blockers in (False, True):  # the template with blockers made last
+                plain = master.plan(with_blockers=blockers)
+                body = plan_body(master, with_blockers=blockers, late=False)
+                # the standard library reads and writes an integer of any size
+                assert json.loads(body) == json.loads(json.dumps(plain))
+            clock.t += 61
+        (row_text,) = master.plan_view.row_texts.values()
+        assert row_text._fast is not None
+        moving = row_text._fast.moving
+        assert max(moving) >= run
+        assert type(moving) is (array.array if run < 2**62 else tuple)
     finally:
         store.close()
 
