@@ -51,8 +51,9 @@ Per size (``sqlite``):
   ``--preview-machines`` machines (1,000) moved to a new window: request to last byte.
 * **after restart**: the agents stop, the master is SIGKILLed and started again on its store
   (the schedule is there, the ads are not); every node pushes once, spread over the
-  interval (``--restart-burst``: all at once); from the last ad in, the first summary, then
-  the first whole plan.
+  interval (``--restart-burst``: all at once); from the last ad in, the first summary (and
+  the machines its totals left ``behind``: ``first_summary_behind``), then the first whole
+  plan.
 
 ``etcd`` (unless ``--no-etcd``): ``--masters`` masters on one real etcd
 (:class:`tests.etcd.EtcdServer`, :class:`tests.ha.Masters`), every node pushing to each of
@@ -940,6 +941,8 @@ def after_restart(
             raise RuntimeError(f"summary: {response.status_code} {response.text[:300]}")
         check_summary(response.json(), machines)
         result["first_summary_ms"] = ms(t1 - t0)
+        # the machines whose share of its totals the summary left (made later)
+        result["first_summary_behind"] = _behind(response, "summary")
         result["first_summary_since_last_ad_ms"] = ms(t1 - last_in)
         plan = read_plan(reader, {})
         result["first_whole_plan"] = plan
