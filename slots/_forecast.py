@@ -348,6 +348,8 @@ _FRAME_KEYS = (
     "cut_badput",
     "accepted_while_draining",
 )
+#: The keys of a frame whose values are lines of the trace (:meth:`DrainForecast._frames`).
+_LINE_KEYS = _FRAME_KEYS[6:14]
 
 
 class BlockerFrame(NamedTuple):
@@ -382,12 +384,21 @@ class BlockerFrames(Sequence[BlockerFrame]):
     __slots__ = ("_packed",)
 
     def __init__(self, frames: Iterable[BlockerFrame]) -> None:
-        flat = tuple(part for frame in frames for part in frame)
+        self._pack([part for frame in frames for part in frame])
+
+    @classmethod
+    def of_flat(cls, flat: list[tuple[Any, ...]]) -> BlockerFrames:
+        """The frames whose values and moving entries ``flat`` holds, one after the other."""
+        frames = cls.__new__(cls)
+        frames._pack(flat)
+        return frames
+
+    def _pack(self, flat: list[tuple[Any, ...]]) -> None:
         self._packed: bytes | tuple[tuple[Any, ...], ...]
         try:
-            self._packed = marshal.dumps(flat)
+            self._packed = marshal.dumps(tuple(flat))
         except ValueError:  # an object marshal does not write
-            self._packed = flat
+            self._packed = tuple(flat)
 
     def flat(self) -> tuple[tuple[Any, ...], ...]:
         """Each frame's :attr:`~BlockerFrame.values` then its :attr:`~BlockerFrame.moving`,
@@ -421,23 +432,6 @@ class BlockerFrames(Sequence[BlockerFrame]):
 def moving_entries(moving: tuple[Any, ...]) -> Iterator[tuple[str, int, int]]:
     """The ``(key, at, slope)`` entries of a frame's flat :attr:`BlockerFrame.moving`."""
     return zip(moving[::3], moving[1::3], moving[2::3], strict=True)
-
-
-def _frame(**fields: Any) -> BlockerFrame:
-    """Fields that are lines become values at the base; those that move are noted.
-
-    ``fields`` are exactly :data:`_FRAME_KEYS` (a missing one is a :class:`KeyError`)."""
-    values: list[Any] = []
-    moving: list[Any] = []
-    for key in _FRAME_KEYS:
-        field = fields[key]
-        if type(field) is _Line:
-            if field.slope:
-                moving += (key, int(field.at), field.slope)
-            values.append(field.at)
-        else:
-            values.append(field)
-    return BlockerFrame(tuple(values), tuple(moving))
 
 
 def _clamped(trace: _Trace, line: _Line) -> _Line:
@@ -920,31 +914,42 @@ class DrainForecast:
                 (ahead, plans[ahead].hard_kill_at),
                 (behind, plans[behind].hard_kill_at),
             )
-        frames = []
+        flat: list[tuple[Any, ...]] = []
         for i in order:
             plan, cut = plans[i], cuts[i]
             ad, spec = active_ads[i], jobs[i].inputs
             soft = plan.soft_kill_at
-            frames.append(
-                _frame(
-                    slot=ad.get("Name"),
-                    claim_id=ad.get("ClaimId"),
-                    job_id=ad.get("JobId"),
-                    owner=ad.get("RemoteOwner"),
-                    cpus=spec.cpus,
-                    activity=ad.get("Activity"),
-                    run=jobs[i].run,
-                    retirement_remaining=plan.retirement_remaining,
-                    vacate=plan.vacate,
-                    evict_at=None if soft is None else _clamped(trace, soft),
-                    gone_by=_clamped(trace, plan.hard_kill_at),
-                    promise_end=_clamped(trace, promised[i].hard_kill_at),
-                    cut_by=0 if cut is None else _clamped(trace, cut[0]),
-                    cut_badput=0 if cut is None else _clamped(trace, cut[1]),
-                    accepted_while_draining=spec.accepted_while_draining,
-                )
+            # the values in the order of _FRAME_KEYS: the ad's, then the lines (at the
+            # base; those that move noted), then whether it came while draining
+            values: list[Any] = [
+                ad.get("Name"),
+                ad.get("ClaimId"),
+                ad.get("JobId"),
+                ad.get("RemoteOwner"),
+                spec.cpus,
+                ad.get("Activity"),
+            ]
+            moving: list[Any] = []
+            lines = (
+                jobs[i].run,
+                plan.retirement_remaining,
+                plan.vacate,
+                None if soft is None else _clamped(trace, soft),
+                _clamped(trace, plan.hard_kill_at),
+                _clamped(trace, promised[i].hard_kill_at),
+                0 if cut is None else _clamped(trace, cut[0]),
+                0 if cut is None else _clamped(trace, cut[1]),
             )
-        return BlockerFrames(frames)
+            for key, line in zip(_LINE_KEYS, lines, strict=True):
+                if type(line) is _Line:
+                    if line.slope:
+                        moving += (key, int(line.at), line.slope)
+                    values.append(line.at)
+                else:
+                    values.append(line)
+            values.append(spec.accepted_while_draining)
+            flat += (tuple(values), tuple(moving))
+        return BlockerFrames.of_flat(flat)
 
 
 def _window_of(window_start: float, escalation: Escalation) -> _Window:
