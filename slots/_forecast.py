@@ -376,7 +376,7 @@ class BlockerFrames(Sequence[BlockerFrame]):
     A master keeps a piece per node, and its frames are most of a piece: as tuples, each
     frame held its two tuples and an integer object for each time and duration (≈ 3.5 kB
     for a node of 8 claims, its strings shared); packed they take ≈ 1.2 kB, and reading
-    them back (≈ 2–3 µs for 8 claims) is paid by the plans that write blockers, not by the
+    them back (≈ 3–4 µs for 8 claims) is paid by the plans that write blockers, not by the
     ledger nor the passes, which read none. Values :mod:`marshal` does not write (a
     library caller's own objects) are kept as they are.
     """
