@@ -107,7 +107,7 @@ class Draft:
 class Event:
     """One event as written: its JSON (``data``) is made once, for every subscriber."""
 
-    __slots__ = ("data", "groups", "id", "machines", "time", "type")
+    __slots__ = ("_names", "data", "groups", "id", "machines", "time", "type")
 
     def __init__(
         self,
@@ -125,6 +125,7 @@ class Event:
         self.machines = machines
         self.groups = groups
         self.data = data
+        self._names: frozenset[str] | None = None
 
     @classmethod
     def made(cls, draft: Draft, *, event_id: int, now: float) -> Event:
@@ -159,6 +160,18 @@ class Event:
             groups=tuple(value.get("groups", ())),
             data=orjson.dumps(dict(value), option=orjson.OPT_NON_STR_KEYS),
         )
+
+    def names(self) -> frozenset[str]:
+        """Every machine's name in lower case, and its first label: what a ``machine``
+        filter matches. Made once, when a filter first asks: an event of many machines (a
+        schedule of 100,000 moves them in one ``mode.changed``) is matched by each
+        subscriber with a filter, which compared every name in turn (≈ 25 ms each)."""
+        names = self._names
+        if names is None:
+            lowered = [machine.lower() for machine in self.machines]
+            names = frozenset(lowered).union([host.partition(".")[0] for host in lowered])
+            self._names = names
+        return names
 
     def to_json(self) -> dict[str, Any]:
         value: dict[str, Any] = orjson.loads(self.data)
@@ -250,10 +263,13 @@ class EventFilter:
     def matches(self, event: Event) -> bool:
         if self.types and not any(fnmatch.fnmatchcase(event.type, t) for t in self.types):
             return False
-        if self.machines and not any(
-            _same_machine(m, w) for m in event.machines for w in self.machines
-        ):
-            return False
+        if self.machines:
+            if len(event.machines) > _NAMES_COMPARED:
+                names = event.names()
+                if not any(wanted in names for wanted in self.machines):
+                    return False
+            elif not any(_same_machine(m, w) for m in event.machines for w in self.machines):
+                return False
         return not self.groups or any(g in self.groups for g in event.groups)
 
     def __bool__(self) -> bool:
@@ -275,6 +291,11 @@ def _items(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+#: Machines of an event a filter compares one by one; an event of more is matched
+#: against the set of its names (:meth:`Event.names`).
+_NAMES_COMPARED = 8
 
 
 def _same_machine(hostname: str, wanted: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -128,10 +129,21 @@ def test_extend_takes_the_leaders_events_in_order_and_stops_at_a_hole() -> None:
         ({"types": "drain.*", "machines": "n2"}, draft(), False),
     ],
 )
-def test_filters(query: dict[str, str], event: Draft, matches: bool) -> None:
+@pytest.mark.parametrize("others", [0, 5000], ids=["one machine", "and 5000 others"])
+def test_filters(query: dict[str, str], event: Draft, matches: bool, others: int) -> None:
+    """The same answers for an event of one machine and for one of thousands (a schedule's
+    ``mode.changed``), matched against the set of its names."""
+    if others:
+        extra = tuple(f"m{i}.example.org" for i in range(others))
+        event = dataclasses.replace(event, machines=(*extra[:2500], *event.machines, *extra[2500:]))
     log = EventLog()
     (made,) = log.assign([event], NOW)
-    assert EventFilter.parse(**query).matches(made) is matches
+    wanted = EventFilter.parse(**query)
+    assert wanted.matches(made) is matches
+    assert wanted.matches(made) is matches  # its names made once, then read
+    if others and wanted.machines:
+        assert made.names() is made.names()
+        assert {"m7.example.org", "m7"} <= made.names()
 
 
 @pytest.mark.parametrize(
