@@ -294,7 +294,13 @@ class AgentTarget:
             return
         if (method, path) == ("POST", "/v1/claims"):
             command = body.get("command")
-            if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+            # Only a command the API takes becomes sleep: one it refuses (an empty argument,
+            # a NUL) is sent as generated, so that a case made to be refused stays so.
+            if (
+                isinstance(command, list)
+                and command
+                and all(isinstance(a, str) and a and "\x00" not in a for a in command)
+            ):
                 body["command"] = [self._sleep, "600"]
             pid = body.get("pid")
             if isinstance(pid, (int, float)) and not isinstance(pid, bool):

@@ -13,6 +13,10 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from tests.etcd import EtcdServer, etcd_server
 from tests.fuzzing import AgentTarget, MasterTarget, Report, fuzz
@@ -27,6 +31,33 @@ BUDGET_S = 45.0
 
 def _seed() -> int:
     return int(os.environ.get("FUZZ_SEED") or random.randrange(2**32))
+
+
+@pytest.mark.parametrize(
+    ("command", "runs_sleep"),
+    [
+        (["/usr/bin/make", "all"], True),
+        (["x"], True),
+        (["", "x"], False),  # an empty argument: the API refuses it, so must the case
+        (["a\x00b"], False),  # a NUL: likewise
+        ([], False),
+        (["a", 1], False),
+        ("echo hi", False),
+    ],
+)
+def test_the_agent_target_runs_sleep_only_for_a_command_the_api_takes(
+    command: Any, runs_sleep: bool
+) -> None:
+    """The fuzzing target runs ``sleep`` in place of a generated command, but only of one
+    the API would take: a case made to be refused must reach the agent as made (a
+    command made valid by the rewrite was accepted, and counted a schema violation)."""
+    target = AgentTarget.__new__(AgentTarget)
+    target._sleep = "/bin/sleep"
+    case = SimpleNamespace(body={"command": command})
+    target.rewrite("POST", "/v1/claims", case)
+    assert (case.body["command"] == ["/bin/sleep", "600"]) is runs_sleep
+    if not runs_sleep:
+        assert case.body["command"] == command
 
 
 def test_agent_api_under_fuzz(tmp_path: Path) -> None:
