@@ -383,17 +383,9 @@ class BlockerFrames(Sequence[BlockerFrame]):
 
     __slots__ = ("_packed",)
 
-    def __init__(self, frames: Iterable[BlockerFrame]) -> None:
-        self._pack([part for frame in frames for part in frame])
-
-    @classmethod
-    def of_flat(cls, flat: list[tuple[Any, ...]]) -> BlockerFrames:
-        """The frames whose values and moving entries ``flat`` holds, one after the other."""
-        frames = cls.__new__(cls)
-        frames._pack(flat)
-        return frames
-
-    def _pack(self, flat: list[tuple[Any, ...]]) -> None:
+    def __init__(self, flat: Sequence[tuple[Any, ...]]) -> None:
+        """The frames whose values and moving entries ``flat`` holds, one after the other
+        (as :meth:`flat` reads them back)."""
         self._packed: bytes | tuple[tuple[Any, ...], ...]
         try:
             self._packed = marshal.dumps(tuple(flat))
@@ -422,11 +414,6 @@ class BlockerFrames(Sequence[BlockerFrame]):
     def __getitem__(self, index: slice) -> Sequence[BlockerFrame]: ...
     def __getitem__(self, index: int | slice) -> BlockerFrame | Sequence[BlockerFrame]:
         return list(self)[index]
-
-    def movings(self) -> tuple[tuple[Any, ...], ...]:
-        """Each frame's :attr:`BlockerFrame.moving`, in order: what a row written from a
-        template fills in."""
-        return self.flat()[1::2]
 
 
 def moving_entries(moving: tuple[Any, ...]) -> Iterator[tuple[str, int, int]]:
@@ -949,7 +936,7 @@ class DrainForecast:
                     values.append(line)
             values.append(spec.accepted_while_draining)
             flat += (tuple(values), tuple(moving))
-        return BlockerFrames.of_flat(flat)
+        return BlockerFrames(flat)
 
 
 def _window_of(window_start: float, escalation: Escalation) -> _Window:

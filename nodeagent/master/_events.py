@@ -163,9 +163,10 @@ class Event:
 
     def names(self) -> frozenset[str]:
         """Every machine's name in lower case, and its first label: what a ``machine``
-        filter matches. Made once, when a filter first asks: an event of many machines (a
-        schedule of 100,000 moves them in one ``mode.changed``) is matched by each
-        subscriber with a filter, which compared every name in turn (≈ 25 ms each)."""
+        filter matches (a whole name or a short one). Made once, when a filter first asks:
+        an event of many machines (a schedule of 100,000 moves them in one
+        ``mode.changed``) is matched by each subscriber with a filter, which compared every
+        name in turn (≈ 25 ms each)."""
         names = self._names
         if names is None:
             lowered = [machine.lower() for machine in self.machines]
@@ -263,13 +264,8 @@ class EventFilter:
     def matches(self, event: Event) -> bool:
         if self.types and not any(fnmatch.fnmatchcase(event.type, t) for t in self.types):
             return False
-        if self.machines:
-            if len(event.machines) > _NAMES_COMPARED:
-                names = event.names()
-                if not any(wanted in names for wanted in self.machines):
-                    return False
-            elif not any(_same_machine(m, w) for m in event.machines for w in self.machines):
-                return False
+        if self.machines and not any(wanted in event.names() for wanted in self.machines):
+            return False
         return not self.groups or any(g in self.groups for g in event.groups)
 
     def __bool__(self) -> bool:
@@ -291,17 +287,6 @@ def _items(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
     return tuple(item.strip() for item in text.split(",") if item.strip())
-
-
-#: Machines of an event a filter compares one by one; an event of more is matched
-#: against the set of its names (:meth:`Event.names`).
-_NAMES_COMPARED = 8
-
-
-def _same_machine(hostname: str, wanted: str) -> bool:
-    """``wanted`` (lower case) names ``hostname``: the whole name or its first label."""
-    host = hostname.lower()
-    return host == wanted or host.partition(".")[0] == wanted
 
 
 class EventLog:
