@@ -49,6 +49,7 @@ from slots._classad import check_value
 __all__ = [
     "AdEntry",
     "AdStore",
+    "CheckedStatics",
     "NodeAd",
     "PackedSlots",
     "ad_parts",
@@ -193,7 +194,11 @@ def check_my_address(machine: Mapping[str, Any], slots: Sequence[Mapping[str, An
 
 
 def check_node_ad(
-    machine: Mapping[str, Any], slots: Sequence[Mapping[str, Any]], *, plain_text: bool = False
+    machine: Mapping[str, Any],
+    slots: Sequence[Mapping[str, Any]],
+    *,
+    plain_text: bool = False,
+    slots_checked: bool = False,
 ) -> None:
     """Raise :class:`InvalidRequest` unless the master can read a node's machine ad and
     slot ads wherever it reads them.
@@ -212,12 +217,15 @@ def check_node_ad(
     are checked at the cost of a scan of the values. ``plain_text``: the caller knows that
     no text of the ads can hold such a character (the JSON they were read from escapes
     none: :func:`may_hold_control`), and the texts are not searched again.
+    ``slots_checked``: the caller knows that the slot ads pass (:func:`prepare_node_ad`:
+    the same static part as slot ads that passed, every moving value a finite number);
+    only the machine ad and every ``MyAddress`` are checked.
     """
     for name in _STATISTICS:
         value = machine.get(name, 0)
         if not finite_number(value):
             raise _refuse(machine, f"{name} must be a finite number, not {value!r}")
-    ads = (machine, *slots)
+    ads = (machine,) if slots_checked else (machine, *slots)
     for ad in ads:
         values = ad.values()
         if not _SCALARS.issuperset(map(type, values)):
@@ -410,6 +418,63 @@ def _split(slots: Sequence[Mapping[str, Any]]) -> tuple[bytes, list[dict[str, An
     return orjson.dumps(static), moving
 
 
+def _digest(static: bytes) -> bytes:
+    """The digest a :class:`PackedSlots` keeps of its static JSON."""
+    return hashlib.sha256(static).digest()[:_DIGEST]
+
+
+def _finite_numbers(moving: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether every moving value (:func:`_split`) is an int or a float whose value as a
+    float is finite (:func:`~slots._ads.finite_number`): then none fails a check."""
+    values = [value for values in moving for value in values.values()]
+    if not _NUMBER_TYPES.issuperset(map(type, values)):
+        return False
+    try:
+        return all(map(math.isfinite, values))
+    except OverflowError:  # an int beyond a float's range
+        return False
+
+
+_NUMBER_TYPES = frozenset((int, float))
+
+
+class CheckedStatics:
+    """The digests of the static parts (:class:`PackedSlots`) of slot ads that passed
+    :func:`check_node_ad`, in a process that keeps no previous ads (an ingest worker): a
+    node's next ad, its slot ads' static part the same, has only its moving values
+    checked (:func:`prepare_node_ad`). Whether slot ads pass is a matter of their content
+    alone, and the digest holds 128 bits of it: slot ads that would be refused cannot be
+    made to look like ones that passed.
+
+    Bounded: the digests added or found since the last ``size`` were added, and those
+    before them (between ``size`` and ``2 × size`` digests, ≈ 100 bytes each); a digest
+    found among the older ones is kept with the newer. ``size`` above the number of nodes
+    keeps every node's."""
+
+    __slots__ = ("_older", "_recent", "_size")
+
+    def __init__(self, size: int = 131_072) -> None:
+        self._size = size
+        self._recent: set[bytes] = set()
+        self._older: set[bytes] = set()
+
+    def __contains__(self, digest: bytes) -> bool:
+        if digest in self._recent:
+            return True
+        if digest in self._older:
+            self.add(digest)
+            return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self._recent | self._older)
+
+    def add(self, digest: bytes) -> None:
+        self._recent.add(digest)
+        if len(self._recent) >= self._size:
+            self._older, self._recent = self._recent, set()
+
+
 def deflate(data: bytes, dictionary: bytes, *, level: int = 3) -> bytes:
     """``data`` raw-deflated (no header nor checksum) with ``dictionary`` (may be empty)."""
     packer = zlib.compressobj(level, zlib.DEFLATED, -15, zdict=dictionary)
@@ -479,17 +544,17 @@ class PackedSlots(Sequence[dict[str, Any]]):
         self, slots: Sequence[Mapping[str, Any]], *, after: PackedSlots | None = None
     ) -> None:
         static, moving = _split(slots)
-        self._pack(static, moving, after)
+        self._pack(static, _digest(static), moving, after)
 
     def _pack(
         self,
         static: bytes,
+        digest: bytes,
         moving: list[dict[str, Any]],
         after: PackedSlots | None,
         *,
         deflated: bool = True,
     ) -> None:
-        digest = hashlib.sha256(static).digest()[:_DIGEST]
         self._raw = None
         if after is not None and after._raw is None and after._static.startswith(digest):
             self._static = after._static
@@ -504,14 +569,20 @@ class PackedSlots(Sequence[dict[str, Any]]):
     def _of_split(
         cls,
         static: bytes,
+        digest: bytes,
         moving: list[dict[str, Any]],
         after: PackedSlots | None,
         *,
         deflated: bool = True,
     ) -> PackedSlots:
         packed = cls.__new__(cls)
-        packed._pack(static, moving, after, deflated=deflated)
+        packed._pack(static, digest, moving, after, deflated=deflated)
         return packed
+
+    @property
+    def digest(self) -> bytes:
+        """The digest of the static JSON (the first bytes of its SHA-256)."""
+        return self._static[:_DIGEST]
 
     def parts(self) -> tuple[bytes, bytes, int, bool]:
         """What the slot ads are kept as: their static part (digest, then deflated; or,
@@ -873,21 +944,40 @@ def prepare_node_ad(
     plain_text: bool = False,
     after: PackedSlots | None = None,
     deflated: bool = True,
+    checked: CheckedStatics | None = None,
 ) -> NodeAd:
     """A node's machine ad and slot ads (:func:`ad_parts`) checked (:func:`check_node_ad`,
     which raises :class:`InvalidRequest`) and packed (:class:`PackedSlots`, ``after`` the
     previous ad's when the caller has it; their static part left unsettled unless
-    ``deflated``). Pure: an ingest worker process runs it on the bodies of the pushes, or
-    the master itself."""
-    check_node_ad(machine, slots, plain_text=plain_text)
-    static, moving = _split(slots)
+    ``deflated``). Pure but for ``checked``: an ingest worker process runs it on the
+    bodies of the pushes, or the master itself.
+
+    Slot ads whose static part is that of slot ads that passed (``after``'s, which the
+    store took, or one of ``checked``, where this adds those that pass) and whose moving
+    values are finite numbers pass as they did: only the machine ad and the addresses
+    are checked again (most pushes are a node's ad moved on in time). The answer is the
+    full check's."""
+    try:
+        static, moving = _split(slots)
+    except orjson.JSONEncodeError:  # what the checks refuse first, or what they let by
+        check_node_ad(machine, slots, plain_text=plain_text)
+        raise
+    digest = _digest(static)
+    known = (after is not None and after.digest == digest) or (
+        checked is not None and digest in checked
+    )
+    check_node_ad(
+        machine, slots, plain_text=plain_text, slots_checked=known and _finite_numbers(moving)
+    )
+    if checked is not None and not known:
+        checked.add(digest)
     clocks = tuple(
         values if "Activity" not in slot else {**values, "Activity": slot["Activity"]}
         for slot, values in zip(slots, moving, strict=True)
     )
     return NodeAd(
         machine=machine,
-        slots=PackedSlots._of_split(static, moving, after, deflated=deflated),
+        slots=PackedSlots._of_split(static, digest, moving, after, deflated=deflated),
         clocks=clocks,
         active=any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
     )

@@ -47,6 +47,7 @@ import orjson
 
 from nodeagent._auth import WrongNode
 from nodeagent.master._adstore import (
+    CheckedStatics,
     NodeAd,
     PackedSlots,
     ad_parts,
@@ -153,6 +154,7 @@ def prepare_push(
     *,
     after: Callable[[str], PackedSlots | None] | None = None,
     deflated: bool = True,
+    checked: CheckedStatics | None = None,
 ) -> Prepared:
     """The body of ``POST /v1/ads`` made ready for the store, or refused as the master
     refuses it: 422 ``request.invalid`` for a body that is not a JSON object (or nests too
@@ -162,7 +164,9 @@ def prepare_push(
     node's previous packed slot ads, by its name, when the caller holds them (their
     compressed part is then not made again when it is the same). ``deflated=False`` (an
     ingest worker, which holds none): their static part is left for the master to settle
-    against the previous ad's (:meth:`~nodeagent.master._adstore.PackedSlots.share_static`)."""
+    against the previous ad's (:meth:`~nodeagent.master._adstore.PackedSlots.share_static`).
+    ``checked``: the static parts of slot ads that passed, of a caller that holds no
+    previous ads (:class:`~nodeagent.master._adstore.CheckedStatics`)."""
     try:
         ad = _parse(body)
     except ValueError as exc:
@@ -184,6 +188,7 @@ def prepare_push(
             plain_text=not may_hold_control(body),
             after=None if after is None else after(machine["Name"]),
             deflated=deflated,
+            checked=checked,
         )
     except SlotsError as exc:
         return Refused.of(exc.http_status, exc.code, exc.message)

@@ -16,10 +16,12 @@ worker runs:
 * any other request is relayed to the master with the rest of its connection (the relay
   socket), which serves it as it serves its own TCP connections.
 
-It keeps nothing of the master's state. It writes ``READY`` on the link once it accepts and
-``ALIVE`` every second while its loop runs; it exits at the end of stdin (the master's stop
-or death) or of the link. SIGINT is ignored (a terminal's ^C is for the master, which ends
-its workers).
+It keeps nothing of the master's state; of its own, the digests of the slot ads it found
+sound (:class:`~nodeagent.master._adstore.CheckedStatics`: a node's next ad, the same
+claims moved on in time, has its moving values checked alone). It writes ``READY`` on the
+link once it accepts and ``ALIVE`` every second while its loop runs; it exits at the end of
+stdin (the master's stop or death) or of the link. SIGINT is ignored (a terminal's ^C is
+for the master, which ends its workers).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from nodeagent.master._ad_pushes import (
     send_reply,
     take_push,
 )
-from nodeagent.master._adstore import NodeAd
+from nodeagent.master._adstore import CheckedStatics, NodeAd
 from nodeagent.master._ingest import (
     ALIVE,
     READY,
@@ -183,11 +185,13 @@ class _Link:
             await trio.sleep(ALIVE_EVERY)
 
 
-async def _answer(link: _Link, taken: TakenPush, started: float) -> AdReply:
+async def _answer(
+    link: _Link, checked: CheckedStatics, taken: TakenPush, started: float
+) -> AdReply:
     """The master's answer to ``taken``, made ready here, received at ``started``."""
     prepared: NodeAd | Refused | None
     try:
-        made = prepare_push(taken.body, taken.who.node, deflated=False)
+        made = prepare_push(taken.body, taken.who.node, deflated=False, checked=checked)
         prepared = made if isinstance(made, NodeAd | Refused) else None
     except Exception:  # the master makes it itself, and says what it makes of it
         log.exception("an ad push could not be prepared here")
@@ -195,7 +199,7 @@ async def _answer(link: _Link, taken: TakenPush, started: float) -> AdReply:
     return await link.push(taken, time.perf_counter() - started, prepared)
 
 
-def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
+def _ad_app(principals: Principals, link: _Link, checked: CheckedStatics) -> ASGIApp:
     """The ASGI app for the requests a worker answers itself: ``POST /v1/ads`` that
     :class:`_PushRoute` left to h11 (over TLS, or refused from the head)."""
 
@@ -207,7 +211,7 @@ def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
         if not isinstance(taken, TakenPush):
             link.tell(encode_refusal(taken, time.perf_counter() - started))
             return
-        await send_reply(send, await _answer(link, taken, started))
+        await send_reply(send, await _answer(link, checked, taken, started))
 
     return app
 
@@ -218,9 +222,10 @@ class _PushRoute:
     whose body is within :data:`~nodeagent.master._ad_pushes.AD_BODY_LIMIT`. Any other
     request, a refusal included, is left to h11 and :func:`_ad_app` (or the relay)."""
 
-    def __init__(self, principals: Principals, link: _Link) -> None:
+    def __init__(self, principals: Principals, link: _Link, checked: CheckedStatics) -> None:
         self._principals = principals
         self._link = link
+        self._checked = checked
 
     def take(
         self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int
@@ -234,7 +239,8 @@ class _PushRoute:
         started = time.perf_counter()
 
         async def answer(body: bytes) -> QuickReply:
-            reply = await _answer(self._link, TakenPush(authorization, who, body), started)
+            taken = TakenPush(authorization, who, body)
+            reply = await _answer(self._link, self._checked, taken, started)
             return reply.status, reply.headers(), reply.body
 
         return answer
@@ -263,13 +269,14 @@ async def serve(settings: WorkerSettings) -> None:
     context = (
         None if settings.tls is None else _ssl_context(Path(settings.tls[0]), Path(settings.tls[1]))
     )
+    checked = CheckedStatics()
     server = HttpServer(
-        _ad_app(principals, link),
+        _ad_app(principals, link, checked),
         context=context,
         read_timeout=settings.read_timeout,
         relay_to=Path(settings.relay),
         relayed=_relayed,
-        quick=_PushRoute(principals, link),
+        quick=_PushRoute(principals, link, checked),
     )
     async with trio.open_nursery() as nursery:
 

@@ -13,7 +13,8 @@ import orjson
 import pytest
 from hypothesis import event, given, settings
 
-from nodeagent.master._adstore import AdStore, NodeAd, PackedSlots
+from nodeagent.master import _adstore
+from nodeagent.master._adstore import AdStore, CheckedStatics, NodeAd, PackedSlots
 from nodeagent.master._ingest import (
     ALIVE,
     FRAME,
@@ -171,6 +172,116 @@ def test_a_workers_ads_moved_on_are_compressed_once_and_kept_compressed() -> Non
     assert not entries[2].shares_static(entries[1])  # type: ignore[attr-defined]
 
 
+def _moved_on(ad: dict[str, Any]) -> dict[str, Any]:
+    """``ad`` a minute later: its claims moved on in time."""
+    later = copy.deepcopy(ad)
+    for part in (later["machine"], *later["slots"]):
+        part["MyCurrentTime"] += 60
+        if part.get("Activity") == "Busy":
+            part["TotalJobRunTime"] += 60
+    return later
+
+
+def _slot(name: str, value: object) -> Callable[[dict[str, Any]], Any]:
+    """Set ``name`` of the ad's second slot ad (a claim's) to ``value``."""
+
+    def change(ad: dict[str, Any]) -> dict[str, Any]:
+        ad["slots"][1][name] = value
+        return ad
+
+    return change
+
+
+#: A node's next ad after one that passed; ``True``: its slot ads' static part is the one
+#: that passed (only its moving values, the machine ad and the addresses to check).
+NEXT_ADS: list[tuple[str, Callable[[dict[str, Any]], Any], bool]] = [
+    ("moved on", lambda ad: ad, True),
+    ("a run time null", _slot("TotalJobRunTime", None), False),
+    ("a run time as text", _slot("TotalJobRunTime", "560"), False),
+    ("a run time true", _slot("TotalJobRunTime", True), False),
+    ("a run time a list", _slot("TotalJobRunTime", [560]), False),
+    ("a clock beyond a float's range", _slot("MyCurrentTime", 10**400), False),
+    ("a usage as text, which the checks let be", _slot("CpuUsage", "busy"), False),
+    ("a usage holding a newline", _slot("CpuUsage", "busy\n"), False),
+    (
+        "a usage nested too deep",
+        _slot("CpuUsage", json.loads("[" * 80 + "]" * 80)),
+        False,
+    ),
+    ("the machine's State not a string", _set(("machine", "State"), 3), True),
+    ("the machine's address not an origin", _set(("machine", "MyAddress"), "ftp://x"), True),
+    ("the machine's address another origin", _set(("machine", "MyAddress"), "http://x:1"), True),
+    ("the machine's badput huge", _set(("machine", "TotalMachineDrainingBadput"), 10**400), True),
+    ("a slot's State not a string", _slot("State", 3), False),
+    ("a slot's address not an origin", _slot("MyAddress", "http://x/path"), False),
+    ("a slot's Cpus null", _slot("Cpus", None), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "edit", "static_kept"), NEXT_ADS, ids=[case for case, _, _ in NEXT_ADS]
+)
+@pytest.mark.parametrize("holder", ["worker", "master"])
+def test_a_nodes_next_ad_is_judged_as_a_full_check_judges_it(
+    case: str,
+    edit: Callable[[dict[str, Any]], Any],
+    static_kept: bool,
+    holder: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a node's ad that passed, its next one — its slot ads' static part the same or
+    not, its moving values numbers or not — is made ready or refused exactly as a push
+    checked whole is, whether the slot ads that passed are known by their digests (a
+    worker's :class:`CheckedStatics`) or by the node's previous ad (the master's); the
+    slot ads are checked again only when their static part or a moving value is new."""
+    first = node_ad()
+    checked = CheckedStatics()
+    before = prepare_push(body_of(first), "n1.test", deflated=False, checked=checked)
+    assert isinstance(before, NodeAd)
+    assert len(checked) == 1
+    body = json.dumps(edit(_moved_on(first))).encode()  # integers of any size
+    whole = prepare_push(body, "n1.test", deflated=False)
+    slots_checked = []
+    check = _adstore.check_node_ad
+
+    def spied(*args: Any, **kwargs: Any) -> None:
+        slots_checked.append(kwargs.get("slots_checked", False))
+        check(*args, **kwargs)
+
+    monkeypatch.setattr(_adstore, "check_node_ad", spied)
+    if holder == "worker":
+        made = prepare_push(body, "n1.test", deflated=False, checked=checked)
+    else:
+        made = prepare_push(body, "n1.test", deflated=False, after=lambda _: before.slots)
+    assert made == whole, case
+    assert isinstance(whole, NodeAd) is (case in PASSING), case
+    assert slots_checked == [static_kept], case
+
+
+PASSING = {
+    "moved on",
+    "a usage as text, which the checks let be",
+    "the machine's address another origin",
+}
+
+
+def test_the_checked_digests_keep_the_newest_and_those_found_again() -> None:
+    checked = CheckedStatics(size=3)
+    for digest in (b"a", b"b", b"c"):  # the third begins a new generation
+        checked.add(digest)
+    assert b"a" in checked  # found among the older: kept with the newer
+    checked.add(b"d")
+    checked.add(b"e")  # a, d, e: the newer full; b and c are dropped
+    assert [d in checked for d in (b"a", b"b", b"c", b"d", b"e")] == [
+        True,
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert len(checked) == 3
+
+
 def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:  # its body sent
     ad = {"machine": {"Name": "defrag@x", "MyType": "Defrag"}, "slots": []}
     prepared = prepare_push(body_of(ad), None)
@@ -241,13 +352,16 @@ def test_ads_taken_through_a_worker_make_the_entries_the_master_makes_itself(
     """A node's two ads (equal, moved on, a static value changed, keys in another order, a
     value off the clock, a slot added or gone): taken whole by the store, or prepared and
     carried by a worker's frames, they give the same entries, the same moved-on verdict and
-    the same shared static part."""
+    the same shared static part (the worker keeps the digests of the slot ads it found
+    sound, as one does)."""
     first, later = pair
     itself, worker = AdStore(lifetime=300), AdStore(lifetime=300)
+    checked = CheckedStatics()
     entries = []
     for at, ad in ((T, first), (T + 60, later)):
         own = itself.update(copy.deepcopy(ad), at)
-        prepared = through_frames(prepare_push(body_of(ad), "n1.test", deflated=False))
+        made = prepare_push(body_of(ad), "n1.test", deflated=False, checked=checked)
+        prepared = through_frames(made)
         assert isinstance(prepared, NodeAd)
         taken = worker.take(prepared, at)
         assert taken.machine == own.machine
