@@ -22,6 +22,7 @@ its subclass :class:`UnusableReply`::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ from nodeagent._peer import (
 __all__ = [
     "MaintenanceWord",
     "MasterCalls",
+    "PushReply",
     "Requester",
     "UnusableReply",
     "unavailability_from_mesos",
@@ -110,6 +112,28 @@ class MaintenanceWord:
         )
 
 
+@dataclass(frozen=True)
+class PushReply:
+    """A master's reply to a pushed ad: its ``word`` on the machine (``None`` when the
+    reply is not a JSON object: the push was taken all the same) and the digest of the
+    static part of the slot ads it now holds (``slots_digest``, 32 hexadecimal digits;
+    ``None`` when the reply gives none): the node's next ad may be pushed with its moving
+    values alone for it (:meth:`MasterCalls.push_ad`)."""
+
+    word: MaintenanceWord | None
+    slots_digest: str | None = None
+
+    @classmethod
+    def of(cls, reply: Any) -> PushReply:
+        digest = reply.get("slots_digest") if isinstance(reply, dict) else None
+        if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
+            digest = None
+        return cls(MaintenanceWord.of(reply), digest)
+
+
+_HEX_DIGEST = re.compile("[0-9a-f]{32}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MasterCalls:
     """The calls to the master at ``url`` (its base, no trailing ``/``), each a typed
@@ -119,10 +143,11 @@ class MasterCalls:
     url: str
     credentials: Credentials | None = None
 
-    async def push_ad(self, ad: Mapping[str, Any]) -> MaintenanceWord | None:
-        """``POST /v1/ads``: push a daemon's ad (``{"machine": {...}, "slots": [...]}``);
-        the master's word on that machine (``None`` when its reply is not a JSON object:
-        the push was taken all the same)."""
+    async def push_ad(self, ad: Mapping[str, Any]) -> PushReply:
+        """``POST /v1/ads``: push a daemon's ad (``{"machine": {...}, "slots": [...]}``,
+        or a node's as ``{"machine": {...}, "moved_on": {"slots_digest": HEX, "moving":
+        [...]}}``: its slot ads' moving values alone, for the slot ads of that digest the
+        master holds; 409 ``ad.slots_unknown`` when it holds none); the master's reply."""
         reply = await self.peer.request(
             "POST",
             self.url + "/v1/ads",
@@ -130,7 +155,7 @@ class MasterCalls:
             json=ad,
             max_reply=MASTER_REPLY_LIMIT,
         )
-        return MaintenanceWord.of(reply)
+        return PushReply.of(reply)
 
     async def slot_ads(self, *, constraint: str | None = None) -> list[dict[str, Any]]:
         """``GET /v1/ads?slots=true``: the slot ads the master holds (those matching

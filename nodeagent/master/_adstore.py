@@ -19,7 +19,6 @@ are not evaluated here: the API evaluates them in killable worker processes
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 import re
@@ -32,6 +31,12 @@ from typing import Any, Generic, TypeVar, overload
 
 import orjson
 
+from nodeagent._moving_values import COMPLETIONS as _COMPLETIONS
+from nodeagent._moving_values import DIGEST as _DIGEST
+from nodeagent._moving_values import MOVING as _MOVING
+from nodeagent._moving_values import MOVING_ORDER as _MOVING_ORDER
+from nodeagent._moving_values import split_slots as _split
+from nodeagent._moving_values import static_digest as _digest
 from nodeagent._origin import NotAnOrigin, parse_my_address
 from slots import (
     ACTIVE,
@@ -41,6 +46,7 @@ from slots import (
     Machine,
     MachinePolicy,
     Resources,
+    SlotsError,
     check_estimate_inputs,
 )
 from slots._ads import finite_number
@@ -50,8 +56,10 @@ __all__ = [
     "AdEntry",
     "AdStore",
     "CheckedStatics",
+    "MovedOnAd",
     "NodeAd",
     "PackedSlots",
+    "SlotsUnknown",
     "ad_parts",
     "check_my_address",
     "check_node_ad",
@@ -60,6 +68,7 @@ __all__ = [
     "inflate",
     "may_hold_control",
     "moved_on",
+    "prepare_moved_on",
     "prepare_node_ad",
     "project",
     "shared_values",
@@ -67,7 +76,6 @@ __all__ = [
 
 
 _ACTIVE_PAIRS = {(str(state), str(activity)) for state, activity in ACTIVE}
-_COMPLETIONS = tuple(f"ExpectedMachine{s}DrainingCompletion" for s in ("Graceful", "Quick", "Fast"))
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 #: Read with a default when absent, so ``null`` cannot stand for "absent".
 _NOT_NULL = (
@@ -258,33 +266,7 @@ def project(
     return [{k: ad[k] for k in projection if k in ad} for ad in ads]
 
 
-#: What moves with the clock in an agent's ad while nothing else changes: read by no
-#: derived fact of an :class:`AdEntry` (its forecast reads ``TotalJobRunTime`` and
-#: ``VacateTimeRemaining`` against ``MyCurrentTime``, checked by :func:`moved_on`), so an
-#: ad that differs from the previous one only in these (and in those checked) is the
-#: previous one moved on in time. The usage samples change without the clock, and no
-#: derived fact reads them either.
-_MOVING = frozenset(
-    {
-        "MyCurrentTime",
-        "TotalJobRunTime",
-        "VacateTimeRemaining",
-        "RetirementTimeRemaining",
-        "TotalJobSuspendTime",
-        "ExpectedMachineGracefulDrainingBadput",
-        "ExpectedMachineQuickDrainingBadput",
-        "ExpectedMachineFastDrainingBadput",
-        *_COMPLETIONS,
-        "CpuUsage",
-        "MemoryUsage",
-    }
-)
 _RUNNING = frozenset({"Busy", "Retiring"})
-
-
-#: The attributes of :data:`_MOVING` in one fixed order: a slot's moving values are kept
-#: in it (:class:`PackedSlots`).
-_MOVING_ORDER = tuple(sorted(_MOVING))
 
 
 def _ad_moved_on(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
@@ -392,35 +374,6 @@ def _moved_on(
     # The completions a drain started now would reach move with the clock while a job
     # runs; on an idle node they stay (the idle rule), and the forecast reads them.
     return active or all(before.machine.get(name) == machine.get(name) for name in _COMPLETIONS)
-
-
-#: The bytes of the digest of a :class:`PackedSlots`' static JSON, ahead of its
-#: compressed bytes.
-_DIGEST = 16
-
-
-def _split(slots: Sequence[Mapping[str, Any]]) -> tuple[bytes, list[dict[str, Any]]]:
-    """The static JSON of ``slots`` (their JSON with every value of :data:`_MOVING` null,
-    each key where it was) and their moving values (a dict per slot of those it has, in
-    the order of :data:`_MOVING_ORDER`)."""
-    static: list[Mapping[str, Any]] = []
-    moving = []
-    for slot in slots:
-        values = {name: slot[name] for name in _MOVING_ORDER if name in slot}
-        moving.append(values)
-        if values:
-            held = dict(slot)
-            for name in values:
-                held[name] = None
-            static.append(held)
-        else:
-            static.append(slot)
-    return orjson.dumps(static), moving
-
-
-def _digest(static: bytes) -> bytes:
-    """The digest a :class:`PackedSlots` keeps of its static JSON."""
-    return hashlib.sha256(static).digest()[:_DIGEST]
 
 
 def _finite_numbers(moving: Iterable[Mapping[str, Any]]) -> bool:
@@ -562,7 +515,7 @@ class PackedSlots(Sequence[dict[str, Any]]):
             self._static = digest + deflate(static, _STATIC_DICTIONARY)
         else:
             self._static, self._raw = digest, static
-        self._moving = deflate(orjson.dumps(moving), _MOVING_DICTIONARY)
+        self._moving = self.pack_moving(moving)
         self._count = len(moving)
 
     @classmethod
@@ -583,6 +536,19 @@ class PackedSlots(Sequence[dict[str, Any]]):
     def digest(self) -> bytes:
         """The digest of the static JSON (the first bytes of its SHA-256)."""
         return self._static[:_DIGEST]
+
+    @staticmethod
+    def pack_moving(moving: Sequence[Mapping[str, Any]]) -> bytes:
+        """Slot ads' moving values (:func:`split_slots`'), packed as they are kept."""
+        return deflate(orjson.dumps(moving), _MOVING_DICTIONARY)
+
+    def moved_on(self, packed: bytes, count: int) -> PackedSlots:
+        """Slot ads of this static part (settled) with other moving values
+        (:meth:`pack_moving`), ``count`` of them."""
+        self._settle()
+        moved = PackedSlots.__new__(PackedSlots)
+        moved._static, moved._raw, moved._moving, moved._count = self._static, None, packed, count
+        return moved
 
     def parts(self) -> tuple[bytes, bytes, int, bool]:
         """What the slot ads are kept as: their static part (digest, then deflated; or,
@@ -883,6 +849,17 @@ class AdEntry:
         )
 
     @cached_property
+    def slot_activities(self) -> tuple[tuple[dict[str, Any], ...], bool]:
+        """Each slot ad's ``Activity`` (``{"Activity": …}``, or ``{}`` for a slot ad
+        without one) and whether a job is active on the node: what a push of the moving
+        values alone takes of the slot ads it goes with (:meth:`AdStore.take_moved_on`)."""
+        slots = list(self.slots)
+        return (
+            tuple({"Activity": s["Activity"]} if "Activity" in s else {} for s in slots),
+            any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
+        )
+
+    @cached_property
     def empty(self) -> bool:
         """No dynamic slot holds an active job."""
         return not any(
@@ -935,6 +912,67 @@ class NodeAd:
     clocks: tuple[dict[str, Any], ...]
     #: Whether a job is active on the node (a slot ``Claimed``/``Busy`` or ``Retiring``).
     active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MovedOnAd:
+    """A node's ad pushed with its slot ads' moving values alone (``moved_on``), checked
+    (:func:`prepare_moved_on`), for :meth:`AdStore.take_moved_on`: the rest of the slot
+    ads is the static part of the digest ``digest``, which the store holds, or not."""
+
+    #: The machine ad, checked (:func:`check_node_ad`).
+    machine: dict[str, Any]
+    #: The digest of the static part the moving values go with.
+    digest: bytes
+    #: Each slot ad's moving values, in the order of :data:`_MOVING_ORDER`.
+    moving: tuple[dict[str, Any], ...]
+    #: ``moving`` packed as :class:`PackedSlots` keeps them.
+    packed: bytes
+
+
+class SlotsUnknown(SlotsError):
+    """A push of the moving values alone whose slot ads the master does not hold (a
+    master started since, another static part, other slots): the node pushes its whole
+    ad."""
+
+    code = "ad.slots_unknown"
+    http_status = 409
+
+
+def prepare_moved_on(
+    machine: dict[str, Any], moved: object, *, plain_text: bool = False
+) -> MovedOnAd:
+    """A node's ad pushed as ``{"machine": {...}, "moved_on": {"slots_digest": HEX,
+    "moving": [{...}, ...]}}`` checked: the machine ad as :func:`check_node_ad` checks
+    it, ``slots_digest`` the 32 hexadecimal digits of a static part's digest, ``moving``
+    a record per slot ad of its values of :data:`_MOVING`, each a finite number (the
+    slot ads they go with passed when the master took them). Raises
+    :class:`InvalidRequest`. Pure: an ingest worker process runs it, or the master."""
+    if not isinstance(moved, dict) or set(moved) != {"slots_digest", "moving"}:
+        raise InvalidRequest("moved_on is {'slots_digest': str, 'moving': [{...}, ...]}")
+    digest, moving = moved["slots_digest"], moved["moving"]
+    if (
+        type(digest) is not str
+        or len(digest) != 2 * _DIGEST
+        or digest.strip("0123456789abcdef") != ""
+    ):
+        raise InvalidRequest(f"moved_on: slots_digest is {2 * _DIGEST} hexadecimal digits")
+    if not isinstance(moving, list) or not all(type(values) is dict for values in moving):
+        raise InvalidRequest("moved_on: moving is a list of records, one per slot ad")
+    for values in moving:
+        other = values.keys() - _MOVING
+        if other:
+            raise InvalidRequest(f"moved_on: {sorted(other)[0]!r} is not a moving value")
+    if not _finite_numbers(moving):
+        raise InvalidRequest("moved_on: every moving value is a finite number")
+    check_node_ad(machine, (), plain_text=plain_text)
+    ordered = tuple({name: v[name] for name in _MOVING_ORDER if name in v} for v in moving)
+    return MovedOnAd(
+        machine=machine,
+        digest=bytes.fromhex(digest),
+        moving=ordered,
+        packed=PackedSlots.pack_moving(ordered),
+    )
 
 
 def prepare_node_ad(
@@ -1046,6 +1084,10 @@ class AdStore:
         self.received = 0
         #: Ads that were their node's previous one moved on in time (:func:`moved_on`).
         self.moved_on_ads = 0
+        #: Ads pushed with their slot ads' moving values alone, taken
+        #: (:meth:`take_moved_on`), and refused for slot ads not held.
+        self.moving_values_pushed = 0
+        self.slots_unknown = 0
         self.expired = 0
         self._lost: set[str] = set()
         #: Each watcher's set, and the set it is told of ads moved on quietly in (``None``:
@@ -1170,6 +1212,38 @@ class AdStore:
         self.received += 1
         for names in self._name_watchers:
             names.add(name)
+        return entry
+
+    def take_moved_on(self, node: MovedOnAd, now: float) -> AdEntry:
+        """Store a node's ad pushed with its slot ads' moving values alone
+        (:func:`prepare_moved_on`): the slot ads of its entry with these moving values, as
+        :meth:`take` stores them. Raises :class:`SlotsUnknown` unless the node's entry
+        holds slot ads of that digest, as many, each with the same moving attributes."""
+        name = node.machine["Name"]
+        previous = self._entries.get(name)
+        kept = None if previous is None else previous.slots
+        if not isinstance(kept, PackedSlots) or kept.digest != node.digest:
+            self.slots_unknown += 1
+            raise SlotsUnknown(
+                f"{name}: the master holds no slot ads of digest {node.digest.hex()} for "
+                "this node: push the whole ad"
+            )
+        if [list(values) for values in kept.moving_values()] != [
+            list(values) for values in node.moving
+        ]:
+            self.slots_unknown += 1
+            raise SlotsUnknown(
+                f"{name}: the moving values are not those of the slot ads the master holds "
+                "for this node: push the whole ad"
+            )
+        assert previous is not None  # kept is its slot ads
+        activities, active = previous.slot_activities
+        clocks = tuple(
+            {**values, **activity} for values, activity in zip(node.moving, activities, strict=True)
+        )
+        packed = kept.moved_on(node.packed, len(node.moving))
+        entry = self.take(NodeAd(node.machine, packed, clocks, active), now)
+        self.moving_values_pushed += 1
         return entry
 
     def _unindex(self, entry: AdEntry, *, moved: bool = False) -> None:

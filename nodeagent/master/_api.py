@@ -82,10 +82,11 @@ from nodeagent.master._ad_pushes import (
     send_reply,
     take_push,
 )
-from nodeagent.master._adstore import NodeAd, project
+from nodeagent.master._adstore import project
 from nodeagent.master._event_stream import SEND_TIMEOUT, events_endpoint
 from nodeagent.master._ingest import (
     AdReply,
+    OtherAd,
     Prepared,
     Push,
     Refused,
@@ -263,24 +264,50 @@ _WINDOW = {
 }
 _SCHEDULE = {"type": "object", "properties": {"windows": _repeated(_WINDOW)}}
 _MACHINE_IDS = {"type": "array", "items": _MACHINE_ID}
-_AD = {
+_MACHINE_AD = {
     "type": "object",
-    "required": ["machine", "slots"],
+    "required": ["Name"],
     "properties": {
-        "machine": {
-            "type": "object",
-            "required": ["Name"],
-            "properties": {
-                "Name": {"type": "string", "minLength": 1},
-                "MyType": {"type": "string"},
-            },
-            "description": "The machine ad: ClassAd attributes as JSON",
-        },
-        "slots": {
-            "type": "array",
-            "items": {"type": "object", "description": "A slot ad"},
-        },
+        "Name": {"type": "string", "minLength": 1},
+        "MyType": {"type": "string"},
     },
+    "description": "The machine ad: ClassAd attributes as JSON",
+}
+_AD = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["machine", "slots"],
+            "properties": {
+                "machine": _MACHINE_AD,
+                "slots": {
+                    "type": "array",
+                    "items": {"type": "object", "description": "A slot ad"},
+                },
+            },
+        },
+        {
+            "type": "object",
+            "description": "A node's ad moved on in time: its slot ads' moving values alone",
+            "required": ["machine", "moved_on"],
+            "additionalProperties": False,
+            "properties": {
+                "machine": _MACHINE_AD,
+                "moved_on": {
+                    "type": "object",
+                    "required": ["slots_digest", "moving"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "slots_digest": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+                        "moving": {
+                            "type": "array",
+                            "items": {"type": "object", "additionalProperties": {"type": "number"}},
+                        },
+                    },
+                },
+            },
+        },
+    ]
 }
 #: Mesos endpoints: 400 in plain text; the rest in JSON (401, 403 from the token check);
 #: 503 in plain text (store.error) or JSON (master.no_leader, store.outcome_unknown).
@@ -569,7 +596,7 @@ def _pushed(master: Master, prepared: Prepared) -> AdReply:
     if isinstance(prepared, Refused):
         return AdReply(prepared.status, prepared.body)
     try:
-        reply = master.receive_ad(prepared if isinstance(prepared, NodeAd) else prepared.ad)
+        reply = master.receive_ad(prepared.ad if isinstance(prepared, OtherAd) else prepared)
     except SlotsError as exc:
         return AdReply(exc.http_status, _json_bytes(error_body(exc.code, exc.message)))
     return AdReply(200, push_reply_bytes(reply))
@@ -904,8 +931,10 @@ def build_master_app(
     @app.post(
         "/v1/ads",
         tags=["ads"],
-        responses=_errors(401, 403, 413, 422),
-        openapi_extra=_json_body(_AD, "The node's ad, as its agent's ``GET /v1/ad`` gives it"),
+        responses=_errors(401, 403, 409, 413, 422),
+        openapi_extra=_json_body(
+            _AD, "The node's ad, as its agent's ``GET /v1/ad`` gives it, or moved on in time"
+        ),
     )
     async def post_ad(request: Request) -> Response:
         """An agent's ad (DAEMON); the reply carries the machine's mode and window."""

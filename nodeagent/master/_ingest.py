@@ -32,7 +32,9 @@ and the packed slot ads' two parts, :meth:`~nodeagent.master._adstore.PackedSlot
 for ``REFUSED`` the status (2 bytes) and the reply's JSON body; ``NODE_UNSETTLED`` is
 ``NODE`` with the static part of the slot ads unsettled (its digest, then its JSON), as
 a worker makes them: the master compresses it only if the node's previous ad's is not the
-same.
+same; ``MOVED_ON`` a node's ad pushed with its slot ads' moving values alone (the same three
+lengths, then the JSON of ``{"machine": {...}, "moving": [...]}``, the digest of the static
+part they go with and the moving values packed).
 """
 
 from __future__ import annotations
@@ -46,16 +48,19 @@ from typing import Any
 import orjson
 
 from nodeagent._auth import WrongNode
+from nodeagent._moving_values import DIGEST
 from nodeagent.master._adstore import (
     CheckedStatics,
+    MovedOnAd,
     NodeAd,
     PackedSlots,
     ad_parts,
     foreign_ad,
     may_hold_control,
+    prepare_moved_on,
     prepare_node_ad,
 )
-from slots import SlotsError
+from slots import InvalidRequest, SlotsError
 
 __all__ = [
     "ALIVE",
@@ -84,7 +89,7 @@ __all__ = [
 FRAME = struct.Struct(">I")
 _NODE = struct.Struct(">III")
 _STATUS = struct.Struct(">H")
-_NODE_KIND, _REFUSED_KIND, _NODE_UNSETTLED_KIND = 1, 2, 3
+_NODE_KIND, _REFUSED_KIND, _NODE_UNSETTLED_KIND, _MOVED_ON_KIND = 1, 2, 3, 4
 _PUSH = struct.Struct(">BIdH")
 _REFUSAL = struct.Struct(">BHd")
 _ANSWER = struct.Struct(">BIHB")
@@ -119,7 +124,7 @@ class OtherAd:
     ad: dict[str, Any]
 
 
-Prepared = NodeAd | OtherAd | Refused
+Prepared = NodeAd | MovedOnAd | OtherAd | Refused
 
 
 def _no_constant(name: str) -> float:
@@ -179,6 +184,8 @@ def prepare_push(
             message = f"a token of node {node!r} pushes its ad only: {foreign}"
             return Refused.of(WrongNode.http_status, WrongNode.code, message)
     try:
+        if "moved_on" in ad:
+            return _moved_on(ad, body)
         machine, slots, my_type = ad_parts(ad)
         if my_type != "Machine":
             return OtherAd(ad)
@@ -194,10 +201,31 @@ def prepare_push(
         return Refused.of(exc.http_status, exc.code, exc.message)
 
 
-def encode_prepared(prepared: NodeAd | Refused) -> bytes:
+def _moved_on(ad: dict[str, Any], body: bytes) -> MovedOnAd:
+    """A node's ad pushed with its slot ads' moving values alone
+    (:func:`~nodeagent.master._adstore.prepare_moved_on`); raises
+    :class:`~slots.InvalidRequest`."""
+    machine = ad.get("machine")
+    if set(ad) != {"machine", "moved_on"} or not isinstance(machine, dict):
+        raise InvalidRequest("an ad moved on is {'machine': {...}, 'moved_on': {...}}")
+    name = machine.get("Name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("the machine ad has no Name")
+    if machine.get("MyType", "Machine") != "Machine":
+        raise InvalidRequest(f"{name}: only a node's ad is pushed moved on")
+    return prepare_moved_on(machine, ad["moved_on"], plain_text=not may_hold_control(body))
+
+
+def encode_prepared(prepared: NodeAd | MovedOnAd | Refused) -> bytes:
     """A push made ready, as a ``PUSH`` frame carries it (module docstring)."""
     if isinstance(prepared, Refused):
         return b"".join((bytes((_REFUSED_KIND,)), _STATUS.pack(prepared.status), prepared.body))
+    if isinstance(prepared, MovedOnAd):
+        document = orjson.dumps({"machine": prepared.machine, "moving": prepared.moving})
+        parts = (document, prepared.digest, prepared.packed)
+        return b"".join(
+            (bytes((_MOVED_ON_KIND,)), _NODE.pack(*(len(part) for part in parts)), *parts)
+        )
     static, moving, _, deflated = prepared.slots.parts()
     document = orjson.dumps(
         {"machine": prepared.machine, "clocks": prepared.clocks, "active": prepared.active}
@@ -213,7 +241,7 @@ def encode_prepared(prepared: NodeAd | Refused) -> bytes:
     )
 
 
-def decode_prepared(data: bytes | memoryview) -> NodeAd | Refused:
+def decode_prepared(data: bytes | memoryview) -> NodeAd | MovedOnAd | Refused:
     """What :func:`encode_prepared` made; raises :class:`ValueError` for what it does not
     make."""
     view = memoryview(data)
@@ -223,7 +251,7 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | Refused:
     if kind == _REFUSED_KIND:
         (status,) = _STATUS.unpack_from(rest)
         return Refused(status, bytes(rest[_STATUS.size :]))
-    if kind not in (_NODE_KIND, _NODE_UNSETTLED_KIND):
+    if kind not in (_NODE_KIND, _NODE_UNSETTLED_KIND, _MOVED_ON_KIND):
         raise ValueError(f"a push made ready of an unknown kind {kind}")
     sizes = _NODE.unpack_from(rest)
     start = _NODE.size
@@ -237,6 +265,17 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | Refused:
         raise ValueError(f"a node's ad made ready that is not JSON: {exc}") from None
     if not isinstance(document, dict):
         document = {}
+    if kind == _MOVED_ON_KIND:
+        machine, moving = document.get("machine"), document.get("moving")
+        digest = bytes(rest[document_end:static_end])
+        if (
+            not isinstance(machine, dict)
+            or not isinstance(moving, list)
+            or not all(isinstance(values, dict) for values in moving)
+            or len(digest) != DIGEST
+        ):
+            raise ValueError("a node's ad moved on made ready not shaped as one")
+        return MovedOnAd(machine, digest, tuple(moving), bytes(rest[static_end:]))
     machine, clocks, active = (document.get(k) for k in ("machine", "clocks", "active"))
     if (
         not isinstance(machine, dict)
@@ -280,7 +319,7 @@ class Push:
     number: int
     seconds: float
     authorization: str | None
-    prepared: NodeAd | Refused | None = None
+    prepared: NodeAd | MovedOnAd | Refused | None = None
     body: bytes = b""
 
 
@@ -311,7 +350,7 @@ def encode_push(
     seconds: float,
     authorization: str | None,
     *,
-    prepared: NodeAd | Refused | None = None,
+    prepared: NodeAd | MovedOnAd | Refused | None = None,
     body: bytes = b"",
 ) -> bytes:
     """A ``PUSH`` frame (``prepared``), else a ``PUSH_BODY`` frame (``body``)."""

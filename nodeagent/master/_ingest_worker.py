@@ -55,7 +55,7 @@ from nodeagent.master._ad_pushes import (
     send_reply,
     take_push,
 )
-from nodeagent.master._adstore import CheckedStatics, NodeAd
+from nodeagent.master._adstore import CheckedStatics, MovedOnAd, NodeAd
 from nodeagent.master._ingest import (
     ALIVE,
     READY,
@@ -134,7 +134,7 @@ class _Link:
         self._ready_to_write.set()
 
     async def push(
-        self, taken: TakenPush, seconds: float, prepared: NodeAd | Refused | None
+        self, taken: TakenPush, seconds: float, prepared: NodeAd | MovedOnAd | Refused | None
     ) -> AdReply:
         """The master's answer to a push (``prepared``, else its body to make ready)."""
         if self.lost:
@@ -189,10 +189,10 @@ async def _answer(
     link: _Link, checked: CheckedStatics, taken: TakenPush, started: float
 ) -> AdReply:
     """The master's answer to ``taken``, made ready here, received at ``started``."""
-    prepared: NodeAd | Refused | None
+    prepared: NodeAd | MovedOnAd | Refused | None
     try:
         made = prepare_push(taken.body, taken.who.node, deflated=False, checked=checked)
-        prepared = made if isinstance(made, NodeAd | Refused) else None
+        prepared = made if isinstance(made, NodeAd | MovedOnAd | Refused) else None
     except Exception:  # the master makes it itself, and says what it makes of it
         log.exception("an ad push could not be prepared here")
         prepared = None

@@ -79,7 +79,7 @@ from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
 from nodeagent._store import Documents, Members, StoreError
 from nodeagent._when import in_words, iso_time
-from nodeagent.master._adstore import AdEntry, AdStore, NodeAd, foreign_ad
+from nodeagent.master._adstore import AdEntry, AdStore, MovedOnAd, NodeAd, PackedSlots, foreign_ad
 from nodeagent.master._drains import (
     ABSENT,
     COMMITTED,
@@ -813,11 +813,15 @@ class Master:
     # ------------------------------------------------------------------ ads
 
     def receive_ad(
-        self, ad: Mapping[str, Any] | NodeAd, *, plain_text: bool = False
+        self, ad: Mapping[str, Any] | NodeAd | MovedOnAd, *, plain_text: bool = False
     ) -> dict[str, Any]:
         """Store a node's ad (as pushed, or checked and packed already by an ingest worker:
-        :class:`~nodeagent.master._adstore.NodeAd`); the reply carries its machine's mode
-        and window.
+        :class:`~nodeagent.master._adstore.NodeAd`, or one pushed with its slot ads'
+        moving values alone, :class:`~nodeagent.master._adstore.MovedOnAd`, which raises
+        :class:`~nodeagent.master._adstore.SlotsUnknown` when the store does not hold the
+        slot ads they go with); the reply carries its machine's mode and window, and the
+        digest of its slot ads' static part (``slots_digest``: a node may push its next
+        ad with its moving values alone, for that digest).
 
         The ad of a DRAINING or DOWN machine wakes the reconcile pass when it can change
         what the pass does: a node new or back from lost, or a change of its drain or of
@@ -826,13 +830,14 @@ class Master:
         ``plain_text``: see :func:`~nodeagent.master._adstore.check_node_ad`.
         """
         now = self.clock.now()
-        machine = ad.machine if isinstance(ad, NodeAd) else ad.get("machine")
+        machine = ad.machine if isinstance(ad, NodeAd | MovedOnAd) else ad.get("machine")
         name = machine.get("Name") if isinstance(machine, dict) else None
         previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
         entry = self._take_ad(ad, now, plain_text=plain_text, previous=previous)
         if entry.my_type != "Machine":
             return {"machine_id": None, "mode": None, "unavailability": None}
+        slots = entry.slots
         status = self.state.match(entry.hostname, entry.ip)
         if (
             status is not None
@@ -845,11 +850,12 @@ class Master:
             "machine_id": {"hostname": entry.hostname, "ip": entry.ip},
             "mode": str(Mode.UP if status is None else status.mode),
             "unavailability": None if window is None else window.unavailability.to_json(),
+            "slots_digest": slots.digest.hex() if isinstance(slots, PackedSlots) else None,
         }
 
     def _take_ad(
         self,
-        ad: Mapping[str, Any] | NodeAd,
+        ad: Mapping[str, Any] | NodeAd | MovedOnAd,
         now: float,
         *,
         plain_text: bool = False,
@@ -861,15 +867,16 @@ class Master:
         (:func:`~nodeagent.master._event_drafts.node_changes`), a lost node back.
         ``previous``: the entry held before, when the caller has it."""
         if previous is None:
-            machine = ad.machine if isinstance(ad, NodeAd) else ad.get("machine")
+            machine = ad.machine if isinstance(ad, NodeAd | MovedOnAd) else ad.get("machine")
             name = machine.get("Name") if isinstance(machine, dict) else None
             previous = self.ads.get(name) if isinstance(name, str) else None
         was_lost = previous is not None and self.ads.lost(previous, now)
-        entry = (
-            self.ads.take(ad, now)
-            if isinstance(ad, NodeAd)
-            else self.ads.update(ad, now, plain_text=plain_text)
-        )
+        if isinstance(ad, NodeAd):
+            entry = self.ads.take(ad, now)
+        elif isinstance(ad, MovedOnAd):
+            entry = self.ads.take_moved_on(ad, now)
+        else:
+            entry = self.ads.update(ad, now, plain_text=plain_text)
         # the machines whose plan this ad may change are looked at by the next pass; an
         # ad moved on in time quietly changes none (the next pass swaps it into the plans
         # it holds): a pass looks at them anyway when the ad before it would have turned

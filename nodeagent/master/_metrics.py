@@ -66,6 +66,10 @@ class _MasterCollector(Collector):
         for name, value, text in (
             ("nodeagent_master_ads_received", master.ads.received, "Ads received"),
             ("nodeagent_master_ads_expired", master.ads.expired, "Ads that expired (node lost)"),
+            ("nodeagent_master_ads_moving_values", master.ads.moving_values_pushed,
+             "Ads pushed with their slot ads' moving values alone"),
+            ("nodeagent_master_ads_slots_unknown", master.ads.slots_unknown,
+             "Pushes of moving values alone refused: the slot ads they go with not held"),
             ("nodeagent_master_drains_started", master.counters.drains_started,
              "Graceful drains started for maintenance"),
             ("nodeagent_master_drains_escalated", master.counters.drains_escalated,

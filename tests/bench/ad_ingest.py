@@ -231,6 +231,9 @@ class Connection:
         self.inbuf = bytearray()
         self.sent_at = 0.0
         self.reconnects = -1
+        #: The body of the last reply, and the node whose ad the request in flight is.
+        self.reply = b""
+        self.node = 0
 
     def connect(self, selector: selectors.BaseSelector) -> None:
         if self.sock is not None:
@@ -298,6 +301,7 @@ class Connection:
         if b'"mode"' not in self.inbuf[end + 4 : end + 4 + length]:
             status = -status if status == 200 else status
         closes = b"\r\nconnection: close" in head
+        self.reply = bytes(self.inbuf[end + 4 : end + 4 + length])
         del self.inbuf[: end + 4 + length]
         return status, closes
 

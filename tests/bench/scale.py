@@ -15,7 +15,9 @@ the templates' JSON, and writes a node's body when it is due: 100,000 nodes cost
 than a few MiB in the pushers. Each ad is the template machine's ad at the time it is sent
 (the same claims moved on in time, as an agent's next push), or with ``--static-ads`` the
 same bytes every round. Every node is due once per interval, the nodes spread evenly over
-it; each push is on a new connection, as a real agent's is (``--keep-alive``: connections
+it; once the master's reply gives the digest of a node's slot ads, the node pushes their moving
+values alone as an agent does (``moved_on``; ``--whole-ads``: always the whole ad); each
+push is on a new connection, as a real agent's is (``--keep-alive``: connections
 kept open), at most ``--connections`` in flight per pusher and master. A pusher that falls
 behind its schedule says by how much (``pushers_behind_s``).
 
@@ -95,6 +97,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent._auth import Scope, create_token, load_key
+from nodeagent._moving_values import split_slots
 from tests.bench._benchlib import percentile, terminate
 from tests.bench._etcdlib import require_etcd
 from tests.bench.ad_ingest import (
@@ -115,6 +118,8 @@ from tests.harness import MasterProcess
 NS = 1_000_000_000
 #: What a template's JSON says where a node's hostname and ip go.
 HOST_MARK = "host-mark.invalid"
+#: The digest a push's reply gives of the slot ads held.
+_DIGEST_IN_REPLY = re.compile(rb'"slots_digest":"([0-9a-f]{32})"')
 IP_MARK = "ip-mark.invalid"
 #: The tokens' lifetime (a run at 100,000 takes a while).
 TOKEN_LIFETIME = 6 * 3600
@@ -186,28 +191,53 @@ class Share:
     moving: bool
     rounds: int | None = None
     burst: bool = False
+    whole: bool = False
 
 
 class Bodies:
     """The templates' JSON with the node's names and ip as marks, made again each second
-    (the template machines' ads at that second) unless ``moving`` is false."""
+    (the template machines' ads at that second) unless ``moving`` is false; and the parts
+    of each as pushed moved on (``moved``: the machine ad's JSON and the slot ads' moving
+    values' JSON, which holds no name)."""
 
     def __init__(self, now: float, moving: bool) -> None:
         self.machines = template_machines(now)
         self.moving = moving
         self.second = -1
         self.texts: list[bytes] = []
+        self.moved: list[tuple[bytes, bytes]] = []
         self.at(now)
 
     def at(self, now: float) -> list[bytes]:
         second = int(now)
         if second != self.second and (self.moving or not self.texts):
             self.second = second
-            self.texts = [
-                json.dumps(node_ad(machine.ad(now), HOST_MARK, IP_MARK)).encode()
-                for machine in self.machines
+            ads = [node_ad(machine.ad(now), HOST_MARK, IP_MARK) for machine in self.machines]
+            self.texts = [json.dumps(ad).encode() for ad in ads]
+            self.moved = [
+                (
+                    json.dumps(ad["machine"]).encode(),
+                    json.dumps(split_slots(ad["slots"])[1]).encode(),
+                )
+                for ad in ads
             ]
         return self.texts
+
+    def moved_on(self, now: float, t: int, digest: bytes) -> bytes:
+        """Template ``t``'s ad at ``now`` pushed moved on, for the slot ads of ``digest``."""
+        self.at(now)
+        machine, moving = self.moved[t]
+        return b"".join(
+            (
+                b'{"machine":',
+                machine,
+                b',"moved_on":{"slots_digest":"',
+                digest,
+                b'","moving":',
+                moving,
+                b"}}",
+            )
+        )
 
 
 def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None:
@@ -240,10 +270,23 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
     bodies = Bodies(share.now, share.moving)
     host_mark, ip_mark = HOST_MARK.encode(), IP_MARK.encode()
 
+    # the digest of each node's slot ads the master holds (its last reply's): as an
+    # agent, a node pushes its moving values alone while the master holds them
+    digests: list[bytes | None] = [None] * count
+
     def request(j: int) -> bytes:
-        text = bodies.at(time.time())[nodes[j] % TEMPLATES]
+        digest = None if share.whole else digests[j]
+        if digest is None:
+            text = bodies.at(time.time())[nodes[j] % TEMPLATES]
+        else:
+            text = bodies.moved_on(time.time(), nodes[j] % TEMPLATES, digest)
         body = text.replace(host_mark, names[j]).replace(ip_mark, ips[j])
         return heads[j] + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    def replied(conn: Connection, status: int) -> None:
+        """Keep the digest the reply gives (a 409 ``ad.slots_unknown``: none)."""
+        found = _DIGEST_IN_REPLY.search(conn.reply)
+        digests[conn.node] = found.group(1) if status in (200, -200) and found else None
 
     def due(k: int) -> float:
         if share.burst:
@@ -299,7 +342,8 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
                 ):
                     conn = idle[a].pop()
                     resting.discard(conn)
-                    conn.prepared = [request(following[a] % count)]
+                    conn.node = following[a] % count
+                    conn.prepared = [request(conn.node)]
                     conn.next = 0
                     following[a] += 1
                     try:
@@ -334,6 +378,7 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
                 if done is None:
                     continue
                 status, closes = done
+                replied(conn, status)
                 if status == 200:
                     stats[base + OK] += 1
                     stats[base + LAST_OK] = time.monotonic()
@@ -433,7 +478,8 @@ def alive(master: MasterProcess) -> None:
 
 
 def scrape(master: MasterProcess) -> dict[str, float]:
-    """The master's ads-received counter and oldest live ad's age (``/metrics``)."""
+    """The master's ads-received counter (and of them those pushed with their moving values
+    alone) and oldest live ad's age (``/metrics``)."""
     started = time.perf_counter()
     text = master.call("GET", "/metrics", timeout=120).text
     elapsed = time.perf_counter() - started
@@ -443,6 +489,8 @@ def scrape(master: MasterProcess) -> dict[str, float]:
             figures["received"] = float(line.split()[-1])
         elif line.startswith("nodeagent_master_oldest_ad_age_seconds "):
             figures["oldest_ad_age_s"] = float(line.split()[-1])
+        elif line.startswith("nodeagent_master_ads_moving_values_total "):
+            figures["moving_values"] = float(line.split()[-1])
     return figures
 
 
@@ -748,6 +796,12 @@ def steady(
         per_master.append(
             {
                 "ads_received_per_s": round(received / counted, 1),
+                # of them, pushed with their slot ads' moving values alone
+                "moving_values_share": round(
+                    (after[k].get("moving_values", 0) - before[k].get("moving_values", 0))
+                    / max(received, 1),
+                    3,
+                ),
                 "master_cpu_percent": round(100 * mcpu[k] / elapsed, 1),
                 "ingest_workers_cpu_percent": round(100 * wcpu[k] / elapsed, 1),
                 "ingest_workers_rss_mib": round(
@@ -797,6 +851,7 @@ class Options:
     round_timeout: float
     ingest_workers: int = 0
     cold_read: str | None = None
+    whole: bool = False
 
 
 def address(master: MasterProcess) -> tuple[str, int]:
@@ -826,6 +881,7 @@ def start_pushers(
         moving=options.moving,
         rounds=rounds,
         burst=burst,
+        whole=options.whole,
     )
 
 
@@ -1029,6 +1085,7 @@ def run(
         "connections_per_pusher": options.connections,
         "connection_per_ad": not options.keep_alive,
         "ads_move_in_time": options.moving,
+        "moving_values_alone": not options.whole,
         "summary_params": SUMMARY,
         "oldest_ad_age_from": "nodeagent_master_oldest_ad_age_seconds (/metrics)",
         "claims_per_node": 8,
@@ -1050,6 +1107,9 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32, help="in flight per pusher")
     parser.add_argument("--keep-alive", action="store_true", help="keep connections open")
     parser.add_argument("--static-ads", action="store_true", help="the same bytes each round")
+    parser.add_argument(
+        "--whole-ads", action="store_true", help="every push the whole ad (no moving values alone)"
+    )
     parser.add_argument("--summary-every", type=float, default=2.0, help="seconds")
     parser.add_argument("--preview-machines", type=int, default=1000)
     parser.add_argument("--no-preview", action="store_true")
@@ -1085,6 +1145,7 @@ def main() -> int:
         round_timeout=args.round_timeout or 5 * args.interval,
         ingest_workers=args.ingest_workers,
         cold_read=args.cold_read,
+        whole=args.whole_ads,
     )
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from tests.certificates import self_signed_or_skip
+from tests.etcd import free_port
 from tests.harness import AgentProcess, MasterProcess, wait_for
 
 pytestmark = pytest.mark.integration
@@ -192,6 +193,67 @@ def test_a_killed_ingest_worker_is_started_again_and_no_push_is_lost(
         assert a_node.post("/v1/ads", json=own).status_code == 200
     assert metric(master, "nodeagent_master_ads_taken_by_workers_total") == taken + 1
     assert again in workers_of(master)
+
+
+def slot_clocks(ad: dict[str, Any]) -> list[int]:
+    return [slot["MyCurrentTime"] for slot in ad["slots"]]
+
+
+def test_the_agents_push_their_moving_values_alone_once_the_master_holds_their_slot_ads(
+    pool: tuple[MasterProcess, dict[str, AgentProcess]],
+) -> None:
+    """After a whole ad, an agent pushes its slot ads' moving values alone (through the
+    worker): the master serves the agent's slot ads, moved on."""
+    master, agents = pool
+    wait_for(lambda: metric(master, "nodeagent_master_ads_moving_values_total") >= 4)
+    for name, agent in agents.items():
+        own = agent.call("GET", "/v1/ad").json()
+        served = master.call("GET", f"/v1/ads/{name}").json()
+        assert [s["Name"] for s in served["slots"]] == [s["Name"] for s in own["slots"]]
+        before = slot_clocks(served)
+        wait_for(
+            lambda n=name, b=before: all(
+                now > then
+                for now, then in zip(
+                    slot_clocks(master.call("GET", f"/v1/ads/{n}").json()), b, strict=True
+                )
+            )
+        )
+
+
+def test_a_master_started_anew_is_sent_the_whole_ad_and_then_the_moving_values(
+    tmp_path: Path,
+) -> None:
+    """An agent held still while its master restarts pushes its moving values to a master
+    that holds none of its slot ads: 409 ``ad.slots_unknown``, and the whole ad at once,
+    then the moving values again."""
+    master = MasterProcess(tmp_path / "master", settings={"ingest_workers": 1})
+    config = master.config_path.read_text()  # the same port after the restart
+    master.config_path.write_text(config.replace("127.0.0.1:0", f"127.0.0.1:{free_port()}"))
+    with ExitStack() as stack:
+        stack.enter_context(master)
+        agent = stack.enter_context(
+            AgentProcess(
+                tmp_path / "agent",
+                hostname="r.test",
+                master=master.agent_settings(tmp_path / "agent", node="r.test"),
+            )
+        )
+        wait_for(lambda: metric(master, "nodeagent_master_ads_moving_values_total") >= 1)
+        assert agent.proc is not None
+        agent.proc.send_signal(signal.SIGSTOP)
+        try:
+            assert master.stop() == 0
+            master.start()
+            assert held(master) == set()
+        finally:
+            agent.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: metric(master, "nodeagent_master_ads_moving_values_total") >= 1)
+        assert metric(master, "nodeagent_master_ads_slots_unknown_total") >= 1
+        assert held(master) == {"r.test"}
+        own = agent.call("GET", "/v1/ad").json()
+        served = master.call("GET", "/v1/ads/r.test").json()
+        assert [s["Name"] for s in served["slots"]] == [s["Name"] for s in own["slots"]]
 
 
 @pytest.mark.parametrize("end", ["stopped", "killed"])

@@ -14,6 +14,7 @@ import pytest
 from nodeagent._master_calls import (
     MaintenanceWord,
     MasterCalls,
+    PushReply,
     UnusableReply,
     unavailability_from_mesos,
 )
@@ -115,7 +116,29 @@ async def test_each_call_sends_its_request_with_its_cap_and_the_token(
     ],
 )  # fmt: skip
 async def test_a_push_reads_the_master_s_word(reply: Any, word: MaintenanceWord | None) -> None:
-    assert await MasterCalls(peer=FakeMaster(reply), url=URL).push_ad(AD) == word
+    assert await MasterCalls(peer=FakeMaster(reply), url=URL).push_ad(AD) == PushReply(word)
+
+
+DIGEST = "0123456789abcdef" * 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "digest"),
+    [
+        ({"mode": "UP", "slots_digest": DIGEST}, DIGEST),
+        # what is not 32 lower-case hexadecimal digits is no digest: the next push is whole
+        ({"mode": "UP", "slots_digest": DIGEST.upper()}, None),
+        ({"mode": "UP", "slots_digest": DIGEST[:-1]}, None),
+        ({"mode": "UP", "slots_digest": DIGEST + "\n"}, None),
+        ({"mode": "UP", "slots_digest": 12}, None),
+        ({"mode": "UP", "slots_digest": None}, None),
+        ({"mode": "UP"}, None),
+        ([DIGEST], None),
+    ],
+)  # fmt: skip
+async def test_a_push_reads_the_digest_of_the_slot_ads_held(reply: Any, digest: str | None) -> None:
+    said = await MasterCalls(peer=FakeMaster(reply), url=URL).push_ad(AD)
+    assert said.slots_digest == digest
 
 
 @pytest.mark.parametrize(

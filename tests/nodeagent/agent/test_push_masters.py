@@ -22,6 +22,7 @@ import trio.testing
 
 from nodeagent._clock import TrioClock
 from nodeagent._master_calls import MaintenanceWord
+from nodeagent._moving_values import split_slots, static_digest
 from nodeagent._peer import MASTER_REPLY_LIMIT, Credentials, PeerCallFailed
 from nodeagent._settings import ConfigError
 from nodeagent.agent._agent import Agent
@@ -29,7 +30,7 @@ from nodeagent.agent._config import MasterLinkConfig, load_agent_config
 from nodeagent.agent._push import PUSH_TIMEOUT_S, MasterLink
 from nodeagent.agent._store import Store
 from nodeagent.testing import FakeBehaviour, FakeRunner
-from slots import Machine, MachinePolicy, Resources
+from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.loopback import LoopbackPeer, Reply, Seen, json_reply, listening_socket, serving
 
 EPOCH = 1_800_000_000.0
@@ -53,6 +54,10 @@ class FakeMaster:
     ads: list[Any] = field(default_factory=list)
     sessions: int = 0
     closed: int = 0
+    #: Answer with the digest of the slot ads held, and take pushes of the moving values
+    #: alone for it (409 ``ad.slots_unknown`` for another), as a master does.
+    holds_slots: bool = False
+    held: str | None = None
 
     async def __aenter__(self) -> FakeMaster:
         self.sessions += 1
@@ -88,9 +93,18 @@ class FakeMaster:
             await trio.sleep(PUSH_TIMEOUT_S)
             raise PeerCallFailed("master.timeout", f"the master at {self.url} did not answer")
         await trio.sleep(self.delay)
+        if self.holds_slots and "moved_on" in json:
+            if json["moved_on"]["slots_digest"] != self.held:
+                self.ads.append(("refused", json))
+                raise PeerCallFailed("ad.slots_unknown", "push the whole ad", status=409)
+        elif self.holds_slots:
+            self.held = static_digest(split_slots(json["slots"])[0]).hex()[::-1]  # its own
         self.pushes.append(trio.current_time())
         self.ads.append(json)
-        return {"mode": self.mode, "unavailability": None}
+        reply: dict[str, Any] = {"mode": self.mode, "unavailability": None}
+        if self.holds_slots:
+            reply["slots_digest"] = self.held
+        return reply
 
 
 @dataclass
@@ -195,6 +209,48 @@ async def test_every_master_gets_every_push_at_its_instant(
         assert [r.link.masters[url].pushes for url in (A, B)] == [3, 3]
         assert all(m.sessions == 1 and m.closed == 0 for m in r.pool.masters.values())
     assert [m.closed for m in r.pool.masters.values()] == [1, 1]  # each connection closed
+
+
+def _kinds(master: FakeMaster) -> list[str]:
+    """What each push to ``master`` was: ``whole``, ``moved_on`` or ``refused`` (a push of
+    the moving values alone it answered 409)."""
+    return [
+        "refused" if isinstance(ad, tuple) else "moved_on" if "moved_on" in ad else "whole"
+        for ad in master.ads
+    ]
+
+
+async def test_the_moving_values_alone_go_while_the_master_holds_the_slot_ads(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """After a whole push the master took, the next pushes carry the slot ads' moving
+    values alone, for the digest the master gave; a claim started sends the whole ad
+    again; a master that answers 409 ``ad.slots_unknown`` (restarted) gets the whole ad in
+    the same push; a master that gives no digest always gets the whole ad."""
+    holding, plain = FakeMaster(A, holds_slots=True), FakeMaster(B)
+    async with rig(tmp_path, holding, plain) as r:
+        await r.until(130)
+        assert _kinds(holding) == ["whole", "moved_on", "moved_on"]
+        assert _kinds(plain) == ["whole", "whole", "whole"]
+        ad, moved = r.agent.ad(), holding.ads[-1]  # the ad now, 10 s after that push
+        assert moved["machine"]["Name"] == ad["machine"]["Name"]
+        assert moved["machine"]["MyCurrentTime"] == int(EPOCH) + 120
+        assert moved["moved_on"]["slots_digest"] == holding.held
+        moving = split_slots(ad["slots"])[1]
+        assert [list(v) for v in moved["moved_on"]["moving"]] == [list(v) for v in moving]
+        assert moved["moved_on"]["moving"][0]["MyCurrentTime"] == int(EPOCH) + 120
+        r.agent.machine.claim(EPOCH + 130, resources=Resources(cpus=1), spec=JobSpec())
+        await r.until(250)
+        assert _kinds(holding)[3:] == ["whole", "moved_on"]  # the claim, then a minute on
+        holding.held = None  # as a master started anew
+        await r.until(310)
+        assert _kinds(holding)[5:] == ["refused", "whole"]
+        assert holding.pushes == sorted(holding.pushes)
+        assert r.link.masters[A].pushes == len(holding.pushes) == 6
+        assert r.link.masters[A].failures == 0
+        await r.until(370)
+        assert _kinds(holding)[7:] == ["moved_on"]
+        assert _kinds(plain) == ["whole"] * 7
 
 
 async def test_a_master_that_is_down_delays_no_push_to_the_others(

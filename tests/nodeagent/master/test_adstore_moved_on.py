@@ -18,8 +18,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from nodeagent._moving_values import MOVING as _MOVING
 from nodeagent.master._adstore import (
-    _MOVING,
     AdEntry,
     AdStore,
     PackedSlots,

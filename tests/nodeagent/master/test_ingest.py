@@ -13,8 +13,9 @@ import orjson
 import pytest
 from hypothesis import event, given, settings
 
+from nodeagent._moving_values import split_slots, static_digest
 from nodeagent.master import _adstore
-from nodeagent.master._adstore import AdStore, CheckedStatics, NodeAd, PackedSlots
+from nodeagent.master._adstore import AdStore, CheckedStatics, MovedOnAd, NodeAd, PackedSlots
 from nodeagent.master._ingest import (
     ALIVE,
     FRAME,
@@ -89,6 +90,17 @@ REFUSALS: list[tuple[str, bytes, str | None, int, str]] = [
     (
         "a State that is not a string",
         body_of(_set(("machine", "State"), 3)(node_ad())),
+        "n1.test",
+        422,
+        "request.invalid",
+    ),
+    (
+        "moved on with a value that is not a number",
+        body_of(
+            _set(("moved_on",), {"slots_digest": "0" * 32, "moving": [{"CpuUsage": "x"}]})(
+                {"machine": node_ad()["machine"]}
+            )
+        ),
         "n1.test",
         422,
         "request.invalid",
@@ -280,6 +292,39 @@ def test_the_checked_digests_keep_the_newest_and_those_found_again() -> None:
         True,
     ]
     assert len(checked) == 3
+
+
+def _pushed_moved_on(ad: dict[str, Any]) -> dict[str, Any]:
+    """``ad`` as pushed with its slot ads' moving values alone."""
+    static, moving = split_slots(ad["slots"])
+    digest = static_digest(static).hex()
+    return {"machine": ad["machine"], "moved_on": {"slots_digest": digest, "moving": moving}}
+
+
+def test_an_ad_moved_on_through_a_worker_makes_the_entry_of_the_whole_ad() -> None:
+    """A node's next ad pushed with its moving values alone, made ready by a worker and
+    carried by its frames, makes the entry the whole ad makes: the same machine ad, slot
+    ads and moved-on verdict, the forecast's basis kept, the static part shared."""
+    first = node_ad()
+    later = _moved_on(first)
+    prepared = prepare_push(body_of(_pushed_moved_on(later)), "n1.test", deflated=False)
+    assert isinstance(prepared, MovedOnAd)
+    assert through_frames(prepared) == prepared
+    itself, worker = AdStore(lifetime=300), AdStore(lifetime=300)
+    own_first = itself.update(copy.deepcopy(first), T)
+    own_later = itself.update(copy.deepcopy(later), T + 60)
+    made = prepare_push(body_of(first), "n1.test", deflated=False)
+    assert isinstance(made, NodeAd)
+    taken_first = worker.take(made, T)
+    taken_later = worker.take_moved_on(prepared, T + 60)
+    assert taken_later.machine == own_later.machine
+    assert orjson.dumps(list(taken_later.slots)) == orjson.dumps(list(own_later.slots))
+    assert worker.moved_on_ads == itself.moved_on_ads == 1
+    assert taken_later.basis is taken_first.basis
+    assert own_later.basis is own_first.basis
+    assert isinstance(taken_later.slots, PackedSlots)
+    assert isinstance(taken_first.slots, PackedSlots)
+    assert taken_later.slots.shares_static(taken_first.slots)
 
 
 def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:  # its body sent

@@ -7,7 +7,9 @@ The app (with the ad fast path in front, as the daemon serves it) runs over
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from nodeagent._audit import AuditLog
 from nodeagent._auth import Scope, create_token
 from nodeagent._clock import TrioClock
 from nodeagent._expressions._evaluator import Evaluator
+from nodeagent._moving_values import split_slots
 from nodeagent._peer import AgentCallFailed, AgentLink
 from nodeagent._serving._http import trusted
 from nodeagent._store import DocumentStore, StoreError
@@ -322,6 +325,90 @@ async def test_a_fresh_ad_from_an_unreachable_node_is_502(tmp_path: Path) -> Non
         reply = await a.local.get("/v1/ads/n1", params={"fresh": "true"})
         assert error_code(reply) == (502, "agent.unreachable")
         assert (await a.local.get("/v1/ads/n1")).json()["machine"]["Name"] == "n1"
+
+
+# ------------------------------------------------------------------ ads moved on
+
+
+def moved_on(ad: dict[str, Any], digest: str, *, by: int = 60) -> dict[str, Any]:
+    """``ad`` ``by`` seconds later, pushed with its slot ads' moving values alone."""
+    later = copy.deepcopy(ad)
+    for part in (later["machine"], *later["slots"]):
+        part["MyCurrentTime"] += by
+        if part.get("Activity") == "Busy":
+            part["TotalJobRunTime"] += by
+    _, moving = split_slots(later["slots"])
+    return {"machine": later["machine"], "moved_on": {"slots_digest": digest, "moving": moving}}
+
+
+async def test_an_ad_moved_on_is_taken_for_the_slot_ads_held_and_refused_otherwise(
+    tmp_path: Path,
+) -> None:
+    """A push's reply gives the digest of the slot ads' static part; the node's next ad,
+    pushed with its moving values alone for that digest, is the node's ad as a whole push
+    of it would be. For slot ads the master does not hold (another digest, a node it never
+    heard, other slots), 409 ``ad.slots_unknown``; for values that are not finite
+    numbers, 422; for another node, 403: each changes nothing."""
+    async with api(tmp_path) as a:
+        whole = node_ad("n1")
+        reply = await a.push(whole)
+        assert reply.status_code == 200
+        digest = reply.json()["slots_digest"]
+        assert re.fullmatch("[0-9a-f]{32}", digest)
+        pushed = moved_on(whole, digest)
+        reply = await a.push(pushed)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["slots_digest"] == digest
+        assert a.master.ads.moved_on_ads == 1
+        held = a.master.ads.get("n1")
+        assert held is not None
+        expected = copy.deepcopy(whole)
+        for part in (expected["machine"], *expected["slots"]):
+            part["MyCurrentTime"] += 60
+            if part.get("Activity") == "Busy":
+                part["TotalJobRunTime"] += 60
+        assert (held.machine, list(held.slots)) == (expected["machine"], expected["slots"])
+        served = (await a.local.get("/v1/ads/n1")).json()
+        assert [s["MyCurrentTime"] for s in served["slots"]] == [EPOCH + 60] * len(whole["slots"])
+
+        other_digest = moved_on(whole, "0" * 32, by=120)
+        fewer = moved_on(whole, digest, by=120)
+        fewer["moved_on"]["moving"].pop()
+        other_names = moved_on(whole, digest, by=120)
+        moving = other_names["moved_on"]["moving"]
+        moving[0] = dict(moving[-1])  # a claim's moving attributes for the partitionable slot
+        assert list(moving[0]) != list(split_slots(whole["slots"])[1][0])
+        text = moved_on(whole, digest, by=120)
+        text["moved_on"]["moving"][0]["MyCurrentTime"] = "later"
+        flag = moved_on(whole, digest, by=120)
+        flag["moved_on"]["moving"][0]["MyCurrentTime"] = True
+        static = moved_on(whole, digest, by=120)
+        static["moved_on"]["moving"][0]["State"] = "Owner"
+        short = moved_on(whole, digest[:30], by=120)
+        both = {**moved_on(whole, digest, by=120), "slots": whole["slots"]}
+        defrag = moved_on(whole, digest, by=120)
+        defrag["machine"]["MyType"] = "Defrag"
+        bad_machine = moved_on(whole, digest, by=120)
+        bad_machine["machine"]["State"] = 3
+        cases = [
+            (other_digest, "n1", (409, "ad.slots_unknown")),
+            (moved_on(node_ad("n2"), digest), "n2", (409, "ad.slots_unknown")),
+            (fewer, "n1", (409, "ad.slots_unknown")),
+            (other_names, "n1", (409, "ad.slots_unknown")),
+            (text, "n1", (422, "request.invalid")),
+            (flag, "n1", (422, "request.invalid")),
+            (static, "n1", (422, "request.invalid")),
+            (short, "n1", (422, "request.invalid")),
+            (both, "n1", (422, "request.invalid")),
+            (defrag, "n1", (422, "request.invalid")),
+            (bad_machine, "n1", (422, "request.invalid")),
+            (moved_on(whole, digest, by=120), "n2", (403, "auth.wrong_node")),
+        ]
+        for body, node, expected_error in cases:
+            reply = await a.push(body, node=node)
+            assert error_code(reply) == expected_error, (body, reply.text)
+            assert a.master.ads.get("n1") is held
+            assert a.master.ads.get("n2") is None
 
 
 # ------------------------------------------------------------------ node restriction
