@@ -301,6 +301,10 @@ def _clock_followed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool
     return left == had
 
 
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
 def shared_values(machine: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a node's machine ad whose string values are interned: equal ones are one
     object across every node's entry (an OS, a state, a policy expression), so that 100,000
@@ -354,16 +358,20 @@ def _moved_on(
     packed: PackedSlots | None,
     clocks: Sequence[Mapping[str, Any]],
     active: bool,
+    kept_moving: list[dict[str, Any]] | None = None,
 ) -> bool:
     """:func:`moved_on`, given for each slot its moving values and ``Activity``
     (``clocks``: the slot ads themselves will do) and whether a job is active on the node
     (``active``); ``slots`` are read only when ``packed`` does not share the previous
-    entry's static part."""
+    entry's static part. ``kept_moving``: the previous entry's moving values, when the
+    caller has read them."""
     if len(slots) != len(before.slots) or not _ad_moved_on(before.machine, machine):
         return False
     kept = before.slots
     if packed is not None and isinstance(kept, PackedSlots) and packed.shares_static(kept):
-        for slot, was in zip(clocks, kept.moving_values(), strict=True):
+        if kept_moving is None:
+            kept_moving = kept.moving_values()
+        for slot, was in zip(clocks, kept_moving, strict=True):
             followed = _clock_followed(was, slot)
             if followed is None:
                 followed = all(slot[name] == value for name, value in was.items())
@@ -849,13 +857,13 @@ class AdEntry:
         )
 
     @cached_property
-    def slot_activities(self) -> tuple[tuple[dict[str, Any], ...], bool]:
-        """Each slot ad's ``Activity`` (``{"Activity": …}``, or ``{}`` for a slot ad
-        without one) and whether a job is active on the node: what a push of the moving
-        values alone takes of the slot ads it goes with (:meth:`AdStore.take_moved_on`)."""
+    def slot_activities(self) -> tuple[tuple[Any, ...], bool]:
+        """Each slot ad's ``Activity`` (``None`` when it has none; a string is interned)
+        and whether a job is active on the node: what a push of the moving values alone
+        takes of the slot ads it goes with (:meth:`AdStore.take_moved_on`)."""
         slots = list(self.slots)
         return (
-            tuple({"Activity": s["Activity"]} if "Activity" in s else {} for s in slots),
+            tuple(_interned(s.get("Activity")) for s in slots),
             any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
         )
 
@@ -1168,10 +1176,13 @@ class AdStore:
         self.received += 1
         return other
 
-    def take(self, node: NodeAd, now: float) -> AdEntry:
+    def take(
+        self, node: NodeAd, now: float, *, kept_moving: list[dict[str, Any]] | None = None
+    ) -> AdEntry:
         """Store a node's ad checked and packed by :func:`prepare_node_ad` (here or in an
         ingest worker process): it becomes the node's entry, which keeps what is derived
-        from the previous one when the ad is that one moved on in time (:func:`moved_on`)."""
+        from the previous one when the ad is that one moved on in time (:func:`moved_on`).
+        ``kept_moving``: the moving values of the entry held, when the caller read them."""
         machine = node.machine
         name = machine["Name"]
         previous = self._entries.get(name)
@@ -1182,7 +1193,13 @@ class AdStore:
             else None
         )
         moved = previous is not None and _moved_on(
-            previous, machine, packed, packed=packed, clocks=node.clocks, active=node.active
+            previous,
+            machine,
+            packed,
+            packed=packed,
+            clocks=node.clocks,
+            active=node.active,
+            kept_moving=kept_moving,
         )
         entry = AdEntry(
             name=name,
@@ -1199,6 +1216,9 @@ class AdStore:
                 if fact in previous.__dict__:
                     entry.__dict__[fact] = previous.__dict__[fact]
             self.moved_on_ads += 1
+        if "slot_activities" not in entry.__dict__:  # known here: no slot ad read back
+            activities = tuple(_interned(clock.get("Activity")) for clock in node.clocks)
+            entry.__dict__["slot_activities"] = (activities, node.active)
         quiet = previous is not None and self.moved_quietly(previous, entry, now)
         if previous is not None:
             self._unindex(previous, moved=quiet)
@@ -1228,9 +1248,8 @@ class AdStore:
                 f"{name}: the master holds no slot ads of digest {node.digest.hex()} for "
                 "this node: push the whole ad"
             )
-        if [list(values) for values in kept.moving_values()] != [
-            list(values) for values in node.moving
-        ]:
+        kept_moving = kept.moving_values()
+        if [list(values) for values in kept_moving] != [list(values) for values in node.moving]:
             self.slots_unknown += 1
             raise SlotsUnknown(
                 f"{name}: the moving values are not those of the slot ads the master holds "
@@ -1238,11 +1257,16 @@ class AdStore:
             )
         assert previous is not None  # kept is its slot ads
         activities, active = previous.slot_activities
+        # what moved_on reads of a slot ad besides its moving values (an Activity null
+        # or absent reads the same)
         clocks = tuple(
-            {**values, **activity} for values, activity in zip(node.moving, activities, strict=True)
+            {**values, "Activity": activity}
+            for values, activity in zip(node.moving, activities, strict=True)
         )
         packed = kept.moved_on(node.packed, len(node.moving))
-        entry = self.take(NodeAd(node.machine, packed, clocks, active), now)
+        entry = self.take(
+            NodeAd(node.machine, packed, clocks, active), now, kept_moving=kept_moving
+        )
         self.moving_values_pushed += 1
         return entry
 

@@ -5,6 +5,7 @@ worker and the master carry what they say."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,13 @@ from hypothesis import event, given, settings
 
 from nodeagent._moving_values import split_slots, static_digest
 from nodeagent.master import _adstore
-from nodeagent.master._adstore import AdStore, CheckedStatics, MovedOnAd, NodeAd, PackedSlots
+from nodeagent.master._adstore import (
+    AdStore,
+    CheckedStatics,
+    MovedOnAd,
+    NodeAd,
+    PackedSlots,
+)
 from nodeagent.master._ingest import (
     ALIVE,
     FRAME,
@@ -410,6 +417,9 @@ def test_ads_taken_through_a_worker_make_the_entries_the_master_makes_itself(
         assert isinstance(prepared, NodeAd)
         taken = worker.take(prepared, at)
         assert taken.machine == own.machine
+        # what a push of the moving values alone will take of the slot ads, known without
+        # reading them back, is what reading them back says
+        assert taken.slot_activities == dataclasses.replace(taken).slot_activities
         assert orjson.dumps(list(taken.slots)) == orjson.dumps(list(own.slots))
         entries.append((own, taken))
     (own_first, taken_first), (own_later, taken_later) = entries
