@@ -118,9 +118,10 @@ from tests.harness import MasterProcess
 NS = 1_000_000_000
 #: What a template's JSON says where a node's hostname and ip go.
 HOST_MARK = "host-mark.invalid"
-#: The digest a push's reply gives of the slot ads held.
-_DIGEST_IN_REPLY = re.compile(rb'"slots_digest":"([0-9a-f]{32})"')
 IP_MARK = "ip-mark.invalid"
+#: The digest a push's reply gives of the slot ads held (the same on every master: it is
+#: of their content).
+_DIGEST_IN_REPLY = re.compile(rb'"slots_digest":"([0-9a-f]{32})"')
 #: The tokens' lifetime (a run at 100,000 takes a while).
 TOKEN_LIFETIME = 6 * 3600
 #: A pusher's figures, in its slice of the shared array.
