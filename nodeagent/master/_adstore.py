@@ -206,7 +206,6 @@ def check_node_ad(
     slots: Sequence[Mapping[str, Any]],
     *,
     plain_text: bool = False,
-    slots_checked: bool = False,
 ) -> None:
     """Raise :class:`InvalidRequest` unless the master can read a node's machine ad and
     slot ads wherever it reads them.
@@ -225,15 +224,12 @@ def check_node_ad(
     are checked at the cost of a scan of the values. ``plain_text``: the caller knows that
     no text of the ads can hold such a character (the JSON they were read from escapes
     none: :func:`may_hold_control`), and the texts are not searched again.
-    ``slots_checked``: the caller knows that the slot ads pass (:func:`prepare_node_ad`:
-    the same static part as slot ads that passed, every moving value a finite number);
-    only the machine ad and every ``MyAddress`` are checked.
     """
     for name in _STATISTICS:
         value = machine.get(name, 0)
         if not finite_number(value):
             raise _refuse(machine, f"{name} must be a finite number, not {value!r}")
-    ads = (machine,) if slots_checked else (machine, *slots)
+    ads = (machine, *slots)
     for ad in ads:
         values = ad.values()
         if not _SCALARS.issuperset(map(type, values)):
@@ -675,6 +671,12 @@ class AdEntry:
     #: on in time (:func:`moved_on`): what is derived from them (the forecast, the plan's
     #: row templates) holds for all of them.
     basis: object = field(default_factory=object, compare=False, repr=False)
+    #: Each slot ad's ``Activity`` (``None`` when it has none; a string interned) and
+    #: whether a job is active on the node, from the push that brought the slot ads: what
+    #: a push of their moving values alone takes of them (:meth:`AdStore.take_moved_on`).
+    slot_activities: tuple[tuple[Any, ...], bool] = field(
+        default=((), False), compare=False, repr=False
+    )
 
     @property
     def my_type(self) -> str:
@@ -857,17 +859,6 @@ class AdEntry:
         )
 
     @cached_property
-    def slot_activities(self) -> tuple[tuple[Any, ...], bool]:
-        """Each slot ad's ``Activity`` (``None`` when it has none; a string is interned)
-        and whether a job is active on the node: what a push of the moving values alone
-        takes of the slot ads it goes with (:meth:`AdStore.take_moved_on`)."""
-        slots = list(self.slots)
-        return (
-            tuple(_interned(s.get("Activity")) for s in slots),
-            any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
-        )
-
-    @cached_property
     def empty(self) -> bool:
         """No dynamic slot holds an active job."""
         return not any(
@@ -1000,9 +991,8 @@ def prepare_node_ad(
 
     Slot ads whose static part is that of slot ads that passed (``after``'s, which the
     store took, or one of ``checked``, where this adds those that pass) and whose moving
-    values are finite numbers pass as they did: only the machine ad and the addresses
-    are checked again (most pushes are a node's ad moved on in time). The answer is the
-    full check's."""
+    values are finite numbers pass as they did: only the machine ad is checked again
+    (most pushes are a node's ad moved on in time). The answer is the full check's."""
     try:
         static, moving = _split(slots)
     except orjson.JSONEncodeError:  # what the checks refuse first, or what they let by
@@ -1012,8 +1002,10 @@ def prepare_node_ad(
     known = (after is not None and after.digest == digest) or (
         checked is not None and digest in checked
     )
+    # slot ads known to pass are not checked again (a MyAddress of theirs is an origin:
+    # one that passed, or the machine's when they passed, which passed)
     check_node_ad(
-        machine, slots, plain_text=plain_text, slots_checked=known and _finite_numbers(moving)
+        machine, () if known and _finite_numbers(moving) else slots, plain_text=plain_text
     )
     if checked is not None and not known:
         checked.add(digest)
@@ -1208,6 +1200,10 @@ class AdStore:
             received_at=now,
             updates=1 if previous is None else previous.updates + 1,
             basis=previous.basis if moved and previous is not None else object(),
+            slot_activities=(
+                tuple(_interned(clock.get("Activity")) for clock in node.clocks),
+                node.active,
+            ),
         )
         if moved and previous is not None:
             # What the ad's moving values change nothing of: the forecast (made once per
@@ -1216,9 +1212,6 @@ class AdStore:
                 if fact in previous.__dict__:
                     entry.__dict__[fact] = previous.__dict__[fact]
             self.moved_on_ads += 1
-        if "slot_activities" not in entry.__dict__:  # known here: no slot ad read back
-            activities = tuple(_interned(clock.get("Activity")) for clock in node.clocks)
-            entry.__dict__["slot_activities"] = (activities, node.active)
         quiet = previous is not None and self.moved_quietly(previous, entry, now)
         if previous is not None:
             self._unindex(previous, moved=quiet)
