@@ -578,16 +578,26 @@ def _refused(exc: AuthError) -> AdReply:
 def _pusher(
     master: Master, principals: Principals, authorization: str | None, *, unix: bool
 ) -> Principal | AdReply:
-    """Who pushes an ad: a DAEMON token's holder (one naming no node only while
-    ``Master.allow_pool_daemon_tokens``), or the refusal (401 or 403)."""
+    """Who pushes an ad: a DAEMON token's holder (see :func:`_pool_pusher`), or the
+    refusal (401 or 403)."""
     try:
         who = principals(authorization, unix=unix)
         require(who, Scope.DAEMON)
-        if who.node is None:
-            master.pool_token_used(who.subject)
     except AuthError as exc:
         return _refused(exc)
-    return who
+    refused = _pool_pusher(master, who.subject, who.node)
+    return who if refused is None else refused
+
+
+def _pool_pusher(master: Master, subject: str, node: str | None) -> AdReply | None:
+    """The refusal (403) of a push by a DAEMON token of ``subject`` that names no node
+    unless ``Master.allow_pool_daemon_tokens``; ``None`` for one that may push."""
+    if node is None:
+        try:
+            master.pool_token_used(subject)
+        except AuthError as exc:
+            return _refused(exc)
+    return None
 
 
 def _pushed(master: Master, prepared: Prepared) -> AdReply:
@@ -625,25 +635,28 @@ def push_ad(
 
 
 def push_answer(
-    master: Master, key: bytes | None, metrics: MasterMetrics
+    master: Master, metrics: MasterMetrics
 ) -> Callable[[Push | WorkerRefusal], AdReply | None]:
     """How the master answers the pushes its ingest workers took
-    (:class:`~nodeagent.master._ingest_workers.IngestWorkers`): each token checked again
-    (from those remembered, as :func:`push_ad` does), the push stored, the reply
+    (:class:`~nodeagent.master._ingest_workers.IngestWorkers`): the push stored (by the
+    token's subject and node the worker verified: a worker holds the pool key, so its word
+    is taken, and the master keeps no second cache of 100,000 nodes' tokens), the reply
     returned, the request's latency observed (the worker's seconds and the master's); a
     refusal the worker made from a push's head is only observed (``None``)."""
-    principals = Principals(master.clock.now, key)
 
     def answer(push: Push | WorkerRefusal) -> AdReply | None:
         if isinstance(push, WorkerRefusal):
             metrics.observe_request_seconds("POST", "/v1/ads", push.seconds)
             return None
         started = time.perf_counter()
-        if push.prepared is None:  # its body, for the master to make ready
-            reply = push_ad(master, principals, push.authorization, push.body, unix=False)
-        else:
-            who = _pusher(master, principals, push.authorization, unix=False)
-            reply = who if isinstance(who, AdReply) else _pushed(master, push.prepared)
+        reply = _pool_pusher(master, push.subject, push.node)
+        if reply is None:
+            prepared: Prepared
+            if push.prepared is None:  # its body, for the master to make ready
+                prepared = prepare_push(push.body, push.node, after=master.ads.packed_slots)
+            else:
+                prepared = push.prepared
+            reply = _pushed(master, prepared)
         seconds = push.seconds + time.perf_counter() - started
         metrics.observe_request_seconds("POST", "/v1/ads", seconds)
         return reply

@@ -270,7 +270,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             self.ingest = IngestWorkers(
                 config.ingest_workers,
                 share=self.share,
-                answer=push_answer(master, opened.key, metrics),
+                answer=push_answer(master, metrics),
                 key=opened.key,
                 read_timeout=config.read_timeout,
             )

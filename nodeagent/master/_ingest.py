@@ -16,8 +16,10 @@ its kind. The worker writes:
 
 * ``READY`` once, when it accepts; ``ALIVE`` every second while its loop runs;
 * ``PUSH``: a push for the master to store and answer: the request's number (4 bytes), the
-  seconds it has taken so far (8 bytes, a double), the ``Authorization`` header (2 bytes of
-  length, then latin-1), then what :func:`encode_prepared` makes of the push made ready;
+  seconds it has taken so far (8 bytes, a double), who pushed it (2 bytes of length, then the
+  JSON ``[subject, node]`` of the DAEMON token the worker verified; the worker holds the pool
+  key, so the master takes its word), then what :func:`encode_prepared` makes of the push
+  made ready;
 * ``PUSH_BODY``: the same with the body as pushed, for the master to make ready itself (the
   ad of another daemon, or one the worker failed on);
 * ``REFUSED``: a push the worker refused from its head (a token, a body too large): its
@@ -318,7 +320,9 @@ class Push:
 
     number: int
     seconds: float
-    authorization: str | None
+    #: The verified token's subject and node (``None``: a pool-wide token).
+    subject: str
+    node: str | None
     prepared: NodeAd | MovedOnAd | Refused | None = None
     body: bytes = b""
 
@@ -348,16 +352,18 @@ ALIVE = _frame(bytes((_ALIVE_KIND,)))
 def encode_push(
     number: int,
     seconds: float,
-    authorization: str | None,
+    subject: str,
+    node: str | None,
     *,
     prepared: NodeAd | MovedOnAd | Refused | None = None,
     body: bytes = b"",
 ) -> bytes:
-    """A ``PUSH`` frame (``prepared``), else a ``PUSH_BODY`` frame (``body``)."""
-    token = (authorization or "").encode("latin-1")
+    """A ``PUSH`` frame (``prepared``), else a ``PUSH_BODY`` frame (``body``), of a push
+    whose DAEMON token names ``subject`` and ``node``."""
+    who = orjson.dumps([subject, node])
     kind = _PUSH_BODY_KIND if prepared is None else _PUSH_KIND
     payload = body if prepared is None else encode_prepared(prepared)
-    return _frame(_PUSH.pack(kind, number, seconds, len(token)), token, payload)
+    return _frame(_PUSH.pack(kind, number, seconds, len(who)), who, payload)
 
 
 def encode_refusal(status: int, seconds: float) -> bytes:
@@ -382,11 +388,16 @@ def decode_worker_frame(frame: bytes | memoryview) -> Push | WorkerRefusal | boo
     _, number, seconds, length = _PUSH.unpack_from(view)
     start = _PUSH.size + length
     if len(view) < start:
-        raise ValueError("a push whose token is cut short")
-    token = bytes(view[_PUSH.size : start]).decode("latin-1") or None
+        raise ValueError("a push whose pusher is cut short")
+    try:
+        subject, node = orjson.loads(view[_PUSH.size : start])
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        subject = node = None
+    if type(subject) is not str or (node is not None and type(node) is not str):
+        raise ValueError("a push whose pusher is not [subject, node]")
     if kind == _PUSH_BODY_KIND:
-        return Push(number, seconds, token, body=bytes(view[start:]))
-    return Push(number, seconds, token, prepared=decode_prepared(view[start:]))
+        return Push(number, seconds, subject, node, body=bytes(view[start:]))
+    return Push(number, seconds, subject, node, prepared=decode_prepared(view[start:]))
 
 
 def encode_answer(number: int, reply: AdReply) -> bytes:

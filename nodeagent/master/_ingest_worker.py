@@ -11,8 +11,8 @@ worker runs:
   key against this host's clock; 401/403/413 answered here; on plain TCP, a push that
   passes is read and answered without h11: :class:`_PushRoute`), its body read and made ready
   for the store (:func:`~nodeagent.master._ingest.prepare_push`), and sent to the master on
-  the link, which checks the token again, stores the ad and answers; the worker writes the
-  answer;
+  the link with the token's subject and node (the master takes the worker's word: it holds
+  the pool key), which stores the ad and answers; the worker writes the answer;
 * any other request is relayed to the master with the rest of its connection (the relay
   socket), which serves it as it serves its own TCP connections.
 
@@ -144,7 +144,14 @@ class _Link:
         answer: list[AdReply] = []
         self._waiting[number] = (done, answer)
         self.tell(
-            encode_push(number, seconds, taken.authorization, prepared=prepared, body=taken.body)
+            encode_push(
+                number,
+                seconds,
+                taken.who.subject,
+                taken.who.node,
+                prepared=prepared,
+                body=taken.body,
+            )
         )
         try:
             await done.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -57,14 +58,14 @@ def through_frames(prepared: Prepared) -> Prepared | None:
     """``prepared`` as a worker's push frame gives it to the master (``None``: the body
     sent, for the master to make ready: the ad of another daemon)."""
     if isinstance(prepared, OtherAd):
-        frame = encode_push(7, 0.25, "Bearer t", body=body_of(prepared.ad))
+        frame = encode_push(7, 0.25, "agent@n1", "n1", body=body_of(prepared.ad))
     else:
-        frame = encode_push(7, 0.25, "Bearer t", prepared=prepared)
+        frame = encode_push(7, 0.25, "agent@n1", "n1", prepared=prepared)
     (size,) = FRAME.unpack_from(frame)
     assert size == len(frame) - FRAME.size
     push = decode_worker_frame(frame[FRAME.size :])
     assert isinstance(push, Push)
-    assert (push.number, push.seconds, push.authorization) == (7, 0.25, "Bearer t")
+    assert (push.number, push.seconds, push.subject, push.node) == (7, 0.25, "agent@n1", "n1")
     if push.prepared is None:
         assert push.body == body_of(prepared.ad)  # type: ignore[union-attr]
     return push.prepared
@@ -366,11 +367,24 @@ def test_a_frame_no_worker_writes_is_refused(frame: bytes) -> None:
         decode_worker_frame(frame)
 
 
-def test_a_push_frame_carries_its_number_seconds_token_and_body() -> None:
-    for authorization in ("Bearer abc", None, "Bearer é"):
-        frame = encode_push(42, 1.5, authorization, body=b"{}")
+def test_a_push_frame_carries_its_number_seconds_pusher_and_body() -> None:
+    for subject, node in (("agent@n1", "n1"), ("pool", None), ("agent@é", "é\x00")):
+        frame = encode_push(42, 1.5, subject, node, body=b"{}")
         push = decode_worker_frame(frame[FRAME.size :])
-        assert push == Push(42, 1.5, authorization, body=b"{}")
+        assert push == Push(42, 1.5, subject, node, body=b"{}")
+
+
+@pytest.mark.parametrize(
+    "who",
+    [b"", b"[]", b'["a"]', b'[1, "n"]', b'["a", 2]', b'{"a": "n"}', b'["a","n","x"]', b"\xff"],
+)
+def test_a_push_frame_whose_pusher_is_not_a_subject_and_a_node_is_refused(who: bytes) -> None:
+    frame = encode_push(42, 1.5, "a", "n", body=b"{}")[FRAME.size :]
+    head = 1 + 4 + 8  # kind, number, seconds
+    (length,) = struct.unpack_from(">H", frame, head)
+    bad = frame[:head] + struct.pack(">H", len(who)) + who + frame[head + 2 + length :]
+    with pytest.raises(ValueError, match="pusher"):
+        decode_worker_frame(bad)
 
 
 def test_the_other_frames_say_what_they_say() -> None:
@@ -385,7 +399,7 @@ def test_the_other_frames_say_what_they_say() -> None:
 
 
 def test_frames_are_split_whole_and_what_is_cut_short_stays() -> None:
-    frames = encode_push(1, 0.0, None, body=b"{}") + READY + ALIVE
+    frames = encode_push(1, 0.0, "a", None, body=b"{}") + READY + ALIVE
     buffer = bytearray(frames + ALIVE[:3])
     whole = split_frames(buffer)
     assert [decode_worker_frame(f) for f in whole][1:] == [True, False]

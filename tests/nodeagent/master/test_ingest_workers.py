@@ -162,7 +162,7 @@ async def test_workers_take_many_pushes_at_once_and_hand_them_to_the_master(
                 assert isinstance(here, NodeAd)
                 assert pushed.prepared.machine == here.machine
                 assert list(pushed.prepared.slots) == list(here.slots)
-                assert pushed.authorization == f"Bearer {tokens[name]}"
+                assert (pushed.subject, pushed.node) == (f"agent@{name}", name)
                 assert pushed.seconds >= 0
             # refused from its head by the worker: only told to the master
             assert anonymous.status_code == 401
@@ -321,7 +321,7 @@ async def test_a_turn_answers_the_pushes_waiting_on_the_link_until_its_slice_is_
     """40 pushes of 20 kB wait on the link (more than one read of it holds): one turn of
     the master's loop answers them all and sends their answers at once, unless its slice
     of work (here a tick of the work clock per look at it) is spent first."""
-    frames = [encode_push(n, 0.0, None, body=b"x" * 20_000) for n in range(1, 41)]
+    frames = [encode_push(n, 0.0, "a", None, body=b"x" * 20_000) for n in range(1, 41)]
     ours, theirs = socket.socketpair()
     for end in (ours, theirs):
         end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)

@@ -31,6 +31,7 @@ from nodeagent._store import DocumentStore, StoreError
 from nodeagent.master import _api
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
+from nodeagent.master._ingest import FRAME, Push, decode_worker_frame, encode_push
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._plan import PlanPolicy
@@ -461,6 +462,42 @@ async def test_a_pool_wide_daemon_token_is_refused_unless_allowed(tmp_path: Path
         assert a.master.pool_token_ads == 2
         metrics = (await a.local.get("/metrics")).text
         assert "nodeagent_master_pool_token_ads_total 2.0" in metrics
+
+
+async def test_a_workers_push_is_stored_by_the_pusher_it_names_and_refused_as_the_masters_own(
+    tmp_path: Path,
+) -> None:
+    """What an ingest worker hands on (the subject and node of the token it verified) is
+    answered as the master's own fast path answers the token: a node's push stored, a
+    pool-wide pusher refused unless allowed, the ad of another node refused by the node
+    named (a body the master makes ready itself)."""
+    async with api(tmp_path) as a:
+        answer = _api.push_answer(a.master, MasterMetrics(a.master, require_auth=True))
+
+        def push(subject: str, node: str | None, ad: dict[str, Any]) -> _api.AdReply:
+            frame = encode_push(1, 0.0, subject, node, body=json.dumps(ad).encode())
+            decoded = decode_worker_frame(frame[FRAME.size :])
+            assert isinstance(decoded, Push)
+            reply = answer(decoded)
+            assert reply is not None
+            return reply
+
+        pooled = push("agents", None, node_ad("n1"))
+        assert (pooled.status, json.loads(pooled.body)["error"]["code"]) == (
+            403,
+            "auth.pool_daemon_token",
+        )
+        foreign = push("agent@n2", "n2", node_ad("n1"))
+        assert (foreign.status, json.loads(foreign.body)["error"]["code"]) == (
+            403,
+            "auth.wrong_node",
+        )
+        assert a.master.ads.get("n1") is None
+        assert push("agent@n1", "n1", node_ad("n1")).status == 200
+        assert a.master.ads.get("n1") is not None
+        a.master.allow_pool_daemon_tokens = True
+        assert push("agents", None, node_ad("n2")).status == 200
+        assert a.master.pool_token_ads == 1
 
 
 async def test_the_forecasts_waiting_show_in_the_master_ad_and_the_metrics(
