@@ -435,7 +435,7 @@ def ledger_figures(
     }
     for key in ledger.late:
         share = ledger.shares[key]
-        plan, state = share.pair
+        plan, state = share.plan, share.state
         assert plan.node is not None  # a listed row has a node
         position = ledger.position[key]
         if share.late:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -64,6 +65,7 @@ __all__ = ["AdChanges", "PlanLedger", "Share", "share_of"]
 #: core-seconds and badput of an escalation to come.
 _LINES = 8
 _NO_CUT = ((0, 0), (0, 0))
+_NO_LINES = (0,) * (2 * _LINES + 2)
 #: The shares remade between two questions to a step's ``enough`` (:meth:`PlanLedger.bring_to`).
 _ENOUGH_EVERY = 8
 
@@ -90,24 +92,25 @@ class AdChanges:
 class Share:
     """What one machine's row adds to the plan at any ``now`` before :attr:`until`.
 
-    ``pair``: the plan and row state it was made from (compared by identity).
-    ``counts`` (:meth:`PlanTotals.counts`, the values of ``lines`` left out; the place
-    and value of each that is not 0) and ``mode`` are added as they are; ``lines`` are
-    the six expected values and, for a row to be escalated, the cut core-seconds and
-    badput, as ``(at, slope)`` on the whole second (``value = at + slope × floor(now)``).
-    ``late``: whether the row is late by its promises, with ``promise`` the line of its
-    promise completion; ``escalates``: whether the master will escalate it (``cut_jobs``
-    cut; a ``late=true`` reply lists a row that is either); ``after_window``: the
-    machine's entry of ``after_window`` while it is one.
+    ``plan`` and ``state``: what it was made from (compared by identity). ``counts``
+    (:meth:`PlanTotals.counts`, the values of ``lines`` left out; the place and value of
+    each that is not 0, one after the other) and ``mode`` are added as they are; ``lines``
+    are the six expected values and, for a row to be escalated, the cut core-seconds and
+    badput, as lines ``at + slope × floor(now)`` on the whole second, then the line of its
+    promise completion: ``at`` and ``slope`` of each, one after the other (flat, and in a
+    machine-word array when they fit: a pool's shares are 100,000 of them). ``late``:
+    whether the row is late by its promises; ``escalates``: whether the master will
+    escalate it (``cut_jobs`` cut; a ``late=true`` reply lists a row that is either);
+    ``after_window``: the machine's entry of ``after_window`` while it is one.
     """
 
-    pair: tuple[MachinePlan, RowState]
+    plan: MachinePlan
+    state: RowState
     until: float
-    counts: tuple[tuple[int, int | Fraction], ...]
+    counts: tuple[int | Fraction, ...]
     mode: str
-    lines: tuple[tuple[int, int], ...]
+    lines: Sequence[int]
     late: bool
-    promise: tuple[int, int]
     escalates: bool
     cut_jobs: int
     after_window: dict[str, Any] | None
@@ -116,6 +119,19 @@ class Share:
     def listed(self) -> bool:
         """Whether a ``late=true`` reply lists the row."""
         return self.late or self.escalates
+
+    def line(self, i: int) -> tuple[int, int]:
+        """Line ``i`` of :attr:`lines` (``_LINES``: the promise's) as ``(at, slope)``."""
+        return self.lines[2 * i], self.lines[2 * i + 1]
+
+
+def _flat_lines(values: Iterable[int]) -> Sequence[int]:
+    """``values`` (whole numbers) as a machine-word array, or a tuple when one does not fit."""
+    values = tuple(values)
+    try:
+        return array("q", values)
+    except (OverflowError, TypeError):  # beyond 64 bits, or not an int
+        return values
 
 
 def share_of(
@@ -134,13 +150,13 @@ def share_of(
     if node is None:
         totals.add(plan, row_figures(plan, state, now))
         return Share(
-            pair=(plan, state),
+            plan=plan,
+            state=state,
             until=due,
             counts=_nonzero(totals.counts()),
             mode=plan.mode,
-            lines=((0, 0),) * _LINES,
+            lines=_NO_LINES,
             late=False,
-            promise=(0, 0),
             escalates=False,
             cut_jobs=0,
             after_window=after_window,
@@ -167,27 +183,25 @@ def share_of(
         totals.next_hour = int(window_start <= now + 3600)
         if not totals.next_hour:
             until = min(until, window_start - 3600)
+    cut = read.verdicts[3:5] if escalates else _NO_CUT
     return Share(
-        pair=(plan, state),
+        plan=plan,
+        state=state,
         until=until,
         counts=_nonzero(totals.counts()),
         mode=plan.mode,
-        lines=tuple(
-            [
-                (a - s * base, s)
-                for a, s in (*read.estimates, *(read.verdicts[3:5] if escalates else _NO_CUT))
-            ]
+        lines=_flat_lines(
+            v for a, s in (*read.estimates, *cut, (at, slope)) for v in (a - s * base, s)
         ),
         late=late,
-        promise=(at - slope * base, slope),
         escalates=escalates,
         cut_jobs=cut_jobs,
         after_window=after_window,
     )
 
 
-def _nonzero(counts: tuple[int | Fraction, ...]) -> tuple[tuple[int, int | Fraction], ...]:
-    return tuple([(i, value) for i, value in enumerate(counts) if value])
+def _nonzero(counts: tuple[int | Fraction, ...]) -> tuple[int | Fraction, ...]:
+    return tuple([x for i, value in enumerate(counts) if value for x in (i, value)])
 
 
 def _flip(at: int, slope: int, window_start: float, *, late: bool) -> float:
@@ -370,11 +384,11 @@ class PlanLedger:
         share = self.shares.get(key)
         if share is None:
             return True
-        plan = None if latest is None else moved_on_plan(share.pair[0], latest)
+        plan = None if latest is None else moved_on_plan(share.plan, latest)
         if plan is None:
             return False
-        if plan is not share.pair[0]:
-            self.shares[key] = replace(share, pair=(plan, share.pair[1]))
+        if plan is not share.plan:
+            self.shares[key] = replace(share, plan=plan)
         return True
 
     def _remake(
@@ -387,7 +401,7 @@ class PlanLedger:
     ) -> None:
         key = plan.key
         old = self.shares.get(key)
-        if old is not None and old.pair[0] is plan and old.pair[1] is state and now < old.until:
+        if old is not None and old.plan is plan and old.state is state and now < old.until:
             return
         self.remade += 1
         if old is not None:
@@ -428,10 +442,13 @@ class PlanLedger:
 
     def _add(self, share: Share, sign: int) -> None:
         total = self._sum
-        for i, value in share.counts:
-            total[i] += sign * value
+        counts = share.counts
+        for k in range(0, len(counts), 2):
+            total[int(counts[k])] += sign * counts[k + 1]
         self._modes[share.mode] = self._modes.get(share.mode, 0) + sign
-        for line, (at, slope) in zip(self._lines, share.lines, strict=True):
+        lines = share.lines
+        for k, line in enumerate(self._lines):
+            at, slope = lines[2 * k], lines[2 * k + 1]
             if at or slope:
                 line[0] += sign * at
                 line[1] += sign * slope
@@ -461,16 +478,16 @@ class PlanLedger:
         share = self.shares[key]
         if not share.late:
             return 0.0
-        at, slope = share.promise
+        at, slope = share.line(_LINES)
         return late_by(
             at + slope * math.floor(self.now),
-            window_start=share.pair[0].window_start,
+            window_start=share.plan.window_start,
             active=True,
         )
 
     def cut_badput(self, key: str) -> int:
         """The badput of the cuts of a machine to be escalated, at :attr:`now`."""
-        at, slope = self.shares[key].lines[7]
+        at, slope = self.shares[key].line(7)
         return at + slope * math.floor(self.now)
 
     def in_order(self, keys: Iterable[str]) -> list[str]:

@@ -797,7 +797,7 @@ class PlanView:
         added.behind = ledger.behind
         position, shares = ledger.position, ledger.shares
         ended = [(position[k], shares[k].after_window) for k in ledger.ended]
-        found = [((shares[k].pair[0].window_start, position[k]), k) for k in ledger.late]
+        found = [((shares[k].plan.window_start, position[k]), k) for k in ledger.late]
         volatile = _in_order(ledger, ledger.volatile)
         for plan, state in self.rows(
             inputs, now, with_blockers=False, escalation=escalation, only=volatile

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -523,11 +524,11 @@ def test_an_ad_moved_on_in_time_is_swapped_into_its_share_until_the_first_would_
     assert view.ledger(ledgered.inputs(), world.now) is ledger
     assert ledger.remade == 0
     # its share holds, the ad swapped for the newer: none replaced is kept
-    assert ledger.shares[_key(0)].pair[0].node is world.ads.get("n0.test")
+    assert ledger.shares[_key(0)].plan.node is world.ads.get("n0.test")
     world.now = NOW + LIFETIME + 1  # n0's first ad would be lost: its share is remade
     assert view.ledger(ledgered.inputs(), world.now) is ledger
     assert ledger.remade >= 1
-    assert ledger.shares[_key(0)].pair[0].node is world.ads.get("n0.test")
+    assert ledger.shares[_key(0)].plan.node is world.ads.get("n0.test")
     _push(0, 1)(world)  # another claim: told, remade at once
     view.ledger(ledgered.inputs(), world.now)
     assert ledger.remade == 1
@@ -545,3 +546,20 @@ def test_a_body_of_the_ledger_is_json_of_the_reply() -> None:
     ledgered.world.now += 1500
     body = ledgered.view.body(ledgered.inputs(), ledgered.world.now, late=True)
     assert json.loads(body) == ledgered.view.reply(ledgered.inputs(), ledgered.world.now, late=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "kept_as"),
+    [
+        ([1_800_000_000, -3, 0, 0], array),
+        ([-(2**63), 2**63 - 1], array),
+        ([2**63, 1], tuple),  # beyond a machine word: kept as they are
+        ([-(2**63) - 1, 1], tuple),
+    ],
+)
+def test_a_shares_lines_are_kept_in_machine_words_when_they_fit(
+    values: list[int], kept_as: type
+) -> None:
+    lines = _plan_ledger._flat_lines(values)
+    assert type(lines) is kept_as
+    assert list(lines) == values
