@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,17 +49,20 @@ def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: fl
 
 
 class HostIndex:
-    """Which scheduled machines an ad's hostname and ip can change (:meth:`matching`)."""
+    """Which scheduled machines an ad's hostname and ip can change (:meth:`matching`).
+
+    A host or ip of one machine (most) maps to its key alone, of several to a list of
+    them; hostnames are lower-cased and interned (one object in every index of a pool)."""
 
     def __init__(self, machines: Iterable[ScheduledMachine]) -> None:
-        self._by_host: dict[str, list[str]] = {}
-        self._by_ip: dict[str, list[str]] = {}
+        self._by_host: dict[str, str | list[str]] = {}
+        self._by_ip: dict[str, str | list[str]] = {}
         for machine in machines:
             hostname, ip = machine.id.hostname, machine.id.ip
             if hostname is not None:
-                self._by_host.setdefault(hostname.lower(), []).append(machine.key)
+                _add(self._by_host, sys.intern(hostname.lower()), machine.key)
             elif ip is not None:
-                self._by_ip.setdefault(ip, []).append(machine.key)
+                _add(self._by_ip, ip, machine.key)
 
     def matching(self, hostname: str | None, ip: str | None) -> list[str]:
         """The machines whose nodes an ad of ``hostname`` at ``ip`` can be one of: those
@@ -66,10 +70,29 @@ class HostIndex:
         (:meth:`~nodeagent.master._adstore.AdStore.find`)."""
         keys: list[str] = []
         if hostname is not None:
-            keys += self._by_host.get(hostname.lower(), ())
+            _extend(keys, self._by_host.get(hostname.lower()))
         if ip is not None:
-            keys += self._by_ip.get(ip, ())
+            _extend(keys, self._by_ip.get(ip))
         return keys
+
+
+def _add(index: dict[str, str | list[str]], name: str, key: str) -> None:
+    held = index.get(name)
+    if held is None:
+        index[name] = key
+    elif isinstance(held, str):
+        index[name] = [held, key]
+    else:
+        held.append(key)
+
+
+def _extend(keys: list[str], held: str | list[str] | None) -> None:
+    if held is None:
+        return
+    if isinstance(held, str):
+        keys.append(held)
+    else:
+        keys += held
 
 
 class DueTimes:

@@ -26,6 +26,7 @@ which bound a machine's drain start comes from, and what each costs in closed ca
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -260,9 +261,10 @@ class MachinePlan:
 
 
 def machine_key(machine_id: MachineId) -> str:
-    """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased)."""
+    """A stable key for a Mesos machine id: ``hostname|ip`` (hostname lower-cased); one
+    object for equal keys (interned), however many of the master's tables hold it."""
     host = "" if machine_id.hostname is None else machine_id.hostname.lower()
-    return f"{host}|{machine_id.ip or ''}"
+    return sys.intern(f"{host}|{machine_id.ip or ''}")
 
 
 def moved_on_plan(plan: MachinePlan, latest: Callable[[str], AdEntry | None]) -> MachinePlan | None:

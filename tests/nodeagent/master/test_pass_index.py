@@ -23,11 +23,12 @@ from nodeagent.master._maintenance import (
     Window,
 )
 from nodeagent.master._master import Master
-from nodeagent.master._pass_index import PassIndex, next_due
+from nodeagent.master._pass_index import HostIndex, PassIndex, next_due
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
     ScheduledMachine,
+    machine_key,
     machine_plan,
     planned_escalation,
 )
@@ -355,3 +356,48 @@ async def test_the_notices_read_again_only_the_claims_of_the_machines_that_chang
         assert master._notice_claims[n1] is not read[n1]
         assert master._notice_claims[n1][2] > until
         nursery.cancel_scope.cancel()
+
+
+def _scheduled(hostname: str | None, ip: str | None) -> ScheduledMachine:
+    machine_id = MachineId(hostname=hostname, ip=ip)
+    return ScheduledMachine(
+        key=machine_key(machine_id), id=machine_id, mode="DRAINING", window_start=EPOCH,
+        window_seconds=None,
+    )  # fmt: skip
+
+
+HOSTS = [
+    _scheduled("a.test", "10.0.0.1"),
+    _scheduled("A.test", "10.0.0.2"),  # the same host, another ip
+    _scheduled("b.test", None),
+    _scheduled(None, "10.0.0.9"),  # by ip alone
+    _scheduled(None, "10.0.0.9"),
+    _scheduled(None, "10.0.0.8"),
+]
+
+
+@pytest.mark.parametrize(
+    ("hostname", "ip", "keys"),
+    [
+        ("a.test", None, ["a.test|10.0.0.1", "a.test|10.0.0.2"]),
+        ("A.TEST", "10.0.0.1", ["a.test|10.0.0.1", "a.test|10.0.0.2"]),  # hostname: any ip
+        ("b.test", "10.0.0.8", ["b.test|", "|10.0.0.8"]),
+        ("c.test", "10.0.0.9", ["|10.0.0.9", "|10.0.0.9"]),
+        (None, "10.0.0.8", ["|10.0.0.8"]),
+        (None, "10.0.0.1", []),  # scheduled by hostname
+        ("c.test", None, []),
+        (None, None, []),
+    ],
+)
+def test_a_host_index_names_each_machine_an_ad_may_be_one_of(
+    hostname: str | None, ip: str | None, keys: list[str]
+) -> None:
+    index = HostIndex(HOSTS)
+    assert index.matching(hostname, ip) == keys
+    assert index.matching(hostname, ip) == keys  # asking changes nothing
+
+
+def test_equal_machine_keys_are_one_object() -> None:
+    made = [machine_key(MachineId(hostname=f"N{n}.test", ip="10.0.0.1")) for n in (1, 1)]
+    assert made[0] == "n1.test|10.0.0.1"
+    assert made[0] is made[1]
