@@ -75,7 +75,9 @@ from slots._forecast import (
     BlockerFrames,
     DrainForecast,
     PieceLines,
+    line_pairs,
     moving_entries,
+    packed_ints,
 )
 from slots._groups import GROUP_NAME, check_group_name
 from slots._health import (
@@ -220,8 +222,10 @@ __all__ = [
     "is_true",
     "kept_output",
     "late_by",
+    "line_pairs",
     "moving_entries",
     "outcome_message",
+    "packed_ints",
     "parse_long",
     "plan_drain",
     "plan_eviction",

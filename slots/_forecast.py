@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import marshal
 import math
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
@@ -50,7 +51,14 @@ from slots._ads import (
 from slots._estimates import MAX_PUBLISHED, Escalation, Phase, Schedule, SuspendPolicy, clamp
 from slots._verdicts import Verdicts, drain_verdicts, judged, promise_completion
 
-__all__ = ["BlockerFrame", "BlockerFrames", "DrainForecast", "PieceLines"]
+__all__ = [
+    "BlockerFrame",
+    "BlockerFrames",
+    "DrainForecast",
+    "PieceLines",
+    "line_pairs",
+    "packed_ints",
+]
 
 _NAMES = {Schedule.GRACEFUL: "Graceful", Schedule.QUICK: "Quick", Schedule.FAST: "Fast"}
 
@@ -439,7 +447,8 @@ _Window = tuple[int, Escalation] | None
 
 class PieceLines(NamedTuple):
     """What a forecast's piece holds for a window (:meth:`DrainForecast.lines`): a value at
-    ``now`` is ``at + slope × d``. ``estimates`` are the six values of
+    ``now`` is ``at + slope × d``, each line's ``at`` and ``slope`` one after the other
+    (flat, :func:`line_pairs` reads them as pairs). ``estimates`` are the six values of
     :data:`~slots.EXPECTED_ATTRIBUTES`; ``verdicts`` the promise completion, the planned
     completion and badput, the cut core-seconds and badput (as :meth:`DrainForecast.read`
     gives them, with :func:`~slots.late_by` of the first); ``blockers`` the frames of the
@@ -449,8 +458,8 @@ class PieceLines(NamedTuple):
     piece: object
     d: int
     last: int | float
-    estimates: tuple[tuple[int, int], ...]
-    verdicts: tuple[tuple[int, int], ...]
+    estimates: Sequence[int]
+    verdicts: Sequence[int]
     active: bool
     cut_jobs: int
     blockers: BlockerFrames
@@ -461,15 +470,16 @@ class _Piece(NamedTuple):
 
     ``verdicts`` are the values and slopes of the promise completion, then, for
     ``window``, the planned completion and badput and the cut core-seconds and badput.
+    Both flat, each value and its slope one after the other (:func:`_published`).
     """
 
     base: int
     horizon: int | float
-    estimates: tuple[tuple[int, int], ...]  # published value and slope, as EXPECTED_ATTRIBUTES
+    estimates: Sequence[int]  # published value and slope, as EXPECTED_ATTRIBUTES
     blockers: BlockerFrames  # the drain in force, latest gone_by first
     window: _Window
     active: bool
-    verdicts: tuple[tuple[int, int], ...]
+    verdicts: Sequence[int]
     cut_jobs: int
     planned_blockers: BlockerFrames  # as planned for `window`, latest gone_by first
 
@@ -594,7 +604,7 @@ class DrainForecast:
         whole = math.floor(now)
         piece = self._piece_at(whole)
         d = whole - piece.base
-        return tuple([at + slope * d for at, slope in piece.estimates])
+        return tuple([at + slope * d for at, slope in line_pairs(piece.estimates)])
 
     def promise(self, now: float) -> int:
         """:func:`~slots.promise_completion` of the ads at ``now``."""
@@ -602,8 +612,8 @@ class DrainForecast:
             return promise_completion(self._ads, now, self._previous)
         whole = math.floor(now)
         piece = self._piece_at(whole)
-        at, slope = piece.verdicts[0]
-        return at + slope * (whole - piece.base)
+        verdicts = piece.verdicts
+        return verdicts[0] + verdicts[1] * (whole - piece.base)
 
     def verdicts(self, now: float, *, window_start: float, escalation: Escalation) -> Verdicts:
         """:func:`~slots.drain_verdicts` of the ads at ``now`` against this window."""
@@ -630,9 +640,9 @@ class DrainForecast:
         piece = self._piece_for(whole, self._window(window_start, escalation))
         d = whole - piece.base
         promised, completion, badput, core_seconds, cut_badput = [
-            at + slope * d for at, slope in piece.verdicts
+            at + slope * d for at, slope in line_pairs(piece.verdicts)
         ]
-        values = tuple([at + slope * d for at, slope in piece.estimates])
+        values = tuple([at + slope * d for at, slope in line_pairs(piece.estimates)])
         return values, judged(
             window_start=window_start,
             escalation=escalation,
@@ -947,6 +957,28 @@ def _window_of(window_start: float, escalation: Escalation) -> _Window:
     return (at, escalation)
 
 
-def _published(trace: _Trace, lines: Iterable[_Line]) -> tuple[tuple[int, int], ...]:
-    """Published values (clamped whole seconds) and their slopes."""
-    return tuple((int(line.at), line.slope) for line in (_clamped(trace, x) for x in lines))
+def _published(trace: _Trace, lines: Iterable[_Line]) -> Sequence[int]:
+    """Published values (clamped whole seconds) and their slopes, one after the other: an
+    array of 64-bit integers (a master keeps a piece or two for each of 100,000 nodes),
+    or a tuple when one does not fit."""
+    return packed_ints([x for line in lines for x in _at_slope(_clamped(trace, line))])
+
+
+def packed_ints(values: Iterable[int]) -> Sequence[int]:
+    """``values`` as an array of 64-bit integers (8 bytes each, against an object each in
+    a tuple), or as a tuple when one is beyond 64 bits or not an ``int``."""
+    values = list(values)
+    try:
+        return array("q", values)
+    except (OverflowError, TypeError):
+        return tuple(values)
+
+
+def _at_slope(line: _Line) -> tuple[int, int]:
+    return int(line.at), line.slope
+
+
+def line_pairs(flat: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """The ``(at, slope)`` pairs of lines kept flat (:class:`PieceLines`)."""
+    values = iter(flat)
+    return zip(values, values, strict=True)

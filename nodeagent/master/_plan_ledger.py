@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -57,7 +56,7 @@ from nodeagent.master._plan import (
     moved_on_plan,
     row_figures,
 )
-from slots import late_by
+from slots import late_by, line_pairs, packed_ints
 
 __all__ = ["AdChanges", "PlanLedger", "Share", "share_of"]
 
@@ -125,15 +124,6 @@ class Share:
         return self.lines[2 * i], self.lines[2 * i + 1]
 
 
-def _flat_lines(values: Iterable[int]) -> Sequence[int]:
-    """``values`` (whole numbers) as a machine-word array, or a tuple when one does not fit."""
-    values = tuple(values)
-    try:
-        return array("q", values)
-    except (OverflowError, TypeError):  # beyond 64 bits, or not an int
-        return values
-
-
 def share_of(
     plan: MachinePlan,
     state: RowState,
@@ -167,7 +157,8 @@ def share_of(
         return None
     base = math.floor(now) - read.d
     # As row_figures reads them: an empty node is on time and escalates nothing.
-    at, slope = read.verdicts[0]
+    verdicts = read.verdicts
+    at, slope = verdicts[0], verdicts[1]
     active = read.active and not state.empty
     late = late_by(at + slope * read.d, window_start=window_start, active=active) > 0
     escalates = not state.empty and read.cut_jobs > 0
@@ -183,15 +174,17 @@ def share_of(
         totals.next_hour = int(window_start <= now + 3600)
         if not totals.next_hour:
             until = min(until, window_start - 3600)
-    cut = read.verdicts[3:5] if escalates else _NO_CUT
+    cut = tuple(line_pairs(verdicts[6:10])) if escalates else _NO_CUT
     return Share(
         plan=plan,
         state=state,
         until=until,
         counts=_nonzero(totals.counts()),
         mode=plan.mode,
-        lines=_flat_lines(
-            v for a, s in (*read.estimates, *cut, (at, slope)) for v in (a - s * base, s)
+        lines=packed_ints(
+            v
+            for a, s in (*line_pairs(read.estimates), *cut, (at, slope))
+            for v in (a - s * base, s)
         ),
         late=late,
         escalates=escalates,

@@ -27,7 +27,6 @@ formatting. Other rows (a cut, no node, a forecast that is not exact) go the way
 
 from __future__ import annotations
 
-import array
 import functools
 import re
 import weakref
@@ -38,7 +37,7 @@ import orjson
 
 from nodeagent.master._adstore import AdEntry, deflate, inflate
 from nodeagent.master._plan import MachinePlan, RowFigures, RowState, ScheduledMachine, row_dict
-from slots import PieceLines, late_by, moving_entries
+from slots import PieceLines, late_by, line_pairs, moving_entries, packed_ints
 
 __all__ = ["RowJson"]
 
@@ -139,21 +138,13 @@ class _Fast(NamedTuple):
     #: The template, deflated with ``dictionary`` (:data:`_PACKER`).
     template: bytes
     dictionary: bytes
-    lines: tuple[tuple[int, int], ...]  # the first 9 %d values: lines 0–8
+    #: The first 9 %d values, lines 0–8: the at and slope of each, one after the other.
+    lines: Sequence[int]
     #: The other lines are the blockers' moving entries, in the order they are written:
     #: their values at the piece's base and slopes, one after the other (an array of
     #: 64-bit integers when they fit: a master keeps a template per machine).
     moving: Sequence[int]
     active: bool
-
-
-def _packed_ints(values: list[int]) -> Sequence[int]:
-    """``values`` as an array of 64-bit integers (8 bytes each, against an object each
-    in a tuple), or as a tuple when one does not fit."""
-    try:
-        return array.array("q", values)
-    except OverflowError:
-        return tuple(values)
 
 
 def _same_bases(bases: tuple[object, ...], nodes: Sequence[AdEntry]) -> bool:
@@ -169,14 +160,14 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     """The fast template of a row without cuts, or ``None`` where the markers are not
     where they must be."""
     nodes = len(plan.nodes)
-    lines = (*read.estimates, *read.verdicts[:3])
+    lines = packed_ints([*read.estimates, *read.verdicts[:6]])
     moving: list[int] = []
     blockers: list[dict[str, Any]] = []
     frames = read.blockers if state.with_blockers and not state.empty else ()
     for frame in frames:
         blocker = dict(frame.at_base)
         for key, at, slope in moving_entries(frame.moving):
-            blocker[key] = _fast_marker(f"L{len(lines) + len(moving) // 2}")
+            blocker[key] = _fast_marker(f"L{(len(lines) + len(moving)) // 2}")
             moving += (at, slope)
         blockers.append(blocker)
     marked = RowFigures._make(
@@ -221,7 +212,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         "L7",
         "L8",
         "Sdrain_start",
-        *(f"L{i}" for i in range(9, len(lines) + len(moving) // 2)),
+        *(f"L{i}" for i in range(9, (len(lines) + len(moving)) // 2)),
     ]
     if names != expected_names:
         return None
@@ -235,7 +226,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
         template=template,
         dictionary=dictionary,
         lines=lines,
-        moving=_packed_ints(moving),
+        moving=packed_ints(moving),
         active=read.active,
     )
 
@@ -360,7 +351,7 @@ class RowJson:
             fast = self._fast = _fast_template(plan, state, read)
             if fast is None:
                 return None
-        v = [at + slope * d for at, slope in fast.lines]
+        v = [at + slope * d for at, slope in line_pairs(fast.lines)]
         if state.empty:
             late: float = 0
         else:

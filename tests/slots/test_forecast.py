@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -19,6 +21,8 @@ from slots import (
     check_estimate_inputs,
     drain_estimates,
     drain_verdicts,
+    line_pairs,
+    packed_ints,
 )
 
 from .test_properties import TOTAL, _step, ops, policies
@@ -238,8 +242,8 @@ def test_the_lines_hold_from_their_base_to_their_last_second(later: int) -> None
             whole, window_start=window, escalation=escalation
         )
         d = whole - base
-        assert values == tuple(at + slope * d for at, slope in lines.estimates)
-        assert verdicts.promise_completion == lines.verdicts[0][0] + lines.verdicts[0][1] * d
+        assert values == tuple(at + slope * d for at, slope in line_pairs(lines.estimates))
+        assert verdicts.promise_completion == lines.verdicts[0] + lines.verdicts[1] * d
     if lines.last < base + 100_000:
         after = forecast.lines(lines.last + 1, window_start=window, escalation=escalation)
         assert after is not None
@@ -365,3 +369,29 @@ def test_read_is_the_values_and_the_verdicts(
         assert values == other.values(now)
         expected = drain_estimates(ads, now, previous)
         assert values == tuple(expected[name] for name in EXPECTED_ATTRIBUTES)
+
+
+@pytest.mark.parametrize(
+    ("values", "kept_as"),
+    [
+        ([1_800_000_000, -3, 0, 0], array),
+        ([-(2**63), 2**63 - 1], array),
+        ([2**63, 1], tuple),  # beyond 64 bits: kept as they are
+        ([-(2**63) - 1, 1], tuple),
+        ([Fraction(1, 2), 1], tuple),  # not an int
+        ([], array),
+    ],
+)
+def test_whole_numbers_are_packed_in_machine_words_when_they_fit(
+    values: list[int], kept_as: type
+) -> None:
+    packed = packed_ints(values)
+    assert type(packed) is kept_as
+    assert list(packed) == values
+    assert list(line_pairs(packed)) == list(zip(values[::2], values[1::2], strict=True))
+
+
+def test_lines_kept_flat_are_read_as_pairs_of_at_and_slope_and_an_odd_count_is_refused() -> None:
+    assert list(line_pairs(packed_ints([5, 1, 7, -2]))) == [(5, 1), (7, -2)]
+    with pytest.raises(ValueError, match="zip"):
+        list(line_pairs((1, 2, 3)))

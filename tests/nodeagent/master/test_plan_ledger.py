@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -546,20 +545,3 @@ def test_a_body_of_the_ledger_is_json_of_the_reply() -> None:
     ledgered.world.now += 1500
     body = ledgered.view.body(ledgered.inputs(), ledgered.world.now, late=True)
     assert json.loads(body) == ledgered.view.reply(ledgered.inputs(), ledgered.world.now, late=True)
-
-
-@pytest.mark.parametrize(
-    ("values", "kept_as"),
-    [
-        ([1_800_000_000, -3, 0, 0], array),
-        ([-(2**63), 2**63 - 1], array),
-        ([2**63, 1], tuple),  # beyond a machine word: kept as they are
-        ([-(2**63) - 1, 1], tuple),
-    ],
-)
-def test_a_shares_lines_are_kept_in_machine_words_when_they_fit(
-    values: list[int], kept_as: type
-) -> None:
-    lines = _plan_ledger._flat_lines(values)
-    assert type(lines) is kept_as
-    assert list(lines) == values
