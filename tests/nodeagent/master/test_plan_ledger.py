@@ -9,8 +9,10 @@ figures.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import json
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -545,3 +547,27 @@ def test_a_body_of_the_ledger_is_json_of_the_reply() -> None:
     ledgered.world.now += 1500
     body = ledgered.view.body(ledgered.inputs(), ledgered.world.now, late=True)
     assert json.loads(body) == ledgered.view.reply(ledgered.inputs(), ledgered.world.now, late=True)
+
+
+def test_plans_kept_of_ads_since_replaced_are_dropped_as_the_ledger_hears_of_them() -> None:
+    """A whole plan keeps each machine's plan (and the ads it was made of) for the next;
+    once a node's ad is replaced, moved on in time or not, the ledger's next read drops
+    what was kept of the old ad: no replaced ad stays alive for the plans."""
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    assert view.ledger(ledgered.inputs(), world.now) is not None
+    view.rows(ledgered.inputs(), world.now, with_blockers=True)  # a whole plan's
+    old = [weakref.ref(world.ads.get(f"n{n}.test")) for n in (0, 1)]
+    world.now += 60
+    _moved_on(0, 2)(world)  # the same claims, moved on
+    _push(1, 1)(world)  # another claim
+    gc.collect()
+    assert all(ref() is not None for ref in old)  # kept by the plans until told
+    view.ledger(ledgered.inputs(), world.now)
+    gc.collect()
+    assert [ref() for ref in old] == [None, None]
+    kept = view.rows(ledgered.inputs(), world.now, with_blockers=True)
+    assert [plan.node for plan, _ in kept[:2]] == [
+        world.ads.get("n0.test"),
+        world.ads.get("n1.test"),
+    ]
