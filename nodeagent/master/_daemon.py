@@ -27,12 +27,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import psutil
 import trio
 from starlette.types import ASGIApp
 
@@ -79,18 +77,10 @@ _WAKE_GAP = 0.25
 #: The share of the master's time the passes may spend making forecasts ahead
 #: (:attr:`Master.forecasts_time_share`): the rest of the core is the ads' and the replies'.
 _FORECASTS_TIME_SHARE = 0.25
-#: And the share of the time spare on the master's core and idle on the machine they may
-#: take besides (:attr:`Master.spare_time_share`): a quarter of it is left for a burst.
-_SPARE_TIME_SHARE = 0.75
 #: The master's documents kept one etcd key per member (see nodeagent._ha._store).
 _COLLECTIONS = ("drains", "operations", "notices", "events")
 #: The master's documents kept one SQLite row per member (see nodeagent._store.Members).
 _SQLITE_COLLECTIONS = ("operations", "notices", "events")
-
-
-def _cpu_times() -> tuple[float, float]:
-    """The master's CPU time and the machine's idle CPU time (all its cores), in seconds."""
-    return time.process_time(), psutil.cpu_times().idle
 
 
 def _prefix(config: MasterConfig) -> str:
@@ -222,8 +212,6 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             reconcile_interval=config.reconcile_interval,
             wake_gap=min(_WAKE_GAP, config.reconcile_interval),
             forecasts_time_share=_FORECASTS_TIME_SHARE,
-            cpu_times=_cpu_times,
-            spare_time_share=_SPARE_TIME_SHARE,
             fetch_timeout=config.agent_timeout,
             events=EventHub(keep=config.events_kept),
         )

@@ -273,14 +273,6 @@ class Master:
     forecasts_time_share: float | None = None
     #: What :attr:`forecasts_time_share` is measured on (the time the making took).
     work_clock: Callable[[], float] = time.perf_counter
-    #: The master's own CPU time and the machine's idle CPU time so far, in seconds
-    #: (``None``: not read). With them, the forecasts ahead also take
-    #: :attr:`spare_time_share` of the time since the last pass that was spare on both (the
-    #: master's core not used, and idle on the machine: an ingest worker, a pusher on the
-    #: same machine keep theirs): after a restart, or where pieces end faster than the
-    #: share makes them, the forecasts use the time the ads leave rather than wait.
-    cpu_times: Callable[[], tuple[float, float]] | None = None
-    spare_time_share: float = 0.0
     state: MaintenanceState = field(default_factory=MaintenanceState)
     #: The master's drain records, by machine key (see :mod:`nodeagent.master._drains`).
     drains: dict[str, DrainRecord] = field(default_factory=dict)
@@ -358,8 +350,6 @@ class Master:
     #: last pass took it (the master's clock).
     _forecast_credit: float | None = None
     _credit_at: float | None = None
-    #: :attr:`cpu_times` when the last pass took its time (:meth:`_spare_time`).
-    _cpu_at: tuple[float, float] | None = None
     #: The first second each scheduled machine's forecast made ahead no longer holds, by
     #: key (:meth:`_forecasts_ahead` makes it again then).
     _ahead: DueTimes = field(default_factory=DueTimes)
@@ -1488,27 +1478,13 @@ class Master:
         pass left (or less what it overspent), at most the share of one
         ``reconcile_interval``. Passes woken more often than the interval (a new node's ad
         wakes one) thus share that time: the forecasts take the share of the master's
-        time, not of each pass. And :meth:`_spare_time`, besides."""
+        time, not of each pass."""
         most = share * self.reconcile_interval
         credit, since = self._forecast_credit, self._credit_at
         self._credit_at = now
-        spare = self._spare_time(now, since)
         if credit is None or since is None:
             return most
-        return min(most, credit + share * max(0.0, now - since)) + spare
-
-    def _spare_time(self, now: float, since: float | None) -> float:
-        """:attr:`spare_time_share` of the time since the last pass (``since``; one
-        ``reconcile_interval`` at most) that the master did not use (by its CPU time) and
-        the machine left idle, by :attr:`cpu_times`; 0 without them or a last pass."""
-        if self.cpu_times is None or self.spare_time_share <= 0:
-            return 0.0
-        before, self._cpu_at = self._cpu_at, self.cpu_times()
-        if before is None or since is None:
-            return 0.0
-        elapsed = min(max(0.0, now - since), self.reconcile_interval)
-        used, idle = self._cpu_at[0] - before[0], self._cpu_at[1] - before[1]
-        return self.spare_time_share * max(0.0, min(elapsed - used, idle))
+        return min(most, credit + share * max(0.0, now - since))
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's

@@ -367,49 +367,6 @@ async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_mos
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize(
-    ("cpu", "made"),
-    [
-        (None, 1),  # not read: the share alone
-        ((0.4, 0.0), 1),  # the machine had no idle time
-        ((1.0, 2.0), 1),  # the master's core had none
-        ((0.4, 2.0), 3),  # 0.6 s spare on both: half of it, 0.3 s more
-        ((0.2, 0.2), 2),  # the machine idle 0.2 s alone: 0.1 s more
-        ((0.4, 0.6), 3),
-    ],
-)
-async def test_forecasts_ahead_also_take_a_share_of_the_time_spare_on_the_master_and_the_machine(
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    cpu: tuple[float, float] | None,
-    made: int,
-) -> None:
-    """Each forecast takes 0.1 s and the share is 0.12 s a second: the first pass makes
-    two (0.08 s overspent), the next, a second later, one by the share alone (0.04 s),
-    and besides half the time the master's CPU time and the machine's idle time left
-    spare meanwhile (``cpu``: the master's CPU seconds and the machine's idle seconds in
-    that second)."""
-    master = make_master(tmp_path, DownLink())
-    master.policy = PlanPolicy()
-    ticks = itertools.count()
-    master.work_clock = lambda: next(ticks) * 0.1
-    master.forecasts_time_share = 0.12
-    master.spare_time_share = 0.5
-    read = [(10.0, 50.0)]
-    if cpu is not None:
-        master.cpu_times = lambda: read[-1]
-    five_nodes_scheduled(master)
-    async with trio.open_nursery() as nursery:
-        master.reconcile(nursery)
-        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (2, 3)
-        await trio.sleep(1)
-        if cpu is not None:
-            read.append((10.0 + cpu[0], 50.0 + cpu[1]))
-        master.reconcile(nursery)
-        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (2 + made, 3 - made)
-        nursery.cancel_scope.cancel()
-
-
 async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_took(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
