@@ -12,6 +12,12 @@ past that horizon the forecast computes a new piece. Reading a piece costs a
 multiplication per value, so a master can keep one forecast per node ad and bring
 thousands of them up to ``now`` for each plan.
 
+A piece's blockers (each claim's row, kept packed: :class:`BlockerFrames`) are made only
+when they are first read: the estimates and verdicts, which a master's passes and totals
+read, cost about half as much without them. The frames' order holds for a horizon of its
+own, so the piece that gets them may end sooner (it is the piece the same second would
+have made with them from the start).
+
 The same lines give the promise figure (the graceful drain with no deadline) and, for
 a window start and an escalation, the figure as planned and the cost of its cuts, so a
 plan reads both verdicts of a node (:meth:`DrainForecast.verdicts`) and its blockers
@@ -452,8 +458,9 @@ class PieceLines(NamedTuple):
     :data:`~slots.EXPECTED_ATTRIBUTES`; ``verdicts`` the promise completion, the planned
     completion and badput, the cut core-seconds and badput (as :meth:`DrainForecast.read`
     gives them, with :func:`~slots.late_by` of the first); ``blockers`` the frames of the
-    blockers as planned. ``piece`` identifies them (by identity); they hold from the whole
-    second ``now − d`` to ``last`` (``inf``: for ever)."""
+    blockers as planned (``None`` unless they were asked for). ``piece`` identifies them
+    (by identity); they hold from the whole second ``now − d`` to ``last`` (``inf``: for
+    ever)."""
 
     piece: object
     d: int
@@ -462,7 +469,7 @@ class PieceLines(NamedTuple):
     verdicts: Sequence[int]
     active: bool
     cut_jobs: int
-    blockers: BlockerFrames
+    blockers: BlockerFrames | None
 
 
 class _Piece(NamedTuple):
@@ -476,12 +483,14 @@ class _Piece(NamedTuple):
     base: int
     horizon: int | float
     estimates: Sequence[int]  # published value and slope, as EXPECTED_ATTRIBUTES
-    blockers: BlockerFrames  # the drain in force, latest gone_by first
+    # The drain in force, latest gone_by first; None: not made (DrainForecast._framed).
+    blockers: BlockerFrames | None
     window: _Window
     active: bool
     verdicts: Sequence[int]
     cut_jobs: int
-    planned_blockers: BlockerFrames  # as planned for `window`, latest gone_by first
+    # As planned for `window`, latest gone_by first; None with `blockers`.
+    planned_blockers: BlockerFrames | None
 
 
 def _sticky(trace: _Trace, previous: Any) -> _Line:
@@ -545,13 +554,19 @@ class DrainForecast:
         *,
         window_start: float | None = None,
         escalation: Escalation = Escalation.NONE,
+        blockers: bool = False,
     ) -> bool:
-        """Whether reading at ``now`` (with this window, if any) is cheap: its piece is made."""
+        """Whether reading at ``now`` (with this window, if any) is cheap: its piece is made
+        (with ``blockers``, its blockers too)."""
         if not self._exact:
             return True
         piece = self._piece
-        return piece is not None and piece.base <= math.floor(now) <= self.made_until(
-            window_start=window_start, escalation=escalation
+        return (
+            piece is not None
+            and (not blockers or piece.blockers is not None)
+            and piece.base
+            <= math.floor(now)
+            <= self.made_until(window_start=window_start, escalation=escalation)
         )
 
     @property
@@ -581,16 +596,20 @@ class DrainForecast:
         *,
         window_start: float | None = None,
         escalation: Escalation = Escalation.NONE,
+        blockers: bool = False,
     ) -> None:
         """Make the piece holding ``now`` (the costly part), ahead of reads near ``now``;
-        with a window, the piece for that window."""
+        with a window, the piece for that window; with ``blockers``, their frames too (a
+        reader that lists blockers would make them)."""
         if not self._exact:
             return
         whole = math.floor(now)
         if window_start is None:
-            self._piece_at(whole)
+            piece = self._piece_at(whole, frames=blockers)
         else:
-            self._piece_for(whole, self._window(window_start, escalation))
+            piece = self._piece_for(whole, self._window(window_start, escalation), frames=blockers)
+        if blockers:
+            self._framed(piece, whole)
 
     def estimates(self, now: float) -> dict[str, int]:
         """:func:`~slots.drain_estimates` of the ads at ``now``."""
@@ -667,17 +686,20 @@ class DrainForecast:
         return piece, whole - piece.base
 
     def lines(
-        self, now: float, *, window_start: float, escalation: Escalation
+        self, now: float, *, window_start: float, escalation: Escalation, blockers: bool = True
     ) -> PieceLines | None:
         """The lines :meth:`read` and :meth:`blockers` (for this window) read at ``now``,
         for a caller that brings many values up to ``now`` at once; ``None`` when this
         forecast is not exact (read :meth:`read` and :meth:`blockers` then). The same
         ``piece`` object (compared by identity) serves every read until the forecast makes
-        a new one."""
+        a new one (or gives the piece its blockers: a reader that needs none says
+        ``blockers=False``, and its lines may then hold longer)."""
         if not self._exact:
             return None
         whole = math.floor(now)
-        piece = self._piece_for(whole, self._window(window_start, escalation))
+        piece = self._piece_for(whole, self._window(window_start, escalation), frames=blockers)
+        if blockers:
+            piece = self._framed(piece, whole)
         return PieceLines(
             piece=piece,
             d=whole - piece.base,
@@ -730,9 +752,12 @@ class DrainForecast:
             return None
         whole = math.floor(now)
         if window_start is None:
-            piece = self._piece_at(whole)
+            piece = self._framed(self._piece_at(whole, frames=True), whole)
+            assert piece.blockers is not None
             return piece.blockers, whole - piece.base
-        piece = self._piece_for(whole, self._window(window_start, escalation))
+        window = self._window(window_start, escalation)
+        piece = self._framed(self._piece_for(whole, window, frames=True), whole)
+        assert piece.planned_blockers is not None
         return piece.planned_blockers, whole - piece.base
 
     # ------------------------------------------------------------------ pieces
@@ -746,20 +771,22 @@ class DrainForecast:
         self._asked, self._asked_window = (window_start, escalation), window
         return window
 
-    def _piece_at(self, whole: int) -> _Piece:
-        """A piece holding ``whole``, for whatever window the current one has."""
+    def _piece_at(self, whole: int, *, frames: bool = False) -> _Piece:
+        """A piece holding ``whole``, for whatever window the current one has (one made
+        now has its blockers' frames with ``frames``)."""
         piece = self._piece
         if piece is None or not piece.base <= whole <= piece.base + piece.horizon:
             window = None if piece is None else piece.window
             if piece is not None and whole < piece.base:
-                return self._compute(whole, window)  # see _piece_for
-            piece = self._piece = self._compute(whole, window)
+                return self._compute(whole, window, frames=frames)  # see _piece_for
+            piece = self._piece = self._compute(whole, window, frames=frames)
         return piece
 
-    def _piece_for(self, whole: int, window: _Window) -> _Piece:
-        """The piece holding ``whole`` for ``window``. A read before the base of the piece
-        held for that window (a long read that keeps its ``now``, while others read on)
-        gets a piece of its own: the one held serves the reads that move on with time."""
+    def _piece_for(self, whole: int, window: _Window, *, frames: bool = False) -> _Piece:
+        """The piece holding ``whole`` for ``window`` (one made now has its blockers'
+        frames with ``frames``). A read before the base of the piece held for that window
+        (a long read that keeps its ``now``, while others read on) gets a piece of its
+        own: the one held serves the reads that move on with time."""
         piece = self._piece
         if (
             piece is None
@@ -767,11 +794,27 @@ class DrainForecast:
             or not piece.base <= whole <= piece.base + piece.horizon
         ):
             if piece is not None and piece.window == window and whole < piece.base:
-                return self._compute(whole, window)
-            piece = self._piece = self._compute(whole, window)
+                return self._compute(whole, window, frames=frames)
+            piece = self._piece = self._compute(whole, window, frames=frames)
         return piece
 
-    def _compute(self, base: int, window: _Window) -> _Piece:
+    def _framed(self, piece: _Piece, whole: int) -> _Piece:
+        """``piece`` (which holds ``whole``) with its blockers' frames: the piece its base
+        makes with them, whose horizon may be shorter (the frames' order holds for a while
+        of its own), or when it ends before ``whole``, the piece ``whole`` makes with them.
+        It replaces ``piece`` where ``piece`` was the one held."""
+        if piece.blockers is not None:
+            return piece
+        framed = self._compute(piece.base, piece.window, frames=True)
+        if whole > framed.base + framed.horizon:
+            framed = self._compute(whole, piece.window, frames=True)
+        if self._piece is piece:
+            self._piece = framed
+        return framed
+
+    def _compute(self, base: int, window: _Window, *, frames: bool = False) -> _Piece:
+        """The piece from ``base`` for ``window``; its blockers' frames only with
+        ``frames`` (their order limits the horizon too)."""
         trace = _Trace(base)
         active_ads = [ad for ad in self._ads if active(ad)]
         inputs = [job_inputs(ad) for ad in active_ads]
@@ -852,13 +895,17 @@ class DrainForecast:
             _cut(trace, job, plan, promise, self._policy)
             for job, plan, promise in zip(jobs, graceful, promised, strict=True)
         ]
-        blockers = self._frames(
-            trace,
-            jobs=jobs,
-            active_ads=active_ads,
-            plans=graceful,
-            promised=promised,
-            cuts=in_force_cuts,
+        blockers = (
+            self._frames(
+                trace,
+                jobs=jobs,
+                active_ads=active_ads,
+                plans=graceful,
+                promised=promised,
+                cuts=in_force_cuts,
+            )
+            if frames
+            else None
         )
         if planned is graceful:
             planned_end, planned_badput = graceful_end, graceful_badput
@@ -870,8 +917,17 @@ class DrainForecast:
                 _cut(trace, job, plan, promise, self._policy)
                 for job, plan, promise in zip(jobs, planned, promised, strict=True)
             ]
-            planned_blockers = self._frames(
-                trace, jobs=jobs, active_ads=active_ads, plans=planned, promised=promised, cuts=cuts
+            planned_blockers = (
+                self._frames(
+                    trace,
+                    jobs=jobs,
+                    active_ads=active_ads,
+                    plans=planned,
+                    promised=promised,
+                    cuts=cuts,
+                )
+                if frames
+                else None
             )
         cut_jobs = 0
         core_seconds = cut_badput = _ZERO

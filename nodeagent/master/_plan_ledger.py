@@ -152,7 +152,9 @@ def share_of(
             after_window=after_window,
         )
     window_start = plan.machine.window_start
-    read = node.forecast.lines(now, window_start=window_start, escalation=state.applied)
+    read = node.forecast.lines(
+        now, window_start=window_start, escalation=state.applied, blockers=False
+    )
     if read is None:
         return None
     base = math.floor(now) - read.d

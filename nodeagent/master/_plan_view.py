@@ -129,6 +129,11 @@ class PlanInputs:
 CHUNK = 256
 FIRST_CHUNK = 16
 
+#: How long after a reply wrote a machine's row the reconcile passes keep its template
+#: current (seconds; :meth:`PlanView.keeps_row`), as the totals are kept for a while
+#: after a summary read them.
+ROWS_KEPT_FOR = 300.0
+
 
 class PlanView:
     """The plan's caches, and the replies made with them (see the module docstring).
@@ -407,10 +412,20 @@ class PlanView:
             out.append((plan, state))
         return out
 
+    def keeps_row(self, key: str, now: float) -> bool:
+        """Whether a reply wrote the machine's row within :data:`ROWS_KEPT_FOR` of
+        ``now``: a reconcile pass then makes its template with its forecast
+        (:meth:`prepare_row`), blockers and all, so that the next such reply finds it made.
+        The others' forecasts are made without their blockers (about half the cost), and
+        the reply that first writes their rows makes the rest."""
+        text = self._row_texts.get(key)
+        return text is not None and now - text.read_at <= ROWS_KEPT_FOR
+
     def prepare_row(self, plan: MachinePlan, inputs: PlanInputs, now: float) -> None:
         """Make the template of the machine's row of the whole plan (with blockers), so
         that a reply finds it made (a reconcile pass calls this for the nodes whose
-        forecast it made). A row orjson cannot write is left to the reply."""
+        forecast it made and whose rows were read lately: :meth:`keeps_row`). A row
+        orjson cannot write is left to the reply."""
         state = row_state(
             plan,
             is_lost=inputs.is_lost,
@@ -765,6 +780,7 @@ class PlanView:
                 text = texts.get(each.key)
                 if text is None:
                     text = texts[each.key] = RowJson()
+                text.read_at = now
                 # A late row is written once sorted, and only if sent.
                 try:
                     fast = text.fast(each, state, now, unless_on_time=late, write=not late)
@@ -851,6 +867,7 @@ class PlanView:
         text = self._row_texts.get(each.key)
         if text is None:
             text = self._row_texts[each.key] = RowJson()
+        text.read_at = now
         if figures is None:
             fast = text.fast(each, state, now)
             if fast is not None:

@@ -28,6 +28,7 @@ formatting. Other rows (a cut, no node, a forecast that is not exact) go the way
 from __future__ import annotations
 
 import functools
+import math
 import re
 import weakref
 from collections.abc import Sequence
@@ -156,6 +157,12 @@ def _same_bases(bases: tuple[object, ...], nodes: Sequence[AdEntry]) -> bool:
     )
 
 
+def _lists_blockers(state: RowState) -> bool:
+    """Whether a row of ``state`` lists its node's blockers (only then does its template
+    need their frames: :meth:`~slots.DrainForecast.lines`)."""
+    return state.with_blockers and not state.empty
+
+
 def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fast | None:
     """The fast template of a row without cuts, or ``None`` where the markers are not
     where they must be."""
@@ -163,7 +170,7 @@ def _fast_template(plan: MachinePlan, state: RowState, read: PieceLines) -> _Fas
     lines = packed_ints([*read.estimates, *read.verdicts[:6]])
     moving: list[int] = []
     blockers: list[dict[str, Any]] = []
-    frames = read.blockers if state.with_blockers and not state.empty else ()
+    frames = (read.blockers or ()) if _lists_blockers(state) else ()
     for frame in frames:
         blocker = dict(frame.at_base)
         for key, at, slope in moving_entries(frame.moving):
@@ -236,7 +243,7 @@ class RowJson:
     (with and without blockers, say), while the machine and its nodes' ads stay the
     same (compared by identity)."""
 
-    __slots__ = ("_fast", "_machine", "_nodes", "_templates")
+    __slots__ = ("_fast", "_machine", "_nodes", "_templates", "read_at")
 
     #: States remembered at most (a row has one or two in practice).
     STATES = 4
@@ -247,6 +254,9 @@ class RowJson:
         self._nodes: tuple[weakref.ref[AdEntry], ...] = ()
         self._templates: dict[RowState, bytes | None] = {}
         self._fast: _Fast | None = None
+        #: When a reply last wrote the row (a reconcile pass keeps the templates of the
+        #: rows read lately current: :meth:`~nodeagent.master._plan_view.PlanView.prepare_row`).
+        self.read_at = -math.inf
 
     def prepare(self, plan: MachinePlan, state: RowState) -> bytes | None:
         """The row's template for ``state``, made now if it is not made yet (a
@@ -345,12 +355,18 @@ class RowJson:
             or fast.machine is not plan.machine
             or not _same_bases(fast.bases, plan.nodes)
         ):
-            read = forecast.lines(now, window_start=window_start, escalation=state.applied)
+            read = forecast.lines(
+                now,
+                window_start=window_start,
+                escalation=state.applied,
+                blockers=_lists_blockers(state),
+            )
             if read is None or read.cut_jobs:
                 return None
             fast = self._fast = _fast_template(plan, state, read)
             if fast is None:
                 return None
+            d = read.d  # the piece that got its blockers may have a base of its own
         v = [at + slope * d for at, slope in line_pairs(fast.lines)]
         if state.empty:
             late: float = 0

@@ -184,6 +184,7 @@ def test_a_frame_reads_as_the_blocker_at_its_base_and_is_a_new_dict_each_time(
     forecast = DrainForecast(busy())
     lines = forecast.lines(T0 + later, window_start=0.0, escalation=Escalation.NONE)
     assert lines is not None
+    assert lines.blockers is not None
     at_base = ad_blockers(busy(), T0 + later - lines.d)
     assert [frame.at_base for frame in lines.blockers] == at_base
     assert [list(frame.at_base) for frame in lines.blockers] == [list(b) for b in at_base]
@@ -222,6 +223,7 @@ def test_frames_read_back_every_value_as_it_was(names: dict[str, Any]) -> None:
         assert forecast.blockers(T0 + later) == ad_blockers(ads, T0 + later)
         lines = forecast.lines(T0 + later, window_start=T0 + 9000, escalation=Escalation.QUICK)
         assert lines is not None
+        assert lines.blockers is not None
         assert len(lines.blockers) == len(ad_blockers(ads, T0))
         assert list(lines.blockers.flat()[1::2]) == [frame.moving for frame in lines.blockers]
 
@@ -395,3 +397,77 @@ def test_lines_kept_flat_are_read_as_pairs_of_at_and_slope_and_an_odd_count_is_r
     assert list(line_pairs(packed_ints([5, 1, 7, -2]))) == [(5, 1), (7, -2)]
     with pytest.raises(ValueError, match="zip"):
         list(line_pairs((1, 2, 3)))
+
+
+@settings(max_examples=200)
+@given(
+    ads=slot_ads(span=120),
+    previous=previous_values(150),
+    reads=st.lists(st.tuples(st.integers(-130, 260), st.booleans()), min_size=1, max_size=30),
+    window=st.integers(-60, 300),
+    escalation=st.sampled_from(list(Escalation)),
+)
+def test_blockers_made_when_first_read_agree_with_the_pieces_made_without_them(
+    ads: list[dict[str, Any]],
+    previous: Any,
+    reads: list[tuple[int, bool]],
+    window: int,
+    escalation: Escalation,
+) -> None:
+    """A read that lists no blockers makes a piece without their frames, whose lines hold
+    to its last second; a read that lists them gives the piece its frames (a piece that
+    may end sooner). In any order, every read is the direct functions'."""
+    forecast = DrainForecast(ads, previous)
+    window_start = T0 + window
+    for offset, blockers in reads:
+        now = T0 + offset
+        lines = forecast.lines(
+            now, window_start=window_start, escalation=escalation, blockers=blockers
+        )
+        if lines is None:  # a deadline that is not a whole second: served directly
+            continue
+        assert lines.blockers is not None or not blockers
+        base = now - lines.d
+        for whole in {now, int(min(lines.last, now + 300))}:
+            values, verdicts = DrainForecast(ads, previous).read(
+                whole, window_start=window_start, escalation=escalation
+            )
+            d = whole - base
+            assert values == tuple(at + slope * d for at, slope in line_pairs(lines.estimates))
+            assert verdicts.promise_completion == lines.verdicts[0] + lines.verdicts[1] * d
+        if blockers:
+            assert forecast.blockers(
+                now, window_start=window_start, escalation=escalation
+            ) == ad_blockers(ads, now, window_start=window_start, escalation=escalation)
+        assert forecast.verdicts(
+            now, window_start=window_start, escalation=escalation
+        ) == drain_verdicts(
+            ads, now, window_start=window_start, escalation=escalation, previous=previous
+        )
+
+
+def test_a_piece_gets_its_blockers_when_they_are_first_read() -> None:
+    """The passes make pieces without blockers (about half the cost); the first read
+    that lists them makes them, and the piece read then has them until it ends."""
+    window, escalation = T0 + 7200.0, Escalation.QUICK
+    forecast = DrainForecast(busy())
+    forecast.prepare(T0, window_start=window, escalation=escalation)
+    assert forecast.ready(T0, window_start=window, escalation=escalation)
+    assert not forecast.ready(T0, window_start=window, escalation=escalation, blockers=True)
+    lazy = forecast.lines(T0, window_start=window, escalation=escalation, blockers=False)
+    assert lazy is not None
+    assert lazy.blockers is None
+    listed = forecast.blockers(T0 + 50, window_start=window, escalation=escalation)
+    assert listed == ad_blockers(busy(), T0 + 50, window_start=window, escalation=escalation)
+    assert forecast.ready(T0 + 50, window_start=window, escalation=escalation, blockers=True)
+    framed = forecast.lines(T0 + 50, window_start=window, escalation=escalation)
+    assert framed is not None
+    assert framed.blockers is not None
+    assert framed.piece is not lazy.piece
+    assert framed.last <= lazy.last  # the frames' order holds for a while of its own
+    # what the frames were made with: the same lines
+    assert (framed.estimates, framed.verdicts) == (lazy.estimates, lazy.verdicts)
+    # and a pass that makes them ahead makes the piece with them at once
+    ahead = DrainForecast(busy())
+    ahead.prepare(T0, window_start=window, escalation=escalation, blockers=True)
+    assert ahead.ready(T0, window_start=window, escalation=escalation, blockers=True)

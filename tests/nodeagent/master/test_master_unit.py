@@ -28,7 +28,7 @@ from nodeagent.master._api import _json_bytes, push_ad, push_reply_bytes
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy, planned_escalation
-from nodeagent.master._plan_view import PlanInputs
+from nodeagent.master._plan_view import ROWS_KEPT_FOR, PlanInputs
 from slots import (
     Action,
     BeforeWindow,
@@ -79,13 +79,13 @@ def daemon_token(key: bytes, *, now: float) -> str:
     )
 
 
-def make_master(tmp_path: Path, link: DownLink) -> Master:
+def make_master(tmp_path: Path, link: DownLink, *, ads: AdStore | None = None) -> Master:
     clock = TrioClock(EPOCH)
     return Master(
         store=DocumentStore(tmp_path / "master.db"),
         link=link,
         clock=clock,
-        ads=AdStore(lifetime=10_000),
+        ads=AdStore(lifetime=10_000) if ads is None else ads,
         policy=PlanPolicy(drain_policy="immediate"),
         reconcile_interval=1.0,
     )
@@ -270,33 +270,75 @@ def five_nodes_scheduled(master: Master) -> None:
     master.set_schedule(many_nodes_schedule(5, EPOCH + 7 * 86400), actor="ops")
 
 
-async def test_reconcile_passes_make_forecasts_and_row_templates_a_bounded_number_at_a_time(
+async def test_passes_make_a_bounded_number_of_forecasts_and_the_row_templates_of_rows_read(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    master = make_master(tmp_path, DownLink())
+    """A pass makes at most ``forecasts_per_pass`` forecasts, without their blockers; the
+    machines whose rows a reply wrote lately get their blockers and row templates made
+    too, with each new piece, until nobody has read their rows for ``ROWS_KEPT_FOR``."""
+    master = make_master(tmp_path, DownLink(), ads=AdStore(lifetime=30 * 86400))
     master.forecasts_per_pass = 2
     master.policy = PlanPolicy()  # just in time: no drain is due an hour ahead
     five_nodes_scheduled(master)
     entries = master.ads.entries()
 
-    def made() -> int:
-        return sum(e.forecast.ready(master.clock.now()) for e in entries)
+    def made(*, blockers: bool = False) -> int:
+        now = master.clock.now()
+        return sum(
+            p.node.forecast.ready(
+                now,
+                window_start=p.window_start,
+                escalation=planned_escalation(p, master.policy.escalation),
+                blockers=blockers,
+            )
+            for p in master.plans(now)
+            if p.node is not None
+        )
 
     def written() -> int:
-        """Rows whose text the reply can write from a template made by a pass."""
-        return sum(
-            t._fast is not None or any(t._templates.values())
-            for t in master.plan_view.row_texts.values()
-        )
+        """Rows whose text a reply can write from a template made for the current piece."""
+        now = master.clock.now()
+        current = 0
+        for plan in master.plans(now):
+            text = master.plan_view.row_texts.get(plan.key)
+            assert plan.node is not None
+            found = plan.node.forecast.piece_at(
+                now,
+                window_start=plan.window_start,
+                escalation=planned_escalation(plan, master.policy.escalation),
+            )
+            fast = None if text is None else text._fast
+            current += fast is not None and found is not None and fast.piece is found[0]
+        return current
+
+    def whole_plan() -> bytes:
+        now = master.clock.now()
+        return b"".join(master.plan_view.stream(master.plan_inputs(now), now))
 
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)
-        assert (made(), written()) == (2, 2)
+        assert (made(), made(blockers=True), len(master.plan_view.row_texts)) == (2, 0, 0)
         master.reconcile(nursery)
         master.reconcile(nursery)
-        assert (made(), written()) == (5, 5)
-    row = master.plan()["machines"][0]
-    assert row["expected"]["graceful"]["completion"] == EPOCH + 600  # the vacate time
+        assert (made(), made(blockers=True), len(master.plan_view.row_texts)) == (5, 0, 0)
+        row = master.plan()["machines"][0]
+        assert row["expected"]["graceful"]["completion"] == EPOCH + 600  # the vacate time
+        assert whole_plan().count(b'{"row"') == 5  # the reply makes blockers and templates
+        assert (made(blockers=True), written()) == (5, 5)
+        # Past the pieces' end, the passes make the new ones with blockers and templates.
+        first = min(e.forecast.made_until() for e in entries)
+        autojump_clock.jump(first + 1 - master.clock.now())
+        assert made(blockers=True) < 5
+        for _ in range(3):
+            master.reconcile(nursery)
+        assert (made(blockers=True), written()) == (5, 5)
+        # Nobody reads the rows for longer than ROWS_KEPT_FOR: new pieces without them.
+        autojump_clock.jump(ROWS_KEPT_FOR + 1)
+        ends = [e.forecast.made_until() for e in entries]
+        autojump_clock.jump(max(max(ends) + 1 - master.clock.now(), 0))
+        for _ in range(3):
+            master.reconcile(nursery)
+        assert (made(), made(blockers=True)) == (5, 0)
 
 
 async def test_a_pass_makes_again_the_forecasts_whose_piece_ended_and_no_other(
