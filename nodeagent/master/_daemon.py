@@ -291,7 +291,11 @@ class MasterDaemon(Program[MasterConfig, Documents]):
         store = parts.master.store
         if self.ingest is not None:  # leader or follower, a master takes ads
             await services.start(self.ingest.run)
-        await services.start(parts.master.keep_totals)  # and answers summaries and scrapes
+        # and answers summaries and scrapes: the totals kept from the start, as after a
+        # read, so that the first summary after a restart finds them made (a scraper
+        # reads them every few seconds anyway).
+        parts.master.note_totals_read()
+        await services.start(parts.master.keep_totals)
         if not isinstance(store, EtcdStore):
             await services.start(parts.master.run)
             await services.start(parts.operations.run)
