@@ -1485,15 +1485,17 @@ class Master:
         """The time a pass starting at ``now`` may spend making forecasts ahead: what
         :attr:`forecasts_time_share` of the time since the last pass gave, plus what that
         pass left (or less what it overspent), at most the share of one
-        ``reconcile_interval``. Passes woken more often than the interval (a new node's ad
-        wakes one) thus share that time: the forecasts take the share of the master's
-        time, not of each pass."""
-        most = share * self.reconcile_interval
+        ``reconcile_interval`` or of that time, the longer (a loaded master's passes come
+        further apart than the interval: they have their share all the same, and bank
+        none). Passes woken more often than the interval (a new node's ad wakes one) thus
+        share that time: the forecasts take the share of the master's time, not of each
+        pass."""
         credit, since = self._forecast_credit, self._credit_at
         self._credit_at = now
         if credit is None or since is None:
-            return most
-        return min(most, credit + share * max(0.0, now - since))
+            return share * self.reconcile_interval
+        gap = max(0.0, now - since)
+        return min(share * max(self.reconcile_interval, gap), credit + share * gap)
 
     def _notices_by_machine(self) -> dict[str, tuple[Notice, ...]]:
         """The notices in force by machine name, each machine's by group (what the plan's

@@ -403,7 +403,28 @@ async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_mos
         await trio.sleep(0.3)  # 0.036 s: one forecast, which overspends
         master.reconcile(nursery)
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (4, 1)
-        await trio.sleep(10)  # never more than the share of one interval
+        await trio.sleep(10)  # never more than the share of the time since the last pass
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_passes_further_apart_than_the_interval_have_their_share_all_the_same(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A loaded master's passes come further apart than reconcile_interval: each has the
+    share of the time since the last one (not of one interval), and banks none beyond it."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    ticks = itertools.count()
+    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
+    master.reconcile_interval = 1.0
+    master.forecasts_time_share = 0.1  # 0.1 s an interval: two forecasts
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (2, 3)
+        await trio.sleep(2)  # 0.2 s: four forecasts' time, three left
         master.reconcile(nursery)
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
         nursery.cancel_scope.cancel()
