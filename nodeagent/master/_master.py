@@ -257,9 +257,10 @@ class Master:
     wake_gap: float = 0.0
     #: Forecasts a reconcile pass makes at most (≈ 0.3 ms each without their blockers,
     #: ≈ 0.7 ms with them and the row's template: :meth:`PlanView.keeps_row`). On a
-    #: daemon :attr:`forecasts_time_share` bounds them first: passes come about every
-    #: 1.5 s on a loaded master, and the pieces of 100,000 nodes end at ≈ 330 a second
-    #: (at 500 a pass, the forecasts owed after a restart were never all made).
+    #: daemon :attr:`forecasts_time_share` bounds them first: passes come well over a
+    #: second apart on a loaded master, and the pieces of 100,000 nodes may end at
+    #: hundreds a second (at 500 a pass, the forecasts owed after a restart of the
+    #: benchmark's 100,000 were never all made).
     forecasts_per_pass: int = 2000
     #: Forecasts the reconcile service makes before it serves the others again
     #: (:meth:`_pass`): ≈ 20 ms.
