@@ -358,8 +358,8 @@ class Master:
     #: The first second each scheduled machine's forecast made ahead no longer holds, by
     #: key (:meth:`_forecasts_ahead` makes it again then).
     _ahead: DueTimes = field(default_factory=DueTimes)
-    #: Forecasts made ahead of the plans (by the passes, or a follower's
-    #: :meth:`run_ahead`): a metric.
+    #: Forecasts made ahead of the plans (by the passes, a follower's :meth:`run_ahead`,
+    #: or the totals kept: :meth:`keep_totals`): a metric.
     forecasts_made_ahead: int = 0
     #: The machines whose every notice is accepted, and the notices it was read from.
     _accepted: tuple[Mapping[str, Notice], frozenset[str]] | None = None
@@ -1379,10 +1379,16 @@ class Master:
 
     def _totals_slices(self) -> Generator[None, None, None]:
         """:meth:`keep_totals`'s slices, until the totals are whole."""
+        view = self.plan_view
         while True:
             now = self.clock.now()
             inputs = self.plan_inputs(now)
-            if self.plan_view.warm(inputs, now, limit=_LEDGER_SLICE, seconds=self.slice_seconds):
+            ledger = view.kept
+            made = 0 if ledger is None else ledger.forecasts_made
+            whole = view.warm(inputs, now, limit=_LEDGER_SLICE, seconds=self.slice_seconds)
+            if (kept := view.kept) is not None:  # the forecasts made ahead of the readers
+                self.forecasts_made_ahead += kept.forecasts_made - (made if kept is ledger else 0)
+            if whole:
                 return
             yield
 

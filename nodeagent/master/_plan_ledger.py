@@ -266,6 +266,8 @@ class PlanLedger:
         self.now = -math.inf
         #: Shares remade by the last :meth:`bring_to` (all of them in a new ledger).
         self.remade = 0
+        #: The node forecasts (pieces) the shares remade so far had to make.
+        self.forecasts_made = 0
         #: The machines whose share a :meth:`bring_to` with a ``limit`` left to remake.
         self._pending: set[str] = set()
 
@@ -401,6 +403,11 @@ class PlanLedger:
         self.remade += 1
         if old is not None:
             self._add(old, -1)
+        node = plan.node
+        if node is not None and not node.forecast.ready(
+            now, window_start=plan.machine.window_start, escalation=state.applied
+        ):
+            self.forecasts_made += 1
         due = next_due(plan, now, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
         share = share_of(
             plan, state, now, due=due if due > now else now, after_window=after_window(plan)

@@ -368,7 +368,7 @@ def test_a_follower_makes_the_forecasts_its_plans_read_ahead(
     tmp_path: Path, shared_etcd: EtcdServer
 ) -> None:
     """A follower serves plans from its own copy of the ads: it makes their forecasts
-    ahead (and the row templates of the rows read lately), as the leader's passes do, so
+    ahead (its passes, and the totals it keeps from its start), as the leader does, so
     that a plan asked of it finds them made (read load spreads over the masters)."""
     from slots import JobSpec, Machine, MachinePolicy, Resources
 

@@ -507,6 +507,8 @@ async def test_a_summary_answers_at_once_and_the_totals_are_brought_in_after_it(
         view.answer_limit = None
         assert totals == master.plan(late=True, limit=0)["totals"]
         assert (totals["machines"], totals["behind"]) == (5, 0)
+        # the forecasts the totals kept made, ahead of the next reader (not the summary's)
+        assert master.forecasts_made_ahead == 3
         nursery.cancel_scope.cancel()
 
 
