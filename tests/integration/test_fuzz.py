@@ -25,7 +25,7 @@ from tests.harness import AgentProcess, MasterProcess
 
 __all__ = ["etcd_server"]
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10"))
 BUDGET_S = 45.0
 
 
