@@ -675,14 +675,17 @@ class DrainForecast:
         )
 
     def piece_at(
-        self, now: float, *, window_start: float, escalation: Escalation
+        self, now: float, *, window_start: float, escalation: Escalation, blockers: bool = False
     ) -> tuple[object, int] | None:
         """The piece :meth:`lines` would read at ``now`` (compared by identity) and ``d``,
-        without the lines: for a caller that keeps what it derived from them."""
+        without the lines: for a caller that keeps what it derived from them. A piece
+        made for it has its blockers with ``blockers`` (for a caller that reads
+        :meth:`lines` with them next: the piece is made once); one held is as it is."""
         if not self._exact:
             return None
         whole = math.floor(now)
-        piece = self._piece_for(whole, self._window(window_start, escalation))
+        window = self._window(window_start, escalation)
+        piece = self._piece_for(whole, window, frames=blockers)
         return piece, whole - piece.base
 
     def lines(

@@ -343,7 +343,10 @@ class RowJson:
             return None
         window_start = plan.machine.window_start
         forecast = node.forecast
-        found = forecast.piece_at(now, window_start=window_start, escalation=state.applied)
+        blockers = _lists_blockers(state)
+        found = forecast.piece_at(
+            now, window_start=window_start, escalation=state.applied, blockers=blockers
+        )
         if found is None:
             return None
         piece, d = found
@@ -356,10 +359,7 @@ class RowJson:
             or not _same_bases(fast.bases, plan.nodes)
         ):
             read = forecast.lines(
-                now,
-                window_start=window_start,
-                escalation=state.applied,
-                blockers=_lists_blockers(state),
+                now, window_start=window_start, escalation=state.applied, blockers=blockers
             )
             if read is None or read.cut_jobs:
                 return None

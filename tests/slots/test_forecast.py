@@ -471,3 +471,12 @@ def test_a_piece_gets_its_blockers_when_they_are_first_read() -> None:
     ahead = DrainForecast(busy())
     ahead.prepare(T0, window_start=window, escalation=escalation, blockers=True)
     assert ahead.ready(T0, window_start=window, escalation=escalation, blockers=True)
+    # as does a row that asks which piece it would read, to read its blockers next; a
+    # piece held is left as it is (the read of the blockers gives it them)
+    row = DrainForecast(busy())
+    assert row.piece_at(T0, window_start=window, escalation=escalation, blockers=True)
+    assert row.ready(T0, window_start=window, escalation=escalation, blockers=True)
+    held = DrainForecast(busy())
+    held.prepare(T0, window_start=window, escalation=escalation)
+    assert held.piece_at(T0, window_start=window, escalation=escalation, blockers=True)
+    assert not held.ready(T0, window_start=window, escalation=escalation, blockers=True)
