@@ -828,9 +828,11 @@ COMMANDS: tuple[Command, ...] = (
         "run": f"{_M}:schedule_set",
         "help": "Replace the schedule (POST /maintenance/schedule, Mesos rules), after its "
         "preview.\n\n"
-        "First the preview (POST /v1/maintenance/schedule/preview, nothing changed): the\n"
-        "drains that would start at once, each job evicted at once, what the escalations\n"
-        "would cut, the machines dropped, and warnings; then Apply? [y/N]. New machines\n"
+        "First the preview of what the change does (POST\n"
+        "/v1/maintenance/schedule/preview?rows=changed, nothing changed): on the machines\n"
+        "it adds or moves, the drains that would start at once, each job evicted at once,\n"
+        "what the escalations would cut; the machines dropped, and warnings (the kept\n"
+        "machines are counted; their plan is master plan's); then Apply? [y/N]. New machines\n"
         "become DRAINING, machines left out go back UP; a DOWN machine cannot be left out.\n"
         "An invalid schedule exits 1 with Mesos's message and changes nothing. Without a\n"
         "terminal, --yes is needed (exit 6 otherwise); a window already open or times that\n"
@@ -848,7 +850,8 @@ COMMANDS: tuple[Command, ...] = (
             {
                 "names": ("--dry-run",),
                 "kind": "flag",
-                "help": "Show the preview only (with --json: the preview's JSON); exit 0.",
+                "help": "Show the preview only (with --json: the preview's JSON, the rows of "
+                "the machines added or moved); exit 0.",
             },
             {
                 "names": ("--force",),

@@ -330,7 +330,9 @@ def schedule_set(
         raise UsageError("cli.usage", "--dry-run shows the preview only: not with --yes or --force")
     content = _read_input(file)
     target = master_target(host, token, socket_path)
-    reply = _mesos(target, "POST", "/v1/maintenance/schedule/preview", content)
+    # The rows of the machines the change adds or moves: what it does (a kept machine's
+    # drain and cuts are the plan's already), at a cost that of the change.
+    reply = _mesos(target, "POST", "/v1/maintenance/schedule/preview?rows=changed", content)
     preview = reply.data if isinstance(reply.data, dict) else {}
     forced = sorted({w.get("code") for w in preview.get("warnings") or []} & set(_FORCED))
     if json_output and dry_run:

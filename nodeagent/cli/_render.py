@@ -1193,10 +1193,12 @@ def schedule_preview_view(
     /v1/maintenance/schedule/preview``): what changes in numbers, the warnings, the
     machines whose drain would start at once with each job evicted at once, then the
     other machines whose escalation would cut a promise, the declines the change would
-    meet, and the machines dropped.
+    meet, and the machines dropped (``rows: changed``: of the machines added or moved,
+    the kept ones counted).
     At most ``rows`` machines per list."""
     now = _number(preview.get("now")) or time.time()
     totals = preview.get("totals") or {}
+    changed = preview.get("rows") == "changed"
 
     def n(key: str) -> int:
         return int(_number(totals.get(key)) or 0)
@@ -1211,14 +1213,23 @@ def schedule_preview_view(
         ),
         Text(
             f"{plural(n('machines'), 'machine')} scheduled: {n('added')} added, "
-            f"{n('moved')} with a new window; {n('dropped')} dropped (back UP)"
+            f"{n('moved')} with a new window, {n('kept')} kept; {n('dropped')} dropped (back UP)"
         ),
         Text(
-            f"drains starting at once: {n('drains_now')} · jobs evicted at once: "
+            ("on the machines added or moved: " if changed else "")
+            + f"drains starting at once: {n('drains_now')} · jobs evicted at once: "
             f"{n('evicted_now')} · escalations to come cut {plural(n('cut_jobs'), 'promise')}: "
             f"{n('cut_core_seconds')} core-s of promises, {n('cut_badput')} core-s of work lost"
         ),
     ]
+    if changed and n("kept"):
+        lines.append(
+            Text(
+                f"the {plural(n('kept'), 'machine')} kept keep their plan as it is "
+                "(nodeagent master plan)",
+                style="dim",
+            )
+        )
     for warning in preview.get("warnings") or []:
         lines.append(Text(f"warning {warning.get('code')}: {warning.get('message')}", style="red"))
     machines = preview.get("machines") or []
@@ -1266,7 +1277,12 @@ def schedule_preview_view(
         lines.append(Text(f"  {m.get('node')}  {verdict_sentence(m)}"))
     if len(later) > rows:
         lines.append(Text(f"  … {len(later) - rows} more (--json for every row)", style="dim"))
-    declined = [d for m in machines for d in m.get("declines") or []]
+    declines = preview.get("declines")  # every machine's, a kept one's too
+    declined = (
+        list(declines)
+        if isinstance(declines, list)
+        else [d for m in machines for d in m.get("declines") or []]
+    )
     if declined:
         lines.append(Text("declined by their owners (notices in force):", style="bold"))
     for d in declined[:rows]:

@@ -546,15 +546,23 @@ class MasterClient:
         Raises :class:`InvalidMaintenance` with Mesos's message when it is refused."""
         await self._call("POST", "/maintenance/schedule", body=dict(schedule), mesos=True)
 
-    async def preview_schedule(self, schedule: Mapping[str, Any]) -> dict[str, Any]:
+    async def preview_schedule(
+        self, schedule: Mapping[str, Any], *, changed_only: bool = False
+    ) -> dict[str, Any]:
         """What :meth:`set_schedule` with ``schedule`` would do now (``POST
         /v1/maintenance/schedule/preview``, READ; nothing changes): per machine its mode
         now and after, the drain that would start at once and the jobs evicted at once,
         the machines dropped, the totals and the ``warnings`` (``schedule.window_open``,
-        ``schedule.suspicious_time``, ``schedule.unknown_machine``). Raises
+        ``schedule.suspicious_time``, ``schedule.unknown_machine``). ``changed_only``:
+        the rows of the machines the change adds or moves only (``rows=changed``: the
+        kept ones are counted, their drains and cuts are the plan's). Raises
         :class:`InvalidMaintenance` with Mesos's message for a schedule it would refuse."""
         return await self._object(
-            "POST", "/v1/maintenance/schedule/preview", body=dict(schedule), mesos=True
+            "POST",
+            "/v1/maintenance/schedule/preview",
+            body=dict(schedule),
+            params={"rows": "changed"} if changed_only else None,
+            mesos=True,
         )
 
     async def apply_schedule(self, schedule: Mapping[str, Any], *, if_version: str) -> str:

@@ -330,8 +330,10 @@ class SyncMasterClient:
     def set_schedule(self, schedule: Mapping[str, Any]) -> None:
         self._run(lambda c: c.set_schedule(schedule))
 
-    def preview_schedule(self, schedule: Mapping[str, Any]) -> dict[str, Any]:
-        return self._run(lambda c: c.preview_schedule(schedule))
+    def preview_schedule(
+        self, schedule: Mapping[str, Any], *, changed_only: bool = False
+    ) -> dict[str, Any]:
+        return self._run(lambda c: c.preview_schedule(schedule, changed_only=changed_only))
 
     def apply_schedule(self, schedule: Mapping[str, Any], *, if_version: str) -> str:
         return self._run(lambda c: c.apply_schedule(schedule, if_version=if_version))

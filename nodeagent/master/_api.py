@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import logging
 import time
 from collections.abc import (
@@ -501,6 +500,11 @@ class BoundedStreamingResponse(StreamingResponse):
 
 #: The rows of a schedule's preview made in one slice of the event loop (≈ 0.2 ms each).
 PREVIEW_SLICE = 100
+#: What ``next`` gives for a preview's steps that ended.
+_END: Any = object()
+#: A slice of a preview of the rows that change counts this many kept machines (each a
+#: look-up, no row made) as one row made.
+KEPT_PER_ROW = 50
 
 
 def preview_document(
@@ -509,33 +513,44 @@ def preview_document(
     """``POST /v1/maintenance/schedule/preview``'s body: the document
     :meth:`Master.preview_schedule` returns, written as its rows are made
     (:class:`~nodeagent.master._preview.SchedulePreview`; with ``clock``, each at the
-    time it gives), :data:`PREVIEW_SLICE` rows a slice with the collector held off;
-    between two slices the others have the loop for as long as the slice took, as
-    between a pass's. The previews take turns for their slices (``previewing``, held for a
-    slice and the turn after it, not while a slice is sent), so that previews never take
-    more than half of the loop, however many are asked, and a reader that stalls holds up
-    no other. A failure after the first bytes ends the connection without the document's
+    time it gives), :data:`PREVIEW_SLICE` rows a slice (a kept machine counted without
+    its row, :data:`KEPT_PER_ROW` to a row) with the collector held off; between two
+    slices the others have the loop for as long as the slice took, as between a pass's.
+    The previews take turns for their slices (``previewing``, held for a slice and the
+    turn after it, not while a slice is sent), so that previews never take more than
+    half of the loop, however many are asked, and a reader that stalls holds up no
+    other. A failure after the first bytes ends the connection without the document's
     end (the server logs it)."""
 
     async def document() -> AsyncGenerator[bytes, None]:
         head = _json_bytes(preview.head)
         yield head[:-1] + b',"machines":['
-        rows = preview.rows(clock)
+        steps = preview.steps(clock)
         separator = b""
-        while True:
+        done = False
+        while not done:
             # A slice and the others' turn after it, under the lock; the send is not (a
             # reader that stalls holds up no other preview).
             async with previewing:
                 began = trio.current_time()
+                made: list[bytes] = []
                 with _collector_paused():
-                    made = [_json_bytes(row) for row in itertools.islice(rows, PREVIEW_SLICE)]
-                    if not made:
-                        tail = _json_bytes(preview.tail())
+                    budget = PREVIEW_SLICE * KEPT_PER_ROW
+                    while budget > 0:
+                        row = next(steps, _END)
+                        if row is _END:
+                            done = True
+                            tail = _json_bytes(preview.tail())
+                            break
+                        if row is None:
+                            budget -= 1
+                        else:
+                            made.append(_json_bytes(row))
+                            budget -= KEPT_PER_ROW
                 await trio.sleep(trio.current_time() - began)
-            if not made:
-                break
-            yield separator + b",".join(made)
-            separator = b","
+            if made:
+                yield separator + b",".join(made)
+                separator = b","
         yield b"]," + tail[1:]
 
     return document()
@@ -1087,17 +1102,27 @@ def build_master_app(
         responses=_MESOS_ERRORS,
         openapi_extra=_json_body(_SCHEDULE, "A whole schedule, as POST /maintenance/schedule"),
     )
-    async def preview_schedule(request: Request) -> Response:
+    async def preview_schedule(
+        request: Request, rows: Literal["all", "changed"] = "all"
+    ) -> Response:
         """What ``POST /maintenance/schedule`` with this body would do, from the ads held
         now: the plan under it, the drains that would start at once, the jobs evicted
         at once, what the escalations would cut, the machines dropped, and warnings.
-        Writes nothing. A body the schedule endpoint refuses gets its 400 and message."""
+        Writes nothing. A body the schedule endpoint refuses gets its 400 and message.
+        ``rows=changed``: the rows of the machines the change adds or moves only (the
+        kept ones counted, their rows not made). The body is read and checked, and the
+        state copied, in a thread (a schedule of 100,000 machines takes seconds), the
+        rows then made a slice at a time."""
         allowed(request, Scope.READ)
         body = await request.body()
-        try:
+        made = master.schedule_preview_maker(changed_only=rows == "changed")
+
+        def check() -> SchedulePreview:
             schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
-            with _collector_paused():
-                preview = master.schedule_preview(schedule)
+            return made(schedule)
+
+        try:
+            preview = await trio.to_thread.run_sync(check)
         except MaintenanceError as exc:
             return PlainTextResponse(exc.message, status_code=400)
         return BoundedStreamingResponse(

@@ -1090,20 +1090,41 @@ class Master:
         :class:`MaintenanceError` as :meth:`set_schedule` would."""
         return self.schedule_preview(schedule).document()
 
-    def schedule_preview(self, schedule: MaintenanceSchedule) -> SchedulePreview:
+    def schedule_preview(
+        self, schedule: MaintenanceSchedule, *, changed_only: bool = False
+    ) -> SchedulePreview:
         """:meth:`preview_schedule` to be made a row at a time
         (:class:`~nodeagent.master._preview.SchedulePreview`): the schedule checked and
         the state copied now. Raises :class:`MaintenanceError` as :meth:`set_schedule`
         would."""
+        return self.schedule_preview_maker(changed_only=changed_only)(schedule)
+
+    def schedule_preview_maker(
+        self, *, changed_only: bool = False
+    ) -> Callable[[MaintenanceSchedule], SchedulePreview]:
+        """:meth:`schedule_preview` in two steps: what it reads of the master taken now
+        (the state, the plan's inputs, the hostnames, the notices, the time), and the
+        function that checks a schedule against them and copies the state, which reads
+        nothing of the master again, so that another thread may call it (the state's
+        mutators install new containers: the one taken now is never changed)."""
         now = self.clock.now()
-        return SchedulePreview(
-            self.state,
-            schedule,
-            self.plan_inputs(now),
-            now,
-            hostnames=(entry.hostname for entry in self.ads.entries()),
-            notices=list(self.notices.values()),
-        )
+        state = copy.copy(self.state)
+        inputs = self.plan_inputs(now)
+        hostnames = [entry.hostname for entry in self.ads.entries()]
+        notices = list(self.notices.values())
+
+        def make(schedule: MaintenanceSchedule) -> SchedulePreview:
+            return SchedulePreview(
+                state,
+                schedule,
+                inputs,
+                now,
+                hostnames=hostnames,
+                notices=notices,
+                changed_only=changed_only,
+            )
+
+        return make
 
     def preview_down(self, machine_ids: tuple[MachineId, ...]) -> dict[str, Any]:
         """What :meth:`machines_down` would do now, changing nothing

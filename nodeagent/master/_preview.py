@@ -14,7 +14,12 @@ does to it: ``mode_now`` and ``mode_after``; ``change`` (``added``: enters the s
 ``None``); ``evicted_now`` (the jobs the escalation would evict at once: the window is
 open, so each job's promise is cut now). ``dropped`` lists the machines that leave the
 schedule (back UP; the master's drain there is cancelled). ``totals`` add it up, and
-``warnings`` say what looks wrong, each with a stable code:
+``warnings`` say what looks wrong, each with a stable code. A preview of the rows that
+change (``changed``: what ``nodeagent master schedule set`` asks) lists only the machines
+the change adds or moves: a kept machine is counted (whether an ad matches it, whether its
+window is open, the declines it would meet), but its row, and so its drain and its cuts,
+which are the plan's as it stands, are not made. Its cost is then that of the change, not
+of the schedule (a kept machine costs a look-up, a row a forecast):
 
 * ``schedule.suspicious_time``: a window starts before 2000-01-01 or more than ten years
   ahead, or lasts less than a second, which is what times in seconds or milliseconds
@@ -196,6 +201,32 @@ class _Seen:
     declines: tuple[dict[str, Any], ...]
 
     @classmethod
+    def kept(
+        cls,
+        status: MachineStatus,
+        inputs: PlanInputs,
+        now: float,
+        declined: dict[str, list[Notice]],
+    ) -> _Seen:
+        """What a kept machine whose row is not made adds: no drain, no cut (the plan's)."""
+        machine = ScheduledMachine.of(status)
+        assert machine is not None
+        end = machine.window_end
+        machine_id = status.id
+        return cls(
+            machine_id=machine.machine_id,
+            change="kept",
+            known=bool(inputs.find(machine_id.hostname, machine_id.ip)),
+            start=machine.window_start,
+            window_open=now >= machine.window_start,
+            window_ended=end is not None and now >= end,
+            drain_now=False,
+            evicted=0,
+            cut=(0, 0, 0),
+            declines=tuple(_declines(machine_id, "kept", declined)),
+        )
+
+    @classmethod
     def of(cls, row: dict[str, Any]) -> _Seen:
         planned = row.get("as_planned")
         cut = (0, 0, 0)
@@ -220,8 +251,9 @@ class SchedulePreview:
     module docstring), made a row at a time, so that a server can write each row as it
     is made and serve others between two (a preview of 100,000 machines takes
     minutes): :attr:`head` (``now``, ``schedule_version``, ``policy``), then
-    :meth:`rows`, then :meth:`tail` (``dropped``, ``totals``, ``warnings``), the
-    document's keys in that order.
+    :meth:`rows`, then :meth:`tail` (``dropped``, ``declines``: every decline the
+    change would meet, a kept machine's too, ``totals``, ``warnings``), the document's
+    keys in that order.
 
     The schedule is checked and the state copied when it is made (raising
     :class:`~nodeagent.master._maintenance.MaintenanceError` as the schedule endpoint
@@ -230,7 +262,9 @@ class SchedulePreview:
     ``hostnames`` are those of the nodes the master holds ads of (read by :meth:`tail`,
     for a ``schedule.unknown_machine`` warning's "did you mean"), ``notices`` those in
     force (for the declines a change would meet). Of a row, only what the totals and
-    warnings read is kept (:class:`_Seen`)."""
+    warnings read is kept (:class:`_Seen`). ``changed_only``: the rows of the machines
+    the change adds or moves only, the kept ones counted without their rows (see the
+    module docstring); the head says which (``rows``: ``changed`` or ``all``)."""
 
     def __init__(
         self,
@@ -241,6 +275,7 @@ class SchedulePreview:
         *,
         hostnames: Iterable[str] = (),
         notices: Iterable[Notice] = (),
+        changed_only: bool = False,
     ) -> None:
         after = copy.copy(state)  # its mutators install new containers: the copy is apart
         self._changed = after.update_schedule(schedule)
@@ -253,9 +288,11 @@ class SchedulePreview:
         self._hostnames = hostnames
         self._seen: list[_Seen] = []
         self._made = False
+        self._changed_only = changed_only
         self.now = now
         self.head: dict[str, Any] = {
             "now": now,
+            "rows": "changed" if changed_only else "all",
             "schedule_version": schedule_version(state),
             "policy": {
                 "drain_policy": inputs.policy.drain_policy,
@@ -265,17 +302,27 @@ class SchedulePreview:
         }
 
     def rows(self, clock: Callable[[], float] | None = None) -> Iterator[dict[str, Any]]:
-        """Each machine of the proposed schedule's row, in the schedule's order: at
-        ``now``, or with ``clock``, at the time it gives when the row is made (a server
-        making rows for minutes reads each node's forecast at the time, as the reconcile
-        passes do, rather than at an instant they have left behind)."""
+        """Each machine of the proposed schedule's row, in the schedule's order (with
+        ``changed_only``, those the change adds or moves): at ``now``, or with ``clock``,
+        at the time it gives when the row is made (a server making rows for minutes reads
+        each node's forecast at the time, as the reconcile passes do, rather than at an
+        instant they have left behind)."""
+        return (row for row in self.steps(clock) if row is not None)
+
+    def steps(self, clock: Callable[[], float] | None = None) -> Iterator[dict[str, Any] | None]:
+        """:meth:`rows`, with ``None`` for each kept machine counted without its row
+        (``changed_only``): a caller that makes the rows in slices counts those too."""
+        declined = self._declined
         for status in self._statuses:
             if status.window is None:
                 continue
             at = self.now if clock is None else clock()
-            row = _machine_row(
-                status, self._before.get(status.id), self._proposed, at, self._declined
-            )
+            old = self._before.get(status.id)
+            if self._changed_only and _change(status, old) == "kept":
+                self._seen.append(_Seen.kept(status, self._proposed, at, declined))
+                yield None
+                continue
+            row = _machine_row(status, old, self._proposed, at, declined)
             self._seen.append(_Seen.of(row))
             yield row
         self._made = True
@@ -313,7 +360,12 @@ class SchedulePreview:
                 )
             )
         warnings.extend(_declined_warnings(seen))
-        return {"dropped": dropped, "totals": _totals(seen, dropped), "warnings": warnings}
+        return {
+            "dropped": dropped,
+            "declines": [decline for row in seen for decline in row.declines],
+            "totals": _totals(seen, dropped),
+            "warnings": warnings,
+        }
 
 
 def _declined_by_machine(notices: Iterable[Notice]) -> dict[str, list[Notice]]:
@@ -378,6 +430,18 @@ def _declined_warnings(rows: Iterable[_Seen]) -> list[dict[str, Any]]:
     ]
 
 
+def _change(status: MachineStatus, old: MachineStatus | None) -> str:
+    """What the change does to a machine of the proposed schedule: ``added``, ``moved``
+    (its window changes) or ``kept``."""
+    window = status.window
+    assert window is not None
+    if old is None or old.window is None:
+        return "added"
+    if old.window.unavailability != window.unavailability:
+        return "moved"
+    return "kept"
+
+
 def _machine_row(
     status: MachineStatus,
     old: MachineStatus | None,
@@ -390,14 +454,7 @@ def _machine_row(
     assert machine is not None
     key = machine.key
     record = inputs.drains.get(key) or (STARTING if key in inputs.starting else None)
-    window = status.window
-    assert window is not None
-    if old is None or old.window is None:
-        change = "added"
-    elif old.window.unavailability != window.unavailability:
-        change = "moved"
-    else:
-        change = "kept"
+    change = _change(status, old)
     nodes = inputs.find(status.id.hostname, status.id.ip)
     since = inputs.window_since.get(key) if change == "kept" else now
     plan = machine_plan(
@@ -519,6 +576,7 @@ def _totals(rows: list[_Seen], dropped: list[dict[str, Any]]) -> dict[str, Any]:
         "machines": len(rows),
         "added": sum(row.change == "added" for row in rows),
         "moved": sum(row.change == "moved" for row in rows),
+        "kept": sum(row.change == "kept" for row in rows),
         "dropped": len(dropped),
         "unknown_machines": sum(not row.known for row in rows),
         "windows_open": sum(row.window_open for row in rows),

@@ -112,6 +112,18 @@ def test_schedule_set_get_clear(master: MasterProcess, tmp_path: Path) -> None:
     assert "1h" in table  # the duration
     assert datetime.fromtimestamp(FAR).strftime("%Y-%m-%d ") in table  # not today: with a date
 
+    # The preview shows what a change does: the rows of the machines it adds or moves,
+    # the kept ones counted.
+    c = {"hostname": "c.test", "ip": "10.0.0.3"}
+    grown = tmp_path / "grown.json"
+    grown.write_text(json.dumps(window([A, B, c], FAR)))
+    shown = json.loads(ok(cli(master, "schedule", "set", "--dry-run", "--json", str(grown))))
+    assert (shown["rows"], [m["machine_id"] for m in shown["machines"]]) == ("changed", [c])
+    assert (shown["totals"]["machines"], shown["totals"]["kept"]) == (3, 2)
+    text = ok(cli(master, "schedule", "set", "--dry-run", str(grown)))
+    assert "3 machines scheduled: 1 added, 0 with a new window, 2 kept; 0 dropped" in text
+    assert "the 2 machines kept keep their plan as it is" in text
+
     # From stdin; with --json, the schedule as the master now holds it.
     only_a = json.dumps(window([A], FAR, 60))
     replaced = ok(cli(master, "schedule", "set", "--yes", "-", "--json", stdin=only_a))

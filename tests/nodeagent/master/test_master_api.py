@@ -32,6 +32,7 @@ from nodeagent.master import _api
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
 from nodeagent.master._ingest import FRAME, Push, decode_worker_frame, encode_push
+from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._plan import PlanPolicy
@@ -664,6 +665,46 @@ async def test_every_refused_mesos_change_is_audited(tmp_path: Path) -> None:
             ("alice", "machine.down", "maintenance.not_scheduled"),
         ]
         assert (await a.local.get("/maintenance/status")).json() == {}
+
+
+async def test_a_schedule_preview_reads_its_body_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body's schedule is read and checked in a thread (a schedule of 100,000 machines
+    takes seconds): reading it here asks the event loop to run something meanwhile, and
+    waits for it (from the loop's own thread that raises; a read that held the loop would
+    wait for ever)."""
+    ran: list[bool] = []
+    read = MaintenanceSchedule.from_json
+
+    def read_while_the_loop_runs(document: Any) -> MaintenanceSchedule:
+        trio.from_thread.run_sync(lambda: ran.append(True))
+        return read(document)
+
+    async with api(tmp_path) as a:
+        monkeypatch.setattr(MaintenanceSchedule, "from_json", read_while_the_loop_runs)
+        reply = await a.local.post("/v1/maintenance/schedule/preview", json=SCHEDULE)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["totals"]["added"] == 1
+        assert ran == [True]
+
+
+async def test_a_preview_of_the_rows_that_change_over_http(tmp_path: Path) -> None:
+    """``rows=changed``: the rows of the machines added or moved; a bad value is a 422."""
+    other = {"hostname": "n2", "ip": "10.0.0.2"}
+    async with api(tmp_path) as a:
+        assert (await a.local.post("/maintenance/schedule", json=SCHEDULE)).is_success
+        grown = {"windows": [{**SCHEDULE["windows"][0], "machine_ids": [MACHINE, other]}]}
+        path = "/v1/maintenance/schedule/preview"
+        changed = (await a.local.post(path, params={"rows": "changed"}, json=grown)).json()
+        every = (await a.local.post(path, json=grown)).json()
+        assert (changed["rows"], every["rows"]) == ("changed", "all")
+        assert [m["machine_id"] for m in changed["machines"]] == [other]
+        assert [m["machine_id"] for m in every["machines"]] == [MACHINE, other]
+        assert (changed["totals"]["kept"], changed["totals"]["added"]) == (1, 1)
+        bad = await a.local.post(path, params={"rows": "some"}, json=grown)
+        assert error_code(bad) == (422, "request.invalid")
+        assert (await a.local.get("/maintenance/schedule")).json() == SCHEDULE  # unchanged
 
 
 async def test_a_schedule_put_with_the_previews_version_applies_and_a_stale_one_changes_nothing(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trio
@@ -14,7 +14,12 @@ import trio.testing
 from starlette.types import Message
 
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import PREVIEW_SLICE, BoundedStreamingResponse, preview_document
+from nodeagent.master._api import (
+    KEPT_PER_ROW,
+    PREVIEW_SLICE,
+    BoundedStreamingResponse,
+    preview_document,
+)
 from nodeagent.master._event_stream import SEND_TIMEOUT
 from nodeagent.master._ingest import json_bytes
 from nodeagent.master._maintenance import (
@@ -449,6 +454,57 @@ def test_the_down_preview_of_a_short_name_says_mesos_s_message_and_did_you_mean(
     assert state.snapshot() == snapshot
 
 
+# ------------------------------------------------------------- the rows that change
+
+
+def test_a_preview_of_the_rows_that_change_counts_the_kept_machines_without_their_rows() -> None:
+    """``changed_only``: rows for the machines added or moved only; a kept machine is
+    counted (an ad matches it or not, its window open, the declines it meets) without its
+    row, so without its drain or cuts, which are the plan's as it stands."""
+    ghost_kept = MachineId(hostname="gone.test")
+    moved, added = MachineId(hostname="moved.test"), MachineId(hostname="added.test")
+    state = MaintenanceState()
+    # n.test is kept in an open window: a full preview says its quick drain evicts 2 jobs.
+    state.update_schedule(schedule(at(EPOCH - 1, 3600, N, ghost_kept), at(EPOCH + 600, 60, moved)))
+    proposed = schedule(at(EPOCH - 1, 3600, N, ghost_kept), at(EPOCH + 900, 60, moved, added))
+    made_from = inputs(pool(), PlanPolicy(), EPOCH)
+    notices = [declined_notice("n.test")]
+    full = whole_preview(state, proposed, made_from, EPOCH, notices=notices)
+    changed = whole_preview(state, proposed, made_from, EPOCH, notices=notices, changed_only=True)
+    assert (full["rows"], changed["rows"]) == ("all", "changed")
+    assert [m["change"] for m in full["machines"]] == ["kept", "kept", "moved", "added"]
+    assert changed["machines"] == full["machines"][2:]  # the same rows, the kept left out
+    kept_row = full["machines"][0]
+    assert (kept_row["drain_now"], len(kept_row["evicted_now"])) == ("quick", 2)
+    counted = ("machines", "added", "moved", "kept", "dropped", "unknown_machines")
+    assert [full["totals"][k] for k in counted] == [4, 1, 1, 2, 0, 3]
+    assert [changed["totals"][k] for k in counted] == [4, 1, 1, 2, 0, 3]
+    assert (changed["totals"]["windows_open"], changed["totals"]["declines"]) == (2, 1)
+    assert (full["totals"]["windows_open"], full["totals"]["declines"]) == (2, 1)
+    # What the kept machine's drain does is the plan's: not the change's.
+    assert [full["totals"][k] for k in ("drains_now", "evicted_now", "cut_jobs")] == [1, 2, 2]
+    assert [changed["totals"][k] for k in ("drains_now", "evicted_now", "cut_jobs")] == [0, 0, 0]
+    assert changed["warnings"] == full["warnings"]  # unknown machines and the decline met
+    (decline,) = changed["declines"]  # a kept machine's, its row not made
+    assert (decline["machine"], decline["group"], decline["reissued"]) == ("n.test", "etl", False)
+    assert full["declines"] == changed["declines"] == kept_row["declines"]
+    assert [w["code"] for w in changed["warnings"]] == [
+        "schedule.unknown_machine",
+        "schedule.unknown_machine",
+        "schedule.unknown_machine",
+        "schedule.declined",
+    ]
+
+
+def test_a_change_that_keeps_every_machine_makes_no_row() -> None:
+    state, _, made_from = large_change()
+    preview = SchedulePreview(state, state.schedule, made_from, EPOCH, changed_only=True)
+    steps = list(preview.steps())
+    assert steps == [None] * 251
+    totals = preview.tail()["totals"]
+    assert (totals["machines"], totals["kept"], totals["unknown_machines"]) == (251, 251, 251)
+
+
 # ---------------------------------------------------------------------------- the body
 
 
@@ -525,6 +581,53 @@ async def test_previews_take_turns_and_one_whose_reader_stalls_holds_up_none() -
     assert documents == [whole, whole]
     await stalled.aclose()
     assert not previewing.locked()
+
+
+async def test_a_preview_of_the_rows_that_change_counts_kept_machines_in_its_slices() -> None:
+    """250 kept machines cost what 250 / KEPT_PER_ROW rows do: with the two rows made,
+    one slice; the body is the document."""
+    state, proposed, made_from = large_change()
+    whole = json_bytes(whole_preview(state, proposed, made_from, EPOCH, changed_only=True))
+    preview = SchedulePreview(state, proposed, made_from, EPOCH, changed_only=True)
+    chunks = [chunk async for chunk in preview_document(preview, trio.Lock())]
+    assert b"".join(chunks) == whole
+    assert 250 / KEPT_PER_ROW + 2 <= PREVIEW_SLICE
+    assert len(chunks) == 3  # the head, the two rows, the tail
+    document = json.loads(whole)
+    assert [m["machine_id"]["hostname"] for m in document["machines"]] == ["n.test", "typo.test"]
+    assert (document["totals"]["kept"], document["totals"]["dropped"]) == (250, 1)
+
+
+class CountedLock:
+    """A lock that counts how often it was taken: a preview takes it once a slice."""
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.taken = 0
+
+    async def __aenter__(self) -> None:
+        await self.lock.acquire()
+        self.taken += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+async def test_kept_machines_alone_take_slices_of_their_own() -> None:
+    """A slice counts the kept machines it looks at: a preview of many kept machines and
+    no row still gives the others the loop between its slices."""
+    count = 3 * PREVIEW_SLICE * KEPT_PER_ROW
+    many = tuple(MachineId(hostname=f"k{i:05d}.test") for i in range(count))
+    state = MaintenanceState()
+    state.update_schedule(schedule(at(EPOCH + 600, 60, *many)))
+    preview = SchedulePreview(
+        state, state.schedule, inputs(pool(), PlanPolicy(), EPOCH), EPOCH, changed_only=True
+    )
+    lock = CountedLock()
+    body = b"".join([chunk async for chunk in preview_document(preview, cast(trio.Lock, lock))])
+    document = json.loads(body)
+    assert (document["machines"], document["totals"]["kept"]) == ([], count)
+    assert lock.taken == 4  # three slices of kept machines, then the one that ends
 
 
 def test_with_a_clock_each_row_is_made_at_the_time_it_gives() -> None:
