@@ -49,8 +49,13 @@ Per size (``sqlite``):
   ``{"end"`` line; else the JSON document: its first bytes, its last byte. Then one
   window's rows (``window=<start>``): ``window_filter_answered`` says whether the master
   sent that window's rows only (else it sent the whole plan).
-* **preview**: ``POST /v1/maintenance/schedule/preview`` of the schedule held with
-  ``--preview-machines`` machines (1,000) moved to a new window: request to last byte.
+* **preview**: ``POST /v1/maintenance/schedule/preview?rows=changed`` (what ``nodeagent
+  master schedule set`` asks; ``--preview-rows all``: every row) of the schedule held with
+  ``--preview-machines`` machines (1,000) moved to a new window: request to first row and
+  last byte, and the pushes answered meanwhile. Then **apply**: that schedule applied as
+  ``schedule set`` applies it (``PUT /v1/maintenance/schedule?if_version=`` the preview's
+  ``schedule_version``, an ADMINISTRATOR token): request to reply, the pushes answered
+  meanwhile, and the summary's first reply after it.
 * **after restart**: the agents stop, the master is SIGKILLed and started again on its store
   (the schedule is there, the ads are not); every node pushes once, spread over the
   interval (``--restart-burst``: all at once); from the last ad in, the first summary (and
@@ -68,7 +73,7 @@ on its own is reported (``master_exited``: its status and the last lines of its 
 hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
 10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
 [--no-restart] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]
-[--cold-read metrics|summary]``.
+[--cold-read metrics|summary] [--preview-rows changed|all] [--no-apply]``.
 """
 
 from __future__ import annotations
@@ -591,10 +596,12 @@ def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
     return figures
 
 
-def preview(client: httpx.Client, pushers: Pushers, document: dict[str, Any]) -> dict[str, Any]:
-    """``POST /v1/maintenance/schedule/preview``, read to the end: latency (first bytes
-    of the rows, last byte), size, moved; and the pushes answered meanwhile
-    (:func:`meanwhile`)."""
+def preview(
+    client: httpx.Client, pushers: Pushers, document: dict[str, Any], rows: str
+) -> dict[str, Any]:
+    """``POST /v1/maintenance/schedule/preview?rows=``, read to the end: latency (first
+    bytes of the rows, last byte), size, moved, its ``schedule_version``; and the pushes
+    answered meanwhile (:func:`meanwhile`)."""
     body = json.dumps(document).encode()
     size, head, tail, status, first = 0, b"", b"", 0, None
     with meanwhile(pushers) as pushes:
@@ -602,6 +609,7 @@ def preview(client: httpx.Client, pushers: Pushers, document: dict[str, Any]) ->
         with client.stream(
             "POST",
             "/v1/maintenance/schedule/preview",
+            params={"rows": rows},
             content=body,
             headers={"Content-Type": "application/json"},
             timeout=600,
@@ -620,13 +628,50 @@ def preview(client: httpx.Client, pushers: Pushers, document: dict[str, Any]) ->
     moved = re.search(rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', tail) or re.search(
         rb'"totals":\s*\{[^}]*"moved":\s*(\d+)', head
     )
+    version = re.search(rb'"schedule_version":\s*"([0-9a-f]+)"', head)
     return {
+        "rows": rows,
         "first_row_ms": None if first is None else ms(first),
         "ms": ms(elapsed),
         "request_bytes": len(body),
         "reply_bytes": size,
         "moved": None if moved is None else int(moved[1]),
+        "schedule_version": None if version is None else version[1].decode(),
         **pushes,
+    }
+
+
+def apply_previewed(
+    master: MasterProcess,
+    reader: httpx.Client,
+    pushers: Pushers,
+    document: dict[str, Any],
+    version: str,
+) -> dict[str, Any]:
+    """The previewed schedule applied as ``schedule set`` applies it (``PUT
+    /v1/maintenance/schedule?if_version=``): request to reply, the pushes answered
+    meanwhile, then the summary's first reply after it."""
+    body = json.dumps(document).encode()
+    with master.client(master.token("ADMINISTRATOR")) as admin, meanwhile(pushers) as pushes:
+        started = time.perf_counter()
+        reply = admin.put(
+            "/v1/maintenance/schedule",
+            params={"if_version": version},
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=600,
+        )
+        elapsed = time.perf_counter() - started
+    if reply.status_code != 200:
+        raise RuntimeError(f"apply: {reply.status_code} {reply.text[:300]!r}")
+    started = time.perf_counter()
+    summary = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=600)
+    summary.raise_for_status()
+    return {
+        "ms": ms(elapsed),
+        **pushes,
+        "summary_after_ms": ms(time.perf_counter() - started),
+        "summary_after_behind": (summary.json().get("totals") or {}).get("behind"),
     }
 
 
@@ -847,6 +892,8 @@ class Options:
     moving: bool
     every: float
     preview_machines: int
+    preview_rows: str = "changed"
+    apply: bool = True
     restart: bool
     restart_burst: bool
     round_timeout: float
@@ -943,7 +990,15 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
                 ok = guarded(result, "one_window", one_window)
             if ok and options.preview_machines:
                 document = moved_schedule(machines, now, options.preview_machines)
-                ok = guarded(result, "preview", lambda: preview(reader, agents, document))
+                rows = options.preview_rows
+                ok = guarded(result, "preview", lambda: preview(reader, agents, document, rows))
+                version = result.get("preview", {}).get("schedule_version")
+                if ok and options.apply and version:
+                    ok = guarded(
+                        result,
+                        "apply",
+                        lambda: apply_previewed(master, reader, agents, document, version),
+                    )
         alive(master)
         mem = memory(master.proc.pid)
         result["memory"] = {
@@ -1114,6 +1169,8 @@ def main() -> int:
     parser.add_argument("--summary-every", type=float, default=2.0, help="seconds")
     parser.add_argument("--preview-machines", type=int, default=1000)
     parser.add_argument("--no-preview", action="store_true")
+    parser.add_argument("--preview-rows", choices=["changed", "all"], default="changed")
+    parser.add_argument("--no-apply", action="store_true", help="preview, not apply")
     parser.add_argument("--no-restart", action="store_true")
     parser.add_argument("--restart-burst", action="store_true", help="ads back all at once")
     parser.add_argument("--no-etcd", action="store_true")
@@ -1141,6 +1198,8 @@ def main() -> int:
         moving=not args.static_ads,
         every=args.summary_every,
         preview_machines=0 if args.no_preview else args.preview_machines,
+        preview_rows=args.preview_rows,
+        apply=not args.no_apply,
         restart=not args.no_restart,
         restart_burst=args.restart_burst,
         round_timeout=args.round_timeout or 5 * args.interval,
