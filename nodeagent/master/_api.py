@@ -383,8 +383,9 @@ class PlanReply:
     off, ``now`` that of the request: one JSON document
     (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
     (:meth:`~nodeagent.master._plan_view.PlanView.stream`). A slice (:meth:`take`) makes
-    chunks until :data:`PLAN_SLICE` has passed; the endpoint makes the first at once, and
-    a reply that ends within it (a summary) is answered whole, as one body; the rest are
+    chunks until :data:`PLAN_SLICE` has passed; the endpoint makes the first at once (of a
+    reply of rows, the head and the first chunk of rows only: its first rows leave at
+    once), and a reply that ends within it (a summary) is answered whole, as one body; the rest are
     sent as they are made (:meth:`rest`), the event loop served between two. An error
     ends JSON lines with a line ``{"error": {"code": "plan.failed", "message"}}`` (and is
     logged), and the document's connection without the document's end (the server logs
@@ -413,6 +414,10 @@ class PlanReply:
             select=select,
         )
         self._jsonl = jsonl
+        #: The chunks the first slice ends with: a reply of rows sends its head and first
+        #: rows at once; a ``late`` one (a summary: its rows are sorted once all are made)
+        #: takes the slice, to be answered whole when it ends within it.
+        self._first: int | None = None if late else 2
         #: Whether the last chunk is made.
         self.ended = False
 
@@ -420,6 +425,7 @@ class PlanReply:
         """The next slice's bytes (:attr:`ended` once the last is made)."""
         made: list[bytes] = []
         began = time.perf_counter()
+        first, self._first = self._first, None
         try:
             with _collector_paused():
                 while True:
@@ -428,7 +434,7 @@ class PlanReply:
                         self.ended = True
                         break
                     made.append(chunk)
-                    if time.perf_counter() - began >= PLAN_SLICE:
+                    if len(made) == first or time.perf_counter() - began >= PLAN_SLICE:
                         break
         except Exception as exc:
             if not self._jsonl:

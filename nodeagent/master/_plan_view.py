@@ -69,6 +69,7 @@ __all__ = [
     "PlanSelect",
     "PlanView",
     "Record",
+    "chunk_starts",
     "cursor_of",
 ]
 
@@ -125,9 +126,27 @@ class PlanInputs:
 
 
 #: Machines a chunk of the streamed plan is made of; the first chunk, of at most
-#: :data:`FIRST_CHUNK`, so that the first rows leave at once.
+#: :data:`FIRST_CHUNK`, so that the first rows leave at once, and each next one twice the
+#: one before, up to :data:`CHUNK` (:func:`chunk_starts`): a reply's slice, which ends
+#: once a chunk ends past its time, then overruns it by twice what it made at most.
 CHUNK = 256
 FIRST_CHUNK = 16
+
+
+def chunk_starts(count: int, chunk: int) -> list[int]:
+    """Where each chunk of ``count`` machines after the first starts, then ``count``: the
+    first of ``min(chunk, FIRST_CHUNK)`` machines, each next twice the one before, at most
+    ``chunk``."""
+    starts: list[int] = []
+    most = max(1, chunk)
+    at, size = 0, min(most, FIRST_CHUNK)
+    while at + size < count:
+        at += size
+        starts.append(at)
+        size = min(most, 2 * size)
+    starts.append(count)
+    return starts
+
 
 #: How long after a reply wrote a machine's row the reconcile passes keep its template
 #: current (seconds; :meth:`PlanView.keeps_row`), as the totals are kept for a while
@@ -565,7 +584,8 @@ class PlanView:
         chunk: int = CHUNK,
     ) -> Iterator[bytes]:
         """:meth:`reply` as JSON lines (``format=jsonl``), made ``chunk`` machines at a
-        time (the first chunk at most :data:`FIRST_CHUNK`): the first line ``{"plan":
+        time (the first chunk at most :data:`FIRST_CHUNK`, each next twice the one before:
+        :func:`chunk_starts`): the first line ``{"plan":
         {"now", "policy"}}``, a line ``{"row": …}`` a row, the last ``{"end": {"matched",
         "totals", "after_window", "next"}}``; a row orjson cannot write is written by
         :mod:`json`. Each item is the text of one chunk (empty while ``late`` rows are
@@ -694,7 +714,7 @@ class PlanView:
         machines = made.machines
         sent = 0
         last: _Row | None = None
-        starts = [*range(min(chunk, FIRST_CHUNK), len(machines), chunk), len(machines)]
+        starts = chunk_starts(len(machines), chunk)
         for at, end in itertools.pairwise([0, *starts] if machines else []):
             if view is self and not self._holds(made.statuses):
                 view = PlanView()  # the schedule moved on: caches of the stream's own

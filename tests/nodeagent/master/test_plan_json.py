@@ -19,7 +19,7 @@ from nodeagent._store import DocumentStore
 from nodeagent.master import _adstore as adstore
 from nodeagent.master import _api, _plan_view
 from nodeagent.master._adstore import AdStore
-from nodeagent.master._api import plan_body, plan_chunks
+from nodeagent.master._api import PlanReply, plan_body, plan_chunks
 from nodeagent.master._drains import DrainPhase, DrainRecord
 from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
 from nodeagent.master._master import Master
@@ -325,6 +325,39 @@ def _pool(tmp_path: Path, machines: int) -> tuple[Master, DocumentStore]:
     return master, store
 
 
+def test_a_reply_of_rows_sends_its_head_and_first_rows_at_once_and_a_summary_is_one_body(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However long a slice may last, the first one of the whole plan ends with its first
+    chunk of rows; a summary (``late``) takes its slice and, ended within it, is one body."""
+    monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 2)
+    monkeypatch.setattr(_api, "PLAN_SLICE", 3600.0)
+    master, store = _pool(tmp_path, 8)
+    try:
+        for jsonl in (True, False):
+            reply = PlanReply(master, jsonl=jsonl)
+            first = reply.take()
+            assert not reply.ended
+            rest = b""
+            while not reply.ended:
+                rest += reply.take()
+            whole = first + rest
+            if jsonl:
+                assert [orjson.loads(line).keys() for line in first.splitlines()] == [
+                    {"plan"},
+                    {"row"},
+                    {"row"},
+                ]
+            else:
+                assert whole == plan_body(master)
+                assert first.count(b'"machine_id"') == 2
+        summary = PlanReply(master, late=True, with_blockers=False, limit=20)
+        assert summary.take() == plan_body(master, late=True, with_blockers=False, limit=20)
+        assert summary.ended
+    finally:
+        store.close()
+
+
 async def test_the_api_s_document_is_the_body_sent_a_chunk_at_a_time_with_the_others_between(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -349,7 +382,7 @@ async def test_the_api_s_document_is_the_body_sent_a_chunk_at_a_time_with_the_ot
                 seen.append(turns)
             nursery.cancel_scope.cancel()
         assert b"".join(chunks) == plan_body(master)
-        assert len(chunks) == 4  # the head, the first 2 rows, the other 6, the end
+        assert len(chunks) == 5  # the head, the first 2 rows, the next 4, the last 2, the end
         assert chunks[0].startswith(b'{"now":')
         assert chunks[0].endswith(b'"machines":[')
         # Made in one go, no other task would run until its end; a chunk at a time, the

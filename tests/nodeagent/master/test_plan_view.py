@@ -24,7 +24,13 @@ from nodeagent.master._maintenance import (
     Window,
 )
 from nodeagent.master._plan import PlanPolicy, machine_key
-from nodeagent.master._plan_view import PlanInputs, PlanQueryError, PlanSelect, PlanView
+from nodeagent.master._plan_view import (
+    PlanInputs,
+    PlanQueryError,
+    PlanSelect,
+    PlanView,
+    chunk_starts,
+)
 from slots import JobSpec, Machine, MachinePolicy, Resources
 
 NOW = 1_800_000_000.0
@@ -495,13 +501,14 @@ def test_the_stream_sends_its_head_before_it_makes_a_row() -> None:
 
 @pytest.mark.parametrize(
     ("machines", "rows"),
-    [(20, [3, 8, 8, 1]), (3, [3]), (4, [3, 1]), (11, [3, 8]), (1, [1]), (0, [])],
+    [(20, [3, 6, 8, 3]), (3, [3]), (4, [3, 1]), (11, [3, 6, 2]), (1, [1]), (0, [])],
 )
 def test_the_stream_s_first_chunk_is_small_so_that_its_first_rows_leave_at_once(
     monkeypatch: pytest.MonkeyPatch, machines: int, rows: list[int]
 ) -> None:
-    """Chunks of 8 and a first chunk of at most 3: the rows of each chunk, between the
-    head and the end; the same lines as in one chunk."""
+    """Chunks of at most 8, a first chunk of at most 3, each next twice the one before:
+    the rows of each chunk, between the head and the end; the same lines as in one
+    chunk."""
     monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 3)
     world = World()
     for n in range(machines):
@@ -510,6 +517,24 @@ def test_the_stream_s_first_chunk_is_small_so_that_its_first_rows_leave_at_once(
     items = list(PlanView().stream(world.inputs(), world.now, chunk=8))
     assert [len(item.splitlines()) for item in items] == [1, *rows, 1]
     assert b"".join(items) == b"".join(PlanView().stream(world.inputs(), world.now, chunk=20))
+
+
+@pytest.mark.parametrize(
+    ("count", "chunk", "starts"),
+    [
+        (0, 256, [0]),
+        (16, 256, [16]),
+        (17, 256, [16, 17]),
+        (1000, 256, [16, 48, 112, 240, 496, 752, 1000]),
+        (100, 20, [16, 36, 56, 76, 96, 100]),
+        (10, 4, [4, 8, 10]),
+        (3, 0, [1, 2, 3]),  # a chunk of at least one machine
+    ],
+)
+def test_each_chunk_is_twice_the_one_before_up_to_the_chunk(
+    count: int, chunk: int, starts: list[int]
+) -> None:
+    assert chunk_starts(count, chunk) == starts
 
 
 @pytest.mark.parametrize(
