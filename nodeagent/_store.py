@@ -28,6 +28,7 @@ __all__ = [
     "DocumentStore",
     "Documents",
     "FileIdentity",
+    "Fixed",
     "Members",
     "OutcomeUnknown",
     "StoreError",
@@ -209,6 +210,18 @@ class Members:
     delete: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """A whole document given to :meth:`Documents.save` by a writer that never changes it
+    once given (a change of it is another object, such as the master's schedule and
+    modes, 5 MB of JSON for 100,000 machines): a store encodes it once, and
+    :class:`DocumentStore` writes it again only when given another object, or when it
+    writes to a new file. Every write of a drain thus no longer costs the whole
+    schedule. Not for a collection."""
+
+    doc: Any
+
+
 class Documents(Protocol):
     """Named JSON documents, each replaced whole: :class:`DocumentStore` (SQLite) or
     :class:`~nodeagent._ha._store.EtcdStore` (etcd, shared by several masters).
@@ -219,7 +232,7 @@ class Documents(Protocol):
     collection whose keys sort after ``member``. ``where`` names the store in messages.
     A document the store keeps as a collection (given when it is made) may be saved as
     :class:`Members`: only those members are written; its ``load`` is the object of all
-    its members (``{}`` for none).
+    its members (``{}`` for none). Another document may be given as :class:`Fixed`.
     """
 
     #: The documents kept one member per row or key (see :class:`Members`).
@@ -265,6 +278,8 @@ class DocumentStore:
         self.collections = frozenset(collections)
         #: A replaced file's collection rows, until a save has written them to the new one.
         self._carried: list[tuple[str, str, str]] = []
+        #: The :class:`Fixed` documents this file holds, by name.
+        self._fixed: dict[str, Any] = {}
         try:
             self._split_collections()
         except BaseException:
@@ -353,6 +368,8 @@ class DocumentStore:
         for name, doc in documents.items():
             if isinstance(doc, Members) and name not in self.collections:
                 raise TypeError(f"{name!r} is not a collection of this store")
+            if isinstance(doc, Fixed) and name in self.collections:
+                raise TypeError(f"{name!r} is a collection of this store: not Fixed")
         if FileIdentity.of(self.path) != self._identity:
             log.error(
                 "%s was deleted or replaced while this daemon ran: its state goes to a new file",
@@ -365,6 +382,8 @@ class DocumentStore:
             self._db.close()
             self._db = open_database(self.path, self._SCHEMA)
             self._identity = FileIdentity.of(self.path)
+            self._fixed = {}
+        fixed = {n: d.doc for n, d in documents.items() if isinstance(d, Fixed)}
         try:
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -374,7 +393,10 @@ class DocumentStore:
                         "VALUES (?, ?, ?, ?)",
                         [(name, member, time.time(), doc) for name, member, doc in self._carried],
                     )
-                for name, doc in documents.items():
+                for name, given in documents.items():
+                    if isinstance(given, Fixed) and self._fixed.get(name) is given.doc:
+                        continue  # this file holds it
+                    doc = given.doc if isinstance(given, Fixed) else given
                     if isinstance(doc, Members):
                         self._put_members(name, doc.put)
                         self._db.executemany(
@@ -394,6 +416,7 @@ class DocumentStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc
         self._carried = []
+        self._fixed.update(fixed)
 
     def _put_members(self, name: str, members: Mapping[str, Any]) -> None:
         now = time.time()

@@ -98,7 +98,7 @@ from nodeagent._ha._etcd import (
     revision_of,
 )
 from nodeagent._ha._leadership import Fence, LeadershipLost, NotLeading
-from nodeagent._store import Members, OutcomeUnknown, StoreError
+from nodeagent._store import Fixed, Members, OutcomeUnknown, StoreError
 
 __all__ = ["COMPRESS_FROM", "LAST_WRITE", "WATCH_RENEWAL", "EtcdStore", "Verdict", "verdict"]
 
@@ -194,6 +194,8 @@ class EtcdStore:
         #: The revision of the last whole read: events up to it are in the copy already.
         self._floor = 0
         self._docs: dict[str, _Entries] = {}
+        #: The :class:`~nodeagent._store.Fixed` documents given last and their JSON, by name.
+        self._encoded: dict[str, tuple[Any, bytes]] = {}
         self._sync = SyncEtcd(settings)
         try:
             self.refresh()
@@ -312,6 +314,15 @@ class EtcdStore:
         changes: list[tuple[str, str, bytes | None]] = []
         for name, doc in documents.items():
             entries = self._docs.get(name, {})
+            if isinstance(doc, Fixed):  # encoded once: compared with the copy all the same
+                if name in self.collections:
+                    raise TypeError(f"{name!r} is a collection of this store: not Fixed")
+                held = self._encoded.get(name)
+                if held is None or held[0] is not doc.doc:
+                    held = self._encoded[name] = (doc.doc, _dumps(doc.doc))
+                if entries.get("", (0, None))[1] != held[1]:
+                    changes.append((name, "", held[1]))
+                continue
             if isinstance(doc, Members):
                 if name not in self.collections:
                     raise TypeError(f"{name!r} is not a collection of this store")

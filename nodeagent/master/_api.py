@@ -513,6 +513,11 @@ _END: Any = object()
 KEPT_PER_ROW = 50
 
 
+def _read_schedule(body: bytes) -> MaintenanceSchedule:
+    """A schedule's body as ``POST /maintenance/schedule`` reads it (Mesos's 400s)."""
+    return MaintenanceSchedule.from_json(load_json(body, "object"))
+
+
 def preview_document(
     preview: SchedulePreview, previewing: trio.Lock, clock: Callable[[], float] | None = None
 ) -> AsyncGenerator[bytes, None]:
@@ -826,15 +831,21 @@ def build_master_app(
     async def mesos_change(
         request: Request,
         action: str,
-        apply: Callable[[bytes, str], Any],
+        apply: Callable[[Any, str], Any],
         reply: Callable[[Any], Awaitable[Response]] | None = None,
+        *,
+        read: Callable[[bytes], Any] | None = None,
     ) -> Response:
         """Apply a Mesos change; every outcome is audited, refusals of the caller included.
-        ``reply`` makes the answer from what ``apply`` returned (else an empty 200)."""
+        ``reply`` makes the answer from what ``apply`` returned (else an empty 200).
+        ``read`` makes the body what ``apply`` takes, in a thread (a schedule of 100,000
+        machines takes seconds to read: the others are served meanwhile); without it,
+        ``apply`` takes the body."""
         who = await administrator(request, action)
         body = await request.body()
         try:
-            applied = apply(body, who.subject)
+            given = body if read is None else await trio.to_thread.run_sync(read, body)
+            applied = apply(given, who.subject)
         except MaintenanceError as exc:
             await record(request, who.subject, action, exc.code)
             return PlainTextResponse(exc.message, status_code=400)
@@ -1069,11 +1080,10 @@ def build_master_app(
     async def post_schedule(request: Request) -> Response:
         """Replace the schedule (Mesos rules)."""
 
-        def apply(body: bytes, actor: str) -> None:
-            schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
+        def apply(schedule: MaintenanceSchedule, actor: str) -> None:
             master.set_schedule(schedule, actor=actor)
 
-        return await mesos_change(request, "maintenance.schedule", apply)
+        return await mesos_change(request, "maintenance.schedule", apply, read=_read_schedule)
 
     @app.put(
         "/v1/maintenance/schedule",
@@ -1091,15 +1101,16 @@ def build_master_app(
         same Mesos rules and 400 messages; the reply is the new ``schedule_version``.
         Audited as ``maintenance.schedule``."""
 
-        def apply(body: bytes, actor: str) -> str:
-            schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
+        def apply(schedule: MaintenanceSchedule, actor: str) -> str:
             master.set_schedule(schedule, actor=actor, if_version=if_version)
             return master.schedule_version()
 
         async def answer(version: str) -> Response:
             return JSONResponse({"schedule_version": version})
 
-        return await mesos_change(request, "maintenance.schedule", apply, answer)
+        return await mesos_change(
+            request, "maintenance.schedule", apply, answer, read=_read_schedule
+        )
 
     @app.post(
         "/v1/maintenance/schedule/preview",
@@ -1124,8 +1135,7 @@ def build_master_app(
         made = master.schedule_preview_maker(changed_only=rows == "changed")
 
         def check() -> SchedulePreview:
-            schedule = MaintenanceSchedule.from_json(load_json(body, "object"))
-            return made(schedule)
+            return made(_read_schedule(body))
 
         try:
             preview = await trio.to_thread.run_sync(check)

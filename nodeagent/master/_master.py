@@ -77,7 +77,7 @@ from nodeagent._agent_calls import AgentCalls, Committed, DrainBody, Phase1
 from nodeagent._auth import PoolToken
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
-from nodeagent._store import Documents, Members, StoreError
+from nodeagent._store import Documents, Fixed, Members, StoreError
 from nodeagent._when import in_words, iso_time
 from nodeagent.master._adstore import AdEntry, AdStore, MovedOnAd, NodeAd, PackedSlots, foreign_ad
 from nodeagent.master._drains import (
@@ -281,8 +281,15 @@ class Master:
     state: MaintenanceState = field(default_factory=MaintenanceState)
     #: The master's drain records, by machine key (see :mod:`nodeagent.master._drains`).
     drains: dict[str, DrainRecord] = field(default_factory=dict)
+    #: Who asked for each scheduled machine's maintenance: a change makes a new dict (it
+    #: is saved as :class:`~nodeagent._store.Fixed`, written only when it is another).
     actors: dict[str, str] = field(default_factory=dict)
     counters: MasterCounters = field(default_factory=MasterCounters)
+    #: The state last saved and its snapshot (a drain's write does not make it again).
+    _snapshot: tuple[MaintenanceState, dict[str, Any]] | None = None
+    #: A state and its :func:`~nodeagent.master._preview.schedule_version` (half a second
+    #: at 100,000 machines).
+    _version: tuple[MaintenanceState, str] | None = None
     _wake: trio.Event = field(default_factory=trio.Event)
     #: Machines a task acts on (a pass's, a rolling operation's): see :meth:`hold`.
     _busy: set[str] = field(default_factory=set)
@@ -516,10 +523,14 @@ class Master:
         (:func:`~nodeagent.master._event_drafts.operation_changes`). They are kept and
         published once the store holds them all. ``notices`` are the notices written
         (``None``: that notice is deleted), the others left as they are."""
+        if self._snapshot is None or self._snapshot[0] is not state:
+            self._snapshot = (state, state.snapshot())
         documents: dict[str, Any] = {
-            "maintenance": state.snapshot(),
+            # The schedule and modes (a state is never changed: a change makes another),
+            # and the actors (likewise), written when they change only.
+            "maintenance": Fixed(self._snapshot[1]),
             "drains": {key: record.to_json() for key, record in self.drains.items()},
-            "actors": actors,
+            "actors": Fixed(actors),
             "counters": vars(self.counters),
         }
         drafts = list(events)
@@ -638,9 +649,11 @@ class Master:
         actors = {k: v for k, v in self.actors.items() if k in scheduled}
         for key in scheduled:
             actors.setdefault(key, actor)
-        change = schedule_changed(self.state, state, actor=actor, version=schedule_version(state))
+        version = schedule_version(state)
+        change = schedule_changed(self.state, state, actor=actor, version=version)
         self._save(state, actors, events=[change, *mode_changes(self.state, state, actor=actor)])
         self.state, self.actors = state, actors
+        self._version = (state, version)
         self._remember_windows(before, statuses, now)
         self.wake()
 
@@ -1082,7 +1095,10 @@ class Master:
     def schedule_version(self) -> str:
         """The version of the schedule and modes held now
         (:func:`~nodeagent.master._preview.schedule_version`)."""
-        return schedule_version(self.state)
+        state = self.state
+        if self._version is None or self._version[0] is not state:
+            self._version = (state, schedule_version(state))
+        return self._version[1]
 
     def preview_schedule(self, schedule: MaintenanceSchedule) -> dict[str, Any]:
         """What :meth:`set_schedule` with ``schedule`` would do now, changing nothing

@@ -22,7 +22,7 @@ import trio
 from nodeagent._ha._etcd import AsyncEtcd, EtcdError, EtcdSettings, EtcdUnavailable, SyncEtcd
 from nodeagent._ha._leadership import Election, Fence, LeadershipLost, NotLeading
 from nodeagent._ha._store import EtcdStore
-from nodeagent._store import Members, OutcomeUnknown, StoreError
+from nodeagent._store import Fixed, Members, OutcomeUnknown, StoreError
 from tests.etcd import EtcdServer, etcd_server, free_port
 from tests.harness import TLS_CONTEXT
 
@@ -107,6 +107,19 @@ async def test_documents_are_written_whole_and_collections_member_by_member(
         assert store.load("drains") == {"c": {"phase": "operation"}}
         with pytest.raises(TypeError):
             store.save(maintenance=Members(put={"x": 1}))
+        # A Fixed document: encoded once, written when etcd holds another.
+        revision = store.revision
+        schedule = {"schedule": [3]}
+        store.save(maintenance=Fixed(schedule))
+        store.save(maintenance=Fixed(schedule))
+        assert store.revision == revision + 1
+        assert keys(etcd_server)[PREFIX + "docs/maintenance"] == '{"schedule":[3]}'
+        store.save(maintenance={"schedule": [4]})
+        store.save(maintenance=Fixed(schedule))  # the same object, etcd holds another
+        assert store.load("maintenance") == schedule
+        assert store.revision == revision + 3
+        with pytest.raises(TypeError):
+            store.save(drains=Fixed({}))
     finally:
         store.close()
 

@@ -1,6 +1,7 @@
 """The SQLite document store's collections: one row per member, written member by member
 (:class:`~nodeagent._store.Members`), a collection saved whole by an earlier version split
-into rows when the file opens, and the rows carried over when the file is replaced."""
+into rows when the file opens, and the rows carried over when the file is replaced; a
+:class:`~nodeagent._store.Fixed` document written once per object and file."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from nodeagent._store import (
     DocumentStore,
+    Fixed,
     Members,
     OutcomeUnknown,
     StoreError,
@@ -77,6 +79,45 @@ def test_a_replaced_file_gets_the_collection_rows_of_the_file_it_had_open(
     finally:
         store.close()
     assert rows(path) == {"1": '{"n":1}', "2": '{"n":20}'}
+
+
+def documents(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT name, doc FROM documents"))
+
+
+def test_a_fixed_document_is_written_once_per_object_and_again_to_a_new_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "master.db"
+    store = DocumentStore(path, collections=("ops",))
+    schedule, other = {"machines": [1, 2]}, {"machines": [3]}
+    try:
+        store.save(maintenance=Fixed(schedule), counters={"x": 1})
+        assert store.load("maintenance") == schedule
+        with sqlite3.connect(path) as db:  # what is on disk, marked
+            db.execute("UPDATE documents SET doc = '\"marked\"' WHERE name = 'maintenance'")
+        store.save(maintenance=Fixed(schedule), counters={"x": 2})
+        assert documents(path) == {"maintenance": '"marked"', "counters": '{"x":2}'}  # not again
+        store.save(maintenance=Fixed(other))  # another object: written
+        assert store.load("maintenance") == other
+        # A write that fails records nothing: the next writes the document.
+        with pytest.raises(TypeError):
+            store.save(maintenance=Fixed(schedule), counters={"x": object()})
+        assert store.load("maintenance") == other
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE documents SET doc = '\"marked\"' WHERE name = 'maintenance'")
+        store.save(maintenance=Fixed(schedule))
+        assert store.load("maintenance") == schedule
+        # A new file gets it, the same object or not.
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        store.save(maintenance=Fixed(schedule), counters={"x": 3})
+        assert documents(path) == {"maintenance": '{"machines":[1,2]}', "counters": '{"x":3}'}
+        with pytest.raises(TypeError):
+            store.save(ops=Fixed({}))
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize(

@@ -667,13 +667,13 @@ async def test_every_refused_mesos_change_is_audited(tmp_path: Path) -> None:
         assert (await a.local.get("/maintenance/status")).json() == {}
 
 
-async def test_a_schedule_preview_reads_its_body_off_the_event_loop(
+async def test_a_schedule_and_its_preview_are_read_off_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The body's schedule is read and checked in a thread (a schedule of 100,000 machines
-    takes seconds): reading it here asks the event loop to run something meanwhile, and
-    waits for it (from the loop's own thread that raises; a read that held the loop would
-    wait for ever)."""
+    """The body's schedule is read (and, for a preview, checked) in a thread (a schedule
+    of 100,000 machines takes seconds): reading it here asks the event loop to run
+    something meanwhile, and waits for it (from the loop's own thread that raises; a read
+    that held the loop would wait for ever)."""
     ran: list[bool] = []
     read = MaintenanceSchedule.from_json
 
@@ -687,6 +687,14 @@ async def test_a_schedule_preview_reads_its_body_off_the_event_loop(
         assert reply.status_code == 200, reply.text
         assert reply.json()["totals"]["added"] == 1
         assert ran == [True]
+        version = reply.json()["schedule_version"]
+        applied = await a.local.put(
+            "/v1/maintenance/schedule", params={"if_version": version}, json=SCHEDULE
+        )
+        assert applied.status_code == 200, applied.text
+        assert (await a.local.post("/maintenance/schedule", json={})).is_success
+        assert ran == [True, True, True]
+        assert (await a.local.get("/maintenance/schedule")).json() == {}
 
 
 async def test_a_preview_of_the_rows_that_change_over_http(tmp_path: Path) -> None:

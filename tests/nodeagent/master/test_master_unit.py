@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sqlite3
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,13 @@ from nodeagent.master import _master as _master_module
 from nodeagent.master._ad_pushes import Principals
 from nodeagent.master._adstore import AdStore, may_hold_control
 from nodeagent.master._api import _json_bytes, push_ad, push_reply_bytes
-from nodeagent.master._maintenance import MachineId, MaintenanceSchedule, Unavailability, Window
+from nodeagent.master._maintenance import (
+    MachineId,
+    MaintenanceSchedule,
+    MaintenanceState,
+    Unavailability,
+    Window,
+)
 from nodeagent.master._master import Master
 from nodeagent.master._plan import PlanPolicy, planned_escalation
 from nodeagent.master._plan_view import ROWS_KEPT_FOR, PlanInputs
@@ -1286,6 +1293,52 @@ async def test_a_pass_reads_an_ad_only_when_it_is_not_older_than_the_record(
     store = AdStore(lifetime=60)
     entry = store.update({"machine": machine, "slots": []}, received)
     assert ad_knows(DrainRecord.from_json(record), entry) is known
+
+
+# ------------------------------------------------------------- what a write writes
+
+
+def saved_at(path: Path) -> dict[str, float]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT name, saved_at FROM documents"))
+
+
+async def test_a_write_that_changes_no_mode_makes_and_writes_neither_schedule_nor_actors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schedule and modes of 100,000 machines are 5 MB of JSON: a drain's write
+    (``save``) makes their snapshot and writes them, and the actors, only when they
+    changed; what is on disk is the state all the same."""
+    made: list[MaintenanceState] = []
+    snapshot = MaintenanceState.snapshot
+
+    def counted(state: MaintenanceState) -> dict[str, Any]:
+        made.append(state)
+        return snapshot(state)
+
+    monkeypatch.setattr(MaintenanceState, "snapshot", counted)
+    master = make_master(tmp_path, DownLink())
+    master.set_schedule(schedule(EPOCH + 3600), actor="ops")
+    assert len(made) == 1
+    with sqlite3.connect(tmp_path / "master.db") as db:
+        db.execute("UPDATE documents SET saved_at = 0")
+    master.save()
+    master.save()
+    assert len(made) == 1
+    written = saved_at(tmp_path / "master.db")
+    assert (written["maintenance"], written["actors"]) == (0, 0)
+    assert min(written["drains"], written["counters"]) > 0
+    master.machines_down((MachineId(hostname="n1.test", ip="10.0.0.1"),), actor="ops")
+    assert len(made) == 2
+    written = saved_at(tmp_path / "master.db")
+    assert min(written["maintenance"], written["actors"]) > 0
+    master.store.close()
+    again = DocumentStore(tmp_path / "master.db")
+    try:
+        assert again.load("maintenance") == snapshot(master.state)
+        assert again.load("actors") == master.actors
+    finally:
+        again.close()
 
 
 # ------------------------------------------------------------------ a failed write
