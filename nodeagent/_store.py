@@ -35,6 +35,7 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "open_database",
+    "store_text",
     "unknown_outcome",
     "unwritten",
 ]
@@ -217,9 +218,11 @@ class Fixed:
     modes, 5 MB of JSON for 100,000 machines): a store encodes it once, and
     :class:`DocumentStore` writes it again only when given another object, or when it
     writes to a new file. Every write of a drain thus no longer costs the whole
-    schedule. Not for a collection."""
+    schedule. ``text``: its JSON (:func:`store_text`) when the writer made it already (off
+    the event loop), else the store makes it. Not for a collection."""
 
     doc: Any
+    text: str | None = None
 
 
 class Documents(Protocol):
@@ -397,7 +400,9 @@ class DocumentStore:
                     if isinstance(given, Fixed) and self._fixed.get(name) is given.doc:
                         continue  # this file holds it
                     doc = given.doc if isinstance(given, Fixed) else given
-                    if isinstance(doc, Members):
+                    if isinstance(given, Fixed) and given.text is not None:
+                        self._put_text(name, given.text)
+                    elif isinstance(doc, Members):
                         self._put_members(name, doc.put)
                         self._db.executemany(
                             "DELETE FROM members WHERE name = ? AND member = ?",
@@ -407,16 +412,18 @@ class DocumentStore:
                         self._db.execute("DELETE FROM members WHERE name = ?", (name,))
                         self._put_members(name, doc)
                     else:
-                        self._db.execute(
-                            "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
-                            "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, "
-                            "doc = excluded.doc",
-                            (name, time.time(), _dumps(doc)),
-                        )
+                        self._put_text(name, _dumps(doc))
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc
         self._carried = []
         self._fixed.update(fixed)
+
+    def _put_text(self, name: str, text: str) -> None:
+        self._db.execute(
+            "INSERT INTO documents (name, saved_at, doc) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET saved_at = excluded.saved_at, doc = excluded.doc",
+            (name, time.time(), text),
+        )
 
     def _put_members(self, name: str, members: Mapping[str, Any]) -> None:
         now = time.time()
@@ -428,5 +435,9 @@ class DocumentStore:
         )
 
 
-def _dumps(doc: Any) -> str:
+def store_text(doc: Any) -> str:
+    """A document's JSON as the stores write it."""
     return json.dumps(doc, separators=(",", ":"))
+
+
+_dumps = store_text

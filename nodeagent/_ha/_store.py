@@ -317,11 +317,12 @@ class EtcdStore:
             if isinstance(doc, Fixed):  # encoded once: compared with the copy all the same
                 if name in self.collections:
                     raise TypeError(f"{name!r} is a collection of this store: not Fixed")
-                held = self._encoded.get(name)
-                if held is None or held[0] is not doc.doc:
-                    held = self._encoded[name] = (doc.doc, _dumps(doc.doc))
-                if entries.get("", (0, None))[1] != held[1]:
-                    changes.append((name, "", held[1]))
+                encoded = self._encoded.get(name)
+                if encoded is None or encoded[0] is not doc.doc:
+                    text = _dumps(doc.doc) if doc.text is None else doc.text.encode()
+                    encoded = self._encoded[name] = (doc.doc, text)
+                if entries.get("", (0, None))[1] != encoded[1]:
+                    changes.append((name, "", encoded[1]))
                 continue
             if isinstance(doc, Members):
                 if name not in self.collections:

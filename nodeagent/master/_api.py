@@ -103,7 +103,7 @@ from nodeagent.master._maintenance import (
     parse_machine_ids,
     render_json,
 )
-from nodeagent.master._master import Master
+from nodeagent.master._master import Master, ScheduleChange
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._notices import mesos_statuses
 from nodeagent.master._notices_api import add_notice_routes
@@ -376,6 +376,10 @@ def plan_body(
 #: Seconds of the event loop a plan's reply takes at most before the others have it: its
 #: chunks made within one such slice are sent as one (a summary's all at once).
 PLAN_SLICE = 0.01
+#: A reply of rows whose head and first chunk of rows took this long sends them at once,
+#: its slice ended there (the next chunks of a loaded master's cold rows may take
+#: hundreds of ms); a small plan made quicker is still sent as one body.
+FIRST_ROWS_AFTER = 0.002
 
 
 class PlanReply:
@@ -384,8 +388,9 @@ class PlanReply:
     (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
     (:meth:`~nodeagent.master._plan_view.PlanView.stream`). A slice (:meth:`take`) makes
     chunks until :data:`PLAN_SLICE` has passed; the endpoint makes the first at once (of a
-    reply of rows, the head and the first chunk of rows only: its first rows leave at
-    once), and a reply that ends within it (a summary) is answered whole, as one body; the rest are
+    reply of rows that took :data:`FIRST_ROWS_AFTER`, the head and the first chunk of rows
+    only: its first rows leave at once), and a reply that ends within it (a summary, a
+    small plan) is answered whole, as one body; the rest are
     sent as they are made (:meth:`rest`), the event loop served between two. An error
     ends JSON lines with a line ``{"error": {"code": "plan.failed", "message"}}`` (and is
     logged), and the document's connection without the document's end (the server logs
@@ -414,9 +419,10 @@ class PlanReply:
             select=select,
         )
         self._jsonl = jsonl
-        #: The chunks the first slice ends with: a reply of rows sends its head and first
-        #: rows at once; a ``late`` one (a summary: its rows are sorted once all are made)
-        #: takes the slice, to be answered whole when it ends within it.
+        #: The chunks after which the first slice may end (:data:`FIRST_ROWS_AFTER`): a
+        #: reply of rows sends its head and first rows at once; a ``late`` one (a summary:
+        #: its rows are sorted once all are made) takes the slice, to be answered whole
+        #: when it ends within it.
         self._first: int | None = None if late else 2
         #: Whether the last chunk is made.
         self.ended = False
@@ -434,7 +440,8 @@ class PlanReply:
                         self.ended = True
                         break
                     made.append(chunk)
-                    if len(made) == first or time.perf_counter() - began >= PLAN_SLICE:
+                    took = time.perf_counter() - began
+                    if took >= PLAN_SLICE or (len(made) == first and took >= FIRST_ROWS_AFTER):
                         break
         except Exception as exc:
             if not self._jsonl:
@@ -834,17 +841,21 @@ def build_master_app(
         apply: Callable[[Any, str], Any],
         reply: Callable[[Any], Awaitable[Response]] | None = None,
         *,
-        read: Callable[[bytes], Any] | None = None,
+        read: Callable[[str], Callable[[bytes], Any]] | None = None,
     ) -> Response:
         """Apply a Mesos change; every outcome is audited, refusals of the caller included.
         ``reply`` makes the answer from what ``apply`` returned (else an empty 200).
-        ``read`` makes the body what ``apply`` takes, in a thread (a schedule of 100,000
-        machines takes seconds to read: the others are served meanwhile); without it,
-        ``apply`` takes the body."""
+        ``read``, given the caller's name, gives (on the loop) the function that makes the
+        body what ``apply`` takes, called in a thread (a schedule of 100,000 machines takes
+        seconds to read and check: the others are served meanwhile); without it, ``apply``
+        takes the body."""
         who = await administrator(request, action)
         body = await request.body()
         try:
-            given = body if read is None else await trio.to_thread.run_sync(read, body)
+            if read is None:
+                given: Any = body
+            else:
+                given = await trio.to_thread.run_sync(read(who.subject), body)
             applied = apply(given, who.subject)
         except MaintenanceError as exc:
             await record(request, who.subject, action, exc.code)
@@ -1070,6 +1081,12 @@ def build_master_app(
         allowed(request, Scope.READ)
         return _mesos_json(master.state.schedule.to_json())
 
+    def read_change(actor: str) -> Callable[[bytes], ScheduleChange]:
+        """The schedule's body read and its change made, of the state held now, in a
+        thread (:meth:`Master.schedule_change_maker`)."""
+        make = master.schedule_change_maker(actor)
+        return lambda body: make(_read_schedule(body))
+
     @app.post(
         "/maintenance/schedule",
         tags=["maintenance"],
@@ -1080,10 +1097,10 @@ def build_master_app(
     async def post_schedule(request: Request) -> Response:
         """Replace the schedule (Mesos rules)."""
 
-        def apply(schedule: MaintenanceSchedule, actor: str) -> None:
-            master.set_schedule(schedule, actor=actor)
+        def apply(change: ScheduleChange, actor: str) -> None:
+            master.set_schedule(change.schedule, actor=actor, change=change)
 
-        return await mesos_change(request, "maintenance.schedule", apply, read=_read_schedule)
+        return await mesos_change(request, "maintenance.schedule", apply, read=read_change)
 
     @app.put(
         "/v1/maintenance/schedule",
@@ -1101,16 +1118,14 @@ def build_master_app(
         same Mesos rules and 400 messages; the reply is the new ``schedule_version``.
         Audited as ``maintenance.schedule``."""
 
-        def apply(schedule: MaintenanceSchedule, actor: str) -> str:
-            master.set_schedule(schedule, actor=actor, if_version=if_version)
+        def apply(change: ScheduleChange, actor: str) -> str:
+            master.set_schedule(change.schedule, actor=actor, if_version=if_version, change=change)
             return master.schedule_version()
 
         async def answer(version: str) -> Response:
             return JSONResponse({"schedule_version": version})
 
-        return await mesos_change(
-            request, "maintenance.schedule", apply, answer, read=_read_schedule
-        )
+        return await mesos_change(request, "maintenance.schedule", apply, answer, read=read_change)
 
     @app.post(
         "/v1/maintenance/schedule/preview",

@@ -77,7 +77,7 @@ from nodeagent._agent_calls import AgentCalls, Committed, DrainBody, Phase1
 from nodeagent._auth import PoolToken
 from nodeagent._clock import Clock
 from nodeagent._peer import AgentCallFailed, AgentLink, kept_alive
-from nodeagent._store import Documents, Fixed, Members, StoreError
+from nodeagent._store import Documents, Fixed, Members, StoreError, store_text
 from nodeagent._when import in_words, iso_time
 from nodeagent.master._adstore import AdEntry, AdStore, MovedOnAd, NodeAd, PackedSlots, foreign_ad
 from nodeagent.master._drains import (
@@ -127,6 +127,7 @@ from nodeagent.master._maintenance import (
     MaintenanceSchedule,
     MaintenanceState,
     Mode,
+    Window,
 )
 from nodeagent.master._notices import (
     Answer,
@@ -194,6 +195,65 @@ async def _in_slices(slices: Iterator[None]) -> None:
     for _ in slices:
         await trio.sleep(trio.current_time() - began)
         began = trio.current_time()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleChange:
+    """What replacing the schedule of the state ``base`` (with ``base_actors``) by
+    ``schedule`` at ``actor``'s request makes (:func:`change_schedule`): the new state
+    and actors, its version, its events, its snapshot and that snapshot's JSON. Pure,
+    made off the event loop (a schedule of 100,000 machines takes seconds to check,
+    snapshot and encode); :meth:`Master.set_schedule` carries it out while the master
+    still holds ``base`` and ``base_actors``, else makes it anew."""
+
+    base: MaintenanceState
+    base_actors: dict[str, str]
+    schedule: MaintenanceSchedule
+    actor: str
+    state: MaintenanceState
+    actors: dict[str, str]
+    #: Each machine's window in ``base`` (the machines entering a window are noted).
+    windows_before: dict[str, Window | None]
+    version: str
+    events: list[Draft]
+    snapshot: dict[str, Any]
+    text: str
+
+
+def change_schedule(
+    base: MaintenanceState,
+    base_actors: dict[str, str],
+    schedule: MaintenanceSchedule,
+    *,
+    actor: str,
+) -> ScheduleChange:
+    """:class:`ScheduleChange` of ``base`` (never changed: a copy is changed). Raises
+    :class:`MaintenanceError` for a schedule Mesos refuses."""
+    state = copy.copy(base)  # mutators install new containers: a copy is apart
+    state.update_schedule(schedule)
+    scheduled = {machine_key(m.id) for m in state.machines()}
+    actors = {k: v for k, v in base_actors.items() if k in scheduled}
+    for key in scheduled:
+        actors.setdefault(key, actor)
+    version = schedule_version(state)
+    events = [
+        schedule_changed(base, state, actor=actor, version=version),
+        *mode_changes(base, state, actor=actor),
+    ]
+    snapshot = state.snapshot()
+    return ScheduleChange(
+        base=base,
+        base_actors=base_actors,
+        schedule=schedule,
+        actor=actor,
+        state=state,
+        actors=actors,
+        windows_before={machine_key(m.id): m.window for m in base.machines()},
+        version=version,
+        events=events,
+        snapshot=snapshot,
+        text=store_text(snapshot),
+    )
 
 
 @dataclass
@@ -285,8 +345,9 @@ class Master:
     #: is saved as :class:`~nodeagent._store.Fixed`, written only when it is another).
     actors: dict[str, str] = field(default_factory=dict)
     counters: MasterCounters = field(default_factory=MasterCounters)
-    #: The state last saved and its snapshot (a drain's write does not make it again).
-    _snapshot: tuple[MaintenanceState, dict[str, Any]] | None = None
+    #: The state last saved, its snapshot and that snapshot's JSON (``None``: the store
+    #: encodes it) (a drain's write does not make them again).
+    _snapshot: tuple[MaintenanceState, dict[str, Any], str | None] | None = None
     #: A state and its :func:`~nodeagent.master._preview.schedule_version` (half a second
     #: at 100,000 machines).
     _version: tuple[MaintenanceState, str] | None = None
@@ -524,11 +585,11 @@ class Master:
         published once the store holds them all. ``notices`` are the notices written
         (``None``: that notice is deleted), the others left as they are."""
         if self._snapshot is None or self._snapshot[0] is not state:
-            self._snapshot = (state, state.snapshot())
+            self._snapshot = (state, state.snapshot(), None)
         documents: dict[str, Any] = {
             # The schedule and modes (a state is never changed: a change makes another),
             # and the actors (likewise), written when they change only.
-            "maintenance": Fixed(self._snapshot[1]),
+            "maintenance": Fixed(self._snapshot[1], text=self._snapshot[2]),
             "drains": {key: record.to_json() for key, record in self.drains.items()},
             "actors": Fixed(actors),
             "counters": vars(self.counters),
@@ -621,7 +682,12 @@ class Master:
     # ------------------------------------------------------------------ operator requests
 
     def set_schedule(
-        self, schedule: MaintenanceSchedule, *, actor: str, if_version: str | None = None
+        self,
+        schedule: MaintenanceSchedule,
+        *,
+        actor: str,
+        if_version: str | None = None,
+        change: ScheduleChange | None = None,
     ) -> None:
         """POST /maintenance/schedule: replace the schedule (Mesos rules).
 
@@ -632,7 +698,9 @@ class Master:
         way nothing has changed, in memory or on disk. A machine that enters a window,
         or whose window moves, is remembered with the time of this change
         (``window_since``): its node's ad, if older, is fetched before a plan shows its
-        figures (:meth:`refresh_figures`).
+        figures (:meth:`refresh_figures`). ``change``: the change made off the event loop
+        (:meth:`schedule_change_maker`), carried out if the master still holds what it was
+        made from (else made again here).
         """
         if if_version is not None and if_version != self.schedule_version():
             raise ScheduleChanged(
@@ -640,22 +708,29 @@ class Master:
                 f"(version {if_version}, now {self.schedule_version()}): nothing was "
                 "applied; preview the schedule again"
             )
-        before = {machine_key(m.id): m.window for m in self.state.machines()}
-        state = copy.copy(self.state)  # mutators install new containers: a copy is apart
-        state.update_schedule(schedule)
+        if (
+            change is None
+            or change.base is not self.state
+            or change.base_actors is not self.actors
+            or change.schedule is not schedule
+            or change.actor != actor
+        ):
+            change = change_schedule(self.state, self.actors, schedule, actor=actor)
+        state, actors = change.state, change.actors
         now = self.clock.now()
-        statuses = state.machines()
-        scheduled = {machine_key(m.id) for m in statuses}
-        actors = {k: v for k, v in self.actors.items() if k in scheduled}
-        for key in scheduled:
-            actors.setdefault(key, actor)
-        version = schedule_version(state)
-        change = schedule_changed(self.state, state, actor=actor, version=version)
-        self._save(state, actors, events=[change, *mode_changes(self.state, state, actor=actor)])
+        self._snapshot = (state, change.snapshot, change.text)
+        self._save(state, actors, events=change.events)
         self.state, self.actors = state, actors
-        self._version = (state, version)
-        self._remember_windows(before, statuses, now)
+        self._version = (state, change.version)
+        self._remember_windows(change.windows_before, state.machines(), now)
         self.wake()
+
+    def schedule_change_maker(self, actor: str) -> Callable[[MaintenanceSchedule], ScheduleChange]:
+        """The function that makes :meth:`set_schedule`'s change of the state and actors
+        held now (taken now), reading nothing of the master again: another thread may
+        call it."""
+        base, actors = self.state, self.actors
+        return lambda schedule: change_schedule(base, actors, schedule, actor=actor)
 
     def _remember_windows(
         self, before: Mapping[str, Any], statuses: tuple[MachineStatus, ...], now: float

@@ -715,11 +715,11 @@ class PlanView:
         sent = 0
         last: _Row | None = None
         starts = chunk_starts(len(machines), chunk)
-        for at, end in itertools.pairwise([0, *starts] if machines else []):
+        for at, stop in itertools.pairwise([0, *starts] if machines else []):
             if view is self and not self._holds(made.statuses):
                 view = PlanView()  # the schedule moved on: caches of the stream's own
                 view.scheduled(made.statuses)
-            part = machines[at:end]
+            part = machines[at:stop]
             rows = view._rows_of(
                 inputs, now, part, at=at, made=made, acc=acc, with_blockers=with_blockers, late=late
             )

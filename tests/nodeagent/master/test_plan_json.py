@@ -329,9 +329,11 @@ def test_a_reply_of_rows_sends_its_head_and_first_rows_at_once_and_a_summary_is_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """However long a slice may last, the first one of the whole plan ends with its first
-    chunk of rows; a summary (``late``) takes its slice and, ended within it, is one body."""
+    chunk of rows once they took FIRST_ROWS_AFTER (here, at once); a summary (``late``)
+    takes its slice and, ended within it, is one body."""
     monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 2)
     monkeypatch.setattr(_api, "PLAN_SLICE", 3600.0)
+    monkeypatch.setattr(_api, "FIRST_ROWS_AFTER", 0.0)
     master, store = _pool(tmp_path, 8)
     try:
         for jsonl in (True, False):
@@ -432,6 +434,7 @@ async def test_a_small_plan_goes_in_one_piece_with_no_turn_of_the_loop(
     few machines, costs its reader no wait for the others between its head and its end.
     (The slice is made long here: on a loaded machine 8 rows may take more than 10 ms.)"""
     monkeypatch.setattr(_api, "PLAN_SLICE", 60.0)
+    monkeypatch.setattr(_api, "FIRST_ROWS_AFTER", 60.0)
     master, store = _pool(tmp_path, 8)
     try:
         for jsonl in (False, True):
