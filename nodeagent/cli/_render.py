@@ -1223,9 +1223,10 @@ def schedule_preview_view(
         ),
     ]
     if changed and n("kept"):
+        keep = "keeps its" if n("kept") == 1 else "keep their"
         lines.append(
             Text(
-                f"the {plural(n('kept'), 'machine')} kept keep their plan as it is "
+                f"the {plural(n('kept'), 'machine')} kept {keep} plan as it is "
                 "(nodeagent master plan)",
                 style="dim",
             )
