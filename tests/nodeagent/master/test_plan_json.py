@@ -325,6 +325,14 @@ def _pool(tmp_path: Path, machines: int) -> tuple[Master, DocumentStore]:
     return master, store
 
 
+def rest_of(reply: PlanReply) -> bytes:
+    """The slices of ``reply`` until its end."""
+    rest = b""
+    while not reply.ended:
+        rest += reply.take()
+    return rest
+
+
 def test_a_reply_of_rows_sends_its_head_and_first_rows_at_once_and_a_summary_is_one_body(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,10 +348,7 @@ def test_a_reply_of_rows_sends_its_head_and_first_rows_at_once_and_a_summary_is_
             reply = PlanReply(master, jsonl=jsonl)
             first = reply.take()
             assert not reply.ended
-            rest = b""
-            while not reply.ended:
-                rest += reply.take()
-            whole = first + rest
+            whole = first + rest_of(reply)
             if jsonl:
                 assert [orjson.loads(line).keys() for line in first.splitlines()] == [
                     {"plan"},
