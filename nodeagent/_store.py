@@ -215,14 +215,20 @@ class Members:
 class Fixed:
     """A whole document given to :meth:`Documents.save` by a writer that never changes it
     once given (a change of it is another object, such as the master's schedule and
-    modes, 5 MB of JSON for 100,000 machines): a store encodes it once, and
-    :class:`DocumentStore` writes it again only when given another object, or when it
-    writes to a new file. Every write of a drain thus no longer costs the whole
-    schedule. ``text``: its JSON (:func:`store_text`) when the writer made it already (off
-    the event loop), else the store makes it. Not for a collection."""
+    modes, 5 MB of JSON for 100,000 machines): ``doc``, or ``text``, its JSON
+    (:func:`store_text`) when the writer made it already (off the event loop; the writer
+    then need not keep the document). A store encodes it once, and
+    :class:`DocumentStore` writes it again only when given another object (:attr:`held`),
+    or when it writes to a new file. Every write of a drain thus no longer costs the whole
+    schedule. Not for a collection."""
 
-    doc: Any
+    doc: Any = None
     text: str | None = None
+
+    @property
+    def held(self) -> object:
+        """What a store compares by identity: ``text`` when given, else ``doc``."""
+        return self.doc if self.text is None else self.text
 
 
 class Documents(Protocol):
@@ -386,7 +392,7 @@ class DocumentStore:
             self._db = open_database(self.path, self._SCHEMA)
             self._identity = FileIdentity.of(self.path)
             self._fixed = {}
-        fixed = {n: d.doc for n, d in documents.items() if isinstance(d, Fixed)}
+        fixed = {n: d.held for n, d in documents.items() if isinstance(d, Fixed)}
         try:
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -397,12 +403,13 @@ class DocumentStore:
                         [(name, member, time.time(), doc) for name, member, doc in self._carried],
                     )
                 for name, given in documents.items():
-                    if isinstance(given, Fixed) and self._fixed.get(name) is given.doc:
-                        continue  # this file holds it
-                    doc = given.doc if isinstance(given, Fixed) else given
-                    if isinstance(given, Fixed) and given.text is not None:
-                        self._put_text(name, given.text)
-                    elif isinstance(doc, Members):
+                    if isinstance(given, Fixed):
+                        if self._fixed.get(name) is not given.held:  # else this file holds it
+                            text = given.text
+                            self._put_text(name, _dumps(given.doc) if text is None else text)
+                        continue
+                    doc = given
+                    if isinstance(doc, Members):
                         self._put_members(name, doc.put)
                         self._db.executemany(
                             "DELETE FROM members WHERE name = ? AND member = ?",

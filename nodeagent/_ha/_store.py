@@ -318,9 +318,9 @@ class EtcdStore:
                 if name in self.collections:
                     raise TypeError(f"{name!r} is a collection of this store: not Fixed")
                 encoded = self._encoded.get(name)
-                if encoded is None or encoded[0] is not doc.doc:
+                if encoded is None or encoded[0] is not doc.held:
                     text = _dumps(doc.doc) if doc.text is None else doc.text.encode()
-                    encoded = self._encoded[name] = (doc.doc, text)
+                    encoded = self._encoded[name] = (doc.held, text)
                 if entries.get("", (0, None))[1] != encoded[1]:
                     changes.append((name, "", encoded[1]))
                 continue

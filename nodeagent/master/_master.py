@@ -216,7 +216,7 @@ class ScheduleChange:
     windows_before: dict[str, Window | None]
     version: str
     events: list[Draft]
-    snapshot: dict[str, Any]
+    #: The JSON of the new state's snapshot, as the store writes it.
     text: str
 
 
@@ -240,7 +240,6 @@ def change_schedule(
         schedule_changed(base, state, actor=actor, version=version),
         *mode_changes(base, state, actor=actor),
     ]
-    snapshot = state.snapshot()
     return ScheduleChange(
         base=base,
         base_actors=base_actors,
@@ -251,8 +250,7 @@ def change_schedule(
         windows_before={machine_key(m.id): m.window for m in base.machines()},
         version=version,
         events=events,
-        snapshot=snapshot,
-        text=store_text(snapshot),
+        text=store_text(state.snapshot()),
     )
 
 
@@ -345,9 +343,9 @@ class Master:
     #: is saved as :class:`~nodeagent._store.Fixed`, written only when it is another).
     actors: dict[str, str] = field(default_factory=dict)
     counters: MasterCounters = field(default_factory=MasterCounters)
-    #: The state last saved, its snapshot and that snapshot's JSON (``None``: the store
-    #: encodes it) (a drain's write does not make them again).
-    _snapshot: tuple[MaintenanceState, dict[str, Any], str | None] | None = None
+    #: The state last saved and the JSON of its snapshot (a drain's write does not make
+    #: it again; the snapshot itself, 100,000 dicts, is not kept).
+    _snapshot: tuple[MaintenanceState, str] | None = None
     #: A state and its :func:`~nodeagent.master._preview.schedule_version` (half a second
     #: at 100,000 machines).
     _version: tuple[MaintenanceState, str] | None = None
@@ -585,11 +583,11 @@ class Master:
         published once the store holds them all. ``notices`` are the notices written
         (``None``: that notice is deleted), the others left as they are."""
         if self._snapshot is None or self._snapshot[0] is not state:
-            self._snapshot = (state, state.snapshot(), None)
+            self._snapshot = (state, store_text(state.snapshot()))
         documents: dict[str, Any] = {
             # The schedule and modes (a state is never changed: a change makes another),
             # and the actors (likewise), written when they change only.
-            "maintenance": Fixed(self._snapshot[1], text=self._snapshot[2]),
+            "maintenance": Fixed(text=self._snapshot[1]),
             "drains": {key: record.to_json() for key, record in self.drains.items()},
             "actors": Fixed(actors),
             "counters": vars(self.counters),
@@ -718,7 +716,7 @@ class Master:
             change = change_schedule(self.state, self.actors, schedule, actor=actor)
         state, actors = change.state, change.actors
         now = self.clock.now()
-        self._snapshot = (state, change.snapshot, change.text)
+        self._snapshot = (state, change.text)
         self._save(state, actors, events=change.events)
         self.state, self.actors = state, actors
         self._version = (state, change.version)

@@ -114,6 +114,14 @@ def test_a_fixed_document_is_written_once_per_object_and_again_to_a_new_file(
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         store.save(maintenance=Fixed(schedule), counters={"x": 3})
         assert documents(path) == {"maintenance": '{"machines":[1,2]}', "counters": '{"x":3}'}
+        # Given as its JSON (made by the writer): the text, compared by identity.
+        text = '{"machines":[4]}'
+        store.save(maintenance=Fixed(text=text))
+        assert store.load("maintenance") == {"machines": [4]}
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE documents SET doc = '\"marked\"' WHERE name = 'maintenance'")
+        store.save(maintenance=Fixed(text=text))
+        assert store.load("maintenance") == "marked"
         with pytest.raises(TypeError):
             store.save(ops=Fixed({}))
     finally:
