@@ -201,7 +201,7 @@ async def _in_slices(slices: Iterator[None]) -> None:
 class ScheduleChange:
     """What replacing the schedule of the state ``base`` (with ``base_actors``) by
     ``schedule`` at ``actor``'s request makes (:func:`change_schedule`): the new state
-    and actors, its version, its events, its snapshot and that snapshot's JSON. Pure,
+    and actors, its version, its events and its snapshot's JSON. Pure,
     made off the event loop (a schedule of 100,000 machines takes seconds to check,
     snapshot and encode); :meth:`Master.set_schedule` carries it out while the master
     still holds ``base`` and ``base_actors``, else makes it anew."""

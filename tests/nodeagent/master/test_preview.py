@@ -13,6 +13,7 @@ import trio
 import trio.testing
 from starlette.types import Message
 
+from nodeagent.master import _api
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import (
     KEPT_PER_ROW,
@@ -613,10 +614,15 @@ class CountedLock:
         self.lock.release()
 
 
-async def test_kept_machines_alone_take_slices_of_their_own() -> None:
+async def test_kept_machines_alone_take_slices_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A slice counts the kept machines it looks at: a preview of many kept machines and
-    no row still gives the others the loop between its slices."""
-    count = 3 * PREVIEW_SLICE * KEPT_PER_ROW
+    no row still gives the others the loop between its slices (slices of 4 rows, 5 kept
+    machines to a row)."""
+    monkeypatch.setattr(_api, "PREVIEW_SLICE", 4)
+    monkeypatch.setattr(_api, "KEPT_PER_ROW", 5)
+    count = 3 * 4 * 5
     many = tuple(MachineId(hostname=f"k{i:05d}.test") for i in range(count))
     state = MaintenanceState()
     state.update_schedule(schedule(at(EPOCH + 600, 60, *many)))
