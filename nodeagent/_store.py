@@ -230,6 +230,10 @@ class Fixed:
         """What a store compares by identity: ``text`` when given, else ``doc``."""
         return self.doc if self.text is None else self.text
 
+    def json(self) -> str:
+        """The document's JSON: ``text``, or ``doc`` encoded (:func:`store_text`)."""
+        return store_text(self.doc) if self.text is None else self.text
+
 
 class Documents(Protocol):
     """Named JSON documents, each replaced whole: :class:`DocumentStore` (SQLite) or
@@ -405,8 +409,7 @@ class DocumentStore:
                 for name, given in documents.items():
                     if isinstance(given, Fixed):
                         if self._fixed.get(name) is not given.held:  # else this file holds it
-                            text = given.text
-                            self._put_text(name, _dumps(given.doc) if text is None else text)
+                            self._put_text(name, given.json())
                         continue
                     doc = given
                     if isinstance(doc, Members):
@@ -419,7 +422,7 @@ class DocumentStore:
                         self._db.execute("DELETE FROM members WHERE name = ?", (name,))
                         self._put_members(name, doc)
                     else:
-                        self._put_text(name, _dumps(doc))
+                        self._put_text(name, store_text(doc))
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the state to {self.path}: {exc}") from exc
         self._carried = []
@@ -438,13 +441,10 @@ class DocumentStore:
             "INSERT INTO members (name, member, saved_at, doc) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (name, member) DO UPDATE SET saved_at = excluded.saved_at, "
             "doc = excluded.doc",
-            [(name, str(member), now, _dumps(doc)) for member, doc in members.items()],
+            [(name, str(member), now, store_text(doc)) for member, doc in members.items()],
         )
 
 
 def store_text(doc: Any) -> str:
     """A document's JSON as the stores write it."""
     return json.dumps(doc, separators=(",", ":"))
-
-
-_dumps = store_text

@@ -98,7 +98,7 @@ from nodeagent._ha._etcd import (
     revision_of,
 )
 from nodeagent._ha._leadership import Fence, LeadershipLost, NotLeading
-from nodeagent._store import Fixed, Members, OutcomeUnknown, StoreError
+from nodeagent._store import Fixed, Members, OutcomeUnknown, StoreError, store_text
 
 __all__ = ["COMPRESS_FROM", "LAST_WRITE", "WATCH_RENEWAL", "EtcdStore", "Verdict", "verdict"]
 
@@ -122,7 +122,7 @@ _Entries = dict[str, tuple[int, bytes | None]]
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return store_text(value).encode()
 
 
 #: A value at least this long is written compressed (zlib): the schedule of 10,000 machines
@@ -319,8 +319,7 @@ class EtcdStore:
                     raise TypeError(f"{name!r} is a collection of this store: not Fixed")
                 encoded = self._encoded.get(name)
                 if encoded is None or encoded[0] is not doc.held:
-                    text = _dumps(doc.doc) if doc.text is None else doc.text.encode()
-                    encoded = self._encoded[name] = (doc.held, text)
+                    encoded = self._encoded[name] = (doc.held, doc.json().encode())
                 if entries.get("", (0, None))[1] != encoded[1]:
                     changes.append((name, "", encoded[1]))
                 continue

@@ -318,11 +318,12 @@ class SchedulePreview:
                 continue
             at = self.now if clock is None else clock()
             old = self._before.get(status.id)
-            if self._changed_only and _change(status, old) == "kept":
+            change = _change(status, old)
+            if self._changed_only and change == "kept":
                 self._seen.append(_Seen.kept(status, self._proposed, at, declined))
                 yield None
                 continue
-            row = _machine_row(status, old, self._proposed, at, declined)
+            row = _machine_row(status, old, self._proposed, at, declined, change=change)
             self._seen.append(_Seen.of(row))
             yield row
         self._made = True
@@ -448,13 +449,15 @@ def _machine_row(
     inputs: PlanInputs,
     now: float,
     declined: dict[str, list[Notice]] | None = None,
+    *,
+    change: str,
 ) -> dict[str, Any]:
-    """The machine's plan row under the proposed schedule, and what the change does."""
+    """The machine's plan row under the proposed schedule, and what the change does
+    (``change``: :func:`_change` of ``status`` and ``old``)."""
     machine = ScheduledMachine.of(status)
     assert machine is not None
     key = machine.key
     record = inputs.drains.get(key) or (STARTING if key in inputs.starting else None)
-    change = _change(status, old)
     nodes = inputs.find(status.id.hostname, status.id.ip)
     since = inputs.window_since.get(key) if change == "kept" else now
     plan = machine_plan(
