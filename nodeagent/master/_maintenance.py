@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import operator
 import re
 import string
 from collections.abc import Callable, Iterable
@@ -538,6 +539,7 @@ class MaintenanceState:
                     f"Machine '{status.id}' is deactivated and cannot be removed from the schedule",
                     code="maintenance.machine_down",
                 )
+        schedule = self._sharing_ids(schedule)
         machines: dict[MachineId, MachineStatus] = {}
         changed: list[MachineStatus] = []
         for window in schedule.windows:
@@ -556,6 +558,24 @@ class MaintenanceState:
                 changed.append(MachineStatus(id=machine, mode=Mode.UP, window=None))
         self._install(schedule, machines)
         return tuple(changed)
+
+    def _sharing_ids(self, schedule: MaintenanceSchedule) -> MaintenanceSchedule:
+        """``schedule`` with each machine id this state holds spelt the same replaced by
+        the one held: a schedule of 100,000 machines that moves a few then keeps one id
+        object a machine (the statuses' and the windows'), not two."""
+        held = self._machines
+        if not held:
+            return schedule
+        windows = []
+        for window in schedule.windows:
+            ids = tuple([_same_id(held.get(m), m) for m in window.machine_ids])
+            if all(map(operator.is_, ids, window.machine_ids)):
+                windows.append(window)
+            else:
+                windows.append(Window(machine_ids=ids, unavailability=window.unavailability))
+        if all(map(operator.is_, windows, schedule.windows)):
+            return schedule
+        return MaintenanceSchedule(windows=tuple(windows))
 
     def down(self, machine_ids: Iterable[MachineId]) -> tuple[MachineStatus, ...]:
         """Bring DRAINING machines DOWN, all or none (Mesos's ``/machine/down``)."""
@@ -670,6 +690,16 @@ class MaintenanceState:
         self._schedule, self._machines = schedule, machines
         self._statuses = tuple(machines.values())
         self._by_both, self._by_host, self._by_ip = by_both, by_host, by_ip
+
+
+def _same_id(status: MachineStatus | None, machine: MachineId) -> MachineId:
+    """The id of ``status`` when it is ``machine`` spelt the same, else ``machine``."""
+    if status is None:
+        return machine
+    held = status.id
+    if held.hostname == machine.hostname and held.ip == machine.ip:
+        return held
+    return machine
 
 
 def _restore(state: MaintenanceState, snapshot: Any) -> MaintenanceState:

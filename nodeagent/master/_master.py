@@ -141,7 +141,7 @@ from nodeagent.master._notices import (
     notice_from_json,
     reconcile_notices,
 )
-from nodeagent.master._pass_index import DueTimes, PassIndex, next_due
+from nodeagent.master._pass_index import DueTimes, PassIndex, changed_machines, next_due
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
@@ -1324,9 +1324,12 @@ class Master:
         for plan in plans:
             index.keep(plan, next_due(plan, now, lifetime=lifetime, reboot_grace=grace))
         accepted = self._accepted_machines()
-        if accepted is not index.world[-1]:  # the notices accepted changed: every machine
+        if accepted is not index.world[-1]:  # and the machines whose acceptance changed
+            flipped = accepted ^ index.world[-1]
             index.world = (*index.world[:-1], accepted)
-            plans = [index.plans[m.key] for m in index.machines if m.key in index.plans]
+            keys = {plan.key for plan in plans}
+            keys.update(m.key for m in index.machines if m.name in flipped)
+            plans = [index.plans[m.key] for m in index.in_order(keys) if m.key in index.plans]
         for plan in plans:
             if plan.node is None or plan.lost or plan.key in self._busy:
                 continue
@@ -1405,10 +1408,12 @@ class Master:
         """The plans of the machines a pass looks at now, made anew, in schedule order, and
         the index that holds the others' (:class:`~nodeagent.master._pass_index.PassIndex`).
 
-        Every machine when the schedule, the modes, the policy, the ads' lifetime, the
-        windows' times or the notices accepted changed (a new index), and at every pass
-        while two scheduled machines have the same name (the notices are kept by name).
-        Else those that one of their nodes' ads may change (:attr:`_touched`), those due
+        Every machine when the policy or the ads' lifetime changed (a new index), and at
+        every pass while two scheduled machines have the same name (the notices are kept
+        by name). Else those whose window, mode, time of entering their window or notices
+        accepted changed, or new to the schedule (the index carried over:
+        :meth:`~nodeagent.master._pass_index.PassIndex.carried`), those that one of their
+        nodes' ads may change (:attr:`_touched`), those due
         (:func:`~nodeagent.master._pass_index.next_due`), those with a record, a task or a
         backoff now or at the last pass, and those whose notices' verdicts a pass left to
         a later one (a forecast left to a later pass is made by :meth:`_forecasts_ahead`).
@@ -1423,13 +1428,19 @@ class Master:
             self._accepted_machines(),
         )
         index = self._pass_index
+        fresh: set[str] = set()
+        if index is not None and index.names_unique and not index.holds(world):
+            changed = changed_machines(index.world, world, by_machine=(2,), by_name=(5,))
+            if changed is not None:
+                index, fresh = index.carried(world, machines, changed)
+                self._pass_index = index
         if index is None or not index.holds(world) or not index.names_unique:
             index = self._pass_index = PassIndex(world=world, machines=machines)
             self._touched.clear()
             self._moved_quietly.clear()
             keys: Collection[str] = index.by_key
         else:
-            woken = index.due(now)
+            woken = index.due(now) | fresh
             woken |= self._passed
             woken |= self._held_keys()
             woken |= self._notice_deferred

@@ -17,16 +17,18 @@ the plans of the machines that changed or came due, not of the pool. Everything 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._plan import MachinePlan, ScheduledMachine, moved_on_plan
 
-__all__ = ["DueTimes", "HostIndex", "PassIndex", "next_due"]
+__all__ = ["DueTimes", "HostIndex", "PassIndex", "changed_machines", "next_due"]
 
 
 def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: float) -> float:
@@ -46,6 +48,54 @@ def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: fl
     for node in plan.nodes:
         times += (node.received_at + lifetime, node.received_at + lifetime + reboot_grace)
     return min((t for t in times if t is not None and t >= now), default=math.inf)
+
+
+def changed_machines(
+    before: Sequence[Any],
+    after: Sequence[Any],
+    *,
+    machines: int = 0,
+    by_machine: Collection[int] = (),
+    by_name: Collection[int] = (),
+) -> set[str] | None:
+    """The keys of the machines whose inputs differ between two sets of inputs
+    (``before`` and ``after``, tuples of the same shape, each member compared by identity
+    first), or ``None`` when one that is not a machine's own differs (every machine then
+    changed). Member ``machines`` is the scheduled machines (a machine changed when
+    ``after`` holds another object for its key, or one ``before`` did not have); each
+    member of ``by_machine`` is a mapping or a set by machine key (a machine changed when
+    its entry, or its being in the set, differs); each of ``by_name`` a set of machine
+    names (:attr:`~nodeagent.master._plan.ScheduledMachine.name`: a machine changed when
+    its name's being in it differs). A machine no longer scheduled is not named: whoever
+    keeps something of it lets it go."""
+    if len(before) != len(after):
+        return None
+    for i, (old, new) in enumerate(zip(before, after, strict=True)):
+        if old is not new and i != machines and i not in by_machine and i not in by_name:
+            return None
+    changed: set[str] = set()
+    if before[machines] is not after[machines]:
+        held = {machine.key: machine for machine in before[machines]}
+        changed.update(m.key for m in after[machines] if held.get(m.key) is not m)
+    for i in by_machine:
+        old, new = before[i], after[i]
+        if old is new:
+            continue
+        if isinstance(old, AbstractSet) and isinstance(new, AbstractSet):
+            changed |= old ^ new
+        elif isinstance(old, Mapping) and isinstance(new, Mapping):
+            changed.update(k for k, v in new.items() if k not in old or old[k] != v)
+            changed.update(old.keys() - new.keys())
+        else:
+            return None
+    names: set[str] = set()
+    for i in by_name:
+        old, new = before[i], after[i]
+        if old is not new:
+            names |= old ^ new
+    if names:
+        changed.update(m.key for m in after[machines] if m.name in names)
+    return changed
 
 
 class HostIndex:
@@ -146,7 +196,8 @@ class PassIndex:
 
     Made for one schedule and one set of pass-wide inputs (``world``: compared by
     identity, :meth:`holds`); a pass that finds them changed makes a new one, which has
-    every machine due.
+    every machine due, or carries this one over to them (:meth:`carried`) when only the
+    machines' own inputs changed.
     """
 
     #: The pass-wide inputs it was made for (each compared by identity).
@@ -174,6 +225,25 @@ class PassIndex:
         return len(world) == len(self.world) and all(
             a is b for a, b in zip(world, self.world, strict=True)
         )
+
+    def carried(
+        self,
+        world: tuple[Any, ...],
+        machines: tuple[ScheduledMachine, ...],
+        changed: Collection[str],
+    ) -> tuple[PassIndex, set[str]]:
+        """The index of ``world`` and ``machines``, made of this one, which is not to be
+        used again: the plans held and due instants of the machines still scheduled and
+        not ``changed`` (:func:`changed_machines`) are kept; and the machines a pass must
+        look at for the change (those changed and those new to the schedule)."""
+        index = PassIndex(world=world, machines=machines, plans=self.plans, _due=self._due)
+        order = index._order
+        for key in itertools.chain(changed, self._order.keys() - order.keys()):
+            index.plans.pop(key, None)
+            index._due.set(key, math.inf)
+        fresh = {key for key in changed if key in order}
+        fresh.update(order.keys() - self._order.keys())
+        return index, fresh
 
     def matching(self, hostname: str | None, ip: str | None) -> list[str]:
         """:meth:`HostIndex.matching`."""

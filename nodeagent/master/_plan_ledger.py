@@ -40,6 +40,7 @@ Pure (no trio, no I/O, ``now`` an argument); one caller at a time.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -270,6 +271,42 @@ class PlanLedger:
         self.forecasts_made = 0
         #: The machines whose share a :meth:`bring_to` with a ``limit`` left to remake.
         self._pending: set[str] = set()
+
+    def carried(
+        self,
+        world: tuple[Any, ...],
+        machines: Sequence[ScheduledMachine],
+        changed: Collection[str],
+    ) -> PlanLedger:
+        """The ledger of ``world`` and ``machines``, made of this one, which is not to be
+        used again: the shares of the machines still scheduled and not ``changed``
+        (:func:`~nodeagent.master._pass_index.changed_machines`) are kept, with their
+        sums; those changed and those new to the schedule wait to be remade
+        (:attr:`behind` counts them), as the first call of a new ledger would remake
+        every one. A change of the schedule then costs the machines it changes."""
+        ledger = PlanLedger(world, machines)
+        ledger.now, ledger._notices = self.now, self._notices
+        ledger.forecasts_made = self.forecasts_made
+        ledger.shares, ledger._heap, ledger._sum = self.shares, self._heap, self._sum
+        ledger._modes, ledger._lines = self._modes, self._lines
+        position = ledger.position
+        gone = [k for k in itertools.chain(changed, self.position) if k not in position]
+        dropped = {k for k in changed if k in position}
+        for key in itertools.chain(dropped, gone):
+            share = ledger.shares.pop(key, None)
+            if share is not None:
+                ledger._add(share, -1)
+        for kept, held in (
+            (ledger.volatile, self.volatile),
+            (ledger.late, self.late),
+            (ledger.ended, self.ended),
+            (ledger._overdue, self._overdue),
+        ):
+            kept.update(k for k in held if k in position and k not in dropped)
+        ledger._held = {k for k in self._held if k in position}
+        ledger._pending = {k for k in self._pending if k in position} | dropped
+        ledger._pending.update(position.keys() - self.position.keys())
+        return ledger
 
     @property
     def complete(self) -> bool:

@@ -46,6 +46,7 @@ from nodeagent.master._drains import STARTING, DrainRecord
 from nodeagent.master._fleet import ScheduleFigures, ledger_figures, schedule_figures
 from nodeagent.master._maintenance import MachineStatus, suggestions
 from nodeagent.master._notices import Notice
+from nodeagent.master._pass_index import changed_machines
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
@@ -174,6 +175,8 @@ class PlanView:
         #: The schedule's statuses and the scheduled machines made of them.
         self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]]
         self._scheduled = ((), ())
+        #: The scheduled machine of each status (``None``: not scheduled), in order.
+        self._aligned: tuple[ScheduledMachine | None, ...] = ()
         #: Each scheduled machine's row as JSON text, by key.
         self._row_texts: dict[str, RowJson] = {}
         #: Each scheduled machine's plan and row state, and what they were made of, by key,
@@ -200,18 +203,28 @@ class PlanView:
 
     def scheduled(self, statuses: tuple[MachineStatus, ...]) -> tuple[ScheduledMachine, ...]:
         """The machines with a window, in schedule order; made again when ``statuses``
-        change, which lets go of the cached rows of the machines no longer scheduled."""
-        if statuses is not self._scheduled[0] and statuses != self._scheduled[0]:
-            machines = (ScheduledMachine.of(status) for status in statuses)
-            self._scheduled = (statuses, tuple(m for m in machines if m is not None))
-            keys = {machine.key for machine in self._scheduled[1]}
+        change, which lets go of the cached rows of the machines no longer scheduled. A
+        machine whose status is kept, or whose window, mode and id are, keeps its object
+        (:func:`_carried`): what is cached of it (its plan, row, share) is then still
+        found, and a change costs the machines it changes, not the pool."""
+        held, before = self._scheduled
+        if statuses is held:
+            return before
+        aligned = _carried(held, self._aligned, before, statuses)
+        machines = tuple([m for m in aligned if m is not None])
+        if len(machines) == len(before) and all(map(operator.is_, machines, before)):
+            machines = before  # the same machines (a mode that changed and came back)
+        self._scheduled, self._aligned = (statuses, machines), aligned
+        if machines is before:
+            return machines
+        keys = {machine.key for machine in machines}
+        if len(keys) < len(before) or not keys.issuperset(self._row_texts):
             self._row_texts = {k: v for k, v in self._row_texts.items() if k in keys}
             self._plan_cache = {
                 blockers: {k: v for k, v in cache.items() if k in keys}
                 for blockers, cache in self._plan_cache.items()
             }
-            self._ledger = None
-        return self._scheduled[1]
+        return machines
 
     def _catalog(self, scheduled: tuple[ScheduledMachine, ...]) -> _Catalog:
         """Where each of ``scheduled`` is (:class:`_Catalog`), made once per schedule."""
@@ -255,6 +268,11 @@ class PlanView:
             changes.reboot_grace,
         )
         ledger = self._ledger
+        if ledger is not None and not ledger.holds(world, now) and now >= ledger.now:
+            # the schedule, a mode or a window's entry changed: the others' shares kept
+            changed = changed_machines(ledger.world, world, by_machine=(2,))
+            if changed is not None:
+                ledger = self._ledger = ledger.carried(world, scheduled, changed)
         if ledger is None or not ledger.holds(world, now):
             ledger = self._ledger = PlanLedger(world, scheduled)
         escalation = Escalation(policy.escalation)
@@ -762,8 +780,7 @@ class PlanView:
 
     def _holds(self, statuses: tuple[MachineStatus, ...]) -> bool:
         """Whether the view's caches are still those of the schedule ``statuses``."""
-        held = self._scheduled[0]
-        return held is statuses or held == statuses
+        return self._scheduled[0] is statuses
 
     def _rows_of(
         self,
@@ -1266,6 +1283,36 @@ class _Document:
         if not self._paged:
             end = {key: value for key, value in end.items() if key != "next"}
         return b"]," + _dumps(end)[1:]
+
+
+def _carried(
+    held: Sequence[MachineStatus],
+    aligned: Sequence[ScheduledMachine | None],
+    before: Sequence[ScheduledMachine],
+    statuses: Sequence[MachineStatus],
+) -> tuple[ScheduledMachine | None, ...]:
+    """The scheduled machine of each of ``statuses`` (``None``: it has no window): that of
+    the same status object in ``held`` (``aligned`` holds theirs), else the machine of
+    ``before`` with its key when it is equal to the one the status makes and spelt the
+    same, else the one it makes."""
+    of_status = {id(status): machine for status, machine in zip(held, aligned, strict=True)}
+    by_key = {machine.key: machine for machine in before}
+    out: list[ScheduledMachine | None] = []
+    for status in statuses:
+        if (known := of_status.get(id(status), _UNKNOWN)) is not _UNKNOWN:
+            out.append(known)  # type: ignore[arg-type]
+            continue
+        machine = ScheduledMachine.of(status)
+        if machine is not None:
+            kept = by_key.get(machine.key)
+            if kept is not None and kept == machine and kept.id.hostname == machine.id.hostname:
+                machine = kept
+        out.append(machine)
+    return tuple(out)
+
+
+#: Not a scheduled machine of :func:`_carried`'s statuses (whose may be ``None``).
+_UNKNOWN = object()
 
 
 def _after_window(plan: MachinePlan, now: float) -> dict[str, Any] | None:

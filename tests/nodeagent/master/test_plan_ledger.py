@@ -168,6 +168,19 @@ def _reschedule(world: World) -> None:
     )
 
 
+#: The windows of :func:`_world`'s schedule, by node.
+_WINDOWS = {0: 2400.0, 1: 1200.0, 2: 1800.0, 3: 3000.0, 4: 3600.0, 5: 7200.0}
+
+
+def _schedule_step(windows: dict[int, float]) -> Callable[[World], None]:
+    """The schedule replaced by one of these windows (each a new object)."""
+
+    def step(world: World) -> None:
+        world.state.update_schedule(_schedule(windows))
+
+    return step
+
+
 def _forget(world: World) -> None:
     world.ads.forget("n1.test")
 
@@ -263,6 +276,20 @@ STORIES: dict[str, list[Callable[[World], None]]] = {
         lambda w: setattr(w, "window_since", {}),
     ],
     "the clock goes back": [_advance(100), _advance(-50), _push(0, 1), _advance(-1)],
+    # the ledger carried over each change: the shares of the machines it leaves kept
+    "machines added, moved, dropped and kept by schedules": [
+        _reschedule,
+        _advance(1),
+        _schedule_step({**_WINDOWS, 6: 5400.0}),  # n6 added (no node)
+        _schedule_step({**_WINDOWS, 0: 600.0, 6: 5400.0}),  # n0 moved: late no more
+        _schedule_step({k: v for k, v in _WINDOWS.items() if k != 2}),  # n2 and n6 dropped
+        _schedule_step({k: v for k, v in _WINDOWS.items() if k != 2}),  # the same again
+        _down,
+        _advance(1500),
+        _schedule_step(_WINDOWS),  # n2 back, n1 (DOWN) kept
+        lambda w: setattr(w, "window_since", {_key(2): w.now}),
+        _advance(1),
+    ],
 }
 
 
@@ -511,6 +538,53 @@ def test_only_the_machines_that_changed_are_remade() -> None:
     assert ledger.remade == 1  # n0, its new record; n3 is looked at (a record) but kept
     world.policy = PlanPolicy(drain_margin=60.0)
     assert view.ledger(ledgered.inputs(), world.now) is not ledger
+
+
+#: (a change of the schedule or of the machines' modes, the machines whose share it remakes)
+SCHEDULE_CHANGES: list[tuple[str, Callable[[World], None], set[int]]] = [
+    ("the same schedule set again", _schedule_step(_WINDOWS), set()),
+    ("one machine moved", _reschedule, {1}),
+    ("one machine added", _schedule_step({**_WINDOWS, 6: 600.0}), {6}),
+    ("one machine dropped", _schedule_step({k: v for k, v in _WINDOWS.items() if k}), set()),
+    ("one machine brought down", _down, {1}),
+    (
+        "one machine's entry in its window",
+        lambda w: setattr(w, "window_since", {**w.window_since, _key(4): w.now}),
+        {4},
+    ),
+    ("the policy", _policy(drain_margin=60.0), {0, 1, 2, 3, 4, 5}),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "remade"),
+    [(c, r) for _, c, r in SCHEDULE_CHANGES],
+    ids=[n for n, _, _ in SCHEDULE_CHANGES],
+)
+def test_a_change_of_the_schedule_remakes_the_shares_of_the_machines_it_changes(
+    change: Callable[[World], None], remade: set[int]
+) -> None:
+    """A new schedule, a mode or a machine's entry in its window carries the ledger over:
+    until it is brought to ``now`` again, the machines changed wait (``behind``), the
+    others' shares are kept and counted; what every machine's row reads (the policy)
+    makes a new ledger."""
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ledger = view.ledger(ledgered.inputs(), world.now)
+    assert ledger is not None
+    change(world)
+    kept = dict(ledger.shares)
+    steps = view.ledger(ledgered.inputs(), world.now, limit=0)
+    assert steps is not None
+    waiting = len(remade - {3})  # n3 has a drain record: read at every call
+    assert steps.behind == waiting
+    assert {k for k, share in steps.shares.items() if share is kept.get(k)} == (
+        set(steps.shares) - {_key(n) for n in remade}
+    )
+    whole = view.ledger(ledgered.inputs(), world.now)
+    assert whole is steps
+    assert (whole.remade, whole.complete) == (waiting, True)
+    _same(ledgered)
 
 
 def test_an_ad_moved_on_in_time_is_swapped_into_its_share_until_the_first_would_be_lost() -> None:

@@ -159,8 +159,9 @@ def _set(name: str, value: Any) -> Callable[[World], None]:
 #: (what changes, the machines whose plan and row state are made again)
 CHANGES: list[tuple[str, Callable[[World], None], set[str]]] = [
     ("nothing; time moves on", lambda w: setattr(w, "now", w.now + 30), set()),
-    ("a machine's window (a new schedule)", _move_window, ALL),
-    ("a machine's mode", _down, ALL),
+    ("a machine's window (a new schedule)", _move_window, {_key(0)}),
+    ("the same schedule set again", lambda w: w.state.update_schedule(_schedule(WINDOWS)), set()),
+    ("a machine's mode", _down, {_key(2)}),
     ("its node's ad", _new_ad, {_key(0)}),
     ("its node is lost", _lose, {_key(0)}),
     ("its drain record", lambda w: w.drains.update({_key(0): _rec(request_id="9")}), {_key(0)}),
