@@ -5,13 +5,16 @@ A pass of :class:`~nodeagent.master._master.Master` decides for each scheduled m
 from its plan (:func:`~nodeagent.master._plan.machine_plan`), its drain record, the policy,
 the notices accepted and the time. A machine's plan and decision stay what they were
 until one of their inputs changes — an ad of one of its nodes (:meth:`PassIndex.matching`
-says which machines an ad can change), its drain record, the schedule or the modes, the
-policy, the notices accepted — or until the next instant they read (:func:`next_due`: the
+says which machines an ad can change), its drain record, its window or mode, the notices
+accepted, the policy — or until the next instant they read (:func:`next_due`: the
 drain start, the window's start and end, the end of what sets the drain start
 (:attr:`~nodeagent.master._plan.Closing.until`), a node turning lost or rebooting).
 :class:`PassIndex` keeps each machine's plan and that instant, in a heap, so a pass makes
 the plans of the machines that changed or came due, not of the pool. Everything else
-(the schedule's order, which keys a change names) is made once per schedule.
+(the schedule's order, which keys a change names) is made once per schedule; a new
+schedule, a mode, a machine's entry in its window or the notices accepted carry the index
+over (:meth:`PassIndex.carried`, :func:`changed_machines`: what the others' plans read is
+kept), the policy and the ads' lifetime make a new one.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ came, as the reconcile passes do (:mod:`._pass_index`):
   (:func:`~nodeagent.master._pass_index.next_due`), the end of the forecast piece its
   figures are read from (:attr:`slots.PieceLines.last`), and the second its promise
   verdict flips;
-* every machine, when what every row is made of changed: the schedule or the modes, the
-  policy, when each machine entered its window, the ads' lifetime, a clock that went back.
+* a machine the schedule adds, or whose window, mode or time of entering its window
+  changed (the ledger carried over to the new schedule: :meth:`PlanLedger.carried`);
+* every machine, when what every row is made of changed: the policy, the ads' lifetime,
+  a clock that went back.
 
 A caller that must not hold its event loop for a whole pool (a new ledger remakes every
 share; ads that arrive faster than their shares are remade) brings the ledger in steps

@@ -11,11 +11,16 @@ no drain is due, no record held); the times are its own, without the tasks it wo
 * ``idle_ms``: nothing changed since the last pass (no ad came in);
 * ``churn_ms``: ``machines / 60`` ads came in since the last pass (the default
   ``update_interval``), each the node's ad moved on a second (same claims);
+* ``change``: ``--moving`` machines (1,000) moved to a new window by a new schedule (set
+  as the API sets it: :meth:`Master.schedule_change_maker`, then
+  :meth:`Master.set_schedule`): the next pass (``pass_ms``, and the machines it planned,
+  ``planned``), then the plan's totals brought whole (``totals_ms``: the ledger a summary
+  reads, :meth:`~nodeagent.master._plan_view.PlanView.ledger`; ``shares_remade``);
 * ``profile``: with ``--profile``, the functions that take most of a churn pass (cProfile,
   cumulative seconds over ``--runs`` passes).
 
 Prints one JSON document. Usage: ``python tests/bench/reconcile_pass.py [--machines
-10000] [--runs 5] [--profile]``.
+10000] [--runs 5] [--moving 1000] [--profile]``.
 """
 
 from __future__ import annotations
@@ -41,9 +46,13 @@ from nodeagent._store import DocumentStore
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
+from nodeagent.master._pass_index import PassIndex
+from nodeagent.master._plan import MachinePlan
+from nodeagent.master._plan_view import PlanInputs
 from tests.bench._benchlib import summary_ms
 from tests.bench.ad_ingest import node_ad, node_ip, template_ads
 from tests.bench.plan_latency import StepClock, schedule
+from tests.bench.scale import moved_schedule
 
 
 def ads_of(machines: int, now: float) -> list[dict[str, Any]]:
@@ -58,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--machines", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--moving", type=int, default=1000)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     now = time.time()
@@ -71,7 +81,7 @@ def main() -> None:
         )
         for ad in ads:
             master.ads.update(ad, now)
-        master.state.update_schedule(MaintenanceSchedule.from_json(schedule(len(ads), now)))
+        master.set_schedule(MaintenanceSchedule.from_json(schedule(len(ads), now)), actor="bench")
         result: dict[str, Any] = {"machines": args.machines, "ads_per_pass": per_pass}
         profiler = cProfile.Profile() if args.profile else None
 
@@ -114,6 +124,8 @@ def main() -> None:
                         profiler.disable()
                 result["churn_ms"] = summary_ms(churn)
                 result["tasks_started"] = len(nursery.child_tasks)
+                if args.moving:
+                    result["change"] = change(master, clock, nursery, now, args.moving)
                 nursery.cancel_scope.cancel()
 
         trio.run(passes)
@@ -123,6 +135,44 @@ def main() -> None:
             pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
             result["profile"] = out.getvalue().splitlines()
     print(json.dumps(result, indent=2))
+
+
+def change(
+    master: Master, clock: StepClock, nursery: trio.Nursery, scheduled_at: float, moving: int
+) -> dict[str, Any]:
+    """``moving`` machines of the schedule set at ``scheduled_at`` moved by a new one:
+    the next pass, then the totals."""
+    now = clock.now()
+    master.plan_view.ledger(master.plan_inputs(now), now)  # the totals whole, as read
+    machines = len(master.state.machines())
+    moved = MaintenanceSchedule.from_json(moved_schedule(machines, scheduled_at, moving))
+    master.set_schedule(moved, actor="bench", change=master.schedule_change_maker("bench")(moved))
+    clock.t += 1.0
+    gc.collect()
+    looked_at = master._plans_to_look_at
+    planned: list[int] = []
+
+    def counted(inputs: PlanInputs, now: float) -> tuple[PassIndex, list[MachinePlan]]:
+        index, plans = looked_at(inputs, now)
+        planned.append(len(plans))
+        return index, plans
+
+    master._plans_to_look_at = counted  # type: ignore[method-assign]
+    started = time.perf_counter()
+    master.reconcile(nursery)
+    pass_s = time.perf_counter() - started
+    del master._plans_to_look_at
+    now = clock.now()
+    started = time.perf_counter()
+    ledger = master.plan_view.ledger(master.plan_inputs(now), now)
+    totals_s = time.perf_counter() - started
+    return {
+        "moving": moving,
+        "pass_ms": round(pass_s * 1000, 1),
+        "planned": planned[0],
+        "totals_ms": round(totals_s * 1000, 1),
+        "shares_remade": None if ledger is None else ledger.remade,
+    }
 
 
 def _unmade(master: Master, now: float) -> int:
