@@ -52,10 +52,11 @@ Per size (``sqlite``):
 * **preview**: ``POST /v1/maintenance/schedule/preview?rows=changed`` (what ``nodeagent
   master schedule set`` asks; ``--preview-rows all``: every row) of the schedule held with
   ``--preview-machines`` machines (1,000) moved to a new window: request to first row and
-  last byte, and the pushes answered meanwhile. Then **apply**: that schedule applied as
-  ``schedule set`` applies it (``PUT /v1/maintenance/schedule?if_version=`` the preview's
-  ``schedule_version``, an ADMINISTRATOR token): request to reply, the pushes answered
-  meanwhile, and the summary's first reply after it.
+  last byte, and the pushes answered meanwhile; the master's RSS before and after it. Then
+  **apply**: that schedule applied as ``schedule set`` applies it (``PUT
+  /v1/maintenance/schedule?if_version=`` the preview's ``schedule_version``, an
+  ADMINISTRATOR token): request to reply, the pushes answered meanwhile, the summary's
+  first reply after it, and the RSS then.
 * **after restart**: the agents stop, the master is SIGKILLed and started again on its store
   (the schedule is there, the ads are not); every node pushes once, spread over the
   interval (``--restart-burst``: all at once); from the last ad in, the first summary (and
@@ -508,6 +509,12 @@ def memory(pid: int) -> dict[str, int]:
         if name in ("VmRSS", "VmHWM"):
             figures[name] = int(value.split()[0]) * 1024
     return figures
+
+
+def rss_mib(master: MasterProcess) -> float:
+    """The master's resident memory now, in MiB."""
+    assert master.proc is not None
+    return round(memory(master.proc.pid)["VmRSS"] / 2**20, 1)
 
 
 def window_start(now: float, w: int) -> float:
@@ -991,7 +998,10 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
             if ok and options.preview_machines:
                 document = moved_schedule(machines, now, options.preview_machines)
                 rows = options.preview_rows
+                before = memory(master.proc.pid)
                 ok = guarded(result, "preview", lambda: preview(reader, agents, document, rows))
+                result["preview"]["rss_before_mib"] = round(before["VmRSS"] / 2**20, 1)
+                result["preview"]["rss_after_mib"] = rss_mib(master)
                 version = result.get("preview", {}).get("schedule_version")
                 if ok and options.apply and version:
                     ok = guarded(
@@ -999,6 +1009,7 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
                         "apply",
                         lambda: apply_previewed(master, reader, agents, document, version),
                     )
+                    result["apply"]["rss_after_mib"] = rss_mib(master)
         alive(master)
         mem = memory(master.proc.pid)
         result["memory"] = {
