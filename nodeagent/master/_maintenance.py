@@ -215,10 +215,12 @@ def _no_constant(name: str) -> Any:
 
 
 def _ascii_lower(text: str | None) -> str | None:
-    """``text`` with its ASCII letters in lower case (and no other changed)."""
+    """``text`` with its ASCII letters in lower case (and no other changed); ``text``
+    itself when it has none in upper case (a schedule's ids keep one copy of a name)."""
     if text is None:
         return None
-    return text.lower() if text.isascii() else text.translate(_LOWER)
+    lowered = text.lower() if text.isascii() else text.translate(_LOWER)
+    return text if lowered == text else lowered
 
 
 def _bad_json(message: str) -> MaintenanceError:
