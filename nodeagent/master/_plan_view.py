@@ -218,7 +218,7 @@ class PlanView:
         if machines is before:
             return machines
         keys = {machine.key for machine in machines}
-        if len(keys) < len(before) or not keys.issuperset(self._row_texts):
+        if not keys.issuperset([machine.key for machine in before]):  # some left the schedule
             self._row_texts = {k: v for k, v in self._row_texts.items() if k in keys}
             self._plan_cache = {
                 blockers: {k: v for k, v in cache.items() if k in keys}

@@ -207,6 +207,22 @@ def test_a_row_is_kept_while_what_it_is_made_of_holds(
     assert second == PlanView().rows(world.inputs(), world.now, with_blockers=True)
 
 
+def test_a_machine_that_leaves_the_schedule_leaves_the_caches() -> None:
+    """A schedule that replaces one machine by another (as many machines as before, no
+    row written): nothing made of the one that left is kept; the others' plans are."""
+    world = _cache_world()
+    view = PlanView()
+    first = {plan.key: plan for plan, _ in view.rows(world.inputs(), world.now, with_blockers=True)}
+    world.state.update_schedule(_schedule({0: 7200.0, 3: 7800.0, 2: 8400.0}))
+    second = {
+        plan.key: plan for plan, _ in view.rows(world.inputs(), world.now, with_blockers=True)
+    }
+    assert set(second) == {_key(0), _key(3), _key(2)}
+    assert {k for k, plan in second.items() if plan is first.get(k)} == {_key(0), _key(2)}
+    assert _key(1) not in view.row_texts
+    assert all(_key(1) not in cache for cache in view._plan_cache.values())
+
+
 @pytest.mark.parametrize("with_blockers", [True, False])
 def test_rows_with_and_without_blockers_are_made_again_when_the_other_is_asked(
     with_blockers: bool,
