@@ -152,6 +152,10 @@ def _down(world: World) -> None:
     world.state.down([_id(2)])
 
 
+def _same_schedule(world: World) -> None:
+    world.state.update_schedule(_schedule(WINDOWS))
+
+
 def _set(name: str, value: Any) -> Callable[[World], None]:
     return lambda world: setattr(world, name, value)
 
@@ -160,7 +164,7 @@ def _set(name: str, value: Any) -> Callable[[World], None]:
 CHANGES: list[tuple[str, Callable[[World], None], set[str]]] = [
     ("nothing; time moves on", lambda w: setattr(w, "now", w.now + 30), set()),
     ("a machine's window (a new schedule)", _move_window, {_key(0)}),
-    ("the same schedule set again", lambda w: w.state.update_schedule(_schedule(WINDOWS)), set()),
+    ("the same schedule set again", _same_schedule, set()),
     ("a machine's mode", _down, {_key(2)}),
     ("its node's ad", _new_ad, {_key(0)}),
     ("its node is lost", _lose, {_key(0)}),
