@@ -25,13 +25,13 @@ import math
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from nodeagent.master._adstore import AdEntry
 from nodeagent.master._plan import MachinePlan, ScheduledMachine, moved_on_plan
 
-__all__ = ["DueTimes", "HostIndex", "PassIndex", "changed_machines", "next_due"]
+__all__ = ["DueTimes", "HostIndex", "PassIndex", "changed_machines", "next_due", "same_ids"]
 
 
 def next_due(plan: MachinePlan, now: float, *, lifetime: float, reboot_grace: float) -> float:
@@ -99,6 +99,23 @@ def changed_machines(
     if names:
         changed.update(m.key for m in after[machines] if m.name in names)
     return changed
+
+
+def same_ids(
+    before: Sequence[ScheduledMachine],
+    position: Mapping[str, int],
+    after: Sequence[ScheduledMachine],
+) -> bool:
+    """Whether ``after`` are the machines ``before`` (``position``: where each key is in
+    it), each by the same id object, in any order: what is indexed by their names and
+    hosts holds for both."""
+    if len(before) != len(after):
+        return False
+    for machine in after:
+        at = position.get(machine.key)
+        if at is None or before[at].id is not machine.id:
+            return False
+    return True
 
 
 class HostIndex:
@@ -216,10 +233,15 @@ class PassIndex:
     _hosts: HostIndex = field(init=False)
     #: Each machine's next due instant.
     _due: DueTimes = field(default_factory=DueTimes)
+    #: An index of the same machines by the same ids, whose names and hosts are taken.
+    like: InitVar[PassIndex | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, like: PassIndex | None) -> None:
         self.by_key = {m.key: m for m in self.machines}
         self._order = {m.key: i for i, m in enumerate(self.machines)}
+        if like is not None:
+            self.names_unique, self._hosts = like.names_unique, like._hosts
+            return
         self.names_unique = len({m.name for m in self.machines}) == len(self.machines)
         self._hosts = HostIndex(self.machines)
 
@@ -239,7 +261,10 @@ class PassIndex:
         used again: the plans held and due instants of the machines still scheduled and
         not ``changed`` (:func:`changed_machines`) are kept; and the machines a pass must
         look at for the change (those changed and those new to the schedule)."""
-        index = PassIndex(world=world, machines=machines, plans=self.plans, _due=self._due)
+        like = self if same_ids(self.machines, self._order, machines) else None
+        index = PassIndex(
+            world=world, machines=machines, plans=self.plans, _due=self._due, like=like
+        )
         order = index._order
         for key in itertools.chain(changed, self._order.keys() - order.keys()):
             index.plans.pop(key, None)

@@ -110,6 +110,18 @@ class ScheduledMachine:
         IP, else its key."""
         return self.id.hostname or self.id.ip or self.key
 
+    def made_of(self, status: MachineStatus) -> bool:
+        """Whether :meth:`of` makes this machine of ``status`` (its id the same object)."""
+        window = status.window
+        if window is None or status.id is not self.id or str(status.mode) != self.mode:
+            return False
+        unavailability = window.unavailability
+        duration = unavailability.duration_ns
+        return (
+            unavailability.start_ns / _NS == self.window_start
+            and (None if duration is None else duration / _NS) == self.window_seconds
+        )
+
     @classmethod
     def of(cls, status: MachineStatus) -> ScheduledMachine | None:
         """The scheduled machine of a status; ``None`` for a machine with no window."""

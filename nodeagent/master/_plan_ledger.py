@@ -50,7 +50,7 @@ from fractions import Fraction
 from typing import Any
 
 from nodeagent.master._adstore import AdEntry
-from nodeagent.master._pass_index import HostIndex, next_due
+from nodeagent.master._pass_index import HostIndex, next_due, same_ids
 from nodeagent.master._plan import (
     MachinePlan,
     PlanTotals,
@@ -241,14 +241,26 @@ class PlanLedger:
     docstring). Made for one schedule and one set of plan-wide inputs (``world``,
     compared by identity: :meth:`holds`)."""
 
-    def __init__(self, world: tuple[Any, ...], machines: Sequence[ScheduledMachine]) -> None:
+    def __init__(
+        self,
+        world: tuple[Any, ...],
+        machines: Sequence[ScheduledMachine],
+        *,
+        like: PlanLedger | None = None,
+    ) -> None:
+        """``like``: a ledger of the same machines by the same ids, whose indexes of
+        their hosts and names are taken."""
         self.world = world
         self.machines = machines
         self.position = {m.key: i for i, m in enumerate(machines)}
-        self.hosts = HostIndex(machines)
-        self._by_name: dict[str, list[str]] = {}
-        for machine in machines:
-            self._by_name.setdefault(machine.name, []).append(machine.key)
+        self.hosts: HostIndex
+        self._by_name: dict[str, list[str]]
+        if like is not None:
+            self.hosts, self._by_name = like.hosts, like._by_name
+        else:
+            self.hosts, self._by_name = HostIndex(machines), {}
+            for machine in machines:
+                self._by_name.setdefault(machine.name, []).append(machine.key)
         self.shares: dict[str, Share] = {}
         #: The machines read at every request (their rows are volatile).
         self.volatile: set[str] = set()
@@ -286,7 +298,8 @@ class PlanLedger:
         sums; those changed and those new to the schedule wait to be remade
         (:attr:`behind` counts them), as the first call of a new ledger would remake
         every one. A change of the schedule then costs the machines it changes."""
-        ledger = PlanLedger(world, machines)
+        like = self if same_ids(self.machines, self.position, machines) else None
+        ledger = PlanLedger(world, machines, like=like)
         ledger.now, ledger._notices = self.now, self._notices
         ledger.forecasts_made = self.forecasts_made
         ledger.shares, ledger._heap, ledger._sum = self.shares, self._heap, self._sum

@@ -1293,17 +1293,25 @@ def _carried(
 ) -> tuple[ScheduledMachine | None, ...]:
     """The scheduled machine of each of ``statuses`` (``None``: it has no window): that of
     the same status object in ``held`` (``aligned`` holds theirs), else the machine of
+    ``before`` with the same id object that the status makes, else the machine of
     ``before`` with its key when it is equal to the one the status makes and spelt the
     same, else the one it makes."""
     of_status = {id(status): machine for status, machine in zip(held, aligned, strict=True)}
-    by_key = {machine.key: machine for machine in before}
+    by_id = {id(machine.id): machine for machine in before}
+    by_key: dict[str, ScheduledMachine] | None = None
     out: list[ScheduledMachine | None] = []
     for status in statuses:
         if (known := of_status.get(id(status), _UNKNOWN)) is not _UNKNOWN:
             out.append(known)  # type: ignore[arg-type]
             continue
+        kept = by_id.get(id(status.id))
+        if kept is not None and kept.made_of(status):
+            out.append(kept)
+            continue
         machine = ScheduledMachine.of(status)
         if machine is not None:
+            if by_key is None:
+                by_key = {m.key: m for m in before}
             kept = by_key.get(machine.key)
             if kept is not None and kept == machine and kept.id.hostname == machine.id.hostname:
                 machine = kept

@@ -23,7 +23,13 @@ from nodeagent.master._maintenance import (
     Window,
 )
 from nodeagent.master._master import Master
-from nodeagent.master._pass_index import HostIndex, PassIndex, changed_machines, next_due
+from nodeagent.master._pass_index import (
+    HostIndex,
+    PassIndex,
+    changed_machines,
+    next_due,
+    same_ids,
+)
 from nodeagent.master._plan import (
     MachinePlan,
     PlanPolicy,
@@ -521,3 +527,35 @@ def _looked_at(master: Master) -> set[str]:
     for plan in plans:
         index.keep(plan, next_due(plan, now, lifetime=90, reboot_grace=60))
     return {plan.key for plan in plans}
+
+
+def _moved(machine: ScheduledMachine, start: float) -> ScheduledMachine:
+    return ScheduledMachine(key=machine.key, id=machine.id, mode=machine.mode, window_start=start)
+
+
+@pytest.mark.parametrize(
+    ("after", "same"),
+    [
+        (_BEFORE, True),
+        ((_BEFORE[2], _BEFORE[0], _BEFORE[1]), True),  # in another order
+        ((_BEFORE[0], _BEFORE[1], _moved(_BEFORE[2], 900.0)), True),  # one moved, its id kept
+        (_BEFORE[:2], False),  # one dropped
+        (_BEFORE + _machines(0, 0, 0, 400.0)[3:], False),  # one added
+        ((_BEFORE[0], _BEFORE[1], _machines(0, 0, 0)[2]), False),  # another id object
+        ((_BEFORE[0], _BEFORE[1], _machines(0, 0, 0, 400.0)[3]), False),  # another machine
+    ],
+    ids=[
+        "the same",
+        "reordered",
+        "one moved",
+        "one dropped",
+        "one added",
+        "an id anew",
+        "replaced",
+    ],
+)
+def test_machines_by_the_same_ids_share_their_indexes(
+    after: tuple[ScheduledMachine, ...], same: bool
+) -> None:
+    position = {m.key: i for i, m in enumerate(_BEFORE)}
+    assert same_ids(_BEFORE, position, after) is same
