@@ -52,7 +52,8 @@ Per size (``sqlite``):
 * **preview**: ``POST /v1/maintenance/schedule/preview?rows=changed`` (what ``nodeagent
   master schedule set`` asks; ``--preview-rows all``: every row) of the schedule held with
   ``--preview-machines`` machines (1,000) moved to a new window: request to first row and
-  last byte, and the pushes answered meanwhile; the master's RSS before and after it. Then
+  last byte, and the pushes answered meanwhile; the master's RSS before and after it, and
+  the machines a summary read just before it left behind. Then
   **apply**: that schedule applied as ``schedule set`` applies it (``PUT
   /v1/maintenance/schedule?if_version=`` the preview's ``schedule_version``, an
   ADMINISTRATOR token): request to reply, the pushes answered meanwhile, the summary's
@@ -509,6 +510,14 @@ def memory(pid: int) -> dict[str, int]:
         if name in ("VmRSS", "VmHWM"):
             figures[name] = int(value.split()[0]) * 1024
     return figures
+
+
+def summary_behind(reader: httpx.Client) -> int | None:
+    """The machines a summary read now leaves behind (its totals' ``behind``)."""
+    reply = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=600)
+    reply.raise_for_status()
+    behind: int | None = (reply.json().get("totals") or {}).get("behind")
+    return behind
 
 
 def rss_mib(master: MasterProcess) -> float:
@@ -999,7 +1008,9 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
                 document = moved_schedule(machines, now, options.preview_machines)
                 rows = options.preview_rows
                 before = memory(master.proc.pid)
+                behind = summary_behind(reader)
                 ok = guarded(result, "preview", lambda: preview(reader, agents, document, rows))
+                result["preview"]["summary_before_behind"] = behind
                 result["preview"]["rss_before_mib"] = round(before["VmRSS"] / 2**20, 1)
                 result["preview"]["rss_after_mib"] = rss_mib(master)
                 version = result.get("preview", {}).get("schedule_version")
