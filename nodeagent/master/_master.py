@@ -384,6 +384,10 @@ class Master:
     _refreshing: bool = False
     #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
+    #: The drains whose commit is under way, by node: their request id and the
+    #: ``drain.committed`` event to stage (:meth:`drain_transaction`), or staged first by
+    #: an ad that shows the drain begun before the commit's reply is read (:meth:`_take_ad`).
+    _committing: dict[str, tuple[str, Draft]] = field(default_factory=dict)
     #: The rolling maintenance operations, by id, as JSON (see
     #: :mod:`nodeagent.master._rolling`): an operation is saved when it changes
     #: (:meth:`commit_state`), with the rest, so that its step and the drain record and
@@ -983,6 +987,16 @@ class Master:
                 self._touched.add((previous.hostname, previous.ip))
         if not self.events.recording or previous is None or entry.my_type != "Machine":
             return entry
+        committing = self._committing.get(entry.name)
+        if (
+            committing is not None
+            and entry.machine.get("DrainingRequestId") == committing[0]
+            and entry.machine.get("DrainState") in ("draining", "drained")
+        ):
+            # the node began the drain: its commit took, whatever the reply says when it
+            # is read; the event says so before the node's own
+            del self._committing[entry.name]
+            self.events.stage(committing[1])
         if was_lost:
             self.events.stage(
                 node_back(node=entry.name, machine=entry.hostname, away=now - previous.received_at)
@@ -2035,9 +2049,19 @@ class Master:
                 what += f", deadline in {in_words(body.deadline)}"
             facts = {"schedule": body.schedule, "reason": body.reason, "actor": pending.requester}
             self.save(events=[self._drain_event("recorded", pending, f"recorded: {what}", facts)])
-            committed = await tx.commit()
+            event = self._drain_event("committed", pending, f"committed: {what}", facts)
+            node = pending.node_name
+            self._committing[node] = (tx.request_id, event)
+            try:
+                committed = await tx.commit()
+            finally:
+                # not staged yet unless an ad showed the drain begun meanwhile
+                unstaged = self._committing.get(node, (None, None))[1] is event
+                if unstaged:
+                    del self._committing[node]
         self.drains[key] = pending.committed(key, committed_at=committed.committed_at)
-        self.events.stage(self._drain_event("committed", pending, f"committed: {what}", facts))
+        if unstaged:
+            self.events.stage(event)
         return tx.phase1, committed
 
     def _drain_event(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -559,3 +560,46 @@ def test_machines_by_the_same_ids_share_their_indexes(
 ) -> None:
     position = {m.key: i for i, m in enumerate(_BEFORE)}
     assert same_ids(_BEFORE, position, after) is same
+
+
+class PushingAgents(Agents):
+    """Nodes whose ad, pushed as soon as a drain is committed, reaches the master before
+    the commit's reply does (as it may on a loaded master)."""
+
+    master: Master | None = None
+
+    async def call(
+        self, address: str, method: str, path: str, *, node: str, actor: str, body: Any = None
+    ) -> dict[str, Any]:
+        reply = await super().call(address, method, path, node=node, actor=actor, body=body)
+        if method == "POST" and path.endswith("/commit") and self.master is not None:
+            self.master.receive_ad(self.ad(int(node[1:].split(".", maxsplit=1)[0])))
+        return reply
+
+
+async def test_a_drain_is_committed_before_the_node_says_it_began(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The node's ad that shows a drain begun, taken while the master waits for the
+    commit's reply: the stream says ``drain.committed`` (the master's) before
+    ``drain.started`` (the node's), once each."""
+    clock = TrioClock(EPOCH)
+    link = PushingAgents(clock)
+    master = make_master(tmp_path, "a", clock, link)
+    link.master = master
+    master.events.recording = True  # as while it leads
+    for i in range(NODES):
+        master.receive_ad(link.ad(i))
+    master.set_schedule(windows(EPOCH - 300), actor="ops")  # drains due at once
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    master.write_staged_events()
+    events = [json.loads(e.data) for e in master.events.log.after(0)[1]]
+    drained = {node for _, node, _, path in link.calls if path.endswith("/commit")}
+    assert drained
+    for node in drained:
+        kinds = [e["type"] for e in events if e["type"].startswith("drain.") and node in str(e)]
+        assert kinds == ["drain.recorded", "drain.committed", "drain.started"], node
+    assert master._committing == {}
