@@ -175,8 +175,6 @@ class PlanView:
         #: The schedule's statuses and the scheduled machines made of them.
         self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]]
         self._scheduled = ((), ())
-        #: The scheduled machine of each status (``None``: not scheduled), in order.
-        self._aligned: tuple[ScheduledMachine | None, ...] = ()
         #: Each scheduled machine's row as JSON text, by key.
         self._row_texts: dict[str, RowJson] = {}
         #: Each scheduled machine's plan and row state, and what they were made of, by key,
@@ -210,11 +208,10 @@ class PlanView:
         held, before = self._scheduled
         if statuses is held:
             return before
-        aligned = _carried(held, self._aligned, before, statuses)
-        machines = tuple([m for m in aligned if m is not None])
+        machines = _carried(before, statuses)
         if len(machines) == len(before) and all(map(operator.is_, machines, before)):
             machines = before  # the same machines (a mode that changed and came back)
-        self._scheduled, self._aligned = (statuses, machines), aligned
+        self._scheduled = (statuses, machines)
         if machines is before:
             return machines
         keys = {machine.key for machine in machines}
@@ -1286,41 +1283,31 @@ class _Document:
 
 
 def _carried(
-    held: Sequence[MachineStatus],
-    aligned: Sequence[ScheduledMachine | None],
-    before: Sequence[ScheduledMachine],
-    statuses: Sequence[MachineStatus],
-) -> tuple[ScheduledMachine | None, ...]:
-    """The scheduled machine of each of ``statuses`` (``None``: it has no window): that of
-    the same status object in ``held`` (``aligned`` holds theirs), else the machine of
-    ``before`` with the same id object that the status makes, else the machine of
+    before: Sequence[ScheduledMachine], statuses: Sequence[MachineStatus]
+) -> tuple[ScheduledMachine, ...]:
+    """The scheduled machines of ``statuses`` (those with a window): for each, the machine
+    of ``before`` the status makes with the same id object, else the machine of
     ``before`` with its key when it is equal to the one the status makes and spelt the
-    same, else the one it makes."""
-    of_status = {id(status): machine for status, machine in zip(held, aligned, strict=True)}
+    same (the ids of a state read again from the store are new objects), else the one it
+    makes."""
     by_id = {id(machine.id): machine for machine in before}
     by_key: dict[str, ScheduledMachine] | None = None
-    out: list[ScheduledMachine | None] = []
+    out: list[ScheduledMachine] = []
     for status in statuses:
-        if (known := of_status.get(id(status), _UNKNOWN)) is not _UNKNOWN:
-            out.append(known)  # type: ignore[arg-type]
-            continue
         kept = by_id.get(id(status.id))
         if kept is not None and kept.made_of(status):
             out.append(kept)
             continue
         machine = ScheduledMachine.of(status)
-        if machine is not None:
-            if by_key is None:
-                by_key = {m.key: m for m in before}
-            kept = by_key.get(machine.key)
-            if kept is not None and kept == machine and kept.id.hostname == machine.id.hostname:
-                machine = kept
+        if machine is None:
+            continue
+        if by_key is None:
+            by_key = {m.key: m for m in before}
+        kept = by_key.get(machine.key)
+        if kept is not None and kept == machine and kept.id.hostname == machine.id.hostname:
+            machine = kept
         out.append(machine)
     return tuple(out)
-
-
-#: Not a scheduled machine of :func:`_carried`'s statuses (whose may be ``None``).
-_UNKNOWN = object()
 
 
 def _after_window(plan: MachinePlan, now: float) -> dict[str, Any] | None:
