@@ -674,6 +674,15 @@ class DrainForecast:
             cut_badput=cut_badput,
         )
 
+    def let_go_blockers(self) -> None:
+        """Let go of the blockers' frames of the piece held (most of what a piece weighs),
+        for a reader that listed them once and will not soon again: the piece keeps its
+        lines and its last second, and the next read that lists the blockers makes their
+        frames again (:meth:`ready` with ``blockers`` is false until then)."""
+        piece = self._piece
+        if piece is not None and piece.blockers is not None:
+            self._piece = piece._replace(blockers=None, planned_blockers=None)
+
     def piece_at(
         self, now: float, *, window_start: float, escalation: Escalation, blockers: bool = False
     ) -> tuple[object, int] | None:

@@ -34,7 +34,7 @@ import json
 import math
 import operator
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -154,6 +154,13 @@ def chunk_starts(count: int, chunk: int) -> list[int]:
 #: after a summary read them.
 ROWS_KEPT_FOR = 300.0
 
+#: The most rows a reply may write and keep (:meth:`PlanView.keeps_row`): one that writes
+#: more (the whole plan of a large pool) makes each row for itself and lets go of it once
+#: written, its template and its node's blockers (≈ 6 KiB a machine: 600 MiB at 100,000,
+#: kept current by the passes for :data:`ROWS_KEPT_FOR` at ≈ 0.4 ms a machine whose piece
+#: ends); the next such reply makes them again.
+ROWS_KEPT_MOST = 10_000
+
 
 class PlanView:
     """The plan's caches, and the replies made with them (see the module docstring).
@@ -171,6 +178,7 @@ class PlanView:
         answer_limit: int | None = None,
         answer_seconds: float | None = None,
         work_clock: Callable[[], float] = time.perf_counter,
+        rows_kept_most: int = ROWS_KEPT_MOST,
     ) -> None:
         #: The schedule's statuses and the scheduled machines made of them.
         self._scheduled: tuple[tuple[MachineStatus, ...], tuple[ScheduledMachine, ...]]
@@ -191,6 +199,8 @@ class PlanView:
         #: master, one whose forecast is made a tenth of that.
         self.answer_seconds = answer_seconds
         self.work_clock = work_clock
+        #: The most rows a reply writes and keeps (:data:`ROWS_KEPT_MOST`).
+        self.rows_kept_most = rows_kept_most
         #: Where each scheduled machine is, for a filtered or paged reply (:meth:`_catalog`).
         self._catalog_of: _Catalog | None = None
 
@@ -370,9 +380,11 @@ class PlanView:
         with_blockers: bool,
         escalation: Escalation | None = None,
         only: Sequence[ScheduledMachine] | None = None,
+        remember: bool = True,
     ) -> list[tuple[MachinePlan, RowState]]:
         """Every scheduled machine's plan and row state at ``now`` (schedule order), or
         those of the machines ``only`` (scheduled machines of ``inputs.statuses``).
+        ``remember=False``: those made now are not kept (a reply that keeps no row).
 
         Both are kept from the previous call while what they are made of holds: the
         machine, its nodes' ads (the same list) and whether each is lost, the drain record
@@ -433,16 +445,17 @@ class PlanView:
                 notices=notices,
                 is_rebooting=inputs.is_rebooting,
             )
-            cache[key] = (
-                machine,
-                nodes,
-                record,
-                (escalated, lost, since, notices),
-                policy,
-                escalation,
-                (plan, state),
-                math.inf if plan.closing is None else plan.closing.until,
-            )
+            if remember:
+                cache[key] = (
+                    machine,
+                    nodes,
+                    record,
+                    (escalated, lost, since, notices),
+                    policy,
+                    escalation,
+                    (plan, state),
+                    math.inf if plan.closing is None else plan.closing.until,
+                )
             out.append((plan, state))
         return out
 
@@ -714,8 +727,13 @@ class PlanView:
         yield framing.head({"now": now, "policy": _policy(policy)})
         if kept is not None:
             page, acc = kept
+            keep = len(page) <= self.rows_kept_most
             for i in range(0, len(page), chunk):
-                yield framing.rows([self._text(row, now) for row in page[i : i + chunk]])
+                rows = page[i : i + chunk]
+                out = [self._text(row, now, keep=keep) for row in rows]
+                if not keep:
+                    self._let_go([row[1] for row in rows], now)
+                yield framing.rows(out)
             end = {
                 "matched": acc.matched,
                 "totals": _totals(acc.added, inputs),
@@ -727,6 +745,7 @@ class PlanView:
         acc = _Acc(now, Escalation(policy.escalation))
         view = self
         machines = made.machines
+        keep = (len(machines) if limit is None else limit) <= self.rows_kept_most
         sent = 0
         last: _Row | None = None
         starts = chunk_starts(len(machines), chunk)
@@ -736,7 +755,16 @@ class PlanView:
                 view.scheduled(made.statuses)
             part = machines[at:stop]
             rows = view._rows_of(
-                inputs, now, part, at=at, made=made, acc=acc, with_blockers=with_blockers, late=late
+                inputs,
+                now,
+                part,
+                at=at,
+                made=made,
+                acc=acc,
+                with_blockers=with_blockers,
+                late=late,
+                writes=None if late or limit is None else limit - sent,
+                keep=keep,
             )
             if late:
                 yield b""
@@ -745,17 +773,22 @@ class PlanView:
             for row in rows:
                 if limit is not None and sent >= limit:
                     break
-                out.append(view._text(row, now))
+                out.append(view._text(row, now, keep=keep))
                 sent += 1
                 last = row
             yield framing.rows(out)
         rows = acc.rows
         if late:
             rows.sort(key=_order)
-            del rows[len(rows) if limit is None else limit :]
+            if limit is not None:
+                view._let_go([row[1] for row in rows[limit:]], now)
+                del rows[limit:]
             for i in range(0, len(rows), chunk):
                 page = rows[i : i + chunk]
-                yield framing.rows([view._text(row, now) for row in page])
+                out = [view._text(row, now, keep=keep) for row in page]
+                if not keep:
+                    view._let_go([row[1] for row in page], now)
+                yield framing.rows(out)
                 last = page[-1]
         matched = acc.matched
         end = {
@@ -766,14 +799,24 @@ class PlanView:
         }
         yield framing.end(end)
 
-    def _text(self, row: _Row, now: float) -> bytes:
+    def _text(self, row: _Row, now: float, *, keep: bool = True) -> bytes:
         """The row's JSON text: written from its templates, or by :mod:`json` for a row
-        orjson refuses."""
+        orjson refuses (``keep``: see :meth:`_write`)."""
         try:
-            text: bytes = self._write(row, now)
+            text: bytes = self._write(row, now, keep=keep)
         except orjson.JSONEncodeError:
             text = _json_body(self._write(row, now, encoded=False))
         return text
+
+    def _let_go(self, plans: Iterable[MachinePlan], now: float) -> None:
+        """Let go of the blockers' frames of the nodes of ``plans``, whose rows a reply that
+        keeps none wrote (:data:`ROWS_KEPT_MOST`), but of the machines whose rows another
+        reply read lately (:meth:`keeps_row`): the passes keep those current."""
+        keeps_row = self.keeps_row
+        for plan in plans:
+            if not keeps_row(plan.key, now):
+                for node in plan.nodes:
+                    node.forecast.let_go_blockers()
 
     def _holds(self, statuses: tuple[MachineStatus, ...]) -> bool:
         """Whether the view's caches are still those of the schedule ``statuses``."""
@@ -791,35 +834,56 @@ class PlanView:
         with_blockers: bool,
         late: bool,
         encoded: bool = True,
+        writes: int | None = None,
+        keep: bool = True,
     ) -> list[_Row]:
         """The rows of ``machines`` (from ``at`` in the selection): each machine is added
         to the totals (and to ``after_window``); the rows that match (``late``, after the
         cursor) are counted in ``matched``, returned, and kept in ``acc.rows`` with
-        ``late``. No row is written yet (see :meth:`_write`)."""
+        ``late``. ``encoded``: the first ``writes`` of those (all of them with ``None``)
+        are written now from their templates, but ``late`` rows, which are written once
+        sorted, and only if sent (see :meth:`_write`); a row is marked read
+        (:meth:`keeps_row`) when it is written, and the blockers' frames of the rows not
+        written are let go (:meth:`_let_go`). ``keep=False`` (a reply that writes more
+        than :data:`ROWS_KEPT_MOST`): nothing made for the rows is kept, and the frames of
+        the rows written are let go too (those of ``late`` rows once written)."""
         out: list[_Row] = []
         texts = self._row_texts
         added, start, index = acc.added, made.start, made.index
         pairs = self.rows(
-            inputs, now, with_blockers=with_blockers, escalation=acc.escalation, only=machines
+            inputs,
+            now,
+            with_blockers=with_blockers,
+            escalation=acc.escalation,
+            only=machines,
+            remember=keep,
         )
+        left = math.inf if writes is None else writes
+        loose: list[MachinePlan] = []  # the machines whose frames this reply lets go
         for i, (each, state) in enumerate(pairs, at):
             out_of_service = _after_window(each, now)
             if out_of_service is not None:
                 acc.ended.append(out_of_service)
             position = i if index is None else index[id(each.machine)]
             order = (each.window_start if late else 0.0, position)
+            after_start = start is None or order > start
             figures = None
             fast = None
             if encoded:
+                write = not late and after_start and left > 0
                 text = texts.get(each.key)
                 if text is None:
-                    text = texts[each.key] = RowJson()
-                text.read_at = now
-                # A late row is written once sorted, and only if sent.
+                    text = RowJson()
+                    if keep and write:
+                        texts[each.key] = text
+                if keep and write:
+                    text.read_at = now
                 try:
-                    fast = text.fast(each, state, now, unless_on_time=late, write=not late)
+                    fast = text.fast(each, state, now, unless_on_time=late, write=write)
                 except orjson.JSONEncodeError:  # written _write's way
                     fast = None
+                if not late and not (keep and write):
+                    loose.append(each)
             written = None
             if fast is not None:  # no cut (see RowJson.fast)
                 written, on_time, graceful_badput, quick_badput = fast
@@ -834,12 +898,16 @@ class PlanView:
                 figures = row_figures(each, state, now)
                 added.add(each, figures)
                 matches = not late or figures.on_time is False or figures.will_escalate
-            if not matches or (start is not None and order <= start):
+            if not matches or not after_start:
+                if late and encoded:
+                    loose.append(each)
                 continue
+            left -= 1
             out.append((order, each, state, figures, written or None))
         acc.matched += len(out)
         if late:
             acc.rows += out
+        self._let_go(loose, now)
         return out
 
     def _late_page(
@@ -890,9 +958,10 @@ class PlanView:
         ]
         return rows, acc
 
-    def _write(self, row: _Row, now: float, *, encoded: bool = True) -> Any:
+    def _write(self, row: _Row, now: float, *, encoded: bool = True, keep: bool = True) -> Any:
         """The row's text (``encoded``; raises :class:`orjson.JSONEncodeError` for a value
-        orjson cannot write) or dict."""
+        orjson cannot write) or dict. ``keep``: its templates are kept, and the row marked
+        read (:meth:`keeps_row`); else made for this row alone."""
         _, each, state, figures, written = row
         if encoded and written is not None:
             return written
@@ -900,8 +969,11 @@ class PlanView:
             return row_dict(each, state, figures or row_figures(each, state, now))
         text = self._row_texts.get(each.key)
         if text is None:
-            text = self._row_texts[each.key] = RowJson()
-        text.read_at = now
+            text = RowJson()
+            if keep:
+                self._row_texts[each.key] = text
+        if keep:
+            text.read_at = now
         if figures is None:
             fast = text.fast(each, state, now)
             if fast is not None:

@@ -343,7 +343,7 @@ class RowJson:
             return None
         window_start = plan.machine.window_start
         forecast = node.forecast
-        blockers = _lists_blockers(state)
+        blockers = _lists_blockers(state) and write  # a row not written needs no frames
         found = forecast.piece_at(
             now, window_start=window_start, escalation=state.applied, blockers=blockers
         )
@@ -351,6 +351,7 @@ class RowJson:
             return None
         piece, d = found
         fast = self._fast
+        lines: Sequence[int]
         if (
             fast is None
             or fast.piece is not piece
@@ -363,18 +364,25 @@ class RowJson:
             )
             if read is None or read.cut_jobs:
                 return None
-            fast = self._fast = _fast_template(plan, state, read)
-            if fast is None:
-                return None
             d = read.d  # the piece that got its blockers may have a base of its own
-        v = [at + slope * d for at, slope in line_pairs(fast.lines)]
+            if write:
+                fast = self._fast = _fast_template(plan, state, read)
+                if fast is None:
+                    return None
+                lines, active = fast.lines, fast.active
+            else:  # the totals alone: the piece's lines, no template made
+                lines, active = [*read.estimates, *read.verdicts[:6]], read.active
+        else:
+            lines, active = fast.lines, fast.active
+        v = [at + slope * d for at, slope in line_pairs(lines)]
         if state.empty:
             late: float = 0
         else:
-            late = late_by(v[6], window_start=window_start, active=fast.active)
+            late = late_by(v[6], window_start=window_start, active=active)
         on_time = late == 0
         if not write or (on_time and unless_on_time):
             return b"", on_time, v[1], v[3]
+        assert fast is not None  # made above when written
         dumps = orjson.dumps
         m = fast.moving
         start = plan.drain_start

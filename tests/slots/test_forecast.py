@@ -480,3 +480,38 @@ def test_a_piece_gets_its_blockers_when_they_are_first_read() -> None:
     held.prepare(T0, window_start=window, escalation=escalation)
     assert held.piece_at(T0, window_start=window, escalation=escalation, blockers=True)
     assert not held.ready(T0, window_start=window, escalation=escalation, blockers=True)
+
+
+def test_a_piece_lets_go_of_its_blockers_and_reads_as_before() -> None:
+    """A reader that listed the blockers once (a whole plan of a large pool) lets go of
+    their frames: the piece's lines and last second stay, every read is what it was, and
+    the next read that lists the blockers makes them again."""
+    window, escalation = T0 + 7200.0, Escalation.QUICK
+    forecast = DrainForecast(busy())
+    listed = forecast.blockers(T0, window_start=window, escalation=escalation)
+    framed = forecast.lines(T0 + 30, window_start=window, escalation=escalation)
+    assert framed is not None
+    assert framed.blockers is not None
+    forecast.let_go_blockers()
+    assert forecast.ready(T0 + 30, window_start=window, escalation=escalation)
+    assert not forecast.ready(T0 + 30, window_start=window, escalation=escalation, blockers=True)
+    assert forecast.made_until(window_start=window, escalation=escalation) == framed.last
+    bare = forecast.lines(T0 + 30, window_start=window, escalation=escalation, blockers=False)
+    assert bare is not None
+    assert bare.blockers is None
+    assert (bare.d, bare.last, bare.estimates, bare.verdicts) == (
+        framed.d,
+        framed.last,
+        framed.estimates,
+        framed.verdicts,
+    )
+    assert forecast.blockers(T0, window_start=window, escalation=escalation) == listed
+    assert forecast.ready(T0, window_start=window, escalation=escalation, blockers=True)
+    forecast.let_go_blockers()  # a piece without them: nothing to let go
+    forecast.let_go_blockers()
+    assert forecast.read(T0 + 30, window_start=window, escalation=escalation) == DrainForecast(
+        busy()
+    ).read(T0 + 30, window_start=window, escalation=escalation)
+    fresh = DrainForecast(busy())
+    fresh.let_go_blockers()  # no piece yet: none made by it
+    assert not fresh.ready(T0, window_start=window, escalation=escalation)

@@ -416,7 +416,7 @@ async def test_a_plan_that_fails_after_its_first_bytes_is_never_whole(
     monkeypatch.setattr(_api, "PLAN_SLICE", 0.0)  # the head sent before the first row
     master, store = _pool(tmp_path, 3)
 
-    def fail(self: PlanView, row: Any, now: float) -> bytes:
+    def fail(self: PlanView, row: Any, now: float, *, keep: bool = True) -> bytes:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(PlanView, "_text", fail)

@@ -487,11 +487,14 @@ def _streamed(lines: list[dict[str, Any]]) -> dict[str, Any]:
 @pytest.mark.parametrize("limit", [None, 0, 2, 100])
 @pytest.mark.parametrize("blockers", [True, False])
 @pytest.mark.parametrize("chunk", [1, 2, 256])
+@pytest.mark.parametrize("kept_most", [_plan_view.ROWS_KEPT_MOST, 1])
 def test_the_stream_is_the_reply_in_lines(
-    late: bool, limit: int | None, blockers: bool, chunk: int
+    late: bool, limit: int | None, blockers: bool, chunk: int, kept_most: int
 ) -> None:
+    """Whether the reply keeps its rows or lets go of them (a reply of more than
+    ``kept_most`` rows), the lines are the reply's."""
     world = _reply_world()
-    view = PlanView()
+    view = PlanView(rows_kept_most=kept_most)
     reply = view.reply(world.inputs(), world.now, with_blockers=blockers, late=late, limit=limit)
     stream = view.stream(
         world.inputs(), world.now, with_blockers=blockers, late=late, limit=limit, chunk=chunk
@@ -639,11 +642,12 @@ def test_a_plan_of_some_windows_or_machines_makes_their_rows_only(
 @pytest.mark.parametrize("late", [False, True])
 @pytest.mark.parametrize("limit", [1, 2, 3])
 @pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("kept_most", [_plan_view.ROWS_KEPT_MOST, 1])
 def test_pages_followed_by_their_cursors_are_the_rows_of_one_reply(
-    late: bool, limit: int, streamed: bool
+    late: bool, limit: int, streamed: bool, kept_most: int
 ) -> None:
     world = _reply_world()
-    view = PlanView()
+    view = PlanView(rows_kept_most=kept_most)
     whole = view.reply(world.inputs(), world.now, late=late)
     pages: list[dict[str, Any]] = []
     after: str | None = ""  # from the first row
@@ -883,3 +887,91 @@ def test_a_window_filter_naming_no_window_is_refused_with_the_starts_or_its_unit
         PlanView().reply(world.inputs(), world.now, select=select)
     assert (refused.value.code, refused.value.status) == ("plan.unknown_window", 422)
     assert said in str(refused.value)
+
+
+# ------------------------------------------------------------------- the rows kept
+
+
+def _framed(world: World) -> set[str]:
+    """The nodes whose forecast holds its blockers' frames at ``world.now``."""
+    return {
+        entry.machine["Machine"]
+        for entry in world.ads.entries()
+        if entry.forecast.ready(world.now, blockers=True)
+    }
+
+
+WRITTEN = ["n0.test", "n1.test", "n2.test", "n3.test", "n4.test", "n5.test"]
+LATE_ORDER = ["n4.test", "n2.test", "n3.test", "n0.test"]
+
+
+@pytest.mark.parametrize(
+    ("late", "limit", "after", "kept_most", "kept"),
+    [
+        (False, None, None, 10, WRITTEN),  # every row written, and kept
+        (False, 2, None, 10, WRITTEN[:2]),  # the rows written alone
+        (False, 0, None, 10, []),
+        (False, 2, 1, 10, WRITTEN[1:3]),  # after the cursor of the first page (n0)
+        (False, None, None, 5, []),  # more than kept_most: none kept
+        (False, 5, None, 5, WRITTEN[:5]),
+        (True, None, None, 10, LATE_ORDER),  # the late rows sent
+        (True, 1, None, 10, LATE_ORDER[:1]),
+        (True, None, None, 3, []),
+        (True, 3, None, 3, LATE_ORDER[:3]),
+    ],
+)
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_reply_keeps_the_rows_it_writes_unless_they_are_too_many(
+    late: bool,
+    limit: int | None,
+    after: int | None,
+    kept_most: int,
+    kept: list[str],
+    streamed: bool,
+) -> None:
+    """A reply marks read (the passes keep them current: ``keeps_row``) and keeps the
+    templates of the rows it writes, not those of the rows it only counts; one that may
+    write more than ``rows_kept_most`` keeps none, and lets go of its nodes' blockers'
+    frames (a whole plan of a large pool). The text is the same."""
+    world, other = _reply_world(), _reply_world()  # the other's forecasts for the checks
+    view = PlanView(rows_kept_most=kept_most)
+    select = None
+    if after is not None:
+        first = PlanView().reply(
+            other.inputs(), NOW, limit=after, select=PlanSelect.parse(after="")
+        )
+        select = PlanSelect.parse(after=first["next"])
+    make = view.stream if streamed else view.document
+    text = b"".join(make(world.inputs(), world.now, late=late, limit=limit, select=select))
+    expected = PlanView().body(other.inputs(), NOW, late=late, limit=limit, select=select)
+    if streamed:
+        assert _streamed(_lines([text]))["machines"] == orjson.loads(expected)["machines"]
+    else:
+        assert text == expected
+    keys = {_key(int(name[1])) for name in kept}
+    assert {k for k in view.row_texts if view.keeps_row(k, world.now)} == keys
+    assert set(view.row_texts) == keys
+    if not keys:
+        assert _framed(world) == set()  # every node's frames let go
+    else:  # the rows written listing blockers have them (n1's node is empty)
+        assert _framed(world) >= {name for name in kept if name not in ("n1.test", "n5.test")}
+
+
+def test_a_reply_that_keeps_no_row_leaves_those_another_reply_keeps() -> None:
+    """A whole plan of more than ``rows_kept_most`` rows writes the rows a window's reply
+    read lately from their templates, and leaves them (and their frames) kept."""
+    world = _reply_world()
+    view = PlanView(rows_kept_most=2)
+    window = PlanSelect.parse(windows=(str(NOW + 1800.0),))  # n2's and n3's
+    view.body(world.inputs(), world.now, select=window)
+    kept = {_key(2), _key(3)}
+    texts = {key: view.row_texts[key] for key in kept}
+    assert set(view.row_texts) == kept
+    assert _framed(world) == {"n2.test", "n3.test"}
+    world.now += 5.0
+    other = _reply_world()  # its forecasts for the check
+    other.now = world.now
+    assert view.body(world.inputs(), world.now) == PlanView().body(other.inputs(), world.now)
+    assert dict(view.row_texts) == texts  # the same templates, not marked read again
+    assert all(view.row_texts[key].read_at == NOW for key in kept)
+    assert _framed(world) == {"n2.test", "n3.test"}
