@@ -108,7 +108,7 @@ from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._notices import mesos_statuses
 from nodeagent.master._notices_api import add_notice_routes
 from nodeagent.master._operations_api import add_operation_routes
-from nodeagent.master._plan_view import PlanQueryError, PlanSelect
+from nodeagent.master._plan_view import PlanQueryError, PlanSelect, reads_totals_kept
 from nodeagent.master._preview import SchedulePreview
 from nodeagent.master._rolling import Operations
 from nodeagent.master._sla_api import add_sla_routes
@@ -1275,8 +1275,9 @@ def build_master_app(
     ) -> Response:
         """The cluster maintenance plan: per machine and totals (first, the ads that
         predate their machine's window are fetched: ``Master.refresh_figures``; for a
-        ``late=true`` reply of every machine, the totals are those kept between replies, at
-        most ``_ANSWER_SHARES`` of them remade: ``Master.note_totals_read``).
+        ``late=true`` reply or a page (``limit``) of every machine, the totals are those
+        kept between replies, at most ``_ANSWER_SHARES`` of them remade:
+        ``Master.note_totals_read``).
         ``late=true``: only the rows late by their promises or to be escalated;
         ``limit=N``: at most N rows; ``blockers=false``: rows without their blockers.
         ``window=START`` and ``machine=HOST`` (repeatable): the plan of the machines of
@@ -1295,7 +1296,7 @@ def build_master_app(
             return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.status)
         await master.refresh_figures()
         chosen = select if select.given else None
-        if late and chosen is None:  # the reply that reads the totals kept (PlanView._late_page)
+        if reads_totals_kept(chosen, late=late, limit=limit):  # PlanView._ledger_page
             master.note_totals_read()
         try:
             reply = PlanReply(

@@ -72,6 +72,7 @@ __all__ = [
     "Record",
     "chunk_starts",
     "cursor_of",
+    "reads_totals_kept",
 ]
 
 #: A drain record of the master's, as the view reads it (:func:`_record_of`, :func:`_escalated`).
@@ -154,12 +155,12 @@ def chunk_starts(count: int, chunk: int) -> list[int]:
 #: after a summary read them.
 ROWS_KEPT_FOR = 300.0
 
-#: The most rows a reply may write and keep (:meth:`PlanView.keeps_row`): one that writes
-#: more (the whole plan of a large pool) makes each row for itself and lets go of it once
-#: written, its template and its node's blockers (≈ 6 KiB a machine: 600 MiB at 100,000,
-#: kept current by the passes for :data:`ROWS_KEPT_FOR` at ≈ 0.4 ms a machine whose piece
-#: ends); the next such reply makes them again.
-ROWS_KEPT_MOST = 10_000
+#: The most rows a reply keeps (:meth:`PlanView.keeps_row`), the first it writes: the
+#: others (of the whole plan of a large pool) it makes for itself and lets go of once
+#: written, their templates and their nodes' blockers (≈ 3.5 KiB a machine, kept current by
+#: the passes for :data:`ROWS_KEPT_FOR` at ≈ 0.4 ms a machine whose piece ends: 350 MiB
+#: at 100,000); the next such reply makes them again (≈ 0.2–0.6 ms a row).
+ROWS_KEPT_MOST = 30_000
 
 
 class PlanView:
@@ -199,7 +200,7 @@ class PlanView:
         #: master, one whose forecast is made a tenth of that.
         self.answer_seconds = answer_seconds
         self.work_clock = work_clock
-        #: The most rows a reply writes and keeps (:data:`ROWS_KEPT_MOST`).
+        #: The most rows a reply keeps (:data:`ROWS_KEPT_MOST`).
         self.rows_kept_most = rows_kept_most
         #: Where each scheduled machine is, for a filtered or paged reply (:meth:`_catalog`).
         self._catalog_of: _Catalog | None = None
@@ -517,10 +518,16 @@ class PlanView:
         """
         made = self._made(inputs, now, late=late, select=select)
         policy = inputs.policy
-        ledger = self._answer_ledger(inputs, now) if late and made.index is None else None
+        ledger = self._answer_ledger(inputs, now) if _from_ledger(made, late, limit) else None
         if ledger is not None:
-            rows, acc = self._late_page(
-                ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
+            rows, acc = self._ledger_page(
+                ledger,
+                inputs,
+                now,
+                with_blockers=with_blockers,
+                late=late,
+                limit=limit,
+                start=made.start,
             )
             matched = acc.matched
         else:
@@ -687,16 +694,22 @@ class PlanView:
     ) -> Iterator[bytes]:
         """The chunks of :meth:`stream` or :meth:`document`, as ``framing`` writes them.
 
-        A ``late`` reply of every machine reads the ledger, which is brought to ``now``
-        here, before the first chunk is asked for: meanwhile the ledger may be brought
-        further (:meth:`warm`), and a ledger read at an instant before its own is made
-        anew (every machine's share)."""
+        A ``late`` reply or a page of every machine reads the ledger (:func:`_from_ledger`),
+        which is brought to ``now`` here, before the first chunk is asked for: meanwhile
+        the ledger may be brought further (:meth:`warm`), and a ledger read at an instant
+        before its own is made anew (every machine's share)."""
         kept = None
-        if late and made.index is None:
+        if _from_ledger(made, late, limit):
             ledger = self._answer_ledger(inputs, now)
             if ledger is not None:
-                kept = self._late_page(
-                    ledger, inputs, now, with_blockers=with_blockers, limit=limit, start=made.start
+                kept = self._ledger_page(
+                    ledger,
+                    inputs,
+                    now,
+                    with_blockers=with_blockers,
+                    late=late,
+                    limit=limit,
+                    start=made.start,
                 )
         return self._chunks_made(
             framing,
@@ -725,11 +738,13 @@ class PlanView:
     ) -> Iterator[bytes]:
         policy = inputs.policy
         yield framing.head({"now": now, "policy": _policy(policy)})
+        room = self.rows_kept_most  # the rows this reply may still keep
         if kept is not None:
             page, acc = kept
-            keep = len(page) <= self.rows_kept_most
             for i in range(0, len(page), chunk):
                 rows = page[i : i + chunk]
+                keep = len(rows) <= room
+                room -= len(rows) if keep else 0
                 out = [self._text(row, now, keep=keep) for row in rows]
                 if not keep:
                     self._let_go([row[1] for row in rows], now)
@@ -745,7 +760,6 @@ class PlanView:
         acc = _Acc(now, Escalation(policy.escalation))
         view = self
         machines = made.machines
-        keep = (len(machines) if limit is None else limit) <= self.rows_kept_most
         sent = 0
         last: _Row | None = None
         starts = chunk_starts(len(machines), chunk)
@@ -754,6 +768,10 @@ class PlanView:
                 view = PlanView()  # the schedule moved on: caches of the stream's own
                 view.scheduled(made.statuses)
             part = machines[at:stop]
+            # the rows it may write (late ones are written once sorted: kept or not then)
+            writes = len(part) if limit is None else min(len(part), max(0, limit - sent))
+            keep = late or writes <= room
+            room -= writes if keep and not late else 0
             rows = view._rows_of(
                 inputs,
                 now,
@@ -785,6 +803,8 @@ class PlanView:
                 del rows[limit:]
             for i in range(0, len(rows), chunk):
                 page = rows[i : i + chunk]
+                keep = len(page) <= room
+                room -= len(page) if keep else 0
                 out = [view._text(row, now, keep=keep) for row in page]
                 if not keep:
                     view._let_go([row[1] for row in page], now)
@@ -809,9 +829,10 @@ class PlanView:
         return text
 
     def _let_go(self, plans: Iterable[MachinePlan], now: float) -> None:
-        """Let go of the blockers' frames of the nodes of ``plans``, whose rows a reply that
-        keeps none wrote (:data:`ROWS_KEPT_MOST`), but of the machines whose rows another
-        reply read lately (:meth:`keeps_row`): the passes keep those current."""
+        """Let go of the blockers' frames of the nodes of ``plans``, whose rows a reply
+        wrote without keeping them, or did not write (:data:`ROWS_KEPT_MOST`), but of the
+        machines whose rows a reply read lately (:meth:`keeps_row`): the passes keep those
+        current."""
         keeps_row = self.keeps_row
         for plan in plans:
             if not keeps_row(plan.key, now):
@@ -844,9 +865,9 @@ class PlanView:
         are written now from their templates, but ``late`` rows, which are written once
         sorted, and only if sent (see :meth:`_write`); a row is marked read
         (:meth:`keeps_row`) when it is written, and the blockers' frames of the rows not
-        written are let go (:meth:`_let_go`). ``keep=False`` (a reply that writes more
-        than :data:`ROWS_KEPT_MOST`): nothing made for the rows is kept, and the frames of
-        the rows written are let go too (those of ``late`` rows once written)."""
+        written are let go (:meth:`_let_go`). ``keep=False`` (rows past the first
+        :data:`ROWS_KEPT_MOST` a reply writes): nothing made for the rows is kept, and the
+        frames of the rows written are let go too."""
         out: list[_Row] = []
         texts = self._row_texts
         added, start, index = acc.added, made.start, made.index
@@ -910,27 +931,32 @@ class PlanView:
         self._let_go(loose, now)
         return out
 
-    def _late_page(
+    def _ledger_page(
         self,
         ledger: PlanLedger,
         inputs: PlanInputs,
         now: float,
         *,
         with_blockers: bool,
+        late: bool,
         limit: int | None,
         start: tuple[float, int] | None,
     ) -> tuple[list[_Row], _Acc]:
-        """A ``late`` reply of every scheduled machine from the ledger (brought to
-        ``now``): the totals, ``after_window`` and ``matched`` of the shares and of the
-        volatile machines' rows (made in full), and the rows after ``start`` in
-        window-start order, the first ``limit`` of them made (not written yet)."""
+        """A reply of every scheduled machine from the ledger (brought to ``now``:
+        :func:`_from_ledger`): the totals, ``after_window`` and ``matched`` of the shares
+        and of the volatile machines' rows (made in full), and the rows after ``start``,
+        the first ``limit`` of them made (not written yet): with ``late``, the late rows
+        in window-start order; else the machines in schedule order, whose rows alone are
+        made (a page of the plan costs its rows, not the pool's)."""
         escalation = Escalation(inputs.policy.escalation)
         acc = _Acc(now, escalation)
         acc.added = added = ledger.totals(now)
         added.behind = ledger.behind
         position, shares = ledger.position, ledger.shares
         ended = [(position[k], shares[k].after_window) for k in ledger.ended]
-        found = [((shares[k].plan.window_start, position[k]), k) for k in ledger.late]
+        found = (
+            [((shares[k].plan.window_start, position[k]), k) for k in ledger.late] if late else []
+        )
         volatile = _in_order(ledger, ledger.volatile)
         for plan, state in self.rows(
             inputs, now, with_blockers=False, escalation=escalation, only=volatile
@@ -941,20 +967,29 @@ class PlanView:
             out_of_service = _after_window(plan, now)
             if out_of_service is not None:
                 ended.append((at, out_of_service))
-            if figures.on_time is False or figures.will_escalate:
+            if late and (figures.on_time is False or figures.will_escalate):
                 found.append(((plan.window_start, at), plan.key))
-        if start is not None:
-            found = [each for each in found if each[0] > start]
-        acc.matched = len(found)
-        page = sorted(found) if limit is None else heapq.nsmallest(limit, found)
         acc.ended = [entry for _, entry in sorted(ended, key=_order) if entry is not None]
-        machines = [ledger.machines[position[key]] for _, key in page]
+        orders: list[tuple[float, int]]
+        if late:
+            if start is not None:
+                found = [each for each in found if each[0] > start]
+            acc.matched = len(found)
+            page = sorted(found) if limit is None else heapq.nsmallest(limit, found)
+            orders = [order for order, _ in page]
+            machines = [ledger.machines[position[key]] for _, key in page]
+        else:
+            first, count = (0 if start is None else start[1] + 1), len(ledger.machines)
+            acc.matched = max(0, count - first)
+            stop = count if limit is None else min(count, first + limit)
+            orders = [(0.0, i) for i in range(first, stop)]
+            machines = list(ledger.machines[first:stop])
         pairs = self.rows(
             inputs, now, with_blockers=with_blockers, escalation=escalation, only=machines
         )
         rows: list[_Row] = [
             (order, plan, state, None, None)
-            for (order, _), (plan, state) in zip(page, pairs, strict=True)
+            for order, (plan, state) in zip(orders, pairs, strict=True)
         ]
         return rows, acc
 
@@ -1263,6 +1298,20 @@ class _Acc:
         self.ended: list[dict[str, Any]] = []
         self.rows: list[_Row] = []
         self.matched = 0
+
+
+def reads_totals_kept(select: PlanSelect | None, *, late: bool, limit: int | None) -> bool:
+    """Whether a reply reads the plan's totals kept between replies (the ledger:
+    :meth:`PlanView.ledger`) rather than every machine's row: a reply of every machine
+    (no window nor machine selected) that sends some of the rows, the late ones or a page
+    (``limit``)."""
+    selects = select is not None and (select.windows is not None or select.names is not None)
+    return (late or limit is not None) and not selects
+
+
+def _from_ledger(made: _Selected, late: bool, limit: int | None) -> bool:
+    """:func:`reads_totals_kept` of a reply's machines (:meth:`PlanView._made`)."""
+    return made.index is None and (late or limit is not None)
 
 
 def _in_order(ledger: PlanLedger, keys: Collection[str]) -> list[ScheduledMachine]:

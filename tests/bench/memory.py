@@ -19,8 +19,12 @@ the first read is :meth:`Master.plan` instead (the figures of docs/performance.m
 dicts at once, which no server makes, and which leaves the allocator's pools holding
 ≈ 8 KiB a machine that the objects kept do not use.
 
+``--rows-kept-most N``: the most rows a reply keeps (the plan view's
+``rows_kept_most``, 10,000 by default): with fewer than the machines, the whole plans
+keep none of their rows, as on a pool of more than 10,000.
+
 Prints one JSON document. Usage: ``python tests/bench/memory.py [--machines 10000,30000]
-[--period 60] [--trace] [--top 25] [--plan-as-data]``.
+[--period 60] [--trace] [--top 25] [--plan-as-data] [--rows-kept-most N]``.
 """
 
 from __future__ import annotations
@@ -87,7 +91,12 @@ def reads(master: Master, clock: StepClock, *, as_data: bool = False) -> None:
 
 
 def measure(
-    machines: int, period: float, trace: bool, top: int, as_data: bool = False
+    machines: int,
+    period: float,
+    trace: bool,
+    top: int,
+    as_data: bool = False,
+    rows_kept_most: int | None = None,
 ) -> dict[str, Any]:
     machines_of = template_machines(START)  # the same claims, moved on in time
     first = [machine.ad(START) for machine in machines_of]
@@ -104,6 +113,8 @@ def measure(
         store = DocumentStore(Path(tmp) / "memory.db")
         try:
             master = in_process_master(store, clock)
+            if rows_kept_most is not None:
+                master.plan_view.rows_kept_most = rows_kept_most
             base = rss()
             if trace:
                 tracemalloc.start(1)
@@ -164,9 +175,17 @@ def measure(
             store.close()
 
 
-def _child(machines: int, period: float, trace: bool, top: int, as_data: bool, out: Any) -> None:
+def _child(
+    machines: int,
+    period: float,
+    trace: bool,
+    top: int,
+    as_data: bool,
+    rows_kept_most: int | None,
+    out: Any,
+) -> None:
     try:
-        out.send(measure(machines, period, trace, top, as_data))
+        out.send(measure(machines, period, trace, top, as_data, rows_kept_most))
     except BaseException as e:  # reported, not raised: the parent prints one document
         out.send({"error": repr(e)})
 
@@ -178,6 +197,7 @@ def main() -> int:
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--plan-as-data", action="store_true")
+    parser.add_argument("--rows-kept-most", type=int, default=None)
     args = parser.parse_args()
     context = multiprocessing.get_context("fork")
     result: dict[str, Any] = {}
@@ -185,7 +205,15 @@ def main() -> int:
         receive, send = context.Pipe(duplex=False)
         child = context.Process(
             target=_child,
-            args=(machines, args.period, args.trace, args.top, args.plan_as_data, send),
+            args=(
+                machines,
+                args.period,
+                args.trace,
+                args.top,
+                args.plan_as_data,
+                args.rows_kept_most,
+                send,
+            ),
         )
         child.start()
         result[str(machines)] = receive.recv()

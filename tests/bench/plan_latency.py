@@ -14,7 +14,9 @@ ahead, so every machine is DRAINING and no drain is due during the benchmark.
   body right after every ad was replaced with no pass in between, so that every forecast
   is made during the call (the worst case). ``preview_body_ms``: the reply body of ``POST
   /v1/maintenance/schedule/preview`` with the schedule held (every row with its blockers,
-  made afresh: a preview reuses no row of the plan's).
+  made afresh: a preview reuses no row of the plan's). ``summary_body_ms``: the summary
+  ``nodeagent master plan`` asks (``late=true``, 20 rows, no blockers);
+  ``page_body_ms``: what the maintenance page asks (the first 2,000 rows, no blockers).
 * **Over HTTP**: a real master subprocess receives the 10,000 ads over TCP (DAEMON
   tokens) and the schedule over its Unix socket; then ``GET /v1/maintenance/plan`` over
   TCP with a READ token, one keep-alive connection, from the request to the last byte of
@@ -258,6 +260,21 @@ def in_process(
             summary_times.append(time.perf_counter() - started)
         check_summary(json.loads(body), len(ads))
         result["summary_body_ms"] = summary(summary_times)
+        # What the maintenance page asks for: the first 2,000 rows, without their blockers.
+        page_times = []
+        for _ in range(runs):
+            clock.t += 1.0
+            started = time.perf_counter()
+            body = plan_body(master, with_blockers=False, limit=2000)
+            page_times.append(time.perf_counter() - started)
+        page = json.loads(body)
+        counted, behind = page["totals"]["machines"], page["totals"]["behind"]
+        if len(page["machines"]) != min(2000, len(ads)) or not (
+            counted <= len(ads) <= counted + behind
+        ):
+            raise RuntimeError(f"{len(page['machines'])} rows, {page['totals']} totals")
+        result["page_body_ms"] = summary(page_times)
+        result["page_behind"] = behind
         result.update(streamed(master, clock, runs, len(ads)))
         # The preview of the schedule held (POST /v1/maintenance/schedule/preview): every
         # row with its blockers, computed afresh, and its reply encoded, as the server does.

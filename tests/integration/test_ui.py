@@ -446,6 +446,7 @@ def test_the_timeline_shows_each_machine_its_window_and_the_late_node_s_cut(
     # The words under the timeline, and the totals.
     assert "job 7 (alice)" in shown["table"]["late.test"]
     assert (shown["totals"]["machines"], shown["totals"]["escalations"]) == ("3", "1")
+    assert shown["totals"]["behind"] == "0"  # every machine read: the totals are whole
     assert shown["problem"] is None
     shot(browser, pool, "timeline.png")
 

@@ -225,6 +225,7 @@
 
   const TOTALS = [
     ["machines", "machines"],
+    ["behind", "not read yet (counted as of an older ad)", null, true],
     ["UP", "up", (t) => t.modes && t.modes.UP],
     ["DRAINING", "draining", (t) => t.modes && t.modes.DRAINING],
     ["DOWN", "down", (t) => t.modes && t.modes.DOWN],

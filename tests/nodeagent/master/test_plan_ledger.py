@@ -16,13 +16,14 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from nodeagent.master import _plan_ledger
 from nodeagent.master._fleet import schedule_figures
 from nodeagent.master._plan import PlanPolicy
 from nodeagent.master._plan_ledger import AdChanges
-from nodeagent.master._plan_view import PlanInputs, PlanSelect, PlanView
+from nodeagent.master._plan_view import PlanInputs, PlanSelect, PlanView, reads_totals_kept
 from slots import JobSpec, Machine, MachinePolicy, Resources
 from tests.nodeagent.master.test_plan_view import (
     LIFETIME,
@@ -306,6 +307,11 @@ def _same(ledgered: Ledgered) -> None:
                 ledgered.every_row(), now, late=True, limit=limit, with_blockers=blockers
             )
             assert kept == read
+    for limit in (0, 1, 4):  # a page of the plan in schedule order (the live page's)
+        kept = view.reply(ledgered.inputs(), now, limit=limit, with_blockers=False)
+        assert kept == fresh.reply(ledgered.every_row(), now, limit=limit, with_blockers=False)
+    body = view.body(ledgered.inputs(), now, limit=2, with_blockers=False)
+    assert body == fresh.body(ledgered.every_row(), now, limit=2, with_blockers=False)
     body = view.body(ledgered.inputs(), now, late=True, limit=20, with_blockers=False)
     assert body == fresh.body(ledgered.every_row(), now, late=True, limit=20, with_blockers=False)
     lines = b"".join(view.stream(ledgered.inputs(), now, late=True, limit=2, chunk=1))
@@ -504,21 +510,63 @@ def test_the_stories_meet_what_they_are_about() -> None:
     assert "volatile: a forecast that is not exact: a volatile row" in seen
 
 
-def test_pages_of_the_ledger_follow_their_cursors() -> None:
+@pytest.mark.parametrize("late", [True, False])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_pages_of_the_ledger_follow_their_cursors(late: bool, streamed: bool) -> None:
     ledgered = _world()
     ledgered.world.now += 1500  # n0, n2, n3 late
     inputs, now = ledgered.inputs(), ledgered.world.now
-    whole = ledgered.view.reply(inputs, now, late=True)
+    whole = PlanView().reply(ledgered.every_row(), now, late=late)
     rows, after = [], ""
     while True:
         select = PlanSelect.parse(after=after)
-        page = ledgered.view.reply(inputs, now, late=True, limit=1, select=select)
+        if streamed:
+            lines = b"".join(ledgered.view.stream(inputs, now, late=late, limit=2, select=select))
+            parsed = [orjson.loads(line) for line in lines.splitlines()]
+            page = {
+                "machines": [line["row"] for line in parsed[1:-1]],
+                **parsed[-1]["end"],
+            }
+        else:
+            page = ledgered.view.reply(inputs, now, late=late, limit=2, select=select)
+        assert page["totals"] == whole["totals"]
+        assert page["matched"] == whole["matched"] - len(rows)
         rows += page["machines"]
         if page["next"] is None:
             break
         after = page["next"]
     assert len(rows) >= 3
-    assert rows == whole["machines"]
+    assert orjson.loads(orjson.dumps(rows)) == orjson.loads(orjson.dumps(whole["machines"]))
+
+
+def test_a_page_of_every_machine_makes_its_own_rows_alone() -> None:
+    """A page of the plan in schedule order (``limit``, no window nor machine: the live
+    page asks the first 2,000 rows) takes its totals from the ledger and makes the rows it
+    sends, and those the ledger reads at every call (n3's, whose drain is the master's),
+    not every machine's."""
+    ledgered = _world()
+    now = ledgered.world.now
+    assert ledgered.view.warm(ledgered.inputs(), now, limit=100)
+    made: list[str] = []
+
+    def find(hostname: str | None, ip: str | None) -> list[Any]:
+        made.append(str(hostname))
+        return ledgered.world.ads.find(hostname, ip)
+
+    inputs = dataclasses.replace(ledgered.inputs(), find=find)
+    for select in (None, PlanSelect.parse(after="")):
+        reply = ledgered.view.reply(inputs, now, limit=1, with_blockers=False, select=select)
+        assert [row["machine_id"]["hostname"] for row in reply["machines"]] == ["n0.test"]
+        assert reply["matched"] == 6
+        assert reply["totals"] == PlanView().reply(ledgered.every_row(), now)["totals"]
+        assert sorted(set(made)) == ["n0.test", "n3.test"]
+        made.clear()
+    assert reads_totals_kept(None, late=False, limit=2000)
+    assert reads_totals_kept(PlanSelect.parse(after=""), late=False, limit=1)
+    assert reads_totals_kept(None, late=True, limit=None)
+    assert not reads_totals_kept(None, late=False, limit=None)  # every row: made anyway
+    assert not reads_totals_kept(PlanSelect.parse(machines=("n0.test",)), late=True, limit=1)
+    assert not reads_totals_kept(PlanSelect.parse(windows=(str(NOW),)), late=False, limit=1)
 
 
 def test_only_the_machines_that_changed_are_remade() -> None:

@@ -906,33 +906,37 @@ LATE_ORDER = ["n4.test", "n2.test", "n3.test", "n0.test"]
 
 
 @pytest.mark.parametrize(
-    ("late", "limit", "after", "kept_most", "kept"),
+    ("late", "limit", "after", "kept_most", "chunk", "kept"),
     [
-        (False, None, None, 10, WRITTEN),  # every row written, and kept
-        (False, 2, None, 10, WRITTEN[:2]),  # the rows written alone
-        (False, 0, None, 10, []),
-        (False, 2, 1, 10, WRITTEN[1:3]),  # after the cursor of the first page (n0)
-        (False, None, None, 5, []),  # more than kept_most: none kept
-        (False, 5, None, 5, WRITTEN[:5]),
-        (True, None, None, 10, LATE_ORDER),  # the late rows sent
-        (True, 1, None, 10, LATE_ORDER[:1]),
-        (True, None, None, 3, []),
-        (True, 3, None, 3, LATE_ORDER[:3]),
+        (False, None, None, 10, 256, WRITTEN),  # every row written, and kept
+        (False, 2, None, 10, 256, WRITTEN[:2]),  # the rows written alone
+        (False, 0, None, 10, 256, []),
+        (False, 2, 1, 10, 256, WRITTEN[1:3]),  # after the cursor of the first page (n0)
+        (False, None, None, 5, 256, []),  # a chunk of more than kept_most: none kept
+        (False, None, None, 3, 1, WRITTEN[:3]),  # the first kept_most, a chunk at a time
+        (False, None, None, 4, 2, WRITTEN[:4]),
+        (False, 5, None, 5, 256, WRITTEN[:5]),
+        (True, None, None, 10, 256, LATE_ORDER),  # the late rows sent
+        (True, 1, None, 10, 256, LATE_ORDER[:1]),
+        (True, None, None, 3, 256, []),
+        (True, None, None, 3, 1, LATE_ORDER[:3]),
+        (True, 3, None, 3, 256, LATE_ORDER[:3]),
     ],
 )
 @pytest.mark.parametrize("streamed", [False, True])
-def test_a_reply_keeps_the_rows_it_writes_unless_they_are_too_many(
+def test_a_reply_keeps_the_first_rows_it_writes_and_no_other(
     late: bool,
     limit: int | None,
     after: int | None,
     kept_most: int,
+    chunk: int,
     kept: list[str],
     streamed: bool,
 ) -> None:
     """A reply marks read (the passes keep them current: ``keeps_row``) and keeps the
-    templates of the rows it writes, not those of the rows it only counts; one that may
-    write more than ``rows_kept_most`` keeps none, and lets go of its nodes' blockers'
-    frames (a whole plan of a large pool). The text is the same."""
+    templates and blockers' frames of the rows it writes, at most ``rows_kept_most`` (the
+    first chunks that fit), and none of those it only counts or writes past them: it lets
+    go of their nodes' frames (a whole plan of a large pool). The text is the same."""
     world, other = _reply_world(), _reply_world()  # the other's forecasts for the checks
     view = PlanView(rows_kept_most=kept_most)
     select = None
@@ -942,7 +946,9 @@ def test_a_reply_keeps_the_rows_it_writes_unless_they_are_too_many(
         )
         select = PlanSelect.parse(after=first["next"])
     make = view.stream if streamed else view.document
-    text = b"".join(make(world.inputs(), world.now, late=late, limit=limit, select=select))
+    text = b"".join(
+        make(world.inputs(), world.now, late=late, limit=limit, select=select, chunk=chunk)
+    )
     expected = PlanView().body(other.inputs(), NOW, late=late, limit=limit, select=select)
     if streamed:
         assert _streamed(_lines([text]))["machines"] == orjson.loads(expected)["machines"]
@@ -951,10 +957,8 @@ def test_a_reply_keeps_the_rows_it_writes_unless_they_are_too_many(
     keys = {_key(int(name[1])) for name in kept}
     assert {k for k in view.row_texts if view.keeps_row(k, world.now)} == keys
     assert set(view.row_texts) == keys
-    if not keys:
-        assert _framed(world) == set()  # every node's frames let go
-    else:  # the rows written listing blockers have them (n1's node is empty)
-        assert _framed(world) >= {name for name in kept if name not in ("n1.test", "n5.test")}
+    # the rows kept listing blockers have them (n1's node is empty, n5 has none)
+    assert _framed(world) == set(kept) - {"n1.test", "n5.test"}
 
 
 def test_a_reply_that_keeps_no_row_leaves_those_another_reply_keeps() -> None:
