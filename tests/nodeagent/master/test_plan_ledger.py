@@ -517,7 +517,8 @@ def test_pages_of_the_ledger_follow_their_cursors(late: bool, streamed: bool) ->
     ledgered.world.now += 1500  # n0, n2, n3 late
     inputs, now = ledgered.inputs(), ledgered.world.now
     whole = PlanView().reply(ledgered.every_row(), now, late=late)
-    rows, after = [], ""
+    rows: list[dict[str, Any]] = []
+    after = ""
     while True:
         select = PlanSelect.parse(after=after)
         if streamed:
