@@ -157,9 +157,9 @@ ROWS_KEPT_FOR = 300.0
 
 #: The most rows a reply keeps (:meth:`PlanView.keeps_row`), the first it writes: the
 #: others (of the whole plan of a large pool) it makes for itself and lets go of once
-#: written, their templates and their nodes' blockers (≈ 3.5 KiB a machine, kept current by
-#: the passes for :data:`ROWS_KEPT_FOR` at ≈ 0.4 ms a machine whose piece ends: 350 MiB
-#: at 100,000); the next such reply makes them again (≈ 0.2–0.6 ms a row).
+#: written, their templates and their nodes' blockers (≈ 3.5–5.5 KiB a machine, kept
+#: current by the passes for :data:`ROWS_KEPT_FOR` at ≈ 0.4 ms a machine whose piece ends:
+#: 350–550 MiB at 100,000); the next such reply makes them again (≈ 0.2–0.6 ms a row).
 ROWS_KEPT_MOST = 30_000
 
 
