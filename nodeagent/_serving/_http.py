@@ -5,7 +5,7 @@ and request bodies read with a size cap (raw ASGI, so a server can refuse before
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fastapi import Request
@@ -47,6 +47,16 @@ def error_body(code: str, message: str, condor_code: int | None = None) -> dict[
     if condor_code is not None:
         error["condor_code"] = condor_code
     return {"error": error}
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """The values of a request refused (a validation error's ``errors()``), one per
+    problem: where (``query.limit``, ``hosts.0``; ``body`` for the body itself) and why,
+    and nothing of the server's code."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
+    )
+    return problems or "invalid request"
 
 
 def request_peer(request: Request) -> str:

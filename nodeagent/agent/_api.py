@@ -48,7 +48,7 @@ from nodeagent._auth import (
     Scope as AuthScope,
 )
 from nodeagent._serving._gate import AUDIT_DETAILS, PRINCIPAL, Audited, Gate, Rule
-from nodeagent._serving._http import auth_error_response, error_body
+from nodeagent._serving._http import auth_error_response, error_body, validation_message
 from nodeagent._store import StoreError
 from nodeagent.agent._agent import Agent, ClaimRequest
 from nodeagent.agent._metrics import AgentMetrics
@@ -225,11 +225,7 @@ def build_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
-            for e in exc.errors()
-        )
-        return _error(422, "request.invalid", problems or "invalid request")
+        return _error(422, "request.invalid", validation_message(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -71,6 +71,7 @@ from nodeagent._serving._http import (
     auth_error_response,
     error_body,
     request_peer,
+    validation_message,
 )
 from nodeagent._store import OutcomeUnknown, StoreError, unwritten
 from nodeagent._when import in_words
@@ -894,7 +895,9 @@ def build_master_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(error_body("request.invalid", str(exc)), status_code=422)
+        return JSONResponse(
+            error_body("request.invalid", validation_message(exc.errors())), status_code=422
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -179,6 +179,26 @@ def test_bad_filters_and_stale_cursors_are_refused_with_their_codes(
 
 
 @pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"limit": "-1"}, "query.limit: Input should be greater than or equal to 0"),
+        ({"limit": "20 rows"}, "query.limit: Input should be a valid integer"),
+        ({"format": "xml"}, "query.format: Input should be 'json' or 'jsonl'"),
+    ],
+)
+def test_a_value_refused_names_its_parameter_and_nothing_of_the_server(
+    client: httpx.Client, params: dict[str, str], said: str
+) -> None:
+    reply = client.get("/v1/maintenance/plan", params=params)
+    assert reply.status_code == 422
+    error = reply.json()["error"]
+    assert error["code"] == "request.invalid"
+    assert said in error["message"]
+    assert ".py" not in error["message"]  # no file nor line of the master's code
+    assert "Traceback" not in error["message"]
+
+
+@pytest.mark.parametrize(
     ("window", "said"),
     [
         (int(STARTS[1]) * NS, f"reads as nanoseconds; the start in seconds is {int(STARTS[1])}"),
