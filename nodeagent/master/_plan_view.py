@@ -518,17 +518,11 @@ class PlanView:
         """
         made = self._made(inputs, now, late=late, select=select)
         policy = inputs.policy
-        ledger = self._answer_ledger(inputs, now) if _from_ledger(made, late, limit) else None
-        if ledger is not None:
-            rows, acc = self._ledger_page(
-                ledger,
-                inputs,
-                now,
-                with_blockers=with_blockers,
-                late=late,
-                limit=limit,
-                start=made.start,
-            )
+        kept = self._kept_page(
+            inputs, now, made, with_blockers=with_blockers, late=late, limit=limit
+        )
+        if kept is not None:
+            rows, acc = kept
             matched = acc.matched
         else:
             acc = _Acc(now, Escalation(policy.escalation))
@@ -698,19 +692,9 @@ class PlanView:
         which is brought to ``now`` here, before the first chunk is asked for: meanwhile
         the ledger may be brought further (:meth:`warm`), and a ledger read at an instant
         before its own is made anew (every machine's share)."""
-        kept = None
-        if _from_ledger(made, late, limit):
-            ledger = self._answer_ledger(inputs, now)
-            if ledger is not None:
-                kept = self._ledger_page(
-                    ledger,
-                    inputs,
-                    now,
-                    with_blockers=with_blockers,
-                    late=late,
-                    limit=limit,
-                    start=made.start,
-                )
+        kept = self._kept_page(
+            inputs, now, made, with_blockers=with_blockers, late=late, limit=limit
+        )
         return self._chunks_made(
             framing,
             inputs,
@@ -742,12 +726,7 @@ class PlanView:
         if kept is not None:
             page, acc = kept
             for i in range(0, len(page), chunk):
-                rows = page[i : i + chunk]
-                keep = len(rows) <= room
-                room -= len(rows) if keep else 0
-                out = [self._text(row, now, keep=keep) for row in rows]
-                if not keep:
-                    self._let_go([row[1] for row in rows], now)
+                out, room = self._written(page[i : i + chunk], now, room)
                 yield framing.rows(out)
             end = {
                 "matched": acc.matched,
@@ -803,11 +782,7 @@ class PlanView:
                 del rows[limit:]
             for i in range(0, len(rows), chunk):
                 page = rows[i : i + chunk]
-                keep = len(page) <= room
-                room -= len(page) if keep else 0
-                out = [view._text(row, now, keep=keep) for row in page]
-                if not keep:
-                    view._let_go([row[1] for row in page], now)
+                out, room = view._written(page, now, room)
                 yield framing.rows(out)
                 last = page[-1]
         matched = acc.matched
@@ -827,6 +802,16 @@ class PlanView:
         except orjson.JSONEncodeError:
             text = _json_body(self._write(row, now, encoded=False))
         return text
+
+    def _written(self, rows: list[_Row], now: float, room: int) -> tuple[list[bytes], int]:
+        """The texts of ``rows`` made (and not written yet) and the room left for the
+        rows the reply may still keep: they are kept if all fit in ``room``, else made for
+        themselves and their nodes' frames let go (:data:`ROWS_KEPT_MOST`)."""
+        keep = len(rows) <= room
+        out = [self._text(row, now, keep=keep) for row in rows]
+        if not keep:
+            self._let_go([row[1] for row in rows], now)
+        return out, room - len(rows) if keep else room
 
     def _let_go(self, plans: Iterable[MachinePlan], now: float) -> None:
         """Let go of the blockers' frames of the nodes of ``plans``, whose rows a reply
@@ -930,6 +915,34 @@ class PlanView:
             acc.rows += out
         self._let_go(loose, now)
         return out
+
+    def _kept_page(
+        self,
+        inputs: PlanInputs,
+        now: float,
+        made: _Selected,
+        *,
+        with_blockers: bool,
+        late: bool,
+        limit: int | None,
+    ) -> tuple[list[_Row], _Acc] | None:
+        """:meth:`_ledger_page` of a reply that reads the ledger (:func:`_from_ledger`),
+        the ledger brought to ``now`` as a reply brings it; ``None`` for the others, and
+        where no ledger is kept."""
+        if not _from_ledger(made, late, limit):
+            return None
+        ledger = self._answer_ledger(inputs, now)
+        if ledger is None:
+            return None
+        return self._ledger_page(
+            ledger,
+            inputs,
+            now,
+            with_blockers=with_blockers,
+            late=late,
+            limit=limit,
+            start=made.start,
+        )
 
     def _ledger_page(
         self,
