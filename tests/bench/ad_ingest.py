@@ -128,11 +128,12 @@ def template_ads(now: float) -> list[dict[str, Any]]:
     return [machine.ad(now) for machine in template_machines(now)]
 
 
-def template_machines(now: float) -> list[Machine]:
+def template_machines(now: float, count: int = TEMPLATES) -> list[Machine]:
     """The machines of :func:`template_ads` (their ads at a later time are the same claims,
-    moved on in time, as an agent's next push)."""
+    moved on in time, as an agent's next push); ``count`` of them, each one's claims started
+    37 s after the one before's."""
     machines = []
-    for t in range(TEMPLATES):
+    for t in range(count):
         machine = Machine(
             host="template.bench",
             total=Resources(cpus=32, memory=131072, disk=100_000_000),

@@ -9,7 +9,10 @@ second).
 
 **The agents** are ``--pushers`` processes, each with its share of the nodes (node ``i``
 goes to pusher ``i mod pushers``). A node's ad is the ad of ``ad_ingest.py``'s templates (8
-running claims, ≈ 13 KB of JSON) with its names and ip replaced in the JSON bytes, each node
+running claims, ≈ 13 KB of JSON; node ``i``'s of template ``i mod --templates``, 8 by
+default, each one's claims started 37 s after the one before's: with few templates, the
+nodes' forecasts' pieces end together, in waves of a template's nodes) with its names and
+ip replaced in the JSON bytes, each node
 with its own DAEMON token; a pusher holds its nodes' request heads (≈ 300 bytes a node) and
 the templates' JSON, and writes a node's body when it is due: 100,000 nodes cost no more
 than a few MiB in the pushers. Each ad is the template machine's ad at the time it is sent
@@ -200,6 +203,7 @@ class Share:
     rounds: int | None = None
     burst: bool = False
     whole: bool = False
+    templates: int = TEMPLATES
 
 
 class Bodies:
@@ -208,8 +212,8 @@ class Bodies:
     of each as pushed moved on (``moved``: the machine ad's JSON and the slot ads' moving
     values' JSON, which holds no name)."""
 
-    def __init__(self, now: float, moving: bool) -> None:
-        self.machines = template_machines(now)
+    def __init__(self, now: float, moving: bool, templates: int = TEMPLATES) -> None:
+        self.machines = template_machines(now, templates)
         self.moving = moving
         self.second = -1
         self.texts: list[bytes] = []
@@ -275,7 +279,7 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
                 "User-Agent: nodeagent-bench\r\nContent-Length: "
             ).encode()
         )
-    bodies = Bodies(share.now, share.moving)
+    bodies = Bodies(share.now, share.moving, share.templates)
     host_mark, ip_mark = HOST_MARK.encode(), IP_MARK.encode()
 
     # the digest of each node's slot ads the master holds (its last reply's): as an
@@ -285,9 +289,9 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
     def request(j: int) -> bytes:
         digest = None if share.whole else digests[j]
         if digest is None:
-            text = bodies.at(time.time())[nodes[j] % TEMPLATES]
+            text = bodies.at(time.time())[nodes[j] % share.templates]
         else:
-            text = bodies.moved_on(time.time(), nodes[j] % TEMPLATES, digest)
+            text = bodies.moved_on(time.time(), nodes[j] % share.templates, digest)
         body = text.replace(host_mark, names[j]).replace(ip_mark, ips[j])
         return heads[j] + str(len(body)).encode() + b"\r\n\r\n" + body
 
@@ -916,6 +920,7 @@ class Options:
     ingest_workers: int = 0
     cold_read: str | None = None
     whole: bool = False
+    templates: int = TEMPLATES
 
 
 def address(master: MasterProcess) -> tuple[str, int]:
@@ -946,6 +951,7 @@ def start_pushers(
         rounds=rounds,
         burst=burst,
         whole=options.whole,
+        templates=options.templates,
     )
 
 
@@ -1167,6 +1173,7 @@ def run(
         "summary_params": SUMMARY,
         "oldest_ad_age_from": "nodeagent_master_oldest_ad_age_seconds (/metrics)",
         "claims_per_node": 8,
+        "templates": options.templates,
         "windows": WINDOWS,
         "sizes": results,
     }
@@ -1210,6 +1217,13 @@ def main() -> int:
     parser.add_argument(
         "--round-timeout", type=float, default=None, help="for a round (default 5 intervals)"
     )
+    parser.add_argument(
+        "--templates",
+        type=int,
+        default=TEMPLATES,
+        help="template machines the nodes' ads are of, each one's claims started 37 s after "
+        "the one before's (node i's ad is template i mod N's)",
+    )
     args = parser.parse_args()
     options = Options(
         interval=args.interval,
@@ -1228,6 +1242,7 @@ def main() -> int:
         ingest_workers=args.ingest_workers,
         cold_read=args.cold_read,
         whole=args.whole_ads,
+        templates=args.templates,
     )
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):
