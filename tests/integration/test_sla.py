@@ -140,7 +140,9 @@ def test_sighup_changes_the_site_attributes_the_master_sees(
     node3 = agents[2]
 
     def rack_of_node3() -> Any:
-        return master.call("GET", "/v1/ads/node3.test").json()["machine"].get("Rack")
+        """Its ad's Rack, or None while the master holds no ad of node3 (404)."""
+        reply = master.call("GET", "/v1/ads/node3.test")
+        return reply.json()["machine"].get("Rack") if reply.status_code == 200 else None
 
     wait_for(lambda: rack_of_node3() == "r2")
     text = node3.config_path.read_text()
