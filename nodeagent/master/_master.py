@@ -1461,9 +1461,14 @@ class Master:
             for hostname, ip in self._touched:
                 woken.update(index.matching(hostname, ip))
             self._touched.clear()
+            lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
             for hostname, ip in self._moved_quietly:
                 woken.update(
-                    k for k in index.matching(hostname, ip) if not index.moved_on(k, self.ads.get)
+                    k
+                    for k in index.matching(hostname, ip)
+                    if not index.moved_on(
+                        k, self.ads.get, now, lifetime=lifetime, reboot_grace=grace
+                    )
                 )
             self._moved_quietly.clear()
             keys = woken

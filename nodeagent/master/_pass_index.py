@@ -282,18 +282,29 @@ class PassIndex:
         self.plans[plan.key] = plan
         self._due.set(plan.key, due)
 
-    def moved_on(self, key: str, latest: Callable[[str], AdEntry | None]) -> bool:
+    def moved_on(
+        self,
+        key: str,
+        latest: Callable[[str], AdEntry | None],
+        now: float,
+        *,
+        lifetime: float,
+        reboot_grace: float,
+    ) -> bool:
         """Swap the ads of the machine's plan held for their nodes' latest, each the one
-        before moved on in time (:func:`~nodeagent.master._plan.moved_on_plan`: its due
-        instant holds); whether it could (else the machine is to be looked at; one
-        without a plan held will be)."""
+        before moved on in time (:func:`~nodeagent.master._plan.moved_on_plan`: nothing
+        a pass reads of them changed but their ages), and make its due instant the next
+        one the newer ads are read at (:func:`next_due`); whether it could (else the
+        machine is to be looked at; one without a plan held will be)."""
         plan = self.plans.get(key)
         if plan is None:
             return True
         moved = moved_on_plan(plan, latest)
         if moved is None:
             return False
-        self.plans[key] = moved
+        if moved is not plan:
+            self.plans[key] = moved
+            self._due.set(key, next_due(moved, now, lifetime=lifetime, reboot_grace=reboot_grace))
         return True
 
     def due(self, now: float) -> set[str]:

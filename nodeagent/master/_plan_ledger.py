@@ -104,11 +104,17 @@ class Share:
     whether the row is late by its promises; ``escalates``: whether the master will
     escalate it (``cut_jobs`` cut; a ``late=true`` reply lists a row that is either);
     ``after_window``: the machine's entry of ``after_window`` while it is one.
+    ``until`` is the earlier of the next instant the plan reads
+    (:func:`~nodeagent.master._pass_index.next_due`: the ads' ages among them) and
+    ``bound``, the instants the share reads of itself (the end of its forecast piece, the
+    second its promise verdict flips, the escalation hour), which ads moved on in time
+    leave as they are (:meth:`PlanLedger._moved_on`).
     """
 
     plan: MachinePlan
     state: RowState
     until: float
+    bound: float
     counts: tuple[int | Fraction, ...]
     mode: str
     lines: Sequence[int]
@@ -146,6 +152,7 @@ def share_of(
             plan=plan,
             state=state,
             until=due,
+            bound=math.inf,
             counts=_nonzero(totals.counts()),
             mode=plan.mode,
             lines=_NO_LINES,
@@ -170,20 +177,21 @@ def share_of(
     cut_jobs = read.cut_jobs if escalates else 0
     totals.add_node(plan, on_time=not late, graceful_badput=0, quick_badput=0)
     totals.cut_jobs = cut_jobs
-    until = min(due, read.last + 1)
+    bound = read.last + 1
     if active and slope:
-        until = min(until, base + _flip(at, slope, window_start, late=late))
+        bound = min(bound, base + _flip(at, slope, window_start, late=late))
     record = plan.drain_record
     if escalates and not (record is not None and record.escalated):
         totals.escalations = 1
         totals.next_hour = int(window_start <= now + 3600)
         if not totals.next_hour:
-            until = min(until, window_start - 3600)
+            bound = min(bound, window_start - 3600)
     cut = tuple(line_pairs(verdicts[6:10])) if escalates else _NO_CUT
     return Share(
         plan=plan,
         state=state,
-        until=until,
+        until=min(due, bound),
+        bound=bound,
         counts=_nonzero(totals.counts()),
         mode=plan.mode,
         lines=packed_ints(
@@ -385,7 +393,7 @@ class PlanLedger:
             changes.touched.clear()
             for hostname, ip in changes.moved:
                 for key in self.hosts.matching(hostname, ip):
-                    if not self._moved_on(key, changes.latest):
+                    if not self._moved_on(key, changes, now):
                         keys.add(key)
             changes.moved.clear()
             heap = self._heap
@@ -426,18 +434,28 @@ class PlanLedger:
             for plan, state in rows(machines[at : at + _ENOUGH_EVERY]):
                 self._remake(plan, state, now, changes, after_window)
 
-    def _moved_on(self, key: str, latest: Callable[[str], AdEntry | None] | None) -> bool:
+    def _moved_on(self, key: str, changes: AdChanges, now: float) -> bool:
         """Swap the ads of ``key``'s share for their nodes' latest, each the one before
-        moved on in time; whether it could (else the share is to be remade; a machine
-        without a share is read anew anyway)."""
+        moved on in time, and bring its :attr:`~Share.until` to the instants the newer ads
+        are read at (their ages); whether it could (else the share is to be remade: one
+        of the ads is not the one before moved on, or the share's time has come; a
+        machine without a share is read anew anyway)."""
         share = self.shares.get(key)
         if share is None:
             return True
+        latest = changes.latest
         plan = None if latest is None else moved_on_plan(share.plan, latest)
-        if plan is None:
+        if plan is None or key in self._overdue:
             return False
-        if plan is not share.plan:
-            self.shares[key] = replace(share, plan=plan)
+        if plan is share.plan:
+            return True
+        due = next_due(plan, now, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
+        until = min(due, share.bound)
+        if until <= now:
+            return False
+        self.shares[key] = replace(share, plan=plan, until=until)
+        if until != share.until:
+            self._due_at(until, key)
         return True
 
     def _remake(
@@ -486,13 +504,17 @@ class PlanLedger:
             self._overdue.add(key)
         else:
             self._overdue.discard(key)
-        if share.until > now and not math.isinf(share.until):
-            heapq.heappush(self._heap, (share.until, key))
-            if len(self._heap) > 2 * len(self.shares) + 1024:  # stale entries: rebuilt
-                self._heap = [
-                    (s.until, k) for k, s in self.shares.items() if not math.isinf(s.until)
-                ]
-                heapq.heapify(self._heap)
+        if share.until > now:
+            self._due_at(share.until, key)
+
+    def _due_at(self, until: float, key: str) -> None:
+        """Have the share of ``key`` remade at ``until`` (its :attr:`~Share.until`)."""
+        if math.isinf(until):
+            return
+        heapq.heappush(self._heap, (until, key))
+        if len(self._heap) > 2 * len(self.shares) + 1024:  # stale entries: rebuilt
+            self._heap = [(s.until, k) for k, s in self.shares.items() if not math.isinf(s.until)]
+            heapq.heapify(self._heap)
 
     def _add(self, share: Share, sign: int) -> None:
         total = self._sum

@@ -278,6 +278,42 @@ def test_next_due_is_the_first_instant_a_plan_compares_with(
     assert next_due(plan, now, lifetime=900, reboot_grace=50) == due
 
 
+@pytest.mark.parametrize(
+    ("start", "moved_at", "due"),
+    [
+        (EPOCH + 1000, EPOCH + 100, EPOCH + 400),  # the drain's start still comes first
+        (EPOCH + 1000, EPOCH + 500, EPOCH + 1000),  # the window's start, not the first ad's age
+        (EPOCH + 5000, EPOCH + 600, EPOCH + 600 + 900),  # the newer ad's age
+    ],
+)
+def test_a_plan_swapped_for_a_newer_ad_moved_on_is_due_at_the_newer_ads_instants(
+    start: float, moved_at: float, due: float
+) -> None:
+    """A pass not told of a node's ad moved on in time keeps the machine's plan with the
+    newer ad in it, due at the instants the newer ad is read at: the first ad's age (at
+    ``EPOCH + 900``) would have every machine whose first ads came together looked at
+    together, however recent their ads."""
+    machine, store = plan_of(agent_ad(1, EPOCH, jobs=1), start=start, received=EPOCH, lifetime=900)
+    now = moved_at - 1  # the last pass before the newer ad
+    plan = machine_plan(
+        machine,
+        store.find("n1.test", "10.0.0.1"),
+        is_lost=store.lost_at(now),
+        now=now,
+        policy=PlanPolicy(drain_margin=0),
+        drain_record=None,
+    )
+    index = PassIndex(world=(), machines=(machine,))
+    index.keep(plan, next_due(plan, now, lifetime=900, reboot_grace=50))
+    moved = store.moved_on_ads
+    store.update(agent_ad(1, moved_at, jobs=1), moved_at)
+    assert store.moved_on_ads == moved + 1
+    assert index.moved_on(machine.key, store.get, moved_at, lifetime=900, reboot_grace=50)
+    assert index.plans[machine.key].node is store.get("n1.test")
+    assert index.due(due - 1) == set()
+    assert index.due(due) == {machine.key}
+
+
 def test_an_index_keeps_one_due_instant_a_machine_and_names_the_machines_an_ad_may_change() -> None:
     ad = agent_ad(1, EPOCH, jobs=1)
     machine, store = plan_of(ad, start=EPOCH + 1000, received=EPOCH, lifetime=900)

@@ -636,26 +636,77 @@ def test_a_change_of_the_schedule_remakes_the_shares_of_the_machines_it_changes(
     _same(ledgered)
 
 
-def test_an_ad_moved_on_in_time_is_swapped_into_its_share_until_the_first_would_be_lost() -> None:
+def test_an_ad_moved_on_in_time_is_swapped_into_its_share_due_when_the_newer_would_be_lost() -> (
+    None
+):
+    """A share whose ads moved on in time holds until the instants the newer ads are read
+    at: not the first ad's age (every share made at one instant would come due at once,
+    however recent their ads), nor past what the share reads of itself."""
     ledgered = _world()
     view, world = ledgered.view, ledgered.world
     ledger = view.ledger(ledgered.inputs(), world.now)
     assert ledger is not None
+    first = ledger.shares[_key(0)]
+    assert first.until == NOW + LIFETIME < first.bound  # the first ad's age comes first
     world.now += 60
     moved = world.ads.moved_on_ads
     _moved_on(0, 2)(world)
     assert world.ads.moved_on_ads == moved + 1
     assert view.ledger(ledgered.inputs(), world.now) is ledger
     assert ledger.remade == 0
-    # its share holds, the ad swapped for the newer: none replaced is kept
+    # its share holds, the ad swapped for the newer, due when the newer would be lost
+    share = ledger.shares[_key(0)]
+    assert share.plan.node is world.ads.get("n0.test")
+    assert (share.until, share.bound) == (NOW + 60 + LIFETIME, first.bound)
+    world.now = NOW + LIFETIME + 1  # n0's first ad would be lost; its newer is not
+    view.ledger(ledgered.inputs(), world.now)
+    assert ledger.shares[_key(0)] is share
+    _same(ledgered)
+    world.now = NOW + 60 + LIFETIME  # the newer's turn: remade
+    view.ledger(ledgered.inputs(), world.now)
+    assert ledger.shares[_key(0)] is not share
     assert ledger.shares[_key(0)].plan.node is world.ads.get("n0.test")
-    world.now = NOW + LIFETIME + 1  # n0's first ad would be lost: its share is remade
-    assert view.ledger(ledgered.inputs(), world.now) is ledger
-    assert ledger.remade >= 1
-    assert ledger.shares[_key(0)].plan.node is world.ads.get("n0.test")
+    _same(ledgered)
     _push(0, 1)(world)  # another claim: told, remade at once
     view.ledger(ledgered.inputs(), world.now)
     assert ledger.remade == 1
+
+
+@pytest.mark.parametrize(
+    ("n", "moved_at", "due"),
+    [
+        (0, 60.0, NOW + 60 + LIFETIME),  # the newer ad's age comes first
+        (0, 2000.0, NOW + 2400),  # the window's start comes first
+        (2, 900.0, NOW + 1140),  # the drain's start comes first
+        (0, 2400.0, None),  # the share's time has come: remade, not swapped
+    ],
+    ids=["newer ad's age", "window's start", "drain's start", "time come"],
+)
+def test_a_share_swapped_for_a_newer_ad_is_due_at_the_first_of_its_own_instants_and_the_ads(
+    n: int, moved_at: float, due: float | None
+) -> None:
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ledger = view.ledger(ledgered.inputs(), world.now)
+    assert ledger is not None
+    move = _moved_on(n, 2, unpromised=n == 2)
+    for at in range(300, int(moved_at), 300):  # its ads moved on every 5 minutes
+        world.now = NOW + at
+        move(world)
+        view.ledger(ledgered.inputs(), world.now)
+    before = ledger.shares[_key(n)]
+    world.now = NOW + moved_at
+    move(world)
+    view.ledger(ledgered.inputs(), world.now)
+    share = ledger.shares[_key(n)]
+    assert share.plan.node is world.ads.get(f"n{n}.test")
+    if due is None:
+        assert share is not before
+    else:
+        assert share.until == due
+        assert share.bound == before.bound
+    assert share.until <= share.bound
+    _same(ledgered)
 
 
 def test_under_the_immediate_policy_or_unwatched_there_is_no_ledger() -> None:
