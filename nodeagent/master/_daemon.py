@@ -62,7 +62,7 @@ from nodeagent.master._config import MasterConfig, load_master_config
 from nodeagent.master._event_stream import EventHub
 from nodeagent.master._ingest_workers import IngestWorkers, relay_path
 from nodeagent.master._leader import LeaderView
-from nodeagent.master._master import Master
+from nodeagent.master._master import Master, loop_idle
 from nodeagent.master._metrics import MasterMetrics
 from nodeagent.master._notify import Notifier, NotifyTarget
 from nodeagent.master._plan import PlanPolicy
@@ -212,6 +212,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             reconcile_interval=config.reconcile_interval,
             wake_gap=min(_WAKE_GAP, config.reconcile_interval),
             forecasts_time_share=_FORECASTS_TIME_SHARE,
+            loop_idle=loop_idle,
             fetch_timeout=config.agent_timeout,
             events=EventHub(keep=config.events_kept),
         )

@@ -161,7 +161,7 @@ from nodeagent.master._preview import (
 )
 from slots import InvalidRequest
 
-__all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows"]
+__all__ = ["COMMITTED", "PENDING", "Master", "MasterCounters", "ad_knows", "loop_idle"]
 
 log = logging.getLogger("nodeagent.master")
 
@@ -195,6 +195,12 @@ async def _in_slices(slices: Iterator[None]) -> None:
     for _ in slices:
         await trio.sleep(trio.current_time() - began)
         began = trio.current_time()
+
+
+def loop_idle() -> bool:
+    """Whether no other task of the running trio loop is ready to run (a request, an
+    ad, a reply being written): what :attr:`Master.loop_idle` asks on a daemon."""
+    return trio.lowlevel.current_statistics().tasks_runnable == 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -334,6 +340,11 @@ class Master:
     #: on a large pool the forecasts owed take minutes of a core; bounded so, they wait
     #: rather than the ads (a node whose ads wait too long is lost).
     forecasts_time_share: float | None = None
+    #: Whether nothing else waits for the master's loop (:func:`loop_idle` on a daemon):
+    #: past their share, the passes make the forecasts owed while it says so, each
+    #: slice of them followed by a turn of the others (:meth:`_pass`), and bank no debt
+    #: for them. The loop's idle time is thus the forecasts', and a busy loop's is not.
+    loop_idle: Callable[[], bool] = field(default=lambda: False)
     #: What :attr:`forecasts_time_share` is measured on (the time the making took).
     work_clock: Callable[[], float] = time.perf_counter
     state: MaintenanceState = field(default_factory=MaintenanceState)
@@ -1563,7 +1574,7 @@ class Master:
         per_slice = max(1, self.forecasts_per_slice)
         share = self.forecasts_time_share
         time_left = math.inf if share is None else self._forecast_time(share, now)
-        work_clock = self.work_clock
+        work_clock, loop_idle = self.work_clock, self.loop_idle
         unready, ahead = self._unready, self._ahead
         if whole:
             unready.clear()
@@ -1584,14 +1595,16 @@ class Master:
             made = False
             rows = keeps_row(plan.key, now)  # its row was read lately: its template too
             if not forecast.ready(now, window_start=window, escalation=applied, blockers=rows):
-                if not budget or time_left <= 0:  # made by a later pass
+                spare = time_left <= 0  # past the share: only while nothing else waits
+                if not budget or (spare and not loop_idle()):  # made by a later pass
                     unready[plan.key] = None
                     return False
                 started = work_clock()
                 forecast.prepare(now, window_start=window, escalation=applied, blockers=rows)
                 if rows:  # and the template of the row such a reply writes
                     self.plan_view.prepare_row(plan, inputs, now)
-                time_left -= work_clock() - started
+                if not spare:
+                    time_left -= work_clock() - started
                 budget -= 1
                 self.forecasts_made_ahead += 1
                 made = True
@@ -1609,7 +1622,7 @@ class Master:
                 unready.pop(plan.key, None)
                 yield plan
             unready.update(dict.fromkeys(ahead.due(math.floor(now))))
-            while budget and time_left > 0 and unready:
+            while budget and unready and (time_left > 0 or loop_idle()):
                 key, _ = unready.popitem(last=False)
                 if key in index.plans:
                     yield index.plans[key]

@@ -33,7 +33,7 @@ from nodeagent.master._maintenance import (
     Unavailability,
     Window,
 )
-from nodeagent.master._master import Master
+from nodeagent.master._master import Master, loop_idle
 from nodeagent.master._plan import PlanPolicy, planned_escalation
 from nodeagent.master._plan_view import ROWS_KEPT_FOR, PlanInputs
 from slots import (
@@ -414,6 +414,44 @@ async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_mos
         master.reconcile(nursery)
         assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
         nursery.cancel_scope.cancel()
+
+
+async def test_past_their_share_the_passes_make_forecasts_while_the_loop_is_idle(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Past the share of the master's time, a pass goes on making the forecasts owed
+    while nothing else waits for the loop, and owes the next passes nothing for them."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    ticks = itertools.count()
+    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
+    master.reconcile_interval = 1.0
+    master.forecasts_time_share = 0.1  # 0.1 s an interval: two forecasts
+    idle = iter([True, False])  # idle for the third forecast, then busy
+    master.loop_idle = lambda: next(idle, False)
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (3, 2)
+        await trio.sleep(0.5)  # busy: 0.05 s, one forecast, none owed for the idle one
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (4, 1)
+        master.loop_idle = lambda: True  # idle: the rest, whatever the share
+        master.reconcile(nursery)
+        assert (master.forecasts_made_ahead, master.forecasts_waiting) == (5, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_loop_is_idle_when_no_other_task_is_ready_to_run() -> None:
+    assert loop_idle()
+    woken = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(woken.wait)
+        assert not loop_idle()  # the task started is ready to run
+        await trio.sleep(0.01)
+        assert loop_idle()  # it waits for its event
+        woken.set()
+        assert not loop_idle()
 
 
 async def test_passes_further_apart_than_the_interval_have_their_share_all_the_same(
