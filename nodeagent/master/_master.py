@@ -1465,23 +1465,21 @@ class Master:
             self._moved_quietly.clear()
             keys: Collection[str] = index.by_key
         else:
-            woken = index.due(now) | fresh
+            woken = set(fresh)
+            # the newer ads swapped in first: the machines due read their ages
+            for host, address in self._moved_quietly:
+                woken.update(
+                    k for k in index.matching(host, address) if not index.moved_on(k, self.ads.get)
+                )
+            self._moved_quietly.clear()
+            lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
+            woken |= index.due(now, lifetime=lifetime, reboot_grace=grace)
             woken |= self._passed
             woken |= self._held_keys()
             woken |= self._notice_deferred
             for hostname, ip in self._touched:
                 woken.update(index.matching(hostname, ip))
             self._touched.clear()
-            lifetime, grace = self.ads.lifetime, self.ads.reboot_grace
-            for hostname, ip in self._moved_quietly:
-                woken.update(
-                    k
-                    for k in index.matching(hostname, ip)
-                    if not index.moved_on(
-                        k, self.ads.get, now, lifetime=lifetime, reboot_grace=grace
-                    )
-                )
-            self._moved_quietly.clear()
             keys = woken
         is_lost, find, policy = inputs.is_lost, inputs.find, inputs.policy
         drains, starting, since = inputs.drains, inputs.starting, inputs.window_since

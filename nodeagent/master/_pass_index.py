@@ -196,13 +196,17 @@ class DueTimes:
     def due(self, now: float) -> list[str]:
         """The keys whose instant is ``now`` or before, earliest first, each taken once
         (:meth:`set` gives a key its next)."""
-        found: list[str] = []
+        return [key for _, key in self.due_at(now)]
+
+    def due_at(self, now: float) -> list[tuple[float, str]]:
+        """:meth:`due`, each key with its instant."""
+        found: list[tuple[float, str]] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
             at, key = heapq.heappop(heap)
             if self._at.get(key) == at:
                 del self._at[key]
-                found.append(key)
+                found.append((at, key))
         return found
 
     def clear(self) -> None:
@@ -233,6 +237,8 @@ class PassIndex:
     _hosts: HostIndex = field(init=False)
     #: Each machine's next due instant.
     _due: DueTimes = field(default_factory=DueTimes)
+    #: The machines whose plan's ads moved on in time since it was kept (:meth:`moved_on`).
+    _swapped: set[str] = field(default_factory=set)
     #: An index of the same machines by the same ids, whose names and hosts are taken.
     like: InitVar[PassIndex | None] = None
 
@@ -263,12 +269,18 @@ class PassIndex:
         look at for the change (those changed and those new to the schedule)."""
         like = self if same_ids(self.machines, self._order, machines) else None
         index = PassIndex(
-            world=world, machines=machines, plans=self.plans, _due=self._due, like=like
+            world=world,
+            machines=machines,
+            plans=self.plans,
+            _due=self._due,
+            _swapped=self._swapped,
+            like=like,
         )
         order = index._order
         for key in itertools.chain(changed, self._order.keys() - order.keys()):
             index.plans.pop(key, None)
             index._due.set(key, math.inf)
+            index._swapped.discard(key)
         fresh = {key for key in changed if key in order}
         fresh.update(order.keys() - self._order.keys())
         return index, fresh
@@ -281,21 +293,14 @@ class PassIndex:
         """Hold the machine's plan, due again at ``due`` (``inf``: only when changed)."""
         self.plans[plan.key] = plan
         self._due.set(plan.key, due)
+        self._swapped.discard(plan.key)
 
-    def moved_on(
-        self,
-        key: str,
-        latest: Callable[[str], AdEntry | None],
-        now: float,
-        *,
-        lifetime: float,
-        reboot_grace: float,
-    ) -> bool:
+    def moved_on(self, key: str, latest: Callable[[str], AdEntry | None]) -> bool:
         """Swap the ads of the machine's plan held for their nodes' latest, each the one
         before moved on in time (:func:`~nodeagent.master._plan.moved_on_plan`: nothing
-        a pass reads of them changed but their ages), and make its due instant the next
-        one the newer ads are read at (:func:`next_due`); whether it could (else the
-        machine is to be looked at; one without a plan held will be)."""
+        a pass reads of them changed but their ages, which :meth:`due` reads again when
+        the machine's instant comes); whether it could (else the machine is to be looked
+        at; one without a plan held will be)."""
         plan = self.plans.get(key)
         if plan is None:
             return True
@@ -304,12 +309,27 @@ class PassIndex:
             return False
         if moved is not plan:
             self.plans[key] = moved
-            self._due.set(key, next_due(moved, now, lifetime=lifetime, reboot_grace=reboot_grace))
+            self._swapped.add(key)
         return True
 
-    def due(self, now: float) -> set[str]:
-        """The machines whose due instant has come (each once: :meth:`keep` sets the next)."""
-        return set(self._due.due(now))
+    def due(self, now: float, *, lifetime: float, reboot_grace: float) -> set[str]:
+        """The machines whose due instant has come (each once: :meth:`keep` sets the next).
+        A machine whose plan's ads moved on in time since it was kept (:meth:`moved_on`)
+        is due at the instants the newer ads are read at instead, the ads' ``lifetime``
+        and ``reboot_grace`` after they came (:func:`next_due` from its instant): a pool's
+        plans kept at one instant are not all due again one ``lifetime`` later, however
+        recent their ads."""
+        found: set[str] = set()
+        swapped = self._swapped
+        for at, key in self._due.due_at(now):
+            if key in swapped:
+                swapped.discard(key)
+                later = next_due(self.plans[key], at, lifetime=lifetime, reboot_grace=reboot_grace)
+                if later > now:
+                    self._due.set(key, later)
+                    continue
+            found.add(key)
+        return found
 
     def unplanned(self) -> list[str]:
         """The machines without a plan held (all of them in a new index)."""

@@ -108,7 +108,7 @@ class Share:
     (:func:`~nodeagent.master._pass_index.next_due`: the ads' ages among them) and
     ``bound``, the instants the share reads of itself (the end of its forecast piece, the
     second its promise verdict flips, the escalation hour), which ads moved on in time
-    leave as they are (:meth:`PlanLedger._moved_on`).
+    leave as they are (:meth:`PlanLedger._still_holds`).
     """
 
     plan: MachinePlan
@@ -393,14 +393,18 @@ class PlanLedger:
             changes.touched.clear()
             for hostname, ip in changes.moved:
                 for key in self.hosts.matching(hostname, ip):
-                    if not self._moved_on(key, changes, now):
+                    if not self._moved_on(key, changes.latest):
                         keys.add(key)
             changes.moved.clear()
             heap = self._heap
             while heap and heap[0][0] <= now:
                 at, key = heapq.heappop(heap)
                 share = self.shares.get(key)
-                if share is not None and share.until == at:
+                if (
+                    share is not None
+                    and share.until == at
+                    and not self._still_holds(key, share, at, changes)
+                ):
                     keys.add(key)
             if notices is not self._notices and self._notices is not None:
                 before = self._notices
@@ -434,28 +438,33 @@ class PlanLedger:
             for plan, state in rows(machines[at : at + _ENOUGH_EVERY]):
                 self._remake(plan, state, now, changes, after_window)
 
-    def _moved_on(self, key: str, changes: AdChanges, now: float) -> bool:
+    def _moved_on(self, key: str, latest: Callable[[str], AdEntry | None] | None) -> bool:
         """Swap the ads of ``key``'s share for their nodes' latest, each the one before
-        moved on in time, and bring its :attr:`~Share.until` to the instants the newer ads
-        are read at (their ages); whether it could (else the share is to be remade: one
-        of the ads is not the one before moved on, or the share's time has come; a
-        machine without a share is read anew anyway)."""
+        moved on in time (their ages are read again when the share's time comes:
+        :meth:`_still_holds`); whether it could (else the share is to be remade; a machine
+        without a share is read anew anyway)."""
         share = self.shares.get(key)
         if share is None:
             return True
-        latest = changes.latest
         plan = None if latest is None else moved_on_plan(share.plan, latest)
-        if plan is None or key in self._overdue:
+        if plan is None:
             return False
-        if plan is share.plan:
-            return True
-        due = next_due(plan, now, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
+        if plan is not share.plan:
+            self.shares[key] = replace(share, plan=plan)
+        return True
+
+    def _still_holds(self, key: str, share: Share, at: float, changes: AdChanges) -> bool:
+        """Whether ``key``'s share, come due at ``at``, holds past :attr:`now` still: its
+        ads moved on in time since it was made (:meth:`_moved_on`), so that the instant
+        that came was an older ad's age. Then it is due at the next of the newer ads'
+        instants and its own (:attr:`Share.bound`) instead: a pool's shares made at one
+        instant are not all remade one ``lifetime`` later, however recent their ads."""
+        due = next_due(share.plan, at, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
         until = min(due, share.bound)
-        if until <= now:
+        if until <= self.now:
             return False
-        self.shares[key] = replace(share, plan=plan, until=until)
-        if until != share.until:
-            self._due_at(until, key)
+        self.shares[key] = replace(share, until=until)
+        self._due_at(until, key)
         return True
 
     def _remake(

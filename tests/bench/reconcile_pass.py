@@ -16,11 +16,19 @@ no drain is due, no record held); the times are its own, without the tasks it wo
   :meth:`Master.set_schedule`): the next pass (``pass_ms``, and the machines it planned,
   ``planned``), then the plan's totals brought whole (``totals_ms``: the ledger a summary
   reads, :meth:`~nodeagent.master._plan_view.PlanView.ledger`; ``shares_remade``);
+* ``steady``: with ``--steady S``, S seconds of a pool at rest after the churn passes, as
+  a master lives them: each second ``machines / 60`` ads moved on and a pass, the totals
+  read every 2 seconds as a summary reads them. A pool's ads all came in within its first
+  minute, so the instants their ages are read at (``--lifetime``, the ads' lifetime:
+  3,600 s by default, 300 s for a daemon's) come together unless each newer ad moves them
+  on: with ``--lifetime 300 --steady 420`` the section crosses the first ads' lifetime.
+  The pass's time and the machines it planned, the totals' time and the shares they
+  remade, each second (p50, max, and the whole section's sum);
 * ``profile``: with ``--profile``, the functions that take most of a churn pass (cProfile,
   cumulative seconds over ``--runs`` passes).
 
 Prints one JSON document. Usage: ``python tests/bench/reconcile_pass.py [--machines
-10000] [--runs 5] [--moving 1000] [--profile]``.
+10000] [--runs 5] [--moving 1000] [--lifetime 3600] [--steady 0] [--profile]``.
 """
 
 from __future__ import annotations
@@ -68,6 +76,8 @@ def main() -> None:
     parser.add_argument("--machines", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--moving", type=int, default=1000)
+    parser.add_argument("--lifetime", type=float, default=3600.0, help="the ads' (s)")
+    parser.add_argument("--steady", type=int, default=0, help="seconds of a pool at rest")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     now = time.time()
@@ -77,7 +87,10 @@ def main() -> None:
         store = DocumentStore(Path(tmp) / "master.db")
         clock = StepClock(now)
         master = Master(
-            store=store, link=HttpAgentLink(b"k" * 32), clock=clock, ads=AdStore(lifetime=3600)
+            store=store,
+            link=HttpAgentLink(b"k" * 32),
+            clock=clock,
+            ads=AdStore(lifetime=args.lifetime),
         )
         for ad in ads:
             master.ads.update(ad, now)
@@ -123,6 +136,14 @@ def main() -> None:
                     if profiler is not None:
                         profiler.disable()
                 result["churn_ms"] = summary_ms(churn)
+                if args.steady:
+                    result["steady"] = steady(
+                        master,
+                        clock,
+                        nursery,
+                        ads[cursor % len(ads) :] + ads[: cursor % len(ads)],
+                        args.steady,
+                    )
                 result["tasks_started"] = len(nursery.child_tasks)
                 if args.moving:
                     result["change"] = change(master, clock, nursery, now, args.moving)
@@ -135,6 +156,57 @@ def main() -> None:
             pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
             result["profile"] = out.getvalue().splitlines()
     print(json.dumps(result, indent=2))
+
+
+def steady(
+    master: Master, clock: StepClock, nursery: trio.Nursery, ads: list[dict[str, Any]], seconds: int
+) -> dict[str, Any]:
+    """``seconds`` of a pool at rest: each second a sixtieth of ``ads`` (in turn) moved on
+    and a pass, the totals read every 2 seconds (see the module docstring)."""
+    per_second = max(1, len(ads) // 60)
+    looked_at = master._plans_to_look_at
+    planned: list[int] = []
+
+    def counted(inputs: PlanInputs, now: float) -> tuple[PassIndex, list[MachinePlan]]:
+        index, plans = looked_at(inputs, now)
+        planned.append(len(plans))
+        return index, plans
+
+    master._plans_to_look_at = counted  # type: ignore[method-assign]
+    passes: list[float] = []
+    totals: list[float] = []
+    remade: list[int] = []
+    now = clock.now()
+    master.plan_view.ledger(master.plan_inputs(now), now)  # the totals whole, as read
+    try:
+        for second in range(seconds):
+            clock.t += 1.0
+            for i in range(second * per_second, (second + 1) * per_second):
+                master.receive_ad(ads[i % len(ads)])
+            started = time.perf_counter()
+            master.reconcile(nursery)
+            passes.append(time.perf_counter() - started)
+            if second % 2:
+                now = clock.now()
+                started = time.perf_counter()
+                ledger = master.plan_view.ledger(master.plan_inputs(now), now)
+                totals.append(time.perf_counter() - started)
+                remade.append(0 if ledger is None else ledger.remade)
+    finally:
+        del master._plans_to_look_at
+
+    def counts(values: list[int]) -> dict[str, float]:
+        ordered = sorted(values)
+        return {"p50": ordered[len(ordered) // 2], "max": ordered[-1], "sum": sum(values)}
+
+    return {
+        "seconds": seconds,
+        "ads_per_s": per_second,
+        "pass_ms": summary_ms(passes),
+        "planned": counts(planned),
+        "totals_ms": summary_ms(totals),
+        "shares_remade": counts(remade),
+    }
 
 
 def change(

@@ -42,6 +42,8 @@ from nodeagent.master._plan import (
 from slots import BeforeWindow, JobSpec, Machine, MachinePolicy, Resources
 
 EPOCH = 1_800_000_000.0
+#: The ads' lifetime and reboot grace an index's due instants read.
+AGES = {"lifetime": 900.0, "reboot_grace": 50.0}
 NODES = 24
 
 
@@ -308,10 +310,11 @@ def test_a_plan_swapped_for_a_newer_ad_moved_on_is_due_at_the_newer_ads_instants
     moved = store.moved_on_ads
     store.update(agent_ad(1, moved_at, jobs=1), moved_at)
     assert store.moved_on_ads == moved + 1
-    assert index.moved_on(machine.key, store.get, moved_at, lifetime=900, reboot_grace=50)
+    assert index.moved_on(machine.key, store.get)
     assert index.plans[machine.key].node is store.get("n1.test")
-    assert index.due(due - 1) == set()
-    assert index.due(due) == {machine.key}
+    for at in (moved_at, due - 1):  # passes: only the newer ad's instants count
+        assert index.due(at, lifetime=900, reboot_grace=50) == set()
+    assert index.due(due, lifetime=900, reboot_grace=50) == {machine.key}
 
 
 def test_an_index_keeps_one_due_instant_a_machine_and_names_the_machines_an_ad_may_change() -> None:
@@ -331,11 +334,11 @@ def test_an_index_keeps_one_due_instant_a_machine_and_names_the_machines_an_ad_m
     assert index.matching("other", "10.0.0.1") == []  # scheduled by hostname
     for due in (EPOCH + 10, EPOCH + 5, EPOCH + 20):
         index.keep(plan, due)
-    assert index.due(EPOCH + 19) == set()  # only the last instant kept counts
-    assert index.due(EPOCH + 20) == {machine.key}
-    assert index.due(EPOCH + 30) == set()  # each once
+    assert index.due(EPOCH + 19, **AGES) == set()  # only the last instant kept counts
+    assert index.due(EPOCH + 20, **AGES) == {machine.key}
+    assert index.due(EPOCH + 30, **AGES) == set()  # each once
     index.keep(plan, math.inf)
-    assert index.due(math.inf) == set()
+    assert index.due(math.inf, **AGES) == set()
     assert index.holds(())
     assert not index.holds((object(),))
 

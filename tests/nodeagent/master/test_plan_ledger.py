@@ -654,17 +654,18 @@ def test_an_ad_moved_on_in_time_is_swapped_into_its_share_due_when_the_newer_wou
     assert world.ads.moved_on_ads == moved + 1
     assert view.ledger(ledgered.inputs(), world.now) is ledger
     assert ledger.remade == 0
-    # its share holds, the ad swapped for the newer, due when the newer would be lost
-    share = ledger.shares[_key(0)]
-    assert share.plan.node is world.ads.get("n0.test")
-    assert (share.until, share.bound) == (NOW + 60 + LIFETIME, first.bound)
+    # its share holds, the ad swapped for the newer
+    swapped = ledger.shares[_key(0)].plan
+    assert swapped.node is world.ads.get("n0.test")
     world.now = NOW + LIFETIME + 1  # n0's first ad would be lost; its newer is not
     view.ledger(ledgered.inputs(), world.now)
-    assert ledger.shares[_key(0)] is share
+    share = ledger.shares[_key(0)]
+    assert share.plan is swapped  # not remade
+    assert (share.until, share.bound) == (NOW + 60 + LIFETIME, first.bound)
     _same(ledgered)
     world.now = NOW + 60 + LIFETIME  # the newer's turn: remade
     view.ledger(ledgered.inputs(), world.now)
-    assert ledger.shares[_key(0)] is not share
+    assert ledger.shares[_key(0)].plan is not swapped
     assert ledger.shares[_key(0)].plan.node is world.ads.get("n0.test")
     _same(ledgered)
     _push(0, 1)(world)  # another claim: told, remade at once
@@ -700,12 +701,20 @@ def test_a_share_swapped_for_a_newer_ad_is_due_at_the_first_of_its_own_instants_
     view.ledger(ledgered.inputs(), world.now)
     share = ledger.shares[_key(n)]
     assert share.plan.node is world.ads.get(f"n{n}.test")
+    _same(ledgered)
     if due is None:
-        assert share is not before
-    else:
-        assert share.until == due
-        assert share.bound == before.bound
-    assert share.until <= share.bound
+        assert share.plan is not before.plan
+        return
+    world.now = due - 1
+    view.ledger(ledgered.inputs(), world.now)
+    held = ledger.shares[_key(n)]
+    assert held.plan is share.plan  # swapped, not remade
+    assert held.until == due
+    assert held.bound == before.bound
+    _same(ledgered)
+    world.now = due
+    view.ledger(ledgered.inputs(), world.now)
+    assert ledger.shares[_key(n)].plan is not share.plan
     _same(ledgered)
 
 
