@@ -34,6 +34,7 @@ Prints one JSON document. Usage: ``python tests/bench/reconcile_pass.py [--machi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import io
@@ -42,6 +43,7 @@ import pstats
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +160,9 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
-def steady(
-    master: Master, clock: StepClock, nursery: trio.Nursery, ads: list[dict[str, Any]], seconds: int
-) -> dict[str, Any]:
-    """``seconds`` of a pool at rest: each second a sixtieth of ``ads`` (in turn) moved on
-    and a pass, the totals read every 2 seconds (see the module docstring)."""
-    per_second = max(1, len(ads) // 60)
+@contextlib.contextmanager
+def planned_by_passes(master: Master) -> Iterator[list[int]]:
+    """The machines each pass run in the block plans, one count a pass."""
     looked_at = master._plans_to_look_at
     planned: list[int] = []
 
@@ -173,12 +172,24 @@ def steady(
         return index, plans
 
     master._plans_to_look_at = counted  # type: ignore[method-assign]
+    try:
+        yield planned
+    finally:
+        del master._plans_to_look_at
+
+
+def steady(
+    master: Master, clock: StepClock, nursery: trio.Nursery, ads: list[dict[str, Any]], seconds: int
+) -> dict[str, Any]:
+    """``seconds`` of a pool at rest: each second a sixtieth of ``ads`` (in turn) moved on
+    and a pass, the totals read every 2 seconds (see the module docstring)."""
+    per_second = max(1, len(ads) // 60)
     passes: list[float] = []
     totals: list[float] = []
     remade: list[int] = []
     now = clock.now()
     master.plan_view.ledger(master.plan_inputs(now), now)  # the totals whole, as read
-    try:
+    with planned_by_passes(master) as planned:
         for second in range(seconds):
             clock.t += 1.0
             for i in range(second * per_second, (second + 1) * per_second):
@@ -192,8 +203,6 @@ def steady(
                 ledger = master.plan_view.ledger(master.plan_inputs(now), now)
                 totals.append(time.perf_counter() - started)
                 remade.append(0 if ledger is None else ledger.remade)
-    finally:
-        del master._plans_to_look_at
 
     def counts(values: list[int]) -> dict[str, float]:
         ordered = sorted(values)
@@ -221,19 +230,10 @@ def change(
     master.set_schedule(moved, actor="bench", change=master.schedule_change_maker("bench")(moved))
     clock.t += 1.0
     gc.collect()
-    looked_at = master._plans_to_look_at
-    planned: list[int] = []
-
-    def counted(inputs: PlanInputs, now: float) -> tuple[PassIndex, list[MachinePlan]]:
-        index, plans = looked_at(inputs, now)
-        planned.append(len(plans))
-        return index, plans
-
-    master._plans_to_look_at = counted  # type: ignore[method-assign]
-    started = time.perf_counter()
-    master.reconcile(nursery)
-    pass_s = time.perf_counter() - started
-    del master._plans_to_look_at
+    with planned_by_passes(master) as planned:
+        started = time.perf_counter()
+        master.reconcile(nursery)
+        pass_s = time.perf_counter() - started
     now = clock.now()
     started = time.perf_counter()
     ledger = master.plan_view.ledger(master.plan_inputs(now), now)

@@ -64,8 +64,9 @@ Per size (``sqlite``):
 * **after restart**: the agents stop, the master is SIGKILLed and started again on its store
   (the schedule is there, the ads are not); every node pushes once, spread over the
   interval (``--restart-burst``: all at once); from the last ad in, the first summary (and
-  the machines its totals left ``behind``: ``first_summary_behind``), then the first whole
-  plan.
+  the machines its totals left ``behind``: ``first_summary_behind``), then a summary every
+  2 s until one is whole (``summaries_behind``, ``first_whole_summary_since_last_ad_ms``), then
+  the first whole plan.
 
 ``etcd`` (unless ``--no-etcd``): ``--masters`` masters on one real etcd
 (:class:`tests.etcd.EtcdServer`, :class:`tests.ha.Masters`), every node pushing to each of
@@ -1084,6 +1085,17 @@ def after_restart(
         # the machines whose share of its totals the summary left (made later)
         result["first_summary_behind"] = _behind(response, "summary")
         result["first_summary_since_last_ad_ms"] = ms(t1 - last_in)
+        # then a summary every 2 s, as `nodeagent master plan --watch` asks, until one
+        # is whole: the first whole summary, and the machines each left behind
+        behind = [result["first_summary_behind"]]
+        while behind[-1] != 0 and time.monotonic() - last_in < options.round_timeout:
+            time.sleep(max(0.0, 2.0 - (time.monotonic() - t1)))
+            response = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=600)
+            t1 = time.monotonic()
+            behind.append(_behind(response, "summary"))
+        result["summaries_behind"] = behind
+        if behind[-1] == 0:
+            result["first_whole_summary_since_last_ad_ms"] = ms(t1 - last_in)
         plan = read_plan(reader, {})
         result["first_whole_plan"] = plan
         result["first_whole_plan_since_last_ad_ms"] = ms(time.monotonic() - last_in)

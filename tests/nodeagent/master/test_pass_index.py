@@ -249,6 +249,18 @@ def plan_of(ad: dict[str, Any], *, start: float, received: float, lifetime: floa
     return machine, store
 
 
+def plan_at(machine: ScheduledMachine, store: AdStore, now: float) -> MachinePlan:
+    """Node n1's machine's plan at ``now``, its drain due its vacate time before its window."""
+    return machine_plan(
+        machine,
+        store.find("n1.test", "10.0.0.1"),
+        is_lost=store.lost_at(now),
+        now=now,
+        policy=PlanPolicy(drain_margin=0),
+        drain_record=None,
+    )
+
+
 @pytest.mark.parametrize(
     ("now", "received", "due"),
     [
@@ -268,14 +280,7 @@ def test_next_due_is_the_first_instant_a_plan_compares_with(
 ) -> None:
     ad = agent_ad(1, received, jobs=1)
     machine, store = plan_of(ad, start=EPOCH + 1000, received=received, lifetime=900)
-    plan = machine_plan(
-        machine,
-        store.find("n1.test", "10.0.0.1"),
-        is_lost=store.lost_at(now),
-        now=now,
-        policy=PlanPolicy(drain_margin=0),
-        drain_record=None,
-    )
+    plan = plan_at(machine, store, now)
     assert plan.drain_start is not None
     assert next_due(plan, now, lifetime=900, reboot_grace=50) == due
 
@@ -297,14 +302,7 @@ def test_a_plan_swapped_for_a_newer_ad_moved_on_is_due_at_the_newer_ads_instants
     together, however recent their ads."""
     machine, store = plan_of(agent_ad(1, EPOCH, jobs=1), start=start, received=EPOCH, lifetime=900)
     now = moved_at - 1  # the last pass before the newer ad
-    plan = machine_plan(
-        machine,
-        store.find("n1.test", "10.0.0.1"),
-        is_lost=store.lost_at(now),
-        now=now,
-        policy=PlanPolicy(drain_margin=0),
-        drain_record=None,
-    )
+    plan = plan_at(machine, store, now)
     index = PassIndex(world=(), machines=(machine,))
     index.keep(plan, next_due(plan, now, lifetime=900, reboot_grace=50))
     moved = store.moved_on_ads
