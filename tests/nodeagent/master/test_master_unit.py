@@ -503,6 +503,45 @@ async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_too
     assert gaps == pytest.approx([2 * seconds for seconds in took])
 
 
+@pytest.mark.parametrize(
+    ("idle", "gaps"),
+    [
+        ((True, True), [0.04, 0.1, 0.02]),  # idle before and after a turn: no pause
+        ((True, False), [0.08, 0.2, 0.04]),  # a task ready after the turn: the pause
+        ((False, True), [0.08, 0.2, 0.04]),  # busy: the pause
+    ],
+    ids=["idle", "woken by the turn", "busy"],
+)
+async def test_the_reconcile_service_runs_its_slices_back_to_back_on_an_idle_loop(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    idle: tuple[bool, bool],
+    gaps: list[float],
+) -> None:
+    master = make_master(tmp_path, DownLink())
+    answers = itertools.cycle(idle)  # before the turn of the loop, after it
+    master.loop_idle = lambda: next(answers)
+    took = [0.04, 0.1, 0.02]
+    slices: list[float] = []
+
+    def three_slices(nursery: trio.Nursery) -> Generator[None, None, None]:
+        for seconds in took:
+            slices.append(trio.current_time())
+            autojump_clock.jump(seconds)  # the slice's work
+            yield
+        slices.append(trio.current_time())
+
+    monkeypatch.setattr(master, "_pass", three_slices)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(master.run)
+        with trio.fail_after(10):
+            while len(slices) < 4:  # noqa: ASYNC110 (the service's own steps are waited for)
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+    assert [b - a for a, b in itertools.pairwise(slices)] == pytest.approx(gaps)
+
+
 async def test_a_summary_answers_at_once_and_the_totals_are_brought_in_after_it(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
