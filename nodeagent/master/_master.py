@@ -186,7 +186,7 @@ _LEDGER_SLICE = 50
 _KEEP_WARM_FOR = 300.0
 
 
-async def _in_slices(slices: Iterator[None], idle: Callable[[], bool] = lambda: False) -> None:
+async def _in_slices(slices: Iterator[None], idle: Callable[[], bool]) -> None:
     """Run ``slices`` (a pass's work, yielding between its slices), serving the others
     between two slices for as long as the slice took: a pass never holds more than half of
     the event loop, however many of its rounds the others' requests take (an ad prepared

@@ -385,6 +385,18 @@ async def test_a_pass_makes_again_the_forecasts_whose_piece_ended_and_no_other(
         nursery.cancel_scope.cancel()
 
 
+def timed_master(tmp_path: Path, *, share: float) -> Master:
+    """A master whose passes may spend ``share`` of each second (``reconcile_interval``)
+    making forecasts, each of which takes 0.05 s of its ``work_clock``."""
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    ticks = itertools.count()
+    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
+    master.reconcile_interval = 1.0
+    master.forecasts_time_share = share
+    return master
+
+
 async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_most(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -392,12 +404,7 @@ async def test_a_pass_makes_forecasts_ahead_for_its_share_of_the_interval_at_mos
     that share of reconcile_interval (on work_clock); the rest wait for the next pass. The
     share is of the master's time: passes run sooner share it, and what a pass overspent
     is made up by the next."""
-    master = make_master(tmp_path, DownLink())
-    master.policy = PlanPolicy()
-    ticks = itertools.count()
-    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
-    master.reconcile_interval = 1.0
-    master.forecasts_time_share = 0.12  # 0.12 s: the third forecast ends past it
+    master = timed_master(tmp_path, share=0.12)  # 0.12 s: the third forecast ends past it
     five_nodes_scheduled(master)
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)  # 0.15 s spent of 0.12
@@ -421,12 +428,7 @@ async def test_past_their_share_the_passes_make_forecasts_while_the_loop_is_idle
 ) -> None:
     """Past the share of the master's time, a pass goes on making the forecasts owed
     while nothing else waits for the loop, and owes the next passes nothing for them."""
-    master = make_master(tmp_path, DownLink())
-    master.policy = PlanPolicy()
-    ticks = itertools.count()
-    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
-    master.reconcile_interval = 1.0
-    master.forecasts_time_share = 0.1  # 0.1 s an interval: two forecasts
+    master = timed_master(tmp_path, share=0.1)  # 0.1 s an interval: two forecasts
     idle = iter([True, False])  # idle for the third forecast, then busy
     master.loop_idle = lambda: next(idle, False)
     five_nodes_scheduled(master)
@@ -459,12 +461,7 @@ async def test_passes_further_apart_than_the_interval_have_their_share_all_the_s
 ) -> None:
     """A loaded master's passes come further apart than reconcile_interval: each has the
     share of the time since the last one (not of one interval), and banks none beyond it."""
-    master = make_master(tmp_path, DownLink())
-    master.policy = PlanPolicy()
-    ticks = itertools.count()
-    master.work_clock = lambda: next(ticks) * 0.05  # each forecast takes 0.05 s
-    master.reconcile_interval = 1.0
-    master.forecasts_time_share = 0.1  # 0.1 s an interval: two forecasts
+    master = timed_master(tmp_path, share=0.1)  # 0.1 s an interval: two forecasts
     five_nodes_scheduled(master)
     async with trio.open_nursery() as nursery:
         master.reconcile(nursery)
@@ -475,18 +472,19 @@ async def test_passes_further_apart_than_the_interval_have_their_share_all_the_s
         nursery.cancel_scope.cancel()
 
 
-async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_took(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Between two slices of a pass the service waits as long as the slice took: a request
-    that needs several rounds of the loop (an ad prepared by an ingest worker) is not
-    starved by a pass that has many slices to make."""
-    master = make_master(tmp_path, DownLink())
-    took = [0.04, 0.1, 0.02]
+#: How long each slice of :func:`_slice_gaps`'s pass works.
+_TOOK = [0.04, 0.1, 0.02]
+
+
+async def _slice_gaps(
+    master: Master, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> list[float]:
+    """The time from the start of each slice of a pass of three (:data:`_TOOK`) to the
+    next's start, and to the pass's end, as the master's reconcile service runs them."""
     slices: list[float] = []
 
     def three_slices(nursery: trio.Nursery) -> Generator[None, None, None]:
-        for seconds in took:
+        for seconds in _TOOK:
             slices.append(trio.current_time())
             autojump_clock.jump(seconds)  # the slice's work
             yield
@@ -499,8 +497,18 @@ async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_too
             while len(slices) < 4:  # noqa: ASYNC110 (the service's own steps are waited for)
                 await trio.sleep(0.001)
         nursery.cancel_scope.cancel()
-    gaps = [later - earlier for earlier, later in itertools.pairwise(slices)]
-    assert gaps == pytest.approx([2 * seconds for seconds in took])
+    return [later - earlier for earlier, later in itertools.pairwise(slices)]
+
+
+async def test_the_reconcile_service_leaves_the_others_as_long_as_each_slice_took(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two slices of a pass the service waits as long as the slice took: a request
+    that needs several rounds of the loop (an ad prepared by an ingest worker) is not
+    starved by a pass that has many slices to make."""
+    master = make_master(tmp_path, DownLink())
+    gaps = await _slice_gaps(master, autojump_clock, monkeypatch)
+    assert gaps == pytest.approx([2 * seconds for seconds in _TOOK])
 
 
 @pytest.mark.parametrize(
@@ -522,24 +530,7 @@ async def test_the_reconcile_service_runs_its_slices_back_to_back_on_an_idle_loo
     master = make_master(tmp_path, DownLink())
     answers = itertools.cycle(idle)  # before the turn of the loop, after it
     master.loop_idle = lambda: next(answers)
-    took = [0.04, 0.1, 0.02]
-    slices: list[float] = []
-
-    def three_slices(nursery: trio.Nursery) -> Generator[None, None, None]:
-        for seconds in took:
-            slices.append(trio.current_time())
-            autojump_clock.jump(seconds)  # the slice's work
-            yield
-        slices.append(trio.current_time())
-
-    monkeypatch.setattr(master, "_pass", three_slices)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(master.run)
-        with trio.fail_after(10):
-            while len(slices) < 4:  # noqa: ASYNC110 (the service's own steps are waited for)
-                await trio.sleep(0.001)
-        nursery.cancel_scope.cancel()
-    assert [b - a for a, b in itertools.pairwise(slices)] == pytest.approx(gaps)
+    assert await _slice_gaps(master, autojump_clock, monkeypatch) == pytest.approx(gaps)
 
 
 async def test_a_summary_answers_at_once_and_the_totals_are_brought_in_after_it(
