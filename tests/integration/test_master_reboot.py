@@ -95,7 +95,8 @@ def test_a_node_shutting_down_is_shown_left_alone_rebooting_then_lost(tmp_path: 
 
         with push:
             assert push.post("/v1/ads", json=node_ad(started=100)).status_code == 200
-            start = kept(master, since="0")[-1]["id"]
+            # the master's first event (leader.elected) is written once it leads: waited for
+            start = wait_for(lambda: kept(master, since="0"), timeout=30)[-1]["id"]
             # The machine shuts down: its agent pushes as it drains, until the machine is down.
             pushing = Pusher(push, node_ad(started=100, shutting_down=True))
             with pushing:
