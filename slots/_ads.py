@@ -26,7 +26,7 @@ from slots._estimates import (
     plan_drain,
     promise_cut,
 )
-from slots._states import ACTIVE, Activity, State
+from slots._states import ACTIVE, Activity
 
 __all__ = [
     "EXPECTED_ATTRIBUTES",
@@ -48,6 +48,10 @@ EXPECTED_ATTRIBUTES = tuple(
     for s in Schedule
     for kind in ("Completion", "Badput")
 )
+
+#: :data:`~slots.ACTIVE` as the strings an ad writes (a set lookup, no enum made).
+_ACTIVE_NAMES = frozenset((str(state), str(activity)) for state, activity in ACTIVE)
+_ACTIVITIES = {str(activity): activity for activity in Activity}
 
 _PHASES = {
     Activity.BUSY: Phase.RUNNING,
@@ -262,11 +266,7 @@ def _blocker_row(
 def active(ad: Mapping[str, Any]) -> bool:
     if ad.get("PartitionableSlot") is True or ad.get("SlotType") == "Partitionable":
         return False
-    try:
-        pair = (State(str(ad.get("State"))), Activity(str(ad.get("Activity"))))
-    except ValueError:
-        return False
-    return pair in ACTIVE
+    return (str(ad.get("State")), str(ad.get("Activity"))) in _ACTIVE_NAMES
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -307,7 +307,10 @@ class JobInputs:
 
 def job_inputs(ad: Mapping[str, Any]) -> JobInputs:
     """Read an active slot ad (see :func:`active`)."""
-    activity = Activity(ad["Activity"])
+    value = ad["Activity"]
+    activity = _ACTIVITIES.get(value) if type(value) is str else None
+    if activity is None:
+        activity = Activity(value)
     phase = _PHASES[activity]
     as_of = ad.get("MyCurrentTime")
     job_vacate = ad.get("JobMaxVacateTime")

@@ -166,6 +166,10 @@ class _Job:
     inputs: JobInputs
     run: _Line
     vacate_remaining: _Line
+    #: Its retirement left and the vacate time that leaves, at ``now``: the same for every
+    #: schedule that retires it (graceful, quick, the promise), so made once per trace by
+    #: the first (:func:`_evict`; the choices they take are noted once, which is enough).
+    retiring: tuple[_Line, _Line] | None = None
 
 
 def _vacate(trace: _Trace, machine: int, job: int | None, remaining: _Line) -> _Line:
@@ -201,26 +205,27 @@ def _evict(
     suspended = spec.phase is Phase.SUSPENDED
     retired = suspended and policy is SuspendPolicy.EVICT
     mjrt = _const(spec.max_job_retirement_time)
-    remaining = _ZERO if retired else trace.max(_ZERO, mjrt - run)
-    accrues = not suspended or policy is SuspendPolicy.RESUME
+    retiring = job.retiring
+    if retiring is None:
+        remaining = _ZERO if retired else trace.max(_ZERO, mjrt - run)
+        retiring = job.retiring = (remaining, _vacate(trace, machine_vacate, vj, remaining))
+    remaining, vacate_now = retiring
 
-    def remaining_at(t: _Line) -> _Line:
-        if retired:
-            return _ZERO
-        if accrues:
-            return trace.max(_ZERO, mjrt - (run + (t - now)))
-        return remaining
-
+    # Soft-killed now, the job has the retirement it has now (remaining_at(now) is
+    # `remaining`, whether its run time accrues or not).
     if schedule is Schedule.QUICK or retired:
-        soft = now
+        hard = now + vacate_now
+        return _Eviction(remaining, vacate_now, now, hard, (run + hard - now).times(spec.cpus))
+    soft = now + trace.max(_ZERO, remaining - vacate_now)
+    if not_before is not None:
+        soft = trace.max(soft, not_before)
+    if deadline is not None:
+        soft = trace.min(soft, trace.max(now, deadline))
+    if not suspended or policy is SuspendPolicy.RESUME:  # its run time accrues
+        remaining_then = trace.max(_ZERO, mjrt - (run + (soft - now)))
     else:
-        spare = remaining - _vacate(trace, machine_vacate, vj, remaining)
-        soft = now + trace.max(_ZERO, spare)
-        if not_before is not None:
-            soft = trace.max(soft, not_before)
-        if deadline is not None:
-            soft = trace.min(soft, trace.max(now, deadline))
-    vacate = _vacate(trace, machine_vacate, vj, remaining_at(soft))
+        remaining_then = remaining
+    vacate = _vacate(trace, machine_vacate, vj, remaining_then)
     hard = soft + vacate
     return _Eviction(remaining, vacate, soft, hard, (run + hard - now).times(spec.cpus))
 
