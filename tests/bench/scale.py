@@ -65,8 +65,10 @@ Per size (``sqlite``):
   (the schedule is there, the ads are not); every node pushes once, spread over the
   interval (``--restart-burst``: all at once); from the last ad in, the first summary (and
   the machines its totals left ``behind``: ``first_summary_behind``), then a summary every
-  2 s until one is whole (``summaries_behind``, ``first_whole_summary_since_last_ad_ms``), then
-  the first whole plan.
+  ``--restart-every`` s (1) until one is whole (``summaries_behind``,
+  ``first_whole_summary_since_last_ad_ms``), then the first whole plan; the CPU the master,
+  its ingest workers and the pushers took over the round (``round_cpu_percent``) and the
+  master's from the last ad to the whole summary (``catch_up_master_cpu_percent``).
 
 ``etcd`` (unless ``--no-etcd``): ``--masters`` masters on one real etcd
 (:class:`tests.etcd.EtcdServer`, :class:`tests.ha.Masters`), every node pushing to each of
@@ -78,7 +80,7 @@ Every process it starts is ended by its pid (masters, etcd, pushers); a master t
 on its own is reported (``master_exited``: its status and the last lines of its log), not
 hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
 10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
-[--no-restart] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]
+[--no-restart] [--restart-every 1] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]
 [--cold-read metrics|summary] [--preview-rows changed|all] [--no-apply]``.
 """
 
@@ -918,6 +920,7 @@ class Options:
     restart: bool
     restart_burst: bool
     round_timeout: float
+    restart_every: float = 1.0
     ingest_workers: int = 0
     cold_read: str | None = None
     whole: bool = False
@@ -1061,6 +1064,8 @@ def after_restart(
     result: dict[str, Any] = {"start_s": round(time.perf_counter() - started, 2)}
     burst = options.restart_burst
     pushers = start_pushers(options, machines, [master], now, rounds=1, burst=burst)
+    process = psutil.Process(master.proc.pid)
+    cpu0 = (_cpu(process), _workers_cpu(process), pushers.cpu())
     try:
         pushed_from = time.monotonic()
         while not pushers.done():
@@ -1072,6 +1077,12 @@ def after_restart(
         result["ads"] = "all at once" if burst else f"spread over {options.interval} s"
         result["ads_back_s"] = round(last_in - pushed_from, 1)
         result["pushers"] = pushers.counts()
+        # where the round's time went: a core is 100 %
+        spent = (_cpu(process), _workers_cpu(process), pushers.cpu())
+        result["round_cpu_percent"] = {
+            name: round(100 * (b - a) / max(last_in - pushed_from, 1e-9), 1)
+            for name, a, b in zip(("master", "ingest_workers", "pushers"), cpu0, spent, strict=True)
+        }
     finally:
         pushers.close()
     with master.client(master.token("READ")) as reader:
@@ -1085,17 +1096,21 @@ def after_restart(
         # the machines whose share of its totals the summary left (made later)
         result["first_summary_behind"] = _behind(response, "summary")
         result["first_summary_since_last_ad_ms"] = ms(t1 - last_in)
-        # then a summary every 2 s, as `nodeagent master plan --watch` asks, until one
-        # is whole: the first whole summary, and the machines each left behind
+        # then a summary every --restart-every s (1 s: twice as often as `nodeagent master
+        # plan --watch` asks) until one is whole: the first whole summary, and the
+        # machines each left behind
         behind = [result["first_summary_behind"]]
         while behind[-1] != 0 and time.monotonic() - last_in < options.round_timeout:
-            time.sleep(max(0.0, 2.0 - (time.monotonic() - t1)))
+            time.sleep(max(0.0, options.restart_every - (time.monotonic() - t1)))
             response = reader.get("/v1/maintenance/plan", params=SUMMARY, timeout=600)
             t1 = time.monotonic()
             behind.append(_behind(response, "summary"))
         result["summaries_behind"] = behind
         if behind[-1] == 0:
             result["first_whole_summary_since_last_ad_ms"] = ms(t1 - last_in)
+        result["catch_up_master_cpu_percent"] = round(
+            100 * (_cpu(process) - spent[0]) / max(t1 - last_in, 1e-9), 1
+        )
         plan = read_plan(reader, {})
         result["first_whole_plan"] = plan
         result["first_whole_plan_since_last_ad_ms"] = ms(time.monotonic() - last_in)
@@ -1214,6 +1229,9 @@ def main() -> int:
     parser.add_argument("--no-apply", action="store_true", help="preview, not apply")
     parser.add_argument("--no-restart", action="store_true")
     parser.add_argument("--restart-burst", action="store_true", help="ads back all at once")
+    parser.add_argument(
+        "--restart-every", type=float, default=1.0, help="summaries after a restart (s)"
+    )
     parser.add_argument("--no-etcd", action="store_true")
     parser.add_argument("--masters", type=int, default=3, help="masters on etcd")
     parser.add_argument("--etcd-max-request-bytes", type=int, default=None)
@@ -1250,6 +1268,7 @@ def main() -> int:
         apply=not args.no_apply,
         restart=not args.no_restart,
         restart_burst=args.restart_burst,
+        restart_every=args.restart_every,
         round_timeout=args.round_timeout or 5 * args.interval,
         ingest_workers=args.ingest_workers,
         cold_read=args.cold_read,
