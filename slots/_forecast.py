@@ -534,13 +534,21 @@ class DrainForecast:
     """
 
     def __init__(
-        self, slot_ads: Iterable[Mapping[str, Any]], previous: Mapping[str, Any] | None = None
+        self,
+        slot_ads: Iterable[Mapping[str, Any]],
+        previous: Mapping[str, Any] | None = None,
+        *,
+        machine: tuple[int, SuspendPolicy, float | None] | None = None,
     ) -> None:
+        """``machine``: what :func:`~slots._ads.machine_inputs` reads of these slot ads,
+        when the caller has it (the ads are then first read when a piece is made)."""
         # A sequence is kept as it is (a caller may keep its ads packed and read them
         # back on each iteration); anything else is read once into a list.
         self._ads = slot_ads if isinstance(slot_ads, Sequence) else list(slot_ads)
         self._previous = previous
-        self._machine_vacate, self._policy, deadline = machine_inputs(self._ads)
+        if machine is None:
+            machine = machine_inputs(self._ads)
+        self._machine_vacate, self._policy, deadline = machine
         if isinstance(deadline, float) and deadline.is_integer():
             deadline = int(deadline)
         self._deadline = deadline

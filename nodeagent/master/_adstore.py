@@ -49,21 +49,26 @@ from slots import (
     SlotsError,
     check_estimate_inputs,
 )
-from slots._ads import finite_number
+from slots._ads import finite_number, machine_inputs
 from slots._classad import check_value
+from slots._estimates import SuspendPolicy
 
 __all__ = [
     "AdEntry",
     "AdStore",
     "CheckedStatics",
+    "EntryFacts",
+    "MachineInputs",
     "MovedOnAd",
     "NodeAd",
     "PackedSlots",
     "SlotsUnknown",
     "ad_parts",
+    "carried_inputs",
     "check_my_address",
     "check_node_ad",
     "deflate",
+    "entry_facts",
     "foreign_ad",
     "inflate",
     "may_hold_control",
@@ -71,6 +76,7 @@ __all__ = [
     "prepare_moved_on",
     "prepare_node_ad",
     "project",
+    "shared_inputs",
     "shared_values",
 ]
 
@@ -703,7 +709,14 @@ class AdEntry:
     def forecast(self) -> DrainForecast:
         """The node's drain estimates and blockers at any ``now`` (from its slot ads)."""
         previous = {name: self.machine.get(name) for name in _COMPLETIONS}
-        return DrainForecast(self.slots, previous)
+        return DrainForecast(self.slots, previous, machine=self.machine_inputs)
+
+    @cached_property
+    def machine_inputs(self) -> MachineInputs:
+        """What a forecast reads of the machine's slot ads before its jobs
+        (:func:`~slots._ads.machine_inputs`); seeded by :meth:`AdStore.take` when the ad
+        came with it (:class:`EntryFacts`), read back from the slot ads otherwise."""
+        return shared_inputs(machine_inputs(self.slots))
 
     @cached_property
     def drain_bound(self) -> float:
@@ -861,11 +874,7 @@ class AdEntry:
     @cached_property
     def empty(self) -> bool:
         """No dynamic slot holds an active job."""
-        return not any(
-            (s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS
-            for s in self.slots
-            if s.get("SlotType") == "Dynamic"
-        )
+        return _empty(self.slots)
 
 
 #: The facts an entry derives from its ad (every cached property of :class:`AdEntry`): kept
@@ -897,6 +906,71 @@ def ad_parts(ad: object) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     return machine, slots, my_type
 
 
+MachineInputs = tuple[int, SuspendPolicy, float | None]
+#: The machine inputs most nodes share (no drain deadline), one tuple each.
+_INPUTS: dict[tuple[int, SuspendPolicy], MachineInputs] = {}
+_SHARED_INPUTS_LIMIT = 1024
+
+
+def shared_inputs(inputs: MachineInputs) -> MachineInputs:
+    """``inputs``, as the one tuple kept for them when they name no deadline (a pool's
+    nodes have a few vacate times and policies: 100,000 entries share a few tuples)."""
+    vacate, policy, deadline = inputs
+    key = (vacate, policy)
+    if deadline is not None or type(vacate) is not int:
+        return inputs
+    if key not in _INPUTS and len(_INPUTS) >= _SHARED_INPUTS_LIMIT:
+        return inputs  # a pool of that many vacate times keeps a tuple per entry
+    return _INPUTS.setdefault(key, inputs)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFacts:
+    """What an entry reads of its slot ads for its plan, made where they are parsed."""
+
+    #: :attr:`AdEntry.empty`.
+    empty: bool
+    #: :attr:`AdEntry.machine_inputs`.
+    machine_inputs: MachineInputs
+
+
+def _empty(slots: Iterable[Mapping[str, Any]]) -> bool:
+    return not any(
+        (s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS
+        for s in slots
+        if s.get("SlotType") == "Dynamic"
+    )
+
+
+def entry_facts(slots: Sequence[Mapping[str, Any]]) -> EntryFacts | None:
+    """The :class:`EntryFacts` of these slot ads; ``None`` for those a forecast's own
+    read would refuse, or whose inputs an ingest worker's frame would not carry
+    (:func:`carried_inputs`): the entry then reads them back, as it did."""
+    try:
+        inputs = machine_inputs(slots)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not carried_inputs(inputs):
+        return None
+    return EntryFacts(empty=_empty(slots), machine_inputs=shared_inputs(inputs))
+
+
+def carried_inputs(inputs: tuple[Any, ...]) -> bool:
+    """Whether machine inputs are as an ingest worker's frame carries them: a 64-bit
+    vacate time, a policy, no deadline or a number (64-bit when whole)."""
+    vacate, policy, deadline = inputs
+    return (
+        type(vacate) is int
+        and -(2**63) <= vacate < 2**63
+        and isinstance(policy, SuspendPolicy)
+        and (
+            deadline is None
+            or type(deadline) is float
+            or (type(deadline) is int and -(2**63) <= deadline < 2**63)
+        )
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class NodeAd:
     """A node's ad checked and its slot ads packed (:func:`prepare_node_ad`), ready for
@@ -911,6 +985,10 @@ class NodeAd:
     clocks: tuple[dict[str, Any], ...]
     #: Whether a job is active on the node (a slot ``Claimed``/``Busy`` or ``Retiring``).
     active: bool
+    #: What the entry would read back of its slot ads for :attr:`AdEntry.empty` and
+    #: :attr:`AdEntry.machine_inputs`, made while the slot ads are at hand (``None``: read
+    #: back when first asked, as for an ad moved on in time, which keeps its entry's).
+    facts: EntryFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1018,6 +1096,7 @@ def prepare_node_ad(
         slots=PackedSlots._of_split(static, digest, moving, after, deflated=deflated),
         clocks=clocks,
         active=any((s.get("State"), s.get("Activity")) in _ACTIVE_PAIRS for s in slots),
+        facts=entry_facts(slots),
     )
 
 
@@ -1205,6 +1284,9 @@ class AdStore:
                 node.active,
             ),
         )
+        if node.facts is not None:  # read of the slot ads where they were parsed
+            entry.__dict__["empty"] = node.facts.empty
+            entry.__dict__["machine_inputs"] = node.facts.machine_inputs
         if moved and previous is not None:
             # What the ad's moving values change nothing of: the forecast (made once per
             # basis), and the facts read from what did not move.

@@ -53,16 +53,20 @@ from nodeagent._auth import WrongNode
 from nodeagent._moving_values import DIGEST
 from nodeagent.master._adstore import (
     CheckedStatics,
+    EntryFacts,
     MovedOnAd,
     NodeAd,
     PackedSlots,
     ad_parts,
+    carried_inputs,
     foreign_ad,
     may_hold_control,
     prepare_moved_on,
     prepare_node_ad,
+    shared_inputs,
 )
 from slots import InvalidRequest, SlotsError
+from slots._estimates import SuspendPolicy
 
 __all__ = [
     "ALIVE",
@@ -229,8 +233,17 @@ def encode_prepared(prepared: NodeAd | MovedOnAd | Refused) -> bytes:
             (bytes((_MOVED_ON_KIND,)), _NODE.pack(*(len(part) for part in parts)), *parts)
         )
     static, moving, _, deflated = prepared.slots.parts()
+    facts = None
+    if prepared.facts is not None:
+        vacate, policy, deadline = prepared.facts.machine_inputs
+        facts = [prepared.facts.empty, vacate, str(policy), deadline]
     document = orjson.dumps(
-        {"machine": prepared.machine, "clocks": prepared.clocks, "active": prepared.active}
+        {
+            "machine": prepared.machine,
+            "clocks": prepared.clocks,
+            "active": prepared.active,
+            "facts": facts,
+        }
     )
     return b"".join(
         (
@@ -286,13 +299,29 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | MovedOnAd | Refused:
         or type(active) is not bool
     ):
         raise ValueError("a node's ad made ready not shaped as one")
+    facts = read_facts(document.get("facts"))
     slots = PackedSlots.of_parts(
         bytes(rest[document_end:static_end]),
         bytes(rest[static_end:]),
         len(clocks),
         deflated=kind == _NODE_KIND,
     )
-    return NodeAd(machine=machine, slots=slots, clocks=tuple(clocks), active=active)
+    return NodeAd(machine=machine, slots=slots, clocks=tuple(clocks), active=active, facts=facts)
+
+
+def read_facts(carried: Any) -> EntryFacts | None:
+    """The :class:`~nodeagent.master._adstore.EntryFacts` a ``PUSH`` frame carries as
+    ``[empty, vacate, policy, deadline]`` (or ``null``)."""
+    if carried is None:
+        return None
+    try:
+        empty, vacate, policy, deadline = carried
+        inputs = (vacate, SuspendPolicy(policy), deadline)
+    except (TypeError, ValueError):
+        raise ValueError("a node's ad made ready with facts not shaped as such") from None
+    if type(empty) is not bool or not carried_inputs(inputs):
+        raise ValueError("a node's ad made ready with facts not shaped as such")
+    return EntryFacts(empty=empty, machine_inputs=shared_inputs(inputs))
 
 
 @dataclass(frozen=True, slots=True)

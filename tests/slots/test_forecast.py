@@ -17,6 +17,7 @@ from slots import (
     InvalidRequest,
     MachinePolicy,
     Schedule,
+    SuspendPolicy,
     ad_blockers,
     check_estimate_inputs,
     drain_estimates,
@@ -515,3 +516,30 @@ def test_a_piece_lets_go_of_its_blockers_and_reads_as_before() -> None:
     fresh = DrainForecast(busy())
     fresh.let_go_blockers()  # no piece yet: none made by it
     assert not fresh.ready(T0, window_start=window, escalation=escalation)
+
+
+def test_a_forecast_given_the_machines_inputs_reads_them_and_not_the_ads() -> None:
+    """A caller that read the machine's inputs where it parsed the ads gives them; the
+    forecast takes them as the ads' own."""
+    machine = {
+        "SlotType": "Partitionable",
+        "PartitionableSlot": True,
+        "State": "Unclaimed",
+        "Activity": "Idle",
+        "MachineMaxVacateTime": 300,
+    }
+    job = {
+        "SlotType": "Dynamic",
+        "State": "Claimed",
+        "Activity": "Busy",
+        "Cpus": 2,
+        "TotalJobRunTime": 100,
+        "MaxJobRetirementTime": 1000,
+        "MyCurrentTime": T0,
+    }
+    told = DrainForecast([machine, job], machine=(30, SuspendPolicy.EVICT, T0 + 400))
+    as_told = [{**machine, "MachineMaxVacateTime": 30, "DrainSuspendedJobs": "evict"}, job]
+    as_told[0] |= {"DrainState": "draining", "DrainingDeadline": T0 + 400}
+    for now in (T0, T0 + 200, T0 + 390, T0 + 700):
+        assert told.estimates(now) == drain_estimates(as_told, now)
+        assert told.estimates(now) != drain_estimates([machine, job], now)

@@ -8,6 +8,7 @@ on in time; any other change between them makes it a new ad.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from collections.abc import Callable
 from functools import cached_property
@@ -18,15 +19,27 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from nodeagent._moving_values import COMPLETIONS
 from nodeagent._moving_values import MOVING as _MOVING
 from nodeagent.master._adstore import (
     AdEntry,
     AdStore,
     PackedSlots,
     moved_on,
+    prepare_node_ad,
     shared_values,
 )
-from slots import DrainForecast, Escalation, JobSpec, Machine, MachinePolicy, Resources, Schedule
+from slots import (
+    ACTIVE,
+    DrainForecast,
+    Escalation,
+    JobSpec,
+    Machine,
+    MachinePolicy,
+    Resources,
+    Schedule,
+)
+from slots._ads import machine_inputs
 
 T = 1_800_000_000
 POLICY = MachinePolicy(max_job_retirement_time=3600, machine_max_vacate_time=300)
@@ -171,6 +184,94 @@ def test_a_moved_on_ad_keeps_its_forecast_and_facts_and_serves_the_new_values() 
     assert changed.basis is not first.basis
     assert changed.forecast is not forecast
     assert store.moved_on_ads == 1
+
+
+def every_claim_released(node: Machine) -> dict[str, Any]:
+    for claim in node.claims(T + 30):
+        node.release(T + 30, claim.claim_id)
+    return node.ad(T + 60)
+
+
+def draining_by_a_deadline(node: Machine, deadline: float = T + 900) -> dict[str, Any]:
+    node.start_draining(T + 30, schedule=Schedule.GRACEFUL, commit=True)
+    ad = node.ad(T + 60)
+    for slot in ad["slots"]:
+        if "MachineMaxVacateTime" in slot:
+            slot["DrainingDeadline"] = deadline
+    return ad
+
+
+def evicting_suspended_jobs(node: Machine) -> dict[str, Any]:
+    ad = suspended(node)
+    for slot in ad["slots"]:
+        if "MachineMaxVacateTime" in slot:
+            slot["DrainSuspendedJobs"] = "evict"
+            slot["MachineMaxVacateTime"] = 45
+    return ad
+
+
+@pytest.mark.parametrize(
+    "ad_of",
+    [
+        lambda node: node.ad(T),
+        every_claim_released,
+        draining_by_a_deadline,
+        lambda node: draining_by_a_deadline(node, T + 900.5),
+        evicting_suspended_jobs,
+    ],
+    ids=[
+        "jobs running",
+        "every claim released",
+        "a deadline",
+        "a deadline not a whole second",
+        "suspended jobs evicted",
+    ],
+)
+def test_an_entry_has_what_it_reads_of_its_slot_ads_from_where_they_were_parsed(
+    ad_of: Callable[[Machine], dict[str, Any]],
+) -> None:
+    """An ad's slot ads are parsed when it is taken: what the entry reads of them for its
+    plan (``empty``, the machine's inputs to the forecast) is made then, as reading them
+    back would make it, and its forecast reads as one made of the slot ads."""
+    ad = ad_of(machine())
+    entry = AdStore(lifetime=300).update(copy.deepcopy(ad), T + 60)
+    assert {"empty", "machine_inputs"} <= entry.__dict__.keys()  # not read back
+    slots = ad["slots"]
+    active = {(str(state), str(activity)) for state, activity in ACTIVE}
+    assert entry.empty is not any(
+        (s.get("State"), s.get("Activity")) in active
+        for s in slots
+        if s.get("SlotType") == "Dynamic"
+    )
+    assert entry.machine_inputs == machine_inputs(slots)
+    previous = {name: ad["machine"].get(name) for name in COMPLETIONS}
+    for now in (T + 60, T + 600, T + 5000):
+        assert entry.forecast.estimates(now) == DrainForecast(slots, previous).estimates(now)
+        assert entry.forecast.verdicts(
+            now, window_start=T + 3600, escalation=Escalation.QUICK
+        ) == DrainForecast(slots, previous).verdicts(
+            now, window_start=T + 3600, escalation=Escalation.QUICK
+        )
+
+
+def test_the_machine_inputs_of_nodes_without_a_deadline_are_one_tuple() -> None:
+    store = AdStore(lifetime=300)
+    first = store.update(machine().ad(T), T)
+    other = machine().ad(T)
+    other["machine"]["Name"] = other["machine"]["Machine"] = "n2.test"
+    second = store.update(other, T)
+    assert first.machine_inputs is second.machine_inputs
+    drained = store.update(draining_by_a_deadline(machine()), T + 60)
+    assert drained.machine_inputs[2] == T + 900
+
+
+def test_an_entry_taken_without_its_facts_reads_them_back() -> None:
+    ad = machine().ad(T)
+    store = AdStore(lifetime=300)
+    made = prepare_node_ad(copy.deepcopy(ad["machine"]), copy.deepcopy(ad["slots"]))
+    entry = store.take(dataclasses.replace(made, facts=None), T)
+    assert "machine_inputs" not in entry.__dict__
+    assert (entry.empty, entry.machine_inputs) == (False, machine_inputs(ad["slots"]))
 
 
 def test_no_fact_kept_but_the_forecast_reads_a_moving_value() -> None:

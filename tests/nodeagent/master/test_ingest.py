@@ -15,13 +15,15 @@ import pytest
 from hypothesis import event, given, settings
 
 from nodeagent._moving_values import split_slots, static_digest
-from nodeagent.master import _adstore
+from nodeagent.master import _adstore, _ingest
 from nodeagent.master._adstore import (
     AdStore,
     CheckedStatics,
+    EntryFacts,
     MovedOnAd,
     NodeAd,
     PackedSlots,
+    entry_facts,
 )
 from nodeagent.master._ingest import (
     ALIVE,
@@ -42,6 +44,8 @@ from nodeagent.master._ingest import (
     split_frames,
 )
 from slots import ACTIVE
+from slots._ads import machine_inputs
+from slots._estimates import SuspendPolicy
 from tests.nodeagent.master.test_adstore_moved_on import AD_PAIRS, T, machine
 
 
@@ -145,6 +149,10 @@ def test_a_nodes_ad_comes_back_whole_through_the_frames() -> None:
     assert list(back.slots) == ad["slots"]
     assert (back.clocks, back.active) == (prepared.clocks, prepared.active)
     assert back.active is True
+    # what the entry reads of its slot ads, made in the worker, as reading them makes it
+    assert back.facts == prepared.facts == entry_facts(ad["slots"])
+    assert back.facts is not None
+    assert back.facts.empty is False
     assert all("Activity" in c and "MyCurrentTime" in c for c in back.clocks)
 
 
@@ -367,6 +375,56 @@ def test_a_frame_no_worker_writes_is_refused(frame: bytes) -> None:
         decode_worker_frame(frame)
 
 
+@pytest.mark.parametrize(
+    "facts",
+    [
+        [1, 600, "keep", None],  # empty not a boolean
+        [False, "600", "keep", None],
+        [False, 600, "never", None],  # no such policy
+        [False, 600, "keep", "soon"],
+        [False, 600, "keep"],
+        {"empty": False},
+    ],
+)
+def test_a_nodes_ad_made_ready_with_facts_no_worker_writes_is_refused(facts: object) -> None:
+    """The facts a ``PUSH`` frame carries (``[empty, vacate, policy, deadline]``) are read
+    as they are written or refused, as the rest of the frame is."""
+    with pytest.raises(ValueError, match="facts"):
+        _ingest.read_facts(facts)
+    assert _ingest.read_facts(None) is None
+    read = _ingest.read_facts([True, 600, "evict", 1_800_000_900.5])
+    assert read == EntryFacts(
+        empty=True, machine_inputs=(600, SuspendPolicy.EVICT, 1_800_000_900.5)
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "carried"),
+    [
+        ({}, True),
+        ({"DrainState": "draining", "DrainingDeadline": 1_800_000_900}, True),
+        ({"DrainState": "draining", "DrainingDeadline": 1_800_000_900.5}, True),
+        ({"MachineMaxVacateTime": 1e30}, False),  # a vacate time past 64 bits
+        ({"DrainState": "draining", "DrainingDeadline": True}, False),
+        ({"DrainState": "draining", "DrainingDeadline": 2**70}, False),
+        ({"DrainSuspendedJobs": "never"}, False),  # the forecast refuses it
+    ],
+)
+def test_the_facts_made_where_slot_ads_are_parsed_are_those_a_frame_carries(
+    change: dict[str, Any], carried: bool
+) -> None:
+    """Slot ads whose machine inputs a frame would not carry give no facts (the entry
+    reads them back, as before), so that a worker never writes a frame the master
+    refuses."""
+    slots = [{**node_ad()["slots"][0], **change}]
+    facts = entry_facts(slots)
+    assert (facts is not None) is carried
+    if facts is not None:
+        assert facts.machine_inputs == machine_inputs(slots)
+        vacate, policy, deadline = facts.machine_inputs
+        assert _ingest.read_facts([facts.empty, vacate, str(policy), deadline]) == facts
+
+
 def test_a_push_frame_carries_its_number_seconds_pusher_and_body() -> None:
     for subject, node in (("agent@n1", "n1"), ("pool", None), ("agent@é", "é\x00")):
         frame = encode_push(42, 1.5, subject, node, body=b"{}")
@@ -440,6 +498,10 @@ def test_ads_taken_through_a_worker_make_the_entries_the_master_makes_itself(
             any((s.get("State"), s.get("Activity")) in active for s in slots),
         )
         assert orjson.dumps(list(taken.slots)) == orjson.dumps(list(own.slots))
+        # and what it reads of them for its plan, carried, is what reading them says
+        assert prepared.facts is not None
+        assert (taken.empty, taken.machine_inputs) == (own.empty, own.machine_inputs)
+        assert taken.machine_inputs == machine_inputs(slots)
         entries.append((own, taken))
     (own_first, taken_first), (own_later, taken_later) = entries
     moved = itself.moved_on_ads == 1
