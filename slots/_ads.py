@@ -50,7 +50,9 @@ EXPECTED_ATTRIBUTES = tuple(
 )
 
 #: :data:`~slots.ACTIVE` as the strings an ad writes (a set lookup, no enum made).
-_ACTIVE_NAMES = frozenset((str(state), str(activity)) for state, activity in ACTIVE)
+ACTIVE_NAMES = frozenset((str(state), str(activity)) for state, activity in ACTIVE)
+#: What :func:`machine_inputs` reads: the vacate time, the policy, the deadline in force.
+MachineInputs = tuple[int, SuspendPolicy, float | None]
 _ACTIVITIES = {str(activity): activity for activity in Activity}
 
 _PHASES = {
@@ -156,9 +158,7 @@ def check_estimate_inputs(ads: Iterable[Mapping[str, Any]]) -> None:
             )
 
 
-def machine_inputs(
-    ads: Sequence[Mapping[str, Any]],
-) -> tuple[int, SuspendPolicy, float | None]:
+def machine_inputs(ads: Sequence[Mapping[str, Any]]) -> MachineInputs:
     """MachineMaxVacateTime, the suspended-jobs policy and the drain deadline in force."""
     for ad in ads:
         if "MachineMaxVacateTime" in ad:
@@ -266,7 +266,7 @@ def _blocker_row(
 def active(ad: Mapping[str, Any]) -> bool:
     if ad.get("PartitionableSlot") is True or ad.get("SlotType") == "Partitionable":
         return False
-    return (str(ad.get("State")), str(ad.get("Activity"))) in _ACTIVE_NAMES
+    return (str(ad.get("State")), str(ad.get("Activity"))) in ACTIVE_NAMES
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

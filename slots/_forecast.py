@@ -47,6 +47,7 @@ from typing import Any, NamedTuple, overload
 from slots._ads import (
     EXPECTED_ATTRIBUTES,
     JobInputs,
+    MachineInputs,
     active,
     ad_blockers,
     drain_estimates,
@@ -538,7 +539,7 @@ class DrainForecast:
         slot_ads: Iterable[Mapping[str, Any]],
         previous: Mapping[str, Any] | None = None,
         *,
-        machine: tuple[int, SuspendPolicy, float | None] | None = None,
+        machine: MachineInputs | None = None,
     ) -> None:
         """``machine``: what :func:`~slots._ads.machine_inputs` reads of these slot ads,
         when the caller has it (the ads are then first read when a piece is made)."""

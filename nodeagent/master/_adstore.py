@@ -39,7 +39,6 @@ from nodeagent._moving_values import split_slots as _split
 from nodeagent._moving_values import static_digest as _digest
 from nodeagent._origin import NotAnOrigin, parse_my_address
 from slots import (
-    ACTIVE,
     DrainForecast,
     InvalidRequest,
     JobSpec,
@@ -49,7 +48,8 @@ from slots import (
     SlotsError,
     check_estimate_inputs,
 )
-from slots._ads import finite_number, machine_inputs
+from slots._ads import ACTIVE_NAMES as _ACTIVE_PAIRS
+from slots._ads import MachineInputs, finite_number, machine_inputs
 from slots._classad import check_value
 from slots._estimates import SuspendPolicy
 
@@ -81,7 +81,6 @@ __all__ = [
 ]
 
 
-_ACTIVE_PAIRS = {(str(state), str(activity)) for state, activity in ACTIVE}
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 #: Read with a default when absent, so ``null`` cannot stand for "absent".
 _NOT_NULL = (
@@ -906,7 +905,6 @@ def ad_parts(ad: object) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     return machine, slots, my_type
 
 
-MachineInputs = tuple[int, SuspendPolicy, float | None]
 #: The machine inputs most nodes share (no drain deadline), one tuple each.
 _INPUTS: dict[tuple[int, SuspendPolicy], MachineInputs] = {}
 _SHARED_INPUTS_LIMIT = 1024
@@ -917,7 +915,7 @@ def shared_inputs(inputs: MachineInputs) -> MachineInputs:
     nodes have a few vacate times and policies: 100,000 entries share a few tuples)."""
     vacate, policy, deadline = inputs
     key = (vacate, policy)
-    if deadline is not None or type(vacate) is not int:
+    if deadline is not None:
         return inputs
     if key not in _INPUTS and len(_INPUTS) >= _SHARED_INPUTS_LIMIT:
         return inputs  # a pool of that many vacate times keeps a tuple per entry
