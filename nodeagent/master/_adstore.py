@@ -38,6 +38,7 @@ from nodeagent._moving_values import MOVING_ORDER as _MOVING_ORDER
 from nodeagent._moving_values import split_slots as _split
 from nodeagent._moving_values import static_digest as _digest
 from nodeagent._origin import NotAnOrigin, parse_my_address
+from nodeagent.master._notices import group_claimed
 from slots import (
     DrainForecast,
     InvalidRequest,
@@ -875,6 +876,13 @@ class AdEntry:
         """No dynamic slot holds an active job."""
         return _empty(self.slots)
 
+    @cached_property
+    def grouped(self) -> bool:
+        """A slot ad is a claim of a job group (:func:`~nodeagent.master._notices.group_claim`):
+        without one the node's notices read no claims, and its slot ads are not read back
+        for them."""
+        return group_claimed(self.slots)
+
 
 #: The facts an entry derives from its ad (every cached property of :class:`AdEntry`): kept
 #: from the previous entry when the ad only moved on in time. None reads a moving value
@@ -928,6 +936,8 @@ class EntryFacts:
 
     #: :attr:`AdEntry.empty`.
     empty: bool
+    #: :attr:`AdEntry.grouped`.
+    grouped: bool
     #: :attr:`AdEntry.machine_inputs`.
     machine_inputs: MachineInputs
 
@@ -950,7 +960,9 @@ def entry_facts(slots: Sequence[Mapping[str, Any]]) -> EntryFacts | None:
         return None
     if not carried_inputs(inputs):
         return None
-    return EntryFacts(empty=_empty(slots), machine_inputs=shared_inputs(inputs))
+    return EntryFacts(
+        empty=_empty(slots), grouped=group_claimed(slots), machine_inputs=shared_inputs(inputs)
+    )
 
 
 def carried_inputs(inputs: tuple[Any, ...]) -> bool:
@@ -1284,6 +1296,7 @@ class AdStore:
         )
         if node.facts is not None:  # read of the slot ads where they were parsed
             entry.__dict__["empty"] = node.facts.empty
+            entry.__dict__["grouped"] = node.facts.grouped
             entry.__dict__["machine_inputs"] = node.facts.machine_inputs
         if moved and previous is not None:
             # What the ad's moving values change nothing of: the forecast (made once per

@@ -236,7 +236,7 @@ def encode_prepared(prepared: NodeAd | MovedOnAd | Refused) -> bytes:
     facts = None
     if prepared.facts is not None:
         vacate, policy, deadline = prepared.facts.machine_inputs
-        facts = [prepared.facts.empty, vacate, str(policy), deadline]
+        facts = [prepared.facts.empty, prepared.facts.grouped, vacate, str(policy), deadline]
     document = orjson.dumps(
         {
             "machine": prepared.machine,
@@ -311,17 +311,17 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | MovedOnAd | Refused:
 
 def read_facts(carried: Any) -> EntryFacts | None:
     """The :class:`~nodeagent.master._adstore.EntryFacts` a ``PUSH`` frame carries as
-    ``[empty, vacate, policy, deadline]`` (or ``null``)."""
+    ``[empty, grouped, vacate, policy, deadline]`` (or ``null``)."""
     if carried is None:
         return None
     try:
-        empty, vacate, policy, deadline = carried
+        empty, grouped, vacate, policy, deadline = carried
         inputs = (vacate, SuspendPolicy(policy), deadline)
     except (TypeError, ValueError):
         raise ValueError("a node's ad made ready with facts not shaped as such") from None
-    if type(empty) is not bool or not carried_inputs(inputs):
+    if type(empty) is not bool or type(grouped) is not bool or not carried_inputs(inputs):
         raise ValueError("a node's ad made ready with facts not shaped as such")
-    return EntryFacts(empty=empty, machine_inputs=shared_inputs(inputs))
+    return EntryFacts(empty=empty, grouped=grouped, machine_inputs=shared_inputs(inputs))
 
 
 @dataclass(frozen=True, slots=True)

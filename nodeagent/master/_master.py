@@ -1754,7 +1754,8 @@ class Master:
             known = self._notice_claims.get(plan.key)  # the claims read before
             if known is None or known[0] != inputs or math.floor(now) > known[2]:
                 node, start = plan.node, plan.window_start
-                plain = claims_of_slots(node.slots, now=now)
+                # a node without a group's claim has none to read (its slot ads unread)
+                plain = claims_of_slots(node.slots, now=now) if node.grouped else {}
                 forecast = node.forecast
                 ready = not plain or forecast.ready(now, window_start=start, escalation=applied)
                 if not plain:  # a node without a group's claim reads no forecast

@@ -49,6 +49,8 @@ __all__ = [
     "claims_changed",
     "claims_of_slots",
     "every_claim_grouped",
+    "group_claim",
+    "group_claimed",
     "mesos_statuses",
     "notice_from_json",
     "notice_id",
@@ -312,6 +314,23 @@ def check_answer(body: object, *, window: NoticeWindow, now: float) -> tuple[str
     return reason, float(expected)
 
 
+def group_claim(ad: object) -> bool:
+    """Whether a slot ad is a claim of a job group, as :func:`claims_of_slots` reads one:
+    a string ``JobGroup`` and a string ``Name``."""
+    if not isinstance(ad, Mapping):
+        return False
+    group = ad.get("JobGroup")
+    return isinstance(group, str) and bool(group) and isinstance(ad.get("Name"), str)
+
+
+def group_claimed(slots: object) -> bool:
+    """Whether a node's slot ads hold a claim of a job group (:func:`group_claim`): without
+    one, :func:`claims_of_slots` finds none, whatever else it is given."""
+    if not isinstance(slots, Sequence) or isinstance(slots, str | bytes):
+        return False
+    return any(group_claim(ad) for ad in slots)
+
+
 def claims_of_slots(
     slots: object, *, now: float, planned: Iterable[Mapping[str, Any]] = ()
 ) -> dict[str, tuple[NoticeClaim, ...]]:
@@ -326,12 +345,9 @@ def claims_of_slots(
         return {}
     verdicts = {entry.get("slot"): entry for entry in planned if isinstance(entry, Mapping)}
     for ad in slots:
-        if not isinstance(ad, Mapping):
+        if not group_claim(ad):
             continue
-        group = ad.get("JobGroup")
-        name = ad.get("Name")
-        if not isinstance(group, str) or not group or not isinstance(name, str):
-            continue
+        group, name = ad["JobGroup"], ad["Name"]
         job = ad.get("JobId")
         claim = NoticeClaim(slot=name, job_id=job if isinstance(job, str) else None)
         verdict = verdicts.get(name)

@@ -29,6 +29,7 @@ from nodeagent.master._adstore import (
     prepare_node_ad,
     shared_values,
 )
+from nodeagent.master._notices import claims_of_slots
 from slots import (
     ACTIVE,
     DrainForecast,
@@ -201,6 +202,14 @@ def draining_by_a_deadline(node: Machine, deadline: float = T + 900) -> dict[str
     return ad
 
 
+def a_claim_of_a_group(node: Machine) -> dict[str, Any]:
+    ad = node.ad(T + 60)
+    claims = [slot for slot in ad["slots"] if slot.get("SlotType") == "Dynamic"]
+    claims[1]["JobGroup"] = "analysis"
+    claims[2]["JobGroup"] = ""  # not a group: no claim of one
+    return ad
+
+
 def evicting_suspended_jobs(node: Machine) -> dict[str, Any]:
     ad = suspended(node)
     for slot in ad["slots"]:
@@ -218,6 +227,7 @@ def evicting_suspended_jobs(node: Machine) -> dict[str, Any]:
         draining_by_a_deadline,
         lambda node: draining_by_a_deadline(node, T + 900.5),
         evicting_suspended_jobs,
+        a_claim_of_a_group,
     ],
     ids=[
         "jobs running",
@@ -225,18 +235,22 @@ def evicting_suspended_jobs(node: Machine) -> dict[str, Any]:
         "a deadline",
         "a deadline not a whole second",
         "suspended jobs evicted",
+        "a claim of a group",
     ],
 )
 def test_an_entry_has_what_it_reads_of_its_slot_ads_from_where_they_were_parsed(
     ad_of: Callable[[Machine], dict[str, Any]],
 ) -> None:
     """An ad's slot ads are parsed when it is taken: what the entry reads of them for its
-    plan (``empty``, the machine's inputs to the forecast) is made then, as reading them
-    back would make it, and its forecast reads as one made of the slot ads."""
+    plan (``empty``, whether a group's claim is there, the machine's inputs to the
+    forecast) is made then, as reading them back would make it, and its forecast reads as
+    one made of the slot ads."""
     ad = ad_of(machine())
     entry = AdStore(lifetime=300).update(copy.deepcopy(ad), T + 60)
-    assert {"empty", "machine_inputs"} <= entry.__dict__.keys()  # not read back
+    assert {"empty", "grouped", "machine_inputs"} <= entry.__dict__.keys()  # not read back
     slots = ad["slots"]
+    # the notices find a group's claims exactly when the entry says there is one
+    assert entry.grouped is bool(claims_of_slots(slots, now=T + 60))
     active = {(str(state), str(activity)) for state, activity in ACTIVE}
     assert entry.empty is not any(
         (s.get("State"), s.get("Activity")) in active
@@ -270,8 +284,12 @@ def test_an_entry_taken_without_its_facts_reads_them_back() -> None:
     store = AdStore(lifetime=300)
     made = prepare_node_ad(copy.deepcopy(ad["machine"]), copy.deepcopy(ad["slots"]))
     entry = store.take(dataclasses.replace(made, facts=None), T)
-    assert "machine_inputs" not in entry.__dict__
-    assert (entry.empty, entry.machine_inputs) == (False, machine_inputs(ad["slots"]))
+    assert not {"empty", "grouped", "machine_inputs"} & entry.__dict__.keys()
+    assert (entry.empty, entry.grouped, entry.machine_inputs) == (
+        False,
+        False,
+        machine_inputs(ad["slots"]),
+    )
 
 
 def test_no_fact_kept_but_the_forecast_reads_a_moving_value() -> None:

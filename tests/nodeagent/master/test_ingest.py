@@ -378,23 +378,28 @@ def test_a_frame_no_worker_writes_is_refused(frame: bytes) -> None:
 @pytest.mark.parametrize(
     "facts",
     [
-        [1, 600, "keep", None],  # empty not a boolean
-        [False, "600", "keep", None],
-        [False, 600, "never", None],  # no such policy
-        [False, 600, "keep", "soon"],
-        [False, 600, "keep"],
+        [1, False, 600, "keep", None],  # empty not a boolean
+        [False, 0, 600, "keep", None],  # grouped not a boolean
+        [False, False, "600", "keep", None],
+        [False, False, 600, "never", None],  # no such policy
+        [False, False, 600, "keep", "soon"],
+        [False, 600, "keep", None],  # a fact left out
         {"empty": False},
     ],
 )
 def test_a_nodes_ad_made_ready_with_facts_no_worker_writes_is_refused(facts: object) -> None:
-    """The facts a ``PUSH`` frame carries (``[empty, vacate, policy, deadline]``) are read
-    as they are written or refused, as the rest of the frame is."""
+    """The facts a ``PUSH`` frame carries (``[empty, grouped, vacate, policy, deadline]``)
+    are read as they are written or refused, as the rest of the frame is."""
     with pytest.raises(ValueError, match="facts"):
         _ingest.read_facts(facts)
     assert _ingest.read_facts(None) is None
-    read = _ingest.read_facts([True, 600, "evict", 1_800_000_900.5])
+    read = _ingest.read_facts([True, False, 600, "evict", 1_800_000_900.5])
     assert read == EntryFacts(
-        empty=True, machine_inputs=(600, SuspendPolicy.EVICT, 1_800_000_900.5)
+        empty=True, grouped=False, machine_inputs=(600, SuspendPolicy.EVICT, 1_800_000_900.5)
+    )
+    read = _ingest.read_facts([False, True, 600, "keep", None])
+    assert read == EntryFacts(
+        empty=False, grouped=True, machine_inputs=(600, SuspendPolicy.KEEP, None)
     )
 
 
@@ -422,7 +427,8 @@ def test_the_facts_made_where_slot_ads_are_parsed_are_those_a_frame_carries(
     if facts is not None:
         assert facts.machine_inputs == machine_inputs(slots)
         vacate, policy, deadline = facts.machine_inputs
-        assert _ingest.read_facts([facts.empty, vacate, str(policy), deadline]) == facts
+        written = [facts.empty, facts.grouped, vacate, str(policy), deadline]
+        assert _ingest.read_facts(written) == facts
 
 
 def test_a_push_frame_carries_its_number_seconds_pusher_and_body() -> None:

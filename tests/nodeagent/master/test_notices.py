@@ -21,6 +21,7 @@ from nodeagent.master._notices import (
     check_answer,
     claims_changed,
     claims_of_slots,
+    group_claimed,
     mesos_statuses,
     notice_from_json,
     notice_id,
@@ -349,6 +350,28 @@ def test_claims_of_slots() -> None:
         "b": (NoticeClaim(slot="slot1_3@n1"),),
     }
     assert claims_of_slots(None, now=NOW) == {}
+
+
+@pytest.mark.parametrize(
+    ("slots", "claimed"),
+    [
+        ([{"Name": "slot1_1@n1", "JobGroup": "a"}], True),
+        ([{"Name": "slot1@n1"}, "junk", {"Name": "slot1_2@n1", "JobGroup": "b"}], True),
+        ([{"Name": "slot1_1@n1", "JobGroup": ""}], False),
+        ([{"Name": "slot1_1@n1", "JobGroup": 7}], False),
+        ([{"Name": 1, "JobGroup": "a"}], False),
+        ([{"JobGroup": "a"}], False),
+        ([["JobGroup", "a"]], False),
+        ([], False),
+        ("JobGroup", False),
+        (None, False),
+    ],
+)
+def test_a_group_claimed_is_what_claims_of_slots_finds(slots: Any, claimed: bool) -> None:
+    """A node's entry says whether its slot ads hold a group's claim, so that the notices
+    read no slot ads back for a node without one: the answer is claims_of_slots' own."""
+    assert group_claimed(slots) is claimed
+    assert bool(claims_of_slots(slots, now=NOW)) is claimed
 
 
 def test_claims_of_slots_take_the_plans_verdicts() -> None:
