@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from slots._errors import InvalidRequest
 from slots._estimates import (
@@ -269,12 +268,13 @@ def active(ad: Mapping[str, Any]) -> bool:
     return (str(ad.get("State")), str(ad.get("Activity"))) in ACTIVE_NAMES
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class JobInputs:
+class JobInputs(NamedTuple):
     """What the arithmetic reads from one active slot ad, before it is brought to ``now``.
 
     ``run`` and ``vacate_left`` are as of ``as_of`` (the ad's ``MyCurrentTime``; ``None``
-    when the ad has none, and then the ad is taken as current at any ``now``).
+    when the ad has none, and then the ad is taken as current at any ``now``). A named
+    tuple: a forecast's piece reads one per job, and a frozen dataclass took four times
+    as long to make (≈ 3 µs against 0.7).
     """
 
     phase: Phase
