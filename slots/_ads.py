@@ -9,6 +9,7 @@ carry whole seconds).
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -303,6 +304,89 @@ class JobInputs(NamedTuple):
             vacate_remaining=left,
             accepted_while_draining=self.accepted_while_draining,
         )
+
+
+#: The activities of an active job, numbered by their place here in packed jobs.
+_JOB_ACTIVITIES = tuple(_PHASES)
+_JOB_CODES = {str(activity): code for code, activity in enumerate(_JOB_ACTIVITIES)}
+#: The integers a packed job takes (:func:`jobs_flat`): its activity's number, its
+#: flags, then ``cpus``, ``run``, ``as_of``, ``max_job_retirement_time``,
+#: ``job_max_vacate_time`` and ``vacate_left`` (0 for a ``None`` its flags name).
+JOB_FIELDS = 8
+_NO_AS_OF, _NO_JOB_VACATE, _ACCEPTED = 1, 2, 4
+_INTEGERS = frozenset({int})
+
+
+def jobs_of(ads: Iterable[Mapping[str, Any]]) -> list[JobInputs]:
+    """The inputs of the active jobs of a node's slot ads, in the ads' order."""
+    return [job_inputs(ad) for ad in ads if active(ad)]
+
+
+def jobs_flat(jobs: Iterable[JobInputs]) -> list[int]:
+    """Jobs' inputs as :data:`JOB_FIELDS` integers each, one job after the other:
+    what :func:`jobs_from_flat` reads back."""
+    flat: list[int] = []
+    for job in jobs:
+        as_of, vacate = job.as_of, job.job_max_vacate_time
+        flags = (
+            (_NO_AS_OF if as_of is None else 0)
+            | (_NO_JOB_VACATE if vacate is None else 0)
+            | (_ACCEPTED if job.accepted_while_draining else 0)
+        )
+        flat += (
+            _JOB_CODES[job.activity],
+            flags,
+            job.cpus,
+            job.run,
+            0 if as_of is None else as_of,
+            job.max_job_retirement_time,
+            0 if vacate is None else vacate,
+            job.vacate_left,
+        )
+    return flat
+
+
+def jobs_from_flat(flat: Iterable[int]) -> list[JobInputs]:
+    """The jobs' inputs :func:`jobs_flat` wrote."""
+    values = iter(flat)
+    jobs = []
+    for code, flags, cpus, run, as_of, retirement, vacate, left in zip(
+        *[values] * JOB_FIELDS, strict=True
+    ):
+        activity = _JOB_ACTIVITIES[code]
+        jobs.append(
+            JobInputs(
+                _PHASES[activity],
+                str(activity),
+                cpus,
+                run,
+                None if flags & _NO_AS_OF else as_of,
+                retirement,
+                None if flags & _NO_JOB_VACATE else vacate,
+                left,
+                bool(flags & _ACCEPTED),
+            )
+        )
+    return jobs
+
+
+def jobs_flat_packed(flat: Sequence[Any]) -> array[int] | None:
+    """``flat`` as an array of 64-bit integers if it is as :func:`jobs_flat` writes it
+    with integers that fit (what :func:`jobs_from_flat` reads and an ingest worker's frame
+    carries), else ``None``."""
+    if len(flat) % JOB_FIELDS or not set(map(type, flat)) <= _INTEGERS:  # no bool either
+        return None
+    try:
+        packed = array("q", flat)
+    except OverflowError:
+        return None
+    if packed:
+        codes, flags = packed[0::JOB_FIELDS], packed[1::JOB_FIELDS]
+        if min(codes) < 0 or max(codes) >= len(_JOB_ACTIVITIES):
+            return None
+        if min(flags) < 0 or max(flags) > _NO_AS_OF | _NO_JOB_VACATE | _ACCEPTED:
+            return None
+    return packed
 
 
 def job_inputs(ad: Mapping[str, Any]) -> JobInputs:

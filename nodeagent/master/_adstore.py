@@ -50,7 +50,14 @@ from slots import (
     check_estimate_inputs,
 )
 from slots._ads import ACTIVE_NAMES as _ACTIVE_PAIRS
-from slots._ads import MachineInputs, finite_number, machine_inputs
+from slots._ads import (
+    MachineInputs,
+    finite_number,
+    jobs_flat,
+    jobs_flat_packed,
+    jobs_of,
+    machine_inputs,
+)
 from slots._classad import check_value
 from slots._estimates import SuspendPolicy
 
@@ -707,9 +714,16 @@ class AdEntry:
 
     @cached_property
     def forecast(self) -> DrainForecast:
-        """The node's drain estimates and blockers at any ``now`` (from its slot ads)."""
+        """The node's drain estimates and blockers at any ``now`` (from its slot ads;
+        seeded by :meth:`AdStore.take` with their jobs' inputs when the ad came with them,
+        :class:`EntryFacts`)."""
+        return self.forecast_with()
+
+    def forecast_with(self, jobs: Sequence[int] | None = None) -> DrainForecast:
+        """A new forecast of the node's slot ads, given their active jobs' inputs
+        (``jobs``, as :func:`~slots._ads.jobs_flat` writes them) if the caller has them."""
         previous = {name: self.machine.get(name) for name in _COMPLETIONS}
-        return DrainForecast(self.slots, previous, machine=self.machine_inputs)
+        return DrainForecast(self.slots, previous, machine=self.machine_inputs, jobs=jobs)
 
     @cached_property
     def machine_inputs(self) -> MachineInputs:
@@ -940,6 +954,9 @@ class EntryFacts:
     grouped: bool
     #: :attr:`AdEntry.machine_inputs`.
     machine_inputs: MachineInputs
+    #: The active jobs' inputs its forecast reads (:func:`~slots._ads.jobs_flat`, 64-bit
+    #: integers), or ``None`` (read back from the slot ads by its first piece).
+    jobs: Sequence[int] | None = None
 
 
 def _empty(slots: Iterable[Mapping[str, Any]]) -> bool:
@@ -960,8 +977,15 @@ def entry_facts(slots: Sequence[Mapping[str, Any]]) -> EntryFacts | None:
         return None
     if not carried_inputs(inputs):
         return None
+    try:
+        jobs = jobs_flat_packed(jobs_flat(jobs_of(slots)))  # None: beyond 64 bits
+    except (TypeError, ValueError, OverflowError, KeyError):  # the forecast's read refuses
+        jobs = None
     return EntryFacts(
-        empty=_empty(slots), grouped=group_claimed(slots), machine_inputs=shared_inputs(inputs)
+        empty=_empty(slots),
+        grouped=group_claimed(slots),
+        machine_inputs=shared_inputs(inputs),
+        jobs=jobs,
     )
 
 
@@ -1305,6 +1329,10 @@ class AdStore:
                 if fact in previous.__dict__:
                     entry.__dict__[fact] = previous.__dict__[fact]
             self.moved_on_ads += 1
+        jobs = None if node.facts is None else node.facts.jobs
+        if jobs is not None and "forecast" not in entry.__dict__:
+            # a forecast not kept is given its jobs' inputs: its slot ads are not read back
+            entry.__dict__["forecast"] = entry.forecast_with(jobs)
         quiet = previous is not None and self.moved_quietly(previous, entry, now)
         if previous is not None:
             self._unindex(previous, moved=quiet)

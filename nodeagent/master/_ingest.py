@@ -66,6 +66,7 @@ from nodeagent.master._adstore import (
     shared_inputs,
 )
 from slots import InvalidRequest, SlotsError
+from slots._ads import jobs_flat_packed
 from slots._estimates import SuspendPolicy
 
 __all__ = [
@@ -236,7 +237,15 @@ def encode_prepared(prepared: NodeAd | MovedOnAd | Refused) -> bytes:
     facts = None
     if prepared.facts is not None:
         vacate, policy, deadline = prepared.facts.machine_inputs
-        facts = [prepared.facts.empty, prepared.facts.grouped, vacate, str(policy), deadline]
+        jobs = prepared.facts.jobs
+        facts = [
+            prepared.facts.empty,
+            prepared.facts.grouped,
+            vacate,
+            str(policy),
+            deadline,
+            None if jobs is None else list(jobs),
+        ]
     document = orjson.dumps(
         {
             "machine": prepared.machine,
@@ -311,17 +320,26 @@ def decode_prepared(data: bytes | memoryview) -> NodeAd | MovedOnAd | Refused:
 
 def read_facts(carried: Any) -> EntryFacts | None:
     """The :class:`~nodeagent.master._adstore.EntryFacts` a ``PUSH`` frame carries as
-    ``[empty, grouped, vacate, policy, deadline]`` (or ``null``)."""
+    ``[empty, grouped, vacate, policy, deadline, jobs]`` (or ``null``; ``jobs`` a list of
+    integers as :func:`~slots._ads.jobs_flat` writes them, or ``null``)."""
     if carried is None:
         return None
     try:
-        empty, grouped, vacate, policy, deadline = carried
+        empty, grouped, vacate, policy, deadline, jobs = carried
         inputs = (vacate, SuspendPolicy(policy), deadline)
     except (TypeError, ValueError):
         raise ValueError("a node's ad made ready with facts not shaped as such") from None
-    if type(empty) is not bool or type(grouped) is not bool or not carried_inputs(inputs):
+    packed = None if jobs is None or type(jobs) is not list else jobs_flat_packed(jobs)
+    if (
+        type(empty) is not bool
+        or type(grouped) is not bool
+        or not carried_inputs(inputs)
+        or (jobs is not None and packed is None)
+    ):
         raise ValueError("a node's ad made ready with facts not shaped as such")
-    return EntryFacts(empty=empty, grouped=grouped, machine_inputs=shared_inputs(inputs))
+    return EntryFacts(
+        empty=empty, grouped=grouped, machine_inputs=shared_inputs(inputs), jobs=packed
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from slots import (
     line_pairs,
     packed_ints,
 )
+from slots._ads import jobs_flat, jobs_flat_packed, jobs_from_flat, jobs_of
 
 from .test_properties import TOTAL, _step, ops, policies
 from .world import World
@@ -543,3 +544,77 @@ def test_a_forecast_given_the_machines_inputs_reads_them_and_not_the_ads() -> No
     for now in (T0, T0 + 200, T0 + 390, T0 + 700):
         assert told.estimates(now) == drain_estimates(as_told, now)
         assert told.estimates(now) != drain_estimates([machine, job], now)
+
+
+class _Counted(list[dict[str, Any]]):
+    """Slot ads that count how often they are read through."""
+
+    reads = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return super().__iter__()
+
+
+@settings(max_examples=150)
+@given(
+    ads=slot_ads(),
+    previous=previous_values(),
+    steps=instants,
+    window=st.integers(-3000, 9000),
+    escalation=st.sampled_from(list(Escalation)),
+)
+def test_a_forecast_given_its_jobs_inputs_reads_as_one_made_of_the_ads(
+    ads: list[dict[str, Any]],
+    previous: Any,
+    steps: list[int],
+    window: int,
+    escalation: Escalation,
+) -> None:
+    """A caller that read the active jobs' inputs where it parsed the ads gives them
+    (written flat, as an ingest worker's frame carries them): every read is the one a
+    forecast of the ads makes, and the ads are read again for blockers' frames alone."""
+    flat = jobs_flat(jobs_of(ads))
+    assert jobs_flat_packed(flat) is not None
+    assert jobs_from_flat(flat) == jobs_of(ads)
+    counted = _Counted(ads)
+    told, made = DrainForecast(counted, previous, jobs=flat), DrainForecast(ads, previous)
+    counted.reads = 0  # the machine's inputs were read when it was made
+    window_start = T0 + window + 0.5
+    now = T0
+    for step in steps:
+        now += step
+        read = told.read(now, window_start=window_start, escalation=escalation)
+        assert read == made.read(now, window_start=window_start, escalation=escalation)
+        assert told.estimates(now) == made.estimates(now)
+    assert counted.reads == 0  # no piece read the ads
+    assert told.blockers(now) == made.blockers(now) == ad_blockers(ads, now, Schedule.GRACEFUL)
+
+
+def test_a_forecast_reads_the_jobs_inputs_it_is_given() -> None:
+    """The jobs' inputs given are those its pieces are made of (here, a job's run time
+    other than its ad's: a caller must give the ads' own)."""
+    job = {
+        "SlotType": "Dynamic",
+        "State": "Claimed",
+        "Activity": "Busy",
+        "Cpus": 2,
+        "TotalJobRunTime": 100,
+        "MaxJobRetirementTime": 1000,
+        "MyCurrentTime": T0,
+    }
+    other = jobs_flat(jobs_of([{**job, "TotalJobRunTime": 400}]))
+    told = DrainForecast([job], jobs=other)
+    assert told.estimates(T0) == drain_estimates([{**job, "TotalJobRunTime": 400}], T0)
+    assert told.estimates(T0) != drain_estimates([job], T0)
+
+
+def test_jobs_written_flat_that_no_job_writes_are_not_well_formed() -> None:
+    busy = jobs_flat(jobs_of([{"State": "Claimed", "Activity": "Busy", "SlotType": "Dynamic"}]))
+    assert jobs_flat_packed(busy) == array("q", busy)
+    assert jobs_flat_packed([]) == array("q")  # no job: an empty array, not None
+    assert jobs_flat_packed(busy[:-1]) is None
+    assert jobs_flat_packed([9, *busy[1:]]) is None  # no such activity
+    assert jobs_flat_packed([busy[0], 8, *busy[2:]]) is None  # no such flag
+    assert jobs_flat_packed([*busy[:3], 2**63, *busy[4:]]) is None
+    assert jobs_flat_packed([*busy[:3], True, *busy[4:]]) is None

@@ -239,7 +239,7 @@ def evicting_suspended_jobs(node: Machine) -> dict[str, Any]:
     ],
 )
 def test_an_entry_has_what_it_reads_of_its_slot_ads_from_where_they_were_parsed(
-    ad_of: Callable[[Machine], dict[str, Any]],
+    ad_of: Callable[[Machine], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ad's slot ads are parsed when it is taken: what the entry reads of them for its
     plan (``empty``, whether a group's claim is there, the machine's inputs to the
@@ -258,6 +258,16 @@ def test_an_entry_has_what_it_reads_of_its_slot_ads_from_where_they_were_parsed(
         if s.get("SlotType") == "Dynamic"
     )
     assert entry.machine_inputs == machine_inputs(slots)
+    # and its forecast has its jobs' inputs: its pieces read no slot ads back
+    assert "forecast" in entry.__dict__
+    unpacked = PackedSlots.unpacked
+    reads: list[None] = []
+
+    def counted(packed: PackedSlots) -> list[dict[str, Any]]:
+        reads.append(None)
+        return unpacked(packed)
+
+    monkeypatch.setattr(PackedSlots, "unpacked", counted)
     previous = {name: ad["machine"].get(name) for name in COMPLETIONS}
     for now in (T + 60, T + 600, T + 5000):
         assert entry.forecast.estimates(now) == DrainForecast(slots, previous).estimates(now)
@@ -266,6 +276,8 @@ def test_an_entry_has_what_it_reads_of_its_slot_ads_from_where_they_were_parsed(
         ) == DrainForecast(slots, previous).verdicts(
             now, window_start=T + 3600, escalation=Escalation.QUICK
         )
+    assert not reads or not entry.forecast.exact  # else every read is the ads' own
+    assert entry.forecast.blockers(T + 60) == DrainForecast(slots, previous).blockers(T + 60)
 
 
 def test_the_machine_inputs_of_nodes_without_a_deadline_are_one_tuple() -> None:
@@ -284,7 +296,7 @@ def test_an_entry_taken_without_its_facts_reads_them_back() -> None:
     store = AdStore(lifetime=300)
     made = prepare_node_ad(copy.deepcopy(ad["machine"]), copy.deepcopy(ad["slots"]))
     entry = store.take(dataclasses.replace(made, facts=None), T)
-    assert not {"empty", "grouped", "machine_inputs"} & entry.__dict__.keys()
+    assert not {"empty", "grouped", "machine_inputs", "forecast"} & entry.__dict__.keys()
     assert (entry.empty, entry.grouped, entry.machine_inputs) == (
         False,
         False,

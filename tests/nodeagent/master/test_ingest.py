@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import struct
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,7 @@ from nodeagent.master._ingest import (
     split_frames,
 )
 from slots import ACTIVE
-from slots._ads import machine_inputs
+from slots._ads import jobs_from_flat, machine_inputs
 from slots._estimates import SuspendPolicy
 from tests.nodeagent.master.test_adstore_moved_on import AD_PAIRS, T, machine
 
@@ -378,12 +379,19 @@ def test_a_frame_no_worker_writes_is_refused(frame: bytes) -> None:
 @pytest.mark.parametrize(
     "facts",
     [
-        [1, False, 600, "keep", None],  # empty not a boolean
-        [False, 0, 600, "keep", None],  # grouped not a boolean
-        [False, False, "600", "keep", None],
-        [False, False, 600, "never", None],  # no such policy
-        [False, False, 600, "keep", "soon"],
-        [False, 600, "keep", None],  # a fact left out
+        [1, False, 600, "keep", None, None],  # empty not a boolean
+        [False, 0, 600, "keep", None, None],  # grouped not a boolean
+        [False, False, "600", "keep", None, None],
+        [False, False, 600, "never", None, None],  # no such policy
+        [False, False, 600, "keep", "soon", None],
+        [False, 600, "keep", None, None],  # a fact left out
+        [False, False, 600, "keep", None, "jobs"],
+        [False, False, 600, "keep", None, [0, 0, 1, 60, 0, 0, 0]],  # 7 of a job's 8
+        [False, False, 600, "keep", None, [5, 0, 1, 60, 0, 0, 0, 0]],  # no such activity
+        [False, False, 600, "keep", None, [0, 8, 1, 60, 0, 0, 0, 0]],  # no such flag
+        [False, False, 600, "keep", None, [0, 0, True, 60, 0, 0, 0, 0]],
+        [False, False, 600, "keep", None, [0, 0, 1, 2**64, 0, 0, 0, 0]],
+        [False, False, 600, "keep", None, [0, 0, 1, 60.5, 0, 0, 0, 0]],
         {"empty": False},
     ],
 )
@@ -393,14 +401,23 @@ def test_a_nodes_ad_made_ready_with_facts_no_worker_writes_is_refused(facts: obj
     with pytest.raises(ValueError, match="facts"):
         _ingest.read_facts(facts)
     assert _ingest.read_facts(None) is None
-    read = _ingest.read_facts([True, False, 600, "evict", 1_800_000_900.5])
+    read = _ingest.read_facts([True, False, 600, "evict", 1_800_000_900.5, None])
     assert read == EntryFacts(
         empty=True, grouped=False, machine_inputs=(600, SuspendPolicy.EVICT, 1_800_000_900.5)
     )
-    read = _ingest.read_facts([False, True, 600, "keep", None])
+    job = [0, 7, 2, 60, 0, 3600, 0, 0]  # Busy, no time of its own, no vacate time, accepted
+    read = _ingest.read_facts([False, True, 600, "keep", None, job])
     assert read == EntryFacts(
-        empty=False, grouped=True, machine_inputs=(600, SuspendPolicy.KEEP, None)
+        empty=False,
+        grouped=True,
+        machine_inputs=(600, SuspendPolicy.KEEP, None),
+        jobs=array("q", job),
     )
+    assert read is not None
+    assert read.jobs is not None
+    (busy,) = jobs_from_flat(read.jobs)
+    assert (busy.activity, busy.as_of, busy.job_max_vacate_time) == ("Busy", None, None)
+    assert busy.accepted_while_draining is True
 
 
 @pytest.mark.parametrize(
@@ -427,7 +444,8 @@ def test_the_facts_made_where_slot_ads_are_parsed_are_those_a_frame_carries(
     if facts is not None:
         assert facts.machine_inputs == machine_inputs(slots)
         vacate, policy, deadline = facts.machine_inputs
-        written = [facts.empty, facts.grouped, vacate, str(policy), deadline]
+        jobs = None if facts.jobs is None else list(facts.jobs)
+        written = [facts.empty, facts.grouped, vacate, str(policy), deadline, jobs]
         assert _ingest.read_facts(written) == facts
 
 
