@@ -274,8 +274,8 @@ class JobInputs(NamedTuple):
 
     ``run`` and ``vacate_left`` are as of ``as_of`` (the ad's ``MyCurrentTime``; ``None``
     when the ad has none, and then the ad is taken as current at any ``now``). A named
-    tuple: a forecast's piece reads one per job, and a frozen dataclass took four times
-    as long to make (≈ 3 µs against 0.7).
+    tuple: a forecast's piece reads one per job, and a frozen dataclass took three times
+    as long to make (≈ 3 µs against 1).
     """
 
     phase: Phase

@@ -100,6 +100,17 @@ def previous_values(span: int = 9000) -> st.SearchStrategy[dict[str, Any] | None
 instants = st.lists(st.integers(-100, 400) | st.integers(-5000, 9000), min_size=1, max_size=25)
 
 
+#: A node's ads, its last completions, the instants a plan reads it at, its window and the
+#: escalation applied there.
+reads_for_a_window = {
+    "ads": slot_ads(),
+    "previous": previous_values(),
+    "steps": instants,
+    "window": st.integers(-3000, 9000),
+    "escalation": st.sampled_from(list(Escalation)),
+}
+
+
 def _assert_agrees(
     forecast: DrainForecast, ads: list[dict[str, Any]], previous: Any, now: float
 ) -> None:
@@ -348,13 +359,7 @@ def test_check_estimate_inputs(attribute: str, value: Any, ok: bool) -> None:
 
 
 @settings(max_examples=200)
-@given(
-    ads=slot_ads(),
-    previous=previous_values(),
-    steps=instants,
-    window=st.integers(-3000, 9000),
-    escalation=st.sampled_from(list(Escalation)),
-)
+@given(**reads_for_a_window)
 def test_read_is_the_values_and_the_verdicts(
     ads: list[dict[str, Any]],
     previous: Any,
@@ -557,13 +562,7 @@ class _Counted(list[dict[str, Any]]):
 
 
 @settings(max_examples=150)
-@given(
-    ads=slot_ads(),
-    previous=previous_values(),
-    steps=instants,
-    window=st.integers(-3000, 9000),
-    escalation=st.sampled_from(list(Escalation)),
-)
+@given(**reads_for_a_window)
 def test_a_forecast_given_its_jobs_inputs_reads_as_one_made_of_the_ads(
     ads: list[dict[str, Any]],
     previous: Any,
