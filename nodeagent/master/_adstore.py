@@ -1019,9 +1019,10 @@ class NodeAd:
     clocks: tuple[dict[str, Any], ...]
     #: Whether a job is active on the node (a slot ``Claimed``/``Busy`` or ``Retiring``).
     active: bool
-    #: What the entry would read back of its slot ads for :attr:`AdEntry.empty` and
-    #: :attr:`AdEntry.machine_inputs`, made while the slot ads are at hand (``None``: read
-    #: back when first asked, as for an ad moved on in time, which keeps its entry's).
+    #: What the entry would read back of its slot ads (:class:`EntryFacts`: ``empty``,
+    #: ``grouped``, the machine's inputs and its jobs' inputs to the forecast), made while
+    #: the slot ads are at hand (``None``: read back when first asked, as for an ad moved
+    #: on in time, which keeps its entry's).
     facts: EntryFacts | None = None
 
 
