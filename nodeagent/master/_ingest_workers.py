@@ -229,15 +229,17 @@ class IngestWorkers:
 
         A turn of the loop answers the frames read, then those already waiting on the link
         (read from ``sock``, the link's socket, without waiting), for :attr:`answer_slice`
-        at most; then the answers go out and the others run. So the pushes answered in a
-        turn are bounded by the time they take, not by what one read holds: a push made
-        ready is ≈ 15–25 kB, and a read of the link's buffer holds a dozen."""
+        at most (one frame at least); then the answers go out and the others run, and the
+        frames left wait for the next turn. So the pushes answered in a turn are bounded by
+        the time they take, not by what one read holds: a push made ready is ≈ 15–25 kB,
+        and a read of the link's buffer holds a dozen of them, or a hundred pushes of
+        moving values alone."""
         while True:
             answers: list[bytes] = []
             began = self.work_clock()
             while True:
-                self._take(frames, answers)
-                if self.work_clock() - began >= self.answer_slice:
+                frames = self._take(frames, answers, began)
+                if frames or self.work_clock() - began >= self.answer_slice:
                     break
                 waiting = self._read_now(sock, process)
                 if waiting is None:
@@ -246,13 +248,22 @@ class IngestWorkers:
                 frames = split_frames(buffer)
             if answers:
                 await link.send_all(b"".join(answers))
+            if frames:
+                await trio.lowlevel.checkpoint()
+                continue
             with trio.fail_after(self.silence_timeout):
                 buffer += await self._receive(link, process)
             frames = split_frames(buffer)
 
-    def _take(self, frames: list[memoryview], answers: list[bytes]) -> None:
-        """Store the pushes of ``frames`` and add their answers to ``answers``."""
-        for frame in frames:
+    def _take(
+        self, frames: list[memoryview], answers: list[bytes], began: float
+    ) -> list[memoryview]:
+        """Store the pushes of ``frames`` and add their answers to ``answers``, until
+        :attr:`answer_slice` has passed since ``began`` (the first frame taken whatever
+        the time): the frames left."""
+        for i, frame in enumerate(frames):
+            if i and self.work_clock() - began >= self.answer_slice:
+                return frames[i:]
             push = decode_worker_frame(frame)
             if isinstance(push, bool):
                 continue  # ALIVE
@@ -265,6 +276,7 @@ class IngestWorkers:
                 self.taken += 1
                 self.prepared += push.prepared is not None
                 answers.append(encode_answer(push.number, reply))
+        return []
 
     @staticmethod
     def _read_now(sock: socket.socket, process: trio.Process) -> bytes | None:

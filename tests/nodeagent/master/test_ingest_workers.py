@@ -358,3 +358,64 @@ async def test_a_turn_answers_the_pushes_waiting_on_the_link_until_its_slice_is_
     assert len(link.sent) == 1  # the turn's answers, sent at once
     numbers = [decode_answer(f)[0] for f in split_frames(bytearray(link.sent[0]))]
     assert numbers == answered == list(range(1, answered_in_the_turn + 1))
+
+
+async def test_a_turn_leaves_the_frames_of_a_read_its_slice_had_no_room_for(
+    tmp_path: Path,
+) -> None:
+    """40 pushes read at once, a slice of 3.5 ticks of the work clock (a tick per look):
+    each turn answers 4 of them and sends their answers, the others served between two
+    turns; the next turn takes up where it stopped."""
+    frames = [encode_push(n, 0.0, "a", None, body=b"x" * 100) for n in range(1, 41)]
+    ticks = iter(range(1_000_000))
+    answered: list[int] = []
+    turns_elsewhere: list[int] = []
+
+    def answer(push: Push | WorkerRefusal) -> AdReply:
+        assert isinstance(push, Push)
+        answered.append(push.number)
+        return AdReply(200, b"{}")
+
+    class _Counted(_Link):
+        async def send_all(self, data: bytes) -> None:
+            turns_elsewhere.append(turns)
+            await super().send_all(data)
+
+    turns = 0
+
+    async def elsewhere() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+
+    link = _Counted()
+    ours, theirs = socket.socketpair()
+    with listener(tmp_path) as share, ours, theirs:
+        ours.setblocking(False)
+        workers = IngestWorkers(
+            1,
+            share=share,
+            answer=answer,
+            key=None,
+            read_timeout=5.0,
+            answer_slice=3.5,
+            work_clock=lambda: float(next(ticks)),
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(elsewhere)
+            with pytest.raises(_TurnEnded):
+                await workers._answer(
+                    link,  # type: ignore[arg-type]
+                    ours,
+                    _Process(),  # type: ignore[arg-type]
+                    bytearray(),
+                    split_frames(bytearray(b"".join(frames))),
+                )
+            nursery.cancel_scope.cancel()
+    batches = [[decode_answer(f)[0] for f in split_frames(bytearray(s))] for s in link.sent]
+    assert batches == [list(range(n, n + 4)) for n in range(1, 41, 4)]
+    assert answered == list(range(1, 41))
+    # the others ran between two turns (the order of a round's tasks is trio's to choose)
+    assert turns_elsewhere == sorted(turns_elsewhere)
+    assert turns_elsewhere[-1] >= len(batches) - 2
