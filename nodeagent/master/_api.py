@@ -931,10 +931,12 @@ def build_master_app(
         """Prometheus text: the machines, nodes, drains, plan verdicts, operations, events
         and webhooks (docs/master-api.md#health lists them); the plan's figures are those
         kept between replies, at most ``_ANSWER_SHARES`` of them remade
-        (``Master.note_totals_read``)."""
+        (``Master.note_totals_read``); the nodes' figures are brought to now first, a part
+        at a time, the others served between two parts (``MasterMetrics.node_slices``)."""
         if metrics.require_auth:
             allowed(request, Scope.READ)
         master.note_totals_read()
+        await master.in_slices(metrics.node_slices())
         payload, content_type = metrics.render()
         return Response(payload, media_type=content_type)
 

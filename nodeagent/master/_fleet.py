@@ -244,19 +244,45 @@ def node_figures(
     )
 
 
+#: What a live node adds to :class:`NodeLedger`'s counts: its ``DrainState`` (``none``
+#: without one), ``DrainHookState`` and ``HealthState`` (``None``: none published), the
+#: name of its failed completion hook that holds it closed (``None``: none), whether its
+#: health check fails.
+_Tally = tuple[object, object, object, "str | None", bool]
+
+
+def _tally_of(entry: AdEntry) -> _Tally:
+    """What ``entry``'s node adds to the counts while live (read as :func:`node_figures`
+    reads a node)."""
+    machine = entry.machine
+    service = entry.service
+    hook, health = service["hook"], service["health"]
+    failed = str(hook["name"]) if service["hook_holds"] and hook["state"] == "failed" else None
+    return (
+        machine.get("DrainState", "none"),
+        machine.get("DrainHookState"),
+        machine.get("HealthState"),
+        failed,
+        health is not None and health["state"] == "failing",
+    )
+
+
 class NodeLedger:
     """:func:`node_figures` kept between scrapes, for a store whose ads live
     ``lifetime``: each live node's part of the counts (an ad is live while its age is at
     most ``lifetime``; older, its node is lost or rebooting), taken again only for the
-    nodes whose ad arrived or went (:meth:`bring_to`) and for those whose ad grew too old
-    (a heap of the live ads by when they came), so that a scrape costs what changed and
-    the nodes not live, not the pool. One caller at a time."""
+    nodes whose ad arrived or went (:meth:`bring_to`, or a part at a time:
+    :meth:`bring_part`) and for those whose ad grew too old (a heap of the live ads by
+    when they came), so that a scrape costs what changed and the nodes not live, not the
+    pool. A node whose new ad counts as its last did (the same states: most ads) only
+    has its ad replaced. One caller at a time."""
 
     def __init__(self, lifetime: float) -> None:
         self.lifetime = lifetime
         #: The last ``now`` brought to (a clock that goes back needs a new ledger).
         self.now = -math.inf
         self._live: dict[str, AdEntry] = {}
+        self._tallies: dict[str, _Tally] = {}  # the live nodes'
         self._gone: dict[str, AdEntry] = {}
         self._heap: list[tuple[float, str]] = []
         self._drain: dict[str, int] = {}
@@ -276,17 +302,22 @@ class NodeLedger:
         none any more), and let go of the live ads that grew too old by ``now``."""
         self.now = now
         for name in changed:
-            self._drop(name)
-            entry = get(name)
-            if entry is not None:
-                self._place(entry, now)
-        heap, lifetime = self._heap, self.lifetime
-        while heap and now - heap[0][0] > lifetime:
-            came, name = heapq.heappop(heap)
-            entry = self._live.get(name)
-            if entry is not None and entry.received_at == came:
-                self._drop(name)
-                self._gone[name] = entry
+            self._take(name, get(name), now)
+        self._let_go(now, math.inf)
+
+    def bring_part(
+        self, now: float, changed: set[str], get: Callable[[str], AdEntry | None], most: int
+    ) -> bool:
+        """:meth:`bring_to` a part at a time: take again at most ``most`` of the nodes
+        ``changed`` (each taken is removed from it), and look at most at ``most`` of the
+        oldest ads (those replaced or gone let go of, those grown too old by ``now``
+        counted gone). Whether nothing is left to do at ``now`` (``changed`` empty, the
+        oldest ad live)."""
+        self.now = now
+        for _ in range(min(most, len(changed))):
+            name = changed.pop()
+            self._take(name, get(name), now)
+        return self._let_go(now, most) and not changed
 
     def figures(
         self,
@@ -297,13 +328,8 @@ class NodeLedger:
         """:func:`node_figures` of every ad held, at the ``now`` brought to."""
         lost = [(name, entry.age(now)) for name, entry in self._gone.items() if is_lost(entry)]
         rebooting = sum(1 for entry in self._gone.values() if is_rebooting(entry))
+        self._let_go(-math.inf, math.inf)  # the ads replaced or gone (none grown too old)
         heap = self._heap
-        while heap:  # an ad replaced or gone is let go of
-            came, name = heap[0]
-            live = self._live.get(name)
-            if live is not None and live.received_at == came:
-                break
-            heapq.heappop(heap)
         oldest = max(0.0, now - heap[0][0]) if heap else 0.0
         return NodeFigures(
             drain_states=_states(DRAIN_STATES, self._drain),
@@ -316,37 +342,62 @@ class NodeLedger:
             rebooting=rebooting,
         )
 
-    def _place(self, entry: AdEntry, now: float) -> None:
-        name = entry.name
-        if now - entry.received_at > self.lifetime:
-            self._gone[name] = entry
-            return
-        self._live[name] = entry
-        heapq.heappush(self._heap, (entry.received_at, name))
-        self._tally(entry, 1)
-        if len(self._heap) > 2 * len(self._live) + 1024:  # stale entries: rebuilt
-            self._heap = [(e.received_at, n) for n, e in self._live.items()]
-            heapq.heapify(self._heap)
+    def _let_go(self, now: float, most: float) -> bool:
+        """Pop at most ``most`` of the heap's oldest: those of ads replaced or gone, and
+        the live ones that grew too old by ``now`` (then gone). Whether the oldest left is
+        a live ad not too old (or none is)."""
+        heap, live, lifetime = self._heap, self._live, self.lifetime
+        while heap and most > 0:
+            came, name = heap[0]
+            entry = live.get(name)
+            if entry is not None and entry.received_at == came:
+                if now - came <= lifetime:
+                    return True
+                self._drop(name)
+                self._gone[name] = entry
+            heapq.heappop(heap)
+            most -= 1
+        return not heap
+
+    def _take(self, name: str, entry: AdEntry | None, now: float) -> None:
+        """Count ``entry`` as ``name``'s ad (``None``: it has none)."""
+        self._gone.pop(name, None)
+        self._live.pop(name, None)
+        was = self._tallies.pop(name, None)
+        tally = None
+        if entry is not None:
+            if now - entry.received_at > self.lifetime:
+                self._gone[name] = entry
+            else:
+                tally = self._tallies[name] = _tally_of(entry)
+                self._live[name] = entry
+                heapq.heappush(self._heap, (entry.received_at, name))
+                if len(self._heap) > 2 * len(self._live) + 1024:  # stale entries: rebuilt
+                    self._heap = [(e.received_at, n) for n, e in self._live.items()]
+                    heapq.heapify(self._heap)
+        if tally != was:
+            if was is not None:
+                self._count(name, was, -1)
+            if tally is not None:
+                self._count(name, tally, 1)
 
     def _drop(self, name: str) -> None:
-        self._gone.pop(name, None)
-        entry = self._live.pop(name, None)
-        if entry is not None:
-            self._tally(entry, -1)
+        self._live.pop(name, None)
+        was = self._tallies.pop(name, None)
+        if was is not None:
+            self._count(name, was, -1)
 
-    def _tally(self, entry: AdEntry, by: int) -> None:
-        machine = entry.machine
-        _count(self._drain, machine.get("DrainState", "none"), by)
-        _count(self._hook, machine.get("DrainHookState"), by)
-        _count(self._health, machine.get("HealthState"), by)
-        service = entry.service
-        name = entry.name
-        if service["hook_holds"] and service["hook"]["state"] == "failed":
+    def _count(self, name: str, tally: _Tally, by: int) -> None:
+        drain, hook, health, failed, failing = tally
+        _count(self._drain, drain, by)
+        _count(self._hook, hook, by)
+        _count(self._health, health, by)
+        if failed is not None:
             if by > 0:
-                self._failed[name] = str(service["hook"]["name"])
+                self._failed[name] = failed
             else:
                 self._failed.pop(name, None)
-        if service["health"] is not None and service["health"]["state"] == "failing":
+        if failing:
             if by > 0:
                 self._failing.add(name)
             else:

@@ -401,6 +401,10 @@ class Master:
     _totals_read_at: float = -math.inf
     #: Set by a read of the totals (:meth:`keep_totals` waits for it).
     _totals_read: trio.Event = field(default_factory=trio.Event)
+    #: What else :meth:`keep_totals` keeps current with the totals, each a maker of its
+    #: slices (the scrape's node figures: :meth:`MasterMetrics.node_slices
+    #: <nodeagent.master._metrics.MasterMetrics.node_slices>`).
+    kept_with_totals: list[Callable[[], Iterator[None]]] = field(default_factory=list)
     _refreshing: bool = False
     #: Drain records loaded from the store whose node's ad, if held, may predate them.
     _unseen: set[str] = field(default_factory=set)
@@ -1507,6 +1511,12 @@ class Master:
         ]
         return index, plans
 
+    async def in_slices(self, slices: Iterator[None]) -> None:
+        """Run ``slices`` (work that yields between its parts) as the passes run theirs:
+        the others served between two parts for as long as each took, unless the loop is
+        idle (:func:`_in_slices`)."""
+        await _in_slices(slices, self.loop_idle)
+
     def note_totals_read(self) -> None:
         """A summary or a scrape is reading the plan's totals kept between replies: it
         remakes at most :data:`_ANSWER_SHARES` of the shares that changed or came due, for
@@ -1525,14 +1535,19 @@ class Master:
         (:meth:`~nodeagent.master._plan_view.PlanView.warm`, each making the
         forecasts its shares read), serving the others between two slices for as long as
         each took (:func:`_in_slices`), until none waits; then again every
-        ``reconcile_interval``, for :data:`_KEEP_WARM_FOR` after the last read. Apart from
-        the passes, whose decisions never wait for it; idle while nobody reads."""
+        ``reconcile_interval``, for :data:`_KEEP_WARM_FOR` after the last read. And with
+        them, in the same way, what :attr:`kept_with_totals` holds (a scrape then finds
+        its nodes' figures about a ``reconcile_interval`` old, not a scrape interval).
+        Apart from the passes, whose decisions never wait for it; idle while nobody
+        reads."""
         task_status.started()
         while True:
             await self._totals_read.wait()
             self._totals_read = trio.Event()
             while self.clock.now() - self._totals_read_at <= _KEEP_WARM_FOR:
                 await _in_slices(self._totals_slices(), self.loop_idle)
+                for slices in self.kept_with_totals:
+                    await _in_slices(slices(), self.loop_idle)
                 await trio.sleep(self.reconcile_interval)
 
     def _totals_slices(self) -> Generator[None, None, None]:

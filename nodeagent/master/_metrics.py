@@ -11,7 +11,7 @@ type are exported even when none is.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -32,7 +32,11 @@ if TYPE_CHECKING:
     from nodeagent.master._master import Master
     from nodeagent.master._notify import Notifier
 
-__all__ = ["MasterMetrics"]
+__all__ = ["NODES_A_SLICE", "MasterMetrics"]
+
+#: The nodes a scrape takes again in one part before it lets the others run
+#: (:meth:`MasterMetrics.node_slices`).
+NODES_A_SLICE = 500
 
 
 class _MasterCollector(Collector):
@@ -218,17 +222,35 @@ class _MasterCollector(Collector):
         that arrived or went by the store's
         :meth:`~nodeagent.master._adstore.AdStore.watch_names`)."""
         ads = master.ads
+        ledger, changed = self._ledger_at(master, now)
+        ledger.bring_to(now, changed, ads.get)
+        changed.clear()
+        return ledger.figures(now, ads.lost_at(now), ads.rebooting_at(now))
+
+    def node_slices(self) -> Iterator[None]:
+        """The node figures brought to now a part at a time before a scrape reads them
+        (:meth:`~nodeagent.master._fleet.NodeLedger.bring_part`, at most
+        :data:`NODES_A_SLICE` nodes a part), yielding between two parts: a minute of a
+        large pool's ads is tens of thousands of nodes to take again."""
+        master = self._master
+        while True:
+            now = master.clock.now()
+            ledger, changed = self._ledger_at(master, now)
+            if ledger.bring_part(now, changed, master.ads.get, NODES_A_SLICE):
+                return
+            yield
+
+    def _ledger_at(self, master: Master, now: float) -> tuple[NodeLedger, set[str]]:
+        """The node ledger for ``now`` and the names of the nodes it has yet to take
+        again: a new one (every node to take) for a new store, a new ``lifetime`` or a
+        clock gone back."""
+        ads = master.ads
         held = self._node_ledger
         if held is None or held[0] is not ads or not held[1].holds(ads.lifetime, now):
-            ledger = NodeLedger(ads.lifetime)
-            held = self._node_ledger = (ads, ledger, ads.watch_names())
-            changed: Iterable[str] = [entry.name for entry in ads.entries()]
-        else:
-            changed = held[2]
-        ledger = held[1]
-        ledger.bring_to(now, changed, ads.get)
-        held[2].clear()
-        return ledger.figures(now, ads.lost_at(now), ads.rebooting_at(now))
+            changed = held[2] if held is not None and held[0] is ads else ads.watch_names()
+            changed.update(entry.name for entry in ads.entries())
+            held = self._node_ledger = (ads, NodeLedger(ads.lifetime), changed)
+        return held[1], held[2]
 
     def _nodes(self, master: Master, figures: NodeFigures) -> Iterator[Metric]:
         """The nodes by their ads (:meth:`_node_figures`)."""
@@ -379,6 +401,8 @@ class MasterMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._collector = _MasterCollector(master)
         self.registry.register(self._collector)
+        # kept current between scrapes, while they come (Master.keep_totals)
+        master.kept_with_totals.append(self._collector.node_slices)
         self._latency = Histogram(
             "nodeagent_master_http_request_seconds",
             "HTTP request latency",
@@ -405,6 +429,12 @@ class MasterMetrics:
     def observe_request_seconds(self, method: str, route: str, seconds: float) -> None:
         """A request that took ``seconds`` (one an ingest worker and the master shared)."""
         self._latency.labels(method, route).observe(seconds)
+
+    def node_slices(self) -> Iterator[None]:
+        """Bring the node figures a scrape reads to now a part at a time, yielding between
+        two parts (run them as a pass's slices are run; :meth:`render` then takes the
+        nodes whose ads came meanwhile)."""
+        return self._collector.node_slices()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

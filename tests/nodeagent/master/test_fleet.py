@@ -373,11 +373,15 @@ STORY: list[tuple[float, list[dict[str, Any] | str]]] = [
 ]
 
 
-def test_the_node_ledger_follows_ads_that_arrive_go_and_grow_old() -> None:
+@pytest.mark.parametrize("part", [None, 1, 2, 3], ids=lambda p: f"part={p}")
+def test_the_node_ledger_follows_ads_that_arrive_go_and_grow_old(part: int | None) -> None:
+    """Brought whole (``bring_to``) or a part of ``part`` nodes at a time (``bring_part``
+    until it says it is whole), the ledger counts as :func:`node_figures` does."""
     store = AdStore(lifetime=LIFETIME, reboot_grace=3600)
     changed = store.watch_names()
     ledger = NodeLedger(LIFETIME)
     seen = []
+    parts = 0
     for later, happenings in STORY:
         now = NOW + later
         for happening in happenings:
@@ -385,8 +389,13 @@ def test_the_node_ledger_follows_ads_that_arrive_go_and_grow_old() -> None:
                 store.forget(happening)
             else:
                 store.update(happening, now)
-        ledger.bring_to(now, changed, store.get)
-        changed.clear()
+        if part is None:
+            ledger.bring_to(now, changed, store.get)
+            changed.clear()
+        else:
+            while not ledger.bring_part(now, changed, store.get, part):
+                parts += 1
+            assert not changed
         lost, rebooting = store.lost_at(now), store.rebooting_at(now)
         expected = node_figures(store.entries(), lost, now, rebooting)
         assert ledger.figures(now, lost, rebooting) == expected, later
@@ -397,3 +406,29 @@ def test_the_node_ledger_follows_ads_that_arrive_go_and_grow_old() -> None:
     assert any(f.health_failing for f in seen)
     assert any(f.drain_states.get("odd") for f in seen)
     assert [name for name, _ in seen[-2].lost] == ["a", "b", "c", "e"]
+    assert parts >= {None: 0, 1: 12, 2: 2, 3: 1}[part]  # the parts were parts
+
+
+def test_a_node_ledger_part_takes_at_most_its_nodes_and_its_oldest_ads() -> None:
+    """A part takes ``most`` changed nodes and looks at ``most`` of the oldest ads."""
+    store = AdStore(lifetime=LIFETIME, reboot_grace=3600)
+    changed = store.watch_names()
+    for i in range(10):
+        store.update(_node_ad(f"n{i}", DrainState="draining"), NOW + i)
+    ledger = NodeLedger(LIFETIME)
+    assert not ledger.bring_part(NOW + 10, changed, store.get, 4)
+    assert len(changed) == 6
+    assert not ledger.bring_part(NOW + 10, changed, store.get, 4)
+    assert ledger.bring_part(NOW + 10, changed, store.get, 4)
+    for i in range(5):  # replaced: their heap entries stale
+        store.update(_node_ad(f"n{i}", DrainState="draining"), NOW + 20)
+    now = NOW + 9 + LIFETIME + 0.5  # n5 … n9 grown too old, n0 … n4 live
+    steps = [ledger.bring_part(now, changed, store.get, 2) for _ in range(8)]
+    # 5 taken again (in the first 3 parts); 10 of the oldest let go of, 2 a part (the 5
+    # replaced, the 5 grown too old): the sixth part finds the oldest live
+    assert steps == [False] * 5 + [True] * 3
+    assert not changed
+    lost, rebooting = store.lost_at(now), store.rebooting_at(now)
+    figures = ledger.figures(now, lost, rebooting)
+    assert figures == node_figures(store.entries(), lost, now, rebooting)
+    assert figures.drain_states["draining"] == 5

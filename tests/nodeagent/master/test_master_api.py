@@ -28,9 +28,10 @@ from nodeagent._moving_values import split_slots
 from nodeagent._peer import AgentCallFailed, AgentLink
 from nodeagent._serving._http import trusted
 from nodeagent._store import DocumentStore, StoreError
-from nodeagent.master import _api
+from nodeagent.master import _api, _metrics
 from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
+from nodeagent.master._fleet import NodeLedger
 from nodeagent.master._ingest import FRAME, Push, decode_worker_frame, encode_push
 from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
@@ -522,6 +523,62 @@ async def test_the_forecasts_waiting_show_in_the_master_ad_and_the_metrics(
             a.master.forecasts_per_pass = 1
             a.master.reconcile(nursery)
             assert await shown() == (0, False)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 nodes' ads to take again, 4 a part: a scrape takes 13 parts and more, another
+    task runs between each two, and the figures count every node; a scrape with nothing
+    new takes one part. Once scraped, the master takes the next ads in the background
+    (``keep_totals``), and the next scrape finds nothing left."""
+    monkeypatch.setattr(_metrics, "NODES_A_SLICE", 4)
+    turns = 0
+    seen: list[int] = []
+    brought: list[bool] = []
+    bring_part = NodeLedger.bring_part
+
+    def counted(self: NodeLedger, *args: Any) -> bool:
+        seen.append(turns)
+        brought.append(bring_part(self, *args))
+        return brought[-1]
+
+    monkeypatch.setattr(NodeLedger, "bring_part", counted)
+
+    async def elsewhere() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+
+    async with api(tmp_path) as a:
+        for i in range(50):
+            assert (await a.push(node_ad(f"n{i:02}"))).status_code == 200
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(elsewhere)
+            text = (await a.local.get("/metrics")).text
+            assert 'nodeagent_master_nodes{state="live"} 50.0' in text
+            assert len(seen) >= 13
+            # the other task ran between the parts (a round's order is trio's to choose)
+            assert seen == sorted(seen)
+            assert seen[-1] > seen[0] + len(seen) // 2
+            seen.clear()
+            assert (await a.local.get("/metrics")).status_code == 200
+            assert len(seen) == 1
+            # after a scrape the master keeps the figures current with the plan's totals
+            for i in range(50, 60):
+                assert (await a.push(node_ad(f"n{i:02}"))).status_code == 200
+            brought.clear()
+            await nursery.start(a.master.keep_totals)
+            with trio.fail_after(30):
+                while not (brought and brought[-1]):  # noqa: ASYNC110 (a task of its own)
+                    await trio.sleep(0.01)
+            assert len(brought) >= 3  # 10 nodes, 4 a part
+            seen.clear()
+            text = (await a.local.get("/metrics")).text
+            assert 'nodeagent_master_nodes{state="live"} 60.0' in text
+            assert len(seen) == 1  # nothing left for the scrape to take
             nursery.cancel_scope.cancel()
 
 
