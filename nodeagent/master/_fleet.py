@@ -306,18 +306,23 @@ class NodeLedger:
         self._let_go(now, math.inf)
 
     def bring_part(
-        self, now: float, changed: set[str], get: Callable[[str], AdEntry | None], most: int
+        self,
+        now: float,
+        changed: set[str],
+        get: Callable[[str], AdEntry | None],
+        names: int,
+        oldest: int,
     ) -> bool:
-        """:meth:`bring_to` a part at a time: take again at most ``most`` of the nodes
-        ``changed`` (each taken is removed from it), and look at most at ``most`` of the
+        """:meth:`bring_to` a part at a time: take again at most ``names`` of the nodes
+        ``changed`` (each taken is removed from it), and look at most at ``oldest`` of the
         oldest ads (those replaced or gone let go of, those grown too old by ``now``
-        counted gone). Whether nothing is left to do at ``now`` (``changed`` empty, the
-        oldest ad live)."""
+        counted gone). Whether the oldest ad left is live at ``now`` (or none is): the
+        rest is ``changed``'s."""
         self.now = now
-        for _ in range(min(most, len(changed))):
+        for _ in range(min(names, len(changed))):
             name = changed.pop()
             self._take(name, get(name), now)
-        return self._let_go(now, most) and not changed
+        return self._let_go(now, oldest)
 
     def figures(
         self,

@@ -231,12 +231,20 @@ class _MasterCollector(Collector):
         """The node figures brought to now a part at a time before a scrape reads them
         (:meth:`~nodeagent.master._fleet.NodeLedger.bring_part`, at most
         :data:`NODES_A_SLICE` nodes a part), yielding between two parts: a minute of a
-        large pool's ads is tens of thousands of nodes to take again."""
+        large pool's ads is tens of thousands of nodes to take again. They take the nodes
+        changed before the first part (every node for a new ledger), not those whose ads
+        come meanwhile, which a pool pushes as fast as the parts may take them."""
         master = self._master
+        ledger: NodeLedger | None = None
+        owed = 0
         while True:
             now = master.clock.now()
-            ledger, changed = self._ledger_at(master, now)
-            if ledger.bring_part(now, changed, master.ads.get, NODES_A_SLICE):
+            held, changed = self._ledger_at(master, now)
+            if held is not ledger:
+                ledger, owed = held, len(changed)
+            names = min(owed, NODES_A_SLICE)
+            owed -= names
+            if ledger.bring_part(now, changed, master.ads.get, names, NODES_A_SLICE) and not owed:
                 return
             yield
 

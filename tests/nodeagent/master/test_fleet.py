@@ -393,9 +393,8 @@ def test_the_node_ledger_follows_ads_that_arrive_go_and_grow_old(part: int | Non
             ledger.bring_to(now, changed, store.get)
             changed.clear()
         else:
-            while not ledger.bring_part(now, changed, store.get, part):
+            while not ledger.bring_part(now, changed, store.get, part, part) or changed:
                 parts += 1
-            assert not changed
         lost, rebooting = store.lost_at(now), store.rebooting_at(now)
         expected = node_figures(store.entries(), lost, now, rebooting)
         assert ledger.figures(now, lost, rebooting) == expected, later
@@ -416,14 +415,16 @@ def test_a_node_ledger_part_takes_at_most_its_nodes_and_its_oldest_ads() -> None
     for i in range(10):
         store.update(_node_ad(f"n{i}", DrainState="draining"), NOW + i)
     ledger = NodeLedger(LIFETIME)
-    assert not ledger.bring_part(NOW + 10, changed, store.get, 4)
+    assert ledger.bring_part(NOW + 10, changed, store.get, 4, 4)
     assert len(changed) == 6
-    assert not ledger.bring_part(NOW + 10, changed, store.get, 4)
-    assert ledger.bring_part(NOW + 10, changed, store.get, 4)
+    assert not ledger.bring_part(NOW + 10, changed, store.get, 4, 0)  # the oldest not read
+    assert len(changed) == 2
+    assert ledger.bring_part(NOW + 10, changed, store.get, 4, 4)
+    assert not changed
     for i in range(5):  # replaced: their heap entries stale
         store.update(_node_ad(f"n{i}", DrainState="draining"), NOW + 20)
     now = NOW + 9 + LIFETIME + 0.5  # n5 … n9 grown too old, n0 … n4 live
-    steps = [ledger.bring_part(now, changed, store.get, 2) for _ in range(8)]
+    steps = [ledger.bring_part(now, changed, store.get, 2, 2) for _ in range(8)]
     # 5 taken again (in the first 3 parts); 10 of the oldest let go of, 2 a part (the 5
     # replaced, the 5 grown too old): the sixth part finds the oldest live
     assert steps == [False] * 5 + [True] * 3

@@ -536,13 +536,14 @@ async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
     monkeypatch.setattr(_metrics, "NODES_A_SLICE", 4)
     turns = 0
     seen: list[int] = []
-    brought: list[bool] = []
+    left: list[int] = []  # the nodes left to take after each part
     bring_part = NodeLedger.bring_part
 
-    def counted(self: NodeLedger, *args: Any) -> bool:
+    def counted(self: NodeLedger, now: float, changed: set[str], *args: Any) -> bool:
         seen.append(turns)
-        brought.append(bring_part(self, *args))
-        return brought[-1]
+        whole = bring_part(self, now, changed, *args)
+        left.append(len(changed))
+        return whole
 
     monkeypatch.setattr(NodeLedger, "bring_part", counted)
 
@@ -569,17 +570,38 @@ async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
             # after a scrape the master keeps the figures current with the plan's totals
             for i in range(50, 60):
                 assert (await a.push(node_ad(f"n{i:02}"))).status_code == 200
-            brought.clear()
+            left.clear()
             await nursery.start(a.master.keep_totals)
             with trio.fail_after(30):
-                while not (brought and brought[-1]):  # noqa: ASYNC110 (a task of its own)
+                while not left or left[-1]:  # noqa: ASYNC110 (a task of its own)
                     await trio.sleep(0.01)
-            assert len(brought) >= 3  # 10 nodes, 4 a part
+            assert left[:3] == [6, 2, 0]  # 10 nodes, 4 a part
             seen.clear()
             text = (await a.local.get("/metrics")).text
             assert 'nodeagent_master_nodes{state="live"} 60.0' in text
             assert len(seen) == 1  # nothing left for the scrape to take
             nursery.cancel_scope.cancel()
+
+
+async def test_a_scrape_s_parts_end_while_ads_keep_coming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 nodes to take again, 4 a part, and 10 new ads between two parts (more than a
+    part takes): the parts take the 20 and end; the scrape counts every node."""
+    monkeypatch.setattr(_metrics, "NODES_A_SLICE", 4)
+    async with api(tmp_path) as a:
+        metrics = MasterMetrics(a.master, require_auth=False)
+        for i in range(20):
+            assert (await a.push(node_ad(f"n{i:03}"))).status_code == 200
+        parts = 0
+        for _ in metrics.node_slices():
+            parts += 1
+            assert parts < 100, "the parts never end"
+            for _ in range(10):
+                a.master.ads.update(node_ad(f"n{20 + 10 * parts + _:03}"), EPOCH)
+        assert parts == 4  # 5 parts of 4: a yield between two
+        text = metrics.render()[0].decode()
+        assert f'nodeagent_master_nodes{{state="live"}} {20 + 10 * parts}.0' in text
 
 
 async def test_the_summary_and_the_metrics_say_how_many_machines_they_left_behind(
