@@ -13,8 +13,10 @@ totals between replies (:mod:`nodeagent.master._plan_ledger`) and whose scrape k
 nodes' figures (:class:`~nodeagent.master._fleet.NodeLedger`); ``every_row_summary_ms``
 is the same summary made by a plan view of its own that reads every machine's row (its
 rows' caches kept from one round to the next, as the view did before it kept totals),
-for comparison. ``first_summary_ms``: the first summary, which makes every machine's
-share. ``remade`` counts the shares remade per round.
+for comparison (a summary that says it left machines behind, a round of more ads than a
+reply remakes, is not compared). ``first_summary_ms``: the first summary, which makes every
+machine's share. ``remade`` counts the shares remade per round, ``behind`` the machines each
+summary left.
 
 Prints one JSON document. Usage: ``python tests/bench/summary_churn.py [--machines
 30000] [--rounds 6] [--every 2]``.
@@ -49,23 +51,44 @@ def figures(seconds: list[float]) -> dict[str, float]:
     return {"p50": round(percentile(ms, 50), 1), "max": round(max(ms), 1), "n": len(ms)}
 
 
-def run(machines: int, rounds: int, every: int) -> dict[str, Any]:
-    now = time.time()
-    templates = template_machines(now)
+class ChurnedPool:
+    """A master in this process on ``store`` holding ``machines`` nodes' ads (the templates
+    of ``ad_ingest.py``) and ``plan_latency.py``'s schedule, every forecast made, as a
+    running master's passes make them; :meth:`second` moves its clock on a second, in which
+    the next ``machines / 60`` nodes send their next ad (the same claims moved on)."""
 
-    def ads(at: float, nodes: range | list[int]) -> list[dict[str, Any]]:
-        made = [m.ad(at) for m in templates]
+    def __init__(self, store: DocumentStore, machines: int, now: float) -> None:
+        self.machines = machines
+        self.per_second = machines // 60
+        self.templates = template_machines(now)
+        self.clock = StepClock(now)
+        self.master = master = in_process_master(store, self.clock)
+        for ad in self.ads(now, range(machines)):
+            master.ads.update(ad, now)
+        master.state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, now)))
+        master.plan()
+        self._cursor = 0
+
+    def ads(self, at: float, nodes: range | list[int]) -> list[dict[str, Any]]:
+        made = [m.ad(at) for m in self.templates]
         return [node_ad(made[i % TEMPLATES], f"node{i:05d}.bench", node_ip(i)) for i in nodes]
 
-    clock = StepClock(now)
+    def second(self) -> None:
+        clock = self.clock
+        clock.t += 1
+        nodes = [(self._cursor + j) % self.machines for j in range(self.per_second)]
+        self._cursor += self.per_second
+        for ad in self.ads(clock.t, nodes):
+            self.master.ads.update(ad, clock.t)
+
+
+def run(machines: int, rounds: int, every: int) -> dict[str, Any]:
+    now = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         store = DocumentStore(Path(tmp) / "master.db")
         try:
-            master = in_process_master(store, clock)
-            for ad in ads(now, range(machines)):
-                master.ads.update(ad, now)
-            master.state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, now)))
-            master.plan()  # every forecast made, as a running master's passes make them
+            pool = ChurnedPool(store, machines, now)
+            master, clock = pool.master, pool.clock
             metrics = MasterMetrics(master, require_auth=False)
             every_row = PlanView()
             started = time.perf_counter()
@@ -79,16 +102,10 @@ def run(machines: int, rounds: int, every: int) -> dict[str, Any]:
                 with_blockers=False,
             )
             metrics.render()
-            per_second = machines // 60
-            cursor = 0
-            summary, scrape, read_all, remade = [], [], [], []
+            summary, scrape, read_all, remade, behind = [], [], [], [], []
             for _ in range(rounds):
                 for _ in range(every):
-                    clock.t += 1
-                    nodes = [(cursor + j) % machines for j in range(per_second)]
-                    cursor += per_second
-                    for ad in ads(clock.t, nodes):
-                        master.ads.update(ad, clock.t)
+                    pool.second()
                 gc.disable()  # as the server does while it makes a reply
                 started = time.perf_counter()
                 body = plan_body(master, with_blockers=False, late=True, limit=20)
@@ -108,19 +125,22 @@ def run(machines: int, rounds: int, every: int) -> dict[str, Any]:
                 )
                 read_all.append(time.perf_counter() - started)
                 gc.enable()
-                if json.loads(body) != json.loads(other):
+                kept = json.loads(body)
+                behind.append(kept["totals"]["behind"])
+                if not behind[-1] and kept != json.loads(other):
                     raise RuntimeError("the summary kept differs from the one read row by row")
             totals = json.loads(body)["totals"]
-            if totals["machines"] != machines:
+            if not totals["behind"] and totals["machines"] != machines:
                 raise RuntimeError(f"{totals['machines']} machines in the totals")
             return {
                 "machines": machines,
-                "ads_per_round": per_second * every,
+                "ads_per_round": pool.per_second * every,
                 "first_summary_ms": round(first * 1000, 1),
                 "summary_ms": figures(summary),
                 "every_row_summary_ms": figures(read_all),
                 "scrape_ms": figures(scrape),
                 "remade": remade,
+                "behind": behind,
                 "late": totals["late"],
             }
         finally:

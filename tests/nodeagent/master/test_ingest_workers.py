@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -310,6 +310,22 @@ class _Process:
     pid = 0
 
 
+def _ticking(
+    share: ListenerShare, answer: Callable[[Push | WorkerRefusal], AdReply], answer_slice: float
+) -> IngestWorkers:
+    """Workers whose work clock ticks once a look at it."""
+    ticks = iter(range(1_000_000))
+    return IngestWorkers(
+        1,
+        share=share,
+        answer=answer,
+        key=None,
+        read_timeout=5.0,
+        answer_slice=answer_slice,
+        work_clock=lambda: float(next(ticks)),
+    )
+
+
 @pytest.mark.parametrize(
     ("answer_slice", "answered_in_the_turn"),
     [(1e9, 40), (0.5, 1)],
@@ -326,7 +342,6 @@ async def test_a_turn_answers_the_pushes_waiting_on_the_link_until_its_slice_is_
     for end in (ours, theirs):
         end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    ticks = iter(range(1_000_000))
     answered: list[int] = []
 
     def answer(push: Push | WorkerRefusal) -> AdReply:
@@ -338,15 +353,7 @@ async def test_a_turn_answers_the_pushes_waiting_on_the_link_until_its_slice_is_
     with listener(tmp_path) as share, ours, theirs:
         theirs.sendall(b"".join(frames[1:]))
         ours.setblocking(False)
-        workers = IngestWorkers(
-            1,
-            share=share,
-            answer=answer,
-            key=None,
-            read_timeout=5.0,
-            answer_slice=answer_slice,
-            work_clock=lambda: float(next(ticks)),
-        )
+        workers = _ticking(share, answer, answer_slice)
         with pytest.raises(_TurnEnded):
             await workers._answer(
                 link,  # type: ignore[arg-type]
@@ -367,7 +374,6 @@ async def test_a_turn_leaves_the_frames_of_a_read_its_slice_had_no_room_for(
     each turn answers 4 of them and sends their answers, the others served between two
     turns; the next turn takes up where it stopped."""
     frames = [encode_push(n, 0.0, "a", None, body=b"x" * 100) for n in range(1, 41)]
-    ticks = iter(range(1_000_000))
     answered: list[int] = []
     turns_elsewhere: list[int] = []
 
@@ -393,15 +399,7 @@ async def test_a_turn_leaves_the_frames_of_a_read_its_slice_had_no_room_for(
     ours, theirs = socket.socketpair()
     with listener(tmp_path) as share, ours, theirs:
         ours.setblocking(False)
-        workers = IngestWorkers(
-            1,
-            share=share,
-            answer=answer,
-            key=None,
-            read_timeout=5.0,
-            answer_slice=3.5,
-            work_clock=lambda: float(next(ticks)),
-        )
+        workers = _ticking(share, answer, 3.5)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(elsewhere)
             with pytest.raises(_TurnEnded):

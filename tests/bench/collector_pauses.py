@@ -1,0 +1,103 @@
+"""The cyclic garbage collector's pauses in a master that holds a large pool.
+
+The master of ``summary_churn.py`` (``--machines`` nodes' ads, 8 running claims each, the
+100-window schedule of ``plan_latency.py``, every forecast made), with the daemon's
+:class:`~nodeagent.master._collector.SurvivorFreezer` installed. For ``--seconds`` its clock
+moves on a second at a time, and in each ``machines / 60`` nodes send their next ad (as
+agents with the default ``update_interval`` do), with a summary every two seconds; every
+collection meanwhile is timed through :data:`gc.callbacks`, by generation. Then the
+collection the freezer makes every ten minutes is timed: everything thawed, then a full
+collection (``thaw_ms``: the event loop of a running master is held that long).
+
+Prints one JSON document. Usage: ``python tests/bench/collector_pauses.py [--machines
+100000] [--seconds 30]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from nodeagent._store import DocumentStore
+from nodeagent.master._api import plan_body
+from nodeagent.master._collector import SurvivorFreezer
+from tests.bench.summary_churn import ChurnedPool
+
+
+class Pauses:
+    """A :data:`gc.callbacks` entry that keeps each collection's time by generation."""
+
+    def __init__(self) -> None:
+        self.by_generation: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.by_generation[info["generation"]].append(time.perf_counter() - self._began)
+
+    def figures(self) -> dict[str, dict[str, float]]:
+        return {
+            f"gen{generation}": {
+                "n": len(pauses),
+                "total_ms": round(sum(pauses) * 1000, 1),
+                "max_ms": round(max(pauses, default=0.0) * 1000, 1),
+            }
+            for generation, pauses in self.by_generation.items()
+        }
+
+
+def run(machines: int, seconds: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = DocumentStore(Path(tmp) / "master.db")
+        try:
+            pool = ChurnedPool(store, machines, time.time())
+            pauses = Pauses()
+            with SurvivorFreezer():
+                gc.collect()  # what was made so far: frozen
+                gc.callbacks.append(pauses)
+                started = time.perf_counter()
+                for second in range(seconds):
+                    pool.second()
+                    if second % 2 == 0:
+                        plan_body(pool.master, with_blockers=False, late=True, limit=20)
+                took = time.perf_counter() - started
+                gc.callbacks.remove(pauses)
+                tracked = len(gc.get_objects()) + gc.get_freeze_count()
+                gc.unfreeze()  # as the freezer's ten-minute collection does
+                began = time.perf_counter()
+                gc.collect()
+                thaw = time.perf_counter() - began
+        finally:
+            store.close()
+    return {
+        "machines": machines,
+        "seconds_of_ads": seconds,
+        "ads_per_second": pool.per_second,
+        "took_s": round(took, 2),
+        **pauses.figures(),
+        "tracked_objects": tracked,
+        "thaw_ms": round(thaw * 1000, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--machines", type=int, default=100_000)
+    parser.add_argument("--seconds", type=int, default=30)
+    options = parser.parse_args()
+    print(json.dumps(run(options.machines, options.seconds), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
