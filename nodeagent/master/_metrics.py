@@ -409,7 +409,7 @@ class MasterMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._collector = _MasterCollector(master)
         self.registry.register(self._collector)
-        # kept current between scrapes, while they come (Master.keep_totals)
+        # kept current between scrapes, as the plan's totals are (Master.keep_totals)
         master.kept_with_totals.append(self._collector.node_slices)
         self._latency = Histogram(
             "nodeagent_master_http_request_seconds",

@@ -571,10 +571,12 @@ async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
             for i in range(50, 60):
                 assert (await a.push(node_ad(f"n{i:02}"))).status_code == 200
             left.clear()
-            await nursery.start(a.master.keep_totals)
-            with trio.fail_after(30):
-                while not left or left[-1]:  # noqa: ASYNC110 (a task of its own)
-                    await trio.sleep(0.01)
+            async with trio.open_nursery() as keeping:
+                await keeping.start(a.master.keep_totals)
+                with trio.fail_after(30):
+                    while not left or left[-1]:  # noqa: ASYNC110 (a task of its own)
+                        await trio.sleep(0.01)
+                keeping.cancel_scope.cancel()
             assert left[:3] == [6, 2, 0]  # 10 nodes, 4 a part
             seen.clear()
             text = (await a.local.get("/metrics")).text
@@ -597,8 +599,8 @@ async def test_a_scrape_s_parts_end_while_ads_keep_coming(
         for _ in metrics.node_slices():
             parts += 1
             assert parts < 100, "the parts never end"
-            for _ in range(10):
-                a.master.ads.update(node_ad(f"n{20 + 10 * parts + _:03}"), EPOCH)
+            for j in range(10):
+                a.master.ads.update(node_ad(f"n{20 + 10 * parts + j:03}"), EPOCH)
         assert parts == 4  # 5 parts of 4: a yield between two
         text = metrics.render()[0].decode()
         assert f'nodeagent_master_nodes{{state="live"}} {20 + 10 * parts}.0' in text
