@@ -37,6 +37,7 @@ class Pauses:
 
     def __init__(self) -> None:
         self.by_generation: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self.collected = 0
         self._began = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
@@ -44,6 +45,7 @@ class Pauses:
             self._began = time.perf_counter()
         else:
             self.by_generation[info["generation"]].append(time.perf_counter() - self._began)
+            self.collected += info["collected"]
 
     def figures(self) -> dict[str, dict[str, float]]:
         return {
@@ -64,6 +66,7 @@ def run(machines: int, seconds: int) -> dict[str, Any]:
             pauses = Pauses()
             with SurvivorFreezer():
                 gc.collect()  # what was made so far: frozen
+                frozen_before = gc.get_freeze_count()
                 gc.callbacks.append(pauses)
                 started = time.perf_counter()
                 for second in range(seconds):
@@ -72,10 +75,12 @@ def run(machines: int, seconds: int) -> dict[str, Any]:
                         plan_body(pool.master, with_blockers=False, late=True, limit=20)
                 took = time.perf_counter() - started
                 gc.callbacks.remove(pauses)
-                tracked = len(gc.get_objects()) + gc.get_freeze_count()
-                gc.unfreeze()  # as the freezer's ten-minute collection does
+                gc.collect()  # what the seconds left young: frozen too
+                frozen_after = gc.get_freeze_count()
+                tracked = len(gc.get_objects()) + frozen_after
+                gc.unfreeze()  # as the freezer's whole collection does
                 began = time.perf_counter()
-                gc.collect()
+                garbage = gc.collect()
                 thaw = time.perf_counter() - began
         finally:
             store.close()
@@ -85,8 +90,12 @@ def run(machines: int, seconds: int) -> dict[str, Any]:
         "ads_per_second": pool.per_second,
         "took_s": round(took, 2),
         **pauses.figures(),
+        "collected": pauses.collected,
         "tracked_objects": tracked,
+        "frozen_before": frozen_before,
+        "frozen_after": frozen_after,
         "thaw_ms": round(thaw * 1000, 1),
+        "thaw_collected": garbage,
     }
 
 

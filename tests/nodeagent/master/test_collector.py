@@ -1,9 +1,13 @@
-"""The survivors of full collections frozen, and thawed every ``thaw_every`` seconds."""
+"""The survivors of full collections frozen, and walked whole again once the frozen
+objects have grown by ``growth``, ``at_most_every`` seconds after the last whole walk at
+the soonest."""
 
 from __future__ import annotations
 
 import gc
 import weakref
+
+import pytest
 
 from nodeagent.master._collector import SurvivorFreezer
 
@@ -23,37 +27,99 @@ class Clock:
         return self.t
 
 
-def test_a_full_collection_freezes_its_survivors_and_a_thaw_frees_the_cycles_left() -> None:
-    clock = Clock()
-    with SurvivorFreezer(thaw_every=600, clock=clock) as freezer:
-        a, b = Node(), Node()
-        a.other, b.other = b, a  # a cycle, alive
-        gone = weakref.ref(a)
+def _frozen_cycle() -> weakref.ref[Node]:
+    """A cycle that survives a full collection (frozen), then becomes garbage."""
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    gc.collect()
+    assert not any(o is a for o in gc.get_objects())  # frozen: not walked
+    return gone
+
+
+def _growth_past(freezer: SurvivorFreezer) -> list[Node]:
+    """Live objects enough to grow the frozen ones past ``growth`` once frozen."""
+    return [Node() for _ in range(int(freezer.left_whole * freezer.growth) + 1000)]
+
+
+def test_the_first_full_collection_walks_everything_and_freezes_its_survivors() -> None:
+    with SurvivorFreezer(clock=Clock()) as freezer:
+        assert freezer.left_whole == 0
         gc.collect()
-        assert gc.get_freeze_count() > 0
-        assert not any(o is a for o in gc.get_objects())  # frozen: not walked
-        del a, b  # garbage now, but frozen: a full collection does not see it
-        gc.collect()
-        assert gone() is not None
-        single = Node()  # frozen objects without a cycle are freed as always
-        gc.collect()
-        single_ref = weakref.ref(single)
-        del single
-        assert single_ref() is None
-        clock.t = 599.0
-        gc.collect()
-        assert (gone() is not None, freezer.thaws) == (True, 0)
-        clock.t = 600.0  # the first full collection after thaw_every walks everything
-        gc.collect()
-        assert (gone(), freezer.thaws) == (None, 1)
-        assert gc.get_freeze_count() > 0  # and freezes its survivors again
+        # what the collection left, frozen (a few have been freed since)
+        assert freezer.left_whole >= gc.get_freeze_count() > freezer.left_whole - 100 > 0
+        assert freezer.thaws == 0  # nothing was frozen: no thaw needed
     assert freezer not in gc.callbacks
     assert gc.get_freeze_count() == 0
 
 
-def test_young_collections_neither_freeze_nor_thaw() -> None:
+def test_frozen_objects_without_a_cycle_are_freed_as_always() -> None:
+    with SurvivorFreezer(clock=Clock()):
+        single = Node()
+        gc.collect()
+        assert not any(o is single for o in gc.get_objects())
+        single_ref = weakref.ref(single)
+        del single
+        assert single_ref() is None
+
+
+@pytest.mark.parametrize(
+    ("grown", "seconds", "walked_whole"),
+    [
+        (False, 0.0, False),
+        (False, 600.0, False),  # a pool that holds its size is never walked whole again
+        (False, 86_400.0, False),
+        (True, 599.0, False),  # grown, but too soon after the last whole walk
+        (True, 600.0, True),
+        (True, 3_600.0, True),
+    ],
+)
+def test_a_frozen_cycle_waits_for_the_frozen_objects_to_grow_and_the_time(
+    grown: bool, seconds: float, walked_whole: bool
+) -> None:
     clock = Clock()
-    with SurvivorFreezer(thaw_every=0, clock=clock) as freezer:
+    with SurvivorFreezer(clock=clock) as freezer:
+        gc.collect()  # whole (nothing frozen yet)
+        left = freezer.left_whole
+        gone = _frozen_cycle()
+        kept = _growth_past(freezer) if grown else []
+        gc.collect()  # the new objects frozen, the cycle still waits
+        assert gone() is not None
+        clock.t = seconds
+        gc.collect()
+        assert (gone() is None, freezer.thaws) == (walked_whole, int(walked_whole))
+        if walked_whole:
+            # the new measure to grow from: past the old one's growth (the whole walk has
+            # freed the cycle, and whatever other garbage the process had frozen)
+            assert freezer.left_whole > left * (1 + freezer.growth)
+        else:
+            assert freezer.left_whole == left
+        del kept  # alive, and frozen, until here
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_next_whole_walk_grows_from_what_the_last_left() -> None:
+    clock = Clock()
+    with SurvivorFreezer(clock=clock) as freezer:
+        gc.collect()
+        kept = _growth_past(freezer)
+        clock.t = 600.0
+        gc.collect()  # frozen
+        gc.collect()  # grown: walked whole
+        assert freezer.thaws == 1
+        gone = _frozen_cycle()
+        clock.t = 1_800.0
+        gc.collect()  # the time has come, but not the growth
+        assert (gone() is not None, freezer.thaws) == (True, 1)
+        kept += _growth_past(freezer)
+        gc.collect()
+        gc.collect()
+        assert (gone(), freezer.thaws) == (None, 2)
+        del kept
+
+
+def test_young_collections_neither_freeze_nor_thaw() -> None:
+    with SurvivorFreezer(at_most_every=0, clock=Clock()) as freezer:
         gc.collect(0)
         gc.collect(1)
-        assert (gc.get_freeze_count(), freezer.thaws) == (0, 0)
+        assert (gc.get_freeze_count(), freezer.thaws, freezer.left_whole) == (0, 0, 0)
