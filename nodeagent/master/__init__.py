@@ -6,7 +6,8 @@ Its modules, one line each (the pure ones are free of trio and sockets):
   the verified tokens remembered; the same in the master and its ingest workers.
 * :mod:`._adstore`: the nodes' ads, soft state refreshed by the agents' pushes (pure).
 * :mod:`._api`: the HTTP API: ads, the Mesos-compatible maintenance endpoints, the plan.
-* :mod:`._collector`: the garbage collector's full collections walk what is new (gc.freeze).
+* :mod:`._collector`: what survives the collector's middle generation is frozen (gc.freeze),
+  walked whole again only as the pool grows.
 * :mod:`._config`: the master's configuration.
 * :mod:`._coordinators`: asks the coordinators of job groups whether hosts may go.
 * :mod:`._daemon`: the process's lifecycle, on :mod:`nodeagent._lifecycle`.

@@ -409,5 +409,5 @@ def _allow_pool_daemon_tokens(master: Master, allow: bool) -> None:
 def run_master(config_path: Path | None) -> int:
     """Run the master in the foreground until stopped."""
     config = load_master_config(config_path)
-    with SurvivorFreezer():  # full collections walk what is new, not the whole pool
+    with SurvivorFreezer():  # no collection walks the whole pool but as it grows
         return trio.run(MasterDaemon(config=config, config_path=config_path).serve)

@@ -5,9 +5,12 @@ The master of ``summary_churn.py`` (``--machines`` nodes' ads, 8 running claims 
 :class:`~nodeagent.master._collector.SurvivorFreezer` installed. For ``--seconds`` its clock
 moves on a second at a time, and in each ``machines / 60`` nodes send their next ad (as
 agents with the default ``update_interval`` do), with a summary every two seconds; every
-collection meanwhile is timed through :data:`gc.callbacks`, by generation. Then the
-collection the freezer makes every ten minutes is timed: everything thawed, then a full
-collection (``thaw_ms``: the event loop of a running master is held that long).
+collection meanwhile is timed through :data:`gc.callbacks`, by generation, and the objects
+those collections freed counted (``collected``). The frozen objects are counted before and
+after the seconds of ads (what the freezer watches grow). Then a whole walk, as the freezer
+makes one once they have grown by a quarter, is timed: everything thawed, then a full
+collection (``thaw_ms``: the event loop of a running master is held that long), with the
+garbage it found (``thaw_collected``: the cycles left while frozen).
 
 Prints one JSON document. Usage: ``python tests/bench/collector_pauses.py [--machines
 100000] [--seconds 30]``.

@@ -1,6 +1,6 @@
-"""The survivors of full collections frozen, and walked whole again once the frozen
-objects have grown by ``growth``, ``at_most_every`` seconds after the last whole walk at
-the soonest."""
+"""The survivors of the middle generation's collections and of full ones frozen, and
+everything thawed until a full collection has walked it, once the frozen objects have
+grown by ``growth``, ``at_most_every`` seconds after the last whole walk at the soonest."""
 
 from __future__ import annotations
 
@@ -27,13 +27,17 @@ class Clock:
         return self.t
 
 
+def _is_frozen(o: object) -> bool:
+    return not any(x is o for x in gc.get_objects())
+
+
 def _frozen_cycle() -> weakref.ref[Node]:
     """A cycle that survives a full collection (frozen), then becomes garbage."""
     a, b = Node(), Node()
     a.other, b.other = b, a
     gone = weakref.ref(a)
     gc.collect()
-    assert not any(o is a for o in gc.get_objects())  # frozen: not walked
+    assert _is_frozen(a)
     return gone
 
 
@@ -42,13 +46,20 @@ def _growth_past(freezer: SurvivorFreezer) -> list[Node]:
     return [Node() for _ in range(int(freezer.left_whole * freezer.growth) + 1000)]
 
 
-def test_the_first_full_collection_walks_everything_and_freezes_its_survivors() -> None:
+@pytest.mark.parametrize("middle_first", [False, True])
+def test_the_first_full_collection_walks_everything_and_freezes_its_survivors(
+    middle_first: bool,
+) -> None:
     with SurvivorFreezer(clock=Clock()) as freezer:
         assert freezer.left_whole == 0
-        gc.collect()
+        if middle_first:  # frozen, then thawed at once: no whole walk was made yet
+            gc.collect(1)
+            assert (freezer.thawed, freezer.thaws, gc.get_freeze_count()) == (True, 1, 0)
+        gone = _frozen_cycle()
+        assert (freezer.thawed, freezer.thaws) == (False, int(middle_first))
         # what the collection left, frozen (a few have been freed since)
         assert freezer.left_whole >= gc.get_freeze_count() > freezer.left_whole - 100 > 0
-        assert freezer.thaws == 0  # nothing was frozen: no thaw needed
+        assert gone() is not None
     assert freezer not in gc.callbacks
     assert gc.get_freeze_count() == 0
 
@@ -57,10 +68,21 @@ def test_frozen_objects_without_a_cycle_are_freed_as_always() -> None:
     with SurvivorFreezer(clock=Clock()):
         single = Node()
         gc.collect()
-        assert not any(o is single for o in gc.get_objects())
+        assert _is_frozen(single)
         single_ref = weakref.ref(single)
         del single
         assert single_ref() is None
+
+
+def test_what_survives_the_middle_generation_is_frozen() -> None:
+    with SurvivorFreezer(clock=Clock()) as freezer:
+        gc.collect()
+        a = Node()
+        gc.collect(0)
+        assert not _is_frozen(a)  # the youngest generation's survivors are not
+        gc.collect(1)
+        assert _is_frozen(a)
+        assert (freezer.thawed, freezer.thaws) == (False, 0)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +96,7 @@ def test_frozen_objects_without_a_cycle_are_freed_as_always() -> None:
         (True, 3_600.0, True),
     ],
 )
-def test_a_frozen_cycle_waits_for_the_frozen_objects_to_grow_and_the_time(
+def test_a_full_collection_walks_whole_once_the_frozen_objects_grew_and_the_time_came(
     grown: bool, seconds: float, walked_whole: bool
 ) -> None:
     clock = Clock()
@@ -98,6 +120,43 @@ def test_a_frozen_cycle_waits_for_the_frozen_objects_to_grow_and_the_time(
     assert gc.get_freeze_count() == 0
 
 
+def test_the_middle_generation_thaws_and_nothing_is_frozen_until_a_full_collection() -> None:
+    clock = Clock()
+    with SurvivorFreezer(clock=clock) as freezer:
+        gc.collect()
+        gone = _frozen_cycle()
+        kept = _growth_past(freezer)
+        gc.collect(1)  # frozen: grown, but the time has not come
+        assert (freezer.thawed, gone() is not None) == (False, True)
+        clock.t = 600.0
+        gc.collect(1)  # the time has come: everything thawed
+        assert (freezer.thawed, freezer.thaws, gc.get_freeze_count()) == (True, 1, 0)
+        young = Node()
+        gc.collect(1)  # thawed: what survives waits for the full collection
+        assert (freezer.thawed, _is_frozen(young), gone() is not None) == (True, False, True)
+        gc.collect()  # walks everything: the cycle freed, all frozen again
+        assert (freezer.thawed, _is_frozen(young), gone()) == (False, True, None)
+        assert freezer.left_whole > len(kept)
+        del kept
+
+
+def test_the_middle_generation_counts_the_frozen_objects_once_every_look_every() -> None:
+    clock = Clock()
+    with SurvivorFreezer(clock=clock, look_every=60.0) as freezer:
+        gc.collect()
+        clock.t = 600.0
+        gc.collect(1)  # looked: not grown
+        kept = _growth_past(freezer)
+        gc.collect(1)
+        clock.t = 659.0
+        gc.collect(1)  # grown, but looked 59 s ago
+        assert (freezer.thawed, freezer.thaws) == (False, 0)
+        clock.t = 660.0
+        gc.collect(1)
+        assert (freezer.thawed, freezer.thaws) == (True, 1)
+        del kept
+
+
 def test_the_next_whole_walk_grows_from_what_the_last_left() -> None:
     clock = Clock()
     with SurvivorFreezer(clock=clock) as freezer:
@@ -118,8 +177,7 @@ def test_the_next_whole_walk_grows_from_what_the_last_left() -> None:
         del kept
 
 
-def test_young_collections_neither_freeze_nor_thaw() -> None:
+def test_the_youngest_generation_s_collections_neither_freeze_nor_thaw() -> None:
     with SurvivorFreezer(at_most_every=0, clock=Clock()) as freezer:
         gc.collect(0)
-        gc.collect(1)
         assert (gc.get_freeze_count(), freezer.thaws, freezer.left_whole) == (0, 0, 0)
