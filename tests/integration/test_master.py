@@ -473,7 +473,7 @@ def test_a_master_killed_after_the_commit_knows_the_drain_as_its_own_and_escalat
             wait_for(lambda: len(master.call("GET", "/v1/ads").json()["ads"]) == 1)
             argv, record = job_script(tmp_path, "long", term_delay=0)
             agent.claim(argv)
-            start = time.time() + 6
+            start = time.time() + 10  # room for a restart on a loaded machine
             master.call("POST", "/maintenance/schedule", json=window(["kill.test"], start))
             wait_for(lambda: audited(agent, "drain.commit"), interval=0.005)
             assert master.stop(signal.SIGKILL) == -signal.SIGKILL
