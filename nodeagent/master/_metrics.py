@@ -14,7 +14,13 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -418,6 +424,9 @@ class MasterMetrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )
+        # the interpreter's collections by generation (python_gc_*): the full ones are the
+        # whole walks of a large pool (nodeagent.master._collector)
+        GCCollector(registry=self.registry)
 
     def show_leadership(self, leader: LeaderView) -> None:
         """Export whether this master leads (``nodeagent_master_leading``) and its terms."""

@@ -925,3 +925,5 @@ async def test_each_request_is_timed_by_its_route_with_no_task_of_its_own(
         metrics = (await a.local.get("/metrics")).text
         labels = '{method="GET",route="/v1/maintenance/plan"}'
         assert f"nodeagent_master_http_request_seconds_count{labels} 1.0" in metrics
+        for generation in (0, 1, 2):  # the interpreter's collector, by generation
+            assert f'python_gc_collections_total{{generation="{generation}"}}' in metrics
