@@ -21,7 +21,9 @@ the daemon's own, mode 0600). A relayed connection begins with one line, ``NODEA
 <scheme> <client host> <client port> <server host> <server port>``, then the request as the
 client sent it (its head written again from what was parsed); it is served as a TCP
 request of that client (the same checks, no trust of the Unix socket). While a worker
-accepts, the server itself does not; while none does, it accepts every connection. A
+accepts, the server itself does not; while none does, it accepts every connection, and one
+it accepted is closed after its next reply (``Connection: close``) once a worker accepts,
+so that the client's next request, on a new connection, goes to a worker. A
 worker answers its own requests on plain TCP without h11 while they are of the one kind it
 is made for (:mod:`nodeagent._serving._quick`).
 """
@@ -125,7 +127,8 @@ class ListenerShare:
 
     :func:`serve_http` fills in ``sockets`` and ``tls``, and listens at ``relay`` for the
     connections the workers relay (module docstring). A worker process counts as taking
-    connections inside :meth:`taking`; the server accepts only while none does.
+    connections inside :meth:`taking`; the server accepts only while none does, and closes
+    a connection it accepted after its next reply once one does.
     """
 
     def __init__(self, relay: Path) -> None:
@@ -336,7 +339,14 @@ class HttpServer:
         Out of descriptors or memory (EMFILE, ENFILE, ENOMEM, ENOBUFS), it logs the error
         and tries again after 0.1 s; any other error of accept(2) ends it (raised).
         """
-        await self._accept(listening, share, self.handle)
+        if share is None:
+            await self._accept(listening, None, self.handle)
+            return
+
+        async def handle(sock: socket.socket, peer: Any) -> None:
+            await self.handle(sock, peer, handed_over=lambda: share.takers > 0)
+
+        await self._accept(listening, share, handle)
 
     async def accept_relayed(self, listening: socket.socket) -> None:
         """:meth:`accept` for the relay socket: each connection served by
@@ -380,9 +390,12 @@ class HttpServer:
                         accepted = 0
                         await trio.lowlevel.checkpoint()
 
-    async def handle(self, sock: socket.socket, peer: Any) -> None:
+    async def handle(
+        self, sock: socket.socket, peer: Any, *, handed_over: Callable[[], bool] | None = None
+    ) -> None:
         """Serve one accepted connection (``sock``, from ``peer``) until it closes, then
-        close it; never raises."""
+        close it; never raises. Once ``handed_over()`` is true, the next reply closes the
+        connection (``Connection: close``)."""
         try:
             stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
             local = sock.getsockname()
@@ -409,7 +422,9 @@ class HttpServer:
                     max_head=MAX_HEADERS,
                 )
             if initial is not None:
-                await self._serve(transport, client, server, self.scheme, initial=initial)
+                await self._serve(
+                    transport, client, server, self.scheme, initial=initial, closing=handed_over
+                )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (or failed the TLS handshake)
         except Exception:
@@ -458,6 +473,7 @@ class HttpServer:
         scheme: str,
         *,
         initial: bytes = b"",
+        closing: Callable[[], bool] | None = None,
     ) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADERS)
         if initial:
@@ -478,7 +494,7 @@ class HttpServer:
                 await self._relay(conn, stream, request, client, server)
                 return
             if not await self._respond(
-                conn, stream, request, client=client, server=server, scheme=scheme
+                conn, stream, request, client=client, server=server, scheme=scheme, closing=closing
             ):
                 return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
@@ -605,8 +621,10 @@ class HttpServer:
         client: tuple[str, int],
         server: tuple[str, int],
         scheme: str,
+        closing: Callable[[], bool] | None = None,
     ) -> bool:
-        """Run the app for one request; returns whether the connection may be reused."""
+        """Run the app for one request; returns whether the connection may be reused (its
+        reply says ``Connection: close`` when ``closing()`` is true as it begins)."""
         raw_path, _, query = request.target.partition(b"?")
         try:
             path = unquote(raw_path.decode("ascii"))
@@ -670,6 +688,12 @@ class HttpServer:
                 started = True
                 status = int(message["status"])
                 headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", ())]
+                if (
+                    closing is not None
+                    and closing()
+                    and not any(k.lower() == b"connection" for k, _ in headers)
+                ):
+                    headers.append((b"connection", b"close"))
                 return
             if message["type"] != "http.response.body":
                 raise RuntimeError(f"unexpected ASGI message {message['type']!r}")

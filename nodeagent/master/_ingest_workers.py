@@ -12,7 +12,9 @@ its relay socket. A push is answered byte for byte as the master answers it alon
 
 * While no worker runs (they start in ≈ 0.3 s; one that ended is started again after 1 s,
   then after up to 30 s while it keeps ending), the master accepts every connection itself:
-  none waits for a worker.
+  none waits for a worker. Once one runs, a connection the master accepted meanwhile and
+  kept alive is closed after its next reply, so that the agent's next push (on a new
+  connection) goes to a worker.
 * A worker that says nothing for :data:`SILENCE_TIMEOUT` (it writes ``ALIVE`` every second)
   is deemed stuck and killed. The connections a worker held when it ended are closed; an
   agent pushes again at its next interval.

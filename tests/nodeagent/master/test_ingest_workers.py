@@ -214,6 +214,44 @@ async def test_a_worker_relays_the_other_requests_to_the_relay_socket(
     assert "nodeagent.unix" not in seen[0]  # served as TCP, not as the Unix socket
 
 
+async def test_a_connection_the_master_took_before_a_worker_ran_is_handed_over_to_one(
+    tmp_path: Path, key: bytes
+) -> None:
+    """A client that connected while no worker ran (a master just started) and keeps its
+    connection alive is not the master's for good: once a worker takes connections, the
+    master's next reply on it closes it, and the client's next push goes to the worker."""
+    paths: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        paths.append(scope["path"])
+        await receive()
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    master = Master()
+    with listener(tmp_path) as share:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(HttpServer(app).accept, share.sockets[0], share)
+            async with httpx.AsyncClient(base_url=url(share)) as client:
+                before = await client.get("/v1/status")
+                async with running(workers_for(share, master, key)) as workers:
+                    await until(lambda: share.takers == 1, "a worker taking connections")
+                    handed = await client.get("/v1/status")
+                    headers = {"Authorization": f"Bearer {token(key, 'n1.test')}"}
+                    push = await client.post("/v1/ads", content=body(), headers=headers)
+                    taken = workers.taken
+            nursery.cancel_scope.cancel()
+    assert "connection" not in before.headers  # kept alive while no worker ran
+    assert handed.headers["connection"] == "close"
+    assert paths == ["/v1/status", "/v1/status"]  # the same connection, the master's
+    assert push.json() == {"stored": "n1.test"}
+    assert taken == 1
+    assert [
+        p.prepared.machine["Name"] for p in master.pushes if isinstance(p.prepared, NodeAd)
+    ] == ["n1.test"]
+
+
 async def test_a_push_the_master_fails_on_closes_its_connection_and_the_worker_goes_on(
     tmp_path: Path, key: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
