@@ -1,7 +1,8 @@
 """Real agent daemons for integration tests: each in its own temporary directory.
 
-:class:`AgentProcess` starts ``python -m nodeagent run`` as a subprocess on a Unix
-socket and a loopback TCP port chosen by the kernel, waits until it is ready, and on
+:class:`AgentProcess` starts ``python -m nodeagent run`` as a subprocess (forked by the
+test process's launcher, :mod:`tests.launcher`) on a Unix socket and a loopback TCP port
+chosen by the kernel, waits until it is ready, and on
 exit stops it and kills every job process it started (by the PIDs it recorded), so
 no test leaves a process behind.
 """
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import httpx
+
+from tests.launcher import LaunchedProcess, launch
 
 __all__ = [
     "TLS_CONTEXT",
@@ -119,7 +122,7 @@ class DaemonProcess:
     log_path: Path
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: LaunchedProcess | subprocess.Popen[bytes] | None = None
         self.url = ""
         #: Variables added to the daemon's environment.
         self.env: dict[str, str] = {}
@@ -132,14 +135,12 @@ class DaemonProcess:
         """Start the process without waiting for it (:meth:`wait_ready` does)."""
         with contextlib.suppress(FileNotFoundError):
             (self.root / "run" / self.info_name).unlink()
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", *self.command, "--config", str(self.config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "NOTIFY_SOCKET": "", **self.env},
-        )
-        log.close()
+        with self.log_path.open("ab") as log:
+            self.proc = launch(
+                [*self.command, "--config", str(self.config_path)],
+                stdout=log.fileno(),
+                env={**os.environ, "NOTIFY_SOCKET": "", **self.env},
+            )
 
     def wait_ready(self) -> Self:
         """Wait until the launched daemon has written its runtime file (it serves)."""
