@@ -64,18 +64,29 @@ class LaunchedProcess:
         self.returncode: int | None = None
         self._launcher = launcher
         self._pidfd = os.pidfd_open(pid)
+        #: Held by the one caller taking the exit status (as :class:`subprocess.Popen`'s).
+        self._waiting = threading.Lock()
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self._ended(self._launcher.status(self.pid, timeout=0.0))
+        if self.returncode is None and self._waiting.acquire(blocking=False):
+            try:
+                self._ended(self._launcher.status(self.pid, timeout=0.0))
+            finally:
+                self._waiting.release()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            status = self._launcher.status(self.pid, timeout=timeout)
-            if status is None:
+            if not self._waiting.acquire(timeout=-1 if timeout is None else timeout):
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            self._ended(status)
+            try:
+                if self.returncode is None:
+                    status = self._launcher.status(self.pid, timeout=timeout)
+                    if status is None:
+                        raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+                    self._ended(status)
+            finally:
+                self._waiting.release()
         assert self.returncode is not None
         return self.returncode
 
@@ -216,6 +227,18 @@ def _serve(sock: socket.socket) -> None:
     for module in _PRELOAD:
         importlib.import_module(module)
     children: dict[int, int] = {}  # pid: its pidfd
+    try:
+        _answer(sock, children)
+    finally:  # the test process ended (or this one fails): nothing it started outlives it
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def _answer(sock: socket.socket, children: dict[int, int]) -> None:
+    """Fork a child for each request on ``sock`` and say when each ends, until ``sock``
+    ends."""
     with selectors.DefaultSelector() as selector:
         selector.register(sock, selectors.EVENT_READ, None)
         while True:
@@ -223,10 +246,6 @@ def _serve(sock: socket.socket) -> None:
                 if key.data is None:
                     data, fds, _flags, _addr = socket.recv_fds(sock, _MESSAGE_MAX, 3)
                     if not data:
-                        for pid in children:
-                            with contextlib.suppress(ProcessLookupError):
-                                os.kill(pid, signal.SIGKILL)
-                            os.waitpid(pid, 0)
                         return
                     request = json.loads(data)
                     try:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import AgentProcess, MasterProcess, wait_for
-from tests.launcher import LaunchedProcess, launch
+from tests.harness import AgentProcess, MasterProcess, running, wait_for
+from tests.launcher import LaunchedProcess, _Launcher, launch
 
 pytestmark = [
     pytest.mark.integration,
@@ -75,3 +75,22 @@ def test_an_environment_that_changes_the_interpreter_gets_the_real_command(
         cmdline = Path(f"/proc/{master.proc.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[1:5] == [b"-m", b"nodeagent", b"master", b"run"]
         wait_for(lambda: master.call("GET", "/healthz").status_code == 200)
+
+
+def test_the_daemons_end_with_their_test_process_s_launcher(tmp_path: Path) -> None:
+    """A test process that ends (its launcher's socket closed) leaves no daemon behind."""
+    master = MasterProcess(tmp_path / "master")
+    launcher = _Launcher()
+    try:
+        with master.log_path.open("ab") as out:
+            pid = launcher.fork(
+                [*master.command, "--config", str(master.config_path)],
+                env={**os.environ, "NOTIFY_SOCKET": ""},
+                cwd=os.getcwd(),
+                fds=[0, out.fileno(), out.fileno()],
+            )
+        wait_for((master.root / "run" / master.info_name).exists)
+        assert running([pid]) == [pid]
+    finally:
+        launcher.close()
+    assert running([pid]) == []
