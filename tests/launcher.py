@@ -17,8 +17,8 @@ imports: the tests of those start the real command (``test_startup_safety``,
 start (a ``PYTHON*`` variable other than the launcher's) is started as a real command too,
 and so is every daemon when ``NODEAGENT_TEST_EXEC`` is set.
 
-The launcher ends with its test process: when the socket to it closes, it kills (SIGKILL)
-the children still running and exits.
+The launcher ends with its test process: when the socket to it closes (or the launcher
+fails), it kills (SIGKILL) the children still running and exits.
 """
 
 from __future__ import annotations
@@ -104,12 +104,12 @@ class LaunchedProcess:
     def _ended(self, status: int | None) -> None:
         if status is not None and self.returncode is None:
             self.returncode = os.waitstatus_to_exitcode(status)
-            os.close(self._pidfd)
 
     def __del__(self) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(OSError):
-                os.close(self._pidfd)
+        # Closed only with the object: a signal sent through it after the daemon's end
+        # finds no process (ESRCH), never another's descriptor.
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
 
 
 class _Launcher:
