@@ -287,8 +287,6 @@ class _Watcher:
                 phase, why = node["phase"], node.get("reason")
                 if phase == "waiting":
                     continue
-                if phase == "health" and why and "failing" in str(why):
-                    say(f"{node['name']}: {why}", key=f"{node['name']}-{why}")
                 # A step that began and ended between two looks is told all the same, in
                 # its order: a short hook is still a hook that ran.
                 steps = [phase]
@@ -297,6 +295,9 @@ class _Watcher:
                 for step in steps:
                     text = _STEP_TEXT.get(step, step)
                     say(f"{node['name']}: {text}", key=f"{node['name']}-{step}")
+                # A failing check after the step it belongs to (told waiting for it).
+                if phase == "health" and why and "failing" in str(why):
+                    say(f"{node['name']}: {why}", key=f"{node['name']}-{why}")
 
     async def _reschedule(
         self, ads: dict[str, dict[str, Any]], running: dict[str, int], done: set[str]

@@ -123,6 +123,10 @@ def test_rolling_demo_reboots_rack_by_rack_under_the_sla(tmp_path: Path) -> None
         "cleaned up:",
     )
     out = _demo(tmp_path, "--rolling", lines)
+    # node4's failing check is told once it is told waiting for its check, not before.
+    assert out.index("node4: rebooted; waiting for its health check") < out.index(
+        "node4: health check failing"
+    )
     # Every node's story has each of its steps, in their order, however short the hook.
     for node in range(1, 7):
         told = [
