@@ -2,9 +2,8 @@
 
 :class:`AgentProcess` starts ``python -m nodeagent run`` as a subprocess (forked by the
 test process's launcher, :mod:`tests.launcher`) on a Unix socket and a loopback TCP port
-chosen by the kernel, waits until it is ready, and on
-exit stops it and kills every job process it started (by the PIDs it recorded), so
-no test leaves a process behind.
+chosen by the kernel, waits until it is ready, and on exit stops it and kills every job
+process it started (by the PIDs it recorded), so no test leaves a process behind.
 """
 
 from __future__ import annotations

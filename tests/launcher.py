@@ -205,9 +205,9 @@ def launch(
     launcher = None
     if not os.environ.get("NODEAGENT_TEST_EXEC"):
         with _launchers_lock:
-            launcher = _launchers.get(os.getpid()) or _launchers.setdefault(
-                os.getpid(), _Launcher()
-            )
+            launcher = _launchers.get(os.getpid())
+            if launcher is None:
+                launcher = _launchers[os.getpid()] = _Launcher()
     if launcher is None or _interpreter_env(env) != _interpreter_env(launcher.environ):
         return subprocess.Popen(argv, stdout=stdout, stderr=subprocess.STDOUT, env=dict(env))
     pid = launcher.fork(args, env=env, cwd=os.getcwd(), fds=[0, stdout, stdout])
