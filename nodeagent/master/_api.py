@@ -932,12 +932,12 @@ def build_master_app(
         and webhooks (docs/master-api.md#health lists them); the plan's figures are those
         kept between replies, at most ``_ANSWER_SHARES`` of them remade
         (``Master.note_totals_read``); the nodes' figures are brought to now first, a part
-        at a time, the others served between two parts (``MasterMetrics.node_slices``)."""
+        at a time, the others served between two parts, for a second at most: the nodes
+        left are counted behind (``MasterMetrics.scrape``)."""
         if metrics.require_auth:
             allowed(request, Scope.READ)
         master.note_totals_read()
-        await master.in_slices(metrics.node_slices())
-        payload, content_type = metrics.render()
+        payload, content_type = await metrics.scrape(master.in_slices)
         return Response(payload, media_type=content_type)
 
     @app.get("/v1/openapi.json", include_in_schema=False)

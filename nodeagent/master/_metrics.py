@@ -11,7 +11,7 @@ type are exported even when none is.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -43,6 +43,13 @@ __all__ = ["NODES_A_SLICE", "MasterMetrics"]
 #: The nodes a scrape takes again in one part before it lets the others run
 #: (:meth:`MasterMetrics.node_slices`).
 NODES_A_SLICE = 500
+#: The seconds a scrape spends taking the nodes again before it answers
+#: (:meth:`MasterMetrics.scrape`): the nodes it has not taken by then are counted as of
+#: their older ad, or not at all (``nodeagent_master_nodes_behind``), and the master takes
+#: them after the scrape as it keeps the plan's totals. Prometheus gives up on a scrape
+#: after 10 s by default; a large pool's first scrape after a restart takes its 100,000
+#: nodes in parts served between the pushes, ≈ 10 s on a busy 2-core master.
+SCRAPE_NODES_WITHIN = 1.0
 
 
 class _MasterCollector(Collector):
@@ -53,6 +60,9 @@ class _MasterCollector(Collector):
         self.ingest: IngestWorkers | None = None
         #: The node figures kept between scrapes: for which store, and what it says.
         self._node_ledger: tuple[AdStore, NodeLedger, set[str]] | None = None
+        #: Whether a render takes again the nodes left to take (else it counts them
+        #: behind: a scrape whose parts ran out of time, :meth:`MasterMetrics.scrape`).
+        self.bring_rest = True
 
     def collect(self) -> Iterator[Metric]:
         master = self._master
@@ -67,12 +77,19 @@ class _MasterCollector(Collector):
             modes.add_metric([mode], count)
         yield modes
         nodes = GaugeMetricFamily("nodeagent_master_nodes", "Nodes with an ad", labels=["state"])
-        figures = self._node_figures(master, now)
+        figures, left = self._node_figures(master, now)
         lost, rebooting = len(figures.lost), figures.rebooting
         nodes.add_metric(["live"], len(master.ads) - lost - rebooting)
         nodes.add_metric(["lost"], lost)
         nodes.add_metric(["rebooting"], rebooting)
         yield nodes
+        behind = GaugeMetricFamily(
+            "nodeagent_master_nodes_behind",
+            "Nodes whose latest ad this scrape's node counts have not read: counted as of "
+            "their older ad, or not at all (0 when the counts are whole)",
+        )
+        behind.add_metric([], left)
+        yield behind
         for name, value, text in (
             ("nodeagent_master_ads_received", master.ads.received, "Ads received"),
             ("nodeagent_master_ads_expired", master.ads.expired, "Ads that expired (node lost)"),
@@ -222,16 +239,21 @@ class _MasterCollector(Collector):
             declined.add_metric([machine, group], 1)
         yield declined
 
-    def _node_figures(self, master: Master, now: float) -> NodeFigures:
+    def _node_figures(self, master: Master, now: float) -> tuple[NodeFigures, int]:
         """The nodes by their ads (:func:`~nodeagent.master._fleet.node_figures`), kept
         between scrapes (:class:`~nodeagent.master._fleet.NodeLedger`, told of the ads
         that arrived or went by the store's
-        :meth:`~nodeagent.master._adstore.AdStore.watch_names`)."""
+        :meth:`~nodeagent.master._adstore.AdStore.watch_names`), and how many nodes they
+        have yet to take again: none unless :attr:`bring_rest` is false."""
         ads = master.ads
         ledger, changed = self._ledger_at(master, now)
-        ledger.bring_to(now, changed, ads.get)
-        changed.clear()
-        return ledger.figures(now, ads.lost_at(now), ads.rebooting_at(now))
+        if self.bring_rest:
+            ledger.bring_to(now, changed, ads.get)
+            changed.clear()
+        else:  # the ads grown too old let go of, the nodes left counted behind
+            ledger.bring_to(now, (), ads.get)
+        figures = ledger.figures(now, ads.lost_at(now), ads.rebooting_at(now))
+        return figures, len(changed)
 
     def node_slices(self) -> Iterator[None]:
         """The node figures brought to now a part at a time before a scrape reads them
@@ -453,5 +475,33 @@ class MasterMetrics:
         nodes whose ads came meanwhile)."""
         return self._collector.node_slices()
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    async def scrape(
+        self, in_slices: Callable[[Iterator[None]], Awaitable[None]]
+    ) -> tuple[bytes, str]:
+        """A scrape's text and content type: the node figures brought to now a part at a
+        time (:meth:`node_slices`, run by ``in_slices`` as a pass's slices are run) for
+        :data:`SCRAPE_NODES_WITHIN` seconds at most, then rendered: with the nodes whose
+        ads came meanwhile when the parts ended in time, else with those left counted
+        behind (``nodeagent_master_nodes_behind``)."""
+        began = time.monotonic()
+        short = False
+
+        def parts() -> Iterator[None]:
+            nonlocal short
+            for _ in self.node_slices():
+                if time.monotonic() - began >= SCRAPE_NODES_WITHIN:
+                    short = True
+                    return
+                yield
+
+        await in_slices(parts())
+        return self.render(bring_rest=not short)
+
+    def render(self, *, bring_rest: bool = True) -> tuple[bytes, str]:
+        """The exposition text and content type; ``bring_rest`` false: the nodes left to
+        take again are counted behind, not taken."""
+        self._collector.bring_rest = bring_rest
+        try:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        finally:
+            self._collector.bring_rest = True

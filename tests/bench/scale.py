@@ -29,7 +29,8 @@ Per size (``sqlite``):
 * **cold read** (``--cold-read metrics`` or ``summary``): right after the first round, one
   scrape of ``/metrics`` or one summary asked of a master that still owes forecasts: how
   long it took, the ads a second the pushers had answered meanwhile and the longest time in
-  which none was (``cold_read``).
+  which none was, and the machines (and, of a scrape, the nodes) it left behind
+  (``cold_read``).
 * **warm**: after the first full round (every node pushed once), the seconds until the
   master has made every forecast its passes owe (``warm_s``: ``MasterForecastsWaiting`` 0),
   as a master restarted on a full pool does in its first minutes.
@@ -39,7 +40,8 @@ Per size (``sqlite``):
   needed N / interval; the master's and the pushers' CPU (psutil: a core is 100 %), so that
   a reader sees which side is short; the age of the oldest live ad at the window's end
   (``nodeagent_master_oldest_ad_age_seconds`` of the same scrape, the cheapest to read: the
-  scrape is timed too, ``scrape_ms``). With ``--ingest-workers N`` (each master's
+  scrape is timed too, ``scrape_ms``, and says the nodes it left behind,
+  ``scrape_nodes_behind``). With ``--ingest-workers N`` (each master's
   ``ingest_workers``), the workers' CPU and RSS apart from the master's.
 * **memory**: the master's RSS at the window's end and per machine; its peak (``VmHWM``)
   after the plans below.
@@ -506,6 +508,8 @@ def scrape(master: MasterProcess) -> dict[str, float]:
             figures["oldest_ad_age_s"] = float(line.split()[-1])
         elif line.startswith("nodeagent_master_ads_moving_values_total "):
             figures["moving_values"] = float(line.split()[-1])
+        elif line.startswith("nodeagent_master_nodes_behind "):
+            figures["nodes_behind"] = float(line.split()[-1])
     return figures
 
 
@@ -767,6 +771,7 @@ def cold_read(
         "status": response.status_code,
         "read": what,
         "behind": _behind(response, what),
+        "nodes_behind": _nodes_behind(response) if what == "metrics" else None,
         "read_s": round(seconds, 2),
         **pushes,
         "forecasts_waiting_after": int(
@@ -783,6 +788,16 @@ def _behind(response: httpx.Response, what: str) -> int | None:
         return int(response.json()["totals"]["behind"])
     for line in response.text.splitlines():
         if line.startswith("nodeagent_master_plan_machines_behind "):
+            return int(float(line.split()[-1]))
+    return None
+
+
+def _nodes_behind(response: httpx.Response) -> int | None:
+    """The nodes whose latest ad a scrape's node counts had not read (``None``: not said)."""
+    if response.status_code != 200:
+        return None
+    for line in response.text.splitlines():
+        if line.startswith("nodeagent_master_nodes_behind "):
             return int(float(line.split()[-1]))
     return None
 
@@ -878,6 +893,8 @@ def steady(
                 ),
                 "oldest_ad_age_s": after[k].get("oldest_ad_age_s"),
                 "scrape_ms": ms(after[k]["scrape_s"]),
+                # nodes whose latest ad the scrape's node counts had not read
+                "scrape_nodes_behind": after[k].get("nodes_behind"),
                 "rss_mib": round(rss / 2**20, 1),
                 "rss_kib_per_machine": round(rss / 1024 / machines, 1),
                 "summary_ms": latencies(times[k]),

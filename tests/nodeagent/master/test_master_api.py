@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -534,6 +535,7 @@ async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
     new takes one part. Once scraped, the master takes the next ads in the background
     (``keep_totals``), and the next scrape finds nothing left."""
     monkeypatch.setattr(_metrics, "NODES_A_SLICE", 4)
+    monkeypatch.setattr(_metrics, "SCRAPE_NODES_WITHIN", math.inf)  # parts, not the clock
     turns = 0
     seen: list[int] = []
     left: list[int] = []  # the nodes left to take after each part
@@ -560,6 +562,7 @@ async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
             nursery.start_soon(elsewhere)
             text = (await a.local.get("/metrics")).text
             assert 'nodeagent_master_nodes{state="live"} 50.0' in text
+            assert "nodeagent_master_nodes_behind 0.0" in text
             assert len(seen) >= 13
             # the other task ran between the parts (a round's order is trio's to choose)
             assert seen == sorted(seen)
@@ -583,6 +586,47 @@ async def test_a_scrape_takes_the_nodes_again_in_parts_the_loop_served_between(
             assert 'nodeagent_master_nodes{state="live"} 60.0' in text
             assert len(seen) == 1  # nothing left for the scrape to take
             nursery.cancel_scope.cancel()
+
+
+def _drain_state_counts(text: str) -> float:
+    """The nodes a scrape's ``nodeagent_master_nodes_by_drain_state`` counts, in all."""
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("nodeagent_master_nodes_by_drain_state{")
+    )
+
+
+async def test_a_scrape_out_of_time_answers_and_says_how_many_nodes_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 nodes to take again, 4 a part, and a scrape whose time runs out after its first
+    part: it answers with the 4 nodes it took counted by their states, the 46 others
+    behind, every node live (the store's count); the next takes 4 more; the master takes
+    the rest after them (``keep_totals``), and a scrape then counts them all, none
+    behind."""
+    monkeypatch.setattr(_metrics, "NODES_A_SLICE", 4)
+    monkeypatch.setattr(_metrics, "SCRAPE_NODES_WITHIN", 0.0)
+    async with api(tmp_path) as a:
+        for i in range(50):
+            assert (await a.push(node_ad(f"n{i:02}"))).status_code == 200
+        text = (await a.local.get("/metrics")).text
+        assert 'nodeagent_master_nodes{state="live"} 50.0' in text
+        assert "nodeagent_master_nodes_behind 46.0" in text
+        assert _drain_state_counts(text) == 4
+        text = (await a.local.get("/metrics")).text  # each scrape takes a part more
+        assert "nodeagent_master_nodes_behind 42.0" in text
+        assert _drain_state_counts(text) == 8
+        async with trio.open_nursery() as nursery:
+            await nursery.start(a.master.keep_totals)
+            with trio.fail_after(30):
+                while "nodeagent_master_nodes_behind 0.0" not in (  # noqa: ASYNC110
+                    text := (await a.local.get("/metrics")).text
+                ):
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        assert _drain_state_counts(text) == 50
+        assert 'nodeagent_master_nodes{state="live"} 50.0' in text
 
 
 async def test_a_scrape_s_parts_end_while_ads_keep_coming(
