@@ -18,10 +18,11 @@ worker runs:
 
 It keeps nothing of the master's state; of its own, the digests of the slot ads it found
 sound (:class:`~nodeagent.master._adstore.CheckedStatics`: a node's next ad, the same
-claims moved on in time, has its moving values checked alone). It writes ``READY`` on the
-link once it accepts and ``ALIVE`` every second while its loop runs; it exits at the end of
-stdin (the master's stop or death) or of the link. SIGINT is ignored (a terminal's ^C is
-for the master, which ends its workers).
+claims moved on in time, has its moving values checked alone) and the tokens it verified,
+which its collector does not walk again once they have lasted (:func:`run`). It writes
+``READY`` on the link once it accepts and ``ALIVE`` every second while its loop runs; it
+exits at the end of stdin (the master's stop or death) or of the link. SIGINT is ignored
+(a terminal's ^C is for the master, which ends its workers).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from nodeagent.master._ad_pushes import (
     take_push,
 )
 from nodeagent.master._adstore import CheckedStatics, MovedOnAd, NodeAd
+from nodeagent.master._collector import SurvivorFreezer
 from nodeagent.master._ingest import (
     ALIVE,
     READY,
@@ -68,7 +70,7 @@ from nodeagent.master._ingest import (
     split_frames,
 )
 
-__all__ = ["WorkerSettings", "main", "serve"]
+__all__ = ["WorkerSettings", "main", "run", "serve"]
 
 log = logging.getLogger("nodeagent.master.ingest")
 
@@ -314,13 +316,22 @@ def _read_line(fd: int) -> bytes:
     return line
 
 
+def run(settings: WorkerSettings) -> None:
+    """Serve ``settings`` until stdin or the link ends, with what survives the collector's
+    middle generation frozen (:class:`~nodeagent.master._collector.SurvivorFreezer`): a
+    worker of a large pool remembers a token and a digest for each of its nodes, hundreds
+    of thousands of objects a full collection would walk, holding every push in flight."""
+    with SurvivorFreezer():
+        trio.run(serve, settings)
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the master
     logging.basicConfig(level=logging.WARNING, format="%(name)s[%(process)d]: %(message)s")
     line = _read_line(0)
     if not line:
         return 0
-    trio.run(serve, WorkerSettings.of_line(line))
+    run(WorkerSettings.of_line(line))
     return 0
 
 

@@ -8,7 +8,9 @@ import gc
 import weakref
 
 import pytest
+import trio
 
+from nodeagent.master import _ingest_worker
 from nodeagent.master._collector import SurvivorFreezer
 
 
@@ -181,3 +183,25 @@ def test_the_youngest_generation_s_collections_neither_freeze_nor_thaw() -> None
     with SurvivorFreezer(at_most_every=0, clock=Clock()) as freezer:
         gc.collect(0)
         assert (gc.get_freeze_count(), freezer.thaws, freezer.left_whole) == (0, 0, 0)
+
+
+def test_an_ingest_worker_serves_with_its_survivors_frozen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker's loop runs under a freezer (its tokens and digests, one of each a node,
+    are not walked by every full collection), which is gone, everything thawed, after."""
+    seen: list[bool] = []
+
+    def served(*_args: object) -> None:
+        seen.append(any(isinstance(c, SurvivorFreezer) for c in gc.callbacks))
+        gc.collect()
+        seen.append(gc.get_freeze_count() > 0)
+
+    monkeypatch.setattr(trio, "run", served)
+    settings = _ingest_worker.WorkerSettings(
+        listeners=(), link=-1, relay="relay.sock", key=None, tls=None, read_timeout=1.0
+    )
+    _ingest_worker.run(settings)
+    assert seen == [True, True]
+    assert not any(isinstance(c, SurvivorFreezer) for c in gc.callbacks)
+    assert gc.get_freeze_count() == 0
