@@ -665,6 +665,30 @@ async def test_a_slice_of_forecasts_ends_once_its_time_is_spent(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_slice_of_looks_at_forecasts_made_ends_once_its_time_is_spent(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every forecast made, every machine looked at again (a new index) with nothing to
+    make, each look 0.01 s of work_clock (read after every look) and a slice of 0.035 s:
+    the pass yields after every fourth look all the same (a whole pool's looks held the
+    loop for seconds)."""
+    monkeypatch.setattr(_master_module, "_LOOKS_A_CLOCK", 1)
+    master = make_master(tmp_path, DownLink())
+    master.policy = PlanPolicy()
+    five_nodes_scheduled(master)
+    async with trio.open_nursery() as nursery:
+        master.reconcile(nursery)
+        made = master.forecasts_made_ahead
+        assert (made, master.forecasts_waiting) == (5, 0)
+        ticks = itertools.count()
+        master.work_clock = lambda: next(ticks) * 0.01
+        master.slice_seconds = 0.035
+        master._pass_index = None
+        assert len(list(master._pass(nursery))) == 1  # after the fourth of five looks
+        assert master.forecasts_made_ahead == made
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(
     ("where", "attribute", "value"),
     [
