@@ -70,6 +70,11 @@ _NO_CUT = ((0, 0), (0, 0))
 _NO_LINES = (0,) * (2 * _LINES + 2)
 #: The shares remade between two questions to a step's ``enough`` (:meth:`PlanLedger.bring_to`).
 _ENOUGH_EVERY = 8
+#: The ads moved on in time one :meth:`PlanLedger.bring_to` swaps into the shares at most
+#: (≈ 25 µs each): the others wait in :attr:`AdChanges.moved` for the next call (a share
+#: whose instant comes first is swapped then), so that the first call after a quiet minute
+#: of a pool of 100,000, a reply's or a step's, costs what it may and not seconds.
+SWAPS_A_CALL = 2_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -363,12 +368,16 @@ class PlanLedger:
         limit: int | None = None,
         reread: bool = True,
         enough: Callable[[], bool] | None = None,
+        forget: Callable[[str], None] | None = None,
     ) -> None:
         """Remake the shares of the machines that changed or came due (every one the
-        first time): ``held``, the machines with a drain record or being started;
-        ``notices``, the notices in force by machine name; ``rows``, their plan and row
-        state (:meth:`PlanView.rows <nodeagent.master._plan_view.PlanView.rows>` of those
-        machines); ``after_window``, a row's entry of ``after_window``, if any. With
+        first time), after swapping into them at most :data:`SWAPS_A_CALL` of the ads
+        that moved on in time (``forget``: told of each machine whose ads arrived, went
+        or moved on, as they are read; not the first time): ``held``, the machines with a
+        drain record or being started; ``notices``, the notices in force by machine name;
+        ``rows``, their plan and row state (:meth:`PlanView.rows
+        <nodeagent.master._plan_view.PlanView.rows>` of those machines);
+        ``after_window``, a row's entry of ``after_window``, if any. With
         ``limit``, at most that many of those that changed or came due: the others wait
         for the next call (:attr:`complete`, :attr:`behind`). ``reread`` (always without
         ``limit``): also the machines read at every call (held, volatile, overdue), whatever
@@ -389,13 +398,19 @@ class PlanLedger:
             keys.update(self.position)
         else:
             for hostname, ip in changes.touched:
-                keys.update(self.hosts.matching(hostname, ip))
-            changes.touched.clear()
-            for hostname, ip in changes.moved:
                 for key in self.hosts.matching(hostname, ip):
+                    keys.add(key)
+                    if forget is not None:
+                        forget(key)
+            changes.touched.clear()
+            moved = changes.moved
+            for _ in range(min(SWAPS_A_CALL, len(moved))):
+                hostname, ip = moved.pop()
+                for key in self.hosts.matching(hostname, ip):
+                    if forget is not None:
+                        forget(key)
                     if not self._moved_on(key, changes.latest):
                         keys.add(key)
-            changes.moved.clear()
             heap = self._heap
             while heap and heap[0][0] <= now:
                 at, key = heapq.heappop(heap)
@@ -458,7 +473,12 @@ class PlanLedger:
         ads moved on in time since it was made (:meth:`_moved_on`), so that the instant
         that came was an older ad's age. Then it is due at the next of the newer ads'
         instants and its own (:attr:`Share.bound`) instead: a pool's shares made at one
-        instant are not all remade one ``lifetime`` later, however recent their ads."""
+        instant are not all remade one ``lifetime`` later, however recent their ads. Its
+        ads are first swapped for their nodes' latest, if each moved on in time from it (a
+        swap :meth:`bring_to` has yet to make; else it is remade)."""
+        if not self._moved_on(key, changes.latest):
+            return False
+        share = self.shares[key]
         due = next_due(share.plan, at, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
         until = min(due, share.bound)
         if until <= self.now:

@@ -287,7 +287,6 @@ class PlanView:
         if ledger is None or not ledger.holds(world, now):
             ledger = self._ledger = PlanLedger(world, scheduled)
         escalation = Escalation(policy.escalation)
-        self._forget_plans(ledger, changes)
         ledger.bring_to(
             now,
             changes=changes,
@@ -300,22 +299,18 @@ class PlanView:
             limit=limit,
             reread=reread,
             enough=enough,
+            forget=self._forget_plan,
         )
         return ledger
 
-    def _forget_plans(self, ledger: PlanLedger, changes: AdChanges) -> None:
-        """Drop the plans kept (:meth:`rows`) of the machines whose nodes' ads arrived,
+    def _forget_plan(self, key: str) -> None:
+        """Drop the plans kept (:meth:`rows`) of machine ``key``, whose nodes' ads arrived,
         went or moved on since the ledger last heard of the ads: the store no longer
         finds the nodes they were made of, so all they could still do is keep the replaced
         ads alive (100,000 of them after a whole plan, as the pool pushes); the ledger
         remakes or swaps what it keeps of them."""
-        if ledger.now == -math.inf:  # a new ledger: it reads every machine
-            return
-        caches = tuple(self._plan_cache.values())
-        for hostname, ip in itertools.chain(changes.touched, changes.moved):
-            for key in ledger.hosts.matching(hostname, ip):
-                for cache in caches:
-                    cache.pop(key, None)
+        for cache in self._plan_cache.values():
+            cache.pop(key, None)
 
     def _answer_ledger(self, inputs: PlanInputs, now: float) -> PlanLedger | None:
         """:meth:`ledger` as a reply reads it: at most :attr:`answer_limit` shares remade,

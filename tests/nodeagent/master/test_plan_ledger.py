@@ -673,6 +673,46 @@ def test_an_ad_moved_on_in_time_is_swapped_into_its_share_due_when_the_newer_wou
     assert ledger.remade == 1
 
 
+def test_the_ads_moved_on_are_swapped_a_few_a_call_and_a_share_due_first_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three nodes' ads moved on in time, one swapped a call: a call swaps one and leaves
+    two waiting, none remade; the first ads' age then comes while a swap waits: that
+    share is swapped as it comes due, not remade; the answers are those of every row."""
+    monkeypatch.setattr(_plan_ledger, "SWAPS_A_CALL", 1)
+    remade: list[str] = []
+    remake = _plan_ledger.PlanLedger._remake
+
+    def counted(self: _plan_ledger.PlanLedger, plan: Any, *args: Any) -> None:
+        remade.append(plan.key)
+        remake(self, plan, *args)
+
+    monkeypatch.setattr(_plan_ledger.PlanLedger, "_remake", counted)
+    ledgered = _world()
+    view, world = ledgered.view, ledgered.world
+    ledger = view.ledger(ledgered.inputs(), world.now)
+    assert ledger is not None
+    world.now += 60
+    for step in (_moved_on(0, 2), _moved_on(1, 0), _moved_on(5, 3, unpromised=True)):
+        step(world)
+    assert len(ledgered.moved) == 3
+    remade.clear()
+    view.ledger(ledgered.inputs(), world.now)
+    moved = {_key(0), _key(1), _key(5)}
+    assert len(ledgered.moved) == 2
+    assert not moved & set(remade)  # (n3, whose drain is the master's, is read every call)
+    remade.clear()
+    world.now = NOW + LIFETIME + 1  # the first ads would be lost; the newer are not
+    view.ledger(ledgered.inputs(), world.now)
+    assert len(ledgered.moved) == 1  # its share came due first: swapped then
+    assert not moved & set(remade)
+    for n in (0, 1, 5):
+        share = ledger.shares[_key(n)]
+        assert all(node is world.ads.get(f"n{n}.test") for node in (share.plan.node,))
+        assert share.until == NOW + 60 + LIFETIME
+    _same(ledgered)
+
+
 @pytest.mark.parametrize(
     ("n", "moved_at", "due"),
     [
