@@ -476,9 +476,10 @@ class PlanLedger:
         instant are not all remade one ``lifetime`` later, however recent their ads. Its
         ads are first swapped for their nodes' latest, if each moved on in time from it (a
         swap :meth:`bring_to` has yet to make; else it is remade)."""
-        if not self._moved_on(key, changes.latest):
-            return False
-        share = self.shares[key]
+        if changes.latest is not None:
+            if not self._moved_on(key, changes.latest):
+                return False
+            share = self.shares[key]
         due = next_due(share.plan, at, lifetime=changes.lifetime, reboot_grace=changes.reboot_grace)
         until = min(due, share.bound)
         if until <= self.now:
