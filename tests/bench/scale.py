@@ -771,7 +771,10 @@ def cold_read(
         "status": response.status_code,
         "read": what,
         "behind": _behind(response, what),
-        "nodes_behind": _nodes_behind(response) if what == "metrics" else None,
+        # the nodes whose latest ad the scrape's node counts had not read
+        "nodes_behind": _gauge(response, "nodeagent_master_nodes_behind")
+        if what == "metrics"
+        else None,
         "read_s": round(seconds, 2),
         **pushes,
         "forecasts_waiting_after": int(
@@ -782,22 +785,17 @@ def cold_read(
 
 def _behind(response: httpx.Response, what: str) -> int | None:
     """The machines a summary's totals or a scrape left behind (``None``: not said)."""
-    if response.status_code != 200:
-        return None
-    if what == "summary":
+    if response.status_code == 200 and what == "summary":
         return int(response.json()["totals"]["behind"])
-    for line in response.text.splitlines():
-        if line.startswith("nodeagent_master_plan_machines_behind "):
-            return int(float(line.split()[-1]))
-    return None
+    return _gauge(response, "nodeagent_master_plan_machines_behind")
 
 
-def _nodes_behind(response: httpx.Response) -> int | None:
-    """The nodes whose latest ad a scrape's node counts had not read (``None``: not said)."""
+def _gauge(response: httpx.Response, name: str) -> int | None:
+    """The value of a scrape's gauge ``name`` without labels (``None``: not said)."""
     if response.status_code != 200:
         return None
     for line in response.text.splitlines():
-        if line.startswith("nodeagent_master_nodes_behind "):
+        if line.startswith(f"{name} "):
             return int(float(line.split()[-1]))
     return None
 
