@@ -34,6 +34,7 @@ import contextlib
 import email.utils
 import errno
 import logging
+import math
 import os
 import socket
 import ssl
@@ -308,6 +309,14 @@ class HttpServer:
     body ends by then, else closed). A response without
     ``content-length`` is sent chunked. An exception in the app is logged and answered 500
     if no response had begun.
+
+    ``accept_every``: the least time between two wakes of a listener. Under a steady
+    stream of connections (an ingest worker's pushes) a wake then accepts every connection
+    that came since the last, and their reads, pushes and replies run in the same turns of
+    the loop: a wake of the process costs as much as serving a connection or more, on a
+    virtual machine most of all. A connection after a quiet spell longer than that is
+    accepted at once; one in a stream waits ``accept_every`` at most. 0: every connection
+    as soon as it comes.
     """
 
     def __init__(
@@ -320,8 +329,10 @@ class HttpServer:
         relay_to: Path | None = None,
         relayed: Callable[[h11.Request], bool] | None = None,
         quick: QuickRoute | None = None,
+        accept_every: float = 0.0,
     ) -> None:
         self.relay_to = relay_to
+        self.accept_every = accept_every
         self.relayed = relayed
         self.quick = quick
         self.max_body = max_body
@@ -362,6 +373,7 @@ class HttpServer:
         with listening:
             async with trio.open_nursery() as connections:
                 accepted = 0
+                woke = -math.inf
                 while True:
                     if share is not None and share.takers:
                         accepted = 0
@@ -372,6 +384,9 @@ class HttpServer:
                     except BlockingIOError:
                         accepted = 0
                         await trio.lowlevel.wait_readable(listening)
+                        if self.accept_every:
+                            await trio.sleep_until(woke + self.accept_every)
+                            woke = trio.current_time()
                         continue
                     except OSError as exc:
                         if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:

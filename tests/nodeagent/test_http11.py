@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ import pytest
 import trio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nodeagent._serving._http11 import serve_http
+from nodeagent._serving._http11 import HttpServer, serve_http
 from tests.certificates import self_signed_or_skip
 
 
@@ -155,6 +156,55 @@ async def test_connections_at_once_past_an_accept_batch_are_all_served() -> None
                 for i in range(150):
                     nursery.start_soon(one, i)
     assert sorted(answered) == list(range(150))
+
+
+async def test_a_paced_listener_takes_a_stream_of_connections_a_wake_at_a_time(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """With ``accept_every``, a connection after a quiet spell is served at once; those
+    that come while the listener's last wake is younger than that wait in the kernel's
+    queue for the rest of it (the clock stands still here), then are served together."""
+    served: list[float] = []
+
+    async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
+        served.append(trio.current_time())
+        await echo(scope, receive, send)
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    listening.setblocking(False)
+    port = listening.getsockname()[1]
+
+    async def send_one() -> trio.SocketStream:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return stream
+
+    async def reply_of(stream: trio.SocketStream) -> bytes:
+        reply = b""
+        async with stream:
+            while chunk := await stream.receive_some():
+                reply += chunk
+        return reply
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(HttpServer(stamped, accept_every=10.0).accept, listening)
+        assert (await reply_of(await send_one())).startswith(b"HTTP/1.1 200 ")
+        assert served == [0.0]  # the first: at once
+
+        streams = [await send_one(), await send_one()]
+        await trio.testing.wait_all_tasks_blocked()
+        assert served == [0.0]  # in the kernel's queue: the last wake is 0 s old
+        mock_clock.jump(10.0)
+        for stream in streams:
+            assert (await reply_of(stream)).startswith(b"HTTP/1.1 200 ")
+        assert served == [0.0, 10.0, 10.0]  # one wake, 10 s after the last
+
+        mock_clock.jump(30.0)  # a quiet spell: the next is served at once
+        assert (await reply_of(await send_one())).startswith(b"HTTP/1.1 200 ")
+        assert served == [0.0, 10.0, 10.0, 40.0]
+        nursery.cancel_scope.cancel()
 
 
 async def test_requests_over_tls_with_keep_alive_and_new_connections(tmp_path: Path) -> None:
