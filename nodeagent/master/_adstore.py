@@ -1051,6 +1051,25 @@ class SlotsUnknown(SlotsError):
     http_status = 409
 
 
+#: The keys of a slot's moving values met so far that are some of :data:`_MOVING` in the
+#: order of :data:`_MOVING_ORDER` (2**13 at most): a record with such keys is taken as it
+#: came, which an agent's are (a push of a record of 13 values is 2 µs, not 20).
+_ORDERED_KEYS: set[tuple[str, ...]] = set()
+
+
+def _in_moving_order(values: dict[str, Any]) -> dict[str, Any]:
+    """A slot's moving values in the order of :data:`_MOVING_ORDER` (``values`` itself
+    when they are); raises :class:`InvalidRequest` for a name not of :data:`_MOVING`."""
+    if tuple(values) in _ORDERED_KEYS:
+        return values
+    other = values.keys() - _MOVING
+    if other:
+        raise InvalidRequest(f"moved_on: {sorted(other)[0]!r} is not a moving value")
+    ordered = {name: values[name] for name in _MOVING_ORDER if name in values}
+    _ORDERED_KEYS.add(tuple(ordered))
+    return ordered
+
+
 def prepare_moved_on(
     machine: dict[str, Any], moved: object, *, plain_text: bool = False
 ) -> MovedOnAd:
@@ -1071,14 +1090,10 @@ def prepare_moved_on(
         raise InvalidRequest(f"moved_on: slots_digest is {2 * _DIGEST} hexadecimal digits")
     if not isinstance(moving, list) or not all(type(values) is dict for values in moving):
         raise InvalidRequest("moved_on: moving is a list of records, one per slot ad")
-    for values in moving:
-        other = values.keys() - _MOVING
-        if other:
-            raise InvalidRequest(f"moved_on: {sorted(other)[0]!r} is not a moving value")
-    if not _finite_numbers(moving):
+    ordered = tuple(map(_in_moving_order, moving))
+    if not _finite_numbers(ordered):
         raise InvalidRequest("moved_on: every moving value is a finite number")
     check_node_ad(machine, (), plain_text=plain_text)
-    ordered = tuple({name: v[name] for name in _MOVING_ORDER if name in v} for v in moving)
     return MovedOnAd(
         machine=machine,
         digest=bytes.fromhex(digest),

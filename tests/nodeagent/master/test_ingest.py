@@ -344,6 +344,31 @@ def test_an_ad_moved_on_through_a_worker_makes_the_entry_of_the_whole_ad() -> No
     assert taken_later.slots.shares_static(taken_first.slots)
 
 
+def test_moving_values_pushed_in_any_order_are_kept_in_one() -> None:
+    """A slot's moving values are kept in the order of their names whatever the push's
+    (the same packed bytes), the first time their names come in that order and after; a
+    name that is not a moving value is refused whatever came before it."""
+    pushed = _pushed_moved_on(_moved_on(node_ad()))
+    in_order = prepare_push(body_of(pushed), "n1.test")
+    assert isinstance(in_order, MovedOnAd)
+    assert all(list(values) == sorted(values) for values in in_order.moving)
+    turned = copy.deepcopy(pushed)
+    turned["moved_on"]["moving"] = [
+        dict(reversed(values.items())) for values in pushed["moved_on"]["moving"]
+    ]
+    assert any(len(values) > 1 for values in turned["moved_on"]["moving"])
+    for _ in range(2):
+        again = prepare_push(body_of(turned), "n1.test")
+        assert isinstance(again, MovedOnAd)
+        assert [list(v) for v in again.moving] == [list(v) for v in in_order.moving]
+        assert again.moving == in_order.moving
+        assert again.packed == in_order.packed
+    for values in (pushed, turned):
+        bad = copy.deepcopy(values)
+        bad["moved_on"]["moving"][1]["Name"] = 1
+        assert error(prepare_push(body_of(bad), "n1.test")) == (422, "request.invalid")
+
+
 def test_an_ad_of_another_daemon_is_made_in_the_master() -> None:  # its body sent
     ad = {"machine": {"Name": "defrag@x", "MyType": "Defrag"}, "slots": []}
     prepared = prepare_push(body_of(ad), None)
