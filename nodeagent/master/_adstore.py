@@ -1052,8 +1052,8 @@ class SlotsUnknown(SlotsError):
 
 
 #: The keys of a slot's moving values met so far that are some of :data:`_MOVING` in the
-#: order of :data:`_MOVING_ORDER` (2**13 at most): a record with such keys is taken as it
-#: came, which an agent's are (a push of a record of 13 values is 2 µs, not 20).
+#: order of :data:`_MOVING_ORDER` (2**13 at most): a record with such keys, as an agent
+#: pushes them, is taken as it came (≈ 0.3 µs a record, against ≈ 3 to check and copy it).
 _ORDERED_KEYS: set[tuple[str, ...]] = set()
 
 
