@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
+from rich.markup import escape
 
 from nodeagent.cli._commands import COMMANDS, GROUPS, default, dest
 from nodeagent.cli._fast import Plain, run
@@ -29,15 +30,27 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nodeagent.cli._commands import Argument, Command, Group, Option
 
-__all__ = ["app", "build"]
+__all__ = ["app", "build", "shown"]
 
 _AS_IS = ("help", "metavar", "show_default", "min", "case_sensitive", "envvar")
 """The declared fields typer takes as they are, under the same names."""
 
 
+def shown(text: str) -> str:
+    """A declared help text as typer's rich help shows it as declared: each paragraph's
+    lines joined (the declaration wraps them at its own width; rich keeps a line break
+    and wraps again at the terminal's, which left a word or two alone on a line) and its
+    brackets escaped (``[y/N]``, ``[master]``: not rich markup, which would drop them)."""
+    return "\n\n".join(escape(" ".join(p.split("\n"))) for p in text.split("\n\n"))
+
+
 def _as_is(declared: Option | Argument) -> dict[str, Any]:
-    """The fields of ``declared`` typer takes as they are, as its keyword arguments."""
-    return {name: value for name, value in declared.items() if name in _AS_IS}
+    """The fields of ``declared`` typer takes as they are, as its keyword arguments (its
+    help as :func:`shown`)."""
+    fields = {name: value for name, value in declared.items() if name in _AS_IS}
+    if "help" in fields:
+        fields["help"] = shown(str(fields["help"]))
+    return fields
 
 
 def _option_type(option: Option) -> Any:
@@ -97,7 +110,7 @@ def _function(command: Command) -> Callable[..., None]:
     parameters += [_option(option) for option in command.get("options", ())]
     call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     call.__name__ = call.__qualname__ = command["run"].rpartition(":")[2]
-    call.__doc__ = command["help"]
+    call.__doc__ = shown(command["help"])
     return call
 
 
@@ -106,13 +119,13 @@ def _group(group: Group) -> typer.Typer:
     help; ``no_args_is_help`` as every group."""
     words = group["words"]
     built = typer.Typer(
-        name=words[-1] if words else "nodeagent", help=group["help"], no_args_is_help=True
+        name=words[-1] if words else "nodeagent", help=shown(group["help"]), no_args_is_help=True
     )
 
     def callback() -> None:
         pass
 
-    callback.__doc__ = group["help"]
+    callback.__doc__ = shown(group["help"])
     built.callback()(callback)
     return built
 
@@ -128,9 +141,9 @@ def build(
     for command in commands:
         words = command["words"]
         settings = None if command.get("interspersed", True) else {"allow_interspersed_args": False}
-        groups[words[:-1]].command(words[-1], help=command["help"], context_settings=settings)(
-            _function(command)
-        )
+        groups[words[:-1]].command(
+            words[-1], help=shown(command["help"]), context_settings=settings
+        )(_function(command))
     for words, built in groups.items():
         if words:
             groups[words[:-1]].add_typer(built)

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import typer.main
+from typer.testing import CliRunner
 
 from nodeagent import _paths
-from nodeagent.cli._app import app
+from nodeagent.cli._app import app, shown
 from nodeagent.cli._commands import COMMANDS, GROUPS, default, dest
 
 TYPE_CHECKING = False
@@ -168,17 +169,22 @@ TREE = _typer_tree()
 @pytest.mark.parametrize("command", COMMANDS, ids=_words)
 def test_typer_shows_each_command_and_option_as_declared(command: Command) -> None:
     leaf = TREE[command["words"]]
-    assert leaf.help == command["help"]
-    shown = [
+    assert leaf.help == shown(command["help"])
+    listed = [
         (p.name, p.help, p.metavar, p.show_default)
         for p in leaf.params
         if p.param_type_name == "option"
     ]
     declared = [
-        (dest(o), o.get("help"), o.get("metavar"), o.get("show_default", True))
+        (
+            dest(o),
+            shown(o["help"]) if "help" in o else None,
+            o.get("metavar"),
+            o.get("show_default", True),
+        )
         for o in command.get("options", ())
     ]
-    assert shown == declared
+    assert listed == declared
 
 
 @pytest.mark.parametrize("group", GROUPS, ids=lambda g: " ".join(g["words"]) or "nodeagent")
@@ -187,7 +193,21 @@ def test_typer_lists_a_groups_commands_then_its_subgroups_in_the_declared_order(
 ) -> None:
     words = group["words"]
     node = TREE[words]
-    assert node.help == group["help"]
+    assert node.help == shown(group["help"])
     commands = [c["words"][-1] for c in COMMANDS if c["words"][:-1] == words]
     subgroups = [g["words"][-1] for g in GROUPS if g["words"][:-1] == words and g["words"]]
     assert list(node.commands) == commands + subgroups
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=_words)
+def test_help_shows_each_paragraph_as_declared_on_a_line_of_its_own(command: Command) -> None:
+    """``--help`` on a terminal wide enough for any paragraph: each paragraph of the
+    declared help is one line, word for word, its brackets kept (``[y/N]``, ``[master]``),
+    whatever width the declaration wrapped it at."""
+    shown_help = CliRunner().invoke(
+        app, [*command["words"], "--help"], env={"COLUMNS": "3000", "NO_COLOR": "1"}
+    )
+    assert shown_help.exit_code == 0, shown_help.output
+    lines = [line.strip(" │") for line in shown_help.output.splitlines()]
+    for paragraph in command["help"].split("\n\n"):
+        assert " ".join(paragraph.split("\n")) in lines
