@@ -708,7 +708,7 @@ def test_the_ads_moved_on_are_swapped_a_few_a_call_and_a_share_due_first_then(
     assert not moved & set(remade)
     for n in (0, 1, 5):
         share = ledger.shares[_key(n)]
-        assert all(node is world.ads.get(f"n{n}.test") for node in (share.plan.node,))
+        assert share.plan.node is world.ads.get(f"n{n}.test")
         assert share.until == NOW + 60 + LIFETIME
     _same(ledgered)
 
