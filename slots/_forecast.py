@@ -99,6 +99,22 @@ def _const(value: int | float) -> _Line:
     return _Line(value, 0)
 
 
+# The two sums a piece makes for every job, each in one step (the same operations in the
+# same order as with the operators, without the lines between them).
+
+
+def _worked(run: _Line, until: _Line, now: _Line, cpus: int) -> _Line:
+    """``(run + until − now) × cpus``: the core-seconds of a job that has run ``run`` at
+    ``now`` once it ends at ``until``."""
+    return _Line((run.at + until.at - now.at) * cpus, (run.slope + until.slope - now.slope) * cpus)
+
+
+def _left(retirement: int, run: _Line, at: _Line, now: _Line) -> _Line:
+    """``retirement − (run + (at − now))``: the retirement left at ``at`` of a job that
+    has run ``run`` at ``now`` and runs on."""
+    return _Line(retirement - (run.at + (at.at - now.at)), 0 - (run.slope + (at.slope - now.slope)))
+
+
 class _Trace:
     """The arithmetic at second ``base``, noting how long each choice it makes holds.
 
@@ -207,10 +223,11 @@ def _evict(
     vj = spec.job_max_vacate_time
     suspended = spec.phase is Phase.SUSPENDED
     retired = suspended and policy is SuspendPolicy.EVICT
-    mjrt = _const(spec.max_job_retirement_time)
     retiring = job.retiring
     if retiring is None:
-        remaining = _ZERO if retired else trace.max(_ZERO, mjrt - run)
+        remaining = (
+            _ZERO if retired else trace.max(_ZERO, _const(spec.max_job_retirement_time) - run)
+        )
         retiring = job.retiring = (remaining, _vacate(trace, machine_vacate, vj, remaining))
     remaining, vacate_now = retiring
 
@@ -218,19 +235,19 @@ def _evict(
     # `remaining`, whether its run time accrues or not).
     if schedule is Schedule.QUICK or retired:
         hard = now + vacate_now
-        return _Eviction(remaining, vacate_now, now, hard, (run + hard - now).times(spec.cpus))
+        return _Eviction(remaining, vacate_now, now, hard, _worked(run, hard, now, spec.cpus))
     soft = now + trace.max(_ZERO, remaining - vacate_now)
     if not_before is not None:
         soft = trace.max(soft, not_before)
     if deadline is not None:
         soft = trace.min(soft, trace.max(now, deadline))
     if not suspended or policy is SuspendPolicy.RESUME:  # its run time accrues
-        remaining_then = trace.max(_ZERO, mjrt - (run + (soft - now)))
+        remaining_then = trace.max(_ZERO, _left(spec.max_job_retirement_time, run, soft, now))
     else:
         remaining_then = remaining
     vacate = _vacate(trace, machine_vacate, vj, remaining_then)
     hard = soft + vacate
-    return _Eviction(remaining, vacate, soft, hard, (run + hard - now).times(spec.cpus))
+    return _Eviction(remaining, vacate, soft, hard, _worked(run, hard, now, spec.cpus))
 
 
 def _evictions(
@@ -288,10 +305,9 @@ def _remaining_at(trace: _Trace, job: _Job, t: _Line, policy: SuspendPolicy) -> 
     spec = job.inputs
     if spec.phase is Phase.SUSPENDED and policy is SuspendPolicy.EVICT:
         return _ZERO
-    mjrt = _const(spec.max_job_retirement_time)
     if _accrues(spec, policy):
-        return trace.max(_ZERO, mjrt - (job.run + (t - trace.now)))
-    return trace.max(_ZERO, mjrt - job.run)
+        return trace.max(_ZERO, _left(spec.max_job_retirement_time, job.run, t, trace.now))
+    return trace.max(_ZERO, _const(spec.max_job_retirement_time) - job.run)
 
 
 def _run_at(trace: _Trace, job: _Job, t: _Line, policy: SuspendPolicy) -> _Line:
@@ -320,7 +336,7 @@ def _escalate(
         left = _remaining_at(trace, job, at, policy)
         vacate = _vacate(trace, machine_vacate, spec.job_max_vacate_time, left)
     hard = at + vacate
-    badput = (job.run + hard - trace.now).times(spec.cpus)
+    badput = _worked(job.run, hard, trace.now, spec.cpus)
     return _Eviction(plan.retirement_remaining, vacate, at, hard, badput)
 
 
@@ -346,10 +362,13 @@ def _latest(trace: _Trace, plans: list[_Eviction]) -> _Line:
 
 
 def _total(lines: Iterable[_Line]) -> _Line:
-    total = _ZERO
+    """The sum of ``lines`` (added in their order, as ``+`` adds them)."""
+    at: int | float = 0
+    slope = 0
     for line in lines:
-        total = total + line
-    return total
+        at += line.at
+        slope += line.slope
+    return _Line(at, slope)
 
 
 #: The keys of a blocker frame, in the order of :func:`~slots.ad_blockers`' rows.
@@ -862,12 +881,19 @@ class DrainForecast:
         named = [] if active_ads is None else active_ads  # read only with frames
         jobs = []
         for spec in inputs:
-            elapsed = (
-                _ZERO if spec.as_of is None else trace.max(_ZERO, trace.now - _const(spec.as_of))
+            # now − as_of, then run + elapsed (running) and vacate_left − elapsed (vacating)
+            elapsed = _ZERO if spec.as_of is None else trace.max(_ZERO, _Line(base - spec.as_of, 1))
+            phase = spec.phase
+            run = (
+                _Line(spec.run + elapsed.at, elapsed.slope)
+                if phase is Phase.RUNNING
+                else _const(spec.run)
             )
-            run = _const(spec.run) + (elapsed if spec.phase is Phase.RUNNING else _ZERO)
-            left = _const(spec.vacate_left) - elapsed
-            vacate_remaining = trace.max(_ZERO, left) if spec.phase is Phase.VACATING else _ZERO
+            vacate_remaining = (
+                trace.max(_ZERO, _const(spec.vacate_left) - elapsed)
+                if phase is Phase.VACATING
+                else _ZERO
+            )
             jobs.append(_Job(spec, run, vacate_remaining))
         deadline = None if self._deadline is None else _const(self._deadline)
         estimates: list[tuple[str, _Line]] = []
