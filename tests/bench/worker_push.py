@@ -12,10 +12,13 @@ For each rate of ``--rates`` (pushes a second; 0: as fast as the worker takes th
 flight), after 2 s of warm-up, ``--seconds`` measured: the pushes a second answered, the
 worker's CPU per push (psutil, user + system) and its share of a core. With
 ``--accept-every S`` the worker's listener wakes every S seconds at most
-(``ACCEPT_EVERY`` of the worker; 0: for each connection).
+(``ACCEPT_EVERY`` of the worker; 0: for each connection). With ``--keep-alive`` each node
+keeps its connection from one push to its next instead (the worker closes a connection idle
+for 5 s: ``--nodes`` over the rate must be less; not with rate 0); a node whose push is
+still unanswered when its next is due skips that one (``skipped_still_in_flight``).
 
 Prints one JSON document. Usage: ``python tests/bench/worker_push.py [--rates
-250,500,1000,0] [--seconds 8] [--nodes 2000] [--accept-every S]``.
+250,500,1000,0] [--seconds 8] [--nodes 2000] [--accept-every S] [--keep-alive]``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import queue
 import selectors
 import signal
 import socket
@@ -40,6 +44,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent._auth import Scope, create_token, generate_key, load_key
+from nodeagent._serving._http11 import KEEP_ALIVE_TIMEOUT
 from nodeagent.master._ingest import (
     AdReply,
     Push,
@@ -91,26 +96,48 @@ def requests(key_file: Path, nodes: int) -> list[bytes]:
 
 
 def push(
-    port: int, key_file: str, nodes: int, rate: float, seconds: float, worker: int, out: Any
+    port: int,
+    key_file: str,
+    nodes: int,
+    rate: float,
+    seconds: float,
+    worker: int,
+    out: Any,
+    keep_alive: bool = False,
 ) -> None:
-    """The client: a push per connection, ``rate`` a second (0: ``IN_FLIGHT`` at once, each
-    followed by the next); puts on ``out`` the pushes answered and refused, the seconds and
-    the CPU seconds of the process ``worker`` once warm."""
+    """The client: a push per connection (``keep_alive``: a connection per node, kept),
+    ``rate`` a second (0: ``IN_FLIGHT`` at once, each followed by the next); puts on ``out``
+    the pushes answered and refused, the seconds and the CPU seconds of the process
+    ``worker`` once warm."""
     made = requests(Path(key_file), nodes)
     process = psutil.Process(worker)
     selector = selectors.DefaultSelector()
-    sent = answered = refused = 0
+    sent = answered = refused = skipped = 0
     replies: dict[socket.socket, bytes] = {}
+    kept: dict[int, socket.socket] = {}
+    node_of: dict[socket.socket, int] = {}
 
     def start() -> None:
-        nonlocal sent
-        sock = socket.socket()
-        sock.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            sock.connect(("127.0.0.1", port))
-        selector.register(sock, selectors.EVENT_WRITE, made[sent % nodes])
-        replies[sock] = b""
+        nonlocal sent, skipped
+        node = sent % nodes
         sent += 1
+        sock = kept.get(node)
+        if sock is not None and sock in replies:  # its last push not yet answered
+            skipped += 1
+            return
+        if sock is None:
+            sock = socket.socket()
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.connect(("127.0.0.1", port))
+            selector.register(sock, selectors.EVENT_WRITE, made[node])
+            node_of[sock] = node
+            if keep_alive:
+                kept[node] = sock
+        else:
+            sock.sendall(made[node])
+            selector.register(sock, selectors.EVENT_READ, made[node])
+        replies[sock] = b""
 
     began = time.monotonic()
     warm = began + WARM_UP
@@ -144,11 +171,13 @@ def push(
             answered += 1
             refused += not replies.pop(sock).startswith(b"HTTP/1.1 200 ")
             selector.unregister(sock)
-            sock.close()
+            if not keep_alive or not data:
+                kept.pop(node_of.pop(sock), None)
+                sock.close()
             if not rate:
                 start()
     assert counted is not None
-    out.put((answered - counted, refused, time.monotonic() - wall, _cpu(process) - cpu))
+    out.put((answered - counted, refused, skipped, time.monotonic() - wall, _cpu(process) - cpu))
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -212,11 +241,18 @@ def at_rate(rate: float, options: argparse.Namespace, tmp: Path) -> dict[str, An
                 options.seconds,
                 worker.pid,
                 out,
+                options.keep_alive,
             ),
         )
         client.start()
         try:
-            answered, refused, seconds, cpu = out.get()
+            got = None
+            while got is None and client.is_alive():
+                with contextlib.suppress(queue.Empty):
+                    got = out.get(timeout=1)
+            if got is None:
+                raise RuntimeError(f"the client ended with status {client.exitcode}")
+            answered, refused, skipped, seconds, cpu = got
         finally:
             client.kill()
             client.join()
@@ -231,6 +267,7 @@ def at_rate(rate: float, options: argparse.Namespace, tmp: Path) -> dict[str, An
         "worker_us_per_push": round(cpu / max(answered, 1) * 1e6),
         "worker_cpu_percent": round(100 * cpu / seconds, 1),
         "refused": refused,
+        "skipped_still_in_flight": skipped,
     }
 
 
@@ -240,12 +277,22 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--accept-every", type=float, default=None)
+    parser.add_argument("--keep-alive", action="store_true")
     options = parser.parse_args()
+    rates = [float(r) for r in options.rates.split(",")]
+    if options.keep_alive and any(not r or options.nodes / r >= KEEP_ALIVE_TIMEOUT for r in rates):
+        parser.error(f"--keep-alive: each rate must push every node within {KEEP_ALIVE_TIMEOUT} s")
     signal.signal(signal.SIGTERM, terminate)  # the worker and the client ended on the way out
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [at_rate(float(r), options, Path(tmp)) for r in options.rates.split(",")]
+        runs = [at_rate(rate, options, Path(tmp)) for rate in rates]
     every = ACCEPT_EVERY if options.accept_every is None else options.accept_every
-    print(json.dumps({"benchmark": "worker_push", "accept_every_s": every, "runs": runs}))
+    result = {
+        "benchmark": "worker_push",
+        "accept_every_s": every,
+        "keep_alive": options.keep_alive,
+        "runs": runs,
+    }
+    print(json.dumps(result))
     return 0
 
 
