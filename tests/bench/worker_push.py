@@ -247,11 +247,12 @@ def at_rate(rate: float, options: argparse.Namespace, tmp: Path) -> dict[str, An
         client.start()
         try:
             got = None
-            while got is None and client.is_alive():
+            while got is None:  # a client that failed ends without putting its figures
+                alive = client.is_alive()  # before the read: what it put is there by then
                 with contextlib.suppress(queue.Empty):
                     got = out.get(timeout=1)
-            if got is None:
-                raise RuntimeError(f"the client ended with status {client.exitcode}")
+                if got is None and not alive:
+                    raise RuntimeError(f"the client ended with status {client.exitcode}")
             answered, refused, skipped, seconds, cpu = got
         finally:
             client.kill()
