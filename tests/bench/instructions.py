@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: with the run that does its setup alone.
 PIECES = ("none", "far", "near")
 _COLLECTED = re.compile(rb"Collected\s*:\s*(\d+)")
+#: What a checkout given with ``--root`` holds (else the code installed would be measured).
+_NEEDED = ("slots/_forecast.py", "tests/bench/reconcile_pass.py", "tests/bench/verdict_reads.py")
 
 
 def pieces(case: str, count: int) -> None:
@@ -125,6 +127,8 @@ def main() -> int:
     parser.add_argument("--inner", nargs=3, metavar=("WHAT", "CASE", "COUNT"))
     options = parser.parse_args()
     root = options.root.resolve()
+    if not all((root / part).is_file() for part in _NEEDED):
+        parser.error(f"--root {root}: not a checkout of this project (no {' or '.join(_NEEDED)})")
     sys.path.insert(0, str(root))
     if options.inner:
         what, case, count = options.inner
