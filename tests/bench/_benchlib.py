@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from tests.harness import AgentProcess
 
 __all__ = [
     "Pinned",
     "become_subreaper",
+    "cpu_seconds",
     "end_children",
     "expect",
     "log_problems",
@@ -33,6 +35,12 @@ __all__ = [
     "summary_ms",
     "terminate",
 ]
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """The CPU time ``process`` has used: user and system, seconds."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def percentile(values: list[float], q: float) -> float:

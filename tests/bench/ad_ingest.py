@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent._auth import Scope, create_token, load_key
 from slots import JobSpec, Machine, MachinePolicy, Resources
-from tests.bench._benchlib import percentile, terminate
+from tests.bench._benchlib import cpu_seconds, percentile, terminate
 from tests.bench._etcdlib import EtcdMeter, etcd_settings, master_values, require_etcd, wait_leading
 from tests.etcd import EtcdServer
 from tests.harness import MasterProcess
@@ -99,11 +99,6 @@ def log_problems(master: MasterProcess) -> list[str]:
     ][:20]
 
 
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def _workers_cpu(process: psutil.Process) -> float:
     """The CPU of the master's ingest workers (its children running
     ``nodeagent.master._ingest_worker``) alive now."""
@@ -111,7 +106,7 @@ def _workers_cpu(process: psutil.Process) -> float:
     for child in process.children():
         with contextlib.suppress(psutil.Error):
             if "nodeagent.master._ingest_worker" in child.cmdline():
-                total += _cpu(child)
+                total += cpu_seconds(child)
     return total
 
 
@@ -391,7 +386,7 @@ def drive(
                 if meter is not None:
                     meter.start()
                     now = time.perf_counter()
-                t0, master_cpu0, client_cpu0 = now, _cpu(master), _own_cpu()
+                t0, master_cpu0, client_cpu0 = now, cpu_seconds(master), _own_cpu()
                 workers_cpu0 = _workers_cpu(master)
             if now >= end:
                 break
@@ -412,7 +407,7 @@ def drive(
                     conn.connect(selector)
                 conn.send_next(selector)
         elapsed = time.perf_counter() - t0
-        master_cpu = _cpu(master) - master_cpu0
+        master_cpu = cpu_seconds(master) - master_cpu0
         workers_cpu = _workers_cpu(master) - workers_cpu0
         client_cpu = _own_cpu() - client_cpu0
         on_etcd = {} if meter is None else meter.since(elapsed)

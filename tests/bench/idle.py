@@ -23,6 +23,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.bench._benchlib import cpu_seconds
 from tests.harness import AgentProcess
 
 MIB = 1024 * 1024
@@ -57,11 +58,6 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def measure(agent: AgentProcess, seconds: float) -> dict[str, Any]:
     started = time.perf_counter()
     agent.start()
@@ -73,9 +69,9 @@ def measure(agent: AgentProcess, seconds: float) -> dict[str, Any]:
     with agent.client() as client:
         if client.get("/healthz").status_code != 200:
             raise RuntimeError("the daemon does not answer")
-    cpu0, wall0 = _cpu(process), time.perf_counter()
+    cpu0, wall0 = cpu_seconds(process), time.perf_counter()
     time.sleep(seconds)
-    cpu1, wall1 = _cpu(process), time.perf_counter()
+    cpu1, wall1 = cpu_seconds(process), time.perf_counter()
     rss_end = process.memory_info().rss
     return {
         "benchmark": "idle",

@@ -113,7 +113,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent._auth import Scope, create_token, load_key
 from nodeagent._moving_values import split_slots
-from tests.bench._benchlib import percentile, terminate
+from tests.bench._benchlib import cpu_seconds, percentile, terminate
 from tests.bench._etcdlib import require_etcd
 from tests.bench.ad_ingest import (
     TEMPLATES,
@@ -159,13 +159,8 @@ def _workers_cpu(process: psutil.Process) -> float:
     total = 0.0
     for worker in _workers(process):
         with contextlib.suppress(psutil.Error):
-            total += _cpu(worker)
+            total += cpu_seconds(worker)
     return total
-
-
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 def ms(seconds: float) -> float:
@@ -452,7 +447,7 @@ class Pushers:
         total = 0.0
         for process in self.psutil:
             with contextlib.suppress(psutil.NoSuchProcess):
-                total += _cpu(process)
+                total += cpu_seconds(process)
         return total
 
     def rss(self) -> int:
@@ -831,7 +826,7 @@ def steady(
     processes = [psutil.Process(m.proc.pid) for m in masters if m.proc is not None]
     before = [scrape(m) for m in masters]
     answered0, pcpu0 = pushers.answered(), pushers.cpu()
-    mcpu0 = [_cpu(p) for p in processes]
+    mcpu0 = [cpu_seconds(p) for p in processes]
     wcpu0 = [_workers_cpu(p) for p in processes]
     t0 = time.perf_counter()
     times: list[list[float]] = [[] for _ in readers]
@@ -865,7 +860,7 @@ def steady(
     elapsed = time.perf_counter() - t0
     answered = pushers.answered() - answered0
     pcpu = pushers.cpu() - pcpu0
-    mcpu = [_cpu(p) - c for p, c in zip(processes, mcpu0, strict=True)]
+    mcpu = [cpu_seconds(p) - c for p, c in zip(processes, mcpu0, strict=True)]
     wcpu = [_workers_cpu(p) - c for p, c in zip(processes, wcpu0, strict=True)]
     after = [scrape(m) for m in masters]
     per_master = []
@@ -1080,7 +1075,7 @@ def after_restart(
     burst = options.restart_burst
     pushers = start_pushers(options, machines, [master], now, rounds=1, burst=burst)
     process = psutil.Process(master.proc.pid)
-    cpu0 = (_cpu(process), _workers_cpu(process), pushers.cpu())
+    cpu0 = (cpu_seconds(process), _workers_cpu(process), pushers.cpu())
     try:
         pushed_from = time.monotonic()
         while not pushers.done():
@@ -1093,7 +1088,7 @@ def after_restart(
         result["ads_back_s"] = round(last_in - pushed_from, 1)
         result["pushers"] = pushers.counts()
         # where the round's time went: a core is 100 %
-        spent = (_cpu(process), _workers_cpu(process), pushers.cpu())
+        spent = (cpu_seconds(process), _workers_cpu(process), pushers.cpu())
         result["round_cpu_percent"] = {
             name: round(100 * (b - a) / max(last_in - pushed_from, 1e-9), 1)
             for name, a, b in zip(("master", "ingest_workers", "pushers"), cpu0, spent, strict=True)
@@ -1124,7 +1119,7 @@ def after_restart(
         if behind[-1] == 0:
             result["first_whole_summary_since_last_ad_ms"] = ms(t1 - last_in)
         result["catch_up_master_cpu_percent"] = round(
-            100 * (_cpu(process) - spent[0]) / max(t1 - last_in, 1e-9), 1
+            100 * (cpu_seconds(process) - spent[0]) / max(t1 - last_in, 1e-9), 1
         )
         plan = read_plan(reader, {})
         result["first_whole_plan"] = plan

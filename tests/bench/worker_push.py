@@ -53,7 +53,7 @@ from nodeagent.master._ingest import (
     split_frames,
 )
 from nodeagent.master._ingest_worker import ACCEPT_EVERY, WorkerSettings
-from tests.bench._benchlib import terminate
+from tests.bench._benchlib import cpu_seconds, terminate
 from tests.bench.ad_ingest import node_ip
 from tests.bench.scale import Bodies
 
@@ -150,7 +150,7 @@ def push(
     while True:
         now = time.monotonic()
         if counted is None and now >= warm:
-            counted, cpu, wall = answered, _cpu(process), now
+            counted, cpu, wall = answered, cpu_seconds(process), now
         if now >= warm + seconds:
             break
         if rate:
@@ -177,12 +177,9 @@ def push(
             if not rate:
                 start()
     assert counted is not None
-    out.put((answered - counted, refused, skipped, time.monotonic() - wall, _cpu(process) - cpu))
-
-
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
+    out.put(
+        (answered - counted, refused, skipped, time.monotonic() - wall, cpu_seconds(process) - cpu)
+    )
 
 
 def answer_pushes(link: socket.socket) -> None:
