@@ -183,17 +183,19 @@ def push(
 
 
 def answer_pushes(link: socket.socket) -> None:
-    """The master's side of the link: every push answered at once."""
+    """The master's side of the link: every push answered at once, until the worker ends
+    (the link closed, or reset when the worker is killed)."""
     buffer = bytearray()
-    while data := link.recv(1 << 20):
-        buffer += data
-        answers = []
-        for frame in split_frames(buffer):
-            push = decode_worker_frame(frame)
-            if isinstance(push, Push):
-                answers.append(encode_answer(push.number, REPLY))
-        if answers:
-            link.sendall(b"".join(answers))
+    with contextlib.suppress(ConnectionError):
+        while data := link.recv(1 << 20):
+            buffer += data
+            answers = []
+            for frame in split_frames(buffer):
+                push = decode_worker_frame(frame)
+                if isinstance(push, Push):
+                    answers.append(encode_answer(push.number, REPLY))
+            if answers:
+                link.sendall(b"".join(answers))
 
 
 def at_rate(rate: float, options: argparse.Namespace, tmp: Path) -> dict[str, Any]:
