@@ -376,10 +376,11 @@ def plan_body(
 
 #: Seconds of the event loop a plan's reply takes at most before the others have it: its
 #: chunks made within one such slice are sent as one (a summary's all at once).
-PLAN_SLICE = 0.01
-#: A reply of rows whose head and first chunk of rows took this long sends them at once,
-#: its slice ended there (the next chunks of a loaded master's cold rows may take
-#: hundreds of ms); a small plan made quicker is still sent as one body.
+PLAN_SLICE = 0.005
+#: A reply of rows sends its head and first chunks once they took this long, its first
+#: slice ended there: its first rows leave at once however quickly the next are made (the
+#: next chunks of a loaded master's cold rows may take hundreds of ms); a small plan made
+#: quicker is still sent as one body.
 FIRST_ROWS_AFTER = 0.002
 
 
@@ -389,10 +390,10 @@ class PlanReply:
     (:meth:`~nodeagent.master._plan_view.PlanView.document`), or JSON lines with ``jsonl``
     (:meth:`~nodeagent.master._plan_view.PlanView.stream`). A slice (:meth:`take`) makes
     chunks until :data:`PLAN_SLICE` has passed; the endpoint makes the first at once (of a
-    reply of rows that took :data:`FIRST_ROWS_AFTER`, the head and the first chunk of rows
-    only: its first rows leave at once), and a reply that ends within it (a summary, a
-    small plan) is answered whole, as one body; the rest are
-    sent as they are made (:meth:`rest`), the event loop served between two. An error
+    reply of rows, the head and the chunks made within :data:`FIRST_ROWS_AFTER`, the first
+    chunk of rows at least: its first rows leave at once), and a reply that ends within it
+    (a summary, a small plan) is answered whole, as one body; the rest are sent as they
+    are made (:meth:`rest`), the event loop served between two. An error
     ends JSON lines with a line ``{"error": {"code": "plan.failed", "message"}}`` (and is
     logged), and the document's connection without the document's end (the server logs
     it; in the first slice, the reply is a 500): a document that parses is whole.
@@ -421,7 +422,8 @@ class PlanReply:
         )
         self._jsonl = jsonl
         #: The chunks after which the first slice may end (:data:`FIRST_ROWS_AFTER`): a
-        #: reply of rows sends its head and first rows at once; a ``late`` one (a summary:
+        #: reply of rows sends its head and first rows at once (with those made meanwhile,
+        #: within that time); a ``late`` one (a summary:
         #: its rows are sorted once all are made) takes the slice, to be answered whole
         #: when it ends within it.
         self._first: int | None = None if late else 2
@@ -442,7 +444,9 @@ class PlanReply:
                         break
                     made.append(chunk)
                     took = time.perf_counter() - began
-                    if took >= PLAN_SLICE or (len(made) == first and took >= FIRST_ROWS_AFTER):
+                    if took >= PLAN_SLICE or (
+                        first is not None and len(made) >= first and took >= FIRST_ROWS_AFTER
+                    ):
                         break
         except Exception as exc:
             if not self._jsonl:

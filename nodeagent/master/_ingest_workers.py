@@ -64,7 +64,7 @@ EXIT_TIMEOUT = 5.0
 RESTART_DELAYS = (1.0, 30.0)
 #: Seconds of the loop the master spends on a worker's pushes in one turn, at most (then
 #: the others run): it takes every frame already there meanwhile, not only one read's.
-ANSWER_SLICE = 0.01
+ANSWER_SLICE = 0.005
 _READ_SIZE = 1 << 18
 #: The link's socket buffers asked for (the kernel may give less: ``net.core.wmem_max``):
 #: room for the pushes a worker makes ready while the master's loop serves the others.

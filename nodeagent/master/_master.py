@@ -343,7 +343,7 @@ class Master:
     #: (:meth:`keep_totals`), works on ``work_clock`` before the others are served (at
     #: 100,000 machines a forecast takes ≈ 1 ms on the loaded master, and every task's
     #: turn waits for the slices taken in the same round of the loop).
-    slice_seconds: float = 0.01
+    slice_seconds: float = 0.005
     #: The share of the master's time the passes may spend making forecasts ahead, on
     #: ``work_clock`` (``None``: :attr:`forecasts_per_pass` alone bounds them): of each
     #: ``reconcile_interval`` at most, shared by the passes run meanwhile. After a restart

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import array
 import gc
+import itertools
 import json
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -361,6 +363,33 @@ def test_a_reply_of_rows_sends_its_head_and_first_rows_at_once_and_a_summary_is_
         summary = PlanReply(master, late=True, with_blockers=False, limit=20)
         assert summary.take() == plan_body(master, late=True, with_blockers=False, limit=20)
         assert summary.ended
+    finally:
+        store.close()
+
+
+def test_the_first_slice_of_rows_ends_once_its_first_rows_took_their_time_however_quick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows made quickly do not keep the first rows for the whole slice: the first slice
+    ends at the first chunk made once FIRST_ROWS_AFTER has passed (here, each look at the
+    clock a second on: the head, the first 2 rows, the next 4, then the time is spent)."""
+    monkeypatch.setattr(_plan_view, "FIRST_CHUNK", 2)
+    monkeypatch.setattr(_api, "PLAN_SLICE", 3600.0)
+    monkeypatch.setattr(_api, "FIRST_ROWS_AFTER", 2.5)
+    ticks = itertools.count()
+    monkeypatch.setattr(_api, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    master, store = _pool(tmp_path, 8)
+    try:
+        reply = PlanReply(master, jsonl=True)
+        first = reply.take()
+        assert [list(orjson.loads(line)) for line in first.splitlines()] == [
+            ["plan"],
+            *[["row"]] * 6,
+        ]
+        assert not reply.ended
+        second = reply.take()  # no first slice's bound: the slice's own
+        assert reply.ended
+        assert second.count(b'{"row"') == 2
     finally:
         store.close()
 
