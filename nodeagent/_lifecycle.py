@@ -72,7 +72,7 @@ from nodeagent import _sdnotify
 from nodeagent._audit import AuditLog
 from nodeagent._auth import KeyFileError, generate_key, load_key
 from nodeagent._serving._http import trusted
-from nodeagent._serving._http11 import READ_TIMEOUT, ListenerShare, serve_http
+from nodeagent._serving._http11 import READ_TIMEOUT, ListenerShare, serve_http, serve_unix_http
 from nodeagent._serving._hypercorn import (
     SHUTDOWN_GRACE,
     free_stale_socket,
@@ -205,8 +205,10 @@ class DaemonSpec:
     ``key_file`` is made when missing if ``create_key``, else a missing key is a
     :class:`~nodeagent._auth.KeyFileError`. ``audit_log``: none for a daemon that audits
     nothing. ``runtime_file`` gets ``{"pid", "urls", "socket", **runtime_info}``.
-    ``tcp_server``: hypercorn's trio worker, or :mod:`nodeagent._serving._http11` for many small
-    requests. ``finish_requests``: at shutdown, requests in flight get
+    ``http_server``: what serves the Unix socket and the TCP listeners: hypercorn's trio
+    worker, or :mod:`nodeagent._serving._http11` for many small requests and for loaded
+    daemons (a request takes fewer turns of the event loop there: fewer waits behind the
+    other tasks' steps). ``finish_requests``: at shutdown, requests in flight get
     :data:`~nodeagent._serving._hypercorn.SHUTDOWN_GRACE` to be answered; otherwise they are cut at
     once (right for a daemon that saves its state before every reply). ``read_timeout``:
     every listener closes a connection whose request stalls this many seconds. ``share``:
@@ -225,7 +227,7 @@ class DaemonSpec:
     runtime_info: Mapping[str, str] = field(default_factory=dict)
     listen: tuple[str, ...]
     tls: tuple[Path, Path] | None
-    tcp_server: Literal["hypercorn", "h11"] = "hypercorn"
+    http_server: Literal["hypercorn", "h11"] = "hypercorn"
     finish_requests: bool = False
     read_timeout: float = READ_TIMEOUT
     share: ListenerShare | None = None
@@ -525,14 +527,24 @@ async def _serve(
             binds = [f"unix:{spec.socket}"]
             try:
                 wait = spec.read_timeout
-                unix = await serve(
-                    servers, trusted(app), binds, shutdown=stop.wait, unix=True, read_timeout=wait
-                )
+                if spec.http_server == "h11":
+                    unix = await serve_unix_http(
+                        servers, trusted(app), spec.socket, read_timeout=wait
+                    )
+                else:
+                    unix = await serve(
+                        servers,
+                        trusted(app),
+                        binds,
+                        shutdown=stop.wait,
+                        unix=True,
+                        read_timeout=wait,
+                    )
                 listen = list(spec.listen)
                 # the relay socket is bound with the TCP listeners
                 relay = [] if spec.share is None else [f"unix:{spec.share.relay}"]
                 binds = listen + relay
-                if spec.tcp_server == "h11":
+                if spec.http_server == "h11":
                     tcp = await serve_http(
                         servers, app, listen, tls=spec.tls, read_timeout=wait, share=spec.share
                     )

@@ -52,7 +52,7 @@ from nodeagent import _settings
 from nodeagent._serving._gate import DISCARD_LIMIT
 from nodeagent._serving._quick import QuickRoute, serve_quick
 
-__all__ = ["RELAY_PREAMBLE", "HttpServer", "ListenerShare", "serve_http"]
+__all__ = ["RELAY_PREAMBLE", "HttpServer", "ListenerShare", "serve_http", "serve_unix_http"]
 
 http_log = logging.getLogger("nodeagent.http")
 
@@ -108,14 +108,15 @@ def _listening_socket(bind: str) -> socket.socket:
     return sock
 
 
-def _relay_socket(path: Path) -> socket.socket:
-    """A listening Unix socket at ``path`` (a stale one replaced), mode 0600."""
+def _unix_socket(path: Path, mode: int) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale one replaced) with ``mode``, given
+    before it listens: no one connects before."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(path))
-        os.chmod(path, 0o600)
+        os.chmod(path, mode)
         sock.listen(BACKLOG)
     except BaseException:
         sock.close()
@@ -163,6 +164,15 @@ class ListenerShare:
         await self._idle.wait()
 
 
+#: A TCP peer's or listener's host and port.
+Address = tuple[str, int]
+
+
+def _shown(address: Address | None) -> str:
+    """``host:port``, or ``the Unix socket`` for a connection without an address."""
+    return "the Unix socket" if address is None else f"{address[0]}:{address[1]}"
+
+
 def _url(scheme: str, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return (
@@ -204,7 +214,7 @@ async def serve_http(
     server = HttpServer(app, context=context, max_body=max_body, read_timeout=read_timeout)
     if share is not None:
         try:
-            relay = _relay_socket(share.relay)
+            relay = _unix_socket(share.relay, 0o600)
         except BaseException:
             for sock in sockets:
                 sock.close()
@@ -216,6 +226,25 @@ async def serve_http(
         sock.setblocking(False)
         nursery.start_soon(server.accept, sock, share)
     return urls
+
+
+async def serve_unix_http(
+    nursery: trio.Nursery,
+    app: ASGIApp,
+    path: Path,
+    *,
+    max_body: int = MAX_BODY,
+    read_timeout: float = READ_TIMEOUT,
+) -> list[str]:
+    """Start serving ``app`` on a Unix socket at ``path`` (mode 0660: whoever may open it
+    is the app's to say; a stale file replaced) in ``nursery``; returns its URL
+    (``http://unix:<path>``). Its requests have no client nor server address in their
+    scope, as hypercorn gives a Unix socket's. Serving ends when ``nursery`` is cancelled."""
+    sock = _unix_socket(path, 0o660)
+    sock.setblocking(False)
+    server = HttpServer(app, max_body=max_body, read_timeout=read_timeout)
+    nursery.start_soon(server.accept, sock)
+    return [f"http://unix:{path}"]
 
 
 class _TcpStream(trio.abc.Stream):
@@ -417,7 +446,10 @@ class HttpServer:
         except OSError:
             sock.close()
             return
-        client, server = (peer[0], peer[1]), (local[0], local[1])
+        client: Address | None = None
+        server: Address | None = None
+        if sock.family != socket.AF_UNIX:
+            client, server = (peer[0], peer[1]), (local[0], local[1])
         transport: trio.abc.Stream
         if self.context is None:
             transport = _TcpStream(stream, sock)
@@ -443,7 +475,7 @@ class HttpServer:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (or failed the TLS handshake)
         except Exception:
-            http_log.exception("connection from %s:%s failed", *client)
+            http_log.exception("connection from %s failed", _shown(client))
         finally:
             if self.context is None:  # plain TCP: nothing left to say, close at once
                 stream.socket.close()
@@ -483,8 +515,8 @@ class HttpServer:
     async def _serve(
         self,
         stream: trio.abc.Stream,
-        client: tuple[str, int],
-        server: tuple[str, int],
+        client: Address | None,
+        server: Address | None,
         scheme: str,
         *,
         initial: bytes = b"",
@@ -505,7 +537,13 @@ class HttpServer:
                 return
             if request is None:
                 return
-            if self.relay_to is not None and self.relayed is not None and self.relayed(request):
+            if (
+                self.relay_to is not None
+                and self.relayed is not None
+                and client is not None
+                and server is not None
+                and self.relayed(request)
+            ):
                 await self._relay(conn, stream, request, client, server)
                 return
             if not await self._respond(
@@ -527,8 +565,8 @@ class HttpServer:
         conn: h11.Connection,
         stream: trio.abc.Stream,
         request: h11.Request,
-        client: tuple[str, int],
-        server: tuple[str, int],
+        client: Address,
+        server: Address,
     ) -> None:
         """Relay the connection, from ``request`` on, to ``relay_to`` until either side
         ends it (503 when nothing listens there)."""
@@ -633,8 +671,8 @@ class HttpServer:
         stream: trio.abc.Stream,
         request: h11.Request,
         *,
-        client: tuple[str, int],
-        server: tuple[str, int],
+        client: Address | None,
+        server: Address | None,
         scheme: str,
         closing: Callable[[], bool] | None = None,
     ) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import trio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nodeagent._serving._http11 import HttpServer, serve_http
+from nodeagent._serving._http11 import HttpServer, serve_http, serve_unix_http
 from tests.certificates import self_signed_or_skip
 
 
@@ -91,6 +92,35 @@ async def test_requests_and_keep_alive() -> None:
                 "client": "127.0.0.1",
             }
         assert (await client.get("/a%20b")).json()["path"] == "/a b"
+
+
+async def test_a_unix_socket_is_served_with_no_addresses_in_its_scope(tmp_path: Path) -> None:
+    """The socket replaces a stale file, has mode 0660, keeps its connections alive, and
+    its requests carry no client nor server address (as hypercorn gives a Unix socket's)."""
+
+    async def where(scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        reply = json.dumps([scope["client"], scope["server"], len(body)]).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": reply})
+
+    path = tmp_path / "d.sock"
+    path.write_text("left by a daemon that died")
+    async with trio.open_nursery() as nursery:
+        assert await serve_unix_http(nursery, where, path) == [f"http://unix:{path}"]
+        assert stat.S_ISSOCK(path.stat().st_mode)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o660
+        peers: set[int] = set()
+        transport = httpx.AsyncHTTPTransport(uds=str(path))
+        async with httpx.AsyncClient(transport=transport, base_url="http://local") as client:
+            for size in (0, 70_000, 3):
+                reply = await client.post("/", content=b"x" * size)
+                assert reply.json() == [None, None, size]
+                sock = reply.extensions["network_stream"].get_extra_info("socket")
+                assert sock is not None
+                peers.add(id(sock))
+        assert len(peers) == 1  # one connection, kept alive
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_body_too_large_is_413() -> None:

@@ -105,7 +105,7 @@ class ToyStore:
 class Toy(Program[ToyConfig, ToyStore]):
     config: ToyConfig
     path: Path
-    tcp_server: Literal["hypercorn", "h11"] = "hypercorn"
+    http_server: Literal["hypercorn", "h11"] = "hypercorn"
     finish_requests: bool = False
     urls: list[str] = field(default_factory=list)
     greeting: str = ""
@@ -132,7 +132,7 @@ class Toy(Program[ToyConfig, ToyStore]):
             runtime_info={"flavour": "toy"},
             listen=c.listen,
             tls=None,
-            tcp_server=self.tcp_server,
+            http_server=self.http_server,
             finish_requests=self.finish_requests,
             share=self.share,
         )
@@ -238,13 +238,13 @@ def messages(sock: socket.socket) -> list[str]:
 # --- the lifecycle ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tcp_server", ["hypercorn", "h11"])
+@pytest.mark.parametrize("http_server", ["hypercorn", "h11"])
 @pytest.mark.parametrize("listen", [[], ["127.0.0.1:0"]], ids=["no-tcp", "tcp"])
 async def test_serves_on_the_socket_and_its_listeners_then_cleans_up(
-    root: Path, notify: socket.socket, tcp_server: Literal["hypercorn", "h11"], listen: list[str]
+    root: Path, notify: socket.socket, http_server: Literal["hypercorn", "h11"], listen: list[str]
 ) -> None:
     daemon = toy(root, listen=listen)
-    daemon.tcp_server = tcp_server
+    daemon.http_server = http_server
     spec = daemon.spec()
     async with serving(daemon):
         assert daemon.events == ["open", "build", "start", f"serving 1+{len(listen)}"]

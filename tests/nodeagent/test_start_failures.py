@@ -75,16 +75,16 @@ def test_anything_else_is_not_a_start_failure(error: Exception) -> None:
     assert start_failure(error) is None
 
 
-@pytest.mark.parametrize("tcp_server", ["hypercorn", "h11"])
+@pytest.mark.parametrize("http_server", ["hypercorn", "h11"])
 async def test_a_port_in_use_is_address_unavailable_and_leaves_nothing(
-    tmp_path: Path, tcp_server: Literal["hypercorn", "h11"]
+    tmp_path: Path, http_server: Literal["hypercorn", "h11"]
 ) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
         daemon = toy(tmp_path, listen=[f"127.0.0.1:{port}"])
-        daemon.tcp_server = tcp_server
+        daemon.http_server = http_server
         with pytest.raises(AddressUnavailable, match=f"127.0.0.1:{port}: Address already in use"):
             await serve_daemon(daemon, stop=trio.Event(), handle_signals=False)
     # hypercorn leaves the socket it could not bind to the collector: collect it here.
@@ -109,7 +109,7 @@ async def test_a_unix_socket_path_too_long_says_to_shorten_runtime_dir(
         named = f"unix:{tmp_path / long / 'run' / 'toy.sock'}"
     else:  # the relay socket of listeners shared with workers
         daemon = toy(tmp_path, listen=["127.0.0.1:0"])
-        daemon.tcp_server = "h11"
+        daemon.http_server = "h11"
         daemon.share = ListenerShare(tmp_path / long / "relay.sock")
         (tmp_path / long).mkdir()
         named = f"127.0.0.1:0, unix:{tmp_path / long / 'relay.sock'}"
