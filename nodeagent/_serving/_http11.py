@@ -16,11 +16,16 @@ have none.
 
 Listeners shared with worker processes (:class:`ListenerShare`): the workers accept on the
 same TCP sockets and answer the requests they are made for; a connection whose request is
-another's they relay, bytes as they come, to this server's relay socket (a Unix socket of
-the daemon's own, mode 0600). A relayed connection begins with one line, ``NODEAGENT-RELAY
-<scheme> <client host> <client port> <server host> <server port>``, then the request as the
-client sent it (its head written again from what was parsed); it is served as a TCP
-request of that client (the same checks, no trust of the Unix socket). While a worker
+another's they give to this server's relay socket (a Unix socket of the daemon's own, mode
+0600), on a connection of that socket that begins with one line, ``NODEAGENT-RELAY <scheme>
+<client host> <client port> <server host> <server port>``, then the request as the client
+sent it (its head written again from what was parsed). A plain TCP connection is handed
+over: its descriptor comes with the line (SCM_RIGHTS), and what follows up to the worker's
+end is what the worker read of it; this server serves the connection itself from then on
+(its addresses read from its socket), and the worker closes its copy and forgets it. One
+over TLS, whose session is the worker's, is relayed: the worker copies its bytes both ways
+for the rest of its life. Either is served as a TCP request of that client (the same
+checks, no trust of the Unix socket). While a worker
 accepts, the server itself does not; while none does, it accepts every connection, and one
 it accepted is closed after its next reply (``Connection: close``) once a worker accepts,
 so that the client's next request, on a new connection, goes to a worker. A
@@ -30,6 +35,7 @@ is made for (:mod:`nodeagent._serving._quick`).
 
 from __future__ import annotations
 
+import array
 import contextlib
 import email.utils
 import errno
@@ -247,6 +253,39 @@ async def serve_unix_http(
     return [f"http://unix:{path}"]
 
 
+#: The most a worker may send with a connection it hands over: its first line, the
+#: request's head and what it read after it.
+_HANDED_MAX = _PREAMBLE_MAX + MAX_HEADERS + 2 * _READ_SIZE
+#: Room for the descriptors of one message on the relay socket (one is sent; any more
+#: are closed).
+_DESCRIPTORS_ROOM = socket.CMSG_SPACE(8 * array.array("i").itemsize)
+
+
+async def _send_with_descriptor(sock: trio.socket.SocketType, data: bytes, fd: int) -> None:
+    """Send ``data`` on the Unix ``sock`` with the descriptor ``fd`` attached to its
+    first bytes (SCM_RIGHTS)."""
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+    sent = await sock.sendmsg([data], rights)
+    view = memoryview(data)
+    while sent < len(data):
+        sent += await sock.send(view[sent:])
+
+
+async def _receive_with_descriptor(
+    sock: trio.socket.SocketType,
+) -> tuple[bytes, socket.socket | None]:
+    """The next bytes of the Unix ``sock``, and the first descriptor that came with them
+    as a socket (any other is closed)."""
+    data, ancillary, _flags, _address = await sock.recvmsg(_READ_SIZE, _DESCRIPTORS_ROOM)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    for extra in fds[1:]:
+        os.close(extra)
+    return data, (socket.socket(fileno=fds[0]) if fds else None)
+
+
 class _TcpStream(trio.abc.Stream):
     """A plain TCP connection (``stream``, over the non-blocking socket ``sock``) that
     reads and writes at once when the socket is ready.
@@ -297,6 +336,10 @@ class _TcpStream(trio.abc.Stream):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+    def fileno(self) -> int:
+        """The connection's descriptor."""
+        return self._sock.fileno()
 
 
 class _BadRequest(Exception):
@@ -435,11 +478,17 @@ class HttpServer:
                         await trio.lowlevel.checkpoint()
 
     async def handle(
-        self, sock: socket.socket, peer: Any, *, handed_over: Callable[[], bool] | None = None
+        self,
+        sock: socket.socket,
+        peer: Any,
+        *,
+        handed_over: Callable[[], bool] | None = None,
+        initial: bytes | None = None,
     ) -> None:
         """Serve one accepted connection (``sock``, from ``peer``) until it closes, then
         close it; never raises. Once ``handed_over()`` is true, the next reply closes the
-        connection (``Connection: close``)."""
+        connection (``Connection: close``). ``initial``: the bytes already read of it (by
+        a worker that handed it over), served by h11 first."""
         try:
             stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
             local = sock.getsockname()
@@ -458,9 +507,9 @@ class HttpServer:
                 stream, self.context, server_side=True, https_compatible=True
             )
         try:
-            initial: bytes | None = b""
-            if self.quick is not None and self.context is None:
-                initial = await serve_quick(
+            read: bytes | None = initial or b""
+            if initial is None and self.quick is not None and self.context is None:
+                read = await serve_quick(
                     transport,
                     self.quick,
                     date=self._date,
@@ -468,9 +517,9 @@ class HttpServer:
                     read_timeout=self.read_timeout,
                     max_head=MAX_HEADERS,
                 )
-            if initial is not None:
+            if read is not None:
                 await self._serve(
-                    transport, client, server, self.scheme, initial=initial, closing=handed_over
+                    transport, client, server, self.scheme, initial=read, closing=handed_over
                 )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (or failed the TLS handshake)
@@ -483,18 +532,29 @@ class HttpServer:
                 await trio.aclose_forcefully(transport)
 
     async def handle_relayed(self, sock: socket.socket, _peer: Any) -> None:
-        """Serve one connection a worker relayed (``sock``, on the relay socket): its first
-        line says whose it is (module docstring); never raises."""
+        """Serve one connection a worker relayed or handed over (``sock``, on the relay
+        socket): its first line says whose it is; with a descriptor, the worker handed
+        over the client's connection itself, and what follows the line, up to the worker's
+        end, is what it read of it (module docstring); never raises."""
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-        transport = _TcpStream(stream, sock)
+        handed: socket.socket | None = None
         try:
-            with trio.move_on_after(self.read_timeout):
-                head = b""
-                while b"\r\n" not in head and len(head) <= _PREAMBLE_MAX:
-                    data = await transport.receive_some(_READ_SIZE)
+            head = b""
+            with trio.move_on_after(self.read_timeout) as waited:
+                while handed is None and b"\r\n" not in head and len(head) <= _PREAMBLE_MAX:
+                    data, handed = await _receive_with_descriptor(stream.socket)
                     if not data:
                         return
                     head += data
+                # a connection handed over: the bytes read of it come whole, then the end
+                while handed is not None and (data := await stream.receive_some(_READ_SIZE)):
+                    head += data
+                    if len(head) > _HANDED_MAX:
+                        http_log.warning("a connection handed over with too much read: closed")
+                        return
+            if waited.cancelled_caught and handed is not None:
+                http_log.warning("a connection handed over without its end: closed")
+                return
             line, ended, rest = head.partition(b"\r\n")
             words = line.decode("ascii", "replace").split(" ")
             if not ended or len(words) != 6 or words[0] != RELAY_PREAMBLE.decode("ascii"):
@@ -502,7 +562,19 @@ class HttpServer:
                 return
             scheme, client_host, client_port, server_host, server_port = words[1:]
             client, server = (client_host, int(client_port)), (server_host, int(server_port))
-            await self._serve(transport, client, server, scheme, initial=rest)
+            if handed is None:
+                await self._serve(_TcpStream(stream, sock), client, server, scheme, initial=rest)
+                return
+            if self.context is not None:  # a worker hands over plain TCP connections only
+                http_log.warning("a plain connection handed over to a TLS server: closed")
+                return
+            stream.socket.close()  # the worker's part is done
+            try:
+                peer = handed.getpeername()
+            except OSError:  # the client went away meanwhile
+                return
+            connection, handed = handed, None
+            await self.handle(connection, peer, initial=rest)  # which closes it
         except ValueError:
             http_log.warning("a relayed connection with a bad first line: closed")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -511,6 +583,8 @@ class HttpServer:
             http_log.exception("a relayed connection failed")
         finally:
             stream.socket.close()
+            if handed is not None:
+                handed.close()
 
     async def _serve(
         self,
@@ -568,8 +642,10 @@ class HttpServer:
         client: Address,
         server: Address,
     ) -> None:
-        """Relay the connection, from ``request`` on, to ``relay_to`` until either side
-        ends it (503 when nothing listens there)."""
+        """Give the connection, from ``request`` on, to ``relay_to`` (503 when nothing
+        listens there): a plain TCP connection is handed over (its descriptor sent with the
+        bytes read of it, then closed here: the master serves it from then on); one over
+        TLS, whose state is this process's, is relayed until either side ends it."""
         relay_to = self.relay_to
         assert relay_to is not None
         try:
@@ -595,6 +671,10 @@ class HttpServer:
             conn.trailing_data[0],
         ]
         async with peer:
+            if isinstance(stream, _TcpStream):  # handed over: the master serves it itself
+                with contextlib.suppress(OSError):
+                    await _send_with_descriptor(peer.socket, b"".join(head), stream.fileno())
+                return
             try:
                 await peer.send_all(b"".join(head))
             except (trio.BrokenResourceError, trio.ClosedResourceError):

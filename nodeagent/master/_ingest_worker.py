@@ -13,8 +13,9 @@ worker runs:
   for the store (:func:`~nodeagent.master._ingest.prepare_push`), and sent to the master on
   the link with the token's subject and node (the master takes the worker's word: it holds
   the pool key), which stores the ad and answers; the worker writes the answer;
-* any other request is relayed to the master with the rest of its connection (the relay
-  socket), which serves it as it serves its own TCP connections.
+* any other request is given to the master on its relay socket, which serves it as it
+  serves its own TCP connections: on plain TCP the connection itself is handed over (its
+  descriptor sent, the worker's copy closed), over TLS the rest of it is relayed.
 
 It keeps nothing of the master's state; of its own, the digests of the slot ads it found
 sound (:class:`~nodeagent.master._adstore.CheckedStatics`: a node's next ad, the same

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import json
 import socket
 import ssl
@@ -121,6 +122,92 @@ async def test_a_unix_socket_is_served_with_no_addresses_in_its_scope(tmp_path: 
                 peers.add(id(sock))
         assert len(peers) == 1  # one connection, kept alive
         nursery.cancel_scope.cancel()
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """A loopback TCP connection: (the client's end, the server's end)."""
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        client = socket.create_connection(listening.getsockname()[:2])
+        accepted, _ = listening.accept()
+    return client, accepted
+
+
+async def _until_closed(sock: socket.socket) -> bytes:
+    """What ``sock`` reads until its peer closes (within 10 s)."""
+    stream = trio.socket.from_stdlib_socket(sock)
+    read = b""
+    with trio.fail_after(10):
+        while data := await stream.recv(65536):
+            read += data
+    return read
+
+
+_HEAD = b"NODEAGENT-RELAY http 127.0.0.1 4 127.0.0.1 5\r\nGET /x HTTP/1.1\r\nhost: h\r\n"
+
+
+@pytest.mark.parametrize(
+    ("sent", "extra", "ends", "answered", "logged"),
+    [
+        (_HEAD + b"connection: close\r\n\r\n", True, True, True, ""),
+        (b"NODEAGENT-RELAY http\r\n" + _HEAD[46:] + b"\r\n", False, True, False, "first line"),
+        (_HEAD + b"x: " + b"y" * 300_000 + b"\r\n\r\n", False, True, False, "too much read"),
+        (_HEAD + b"connection: close\r\n\r\n", False, False, False, "without its end"),
+    ],
+    ids=["served", "bad-first-line", "too-much", "no-end"],
+)
+async def test_a_connection_handed_over_on_the_relay_socket_is_served_or_closed(
+    caplog: pytest.LogCaptureFixture,
+    sent: bytes,
+    extra: bool,
+    ends: bool,
+    answered: bool,
+    logged: str,
+) -> None:
+    """A worker sends the client's connection with its first line and what it read of
+    it, then ends: served as the client's own (the addresses its socket's, not the
+    line's), any other descriptor sent with it closed; a bad line, more than a head and
+    a read, or no end within the read timeout close it, logged."""
+    client, accepted = _tcp_pair()
+    other_client, other = _tcp_pair()
+    ours, worker = socket.socketpair()
+    fds = [accepted.fileno(), *([other.fileno()] if extra else [])]
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+    sender = trio.socket.from_stdlib_socket(worker)
+
+    async def work() -> None:
+        done = await sender.sendmsg([sent[:65536]], rights)
+        while done < len(sent):
+            done += await sender.send(sent[done:])
+        accepted.close()  # the worker's part is done
+        other.close()
+        if ends:
+            worker.close()
+
+    async def where(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        text = json.dumps([scope["path"], scope["client"], scope["server"]]).encode()
+        length = [(b"content-length", b"%d" % len(text))]
+        await send({"type": "http.response.start", "status": 200, "headers": length})
+        await send({"type": "http.response.body", "body": text})
+
+    server = HttpServer(where, read_timeout=0.5)
+    with client, accepted, other_client, other, ours, worker:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle_relayed, ours, None)
+            nursery.start_soon(work)
+            reply = await _until_closed(client)
+            assert await _until_closed(other_client) == b""  # closed by the master
+        if answered:
+            head, _, body = reply.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            assert json.loads(body) == [
+                "/x",
+                list(client.getsockname()[:2]),
+                list(client.getpeername()[:2]),
+            ]
+        else:
+            assert reply == b""
+    assert logged in caplog.text
 
 
 async def test_a_body_too_large_is_413() -> None:

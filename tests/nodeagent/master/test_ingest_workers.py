@@ -214,6 +214,54 @@ async def test_a_worker_relays_the_other_requests_to_the_relay_socket(
     assert "nodeagent.unix" not in seen[0]  # served as TCP, not as the Unix socket
 
 
+async def test_a_plain_connection_is_handed_over_to_the_master_and_outlives_its_worker(
+    tmp_path: Path, key: bytes
+) -> None:
+    """A request for the master on plain TCP: the worker hands the connection itself over
+    (its descriptor, with what it read of it), and the master serves it from then on, so
+    that its next requests no longer go through the worker, which may even have ended."""
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope)
+        read = b""
+        while (message := await receive())["type"] == "http.request":
+            read += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        text = f"{scope['path']} {len(read)} {read[-3:].decode()}"
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": text.encode()})
+
+    master = Master()
+    with listener(tmp_path) as share:
+        address = share.sockets[0].getsockname()[:2]
+        relay = socket.socket(socket.AF_UNIX)
+        relay.bind(str(share.relay))
+        relay.listen()
+        relay.setblocking(False)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(HttpServer(app).accept_relayed, relay)
+            async with httpx.AsyncClient(base_url=url(share)) as client:
+                async with running(workers_for(share, master, key)) as workers:
+                    await until(lambda: share.takers == 1, "a worker taking connections")
+                    pids = workers.pids()
+                    first = await client.put("/v1/one", content=b"x" * 299_997 + b"xyz")
+                await until(lambda: not any(map(_alive, pids)), "the worker ended")
+                with trio.fail_after(10):  # nothing accepts a new connection now
+                    second = await client.put("/v1/two", content=b"y")
+                ends = [
+                    r.extensions["network_stream"].get_extra_info("socket") for r in (first, second)
+                ]
+                assert ends[0] is not None
+                assert ends[0] is ends[1]  # one connection
+                mine = ends[0].getsockname()[:2]
+            nursery.cancel_scope.cancel()
+    assert (first.text, second.text) == ("/v1/one 300000 xyz", "/v1/two 1 y")
+    assert [s["client"] for s in seen] == [mine, mine]
+    assert seen[0]["server"] == address
+
+
 async def test_a_connection_the_master_took_before_a_worker_ran_is_handed_over_to_one(
     tmp_path: Path, key: bytes
 ) -> None:
