@@ -20,8 +20,9 @@ another's they give to this server's relay socket (a Unix socket of the daemon's
 0600), on a connection of that socket that begins with one line, ``NODEAGENT-RELAY <scheme>
 <client host> <client port> <server host> <server port>``, then the request as the client
 sent it (its head written again from what was parsed). A plain TCP connection is handed
-over: its descriptor comes with the line (SCM_RIGHTS), and what follows up to the worker's
-end is what the worker read of it; this server serves the connection itself from then on
+over: its descriptor comes with the line (SCM_RIGHTS), whose last word then says how many
+bytes follow it, what the worker read of it; this server serves the connection itself from
+then on
 (its addresses read from its socket), and the worker closes its copy and forgets it. One
 over TLS, whose session is the worker's, is relayed: the worker copies its bytes both ways
 for the rest of its life. Either is served as a TCP request of that client (the same
@@ -534,30 +535,39 @@ class HttpServer:
     async def handle_relayed(self, sock: socket.socket, _peer: Any) -> None:
         """Serve one connection a worker relayed or handed over (``sock``, on the relay
         socket): its first line says whose it is; with a descriptor, the worker handed
-        over the client's connection itself, and what follows the line, up to the worker's
-        end, is what it read of it (module docstring); never raises."""
+        over the client's connection itself, and the bytes the line's last word counts
+        after it are what it read of it (module docstring); never raises."""
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         handed: socket.socket | None = None
         try:
             head = b""
             with trio.move_on_after(self.read_timeout) as waited:
-                while handed is None and b"\r\n" not in head and len(head) <= _PREAMBLE_MAX:
-                    data, handed = await _receive_with_descriptor(stream.socket)
+                while b"\r\n" not in head and len(head) <= _PREAMBLE_MAX:
+                    data, descriptor = await _receive_with_descriptor(stream.socket)
+                    if descriptor is not None:
+                        if handed is not None:  # one connection a line
+                            descriptor.close()
+                        else:
+                            handed = descriptor
                     if not data:
                         return
                     head += data
-                # a connection handed over: the bytes read of it come whole, then the end
-                while handed is not None and (data := await stream.receive_some(_READ_SIZE)):
-                    head += data
-                    if len(head) > _HANDED_MAX:
+                line, ended, rest = head.partition(b"\r\n")
+                words = line.decode("ascii", "replace").split(" ")
+                if not ended or len(words) != 6 + (handed is not None):
+                    words = []
+                elif handed is not None:  # the bytes read of it, as many as the line says
+                    if not 0 <= (size := int(words.pop())) <= _HANDED_MAX:
                         http_log.warning("a connection handed over with too much read: closed")
                         return
-            if waited.cancelled_caught and handed is not None:
-                http_log.warning("a connection handed over without its end: closed")
+                    while len(rest) < size:
+                        if not (data := await stream.receive_some(size - len(rest))):
+                            break
+                        rest += data
+            if waited.cancelled_caught or (handed is not None and words and len(rest) != size):
+                http_log.warning("a connection handed over or relayed cut short: closed")
                 return
-            line, ended, rest = head.partition(b"\r\n")
-            words = line.decode("ascii", "replace").split(" ")
-            if not ended or len(words) != 6 or words[0] != RELAY_PREAMBLE.decode("ascii"):
+            if not words or words[0] != RELAY_PREAMBLE.decode("ascii"):
                 http_log.warning("a relayed connection without its first line: closed")
                 return
             scheme, client_host, client_port, server_host, server_port = words[1:]
@@ -655,28 +665,30 @@ class HttpServer:
             await self._refuse(conn, stream, 503)
             return
         version = request.http_version
-        head = [
-            b"%s %s %s %d %s %d\r\n"
-            % (
-                RELAY_PREAMBLE,
-                self.scheme.encode("ascii"),
-                client[0].encode("ascii"),
-                client[1],
-                server[0].encode("ascii"),
-                server[1],
-            ),
-            b"%s %s HTTP/%s\r\n" % (request.method, request.target, version),
-            *(b"%s: %s\r\n" % item for item in request.headers.raw_items()),
-            b"\r\n",
-            conn.trailing_data[0],
-        ]
+        read = b"".join(
+            [
+                b"%s %s HTTP/%s\r\n" % (request.method, request.target, version),
+                *(b"%s: %s\r\n" % item for item in request.headers.raw_items()),
+                b"\r\n",
+                conn.trailing_data[0],
+            ]
+        )
+        line = b"%s %s %s %d %s %d" % (
+            RELAY_PREAMBLE,
+            self.scheme.encode("ascii"),
+            client[0].encode("ascii"),
+            client[1],
+            server[0].encode("ascii"),
+            server[1],
+        )
         async with peer:
             if isinstance(stream, _TcpStream):  # handed over: the master serves it itself
                 with contextlib.suppress(OSError):
-                    await _send_with_descriptor(peer.socket, b"".join(head), stream.fileno())
+                    line += b" %d\r\n" % len(read)
+                    await _send_with_descriptor(peer.socket, line + read, stream.fileno())
                 return
             try:
-                await peer.send_all(b"".join(head))
+                await peer.send_all(line + b"\r\n" + read)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             async with trio.open_nursery() as nursery:

@@ -142,18 +142,21 @@ async def _until_closed(sock: socket.socket) -> bytes:
     return read
 
 
-_HEAD = b"NODEAGENT-RELAY http 127.0.0.1 4 127.0.0.1 5\r\nGET /x HTTP/1.1\r\nhost: h\r\n"
+_LINE = b"NODEAGENT-RELAY http 127.0.0.1 4 127.0.0.1 5"
+_REQUEST = b"GET /x HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n"
 
 
 @pytest.mark.parametrize(
     ("sent", "extra", "ends", "answered", "logged"),
     [
-        (_HEAD + b"connection: close\r\n\r\n", True, True, True, ""),
-        (b"NODEAGENT-RELAY http\r\n" + _HEAD[46:] + b"\r\n", False, True, False, "first line"),
-        (_HEAD + b"x: " + b"y" * 300_000 + b"\r\n\r\n", False, True, False, "too much read"),
-        (_HEAD + b"connection: close\r\n\r\n", False, False, False, "without its end"),
+        (_LINE + b" %d\r\n" % len(_REQUEST) + _REQUEST, True, True, True, ""),
+        (b"NODEAGENT-RELAY http 8\r\n" + _REQUEST, False, True, False, "first line"),
+        (_LINE + b"\r\n" + _REQUEST, False, True, False, "first line"),
+        (_LINE + b" 9999999\r\n" + _REQUEST, False, True, False, "too much read"),
+        (_LINE + b" 500\r\n" + _REQUEST, False, True, False, "cut short"),
+        (_LINE + b" 500\r\n" + _REQUEST, False, False, False, "cut short"),
     ],
-    ids=["served", "bad-first-line", "too-much", "no-end"],
+    ids=["served", "bad-first-line", "no-length", "too-much", "ended-early", "no-end"],
 )
 async def test_a_connection_handed_over_on_the_relay_socket_is_served_or_closed(
     caplog: pytest.LogCaptureFixture,
