@@ -272,6 +272,28 @@ async def _send_with_descriptor(sock: trio.socket.SocketType, data: bytes, fd: i
         sent += await sock.send(view[sent:])
 
 
+async def _hand_over(path: Path, data: bytes, fd: int) -> None:
+    """Send ``data`` with the descriptor ``fd`` on a new connection to the Unix socket at
+    ``path``: at once when its backlog and the connection's buffer have room (the usual
+    case: no turn of the event loop, and a busy worker's turns are long), else through
+    trio's socket, waiting. Raises :class:`OSError` when nothing listens there."""
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with trio.socket.from_stdlib_socket(raw) as sock:  # non-blocking from here
+        try:
+            raw.connect(str(path))  # a Unix socket connects at once, or its backlog is full
+            sent: int | None = raw.sendmsg([data], rights)
+        except BlockingIOError:
+            sent = None
+        if sent is not None:
+            view = memoryview(data)
+            while sent < len(data):
+                sent += await sock.send(view[sent:])
+            return
+    async with await trio.open_unix_socket(str(path)) as peer:  # the backlog was full
+        await _send_with_descriptor(peer.socket, data, fd)
+
+
 async def _receive_with_descriptor(
     sock: trio.socket.SocketType,
 ) -> tuple[bytes, socket.socket | None]:
@@ -658,12 +680,6 @@ class HttpServer:
         TLS, whose state is this process's, is relayed until either side ends it."""
         relay_to = self.relay_to
         assert relay_to is not None
-        try:
-            peer = await trio.open_unix_socket(str(relay_to))
-        except OSError as exc:
-            http_log.warning("cannot relay a request to %s: %s", relay_to, exc)
-            await self._refuse(conn, stream, 503)
-            return
         version = request.http_version
         read = b"".join(
             [
@@ -681,12 +697,20 @@ class HttpServer:
             server[0].encode("ascii"),
             server[1],
         )
+        if isinstance(stream, _TcpStream):  # handed over: the master serves it itself
+            try:
+                await _hand_over(relay_to, line + b" %d\r\n" % len(read) + read, stream.fileno())
+            except OSError as exc:
+                http_log.warning("cannot relay a request to %s: %s", relay_to, exc)
+                await self._refuse(conn, stream, 503)
+            return
+        try:
+            peer = await trio.open_unix_socket(str(relay_to))
+        except OSError as exc:
+            http_log.warning("cannot relay a request to %s: %s", relay_to, exc)
+            await self._refuse(conn, stream, 503)
+            return
         async with peer:
-            if isinstance(stream, _TcpStream):  # handed over: the master serves it itself
-                with contextlib.suppress(OSError):
-                    line += b" %d\r\n" % len(read)
-                    await _send_with_descriptor(peer.socket, line + read, stream.fileno())
-                return
             try:
                 await peer.send_all(line + b"\r\n" + read)
             except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -49,6 +49,10 @@ Per size (``sqlite``):
   ``nodeagent master plan`` draws) every ``--summary-every`` s during the window, over TCP
   with a READ token: p50/p99, and the machines each left ``behind`` (``summary_behind``:
   the most, the last, and how many replies were whole).
+* **first rows**, while the agents push: the whole plan read to its first row
+  ``--first-rows`` times (10), a second apart, over TCP on a new connection each (a READ
+  token: the CLI on another host) and over the master's Unix socket (the CLI on its host),
+  each reply closed at its first row.
 * **whole plan**, while the agents push: ``format=jsonl`` when the master answers it (200,
   ``application/x-ndjson``): the first row is the first ``{"row"`` line, the last row the
   ``{"end"`` line; else the JSON document: its first bytes, its last byte. Then one
@@ -82,8 +86,8 @@ Every process it starts is ended by its pid (masters, etcd, pushers); a master t
 on its own is reported (``master_exited``: its status and the last lines of its log), not
 hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
 10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
-[--no-restart] [--restart-every 1] [--no-preview] [--no-etcd] [--masters 3] [--ingest-workers N]
-[--cold-read metrics|summary] [--preview-rows changed|all] [--no-apply]``.
+[--no-restart] [--restart-every 1] [--first-rows 10] [--no-preview] [--no-etcd] [--masters 3]
+[--ingest-workers N] [--cold-read metrics|summary] [--preview-rows changed|all] [--no-apply]``.
 """
 
 from __future__ import annotations
@@ -618,6 +622,41 @@ def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
     return figures
 
 
+def first_row(client: httpx.Client) -> float:
+    """Seconds from asking the whole plan as JSON lines to its first row; the reply is
+    closed there (the master stops making it)."""
+    started = time.perf_counter()
+    with client.stream(
+        "GET", "/v1/maintenance/plan", params={"format": "jsonl"}, timeout=600
+    ) as response:
+        if response.status_code != 200:
+            response.read()
+            raise RuntimeError(f"plan: {response.status_code} {response.text[:300]}")
+        read = b""
+        for chunk in response.iter_bytes():
+            read += chunk
+            if b'{"row"' in read:
+                return time.perf_counter() - started
+    raise RuntimeError("plan: no row")
+
+
+def first_rows(master: MasterProcess, samples: int) -> dict[str, Any]:
+    """The whole plan's first row ``samples`` times, a second apart, while the agents
+    push: over TCP on a new connection each (a READ token: the CLI elsewhere) and over
+    the master's Unix socket (the CLI on its host)."""
+    tcp: list[float] = []
+    unix: list[float] = []
+    for _ in range(samples):
+        alive(master)
+        with master.client(master.token("READ")) as client:
+            tcp.append(first_row(client))
+        time.sleep(1)
+        with master.client() as client:
+            unix.append(first_row(client))
+        time.sleep(1)
+    return {"tcp_ms": latencies(tcp), "unix_ms": latencies(unix)}
+
+
 def preview(
     client: httpx.Client, pushers: Pushers, document: dict[str, Any], rows: str
 ) -> dict[str, Any]:
@@ -935,6 +974,7 @@ class Options:
     cold_read: str | None = None
     whole: bool = False
     templates: int = TEMPLATES
+    first_rows: int = 10
 
 
 def address(master: MasterProcess) -> tuple[str, int]:
@@ -1013,6 +1053,8 @@ def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
                 "steady",
                 lambda: steady([master], agents, options.window, options.every, [reader], machines),
             )
+            if ok and options.first_rows:
+                ok = guarded(result, "first_rows", lambda: first_rows(master, options.first_rows))
             if ok:
                 ok = guarded(result, "whole_plan", lambda: read_plan(reader, {}))
             if ok:
@@ -1233,6 +1275,9 @@ def main() -> int:
         "--whole-ads", action="store_true", help="every push the whole ad (no moving values alone)"
     )
     parser.add_argument("--summary-every", type=float, default=2.0, help="seconds")
+    parser.add_argument(
+        "--first-rows", type=int, default=10, help="whole plans read to their first row (0: none)"
+    )
     parser.add_argument("--preview-machines", type=int, default=1000)
     parser.add_argument("--no-preview", action="store_true")
     parser.add_argument("--preview-rows", choices=["changed", "all"], default="changed")
@@ -1284,6 +1329,7 @@ def main() -> int:
         cold_read=args.cold_read,
         whole=args.whole_ads,
         templates=args.templates,
+        first_rows=args.first_rows,
     )
     signal.signal(signal.SIGTERM, terminate)
     with contextlib.suppress(BrokenPipeError):

@@ -262,6 +262,23 @@ async def test_a_plain_connection_is_handed_over_to_the_master_and_outlives_its_
     assert seen[0]["server"] == address
 
 
+async def test_a_request_for_the_master_is_503_while_nothing_listens_on_the_relay_socket(
+    tmp_path: Path, key: bytes
+) -> None:
+    """No relay socket (a master stopping): the worker answers 503 itself, and the
+    connection's next push is still the worker's."""
+    master = Master()
+    with listener(tmp_path) as share:
+        async with running(workers_for(share, master, key)):
+            await until(lambda: share.takers == 1, "a worker taking connections")
+            async with httpx.AsyncClient(base_url=url(share)) as client:
+                refused = await client.get("/v1/status")
+                headers = {"Authorization": f"Bearer {token(key, 'n1.test')}"}
+                push = await client.post("/v1/ads", content=body(), headers=headers)
+    assert refused.status_code == 503
+    assert push.json() == {"stored": "n1.test"}
+
+
 async def test_a_connection_the_master_took_before_a_worker_ran_is_handed_over_to_one(
     tmp_path: Path, key: bytes
 ) -> None:
