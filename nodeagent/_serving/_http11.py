@@ -22,16 +22,15 @@ another's they give to this server's relay socket (a Unix socket of the daemon's
 sent it (its head written again from what was parsed). A plain TCP connection is handed
 over: its descriptor comes with the line (SCM_RIGHTS), whose last word then says how many
 bytes follow it, what the worker read of it; this server serves the connection itself from
-then on
-(its addresses read from its socket), and the worker closes its copy and forgets it. One
-over TLS, whose session is the worker's, is relayed: the worker copies its bytes both ways
-for the rest of its life. Either is served as a TCP request of that client (the same
-checks, no trust of the Unix socket). While a worker
-accepts, the server itself does not; while none does, it accepts every connection, and one
-it accepted is closed after its next reply (``Connection: close``) once a worker accepts,
-so that the client's next request, on a new connection, goes to a worker. A
-worker answers its own requests on plain TCP without h11 while they are of the one kind it
-is made for (:mod:`nodeagent._serving._quick`).
+then on (its addresses read from its socket), and the worker closes its copy and forgets
+it. One over TLS, whose session is the worker's, is relayed: the worker copies its bytes
+both ways for the rest of its life. Either is served as a TCP request of that client (the
+same checks, no trust of the Unix socket). While a worker accepts, the server itself does
+not; while none does, it accepts every connection, and one it accepted is closed after its
+next reply (``Connection: close``) once a worker accepts, so that the client's next
+request, on a new connection, goes to a worker. A worker answers its own requests on plain
+TCP without h11 while they are of the one kind it is made for
+(:mod:`nodeagent._serving._quick`).
 """
 
 from __future__ import annotations

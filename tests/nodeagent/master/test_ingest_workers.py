@@ -85,6 +85,15 @@ def url(share: ListenerShare) -> str:
     return f"http://{host}:{port}"
 
 
+def relay_socket(share: ListenerShare) -> socket.socket:
+    """The master's relay socket of ``share``, listening (non-blocking)."""
+    relay = socket.socket(socket.AF_UNIX)
+    relay.bind(str(share.relay))
+    relay.listen()
+    relay.setblocking(False)
+    return relay
+
+
 class Master:
     """The master's side: every push it is handed, answered 200 with its node's name."""
 
@@ -192,12 +201,8 @@ async def test_a_worker_relays_the_other_requests_to_the_relay_socket(
     master = Master()
     with listener(tmp_path) as share:
         address = share.sockets[0].getsockname()[:2]
-        relay = socket.socket(socket.AF_UNIX)
-        relay.bind(str(share.relay))
-        relay.listen()
-        relay.setblocking(False)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(HttpServer(app).accept_relayed, relay)
+            nursery.start_soon(HttpServer(app).accept_relayed, relay_socket(share))
             async with running(workers_for(share, master, key)):
                 await until(lambda: share.takers == 1, "a worker taking connections")
                 async with httpx.AsyncClient(base_url=url(share)) as client:
@@ -236,12 +241,8 @@ async def test_a_plain_connection_is_handed_over_to_the_master_and_outlives_its_
     master = Master()
     with listener(tmp_path) as share:
         address = share.sockets[0].getsockname()[:2]
-        relay = socket.socket(socket.AF_UNIX)
-        relay.bind(str(share.relay))
-        relay.listen()
-        relay.setblocking(False)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(HttpServer(app).accept_relayed, relay)
+            nursery.start_soon(HttpServer(app).accept_relayed, relay_socket(share))
             async with httpx.AsyncClient(base_url=url(share)) as client:
                 async with running(workers_for(share, master, key)) as workers:
                     await until(lambda: share.takers == 1, "a worker taking connections")
