@@ -261,36 +261,36 @@ _HANDED_MAX = _PREAMBLE_MAX + MAX_HEADERS + 2 * _READ_SIZE
 _DESCRIPTORS_ROOM = socket.CMSG_SPACE(8 * array.array("i").itemsize)
 
 
-async def _send_with_descriptor(sock: trio.socket.SocketType, data: bytes, fd: int) -> None:
-    """Send ``data`` on the Unix ``sock`` with the descriptor ``fd`` attached to its
-    first bytes (SCM_RIGHTS)."""
-    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
-    sent = await sock.sendmsg([data], rights)
+def _rights(fd: int) -> list[tuple[int, int, bytes]]:
+    """The ancillary data that sends the descriptor ``fd`` (SCM_RIGHTS)."""
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+
+
+async def _send_rest(sock: trio.socket.SocketType, data: bytes, sent: int) -> None:
+    """Send what follows the first ``sent`` bytes of ``data``."""
     view = memoryview(data)
     while sent < len(data):
         sent += await sock.send(view[sent:])
 
 
 async def _hand_over(path: Path, data: bytes, fd: int) -> None:
-    """Send ``data`` with the descriptor ``fd`` on a new connection to the Unix socket at
-    ``path``: at once when its backlog and the connection's buffer have room (the usual
-    case: no turn of the event loop, and a busy worker's turns are long), else through
-    trio's socket, waiting. Raises :class:`OSError` when nothing listens there."""
-    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+    """Send ``data`` with the descriptor ``fd`` attached to its first bytes on a new
+    connection to the Unix socket at ``path``: at once when its backlog and the
+    connection's buffer have room (the usual case: no turn of the event loop, and a busy
+    worker's turns are long), else through trio's socket, waiting. Raises
+    :class:`OSError` when nothing listens there."""
     raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with trio.socket.from_stdlib_socket(raw) as sock:  # non-blocking from here
         try:
             raw.connect(str(path))  # a Unix socket connects at once, or its backlog is full
-            sent: int | None = raw.sendmsg([data], rights)
+            sent: int | None = raw.sendmsg([data], _rights(fd))
         except BlockingIOError:
             sent = None
         if sent is not None:
-            view = memoryview(data)
-            while sent < len(data):
-                sent += await sock.send(view[sent:])
+            await _send_rest(sock, data, sent)
             return
     async with await trio.open_unix_socket(str(path)) as peer:  # the backlog was full
-        await _send_with_descriptor(peer.socket, data, fd)
+        await _send_rest(peer.socket, data, await peer.socket.sendmsg([data], _rights(fd)))
 
 
 async def _receive_with_descriptor(

@@ -564,9 +564,12 @@ def moved_schedule(machines: int, now: float, moving: int) -> dict[str, Any]:
     return document
 
 
-def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
+def read_plan(
+    client: httpx.Client, params: dict[str, str], *, first_only: bool = False
+) -> dict[str, Any]:
     """``GET /v1/maintenance/plan`` with ``params``, as JSON lines when answered so, read
-    to the end without keeping it: first/last row times, rows, bytes."""
+    to the end without keeping it (``first_only``: closed at its first row, the master
+    stops making it): first/last row times, rows, bytes."""
     started = time.perf_counter()
     first = last = None
     rows = size = 0
@@ -604,6 +607,8 @@ def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
                 elif line.startswith(b'{"error"'):
                     last = now
                     error = json.loads(line)["error"]
+            if first_only and first is not None:
+                break
     finished = time.perf_counter()
     figures: dict[str, Any] = {
         "format": "jsonl" if lines else "json",
@@ -623,21 +628,12 @@ def read_plan(client: httpx.Client, params: dict[str, str]) -> dict[str, Any]:
 
 
 def first_row(client: httpx.Client) -> float:
-    """Seconds from asking the whole plan as JSON lines to its first row; the reply is
-    closed there (the master stops making it)."""
-    started = time.perf_counter()
-    with client.stream(
-        "GET", "/v1/maintenance/plan", params={"format": "jsonl"}, timeout=600
-    ) as response:
-        if response.status_code != 200:
-            response.read()
-            raise RuntimeError(f"plan: {response.status_code} {response.text[:300]}")
-        read = b""
-        for chunk in response.iter_bytes():
-            read += chunk
-            if b'{"row"' in read:
-                return time.perf_counter() - started
-    raise RuntimeError("plan: no row")
+    """Seconds from asking the whole plan as JSON lines to its first row (the reply
+    closed there)."""
+    figures = read_plan(client, {}, first_only=True)
+    if figures.get("first_row_ms") is None:
+        raise RuntimeError(f"plan: no row ({figures})")
+    return float(figures["first_row_ms"]) / 1000
 
 
 def first_rows(master: MasterProcess, samples: int) -> dict[str, Any]:
