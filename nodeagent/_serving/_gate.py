@@ -13,6 +13,10 @@ request passes these steps in order, each refusing before the next one runs:
    ``request.invalid``;
 6. the app runs, with the body replayed and the principal in the scope (:data:`PRINCIPAL`).
 
+An error of the app is logged, and answered 500 ``internal.error`` when nothing of its
+reply was sent. A client that goes away while its reply is being written (a plan read to
+its first rows, then closed) is no error: the reply ends there, noted at debug level.
+
 A refusal whose body was not read (:func:`refuse`) is sent at once, with
 ``Connection: close``; then the rest of the body is read and thrown away, up to
 :data:`DISCARD_LIMIT` bytes, and the connection is closed. Reading the rest is what lets
@@ -250,6 +254,7 @@ class _Reply:
         self.status = 500
         self.sent = False
         self.abandoned = False  # the client went away before its body was read
+        self.lost = False  # the client went away while its reply was being written
         self.error_body: Any = None  # the gate's own refusal
         self.unread = False  # a refusal left open until the rest of the body is dropped
 
@@ -260,7 +265,11 @@ class _Reply:
             self.held.append(message)
         else:
             self.sent = True
-            await self._send(message)
+            try:
+                await self._send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.lost = True
+                raise
 
     async def release(self) -> None:
         for message in self.held:
@@ -429,6 +438,9 @@ class Gate:
         try:
             await self.app(inner, replay_body(body, receive), reply.send)
         except Exception:
+            if reply.lost:  # a reply cut short by its reader (a plan read to its first rows)
+                log.debug("%s %s: the client went away", scope["method"], scope["path"])
+                return False
             log.exception("unhandled error in %s %s", scope["method"], scope["path"])
             if reply.sent:
                 raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import json
+import logging
 import socket
 import ssl
 import stat
@@ -14,8 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from nodeagent._serving._gate import Gate, Rule
 from nodeagent._serving._http11 import HttpServer, serve_http, serve_unix_http
 from tests.certificates import self_signed_or_skip
 
@@ -350,4 +356,45 @@ async def test_bodies_larger_than_the_sockets_buffers_go_both_ways_whole() -> No
                 reply = await client.post("/m", content=body[:size])
                 assert reply.status_code == 200
                 assert reply.content == body[:size][::-1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_gone_while_its_reply_streams_is_no_error_of_the_gate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A plan read to its first rows and closed: the reply's next write fails, and the
+    gate neither logs an error with its traceback nor leaves the request untimed."""
+
+    async def rows() -> AsyncIterator[bytes]:
+        while True:  # more than any socket buffer holds
+            yield b"x" * 65536
+
+    async def endless(request: Request) -> StreamingResponse:
+        return StreamingResponse(rows())
+
+    app = Starlette(routes=[Route("/rows", endless)])
+    observed: list[tuple[str, str, int]] = []
+    gate = Gate(
+        app,
+        routes=app.routes,
+        rules={("GET", "/rows"): Rule(scope=None)},
+        verify=None,
+        body_limit=1024,
+        observe=lambda method, path, status, _started: observed.append((method, path, status)),
+    )
+    caplog.set_level(logging.DEBUG, logger="nodeagent")
+    async with trio.open_nursery() as nursery:
+        (url,) = await serve_http(nursery, gate, ["127.0.0.1:0"])
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        client = await trio.open_tcp_stream(host, int(port))
+        await client.send_all(b"GET /rows HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await client.receive_some(4096)).startswith(b"HTTP/1.1 200 ")
+        await client.aclose()  # the rest unread: the server's next writes fail
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        while not observed and not errors:  # the request's end, or an error logged
+            await trio.sleep(0.01)
+            errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == []
+        assert observed == [("GET", "/rows", 200)]
+        assert any("the client went away" in r.getMessage() for r in caplog.records)
         nursery.cancel_scope.cancel()
