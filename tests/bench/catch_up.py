@@ -12,7 +12,8 @@ claims each); then, as its services do after the last ad, with the clock held:
   call as :meth:`Master.keep_totals` does), then a summary's body (``late``, 20 rows, no
   blockers: what ``nodeagent master plan`` asks), checked whole (no machine behind).
 
-For each, the time a machine (best of ``--runs`` masters, each made anew) and the
+For each, the time a machine (best of ``--runs`` masters, each made anew; the collector as a
+daemon's, :class:`~nodeagent.master._collector.SurvivorFreezer`) and the
 forecast computations a machine made meanwhile (:meth:`slots.DrainForecast._compute`,
 counted by a wrapper: 1 in one part and 0 in the other when every forecast is made once and
 read by the other). ``taken_us`` is the ad's taking, slot ads parsed in the master (an
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import slots._forecast
 from nodeagent._store import DocumentStore
 from nodeagent.master._api import plan_body
+from nodeagent.master._collector import SurvivorFreezer
 from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
 from tests.bench._benchlib import terminate
@@ -120,7 +122,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, terminate)
     now = time.time()
     best: dict[str, float] = {}
-    with Computations() as counted, tempfile.TemporaryDirectory() as tmp:
+    # the collector as on a daemon: what survives is frozen, the pool not walked again
+    with SurvivorFreezer(), Computations() as counted, tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             counted.counts.clear()
             where = Path(tmp) / str(run)
