@@ -25,7 +25,9 @@ bytes follow it, what the worker read of it; this server serves the connection i
 then on (its addresses read from its socket), and the worker closes its copy and forgets
 it. One over TLS, whose session is the worker's, is relayed: the worker copies its bytes
 both ways for the rest of its life. Either is served as a TCP request of that client (the
-same checks, no trust of the Unix socket). While a worker accepts, the server itself does
+same checks, no trust of the Unix socket). A connection on the relay socket that begins
+with a request line instead (a client given the relay socket for the API's) is answered
+421 ``http.wrong_socket``, which says so, and closed. While a worker accepts, the server itself does
 not; while none does, it accepts every connection, and one it accepted is closed after its
 next reply (``Connection: close``) once a worker accepts, so that the client's next
 request, on a new connection, goes to a worker. A worker answers its own requests on plain
@@ -39,9 +41,11 @@ import array
 import contextlib
 import email.utils
 import errno
+import json
 import logging
 import math
 import os
+import re
 import socket
 import ssl
 import time
@@ -56,6 +60,7 @@ from starlette.types import ASGIApp, Message
 
 from nodeagent import _settings
 from nodeagent._serving._gate import DISCARD_LIMIT
+from nodeagent._serving._http import error_body
 from nodeagent._serving._quick import QuickRoute, serve_quick
 
 __all__ = ["RELAY_PREAMBLE", "HttpServer", "ListenerShare", "serve_http", "serve_unix_http"]
@@ -256,6 +261,21 @@ async def serve_unix_http(
 #: The most a worker may send with a connection it hands over: its first line, the
 #: request's head and what it read after it.
 _HANDED_MAX = _PREAMBLE_MAX + MAX_HEADERS + 2 * _READ_SIZE
+#: A request line: what a client that took the relay socket for the API's sends first.
+_REQUEST_LINE = re.compile(rb"[A-Z]+ \S+ HTTP/1\.[01]")
+_MISDIRECTED_BODY = json.dumps(
+    error_body(
+        "http.wrong_socket",
+        "this is the socket the master's ingest workers relay connections on, not its API: "
+        "use the master's socket (master.sock beside it) or its listeners",
+    )
+).encode()
+#: The answer to such a request: the client's own HTTP, so that it says why.
+_MISDIRECTED = (
+    b"HTTP/1.1 421 Misdirected Request\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+    % (len(_MISDIRECTED_BODY), _MISDIRECTED_BODY)
+)
 #: Room for the descriptors of one message on the relay socket (one is sent; any more
 #: are closed).
 _DESCRIPTORS_ROOM = socket.CMSG_SPACE(8 * array.array("i").itemsize)
@@ -589,6 +609,10 @@ class HttpServer:
                 http_log.warning("a connection handed over or relayed cut short: closed")
                 return
             if not words or words[0] != RELAY_PREAMBLE.decode("ascii"):
+                if handed is None and _REQUEST_LINE.fullmatch(line):  # the wrong socket
+                    http_log.info("a request on the relay socket: answered 421, closed")
+                    await stream.send_all(_MISDIRECTED)
+                    return
                 http_log.warning("a relayed connection without its first line: closed")
                 return
             scheme, client_host, client_port, server_host, server_port = words[1:]

@@ -225,6 +225,30 @@ async def test_a_body_too_large_is_413() -> None:
         assert (await client.post("/", content=b"x" * 100)).status_code == 200
 
 
+async def test_a_request_sent_to_the_relay_socket_is_told_it_took_the_wrong_socket(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client given the relay socket for the API's (a path typed wrong) gets an HTTP
+    answer that says so, not a connection closed without a word; nothing is served."""
+    served: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        served.append(scope["path"])
+
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    ours, client = socket.socketpair()
+    with ours, client:
+        client.sendall(_REQUEST)
+        await HttpServer(app, read_timeout=0.5).handle_relayed(ours, None)
+        reply = await _until_closed(client)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 421 ")
+    assert json.loads(body)["error"]["code"] == "http.wrong_socket"
+    assert "master.sock" in json.loads(body)["error"]["message"]
+    assert served == []
+    assert any("on the relay socket" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_body_that_fails_after_its_first_bytes_ends_its_connection_without_its_end(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
