@@ -27,11 +27,11 @@ it. One over TLS, whose session is the worker's, is relayed: the worker copies i
 both ways for the rest of its life. Either is served as a TCP request of that client (the
 same checks, no trust of the Unix socket). A connection on the relay socket that begins
 with a request line instead (a client given the relay socket for the API's) is answered
-421 ``http.wrong_socket``, which says so, and closed. While a worker accepts, the server itself does
-not; while none does, it accepts every connection, and one it accepted is closed after its
-next reply (``Connection: close``) once a worker accepts, so that the client's next
-request, on a new connection, goes to a worker. A worker answers its own requests on plain
-TCP without h11 while they are of the one kind it is made for
+421 ``http.wrong_socket``, which says so, and closed. While a worker accepts, the server
+itself does not; while none does, it accepts every connection, and one it accepted is
+closed after its next reply (``Connection: close``) once a worker accepts, so that the
+client's next request, on a new connection, goes to a worker. A worker answers its own
+requests on plain TCP without h11 while they are of the one kind it is made for
 (:mod:`nodeagent._serving._quick`).
 """
 

@@ -12,11 +12,11 @@ claims each); then, as its services do after the last ad, with the clock held:
   call as :meth:`Master.keep_totals` does), then a summary's body (``late``, 20 rows, no
   blockers: what ``nodeagent master plan`` asks), checked whole (no machine behind).
 
-For each, the time a machine (best of ``--runs`` masters, each made anew; the collector as a
-daemon's, :class:`~nodeagent.master._collector.SurvivorFreezer`) and the
-forecast computations a machine made meanwhile (:meth:`slots.DrainForecast._compute`,
-counted by a wrapper: 1 in one part and 0 in the other when every forecast is made once and
-read by the other). ``taken_us`` is the ad's taking, slot ads parsed in the master (an
+For each, the time a machine (best of ``--runs`` masters, each made anew; the collector as
+a daemon's, :class:`~nodeagent.master._collector.SurvivorFreezer`) and the forecast
+computations a machine made meanwhile (:meth:`slots.DrainForecast._compute`, counted by a
+wrapper: 1 in one part and 0 in the other when every forecast is made once and read by the
+other). ``taken_us`` is the ad's taking, slot ads parsed in the master (an
 ingest worker parses them on a daemon with ``ingest_workers``): for scale only.
 
 Prints one JSON document. Usage: ``python tests/bench/catch_up.py [--machines 10000]
