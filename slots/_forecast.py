@@ -259,8 +259,23 @@ def _evictions(
     policy: SuspendPolicy,
     deadline: _Line | None,
 ) -> list[_Eviction]:
-    """:func:`~slots.plan_evictions` on lines: latecomers go once the originals are gone."""
+    """:func:`~slots.plan_evictions` on lines: latecomers go once the originals are gone.
+    Without latecomers (every schedule but the graceful one, and the graceful one of a
+    node that accepted no job while draining) the originals' end is not taken: no choice
+    it would make holds the piece's horizon."""
     late = schedule is Schedule.GRACEFUL
+    if not (late and any(job.inputs.accepted_while_draining for job in jobs)):
+        return [
+            _evict(
+                trace,
+                job,
+                schedule=schedule,
+                machine_vacate=machine_vacate,
+                policy=policy,
+                deadline=deadline,
+            )
+            for job in jobs
+        ]
     first = {
         i: _evict(
             trace,

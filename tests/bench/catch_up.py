@@ -19,6 +19,10 @@ wrapper: 1 in one part and 0 in the other when every forecast is made once and r
 other). ``taken_us`` is the ad's taking, slot ads parsed in the master (an
 ingest worker parses them on a daemon with ``ingest_workers``): for scale only.
 
+``instructions.py`` counts the same passes and totals in instructions (``first_passes``),
+for comparing two versions on a host whose timings move; this gives their time and what
+they compute.
+
 Prints one JSON document. Usage: ``python tests/bench/catch_up.py [--machines 10000]
 [--runs 3]``.
 """
