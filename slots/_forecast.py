@@ -263,19 +263,7 @@ def _evictions(
     Without latecomers (every schedule but the graceful one, and the graceful one of a
     node that accepted no job while draining) the originals' end is not taken: no choice
     it would make holds the piece's horizon."""
-    late = schedule is Schedule.GRACEFUL
-    if not (late and any(job.inputs.accepted_while_draining for job in jobs)):
-        return [
-            _evict(
-                trace,
-                job,
-                schedule=schedule,
-                machine_vacate=machine_vacate,
-                policy=policy,
-                deadline=deadline,
-            )
-            for job in jobs
-        ]
+    late = schedule is Schedule.GRACEFUL and any(j.inputs.accepted_while_draining for j in jobs)
     first = {
         i: _evict(
             trace,
@@ -288,6 +276,8 @@ def _evictions(
         for i, job in enumerate(jobs)
         if not (late and job.inputs.accepted_while_draining)
     }
+    if not late:
+        return list(first.values())
     gone: _Line | None = None
     for plan in first.values():
         gone = plan.hard_kill_at if gone is None else trace.max(gone, plan.hard_kill_at)
