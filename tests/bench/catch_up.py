@@ -2,8 +2,9 @@
 
 A master in this process holds the schedule of ``plan_latency.py`` (``--machines``
 machines, 100 windows 2 h and more ahead, every machine DRAINING) and takes every node's
-ad as new, as after a restart (the ads of ``ad_ingest.py``'s template machines, 8 running
-claims each); then, as its services do after the last ad, with the clock held:
+ad as new, as after a restart (``reconcile_pass.py``'s ads: ``ad_ingest.py``'s template
+machines, 8 running claims each); then, as its services do after the last ad, with the
+clock held:
 
 * **ahead**: the forecasts the passes make ahead of the plans (:meth:`Master.prepare_ahead`
   until none waits: the pass's own work, without what it decides and writes, which a
@@ -49,8 +50,8 @@ from nodeagent.master._collector import SurvivorFreezer
 from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
 from tests.bench._benchlib import terminate
-from tests.bench.ad_ingest import node_ad, node_ip, template_machines
 from tests.bench.plan_latency import StepClock, in_process_master, schedule
+from tests.bench.reconcile_pass import ads_of
 
 #: The shares a call brings in (as ``_master._LEDGER_SLICE``).
 SHARES_A_CALL = 50
@@ -83,12 +84,7 @@ def restarted(machines: int, now: float, tmp: Path) -> tuple[Master, list[dict[s
     """A master holding the schedule of ``machines`` and no ad, and every node's ad."""
     master = in_process_master(DocumentStore(tmp / "master.db"), StepClock(now))
     master.state.update_schedule(MaintenanceSchedule.from_json(schedule(machines, now)))
-    templates = [machine.ad(now) for machine in template_machines(now)]
-    ads = [
-        node_ad(templates[i % len(templates)], f"node{i:05d}.bench", node_ip(i))
-        for i in range(machines)
-    ]
-    return master, ads
+    return master, ads_of(machines, now)
 
 
 def one_run(machines: int, now: float, tmp: Path, counted: Computations) -> dict[str, float]:
