@@ -314,6 +314,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
             log=log,
         )
         parts.leader.election, parts.leader.ttl = election, ttl
+        parts.leader.holding = lambda: store.fence is not None
         self._etcd_tasks = EtcdTasks(etcd)
         await services.start(
             self._etcd_tasks.run,

@@ -9,6 +9,7 @@ on the leader, as Mesos's masters do, or ``503 master.no_leader`` while nobody l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,22 +37,34 @@ class NotLeader(Exception):
 
 @dataclass
 class LeaderView:
-    """This master's URL, its store's kind, and its election (``None``: the one master)."""
+    """This master's URL, its store's kind, and its election (``None``: the one master).
+
+    A master that won the election leads once its term holds the store (``holding()``:
+    the state its predecessors wrote taken, its writes fenced), not before: from the
+    moment it won until then, and from the moment a write of its term is fenced out or of
+    unknown outcome until the election says the term is over, it says that nobody leads
+    (a write is ``503 master.no_leader``, to send again, not a store's error), and
+    ``GET /v1/leader`` does not show it leading before it can take a write."""
 
     url: str = ""
     store: str = "sqlite"
     election: Election | None = None
     ttl: float | None = None
+    holding: Callable[[], bool] | None = None
 
     @property
     def leading(self) -> bool:
-        return self.election is None or self.election.leading
+        if self.election is None:
+            return True
+        return self.election.leading and (self.holding is None or self.holding())
 
     @property
     def leader(self) -> str | None:
         """The leader's URL (this master's when it leads), ``None`` when nobody leads."""
-        if self.election is None or self.election.leading:
+        if self.election is None:
             return self.url
+        if self.election.leading:
+            return self.url if self.leading else None
         known = self.election.leader
         url = None if known is None else known.get("url")
         return url if isinstance(url, str) else None

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -25,6 +25,7 @@ from nodeagent._audit import AuditLog
 from nodeagent._auth import Scope, create_token
 from nodeagent._clock import TrioClock
 from nodeagent._expressions._evaluator import Evaluator
+from nodeagent._ha._leadership import Election, Fence
 from nodeagent._moving_values import split_slots
 from nodeagent._peer import AgentCallFailed, AgentLink
 from nodeagent._serving._http import trusted
@@ -34,6 +35,7 @@ from nodeagent.master._adstore import AdStore
 from nodeagent.master._api import build_master_app, with_ad_fast_path
 from nodeagent.master._fleet import NodeLedger
 from nodeagent.master._ingest import FRAME, Push, decode_worker_frame, encode_push
+from nodeagent.master._leader import LeaderView
 from nodeagent.master._maintenance import MaintenanceSchedule
 from nodeagent.master._master import Master
 from nodeagent.master._metrics import MasterMetrics
@@ -131,7 +133,11 @@ class AnsweringLink:
 
 @asynccontextmanager
 async def api(
-    tmp_path: Path, *, budget: float = 0.5, link: AgentLink | None = None
+    tmp_path: Path,
+    *,
+    budget: float = 0.5,
+    link: AgentLink | None = None,
+    leader: LeaderView | None = None,
 ) -> AsyncIterator[Api]:
     master = Master(
         store=FailingStore(tmp_path / "master.db"),
@@ -146,7 +152,12 @@ async def api(
             with AuditLog(audit_path) as audit:
                 app = with_ad_fast_path(
                     build_master_app(
-                        master, key=KEY, audit=audit, metrics=metrics, evaluator=evaluator
+                        master,
+                        key=KEY,
+                        audit=audit,
+                        metrics=metrics,
+                        evaluator=evaluator,
+                        leader=leader,
                     ),
                     master,
                     key=KEY,
@@ -790,6 +801,44 @@ async def test_every_refused_mesos_change_is_audited(tmp_path: Path) -> None:
             ("alice", "machine.down", "maintenance.not_scheduled"),
         ]
         assert (await a.local.get("/maintenance/status")).json() == {}
+
+
+async def test_a_master_that_won_the_election_leads_once_its_term_holds_the_store(
+    tmp_path: Path,
+) -> None:
+    """Between winning the election and holding the store (the state its predecessors
+    wrote taken, its writes fenced), and after a write of its term is fenced out, a
+    master does not lead: a write is 503 ``master.no_leader`` to send again (not a
+    store's error), audited, and changes nothing; ``GET /v1/leader`` does not show it
+    leading before it can take a write."""
+    held = False
+    election = Election(etcd=cast(Any, None), key=b"/nodeagent/leader", ttl=10, identity={})
+    election.fence = Fence(key=b"/nodeagent/leader", revision=7, lease=1)  # won
+    view = LeaderView(url="http://m1.test", store="etcd", election=election)
+    view.holding = lambda: held
+    async with api(tmp_path, leader=view) as a:
+        for moment in ("won, state not yet taken", "fenced out, the term not yet over"):
+            refused = await a.local.post("/maintenance/schedule", json=SCHEDULE)
+            assert error_code(refused) == (503, "master.no_leader"), moment
+            assert refused.headers["Retry-After"] == "1"
+            shown = (await a.local.get("/v1/leader")).json()
+            assert (shown["leading"], shown["leader"]) == (False, None), moment
+            assert (await a.local.get("/maintenance/schedule")).json() == {}
+            held = True
+            taken = await a.local.post("/maintenance/schedule", json=SCHEDULE)
+            assert taken.status_code == 200, taken.text
+            shown = (await a.local.get("/v1/leader")).json()
+            assert (shown["leading"], shown["leader"]) == (True, "http://m1.test")
+            await a.local.post("/maintenance/schedule", json={"windows": []})
+            held = False
+        assert [result for _, action, result in a.audited()] == [
+            "master.no_leader",
+            "ok",
+            "ok",
+            "master.no_leader",
+            "ok",
+            "ok",
+        ]
 
 
 async def test_a_schedule_and_its_preview_are_read_off_the_event_loop(
