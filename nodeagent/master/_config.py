@@ -188,6 +188,15 @@ class MasterConfig(_DaemonSettings, EtcdOptions):
         ge=0,
         le=64,
     )
+    ingest_worker_nice: int = _field(
+        5,
+        reload=False,
+        description="Niceness the ingest workers add to the master's: on a host whose cores "
+        "are all busy the master's loop (its answers, passes and plans) goes first, and "
+        "the workers take the rest (0: as the master)",
+        ge=0,
+        le=19,
+    )
 
     @field_serializer("sla_file")
     def _sla_file_path(self, value: SlaFile | None) -> str | None:

@@ -276,6 +276,7 @@ class MasterDaemon(Program[MasterConfig, Documents]):
                 answer=push_answer(master, metrics),
                 key=opened.key,
                 read_timeout=config.read_timeout,
+                nice=config.ingest_worker_nice,
             )
         metrics.show_ingest(self.ingest)
         return with_ad_fast_path(app, master, key=opened.key, metrics=metrics)

@@ -89,7 +89,7 @@ _READ_SIZE = 1 << 18
 class WorkerSettings:
     """What a worker is started with: the listening sockets' and the link's descriptors,
     the master's relay socket, the pool key (hex; ``None``: no token is accepted), the TLS
-    certificate and key, the read timeout."""
+    certificate and key, the read timeout, and the niceness it adds to the master's."""
 
     listeners: tuple[int, ...]
     link: int
@@ -97,6 +97,7 @@ class WorkerSettings:
     key: str | None
     tls: tuple[str, str] | None
     read_timeout: float
+    nice: int = 0
 
     def line(self) -> bytes:
         """The settings as the JSON line the master writes."""
@@ -107,6 +108,7 @@ class WorkerSettings:
             "key": self.key,
             "tls": None if self.tls is None else list(self.tls),
             "read_timeout": self.read_timeout,
+            "nice": self.nice,
         }
         return json.dumps(fields).encode("utf-8") + b"\n"
 
@@ -121,6 +123,7 @@ class WorkerSettings:
             key=fields["key"],
             tls=None if tls is None else (str(tls[0]), str(tls[1])),
             read_timeout=float(fields["read_timeout"]),
+            nice=int(fields["nice"]),
         )
 
 
@@ -338,7 +341,10 @@ def main() -> int:
     line = _read_line(0)
     if not line:
         return 0
-    run(WorkerSettings.of_line(line))
+    settings = WorkerSettings.of_line(line)
+    if settings.nice:
+        os.nice(settings.nice)  # after the master's: its loop first when the cores are full
+    run(settings)
     return 0
 
 

@@ -98,6 +98,7 @@ class IngestWorkers:
         answer: Answer,
         key: bytes | None,
         read_timeout: float,
+        nice: int = 0,
         command: Sequence[str] | None = None,
         silence_timeout: float = SILENCE_TIMEOUT,
         answer_slice: float = ANSWER_SLICE,
@@ -110,6 +111,7 @@ class IngestWorkers:
         self.answer = answer
         self.key = key
         self.read_timeout = read_timeout
+        self.nice = nice
         self.silence_timeout = silence_timeout
         self.answer_slice = answer_slice
         self.work_clock = work_clock
@@ -166,6 +168,7 @@ class IngestWorkers:
             key=None if self.key is None else self.key.hex(),
             tls=None if share.tls is None else (str(share.tls[0]), str(share.tls[1])),
             read_timeout=self.read_timeout,
+            nice=self.nice,
         )
 
     async def _serve_one(self) -> None:

@@ -42,7 +42,8 @@ Per size (``sqlite``):
   (``nodeagent_master_oldest_ad_age_seconds`` of the same scrape, the cheapest to read: the
   scrape is timed too, ``scrape_ms``, and says the nodes it left behind,
   ``scrape_nodes_behind``). With ``--ingest-workers N`` (each master's
-  ``ingest_workers``), the workers' CPU and RSS apart from the master's.
+  ``ingest_workers``), the workers' CPU and RSS apart from the master's;
+  ``--ingest-worker-nice N`` sets their ``ingest_worker_nice`` (the master's default without).
 * **memory**: the master's RSS at the window's end and per machine; its peak (``VmHWM``)
   after the plans below.
 * **summary**: ``GET /v1/maintenance/plan?late=true&blockers=false&limit=20`` (what
@@ -87,7 +88,8 @@ on its own is reported (``master_exited``: its status and the last lines of its 
 hidden. Prints one JSON document. Usage: ``python tests/bench/scale.py [--machines
 10000,30000,100000] [--interval 60] [--window 60] [--pushers 2] [--keep-alive]
 [--no-restart] [--restart-every 1] [--first-rows 10] [--no-preview] [--no-etcd] [--masters 3]
-[--ingest-workers N] [--cold-read metrics|summary] [--preview-rows changed|all] [--no-apply]``.
+[--ingest-workers N] [--ingest-worker-nice N] [--cold-read metrics|summary]
+[--preview-rows changed|all] [--no-apply]``.
 """
 
 from __future__ import annotations
@@ -967,6 +969,7 @@ class Options:
     round_timeout: float
     restart_every: float = 1.0
     ingest_workers: int = 0
+    ingest_worker_nice: int | None = None
     cold_read: str | None = None
     whole: bool = False
     templates: int = TEMPLATES
@@ -1023,9 +1026,17 @@ def progress(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
+def ingest_settings(options: Options) -> dict[str, Any]:
+    """The masters' settings of their ingest workers."""
+    settings: dict[str, Any] = {"ingest_workers": options.ingest_workers}
+    if options.ingest_worker_nice is not None:
+        settings["ingest_worker_nice"] = options.ingest_worker_nice
+    return settings
+
+
 def on_sqlite(options: Options, machines: int, tmp: Path) -> dict[str, Any]:
     master = MasterProcess(
-        tmp / "master", settings={"ad_lifetime": 300, "ingest_workers": options.ingest_workers}
+        tmp / "master", settings={"ad_lifetime": 300, **ingest_settings(options)}
     )
     result: dict[str, Any] = {}
     pushers: Pushers | None = None
@@ -1173,9 +1184,7 @@ def on_etcd(
     result: dict[str, Any] = {"masters": count}
     args = () if max_request is None else (f"--max-request-bytes={max_request}",)
     with EtcdServer(tmp / "etcd", args=args) as etcd:
-        masters = Masters(
-            tmp / "pool", etcd, count, ad_lifetime=300, ingest_workers=options.ingest_workers
-        )
+        masters = Masters(tmp / "pool", etcd, count, ad_lifetime=300, **ingest_settings(options))
         pushers: Pushers | None = None
         readers: list[httpx.Client] = []
         try:
@@ -1249,6 +1258,8 @@ def run(
         "oldest_ad_age_from": "nodeagent_master_oldest_ad_age_seconds (/metrics)",
         "claims_per_node": 8,
         "templates": options.templates,
+        "ingest_workers": options.ingest_workers,
+        "ingest_worker_nice": options.ingest_worker_nice,  # None: the master's default
         "windows": WINDOWS,
         "sizes": results,
     }
@@ -1290,6 +1301,12 @@ def main() -> int:
         "--ingest-workers", type=int, default=0, help="each master's ingest_workers"
     )
     parser.add_argument(
+        "--ingest-worker-nice",
+        type=int,
+        default=None,
+        help="each master's ingest_worker_nice (default: the master's)",
+    )
+    parser.add_argument(
         "--cold-read",
         choices=["metrics", "summary"],
         default=None,
@@ -1322,6 +1339,7 @@ def main() -> int:
         restart_every=args.restart_every,
         round_timeout=args.round_timeout or 5 * args.interval,
         ingest_workers=args.ingest_workers,
+        ingest_worker_nice=args.ingest_worker_nice,
         cold_read=args.cold_read,
         whole=args.whole_ads,
         templates=args.templates,

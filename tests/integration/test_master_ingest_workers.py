@@ -35,10 +35,12 @@ _json = {"content-type": "application/json"}
 def pool(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[MasterProcess, dict[str, AgentProcess]]]:
-    """A master with one ingest worker, and two agents pushing every second."""
+    """A master with one ingest worker (niceness 7 over the master's), and two agents
+    pushing every second."""
     root = tmp_path_factory.mktemp("ingest")
+    settings = {"ingest_workers": 1, "ingest_worker_nice": 7}
     with ExitStack() as stack:
-        master = stack.enter_context(MasterProcess(root / "master", settings={"ingest_workers": 1}))
+        master = stack.enter_context(MasterProcess(root / "master", settings=settings))
         agents = {
             name: stack.enter_context(
                 AgentProcess(
@@ -171,6 +173,20 @@ def test_other_requests_are_relayed_to_the_master_as_the_tcp_clients(
     assert all(entry["peer"].startswith("127.0.0.1:") for entry in mine)
 
 
+def niceness(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+def test_the_workers_yield_the_cores_to_the_master(
+    pool: tuple[MasterProcess, dict[str, AgentProcess]],
+) -> None:
+    """``ingest_worker_nice`` is added to the master's niceness, whatever it is."""
+    master, _ = pool
+    assert master.proc is not None
+    workers = wait_for(lambda: workers_of(master) or None)
+    assert [niceness(pid) for pid in workers] == [min(niceness(master.proc.pid) + 7, 19)]
+
+
 def test_a_killed_ingest_worker_is_started_again_and_no_push_is_lost(
     pool: tuple[MasterProcess, dict[str, AgentProcess]],
 ) -> None:
@@ -193,6 +209,8 @@ def test_a_killed_ingest_worker_is_started_again_and_no_push_is_lost(
         assert a_node.post("/v1/ads", json=own).status_code == 200
     assert metric(master, "nodeagent_master_ads_taken_by_workers_total") == taken + 1
     assert again in workers_of(master)
+    assert master.proc is not None
+    assert niceness(again) == min(niceness(master.proc.pid) + 7, 19)  # as the first
 
 
 def slot_clocks(ad: dict[str, Any]) -> list[int]:
