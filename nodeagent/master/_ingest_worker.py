@@ -20,7 +20,9 @@ worker runs:
 It keeps nothing of the master's state; of its own, the digests of the slot ads it found
 sound (:class:`~nodeagent.master._adstore.CheckedStatics`: a node's next ad, the same
 claims moved on in time, has its moving values checked alone) and the tokens it verified,
-which its collector does not walk again once they have lasted (:func:`run`). It writes
+which its collector does not walk again once they have lasted (:func:`run`). It runs at
+the niceness its settings add to the master's (``ingest_worker_nice``): on a host whose
+cores are all busy the master's loop goes first, the workers' parse after. It writes
 ``READY`` on the link once it accepts and ``ALIVE`` every second while its loop runs; it
 exits at the end of stdin (the master's stop or death) or of the link. SIGINT is ignored
 (a terminal's ^C is for the master, which ends its workers).
