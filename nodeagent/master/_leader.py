@@ -61,10 +61,10 @@ class LeaderView:
     @property
     def leader(self) -> str | None:
         """The leader's URL (this master's when it leads), ``None`` when nobody leads."""
-        if self.election is None:
+        if self.leading:
             return self.url
-        if self.election.leading:
-            return self.url if self.leading else None
+        if self.election is None or self.election.leading:  # won, the store not yet held
+            return None
         known = self.election.leader
         url = None if known is None else known.get("url")
         return url if isinstance(url, str) else None
