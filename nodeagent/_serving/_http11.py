@@ -61,7 +61,7 @@ from starlette.types import ASGIApp, Message
 from nodeagent import _settings
 from nodeagent._serving._gate import DISCARD_LIMIT
 from nodeagent._serving._http import error_body
-from nodeagent._serving._quick import QuickRoute, serve_quick
+from nodeagent._serving._quick import QuickHub, QuickRoute
 
 __all__ = ["RELAY_PREAMBLE", "HttpServer", "ListenerShare", "serve_http", "serve_unix_http"]
 
@@ -458,20 +458,20 @@ class HttpServer:
 
     async def accept(self, listening: socket.socket, share: ListenerShare | None = None) -> None:
         """Accept connections on the non-blocking ``listening`` socket, each served by
-        :meth:`handle` in a task of its own, until cancelled (the socket is then closed);
-        while a worker of ``share`` takes them, it waits.
+        :meth:`handle` in a task of its own (with a ``quick`` route and no TLS, by a
+        :class:`~nodeagent._serving._quick.QuickHub` of the listener's while the route
+        takes its requests, then by :meth:`handle`), until cancelled (the socket is then
+        closed); while a worker of ``share`` takes them, it waits.
 
         Out of descriptors or memory (EMFILE, ENFILE, ENOMEM, ENOBUFS), it logs the error
         and tries again after 0.1 s; any other error of accept(2) ends it (raised).
         """
-        if share is None:
-            await self._accept(listening, None, self.handle)
-            return
+        handed_over = None if share is None else (lambda: share.takers > 0)
 
-        async def handle(sock: socket.socket, peer: Any) -> None:
-            await self.handle(sock, peer, handed_over=lambda: share.takers > 0)
+        async def handle(sock: socket.socket, peer: Any, read: bytes = b"") -> None:
+            await self.handle(sock, peer, handed_over=handed_over, initial=read)
 
-        await self._accept(listening, share, handle)
+        await self._accept(listening, share, handle, quick=self.context is None)
 
     async def accept_relayed(self, listening: socket.socket) -> None:
         """:meth:`accept` for the relay socket: each connection served by
@@ -482,10 +482,31 @@ class HttpServer:
         self,
         listening: socket.socket,
         share: ListenerShare | None,
-        handle: Callable[[socket.socket, Any], Awaitable[None]],
+        handle: Callable[..., Awaitable[None]],
+        *,
+        quick: bool = False,
     ) -> None:
         with listening:
             async with trio.open_nursery() as connections:
+                take: Callable[[socket.socket, Any], None]
+                if quick and self.quick is not None:
+                    hub = QuickHub(
+                        self.quick,
+                        hand_over=lambda sock, peer, read: connections.start_soon(
+                            handle, sock, peer, read
+                        ),
+                        date=self._date,
+                        idle_timeout=KEEP_ALIVE_TIMEOUT,
+                        read_timeout=self.read_timeout,
+                        max_head=MAX_HEADERS,
+                    )
+                    connections.start_soon(hub.run)
+                    take = hub.adopt
+                else:
+
+                    def take(sock: socket.socket, peer: Any) -> None:
+                        connections.start_soon(handle, sock, peer)
+
                 accepted = 0
                 woke = -math.inf
                 while True:
@@ -513,7 +534,7 @@ class HttpServer:
                         )
                         await trio.sleep(_ACCEPT_RETRY_S)
                         continue
-                    connections.start_soon(handle, sock, peer)
+                    take(sock, peer)
                     accepted += 1
                     if accepted >= _ACCEPT_BATCH:
                         accepted = 0
@@ -525,12 +546,13 @@ class HttpServer:
         peer: Any,
         *,
         handed_over: Callable[[], bool] | None = None,
-        initial: bytes | None = None,
+        initial: bytes = b"",
     ) -> None:
-        """Serve one accepted connection (``sock``, from ``peer``) until it closes, then
-        close it; never raises. Once ``handed_over()`` is true, the next reply closes the
-        connection (``Connection: close``). ``initial``: the bytes already read of it (by
-        a worker that handed it over), served by h11 first."""
+        """Serve one accepted connection (``sock``, from ``peer``) with h11 until it
+        closes, then close it; never raises. Once ``handed_over()`` is true, the next reply
+        closes the connection (``Connection: close``). ``initial``: the bytes already read
+        of it (by a worker that handed it over, or by a quick route that did not take its
+        request), served first."""
         try:
             stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
             local = sock.getsockname()
@@ -549,20 +571,9 @@ class HttpServer:
                 stream, self.context, server_side=True, https_compatible=True
             )
         try:
-            read: bytes | None = initial or b""
-            if initial is None and self.quick is not None and self.context is None:
-                read = await serve_quick(
-                    transport,
-                    self.quick,
-                    date=self._date,
-                    idle_timeout=KEEP_ALIVE_TIMEOUT,
-                    read_timeout=self.read_timeout,
-                    max_head=MAX_HEADERS,
-                )
-            if read is not None:
-                await self._serve(
-                    transport, client, server, self.scheme, initial=read, closing=handed_over
-                )
+            await self._serve(
+                transport, client, server, self.scheme, initial=initial, closing=handed_over
+            )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (or failed the TLS handshake)
         except Exception:

@@ -9,10 +9,11 @@ worker runs:
 
 * a ``POST /v1/ads`` is checked from its head (the DAEMON token, verified with the pool
   key against this host's clock; 401/403/413 answered here; on plain TCP, a push that
-  passes is read and answered without h11: :class:`_PushRoute`), its body read and made ready
-  for the store (:func:`~nodeagent.master._ingest.prepare_push`), and sent to the master on
-  the link with the token's subject and node (the master takes the worker's word: it holds
-  the pool key), which stores the ad and answers; the worker writes the answer;
+  passes is read and answered without h11 and without a task of its own: :class:`_PushRoute`
+  on a :class:`~nodeagent._serving._quick.QuickHub`), its body read and made ready for the
+  store (:func:`~nodeagent.master._ingest.prepare_push`), and sent to the master on the link
+  with the token's subject and node (the master takes the worker's word: it holds the pool
+  key), which stores the ad and answers; the worker writes the answer when it comes;
 * any other request is given to the master on its relay socket, which serves it as it
   serves its own TCP connections: on plain TCP the connection itself is handed over (its
   descriptor sent, the worker's copy closed), over TLS the rest of it is relayed.
@@ -49,7 +50,7 @@ from starlette.types import Scope as ASGIScope
 
 from nodeagent._auth import AuthError
 from nodeagent._serving._http11 import HttpServer, _ssl_context
-from nodeagent._serving._quick import QuickAnswer, QuickReply
+from nodeagent._serving._quick import QuickAnswer, QuickReplyTo
 from nodeagent.master._ad_pushes import (
     AD_BODY_LIMIT,
     Principals,
@@ -137,7 +138,7 @@ class _Link:
         self._stream = stream
         self._out = bytearray()
         self._ready_to_write = trio.Event()
-        self._waiting: dict[int, tuple[trio.Event, list[AdReply]]] = {}
+        self._waiting: dict[int, Callable[[AdReply | None], None]] = {}
         self._number = 0
         self.lost = False
 
@@ -146,16 +147,21 @@ class _Link:
         self._out += frame
         self._ready_to_write.set()
 
-    async def push(
-        self, taken: TakenPush, seconds: float, prepared: NodeAd | MovedOnAd | Refused | None
-    ) -> AdReply:
-        """The master's answer to a push (``prepared``, else its body to make ready)."""
+    def push_soon(
+        self,
+        taken: TakenPush,
+        seconds: float,
+        prepared: NodeAd | MovedOnAd | Refused | None,
+        answered: Callable[[AdReply | None], None],
+    ) -> None:
+        """Send a push (``prepared``, else its body for the master to make ready);
+        ``answered`` is given the master's answer when it comes, or ``None`` when none
+        will (the link closed, or the master failed on it)."""
         if self.lost:
-            raise trio.ClosedResourceError("the master's link closed")
+            answered(None)
+            return
         self._number = number = self._number % 0xFFFFFFFF + 1
-        done = trio.Event()
-        answer: list[AdReply] = []
-        self._waiting[number] = (done, answer)
+        self._waiting[number] = answered
         self.tell(
             encode_push(
                 number,
@@ -166,11 +172,21 @@ class _Link:
                 body=taken.body,
             )
         )
-        try:
-            await done.wait()
-        finally:
-            self._waiting.pop(number, None)
-        if not answer or answer[0].status == 0:  # the link closed; the master failed on it
+
+    async def push(
+        self, taken: TakenPush, seconds: float, prepared: NodeAd | MovedOnAd | Refused | None
+    ) -> AdReply:
+        """The master's answer to a push (:meth:`push_soon`), waited for."""
+        done = trio.Event()
+        answer: list[AdReply | None] = []
+
+        def answered(reply: AdReply | None) -> None:
+            answer.append(reply)
+            done.set()
+
+        self.push_soon(taken, seconds, prepared, answered)
+        await done.wait()
+        if answer[0] is None:
             raise trio.ClosedResourceError("no answer from the master: the connection is closed")
         return answer[0]
 
@@ -190,14 +206,14 @@ class _Link:
                 buffer += data
                 for frame in split_frames(buffer):
                     number, reply = decode_answer(frame)
-                    waiting = self._waiting.get(number)
-                    if waiting is not None:
-                        waiting[1].append(reply)
-                        waiting[0].set()
+                    answered = self._waiting.pop(number, None)
+                    if answered is not None:  # status 0: the master failed on it
+                        answered(reply if reply.status else None)
         finally:
             self.lost = True
-            for done, _ in self._waiting.values():
-                done.set()
+            waiting, self._waiting = self._waiting, {}
+            for answered in waiting.values():
+                answered(None)
 
     async def beat(self) -> None:
         while True:
@@ -205,18 +221,14 @@ class _Link:
             await trio.sleep(ALIVE_EVERY)
 
 
-async def _answer(
-    link: _Link, checked: CheckedStatics, taken: TakenPush, started: float
-) -> AdReply:
-    """The master's answer to ``taken``, made ready here, received at ``started``."""
-    prepared: NodeAd | MovedOnAd | Refused | None
+def _prepared(checked: CheckedStatics, taken: TakenPush) -> NodeAd | MovedOnAd | Refused | None:
+    """``taken`` made ready for the master here (``None``: the master makes it itself)."""
     try:
         made = prepare_push(taken.body, taken.who.node, deflated=False, checked=checked)
-        prepared = made if isinstance(made, NodeAd | MovedOnAd | Refused) else None
     except Exception:  # the master makes it itself, and says what it makes of it
         log.exception("an ad push could not be prepared here")
-        prepared = None
-    return await link.push(taken, time.perf_counter() - started, prepared)
+        return None
+    return made if isinstance(made, NodeAd | MovedOnAd | Refused) else None
 
 
 def _ad_app(principals: Principals, link: _Link, checked: CheckedStatics) -> ASGIApp:
@@ -231,7 +243,8 @@ def _ad_app(principals: Principals, link: _Link, checked: CheckedStatics) -> ASG
         if not isinstance(taken, TakenPush):
             link.tell(encode_refusal(taken, time.perf_counter() - started))
             return
-        await send_reply(send, await _answer(link, checked, taken, started))
+        prepared = _prepared(checked, taken)
+        await send_reply(send, await link.push(taken, time.perf_counter() - started, prepared))
 
     return app
 
@@ -258,10 +271,14 @@ class _PushRoute:
             return None
         started = time.perf_counter()
 
-        async def answer(body: bytes) -> QuickReply:
+        def answer(body: bytes, reply: QuickReplyTo) -> None:
             taken = TakenPush(authorization, who, body)
-            reply = await _answer(self._link, self._checked, taken, started)
-            return reply.status, reply.headers(), reply.body
+            prepared = _prepared(self._checked, taken)
+
+            def answered(got: AdReply | None) -> None:
+                reply(None if got is None else (got.status, got.headers(), got.body))
+
+            self._link.push_soon(taken, time.perf_counter() - started, prepared, answered)
 
         return answer
 

@@ -12,8 +12,9 @@ import pytest
 import trio
 from starlette.types import Receive, Scope, Send
 
+from nodeagent._serving import _http11
 from nodeagent._serving._http11 import HttpServer
-from nodeagent._serving._quick import QuickAnswer, QuickReply
+from nodeagent._serving._quick import QuickAnswer, QuickReply, QuickReplyTo
 
 DATE = b"Mon, 30 Nov 2026 05:00:00 GMT"
 HEAD = b"POST /push HTTP/1.1\r\nHost: x\r\nX-Ok: yes\r\n"
@@ -35,10 +36,13 @@ def answer_of(body: bytes) -> QuickReply:
 
 
 class Route:
-    """Takes ``POST /push`` (any query) with ``X-Ok: yes``; counts what it answered."""
+    """Takes ``POST /push`` (any query) with ``X-Ok: yes``; counts what it answered.
+    ``later``: each reply is given from the event loop's next turn (as a worker's, when the
+    master's answer comes on its link), not from within the call."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, later: bool = False) -> None:
         self.answered = 0
+        self.later = later
 
     def take(
         self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int
@@ -48,9 +52,12 @@ class Route:
         if (b"x-ok", b"yes") not in headers:
             return None
 
-        async def answer(body: bytes) -> QuickReply:
+        def answer(body: bytes, reply: QuickReplyTo) -> None:
             self.answered += 1
-            return answer_of(body)
+            if self.later:
+                trio.lowlevel.current_trio_token().run_sync_soon(reply, answer_of(body))
+            else:
+                reply(answer_of(body))
 
         return answer
 
@@ -160,15 +167,18 @@ CASES = {
     "malformed": ([b"GARBAGE\r\n\r\n"], 0),
     "pipelined: both by h11": ([push(b"one") + push(b"two", extra=CLOSE)], 0),
     "a head cut short": ([b"POST /push HTTP/1.1\r\nHost: x\r\nX-O"], 0),
+    # a reply larger than the socket's buffers: written as the client takes it
+    "a reply written in parts": ([push(b"ab" * 8_000_000, extra=CLOSE)], 1),
 }
 
 
+@pytest.mark.parametrize("later", [False, True], ids=["replied at once", "replied later"])
 @pytest.mark.parametrize("case", CASES)
-async def test_the_quick_path_answers_as_h11_and_hands_it_the_rest(case: str) -> None:
+async def test_the_quick_path_answers_as_h11_and_hands_it_the_rest(case: str, later: bool) -> None:
     sends, quick_answers = CASES[case]
     if case == "a head cut short":  # the client ends its side: both read the end
         sends = [sends[0]]
-    route = Route()
+    route = Route(later=later)
     async with serving(route) as quick, serving(None) as plain:
         if case == "a head cut short":
             got = await cut_short(quick, sends[0])
@@ -200,3 +210,53 @@ async def test_a_body_that_stalls_closes_the_connection_unanswered() -> None:
             await stream.send_all(HEAD + b"Content-Length: 10\r\n\r\nabc")
             assert await stream.receive_some() == b""  # closed, nothing answered
     assert route.answered == 0
+
+
+class NoReply:
+    """Takes every push and gives no reply (``None``: a worker whose master's link closed)."""
+
+    def take(
+        self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int
+    ) -> QuickAnswer | None:
+        def answer(body: bytes, reply: QuickReplyTo) -> None:
+            trio.lowlevel.current_trio_token().run_sync_soon(reply, None)
+
+        return answer
+
+
+async def test_a_request_without_a_reply_closes_the_connection_and_the_next_is_served() -> None:
+    server = HttpServer(app, quick=NoReply())
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    listening.setblocking(False)
+    port = listening.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.accept, listening)
+        for _ in range(2):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(push(b"one"))
+                assert await stream.receive_some() == b""  # closed, nothing answered
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_head_that_stalls_closes_the_connection_unanswered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_http11, "KEEP_ALIVE_TIMEOUT", 0.2)
+    route = Route()
+    async with serving(route) as port:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(HEAD)  # no end of the head
+            assert await stream.receive_some() == b""
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:  # and an idle connection, between two requests
+            await stream.send_all(push(b"one"))
+            reply = b""
+            while not reply.endswith(b"eno"):
+                reply += await stream.receive_some()
+            assert reply.startswith(b"HTTP/1.1 201 ")
+            assert await stream.receive_some() == b""
+    assert route.answered == 1
