@@ -12,6 +12,7 @@ truncated body), and the caller then falls back on the status alone.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 __all__ = ["TokenFileError", "error_fields", "read_token_file"]
@@ -42,6 +43,10 @@ def error_fields(body: object) -> tuple[str, str, int | None] | None:
     return code, message, condor_code
 
 
+#: A JWT (three base64url parts), as ``nodeagent token create`` prints one.
+_TOKEN_SHAPE = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+
+
 class TokenFileError(Exception):
     """A token file that cannot be read, or does not hold one token; the message names it."""
 
@@ -55,6 +60,11 @@ def read_token_file(path: str | Path) -> str:
     try:
         token = Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
+        if _TOKEN_SHAPE.fullmatch(str(path)):  # a token given for its file: never shown
+            raise TokenFileError(
+                "cannot read token file: the value given is a token itself, not the path of "
+                "a file that holds one (write it to a file of mode 0600 and give its path)"
+            ) from None
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
         raise TokenFileError(f"cannot read token file {path}: {reason}") from None
     if not token or any(c.isspace() for c in token):

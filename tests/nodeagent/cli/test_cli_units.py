@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from nodeagent import _durations, _paths
+from nodeagent._auth import Scope, create_token, generate_key
 from nodeagent._durations import parse_duration
 from nodeagent._paths import default_socket
 from nodeagent._settings import ConfigError
@@ -317,6 +318,18 @@ def test_unusable_token_files_are_usage_errors(content: str | None, tmp_path: Pa
     with pytest.raises(UsageError) as info:
         resolve_target(host="h", token_file=str(path), socket_path=None, env={}, uid=1000)
     assert info.value.code == "cli.token_file"
+
+
+def test_a_token_given_for_its_file_is_refused_without_being_shown(tmp_path: Path) -> None:
+    key = generate_key(tmp_path / "pool.key")
+    token = create_token(key, subject="ops", scope=Scope.ADMINISTRATOR, lifetime_s=60, now=0.0)
+    with pytest.raises(UsageError) as info:
+        resolve_target(host="h", token_file=token, socket_path=None, env={}, uid=1000)
+    assert info.value.code == "cli.token_file"
+    assert "is a token itself" in str(info.value)
+    assert token not in str(info.value)
+    for part in token.split("."):
+        assert part not in str(info.value)
 
 
 # --- replies to errors --------------------------------------------------------------------
