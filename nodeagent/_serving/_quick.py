@@ -181,6 +181,14 @@ class _Connection:
         self.received = bytearray()
         self.answer: QuickAnswer | None = None
 
+    def release(self) -> None:
+        """Let go of the last request's bytes and its reply's: the hub's deadline queues
+        hold a connection for seconds after its last wait began (it may have ended)."""
+        self.received = bytearray()
+        self.request.body = []
+        self.answer = None
+        self.unsent = memoryview(b"")
+
 
 class QuickHub:
     """Serves a listener's plain TCP connections with ``route`` (module docstring): each
@@ -213,10 +221,6 @@ class QuickHub:
             idle_timeout: deque(),
             read_timeout: deque(),
         }
-
-    def __len__(self) -> int:
-        """The connections the hub holds (reading, answering or writing)."""
-        return len(self._open)
 
     def adopt(self, sock: socket.socket, peer: Any) -> None:
         """Serve the accepted ``sock`` (from ``peer``): read what has come of it at once."""
@@ -345,6 +349,7 @@ class QuickHub:
             self._close(connection)
             return
         connection.spent = True
+        connection.release()
         self._wait(connection, _IN, self._idle_timeout)
 
     def _wait(self, connection: _Connection, events: int, seconds: float) -> None:
@@ -393,8 +398,10 @@ class QuickHub:
         if not connection.ended:
             self._forget(connection)
             connection.sock.close()
+            connection.release()
 
     def _give_h11(self, connection: _Connection) -> None:
         """Hand ``connection`` and what was read of it to h11."""
         self._forget(connection)
         self._hand_over(connection.sock, connection.peer, bytes(connection.received))
+        connection.release()

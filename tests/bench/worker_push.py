@@ -10,7 +10,8 @@ turn, each with a token of its own.
 
 For each rate of ``--rates`` (pushes a second; 0: as fast as the worker takes them, 64 in
 flight), after 2 s of warm-up, ``--seconds`` measured: the pushes a second answered, the
-worker's CPU per push (psutil, user + system) and its share of a core. With
+worker's CPU per push (psutil, user + system) and its share of a core, and its RSS at the
+end. With
 ``--accept-every S`` the worker's listener wakes every S seconds at most
 (``ACCEPT_EVERY`` of the worker; 0: for each connection). With ``--keep-alive`` each node
 keeps its connection from one push to its next instead (the worker closes a connection idle
@@ -253,6 +254,7 @@ def at_rate(rate: float, options: argparse.Namespace, tmp: Path) -> dict[str, An
                 if got is None and not alive:
                     raise RuntimeError(f"the client ended with status {client.exitcode}")
             answered, refused, skipped, seconds, cpu = got
+            rss = psutil.Process(worker.pid).memory_info().rss
         finally:
             client.kill()
             client.join()
@@ -266,6 +268,7 @@ def at_rate(rate: float, options: argparse.Namespace, tmp: Path) -> dict[str, An
         "pushes_per_s": round(answered / seconds, 1),
         "worker_us_per_push": round(cpu / max(answered, 1) * 1e6),
         "worker_cpu_percent": round(100 * cpu / seconds, 1),
+        "worker_rss_mib": round(rss / 2**20, 1),
         "refused": refused,
         "skipped_still_in_flight": skipped,
     }

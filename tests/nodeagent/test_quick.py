@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from nodeagent._serving import _http11
 from nodeagent._serving._http11 import HttpServer
-from nodeagent._serving._quick import QuickAnswer, QuickReply, QuickReplyTo
+from nodeagent._serving._quick import QuickAnswer, QuickReply, QuickReplyTo, QuickRoute
 
 DATE = b"Mon, 30 Nov 2026 05:00:00 GMT"
 HEAD = b"POST /push HTTP/1.1\r\nHost: x\r\nX-Ok: yes\r\n"
@@ -81,7 +81,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @asynccontextmanager
-async def serving(route: Route | None, read_timeout: float = 10.0) -> AsyncIterator[int]:
+async def serving(route: QuickRoute | None, read_timeout: float = 10.0) -> AsyncIterator[int]:
     server = HttpServer(app, quick=route, read_timeout=read_timeout)
     server._date = lambda: DATE  # type: ignore[assignment]
     listening = socket.socket()
@@ -225,20 +225,12 @@ class NoReply:
 
 
 async def test_a_request_without_a_reply_closes_the_connection_and_the_next_is_served() -> None:
-    server = HttpServer(app, quick=NoReply())
-    listening = socket.socket()
-    listening.bind(("127.0.0.1", 0))
-    listening.listen()
-    listening.setblocking(False)
-    port = listening.getsockname()[1]
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(server.accept, listening)
+    async with serving(NoReply()) as port:
         for _ in range(2):
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             async with stream:
                 await stream.send_all(push(b"one"))
                 assert await stream.receive_some() == b""  # closed, nothing answered
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_head_that_stalls_closes_the_connection_unanswered(
