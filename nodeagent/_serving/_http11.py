@@ -412,9 +412,10 @@ class HttpServer:
 
     ``relay_to``, in a worker process of a :class:`ListenerShare`: a connection whose
     request ``relayed`` says is not this app's is relayed there for the rest of its life.
-    ``quick``: a plain TCP connection's requests are served by that route without h11
-    while it takes them (:func:`~nodeagent._serving._quick.serve_quick`), by h11 and the
-    app from the first it does not take on. One request at a time per connection. The
+    ``quick``: a plain TCP connection's requests are served by that route without h11,
+    and without a task of their own, while it takes them (a
+    :class:`~nodeagent._serving._quick.QuickHub` for each listener), by h11 and the app
+    from the first it does not take on. One request at a time per connection. The
     app reads the request body through ``receive`` as it goes (each read within
     ``read_timeout``; a stalled or vanished client, or a body past ``max_body``, is
     ``http.disconnect`` and closes the connection); then ``http.disconnect`` once the
