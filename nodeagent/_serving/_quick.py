@@ -322,14 +322,13 @@ class QuickHub:
         if reply is None:
             self._close(connection)
             return
-        try:
+
+        def write(connection: _Connection) -> None:
             data = reply_bytes(reply, self._date(), close=connection.close_after)
-        except Exception:
-            log.exception("connection from %s failed", connection.peer)
-            self._close(connection)
-            return
-        connection.unsent = memoryview(data)
-        self._guarded(self._write, connection)
+            connection.unsent = memoryview(data)
+            self._write(connection)
+
+        self._guarded(write, connection)
 
     def _write(self, connection: _Connection) -> None:
         """Write what waits of ``connection``'s reply; once it is all written, read the

@@ -131,11 +131,12 @@ class WorkerSettings:
 
 
 class _Link:
-    """The worker's end of the link: frames written in order by one task, answers handed to
-    the pushes waiting for them."""
+    """The worker's end of the link: pushes made ready here (with ``checked``), frames
+    written in order by one task, answers handed to the pushes waiting for them."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, checked: CheckedStatics) -> None:
         self._stream = stream
+        self._checked = checked
         self._out = bytearray()
         self._ready_to_write = trio.Event()
         self._waiting: dict[int, Callable[[AdReply | None], None]] = {}
@@ -148,18 +149,16 @@ class _Link:
         self._ready_to_write.set()
 
     def push_soon(
-        self,
-        taken: TakenPush,
-        seconds: float,
-        prepared: NodeAd | MovedOnAd | Refused | None,
-        answered: Callable[[AdReply | None], None],
+        self, taken: TakenPush, started: float, answered: Callable[[AdReply | None], None]
     ) -> None:
-        """Send a push (``prepared``, else its body for the master to make ready);
-        ``answered`` is given the master's answer when it comes, or ``None`` when none
-        will (the link closed, or the master failed on it)."""
+        """Send a push received at ``started`` (made ready here, else its body for the
+        master to make ready); ``answered`` is given the master's answer when it comes, or
+        ``None`` when none will (the link closed, or the master failed on it)."""
         if self.lost:
             answered(None)
             return
+        prepared = _prepared(self._checked, taken)
+        seconds = time.perf_counter() - started
         self._number = number = self._number % 0xFFFFFFFF + 1
         self._waiting[number] = answered
         self.tell(
@@ -173,9 +172,7 @@ class _Link:
             )
         )
 
-    async def push(
-        self, taken: TakenPush, seconds: float, prepared: NodeAd | MovedOnAd | Refused | None
-    ) -> AdReply:
+    async def push(self, taken: TakenPush, started: float) -> AdReply:
         """The master's answer to a push (:meth:`push_soon`), waited for."""
         done = trio.Event()
         answer: list[AdReply | None] = []
@@ -184,7 +181,7 @@ class _Link:
             answer.append(reply)
             done.set()
 
-        self.push_soon(taken, seconds, prepared, answered)
+        self.push_soon(taken, started, answered)
         await done.wait()
         if answer[0] is None:
             raise trio.ClosedResourceError("no answer from the master: the connection is closed")
@@ -231,7 +228,7 @@ def _prepared(checked: CheckedStatics, taken: TakenPush) -> NodeAd | MovedOnAd |
     return made if isinstance(made, NodeAd | MovedOnAd | Refused) else None
 
 
-def _ad_app(principals: Principals, link: _Link, checked: CheckedStatics) -> ASGIApp:
+def _ad_app(principals: Principals, link: _Link) -> ASGIApp:
     """The ASGI app for the requests a worker answers itself: ``POST /v1/ads`` that
     :class:`_PushRoute` left to h11 (over TLS, or refused from the head)."""
 
@@ -243,8 +240,7 @@ def _ad_app(principals: Principals, link: _Link, checked: CheckedStatics) -> ASG
         if not isinstance(taken, TakenPush):
             link.tell(encode_refusal(taken, time.perf_counter() - started))
             return
-        prepared = _prepared(checked, taken)
-        await send_reply(send, await link.push(taken, time.perf_counter() - started, prepared))
+        await send_reply(send, await link.push(taken, started))
 
     return app
 
@@ -255,10 +251,9 @@ class _PushRoute:
     whose body is within :data:`~nodeagent.master._ad_pushes.AD_BODY_LIMIT`. Any other
     request, a refusal included, is left to h11 and :func:`_ad_app` (or the relay)."""
 
-    def __init__(self, principals: Principals, link: _Link, checked: CheckedStatics) -> None:
+    def __init__(self, principals: Principals, link: _Link) -> None:
         self._principals = principals
         self._link = link
-        self._checked = checked
 
     def take(
         self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int
@@ -272,13 +267,10 @@ class _PushRoute:
         started = time.perf_counter()
 
         def answer(body: bytes, reply: QuickReplyTo) -> None:
-            taken = TakenPush(authorization, who, body)
-            prepared = _prepared(self._checked, taken)
-
             def answered(got: AdReply | None) -> None:
                 reply(None if got is None else (got.status, got.headers(), got.body))
 
-            self._link.push_soon(taken, time.perf_counter() - started, prepared, answered)
+            self._link.push_soon(TakenPush(authorization, who, body), started, answered)
 
         return answer
 
@@ -299,21 +291,20 @@ async def _until_end(fd: int) -> None:
 async def serve(settings: WorkerSettings) -> None:
     """Take the pushes of ``settings``' listeners until stdin or the link ends."""
     link_socket = socket.socket(fileno=settings.link)
-    link = _Link(trio.SocketStream(trio.socket.from_stdlib_socket(link_socket)))
+    link = _Link(trio.SocketStream(trio.socket.from_stdlib_socket(link_socket)), CheckedStatics())
     principals = Principals(
         time.time, None if settings.key is None else bytes.fromhex(settings.key)
     )
     context = (
         None if settings.tls is None else _ssl_context(Path(settings.tls[0]), Path(settings.tls[1]))
     )
-    checked = CheckedStatics()
     server = HttpServer(
-        _ad_app(principals, link, checked),
+        _ad_app(principals, link),
         context=context,
         read_timeout=settings.read_timeout,
         relay_to=Path(settings.relay),
         relayed=_relayed,
-        quick=_PushRoute(principals, link, checked),
+        quick=_PushRoute(principals, link),
         accept_every=ACCEPT_EVERY,
     )
     async with trio.open_nursery() as nursery:
