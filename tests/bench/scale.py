@@ -44,6 +44,9 @@ Per size (``sqlite``):
   ``scrape_nodes_behind``). With ``--ingest-workers N`` (each master's
   ``ingest_workers``), the workers' CPU and RSS apart from the master's;
   ``--ingest-worker-nice N`` sets their ``ingest_worker_nice`` (the master's default without).
+  The host's CPU over the window (``host_cpu_percent``): what it was busy with, the
+  benchmark's processes, interrupts and deferred kernel work (mostly loopback TCP), other
+  processes, and the time stolen by the hypervisor: whether the host was the benchmark's.
 * **memory**: the master's RSS at the window's end and per machine; its peak (``VmHWM``)
   after the plans below.
 * **summary**: ``GET /v1/maintenance/plan?late=true&blockers=false&limit=20`` (what
@@ -167,6 +170,31 @@ def _workers_cpu(process: psutil.Process) -> float:
         with contextlib.suppress(psutil.Error):
             total += cpu_seconds(worker)
     return total
+
+
+def host_cpu(before: Any, after: Any, ours: float, own0: float, elapsed: float) -> dict[str, float]:
+    """The host's CPU over ``elapsed`` s (``psutil.cpu_times()`` ``before`` and ``after``;
+    a core is 100 %): all it was busy with (``busy``), the benchmark's processes (``ours``:
+    ``ours`` s of the masters, their workers and the pushers, and this process's since
+    ``own0``), interrupts and the kernel's deferred work (``softirq``: most of it loopback
+    TCP, which no process is charged for), the rest (``others``: processes not the
+    benchmark's), and the time the hypervisor gave the host's cores to someone else
+    (``steal``)."""
+
+    def delta(field: str) -> float:
+        return float(getattr(after, field, 0.0) - getattr(before, field, 0.0))
+
+    busy = sum(map(delta, ("user", "nice", "system", "irq", "softirq")))
+    ours += cpu_seconds(psutil.Process()) - own0
+    softirq = delta("irq") + delta("softirq")
+    parts = {
+        "busy": busy,
+        "ours": ours,
+        "softirq": softirq,
+        "others": max(0.0, busy - ours - softirq),
+        "steal": delta("steal"),
+    }
+    return {name: round(100 * seconds / elapsed, 1) for name, seconds in parts.items()}
 
 
 def ms(seconds: float) -> float:
@@ -865,6 +893,7 @@ def steady(
     answered0, pcpu0 = pushers.answered(), pushers.cpu()
     mcpu0 = [cpu_seconds(p) for p in processes]
     wcpu0 = [_workers_cpu(p) for p in processes]
+    host0, own0 = psutil.cpu_times(), cpu_seconds(psutil.Process())
     t0 = time.perf_counter()
     times: list[list[float]] = [[] for _ in readers]
     behind: list[list[int]] = [[] for _ in readers]
@@ -899,6 +928,7 @@ def steady(
     pcpu = pushers.cpu() - pcpu0
     mcpu = [cpu_seconds(p) - c for p, c in zip(processes, mcpu0, strict=True)]
     wcpu = [_workers_cpu(p) - c for p, c in zip(processes, wcpu0, strict=True)]
+    host = host_cpu(host0, psutil.cpu_times(), pcpu + sum(mcpu) + sum(wcpu), own0, elapsed)
     after = [scrape(m) for m in masters]
     per_master = []
     for k, master in enumerate(masters):
@@ -944,6 +974,7 @@ def steady(
         "pushers_behind_s": round(pushers.behind(), 1),
         "pushers_since_start": pushers.counts(),
         "pushers_rss_mib": round(pushers.rss() / 2**20, 1),
+        "host_cpu_percent": host,
         "masters": per_master,
         "summary_problems": problems[:5],
     }
