@@ -82,7 +82,8 @@ Per size (``sqlite``):
 
 ``etcd`` (unless ``--no-etcd``): ``--masters`` masters on one real etcd
 (:class:`tests.etcd.EtcdServer`, :class:`tests.ha.Masters`), every node pushing to each of
-them (as an agent configured with their three urls does), the summary asked of each in turn
+them (as an agent configured with their three urls does, its moving values alone to a
+master that holds its slot ads), the summary asked of each in turn
 during the steady window: its latency on the leader and on each follower, each master's
 ingest, CPU and RSS.
 
@@ -316,12 +317,12 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
     bodies = Bodies(share.now, share.moving, share.templates)
     host_mark, ip_mark = HOST_MARK.encode(), IP_MARK.encode()
 
-    # the digest of each node's slot ads the master holds (its last reply's): as an
-    # agent, a node pushes its moving values alone while the master holds them
-    digests: list[bytes | None] = [None] * count
+    # the digest of each node's slot ads each master holds (its last reply's): as an
+    # agent, a node pushes its moving values alone to a master that holds them
+    digests: list[list[bytes | None]] = [[None] * count for _ in share.addresses]
 
-    def request(j: int) -> bytes:
-        digest = None if share.whole else digests[j]
+    def request(j: int, a: int) -> bytes:
+        digest = None if share.whole else digests[a][j]
         if digest is None:
             text = bodies.at(time.time())[nodes[j] % share.templates]
         else:
@@ -332,7 +333,8 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
     def replied(conn: Connection, status: int) -> None:
         """Keep the digest the reply gives (a 409 ``ad.slots_unknown``: none)."""
         found = _DIGEST_IN_REPLY.search(conn.reply)
-        digests[conn.node] = found.group(1) if status in (200, -200) and found else None
+        held = found.group(1) if status in (200, -200) and found else None
+        digests[where[conn]][conn.node] = held
 
     def due(k: int) -> float:
         if share.burst:
@@ -389,7 +391,7 @@ def push_share(share: Share, stats: SynchronizedArray[float], stop: Any) -> None
                     conn = idle[a].pop()
                     resting.discard(conn)
                     conn.node = following[a] % count
-                    conn.prepared = [request(conn.node)]
+                    conn.prepared = [request(conn.node, a)]
                     conn.next = 0
                     following[a] += 1
                     try:
