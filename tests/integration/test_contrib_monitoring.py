@@ -215,6 +215,7 @@ def test_every_alert_says_what_it_is_and_what_to_do() -> None:
         "NodeagentNoLeader",
         "NodeagentNodeLost",
         "NodeagentWebhookBehind",
+        "NodeagentAdsBehind",
     }
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
