@@ -173,20 +173,18 @@ def _workers_cpu(process: psutil.Process) -> float:
     return total
 
 
-def host_cpu(before: Any, after: Any, ours: float, own0: float, elapsed: float) -> dict[str, float]:
+def host_cpu(before: Any, after: Any, ours: float, elapsed: float) -> dict[str, float]:
     """The host's CPU over ``elapsed`` s (``psutil.cpu_times()`` ``before`` and ``after``;
-    a core is 100 %): all it was busy with (``busy``), the benchmark's processes (``ours``:
-    ``ours`` s of the masters, their workers and the pushers, and this process's since
-    ``own0``), interrupts and the kernel's deferred work (``softirq``: most of it loopback
-    TCP, which no process is charged for), the rest (``others``: processes not the
-    benchmark's), and the time the hypervisor gave the host's cores to someone else
-    (``steal``)."""
+    a core is 100 %): all it was busy with (``busy``), the benchmark's processes (``ours``,
+    their CPU seconds), interrupts and the kernel's deferred work (``softirq``: most of it
+    loopback TCP; some of it is charged to the process it ran in as well), the rest
+    (``others``: processes not the benchmark's), and the time the hypervisor gave the
+    host's cores to someone else (``steal``)."""
 
     def delta(field: str) -> float:
         return float(getattr(after, field, 0.0) - getattr(before, field, 0.0))
 
     busy = sum(map(delta, ("user", "nice", "system", "irq", "softirq")))
-    ours += cpu_seconds(psutil.Process()) - own0
     softirq = delta("irq") + delta("softirq")
     parts = {
         "busy": busy,
@@ -930,7 +928,9 @@ def steady(
     pcpu = pushers.cpu() - pcpu0
     mcpu = [cpu_seconds(p) - c for p, c in zip(processes, mcpu0, strict=True)]
     wcpu = [_workers_cpu(p) - c for p, c in zip(processes, wcpu0, strict=True)]
-    host = host_cpu(host0, psutil.cpu_times(), pcpu + sum(mcpu) + sum(wcpu), own0, elapsed)
+    # the masters, their workers, the pushers and this process (the summaries' reader)
+    ours = pcpu + sum(mcpu) + sum(wcpu) + cpu_seconds(psutil.Process()) - own0
+    host = host_cpu(host0, psutil.cpu_times(), ours, elapsed)
     after = [scrape(m) for m in masters]
     per_master = []
     for k, master in enumerate(masters):
